@@ -1,0 +1,101 @@
+"""Opening dump targets and load sources: paths, file objects and streams."""
+
+import os
+import shutil
+import stat
+import tempfile
+
+#: Suffix of the temporary files ``dump`` writes next to the target before
+#: renaming them onto it; a killed process may leave one behind.
+TMP_SUFFIX = ".cpersist-tmp"
+
+
+def is_path(obj):
+    return isinstance(obj, (str, os.PathLike))
+
+
+def display_name(obj):
+    """A readable name for a path or file object, for messages."""
+    if is_path(obj):
+        return os.fsdecode(os.fspath(obj))
+    name = getattr(obj, "name", None)
+    return name if isinstance(name, str) else repr(obj)
+
+
+def _new_file_mode(path):
+    """Permission bits the target gets: the old file's, or 0o666 less umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # no /proc: read the umask the classic way
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def write_atomically(path, write, fsync):
+    """Call ``write(file)`` on a temporary file, then rename it onto ``path``.
+
+    The temporary file lives in the target's directory (so ``os.replace`` is
+    an atomic rename) and is named ``.<target name>.<random>.cpersist-tmp``.
+    On any exception it is removed and an existing target is left untouched.
+    With ``fsync`` the data and then the directory entry are flushed to disk
+    before returning, so the new file survives a power loss.
+    """
+    path = os.fspath(path)
+    directory, base = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.fsdecode(base)}.", suffix=TMP_SUFFIX, dir=directory)
+    try:
+        with open(fd, "wb") as file:
+            write(file)
+            file.flush()
+            os.fchmod(fd, _new_file_mode(path))
+            if fsync:
+                os.fsync(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if fsync:
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def is_seekable(file):
+    try:
+        return file.seekable()
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def has_fileno(file):
+    try:
+        file.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    return True
+
+
+def spool(stream):
+    """Copy a non-seekable stream to an anonymous temporary file, rewound."""
+    tmp = tempfile.TemporaryFile()
+    try:
+        shutil.copyfileobj(stream, tmp, 1 << 20)
+        tmp.seek(0)
+    except BaseException:
+        tmp.close()
+        raise
+    return tmp

@@ -1,0 +1,89 @@
+"""Thread pools shared by dump and load, and an ordered bounded pipeline.
+
+zlib, LZ4, Zstandard, Blosc and ``zlib.crc32`` all release the GIL on large
+buffers, so chunks are compressed, decompressed and checksummed on a thread
+pool while the calling thread does the file I/O.
+"""
+
+import os
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+_pools = {}
+_pools_lock = threading.Lock()
+
+
+def default_n_threads():
+    """Number of CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def check_n_threads(n_threads):
+    """Validate a user's ``n_threads`` argument and resolve ``None``."""
+    if n_threads is None:
+        return default_n_threads()
+    if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1:
+        raise ValueError(f"n_threads must be None or an int >= 1, got {n_threads!r}")
+    return n_threads
+
+
+def get_pool(n_threads):
+    """A process-wide pool of ``n_threads`` workers, made on first use."""
+    with _pools_lock:
+        pool = _pools.get(n_threads)
+        if pool is None:
+            pool = _pools[n_threads] = ThreadPoolExecutor(
+                n_threads, thread_name_prefix="cpersist"
+            )
+        return pool
+
+
+def ordered_map(func, items, n_threads, consume):
+    """Apply ``func`` to ``items`` on a pool and ``consume`` results in order.
+
+    At most ``2 * n_threads`` results are in flight, which bounds the memory
+    held by finished-but-unconsumed results to a few chunks. With one thread
+    or a single item everything runs inline (a pool round-trip costs more
+    than compressing a small chunk).
+
+    Parameters
+    ----------
+    func : callable
+        Called as ``func(item)`` on a worker thread.
+    items : iterable
+        Produced on the calling thread (file reads happen here).
+    n_threads : int
+    consume : callable
+        Called as ``consume(item, result)`` on the calling thread, in order.
+    """
+    if n_threads <= 1:
+        for item in items:
+            consume(item, func(item))
+        return
+    pool = get_pool(n_threads)
+    pending = deque()
+    limit = 2 * n_threads
+    try:
+        for item in items:
+            pending.append((item, pool.submit(func, item)))
+            if len(pending) >= limit:
+                item, future = pending.popleft()
+                consume(item, future.result())
+        while pending:
+            item, future = pending.popleft()
+            consume(item, future.result())
+    finally:
+        # On error, wait for the work already submitted: it may write into
+        # buffers the caller is about to free or reuse.
+        for _, future in pending:
+            future.cancel()
+        for _, future in pending:
+            if not future.cancelled():
+                try:
+                    future.result()
+                except BaseException:
+                    pass

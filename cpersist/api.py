@@ -1,0 +1,285 @@
+"""``dump``, ``load``, ``verify`` and ``inspect``: the glue between the
+pickler, the array chunking and the container."""
+
+import io
+import pickle
+import pickletools
+import warnings
+
+import numpy as np
+
+from . import __version__
+from ._files import (display_name, has_fileno, is_path, is_seekable, spool,
+                     write_atomically)
+from ._threads import check_n_threads
+from .arrays import (DEFAULT_CHUNK_SIZE, allocate, describe, iter_chunks,
+                     parse_description)
+from .codecs import parse_compress
+from .container import MAX_CHUNK_SIZE, ContainerReader, ContainerWriter
+from .exceptions import CorruptFileError, CpersistError
+from .pickler import ArrayPickler, ArrayUnpickler, normalize_trusted
+
+MMAP_MODES = (None, "r", "r+", "c")
+
+
+def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=None,
+         fsync=False):
+    """Persist a Python object and the numpy arrays it holds to one file.
+
+    Parameters
+    ----------
+    obj : object
+        Anything picklable. Every numpy array inside it (except object-dtype
+        arrays, whose items are pickled) is stored as a separate buffer, in
+        its own C or Fortran order, raw or compressed.
+    target : str, os.PathLike or binary file object
+        A path is written atomically: to a temporary file in the same
+        directory, renamed onto the path once complete. A file object
+        (seekable or not: a pipe or socket works) is written sequentially
+        from its current position.
+    compress : bool, int, str or tuple, default 0
+        ``0``/``False``: raw (arrays can then be memory-mapped on load).
+        ``True``: the default codec (zstd) at level 3. An int 1–9: the
+        default codec at that level. A codec name (``"zlib"``, ``"lz4"``,
+        ``"zstd"``, ``"blosc"``, ``"blosc:lz4"``, ``"blosc:zstd"``,
+        ``"blosc:zlib"``, ``"blosc:blosclz"``): that codec at level 3. A
+        ``(name, level)`` tuple; level 0 means raw.
+    protocol : int, optional
+        Pickle protocol, 2 to 5; default :data:`pickle.HIGHEST_PROTOCOL`.
+    chunk_size : int, optional
+        Bytes of array data per compressed chunk (default 4 MiB). Chunks are
+        compressed independently on ``n_threads`` threads.
+    n_threads : int, optional
+        Threads for compression and checksums; default: all available CPUs.
+    fsync : bool, default False
+        Flush the data to disk before renaming it onto ``target`` (only for
+        paths). Protects the new file against power loss, at a cost.
+
+    Returns
+    -------
+    list of str
+        The name of the file written (the file object's ``name`` when it has
+        one; an empty list for anonymous file objects).
+
+    Raises
+    ------
+    ValueError
+        For a bad ``compress``, ``protocol``, ``chunk_size`` or ``n_threads``.
+    pickle.PicklingError, TypeError
+        If ``obj`` holds something that cannot be pickled; no file is left.
+
+    Examples
+    --------
+    >>> import numpy as np, cpersist
+    >>> model = {"weights": np.arange(6.0).reshape(2, 3), "name": "demo"}
+    >>> cpersist.dump(model, "model.cp", compress=3)
+    ['model.cp']
+    """
+    codec = parse_compress(compress)
+    protocol = _check_protocol(protocol)
+    chunk_size = _check_chunk_size(chunk_size)
+    n_threads = check_n_threads(n_threads)
+
+    def write(file):
+        _write(obj, file, codec, protocol, chunk_size, n_threads)
+
+    if is_path(target):
+        write_atomically(target, write, fsync)
+        return [display_name(target)]
+    if not hasattr(target, "write"):
+        raise TypeError(
+            f"target must be a path or a binary file object, got {type(target).__name__}"
+        )
+    write(target)
+    name = getattr(target, "name", None)
+    return [name] if isinstance(name, str) else []
+
+
+def _write(obj, file, codec, protocol, chunk_size, n_threads):
+    writer = ContainerWriter(file, n_threads)
+
+    def store(arr):
+        return writer.add_section(
+            iter_chunks(arr, chunk_size),
+            codec=codec,
+            typesize=arr.dtype.itemsize,
+            meta=describe(arr),
+        )
+
+    stream = io.BytesIO()
+    ArrayPickler(stream, protocol, store).dump(obj)
+    with stream.getbuffer() as pickled:
+        chunks = (pickled[i:i + chunk_size] for i in range(0, len(pickled), chunk_size))
+        root = writer.add_section(chunks, codec=codec, meta={"kind": "pickle"})
+    writer.finish(root, info={"writer": f"cpersist {__version__}", "protocol": protocol})
+
+
+def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
+    """Load an object written by :func:`dump`.
+
+    Parameters
+    ----------
+    source : str, os.PathLike or binary file object
+        A file object is read from its current position to its end; a
+        non-seekable one (pipe, socket) is first copied to a temporary file.
+    mmap_mode : {None, 'r', 'r+', 'c'}
+        Return raw (uncompressed) arrays as :class:`numpy.memmap` views of the
+        file instead of reading them: ``'r'`` read-only, ``'r+'`` writes reach
+        the file, ``'c'`` copy-on-write. Compressed arrays cannot be mapped:
+        they are loaded into memory with one ``UserWarning``. A file object
+        can be mapped when it is seekable and has a ``fileno()``; otherwise
+        a ``UserWarning`` is issued and the arrays are read.
+    trusted : bool or iterable, default True
+        ``True`` unpickles like :func:`pickle.load`, which can run any code
+        the file names: only load files you trust. ``False`` resolves only
+        a safe allowlist of globals (builtin containers and scalars, numpy
+        arrays, dtypes and scalars) and raises
+        :class:`~cpersist.UntrustedObjectError` for anything else before it
+        is called. An iterable adds to that allowlist: ``(module, name)``
+        pairs and module names trusted with their submodules (``"sklearn"``).
+    verify : bool, default True
+        Check the checksum of every chunk read. Memory-mapped arrays are not
+        read, so not checked: use :func:`verify` for them.
+    n_threads : int, optional
+        Threads for decompression and checksums; default: all available CPUs.
+
+    Returns
+    -------
+    object
+
+    Raises
+    ------
+    CorruptFileError
+        If the source is not a cpersist file, or is truncated or damaged.
+    UnsupportedVersionError
+        If a newer, incompatible version of the format wrote the file.
+    UntrustedObjectError
+        In a restricted load, for a global outside the allowlist.
+
+    Examples
+    --------
+    >>> model = cpersist.load("model.cp")
+    >>> model["weights"]
+    array([[0., 1., 2.],
+           [3., 4., 5.]])
+    """
+    if mmap_mode not in MMAP_MODES:
+        raise ValueError(
+            f"mmap_mode must be one of None, 'r', 'r+', 'c'; got {mmap_mode!r}"
+        )
+    restricted, allowed, prefixes = normalize_trusted(trusted)
+    n_threads = check_n_threads(n_threads)
+    name = display_name(source)
+    options = dict(mmap_mode=mmap_mode, restricted=restricted, allowed=allowed,
+                   prefixes=prefixes, verify=verify, n_threads=n_threads)
+    if is_path(source):
+        with open(source, "rb") as file:
+            return _load(file, name, mmap_source=source, **options)
+    if not hasattr(source, "read"):
+        raise TypeError(
+            f"source must be a path or a binary file object, got {type(source).__name__}"
+        )
+    if is_seekable(source):
+        mappable = has_fileno(source)
+        if mmap_mode and not mappable:
+            _warn_not_mapped(name, "the file object has no file descriptor")
+        return _load(source, name, mmap_source=source if mappable else None, **options)
+    if mmap_mode:
+        _warn_not_mapped(name, "the stream is not seekable")
+    with spool(source) as file:
+        return _load(file, name, mmap_source=None, **options)
+
+
+def _warn_not_mapped(name, why):
+    warnings.warn(f"cpersist: cannot memory-map arrays from {name}: {why}; "
+                  f"loading them into memory", UserWarning, stacklevel=3)
+
+
+def _load(file, name, *, mmap_source, mmap_mode, restricted, allowed, prefixes, verify,
+          n_threads):
+    reader = ContainerReader(file, name)
+    root = reader.sections[reader.root]
+    if root.meta.get("kind") != "pickle":
+        raise reader.error("damaged index: the root section is not a pickle stream")
+    pickled = reader.read_bytes(root, verify=verify, n_threads=n_threads)
+    loaded = {}
+    mapped = []
+    warned = []
+
+    def load_array(index):
+        if type(index) is not int or not 0 <= index < len(reader.sections) or index == reader.root:
+            raise reader.error(f"the pickle stream refers to a bad array section {index!r}")
+        if index in loaded:
+            return loaded[index]
+        section = reader.sections[index]
+        try:
+            dtype, shape, order, nbytes = parse_description(section.meta)
+        except Exception as exc:
+            raise reader.error(f"section {index}: bad array description ({exc})") from None
+        if nbytes != section.raw_size:
+            raise reader.error(
+                f"section {index} holds {section.raw_size} bytes but its array "
+                f"{dtype} {shape} needs {nbytes}"
+            )
+        if mmap_mode and section.is_raw and mmap_source is not None:
+            if not mapped:
+                mapped.append(np.memmap(mmap_source, dtype=np.uint8, mode=mmap_mode,
+                                        offset=reader.base, shape=reader.size))
+            start = section.offset
+            arr = mapped[0][start:start + nbytes].view(dtype).reshape(shape, order=order)
+        else:
+            if mmap_mode and mmap_source is not None and not warned:
+                warned.append(True)
+                warnings.warn(
+                    f"cpersist: {name} holds compressed arrays, which cannot be "
+                    f"memory-mapped; they are loaded into memory",
+                    UserWarning, stacklevel=4,
+                )
+            arr, view = _allocate(reader, index, dtype, shape, order)
+            reader.read_into(section, view, verify=verify, n_threads=n_threads)
+        loaded[index] = arr
+        return arr
+
+    unpickler = ArrayUnpickler(io.BytesIO(pickled), load_array, restricted, allowed,
+                               prefixes, source=name)
+    try:
+        return unpickler.load()
+    except CpersistError:
+        raise
+    except (pickle.UnpicklingError, EOFError) as exc:
+        raise reader.error(f"damaged pickle stream ({exc})") from None
+
+
+def _allocate(reader, index, dtype, shape, order):
+    try:
+        return allocate(dtype, shape, order)
+    except (MemoryError, ValueError) as exc:
+        raise reader.error(
+            f"section {index} claims an array {dtype} {shape} that cannot be "
+            f"allocated ({type(exc).__name__})"
+        ) from None
+
+
+def _check_protocol(protocol):
+    if protocol is None:
+        return pickle.HIGHEST_PROTOCOL
+    if isinstance(protocol, bool) or not isinstance(protocol, int) or not (
+        2 <= protocol <= pickle.HIGHEST_PROTOCOL
+    ):
+        raise ValueError(
+            f"protocol must be None or an int from 2 to {pickle.HIGHEST_PROTOCOL}, "
+            f"got {protocol!r}"
+        )
+    return protocol
+
+
+def _check_chunk_size(chunk_size):
+    if chunk_size is None:
+        return DEFAULT_CHUNK_SIZE
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or not (
+        1 <= chunk_size <= MAX_CHUNK_SIZE
+    ):
+        raise ValueError(
+            f"chunk_size must be None or an int from 1 to {MAX_CHUNK_SIZE}, got {chunk_size!r}"
+        )
+    return chunk_size

@@ -1,0 +1,119 @@
+"""numpy arrays as byte chunks and back, with the description kept in files.
+
+An array is written in its own memory order: the bytes of a C- or
+F-contiguous array are cut into chunks without any copy; a non-contiguous
+array is copied piece by piece (each piece at most one chunk) in C order, so
+no full-size temporary is ever made. On load the final array is allocated in
+the recorded order and the container decodes chunks straight into it.
+"""
+
+import ast
+
+import numpy as np
+from numpy.lib import format as npy_format
+
+#: Default size of one chunk before compression.
+DEFAULT_CHUNK_SIZE = 4 << 20
+
+
+def is_plain_data(arr):
+    """True if ``arr``'s bytes hold all its data (no Python object references)."""
+    return not arr.dtype.hasobject
+
+
+def array_order(arr):
+    """'F' for an F-contiguous array that is not also C-contiguous, else 'C'."""
+    return "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
+
+
+def describe(arr):
+    """JSON-serialisable description of an array's dtype, shape and order.
+
+    The dtype is kept as the ``repr`` of its ``.npy`` descriptor (the same
+    form ``np.save`` writes), read back with ``ast.literal_eval``, which
+    evaluates literals only.
+    """
+    return {
+        "kind": "array",
+        "dtype": repr(npy_format.dtype_to_descr(arr.dtype)),
+        "shape": list(arr.shape),
+        "order": array_order(arr),
+    }
+
+
+def parse_description(meta):
+    """Return ``(dtype, shape, order, nbytes)`` from :func:`describe` output.
+
+    Raises
+    ------
+    ValueError, TypeError, SyntaxError, ...
+        If the description is malformed; the caller reports the file as
+        corrupt.
+    """
+    descr = ast.literal_eval(meta["dtype"])
+    dtype = npy_format.descr_to_dtype(descr)
+    if dtype.hasobject:
+        raise ValueError("an object dtype cannot be stored as raw bytes")
+    shape = tuple(meta["shape"])
+    if not all(type(n) is int and n >= 0 for n in shape) or len(shape) > 64:
+        raise ValueError(f"bad shape {shape!r}")
+    order = meta["order"]
+    if order not in ("C", "F"):
+        raise ValueError(f"bad order {order!r}")
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= n
+    return dtype, shape, order, nbytes
+
+
+def _byte_view(arr):
+    """1-D uint8 view of a C- or F-contiguous array, in its memory order."""
+    flat = arr.T if array_order(arr) == "F" else arr
+    return flat.reshape(-1).view(np.uint8)
+
+
+def iter_chunks(arr, chunk_size=DEFAULT_CHUNK_SIZE):
+    """Yield the array's bytes as memoryviews of at most ``chunk_size`` bytes.
+
+    Chunk boundaries fall on element boundaries (so a shuffle filter sees
+    whole elements). Contiguous arrays yield views of their own memory;
+    non-contiguous ones yield C-order copies of at most one chunk each.
+    """
+    itemsize = arr.dtype.itemsize
+    if arr.size == 0 or itemsize == 0:
+        return
+    step = max(1, chunk_size // itemsize) * itemsize
+    if arr.flags.c_contiguous or arr.flags.f_contiguous:
+        data = _byte_view(arr)
+        for start in range(0, len(data), step):
+            yield memoryview(data[start:start + step])
+        return
+    yield from _iter_strided(arr, step)
+
+
+def _iter_strided(arr, step):
+    """C-order chunks of a non-contiguous array, copying one slab at a time."""
+    if arr.ndim == 0 or arr.flags.c_contiguous:
+        data = _byte_view(np.ascontiguousarray(arr)) if arr.ndim == 0 else _byte_view(arr)
+        for start in range(0, len(data), step):
+            yield memoryview(data[start:start + step])
+        return
+    row_bytes = arr[0].nbytes if len(arr) else 0
+    if row_bytes == 0:
+        return
+    if row_bytes > step:
+        for row in arr:
+            yield from _iter_strided(row, step)
+        return
+    rows = step // row_bytes
+    for start in range(0, len(arr), rows):
+        slab = np.ascontiguousarray(arr[start:start + rows])
+        yield memoryview(_byte_view(slab))
+
+
+def allocate(dtype, shape, order):
+    """An uninitialised array to load into, and a byte view of its memory."""
+    arr = np.empty(shape, dtype=dtype, order=order)
+    if arr.size == 0 or dtype.itemsize == 0:
+        return arr, memoryview(b"")
+    return arr, memoryview(_byte_view(arr))

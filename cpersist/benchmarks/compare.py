@@ -1,0 +1,168 @@
+"""Check that what a method read back equals what was written.
+
+A method that returns wrong data must be reported as failed, never timed, so
+the comparison is strict where it matters (dtype, shape, every value, NaN at
+the same places) and lenient where the storage format legitimately differs
+(memory order, ``np.memmap`` vs ``np.ndarray``, read-only flags).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import numpy as np
+
+__all__ = ["first_difference", "touch"]
+
+
+def _array_diff(a: np.ndarray, b: Any, where: str) -> Optional[str]:
+    if not isinstance(b, np.ndarray):
+        return f"{where}: expected ndarray, got {type(b).__name__}"
+    if a.dtype != b.dtype:
+        return f"{where}: dtype {b.dtype} != {a.dtype}"
+    if a.shape != b.shape:
+        return f"{where}: shape {b.shape} != {a.shape}"
+    if a.dtype.hasobject:
+        for i, (x, y) in enumerate(zip(a.ravel(order="K").tolist(), b.ravel(order="K").tolist())):
+            d = first_difference(x, y, f"{where}[{i}]")
+            if d:
+                return d
+        return None
+    if a.dtype.fields is not None or a.dtype.kind == "V":
+        # Structured records: compare the raw bytes of each record (in C order
+        # so memory layout does not matter).
+        if np.ascontiguousarray(a).tobytes() != np.ascontiguousarray(b).tobytes():
+            return f"{where}: structured values differ"
+        return None
+    equal_nan = a.dtype.kind in "fc"
+    if not np.array_equal(a, b, equal_nan=equal_nan):
+        if equal_nan:
+            nan_a, nan_b = np.isnan(a), np.isnan(b)
+            if not np.array_equal(nan_a, nan_b):
+                return f"{where}: NaN positions differ ({int(nan_a.sum())} vs {int(nan_b.sum())} NaN)"
+        bad = int(np.count_nonzero(a != b))
+        return f"{where}: {bad} of {a.size} values differ"
+    return None
+
+
+def first_difference(expected: Any, actual: Any, where: str = "obj") -> Optional[str]:
+    """Recursively compare two object graphs.
+
+    Parameters
+    ----------
+    expected, actual : object
+        The original and what was read back.
+    where : str
+        Path used in the message.
+
+    Returns
+    -------
+    str or None
+        None when equal, else a description of the first difference found.
+    """
+    a, b = expected, actual
+    if isinstance(a, np.ndarray):
+        return _array_diff(a, b, where)
+    if isinstance(a, np.generic):
+        if type(a) is not type(b):
+            return f"{where}: type {type(b).__name__} != {type(a).__name__}"
+        return _array_diff(np.asarray(a), np.asarray(b), where)
+    if type(a) is not type(b):
+        return f"{where}: type {type(b).__name__} != {type(a).__name__}"
+    if isinstance(a, float):
+        if a == b or (math.isnan(a) and math.isnan(b)):
+            return None
+        return f"{where}: {b!r} != {a!r}"
+    if isinstance(a, (str, bytes, int, bool, complex, type(None))):
+        return None if a == b else f"{where}: values differ"
+    if isinstance(a, (list, tuple)):
+        if len(a) != len(b):
+            return f"{where}: length {len(b)} != {len(a)}"
+        # Fast path: lists of plain values (e.g. a text corpus) compare in C.
+        try:
+            if a == b:
+                return None
+        except (ValueError, TypeError):  # arrays inside: ambiguous truth value
+            pass
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = first_difference(x, y, f"{where}[{i}]")
+            if d:
+                return d
+        return None
+    if isinstance(a, dict):
+        if list(a.keys()) != list(b.keys()):
+            if set(a.keys()) != set(b.keys()):
+                return f"{where}: keys differ"
+        for k in a:
+            d = first_difference(a[k], b[k], f"{where}[{k!r}]")
+            if d:
+                return d
+        return None
+    if isinstance(a, (set, frozenset)):
+        return None if a == b else f"{where}: sets differ"
+    # Arbitrary objects (e.g. a fitted scikit-learn model and its Cython
+    # trees): compare their pickled state, which is what a serializer keeps.
+    try:
+        sa, sb = a.__getstate__(), b.__getstate__()
+    except Exception:
+        sa, sb = getattr(a, "__dict__", None), getattr(b, "__dict__", None)
+    if sa is None and sb is None:
+        try:
+            ra, rb = a.__reduce_ex__(5), b.__reduce_ex__(5)
+            sa, sb = ra[1:3], rb[1:3]
+        except Exception:
+            return None if a == b else f"{where}: values differ"
+    return first_difference(sa, sb, f"{where}.__state__")
+
+
+def touch(obj: Any) -> int:
+    """Read every byte of every memory-mapped array inside ``obj``.
+
+    Opening a memmap costs almost nothing; the data is read from disk on
+    first access. Counting non-zero bytes forces every page in (and is a
+    fast SIMD loop, so it adds little CPU time of its own).
+
+    Parameters
+    ----------
+    obj : object
+
+    Returns
+    -------
+    int
+        Number of bytes touched.
+    """
+    n = 0
+    stack = [obj]
+    seen = set()
+    while stack:
+        o = stack.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        if isinstance(o, np.ndarray):
+            if _is_mapped(o) and not o.dtype.hasobject:
+                flat = o.reshape(-1, order="K") if (o.flags.c_contiguous or o.flags.f_contiguous) else o.ravel(order="K")
+                np.count_nonzero(flat.view(np.uint8) if flat.flags.contiguous else flat)
+                n += o.nbytes
+            elif o.dtype.hasobject:
+                stack.extend(o.ravel().tolist())
+        elif isinstance(o, dict):
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple)):
+            stack.extend(o)
+        elif hasattr(o, "__dict__"):
+            stack.append(vars(o))
+    return n
+
+
+def _is_mapped(a: np.ndarray) -> bool:
+    import mmap
+
+    base = a
+    while base is not None:
+        if isinstance(base, (np.memmap, mmap.mmap)):
+            return True
+        # ndarray.base, or memoryview.obj for arrays made with np.frombuffer.
+        base = getattr(base, "base", None) if not isinstance(base, memoryview) else base.obj
+    return False

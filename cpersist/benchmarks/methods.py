@@ -1,0 +1,570 @@
+"""Storage methods compared by the benchmark, one small class each.
+
+Every method knows
+
+* ``levels(grid)``: how the generic level grid (default 0, 1, 3, 6, 9) maps
+  onto what it supports (``np.save`` only stores raw, so it runs at level 0
+  whatever the grid; ``np.savez_compressed`` has one fixed level, reported as
+  6 because zipfile's ZIP_DEFLATED uses zlib's default level, which is 6);
+* ``why_not(obj)``: None when it can store ``obj``, else the reason (nibabel
+  on a 2-D array, ``np.save`` on a dict, ...), which becomes an ``n/a`` row;
+* ``write(obj, path, level)`` and ``read(path)``.
+
+Methods are plain picklable objects: the parent sends them to the
+measurement subprocesses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import warnings
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+
+__all__ = [
+    "Method",
+    "all_methods",
+    "select_methods",
+    "cpersist_codecs",
+    "DEFAULT_LEVELS",
+]
+
+#: The generic level grid of the issue.
+DEFAULT_LEVELS = (0, 1, 3, 6, 9)
+
+#: Codec names of the cpersist contract, used until the core is importable.
+_FALLBACK_CODECS = ["zlib", "lz4", "zstd", "blosc:lz4", "blosc:zstd", "blosc:zlib", "blosc:blosclz"]
+
+
+def cpersist_codecs() -> List[str]:
+    """Codec names cpersist offers (from the core when it imports)."""
+    try:
+        from cpersist.codecs import available_codecs
+
+        return list(available_codecs())
+    except Exception:  # core not there yet: the contract's list
+        return list(_FALLBACK_CODECS)
+
+
+def _is_plain_array(obj) -> bool:
+    return isinstance(obj, np.ndarray) and not obj.dtype.hasobject
+
+
+def _is_dict_of_arrays(obj, ok_dtype=lambda dt: True) -> bool:
+    return (
+        isinstance(obj, dict)
+        and len(obj) > 0
+        and all(isinstance(k, str) and k for k in obj)
+        and all(_is_plain_array(v) and ok_dtype(v.dtype) for v in obj.values())
+    )
+
+
+class Method:
+    """Base class of a storage method.
+
+    Attributes
+    ----------
+    name : str
+        Unique id, used by ``--methods`` and in the CSV ``method`` column.
+    family : str
+        Library (``cpersist``, ``tables``, ``joblib`` ...), for colours.
+    codec : str
+        Compressor name, ``"none"`` when raw.
+    suffix : str
+        File name suffix (some libraries insist on theirs).
+    mmap : bool
+        True when the read memory-maps and the benchmark must touch every
+        byte to pay the real cost.
+    supported : tuple of int
+        Levels the method can run at.
+    note : str
+        Anything a reader of the CSV must know (goes to the ``notes`` column).
+    """
+
+    name = "?"
+    family = "?"
+    codec = "none"
+    suffix = ".bin"
+    mmap = False
+    supported: Sequence[int] = (0,)
+    fixed_level: Optional[int] = None
+    note = ""
+    threads: Optional[int] = None
+
+    def levels(self, grid: Sequence[int]) -> List[int]:
+        """Levels to run for the generic ``grid``.
+
+        Methods with a single fixed level run at it whatever the grid; the
+        others run at the grid levels they support.
+        """
+        if self.fixed_level is not None:
+            return [self.fixed_level]
+        return [lv for lv in grid if lv in self.supported]
+
+    def available(self) -> Optional[str]:
+        """None when the library imports, else why not."""
+        return None
+
+    def why_not(self, obj: Any) -> Optional[str]:
+        """None when ``obj`` can be stored, else the reason."""
+        return None
+
+    def applies_to(self, obj: Any) -> bool:
+        """Whether this method can store ``obj`` (see :meth:`why_not`)."""
+        return self.available() is None and self.why_not(obj) is None
+
+    def write(self, obj: Any, path: str, level: int) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def read(self, path: str) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name}>"
+
+
+# ---------------------------------------------------------------------------
+# cpersist
+# ---------------------------------------------------------------------------
+
+
+def _cpersist_missing() -> Optional[str]:
+    try:
+        import cpersist
+    except Exception as e:  # pragma: no cover - depends on the core
+        return f"cpersist not importable: {e!r}"
+    if not hasattr(cpersist, "dump") or not hasattr(cpersist, "load"):
+        return "cpersist core (dump/load) not importable yet"
+    return None
+
+
+class Cpersist(Method):
+    """``cpersist.dump(obj, path, compress=level)``: default codec, 0 = raw."""
+
+    family = "cpersist"
+    suffix = ".cp"
+    supported = tuple(range(10))
+
+    def __init__(self, threads=None):
+        self.threads = threads
+        self.name = "cpersist"
+        self.codec = "default"
+        self.note = "compress=<int level>: the default codec; level 0 = raw"
+
+    def available(self):
+        return _cpersist_missing()
+
+    def _compress(self, level):
+        return level
+
+    def write(self, obj, path, level):
+        import cpersist
+
+        cpersist.dump(obj, path, compress=self._compress(level), n_threads=self.threads)
+
+    def read(self, path):
+        import cpersist
+
+        return cpersist.load(path)
+
+
+class CpersistCodec(Cpersist):
+    """``cpersist.dump(obj, path, compress=(codec, level))``."""
+
+    supported = tuple(range(1, 10))
+
+    def __init__(self, codec, threads=None):
+        super().__init__(threads)
+        self.codec = codec
+        self.name = f"cpersist:{codec}"
+        self.note = ""
+
+    def _compress(self, level):
+        return (self.codec, level)
+
+
+class CpersistMmap(Cpersist):
+    """Raw cpersist file read with ``mmap_mode='r'`` (every byte touched)."""
+
+    mmap = True
+    fixed_level = 0
+
+    def __init__(self, threads=None):
+        super().__init__(threads)
+        self.name = "cpersist-mmap"
+        self.codec = "none"
+        self.note = "compress=0, load(mmap_mode='r'); read time includes touching every byte"
+
+    def read(self, path):
+        import cpersist
+
+        return cpersist.load(path, mmap_mode="r")
+
+
+# ---------------------------------------------------------------------------
+# numpy
+# ---------------------------------------------------------------------------
+
+
+class NpSave(Method):
+    """``np.save`` / ``np.load`` (raw, arrays only)."""
+
+    name = "np.save"
+    family = "numpy"
+    suffix = ".npy"
+    fixed_level = 0
+
+    def why_not(self, obj):
+        if not _is_plain_array(obj):
+            return "np.save stores a single non-object array" + (
+                "" if not isinstance(obj, np.ndarray) else " (object dtype needs pickle)")
+        return None
+
+    def write(self, obj, path, level):
+        np.save(path, obj, allow_pickle=False)
+
+    def read(self, path):
+        return np.load(path, allow_pickle=False)
+
+
+class NpSaveMmap(NpSave):
+    """``np.save`` then ``np.load(mmap_mode='r')`` (every byte touched)."""
+
+    name = "np.save-mmap"
+    mmap = True
+    note = "np.load(mmap_mode='r'); read time includes touching every byte"
+
+    def read(self, path):
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+
+
+_SINGLE_KEY = "__array__"
+
+
+class NpSavezCompressed(Method):
+    """``np.savez_compressed``: arrays and dicts of arrays, one fixed level."""
+
+    name = "np.savez_compressed"
+    family = "numpy"
+    codec = "zlib"
+    suffix = ".npz"
+    fixed_level = 6
+    note = "level not settable: zipfile ZIP_DEFLATED at zlib's default (reported as 6)"
+
+    def why_not(self, obj):
+        if _is_plain_array(obj) or _is_dict_of_arrays(obj):
+            return None
+        return "np.savez_compressed stores arrays or a dict of str -> non-object arrays"
+
+    def write(self, obj, path, level):
+        if isinstance(obj, np.ndarray):
+            np.savez_compressed(path, **{_SINGLE_KEY: obj})
+        else:
+            np.savez_compressed(path, **obj)
+
+    def read(self, path):
+        with np.load(path, allow_pickle=False) as z:
+            if z.files == [_SINGLE_KEY]:
+                return z[_SINGLE_KEY]
+            return {k: z[k] for k in z.files}
+
+
+# ---------------------------------------------------------------------------
+# pickle and joblib
+# ---------------------------------------------------------------------------
+
+
+class Pickle5(Method):
+    """``pickle.dump(obj, f, protocol=5)`` to a file."""
+
+    name = "pickle5"
+    family = "pickle"
+    suffix = ".pkl"
+    fixed_level = 0
+
+    def write(self, obj, path, level):
+        with open(path, "wb") as f:
+            pickle.dump(obj, f, protocol=5)
+
+    def read(self, path):
+        with open(path, "rb") as f:
+            return pickle.load(f)
+
+
+def _joblib_missing():
+    try:
+        import joblib  # noqa: F401
+    except ImportError:
+        return "joblib not installed"
+    return None
+
+
+class Joblib(Method):
+    """``joblib.dump(obj, path, compress=level)``: zlib, 0 = raw."""
+
+    name = "joblib"
+    family = "joblib"
+    codec = "zlib"
+    suffix = ".joblib"
+    supported = tuple(range(10))
+    note = "compress=<int>: zlib; level 0 = raw"
+
+    def available(self):
+        return _joblib_missing()
+
+    def _compress(self, level):
+        return level
+
+    def write(self, obj, path, level):
+        import joblib
+
+        joblib.dump(obj, path, compress=self._compress(level))
+
+    def read(self, path):
+        import joblib
+
+        return joblib.load(path)
+
+
+class JoblibLZ4(Joblib):
+    """``joblib.dump(obj, path, compress=('lz4', level))``."""
+
+    name = "joblib:lz4"
+    codec = "lz4"
+    supported = tuple(range(1, 10))
+    note = ""
+
+    def available(self):
+        r = _joblib_missing()
+        if r:
+            return r
+        try:
+            import lz4  # noqa: F401
+        except ImportError:
+            return "lz4 not installed (joblib needs it for ('lz4', level))"
+        return None
+
+    def _compress(self, level):
+        return ("lz4", level)
+
+
+class JoblibMmap(Joblib):
+    """Raw joblib file read with ``mmap_mode='r'`` (every byte touched)."""
+
+    name = "joblib-mmap"
+    codec = "none"
+    mmap = True
+    fixed_level = 0
+    note = "compress=0, load(mmap_mode='r'); read time includes touching every byte"
+
+    def read(self, path):
+        import joblib
+
+        return joblib.load(path, mmap_mode="r")
+
+
+# ---------------------------------------------------------------------------
+# PyTables
+# ---------------------------------------------------------------------------
+
+_TABLES_KINDS = "biufcS"  # HDF5 atoms PyTables maps from numpy (no U, O, V, M)
+
+
+class Tables(Method):
+    """PyTables (HDF5): ``create_array`` raw or ``create_carray`` with a filter.
+
+    Stores an array, or a dict of arrays as one node per key.
+    """
+
+    family = "tables"
+    suffix = ".h5"
+
+    def __init__(self, complib=None):
+        self.complib = complib
+        if complib is None:
+            self.name, self.codec, self.fixed_level = "tables", "none", 0
+            self.supported = (0,)
+            self.note = "create_array, contiguous HDF5 layout, no filter"
+        else:
+            self.name, self.codec = f"tables:{complib}", complib
+            self.supported = tuple(range(1, 10))
+            self.note = "create_carray, default chunkshape, shuffle on"
+
+    def available(self):
+        try:
+            import tables
+        except ImportError:
+            return "PyTables (tables) not installed"
+        if self.complib and not tables.which_lib_version(self.complib):
+            return f"{self.complib} is not built into this PyTables"
+        return None
+
+    def why_not(self, obj):
+        ok = lambda dt: dt.kind in _TABLES_KINDS and dt.fields is None  # noqa: E731
+        if isinstance(obj, np.ndarray):
+            if obj.dtype.hasobject or not ok(obj.dtype):
+                return f"PyTables arrays cannot hold dtype {obj.dtype}"
+            return None
+        if _is_dict_of_arrays(obj, ok):
+            return None
+        return "PyTables stores arrays (or a dict of arrays), not arbitrary objects"
+
+    def _put(self, f, where, name, arr, level):
+        import tables
+
+        if self.complib is None or arr.size == 0 or arr.ndim == 0:
+            f.create_array(where, name, obj=arr, createparents=True)
+        else:
+            filters = tables.Filters(complevel=level, complib=self.complib, shuffle=True)
+            f.create_carray(where, name, obj=arr, filters=filters, createparents=True)
+
+    def write(self, obj, path, level):
+        import tables
+
+        with warnings.catch_warnings():
+            # Keys that are not Python identifiers only lose natural naming.
+            warnings.simplefilter("ignore", tables.NaturalNameWarning)
+            with tables.open_file(path, "w") as f:
+                if isinstance(obj, np.ndarray):
+                    self._put(f, "/", "data", obj, level)
+                    f.root._v_attrs.cpersist_bench_single = True
+                else:
+                    for k, arr in obj.items():
+                        where, _, name = ("/" + k.strip("/")).rpartition("/")
+                        self._put(f, where or "/", name, arr, level)
+
+    def read(self, path):
+        import tables
+
+        with tables.open_file(path, "r") as f:
+            if "cpersist_bench_single" in f.root._v_attrs:
+                return f.root.data.read()
+            return {n._v_pathname.lstrip("/"): n.read() for n in f.walk_nodes("/", "Array")}
+
+
+# ---------------------------------------------------------------------------
+# nibabel
+# ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _gzip_level(level):
+    from nibabel.openers import ImageOpener, Opener
+
+    saved = Opener.__dict__.get("default_compresslevel"), ImageOpener.__dict__.get("default_compresslevel")
+    Opener.default_compresslevel = level
+    if saved[1] is not None:
+        ImageOpener.default_compresslevel = level
+    try:
+        yield
+    finally:
+        Opener.default_compresslevel = saved[0]
+        if saved[1] is not None:
+            ImageOpener.default_compresslevel = saved[1]
+
+
+class Nibabel(Method):
+    """NIfTI-1 via nibabel: ``.nii`` (raw) or ``.nii.gz`` (gzip levels 1-9)."""
+
+    family = "nibabel"
+
+    def __init__(self, gz=False):
+        self.gz = gz
+        if gz:
+            self.name, self.codec, self.suffix = "nibabel.nii.gz", "gzip", ".nii.gz"
+            self.supported = tuple(range(1, 10))
+            self.note = "gzip level via nibabel.openers.Opener.default_compresslevel"
+        else:
+            self.name, self.codec, self.suffix, self.fixed_level = "nibabel.nii", "none", ".nii", 0
+            self.supported = (0,)
+            self.note = "np.asanyarray(img.dataobj)"
+
+    def available(self):
+        try:
+            import nibabel  # noqa: F401
+        except ImportError:
+            return "nibabel not installed"
+        return None
+
+    def why_not(self, obj):
+        if not isinstance(obj, np.ndarray):
+            return "NIfTI stores one array, not arbitrary objects"
+        if not 3 <= obj.ndim <= 7:
+            return f"NIfTI is for images of 3 to 7 dimensions, got {obj.ndim}-D"
+        if max(obj.shape) > 32767:
+            return "NIfTI-1 dimensions are int16 (max 32767)"
+        import nibabel as nib
+
+        try:
+            nib.Nifti1Header().set_data_dtype(obj.dtype)
+        except Exception:
+            return f"NIfTI-1 has no data type for {obj.dtype}"
+        return None
+
+    def write(self, obj, path, level):
+        import nibabel as nib
+
+        img = nib.Nifti1Image(obj, np.eye(4), dtype=obj.dtype)
+        if self.gz:
+            with _gzip_level(level):
+                nib.save(img, path)
+        else:
+            nib.save(img, path)
+
+    def read(self, path):
+        import nibabel as nib
+
+        return np.asanyarray(nib.load(path).dataobj)
+
+
+# ---------------------------------------------------------------------------
+# Registry
+# ---------------------------------------------------------------------------
+
+_TABLES_COMPLIBS = ("zlib", "blosc:lz4", "blosc:zstd", "blosc2", "lzo")
+
+
+def all_methods(threads: Optional[int] = None) -> List[Method]:
+    """Every method, in display order (including ones not installed here).
+
+    Parameters
+    ----------
+    threads : int, optional
+        Passed to cpersist as ``n_threads``.
+
+    Returns
+    -------
+    list of Method
+    """
+    ms: List[Method] = [Cpersist(threads), CpersistMmap(threads)]
+    ms += [CpersistCodec(c, threads) for c in cpersist_codecs()]
+    ms += [NpSave(), NpSaveMmap(), NpSavezCompressed(), Pickle5(), Joblib(), JoblibLZ4(), JoblibMmap()]
+    ms += [Tables(None)] + [Tables(c) for c in _TABLES_COMPLIBS]
+    ms += [Nibabel(False), Nibabel(True)]
+    return ms
+
+
+def select_methods(patterns: Optional[Sequence[str]], available: Sequence[Method]) -> List[Method]:
+    """Filter methods by names or shell patterns (``cpersist*``, ``tables:*``) or family.
+
+    Raises
+    ------
+    ValueError
+        A pattern matched nothing.
+    """
+    import fnmatch
+
+    if not patterns:
+        return list(available)
+    out, seen = [], set()
+    for pat in patterns:
+        hits = [m for m in available if fnmatch.fnmatchcase(m.name, pat) or m.family == pat]
+        if not hits:
+            raise ValueError(f"no method matches {pat!r}; known: {', '.join(m.name for m in available)}")
+        for m in hits:
+            if m.name not in seen:
+                seen.add(m.name)
+                out.append(m)
+    return out

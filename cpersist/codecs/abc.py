@@ -1,0 +1,98 @@
+"""The abstract codec every cpersist compressor implements.
+
+A codec turns one chunk of bytes into a compressed buffer and back. It knows
+nothing of numpy objects, pickling or the file layout: the container asks it to
+``encode`` a chunk and to ``decode_into`` a preallocated slice of the final
+array, so that loading never needs a second full-size buffer.
+"""
+
+from abc import ABC, abstractmethod
+
+from ..exceptions import CorruptFileError
+
+#: Levels a user may ask for. Each codec maps them onto its own native scale.
+LEVELS = range(1, 10)
+
+
+class Codec(ABC):
+    """Compress and decompress independent chunks of bytes.
+
+    Parameters
+    ----------
+    level : int
+        Compression level from 1 (fastest) to 9 (smallest).
+
+    Notes
+    -----
+    Subclasses set :attr:`codec_id`, the name used in files and in the
+    registry, and implement :meth:`encode` and :meth:`decode_into`. Both must
+    be safe to call from several threads at once and should release the GIL
+    on large buffers, since cpersist compresses chunks on a thread pool.
+    """
+
+    #: Name under which the codec is registered and recorded in files.
+    codec_id = None
+
+    def __init__(self, level=3):
+        if isinstance(level, bool) or not isinstance(level, int) or level not in LEVELS:
+            raise ValueError(
+                f"{self.codec_id} level must be an int from 1 to 9, got {level!r}"
+            )
+        self.level = level
+
+    @abstractmethod
+    def encode(self, buf, typesize=1):
+        """Compress one chunk.
+
+        Parameters
+        ----------
+        buf : memoryview
+            Contiguous bytes (format ``B``) to compress.
+        typesize : int
+            Size in bytes of one element of the array the chunk comes from;
+            codecs with a shuffle filter use it, others ignore it.
+
+        Returns
+        -------
+        bytes-like
+            The compressed chunk.
+        """
+
+    @abstractmethod
+    def decode_into(self, src, out):
+        """Decompress one chunk into a preallocated buffer.
+
+        Parameters
+        ----------
+        src : bytes-like
+            A chunk produced by :meth:`encode`.
+        out : memoryview
+            Writable contiguous bytes that must be filled exactly.
+
+        Raises
+        ------
+        CorruptFileError
+            If ``src`` is not a valid chunk or does not decompress to exactly
+            ``len(out)`` bytes.
+        """
+
+    def get_config(self):
+        """Return the JSON-serialisable configuration recorded in files."""
+        return {"id": self.codec_id, "level": self.level}
+
+    def __repr__(self):
+        return f"{type(self).__name__}(level={self.level})"
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.get_config() == other.get_config()
+
+    def __hash__(self):
+        return hash(tuple(sorted(self.get_config().items())))
+
+    def _wrong_size(self, got, expected):
+        return CorruptFileError(
+            f"{self.codec_id} chunk decompressed to {got} bytes, expected {expected}"
+        )
+
+    def _invalid(self, exc):
+        return CorruptFileError(f"invalid {self.codec_id} chunk: {exc}")

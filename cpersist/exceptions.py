@@ -1,0 +1,38 @@
+"""Exception classes raised by cpersist.
+
+Every error cpersist raises on purpose derives from :class:`CpersistError`, so
+``except cpersist.CpersistError`` catches all of them.
+"""
+
+
+class CpersistError(Exception):
+    """Base class of every error raised by cpersist."""
+
+
+class CorruptFileError(CpersistError, ValueError):
+    """The input is not a cpersist file, or it is truncated or damaged.
+
+    The message names the file and what is wrong with it.
+    """
+
+
+class UnsupportedVersionError(CorruptFileError):
+    """The file was written by a newer, incompatible major format version."""
+
+
+class UntrustedObjectError(CpersistError):
+    """A restricted load met a global that is not in its allowlist.
+
+    Raised before the global is imported or called.
+    """
+
+    def __init__(self, module, name, source=None):
+        self.module = module
+        self.name = name
+        where = f" in {source}" if source else ""
+        super().__init__(
+            f"refused to load global {module}.{name}{where}: it is not in the "
+            f"allowlist of the restricted load; pass trusted=[({module!r}, {name!r})] "
+            f"(or a module prefix) if you trust this file, after checking it with "
+            f"cpersist.inspect()"
+        )

@@ -1,0 +1,38 @@
+"""Packaging for cpersist."""
+
+import re
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "cpersist" / "__init__.py").read_text()).group(1)
+
+BENCH = ["tables>=3.9", "nibabel>=5.0", "matplotlib>=3.7", "tqdm>=4.60", "joblib>=1.3",
+         "scikit-learn>=1.3"]
+TEST = ["pytest>=7", "hypothesis>=6"]
+DOCS = ["sphinx>=7", "numpydoc>=1.6"]
+
+setup(
+    name="cpersist",
+    version=VERSION,
+    description="Persist Python objects holding numpy arrays, fast and compressed",
+    long_description=(HERE / "README.rst").read_text(),
+    long_description_content_type="text/x-rst",
+    license="BSD-3-Clause",
+    packages=find_packages(include=["cpersist", "cpersist.*"]),
+    python_requires=">=3.9",
+    install_requires=["numpy>=1.23", "blosc2>=2.5", "lz4>=4.0", "zstandard>=0.21"],
+    extras_require={
+        "bench": BENCH,
+        "test": TEST,
+        "docs": DOCS,
+        "all": BENCH + TEST + DOCS,
+    },
+    entry_points={"console_scripts": ["cpersist=cpersist.cli:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering",
+        "License :: OSI Approved :: BSD License",
+    ],
+)
