@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 
 from .api import dump, load  # noqa: E402
 from .codecs import available_codecs  # noqa: E402
+from .convert import convert  # noqa: E402
 from .exceptions import (CorruptFileError, CpersistError,  # noqa: E402
                          UnsupportedVersionError, UntrustedObjectError)
 
@@ -18,6 +19,7 @@ __all__ = [
     "UnsupportedVersionError",
     "UntrustedObjectError",
     "available_codecs",
+    "convert",
     "dump",
     "load",
 ]

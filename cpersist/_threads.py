@@ -5,11 +5,13 @@ buffers, so chunks are compressed, decompressed and checksummed on a thread
 pool while the calling thread does the file I/O.
 """
 
+import itertools
 import os
 import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
+_END = object()
 _pools = {}
 _pools_lock = threading.Lock()
 
@@ -60,7 +62,15 @@ def ordered_map(func, items, n_threads, consume):
     consume : callable
         Called as ``consume(item, result)`` on the calling thread, in order.
     """
-    if n_threads <= 1:
+    items = iter(items)
+    first = next(items, _END)
+    second = next(items, _END) if first is not _END else _END
+    if n_threads <= 1 or second is _END:
+        # A single chunk (every small array) costs more to hand to a pool
+        # than to process here.
+        for item in (first, second):
+            if item is not _END:
+                consume(item, func(item))
         for item in items:
             consume(item, func(item))
         return
@@ -68,7 +78,7 @@ def ordered_map(func, items, n_threads, consume):
     pending = deque()
     limit = 2 * n_threads
     try:
-        for item in items:
+        for item in itertools.chain((first, second), items):
             pending.append((item, pool.submit(func, item)))
             if len(pending) >= limit:
                 item, future = pending.popleft()

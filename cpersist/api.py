@@ -15,11 +15,15 @@ from ._threads import check_n_threads
 from .arrays import (DEFAULT_CHUNK_SIZE, allocate, describe, iter_chunks,
                      parse_description)
 from .codecs import parse_compress
-from .container import MAX_CHUNK_SIZE, ContainerReader, ContainerWriter
+from .container import (MAX_CHUNK_SIZE, ContainerReader, ContainerWriter,
+                        EncodedStream)
 from .exceptions import CorruptFileError, CpersistError
 from .pickler import ArrayPickler, ArrayUnpickler, normalize_trusted
 
 MMAP_MODES = (None, "r", "r+", "c")
+#: In compressed files, arrays smaller than this (and than one chunk) are
+#: kept in the pickle stream.
+INLINE_BELOW = 64 << 10
 
 
 def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=None,
@@ -106,11 +110,14 @@ def _write(obj, file, codec, protocol, chunk_size, n_threads):
             meta=describe(arr),
         )
 
-    stream = io.BytesIO()
-    ArrayPickler(stream, protocol, store).dump(obj)
-    with stream.getbuffer() as pickled:
-        chunks = (pickled[i:i + chunk_size] for i in range(0, len(pickled), chunk_size))
-        root = writer.add_section(chunks, codec=codec, meta={"kind": "pickle"})
+    # The pickle stream is encoded chunk by chunk on the pool while pickling
+    # goes on. In a compressed file, small arrays go into it too: they
+    # compress better together, and there is no memmap to lose.
+    stream = EncodedStream(codec, chunk_size, n_threads)
+    inline_below = 0 if codec is None else min(INLINE_BELOW, chunk_size)
+    ArrayPickler(stream, protocol, store, inline_below).dump(obj)
+    root = writer.add_encoded_section(stream.encoded_chunks(), codec=codec,
+                                      meta={"kind": "pickle"})
     writer.finish(root, info={"writer": f"cpersist {__version__}", "protocol": protocol})
 
 
@@ -235,6 +242,7 @@ def _load(file, name, *, mmap_source, mmap_mode, restricted, allowed, prefixes, 
                     f"memory-mapped; they are loaded into memory",
                     UserWarning, stacklevel=4,
                 )
+            reader.check_claimed_sizes(section)  # before allocating a forged size
             arr, view = _allocate(reader, index, dtype, shape, order)
             reader.read_into(section, view, verify=verify, n_threads=n_threads)
         loaded[index] = arr

@@ -8,6 +8,7 @@ the recorded order and the container decodes chunks straight into it.
 """
 
 import ast
+import functools
 
 import numpy as np
 from numpy.lib import format as npy_format
@@ -26,6 +27,17 @@ def array_order(arr):
     return "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
 
 
+@functools.lru_cache(maxsize=1024)
+def _dtype_text(dtype):
+    # Cached: a fitted model holds thousands of small arrays of a few dtypes.
+    return repr(npy_format.dtype_to_descr(dtype))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_dtype_text(text):
+    return npy_format.descr_to_dtype(ast.literal_eval(text))
+
+
 def describe(arr):
     """JSON-serialisable description of an array's dtype, shape and order.
 
@@ -35,7 +47,7 @@ def describe(arr):
     """
     return {
         "kind": "array",
-        "dtype": repr(npy_format.dtype_to_descr(arr.dtype)),
+        "dtype": _dtype_text(arr.dtype),
         "shape": list(arr.shape),
         "order": array_order(arr),
     }
@@ -50,8 +62,10 @@ def parse_description(meta):
         If the description is malformed; the caller reports the file as
         corrupt.
     """
-    descr = ast.literal_eval(meta["dtype"])
-    dtype = npy_format.descr_to_dtype(descr)
+    text = meta["dtype"]
+    if not isinstance(text, str) or len(text) > 1 << 16:
+        raise ValueError("bad dtype description")
+    dtype = _parse_dtype_text(text)
     if dtype.hasobject:
         raise ValueError("an object dtype cannot be stored as raw bytes")
     shape = tuple(meta["shape"])
@@ -117,3 +131,37 @@ def allocate(dtype, shape, order):
     if arr.size == 0 or dtype.itemsize == 0:
         return arr, memoryview(b"")
     return arr, memoryview(_byte_view(arr))
+
+
+def to_inline(arr):
+    """``(bytearray, order)`` holding a small array's bytes, for the pickle stream.
+
+    A bytearray (not bytes) so that the array rebuilt by :func:`from_inline`
+    is writeable, like every array cpersist loads.
+    """
+    if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        arr = np.ascontiguousarray(arr)
+    if arr.size == 0 or arr.dtype.itemsize == 0:
+        return bytearray(), array_order(arr)
+    return bytearray(_byte_view(arr)), array_order(arr)
+
+
+def from_inline(data, dtype, shape, order):
+    """Rebuild an array from :func:`to_inline` output; checks the sizes agree."""
+    if not isinstance(data, (bytes, bytearray)) or order not in ("C", "F"):
+        raise ValueError("bad inline array")
+    dtype = np.dtype(dtype)
+    if dtype.hasobject:
+        raise ValueError("an object dtype cannot be stored as raw bytes")
+    count = 1
+    for n in shape:
+        if type(n) is not int or n < 0:
+            raise ValueError(f"bad shape {shape!r}")
+        count *= n
+    if len(data) != count * dtype.itemsize:
+        raise ValueError(f"inline array of {len(data)} bytes for {dtype} {shape}")
+    arr, view = allocate(dtype, shape, order)
+    # A copy (of at most a small array) so the result owns its memory, like
+    # every other array cpersist loads.
+    view[:] = data
+    return arr

@@ -18,10 +18,13 @@ file first).
 """
 
 import json
+import os
+import stat
 import struct
 import zlib
+from collections import deque
 
-from ._threads import ordered_map
+from ._threads import get_pool, ordered_map
 from .codecs import codec_from_config
 from .exceptions import CorruptFileError, UnsupportedVersionError
 
@@ -38,6 +41,17 @@ ALIGN = 64
 ENCODED, STORED = 0, 1
 #: Upper bound of a chunk's size: chunk tables use it to reject forged sizes.
 MAX_CHUNK_SIZE = 1 << 31
+#: Sections claiming more decoded bytes than this have the sizes stated in
+#: their chunks' headers checked against the index before anything is
+#: allocated for them (smaller claims are harmless to allocate).
+CHECKED_CLAIM = 64 << 20
+
+#: Bytes of each large chunk compressed first to decide whether compressing
+#: the whole chunk pays, and the saving it must show to go ahead.
+PROBE_SIZE = 64 << 10
+#: Writes at least this large preallocate their blocks first.
+FALLOCATE_MIN = 1 << 16
+MIN_SAVING = 0.05
 
 _ZEROS = bytes(ALIGN)
 
@@ -92,11 +106,19 @@ class ContainerWriter:
         self._n_threads = n_threads
         self._pos = 0
         self._sections = []
+        self._fd, self._fd_base = _regular_file_fd(file)
         self._write(HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR))
 
     def _write(self, data):
         view = memoryview(data).cast("B")
         total = len(view)
+        if self._fd is not None and total >= FALLOCATE_MIN:
+            # Reserving the blocks before writing makes large writes ~3x
+            # faster on ext4 (numpy's tofile does the same).
+            try:
+                os.posix_fallocate(self._fd, self._fd_base + self._pos, total)
+            except OSError:
+                self._fd = None  # not supported here (some network file systems)
         written = 0
         while written < total:
             n = self._file.write(view[written:])
@@ -125,32 +147,38 @@ class ContainerWriter:
         meta : dict, optional
             JSON-serialisable description kept in the index.
         """
+        def work(chunk):
+            return encode_chunk(codec, chunk, typesize)
+
         self._align()
         offset = self._pos
         table = []
 
-        if codec is None:
-            def work(chunk):
-                return crc32(chunk)
+        def write(chunk, result):
+            stored, crc, flag = result
+            self._write(stored)
+            table.append([len(stored), len(chunk), crc, flag])
 
-            def consume(chunk, crc):
-                self._write(chunk)
-                table.append([len(chunk), len(chunk), crc, STORED])
-        else:
-            def work(chunk):
-                encoded = codec.encode(chunk, typesize)
-                # A chunk that does not shrink is stored as is: reading it
-                # back is then a plain copy.
-                if len(encoded) >= len(chunk):
-                    return chunk, crc32(chunk), STORED
-                return encoded, crc32(encoded), ENCODED
+        ordered_map(work, (c for c in chunks if len(c)), self._n_threads, write)
+        return self._add_table(offset, table, codec, typesize, meta)
 
-            def consume(chunk, result):
-                stored, crc, flag = result
-                self._write(stored)
-                table.append([len(stored), len(chunk), crc, flag])
+    def add_encoded_section(self, encoded, *, codec=None, typesize=1, meta=None):
+        """Append a section from chunks already passed through :func:`encode_chunk`.
 
-        ordered_map(work, (c for c in chunks if len(c)), self._n_threads, consume)
+        Parameters
+        ----------
+        encoded : iterable of (stored, raw_len, crc, flag)
+            What :class:`EncodedStream` collects.
+        """
+        self._align()
+        offset = self._pos
+        table = []
+        for stored, raw_len, crc, flag in encoded:
+            self._write(stored)
+            table.append([len(stored), raw_len, crc, flag])
+        return self._add_table(offset, table, codec, typesize, meta)
+
+    def _add_table(self, offset, table, codec, typesize, meta):
         self._sections.append({
             "offset": offset,
             "codec": None if codec is None else codec.get_config(),
@@ -275,6 +303,14 @@ class ContainerReader:
                 raise self.error(f"section {i} has a bad chunk entry {entry}")
             if flag == STORED and stored != raw or flag == ENCODED and section.codec is None:
                 raise self.error(f"section {i} has an inconsistent chunk entry {entry}")
+            if flag == ENCODED:
+                bound = section.codec.max_raw_size(stored)
+                if bound is not None and raw > bound:
+                    raise self.error(
+                        f"section {i} claims a {section.codec.codec_id} chunk of {stored} "
+                        f"bytes decodes to {raw}, more than that codec can produce "
+                        f"({bound}): forged or damaged index"
+                    )
             chunks.append((pos, stored, raw, crc, flag))
             pos += stored
             raw_size += raw
@@ -352,11 +388,68 @@ class ContainerReader:
 
         ordered_map(work, chunks(), n_threads, _ignore)
 
+    def check_claimed_sizes(self, section):
+        """Check a section's claimed decoded size before allocating for it.
+
+        Every size in the index was already checked against the file's size
+        (and, for codecs with a bounded expansion, against the stored size
+        of each chunk). For sections claiming more than
+        :data:`CHECKED_CLAIM` bytes, the sizes each encoded chunk states in
+        its own header (Zstandard frame content size, Blosc header) are also
+        compared with the index, so a forged index is reported before a
+        large buffer is allocated.
+
+        Raises
+        ------
+        CorruptFileError
+        """
+        codec = section.codec
+        if section.raw_size <= CHECKED_CLAIM or codec is None or not codec.header_size:
+            return
+        for offset, stored, raw, _, flag in section.chunks:
+            if flag != ENCODED:
+                continue
+            head = self._read_exact(offset, min(stored, codec.header_size))
+            try:
+                codec.check_header(head, stored, raw)
+            except CorruptFileError as exc:
+                raise self.error(f"section {section.index}: {exc}") from None
+
     def read_bytes(self, section, *, verify=True, n_threads=1):
         """Return the section's bytes as a new bytearray."""
+        self.check_claimed_sizes(section)
+        if section.raw_size > CHECKED_CLAIM and section.codec is not None:
+            # Grow the buffer chunk by chunk: a forged size is found at the
+            # first chunk that does not decode to it, before that memory is
+            # touched (bytearray(n) would zero-fill all of it first).
+            out = bytearray()
+            for piece in self.iter_section_chunks(section, verify=verify):
+                out += piece
+            return out
         out = bytearray(section.raw_size)
         self.read_into(section, out, verify=verify, n_threads=n_threads)
         return out
+
+    def iter_section_chunks(self, section, *, verify=True):
+        """Yield the section's decoded bytes one chunk at a time.
+
+        Each chunk is a new ``bytearray`` (the caller may keep it), read and
+        decoded on demand, so memory stays at the chunks the caller holds
+        whatever the section's size. Used by :func:`cpersist.convert`.
+        """
+        for offset, stored, raw, crc, flag in section.chunks:
+            data = self._read_exact(offset, stored)
+            if verify and crc32(data) != crc:
+                raise self.error(f"checksum mismatch in section {section.index}: damaged data")
+            if flag == STORED:
+                yield bytearray(data)
+                continue
+            out = bytearray(raw)
+            try:
+                section.codec.decode_into(data, memoryview(out))
+            except CorruptFileError as exc:
+                raise self.error(f"section {section.index}: {exc}") from None
+            yield out
 
     def verify_section(self, section):
         """Check every chunk's checksum (and that encoded chunks decode)."""
@@ -382,6 +475,109 @@ class ContainerReader:
                     section.codec.decode_into(data, scratch[:raw])
                 except CorruptFileError as exc:
                     raise self.error(f"section {section.index}: {exc}") from None
+
+
+def encode_chunk(codec, chunk, typesize=1):
+    """Encode one chunk for storage: ``(stored bytes, crc, flag)``.
+
+    A chunk is stored as is (flag ``STORED``) when there is no codec, when a
+    probe says compressing will not pay, or when the result does not shrink:
+    reading it back is then a plain copy.
+    """
+    if codec is None or not _pays_to_encode(codec, chunk, typesize):
+        return chunk, crc32(chunk), STORED
+    encoded = codec.encode(chunk, typesize)
+    if len(encoded) >= len(chunk):
+        return chunk, crc32(chunk), STORED
+    return encoded, crc32(encoded), ENCODED
+
+
+class EncodedStream:
+    """A write-only file object that encodes what it receives, chunk by chunk.
+
+    The pickler writes its stream here; every full chunk is encoded on the
+    thread pool while pickling goes on, and the encoded chunks wait in memory
+    until :meth:`ContainerWriter.add_encoded_section` places them in the file
+    (after the array sections the pickler writes meanwhile).
+
+    Parameters
+    ----------
+    codec : Codec or None
+    chunk_size : int
+    n_threads : int
+    """
+
+    def __init__(self, codec, chunk_size, n_threads):
+        self._codec = codec
+        self._chunk_size = chunk_size
+        self._n_threads = n_threads
+        self._buffer = bytearray()
+        self._pending = deque()
+        self._done = []
+        self.raw_size = 0
+
+    def write(self, data):
+        self._buffer += data
+        size = self._chunk_size
+        while len(self._buffer) >= size:
+            chunk = bytes(self._buffer[:size])
+            del self._buffer[:size]
+            self._submit(chunk)
+        return len(data)
+
+    def _submit(self, chunk):
+        self.raw_size += len(chunk)
+        if self._n_threads <= 1:
+            self._done.append(_with_length(encode_chunk(self._codec, chunk), chunk))
+            return
+        future = get_pool(self._n_threads).submit(encode_chunk, self._codec, chunk)
+        self._pending.append((chunk, future))
+        # Bound the raw chunks waiting for a worker to a few.
+        while len(self._pending) > 2 * self._n_threads:
+            self._collect_one()
+
+    def _collect_one(self):
+        chunk, future = self._pending.popleft()
+        self._done.append(_with_length(future.result(), chunk))
+
+    def encoded_chunks(self):
+        """Flush the last partial chunk and return all encoded chunks, in order."""
+        if self._buffer:
+            self._submit(bytes(self._buffer))
+            self._buffer = bytearray()
+        while self._pending:
+            self._collect_one()
+        return self._done
+
+
+def _with_length(result, chunk):
+    stored, crc, flag = result
+    return stored, len(chunk), crc, flag
+
+
+def _regular_file_fd(file):
+    """(fd, current offset) of a regular file behind ``file``, else (None, 0)."""
+    try:
+        fd = file.fileno()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, 0
+        return fd, file.tell()
+    except (AttributeError, OSError, ValueError):
+        return None, 0
+
+
+def _pays_to_encode(codec, chunk, typesize):
+    """Cheap probe: does a sample from the middle of ``chunk`` shrink enough?
+
+    Incompressible data (noise, already-compressed images) would otherwise
+    cost a full compression pass for nothing; the probe costs about
+    ``PROBE_SIZE / len(chunk)`` of one (1.6% of a 4 MiB chunk).
+    """
+    if len(chunk) < 4 * PROBE_SIZE:
+        return True
+    start = (len(chunk) // 2) // typesize * typesize
+    sample = chunk[start:start + PROBE_SIZE]
+    return len(codec.encode(sample, typesize)) <= len(sample) * (1 - MIN_SAVING)
 
 
 def _ignore(item, result):

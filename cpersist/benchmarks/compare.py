@@ -19,7 +19,9 @@ __all__ = ["first_difference", "touch"]
 def _array_diff(a: np.ndarray, b: Any, where: str) -> Optional[str]:
     if not isinstance(b, np.ndarray):
         return f"{where}: expected ndarray, got {type(b).__name__}"
-    if a.dtype != b.dtype:
+    # Byte order is representation, not value: PyTables, joblib and nibabel
+    # hand back big-endian data in native order, which is correct.
+    if a.dtype.newbyteorder("=") != b.dtype.newbyteorder("="):
         return f"{where}: dtype {b.dtype} != {a.dtype}"
     if a.shape != b.shape:
         return f"{where}: shape {b.shape} != {a.shape}"
@@ -29,11 +31,17 @@ def _array_diff(a: np.ndarray, b: Any, where: str) -> Optional[str]:
             if d:
                 return d
         return None
-    if a.dtype.fields is not None or a.dtype.kind == "V":
-        # Structured records: compare the raw bytes of each record (in C order
-        # so memory layout does not matter).
+    if a.dtype.fields is not None:
+        # Structured records: field by field (padding bytes between fields
+        # are uninitialised memory and legitimately differ after a copy).
+        for name in a.dtype.names:
+            d = _array_diff(a[name], b[name], f"{where}[{name!r}]")
+            if d:
+                return d
+        return None
+    if a.dtype.kind == "V":
         if np.ascontiguousarray(a).tobytes() != np.ascontiguousarray(b).tobytes():
-            return f"{where}: structured values differ"
+            return f"{where}: raw void values differ"
         return None
     equal_nan = a.dtype.kind in "fc"
     if not np.array_equal(a, b, equal_nan=equal_nan):
@@ -142,8 +150,9 @@ def touch(obj: Any) -> int:
         seen.add(id(o))
         if isinstance(o, np.ndarray):
             if _is_mapped(o) and not o.dtype.hasobject:
-                flat = o.reshape(-1, order="K") if (o.flags.c_contiguous or o.flags.f_contiguous) else o.ravel(order="K")
-                np.count_nonzero(flat.view(np.uint8) if flat.flags.contiguous else flat)
+                # ravel(order="K") is a view for C- or F-contiguous arrays.
+                flat = o.ravel(order="K")
+                np.count_nonzero(flat.view(np.uint8) if flat.flags.c_contiguous and flat.ndim == 1 else flat)
                 n += o.nbytes
             elif o.dtype.hasobject:
                 stack.extend(o.ravel().tolist())

@@ -522,6 +522,7 @@ def deep_nbytes(obj: Any) -> int:
     int
     """
     seen = set()
+    keep = []  # states made by __getstate__ must outlive the walk, or ids get reused
     total = 0
     stack = [obj]
     while stack:
@@ -529,6 +530,7 @@ def deep_nbytes(obj: Any) -> int:
         if id(o) in seen:
             continue
         seen.add(id(o))
+        keep.append(o)
         if isinstance(o, np.ndarray):
             if o.dtype.hasobject:
                 total += o.nbytes

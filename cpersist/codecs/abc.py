@@ -76,6 +76,38 @@ class Codec(ABC):
             ``len(out)`` bytes.
         """
 
+    #: Largest ratio of decoded to stored size one chunk can reach, from the
+    #: format's own limits; ``None`` when the format has no such limit (the
+    #: chunk header states its size: see :meth:`check_header`). Readers use it
+    #: to reject an index that claims more data than its chunks can hold,
+    #: before allocating anything.
+    max_expansion = None
+    #: Bytes at the start of a chunk that :meth:`check_header` needs (0: the
+    #: format does not state the decoded size).
+    header_size = 0
+
+    def max_raw_size(self, stored):
+        """Upper bound of the decoded size of a ``stored``-byte chunk, or None."""
+        if self.max_expansion is None:
+            return None
+        return self.max_expansion * stored + 1024
+
+    def check_header(self, head, stored, raw):
+        """Check a chunk's self-declared sizes against the index, decoding nothing.
+
+        Parameters
+        ----------
+        head : bytes
+            The first ``min(header_size, stored)`` bytes of the chunk.
+        stored, raw : int
+            Stored and decoded sizes the index claims for it.
+
+        Raises
+        ------
+        CorruptFileError
+            If the header contradicts the index.
+        """
+
     def get_config(self):
         """Return the JSON-serialisable configuration recorded in files."""
         return {"id": self.codec_id, "level": self.level}

@@ -24,6 +24,21 @@ class _Blosc(Codec):
     """Blosc with byte shuffle; ``inner`` names the compressor behind it."""
 
     inner = None
+    #: No static bound: Blosc encodes a chunk of one repeated value (zeros,
+    #: NaNs) in a 32-byte header whatever its size, so the header's sizes
+    #: are checked instead.
+    max_expansion = None
+    header_size = 32
+
+    def check_header(self, head, stored, raw):
+        try:
+            nbytes, cbytes, _ = _blosc2.get_cbuffer_sizes(head)
+        except Exception as exc:  # blosc2 raises bare Exceptions/ValueErrors
+            raise self._invalid(exc) from None
+        if cbytes != stored:
+            raise self._invalid(f"header says {cbytes} stored bytes, the index {stored}")
+        if nbytes != raw:
+            raise self._wrong_size(nbytes, raw)
 
     def encode(self, buf, typesize=1):
         shuffle = 1 < typesize <= _MAX_TYPESIZE and len(buf) % typesize == 0

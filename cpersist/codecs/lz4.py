@@ -14,6 +14,8 @@ class LZ4(Codec):
     """
 
     codec_id = "lz4"
+    #: LZ4 block limit: each extra 255 bytes of match length costs one byte.
+    max_expansion = 255
 
     def encode(self, buf, typesize=1):
         if self.level <= 3:

@@ -9,6 +9,8 @@ class Zlib(Codec):
     """zlib at levels 1–9 (the native scale)."""
 
     codec_id = "zlib"
+    #: DEFLATE's limit: a 258-byte match costs at least 2 bits.
+    max_expansion = 1032
 
     def encode(self, buf, typesize=1):
         return _zlib.compress(buf, self.level)

@@ -9,6 +9,11 @@ class Zstd(Codec):
     """Zstandard at levels 1–9 (the native scale; zstd's own default is 3)."""
 
     codec_id = "zstd"
+    #: Zstandard limit: a block decodes to at most 128 KiB and the smallest
+    #: block (an RLE block) takes 4 bytes.
+    max_expansion = 32768
+    #: Frame header: magic, descriptor, window, dictionary id, content size.
+    header_size = 18
 
     def __init__(self, level=3):
         super().__init__(level)
@@ -18,6 +23,14 @@ class Zstd(Codec):
 
     def encode(self, buf, typesize=1):
         return _zstd.ZstdCompressor(**self._params).compress(buf)
+
+    def check_header(self, head, stored, raw):
+        try:
+            size = _zstd.frame_content_size(head)
+        except _zstd.ZstdError as exc:
+            raise self._invalid(exc) from None
+        if size != -1 and size != raw:  # -1: the frame does not say
+            raise self._wrong_size(size, raw)
 
     def decode_into(self, src, out):
         filled = 0

@@ -1,0 +1,38 @@
+"""Imported once by the measurement forkserver so workers start warm.
+
+Each import is guarded: a library missing here only means its methods report
+"n/a", and the server must not die because of it.
+"""
+
+import importlib
+
+for _name in (
+    "numpy",
+    "cpersist",
+    "cpersist.codecs",
+    "cpersist.benchmarks.measure",
+    "cpersist.benchmarks.methods",
+    "cpersist.benchmarks.compare",
+    "cpersist.benchmarks.datasets",
+    "cpersist.benchmarks.serializers",
+    "tables",
+    "nibabel",
+    "joblib",
+    "lz4.frame",
+    "zstandard",
+    "blosc2",
+    "sklearn.ensemble",
+    "sklearn.tree",
+):
+    try:
+        importlib.import_module(_name)
+    except Exception:  # noqa: BLE001 - see module docstring
+        pass
+
+import gc as _gc
+
+# Everything imported so far lives for the whole run: move it out of the
+# collector's sight so the gc.collect() before each measurement is cheap
+# (and forked children do not touch, hence copy, those pages).
+_gc.collect()
+_gc.freeze()

@@ -1,0 +1,211 @@
+"""Command line of the bundled benchmark: ``python -m cpersist.benchmarks``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import List, Optional
+
+from . import datasets as ds
+from . import methods as mt
+
+__all__ = ["build_parser", "main"]
+
+QUICK_SIZE = "tiny"
+QUICK_LEVELS = (0, 3)
+QUICK_MAX_ENTRIES = 16000
+
+
+def _csv_list(text: str) -> List[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _levels(text: str) -> List[int]:
+    try:
+        levels = sorted({int(t) for t in _csv_list(text)})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"levels must be integers 0-9, got {text!r}")
+    if not levels or any(not 0 <= lv <= 9 for lv in levels):
+        raise argparse.ArgumentTypeError(f"levels must be integers 0-9, got {text!r}")
+    return levels
+
+
+def build_parser(prog: str = "python -m cpersist.benchmarks") -> argparse.ArgumentParser:
+    """The argument parser (reusable by a ``cpersist bench`` CLI verb)."""
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Benchmark cpersist against PyTables, NIfTI (nibabel), np.savez_compressed, "
+                    "np.save, joblib and pickle: disk size, write/read time and peak memory per "
+                    "dataset, method and compression level. Also the picklebench serializer "
+                    "comparison (--suite serializers).",
+        epilog="Each write and each read runs in a fresh process; reads are cold-cache "
+               "(fsync + POSIX_FADV_DONTNEED) unless --warm-cache. See the CSV 'cache' and "
+               "'notes' columns and machine.json for what every number means.",
+    )
+    p.add_argument("files", nargs="*", metavar="PATH",
+                   help="your own files to benchmark (.npy .npz .nii .nii.gz .h5 .hdf5 .cp, "
+                        "and pickle/joblib with --trust-pickles); when given, only these run "
+                        "unless --datasets is also given")
+    p.add_argument("--suite", choices=("storage", "serializers", "all"), default="storage",
+                   help="storage (default): datasets x methods x levels; serializers: picklebench; all: both")
+    p.add_argument("--datasets", type=_csv_list, default=None, metavar="NAMES",
+                   help="comma-separated dataset names or patterns (e.g. 'atlas_*,nifti_*', "
+                        "'builtin', 'package'); default all")
+    p.add_argument("--methods", type=_csv_list, default=None, metavar="NAMES",
+                   help="comma-separated method names, patterns or families (e.g. 'cpersist*,np.save,tables')")
+    p.add_argument("--levels", type=_levels, default=None, metavar="L,L,...",
+                   help="generic compression level grid (default 0,1,3,6,9; --quick: 0,3)")
+    p.add_argument("--size", default=None,
+                   help="size of each generated dataset: tiny, small, medium (default, 100 MB), "
+                        "large, or e.g. 250MB / 1GB")
+    p.add_argument("--repeat", type=int, default=None, metavar="N",
+                   help="timed repeats per operation, median reported (default 3; --quick: 1)")
+    p.add_argument("--warm-cache", action="store_true",
+                   help="read with the file in the page cache (default: evicted, cold)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="n_threads passed to cpersist.dump")
+    p.add_argument("--out", default="cpersist-bench", metavar="DIR",
+                   help="output directory (CSV, JSON, PNG); default ./cpersist-bench")
+    p.add_argument("--quick", action="store_true",
+                   help="all methods on tiny data, levels 0 and 3, one repeat: a smoke run")
+    p.add_argument("--trust-pickles", action="store_true",
+                   help="allow loading pickle/joblib user files (loading a pickle runs code)")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
+                   help="seconds before one write/read is killed and reported failed")
+    p.add_argument("--keep-files", action="store_true", help="keep written files and the dataset cache")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--max-entries", type=int, default=None,
+                   help="picklebench: largest dict (default 4,096,000; --quick: 16,000)")
+    p.add_argument("--mem-budget", type=float, default=4096.0, metavar="MB",
+                   help="picklebench: stop growing before this peak RSS (default 4096 MB)")
+    p.add_argument("--list", action="store_true", help="list datasets and methods, then exit")
+    return p
+
+
+def _list(threads) -> None:
+    print("datasets:")
+    for d in ds.all_datasets():
+        print(f"  {d.name:<22} {d.source:<8} {d.description}")
+    print("methods:")
+    for m in mt.all_methods(threads):
+        why = m.available()
+        lv = "fixed " + str(m.fixed_level) if m.fixed_level is not None else f"levels {list(m.supported)}"
+        print(f"  {m.name:<22} {m.codec:<14} {lv:<26} {'' if not why else '(unavailable: ' + why + ')'}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run the benchmark from command-line arguments.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Arguments without the program name (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 when every measured row is correct, 1 when some method failed
+        (wrong data, error, timeout), 2 on bad arguments.
+    """
+    from .report import (format_table, plot_serializers, plot_storage, write_csv,
+                         write_machine_json)
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.list:
+        _list(args.threads)
+        return 0
+    try:
+        size = ds.parse_size(args.size or (QUICK_SIZE if args.quick else "medium"))
+    except ValueError as e:
+        parser.error(str(e))
+    levels = args.levels or (list(QUICK_LEVELS) if args.quick else list(mt.DEFAULT_LEVELS))
+    repeats = args.repeat if args.repeat is not None else (1 if args.quick else 3)
+    if repeats < 1:
+        parser.error("--repeat must be >= 1")
+    for f in args.files:
+        if not os.path.exists(f):
+            parser.error(f"no such file: {f}")
+    os.makedirs(args.out, exist_ok=True)
+    failed = 0
+    t_start = time.perf_counter()
+    written = []
+    extra = {"argv": list(sys.argv[1:] if argv is None else argv), "suite": args.suite}
+
+    if args.suite in ("storage", "all"):
+        from .runner import COLUMNS, StorageConfig, run_storage
+
+        cfg = StorageConfig(
+            out=args.out, datasets=args.datasets, methods=args.methods, levels=levels,
+            size_bytes=size, repeats=repeats, warm_cache=args.warm_cache, files=list(args.files),
+            trust_pickles=args.trust_pickles, quick=args.quick, threads=args.threads,
+            timeout=args.timeout, keep_files=args.keep_files, progress=not args.no_progress,
+        )
+        try:
+            rows = run_storage(cfg)
+        except ValueError as e:  # unknown dataset/method name
+            parser.error(str(e))
+        written.append(write_csv(os.path.join(args.out, "results.csv"), rows, COLUMNS))
+        extra["storage"] = {
+            "levels": levels, "size_bytes": size, "repeats": repeats,
+            "cache": "warm" if args.warm_cache else "cold (fsync + POSIX_FADV_DONTNEED before each read)",
+            "threads": args.threads, "quick": args.quick,
+            "units": "MB = 1e6 bytes; times in seconds (median of repeats); peaks = RSS above the "
+                     "level before the call, first repeat, fresh process",
+            "ratio": "size_bytes / disk_bytes (higher is smaller on disk)",
+            "process_model": "one fresh forkserver process per (dataset, method, level, write|read); "
+                             "all repeats of that operation run in it",
+        }
+        if not args.no_plots:
+            written += plot_storage(rows, args.out)
+        print(format_table(rows))
+        failed += sum(r["status"] == "failed" for r in rows)
+
+    if args.suite in ("serializers", "all"):
+        from .serializers import SER_COLUMNS, SMALL_COLUMNS, run_serializers, run_small_objects
+
+        max_entries = args.max_entries or (QUICK_MAX_ENTRIES if args.quick else 4_096_000)
+        srows = run_serializers(args.out, max_entries=max_entries, mem_budget_mb=args.mem_budget,
+                                timeout=args.timeout, progress=not args.no_progress)
+        small = run_small_objects(200 if args.quick else 5000)
+        written.append(write_csv(os.path.join(args.out, "serializers.csv"), srows, SER_COLUMNS))
+        written.append(write_csv(os.path.join(args.out, "small_objects.csv"), small, SMALL_COLUMNS))
+        if not args.no_plots:
+            written.append(plot_serializers(srows, os.path.join(args.out, "serializers.png")))
+        extra["serializers"] = {"max_entries": max_entries, "mem_budget_MB": args.mem_budget}
+        _print_serializers(srows, small)
+        failed += sum(r["status"] == "failed" for r in srows + small)
+        try:
+            import shutil
+
+            shutil.rmtree(os.path.join(args.out, "_work"), ignore_errors=True)
+        except OSError:
+            pass
+
+    extra["elapsed_s"] = round(time.perf_counter() - t_start, 2)
+    written.append(write_machine_json(os.path.join(args.out, "machine.json"), extra))
+    print(f"\n{len(written)} files written to {os.path.abspath(args.out)} in {extra['elapsed_s']} s")
+    if failed:
+        print(f"{failed} measurement(s) FAILED; see the 'reason' column", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _print_serializers(srows, small) -> None:
+    print(f"\n{'serializer':<14} {'entries':>9} {'store_s':>9} {'load_s':>9} {'file_MB':>9} "
+          f"{'st MB/s':>8} {'ld MB/s':>8} {'rssLoad':>8} {'rss/MB':>7}")
+    for r in srows:
+        if r["status"] != "ok":
+            print(f"{r['serializer']:<14} {r['entries']:>9} {r['status']}: {r['reason']}")
+            continue
+        print(f"{r['serializer']:<14} {r['entries']:>9} {r['store_s']:>9.4f} {r['load_s']:>9.4f} "
+              f"{r['file_MB']:>9.3f} {r['store_MBps']:>8} {r['load_MBps']:>8} {r['rss_load_MB']:>8.1f} "
+              f"{r['rss_per_file_MB']:>7}")
+    print(f"\n{'serializer':<14} {'object':<8} {'dumps_us':>9} {'loads_us':>9} {'bytes':>7}")
+    for r in small:
+        if r["status"] != "ok":
+            print(f"{r['serializer']:<14} {r['object']:<8} {r['status']}: {r['reason']}")
+            continue
+        print(f"{r['serializer']:<14} {r['object']:<8} {r['dumps_us']:>9} {r['loads_us']:>9} {r['bytes']:>7}")

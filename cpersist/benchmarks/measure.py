@@ -1,0 +1,406 @@
+"""Measuring one write or read: time, peak RSS, page-cache state.
+
+How a measurement is made (this is what the CSV numbers mean):
+
+* **A fresh process per (dataset, method, level, operation).**  All repeats
+  of the write run in one new process, all repeats of the read in another.
+  Processes are forked from a multiprocessing *forkserver* that has already
+  imported numpy, PyTables, nibabel, joblib, cpersist, ... so starting one
+  costs ~15 ms instead of ~1.5 s, while still sharing no heap with earlier
+  measurements (one method's garbage cannot inflate or, by being reused,
+  hide another's memory use).
+* **Time**: ``time.perf_counter`` around the library call; the reported
+  value is the median over the repeats.  Write time ends when the library
+  call returns (file closed, data in the page cache); the ``fsync`` that
+  follows is timed separately (``fsync_s``) and not included.
+* **Peak memory**: RSS above the level just before the call.  The kernel's
+  own high-water mark (``VmHWM``, reset through ``/proc/self/clear_refs``)
+  is exact; a sampler thread reading ``/proc/self/statm`` every millisecond
+  backs it up where the reset is not allowed (it can miss short peaks while
+  a C extension holds the GIL).  Only the first repeat's peak is reported:
+  it is the only one made in a pristine process.  RSS includes file pages
+  mapped by a memmapped read, as they are touched.
+* **Cache**: by default ("cold") the file is ``fsync``-ed and evicted with
+  ``posix_fadvise(POSIX_FADV_DONTNEED)`` before every read repeat, and the
+  fraction still resident afterwards (``mincore``) is recorded; with
+  ``--warm-cache`` the file is read once before timing.
+* **Memmapped reads** include touching every byte of every mapped array.
+* **Correctness**: the first read's result is compared with the original
+  (loaded *after* the read so its allocation does not perturb the read's
+  memory figures); a difference makes the row "failed" and no time is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import mmap
+import os
+import statistics
+import sys
+import threading
+import time
+import traceback
+import types
+from typing import Any, Callable, Dict, Optional, Tuple
+
+__all__ = [
+    "rss_bytes",
+    "PeakMemory",
+    "evict_from_cache",
+    "warm_cache",
+    "resident_fraction",
+    "run_in_subprocess",
+    "write_task",
+    "read_task",
+    "preload_modules",
+]
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def rss_bytes() -> Tuple[int, int]:
+    """Current (resident, resident file-backed/shared) bytes of this process."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            parts = f.read().split()
+        return int(parts[1]) * _PAGE, int(parts[2]) * _PAGE
+    except OSError:  # not Linux: ru_maxrss is the best we have
+        import resource
+
+        r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return (r if sys.platform == "darwin" else r * 1024), 0
+
+
+def _reset_hwm() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # "5" resets the peak RSS (VmHWM) on Linux >= 4.0
+        return True
+    except OSError:
+        return False
+
+
+def _read_hwm() -> Optional[int]:
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+class PeakMemory:
+    """Context manager measuring the peak RSS above the level at entry.
+
+    Attributes
+    ----------
+    peak : int
+        Peak extra RSS in bytes (kernel high-water mark when resettable, else
+        the sampler's maximum).
+    peak_anon : int
+        Peak extra anonymous (non file-backed) RSS seen by the sampler.
+    exact : bool
+        Whether the kernel high-water mark was used.
+    """
+
+    def __init__(self, interval: float = 0.001):
+        self.interval = interval
+        self.peak = 0
+        self.peak_anon = 0
+        self.exact = False
+        self._stop = threading.Event()
+        self._max = (0, 0)
+
+    def _run(self):
+        m_rss, m_anon = self._max
+        while not self._stop.is_set():
+            rss, shared = rss_bytes()
+            m_rss, m_anon = max(m_rss, rss), max(m_anon, rss - shared)
+            self._max = (m_rss, m_anon)
+            time.sleep(self.interval)
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()  # before the baseline: its stack is not the op's
+        time.sleep(0.002)
+        self.exact = _reset_hwm()
+        rss, shared = rss_bytes()
+        self.base, self.base_anon = rss, rss - shared
+        self._max = (rss, rss - shared)
+        return self
+
+    def __exit__(self, *exc):
+        rss, shared = rss_bytes()
+        self._stop.set()
+        self._thread.join()
+        m_rss, m_anon = self._max
+        m_rss, m_anon = max(m_rss, rss), max(m_anon, rss - shared)
+        hwm = _read_hwm() if self.exact else None
+        if hwm is not None:
+            m_rss = max(m_rss, hwm)
+        self.peak = max(0, m_rss - self.base)
+        self.peak_anon = max(0, m_anon - self.base_anon)
+        return False
+
+
+# ---------------------------------------------------------------------------
+# Page cache
+# ---------------------------------------------------------------------------
+
+
+def evict_from_cache(path: str) -> bool:
+    """Flush ``path`` to disk and drop it from the page cache.
+
+    Returns
+    -------
+    bool
+        False when ``posix_fadvise`` is not available (then reads are warm
+        whatever was asked, and the row says so).
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # dirty pages cannot be dropped
+        if not hasattr(os, "posix_fadvise"):
+            return False
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return True
+    finally:
+        os.close(fd)
+
+
+def warm_cache(path: str) -> None:
+    """Read ``path`` once so it sits in the page cache."""
+    with open(path, "rb", buffering=0) as f:
+        while f.read(1 << 22):
+            pass
+
+
+def resident_fraction(path: str) -> Optional[float]:
+    """Fraction of ``path``'s pages in the page cache (``mincore``), or None."""
+    try:
+        import ctypes
+
+        size = os.path.getsize(path)
+        if size == 0:
+            return 0.0
+        libc = ctypes.CDLL(None, use_errno=True)
+        with open(path, "rb") as f:
+            # ACCESS_COPY gives a writable (private) view, which ctypes needs
+            # for an address; nothing is read or written through it.
+            mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
+        try:
+            buf = ctypes.c_char.from_buffer(mm)
+            n = (size + _PAGE - 1) // _PAGE
+            vec = (ctypes.c_ubyte * n)()
+            rc = libc.mincore(ctypes.c_void_p(ctypes.addressof(buf)), ctypes.c_size_t(size), vec)
+            del buf
+            if rc != 0:
+                return None
+            return sum(v & 1 for v in vec) / n
+        finally:
+            mm.close()
+    except Exception:
+        return None
+
+
+# ---------------------------------------------------------------------------
+# Tasks run inside the measurement subprocess
+# ---------------------------------------------------------------------------
+
+
+def _load_original(data_path):
+    from .datasets import load_cached
+
+    return load_cached(data_path)
+
+
+def write_task(task: Dict[str, Any]) -> Dict[str, Any]:
+    """Write the dataset ``task['repeats']`` times; return times and peaks."""
+    method, level, path = task["method"], task["level"], task["file_path"]
+    obj = _load_original(task["data_path"])
+    gc.collect()
+    times = []
+    peak = peak_anon = None
+    exact = False
+    for r in range(task["repeats"]):
+        if os.path.exists(path):
+            os.unlink(path)  # every repeat creates the file, as a user would
+        with PeakMemory() as pm:
+            t0 = time.perf_counter()
+            method.write(obj, path, level)
+            t1 = time.perf_counter()
+        times.append(t1 - t0)
+        if r == 0:
+            peak, peak_anon, exact = pm.peak, pm.peak_anon, pm.exact
+    t0 = time.perf_counter()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_s = time.perf_counter() - t0
+    return {
+        "status": "ok",
+        "write_times": times,
+        "write_peak": peak,
+        "write_peak_anon": peak_anon,
+        "peak_exact": exact,
+        "disk_bytes": os.path.getsize(path),
+        "fsync_s": fsync_s,
+    }
+
+
+def read_task(task: Dict[str, Any]) -> Dict[str, Any]:
+    """Read the file ``task['repeats']`` times; check the first result."""
+    from .compare import first_difference, touch
+
+    method, path, cold = task["method"], task["file_path"], task["cold"]
+    times, resident = [], []
+    peak = peak_anon = None
+    cache = "cold" if cold else "warm"
+    for r in range(task["repeats"]):
+        if cold:
+            if not evict_from_cache(path):
+                cache = "warm (no posix_fadvise)"
+            resident.append(resident_fraction(path))
+        else:
+            warm_cache(path)
+        gc.collect()
+        with PeakMemory() as pm:
+            t0 = time.perf_counter()
+            result = method.read(path)
+            if method.mmap:
+                touch(result)
+            t1 = time.perf_counter()
+        times.append(t1 - t0)
+        if r == 0:
+            peak, peak_anon = pm.peak, pm.peak_anon
+            # The original is loaded only now, after the measured read.
+            diff = first_difference(_load_original(task["data_path"]), result)
+            if diff:
+                return {"status": "failed", "reason": "wrong data read back: " + diff, "cache": cache}
+        del result
+    res = [x for x in resident if x is not None]
+    return {
+        "status": "ok",
+        "read_times": times,
+        "read_peak": peak,
+        "read_peak_anon": peak_anon,
+        "cache": cache,
+        "resident_frac": max(res) if res else None,
+    }
+
+
+def _worker(conn, task):
+    try:
+        # Other suites pass their own module-level function as "call".
+        fn = task.get("call") or (write_task if task["op"] == "write" else read_task)
+        out = fn(task)
+    except BaseException as e:  # report, never hang the parent
+        tb = traceback.format_exc(limit=-3)
+        out = {"status": "failed", "reason": f"{task['op']} raised {type(e).__name__}: {e}".strip(),
+               "traceback": tb}
+    try:
+        conn.send(out)
+    finally:
+        conn.close()
+
+
+# ---------------------------------------------------------------------------
+# Launching subprocesses
+# ---------------------------------------------------------------------------
+
+#: Imported once in the forkserver so each measurement starts fast.
+preload_modules = ["cpersist.benchmarks._preload"]
+
+_CTX = None
+
+
+def _context():
+    global _CTX
+    if _CTX is None:
+        import multiprocessing as mp
+
+        try:
+            ctx = mp.get_context("forkserver")
+            ctx.set_forkserver_preload(preload_modules)
+        except ValueError:  # no forkserver (Windows): slower but equivalent
+            ctx = mp.get_context("spawn")
+        _CTX = ctx
+    return _CTX
+
+
+@contextlib.contextmanager
+def _hidden_main():
+    """Start a child without it re-importing the caller's ``__main__``.
+
+    multiprocessing makes every forkserver/spawn child re-run the parent's
+    main module (a script, ``pytest``, a notebook ...). The worker never
+    needs it (everything it runs lives in importable modules), and doing it
+    costs an import per measurement and breaks scripts that lack the
+    ``if __name__ == "__main__"`` guard. A bare stand-in during ``start()``
+    makes multiprocessing skip that step.
+    """
+    real = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if real is not None:
+            sys.modules["__main__"] = real
+
+
+def run_in_subprocess(task: Dict[str, Any], timeout: Optional[float] = None) -> Dict[str, Any]:
+    """Run one write/read task in a fresh process and return its report.
+
+    Parameters
+    ----------
+    task : dict
+        ``op`` (``"write"``/``"read"``), ``method``, ``level``, ``file_path``,
+        ``data_path``, ``repeats`` and for reads ``cold``.
+    timeout : float, optional
+        Seconds before the worker is killed and the task reported failed.
+
+    Returns
+    -------
+    dict
+        ``status`` ``"ok"`` or ``"failed"`` (with ``reason``) and the numbers.
+    """
+    ctx = _context()
+    parent, child = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_worker, args=(child, task), daemon=True)
+    with _hidden_main():
+        p.start()
+    child.close()
+    try:
+        if parent.poll(timeout):
+            out = parent.recv()
+        else:
+            p.kill()
+            out = {"status": "failed", "reason": f"{task['op']} timed out after {timeout:.0f} s"}
+    except EOFError:
+        p.join(5)
+        out = {"status": "failed",
+               "reason": f"{task['op']} worker died (exit code {p.exitcode}; out of memory?)"}
+    finally:
+        parent.close()
+    p.join(10)
+    if p.is_alive():
+        p.kill()
+        p.join()
+    return out
+
+
+def median(xs):
+    """Median of a non-empty sequence (None when empty)."""
+    return statistics.median(xs) if xs else None
+
+
+def time_in_process(fn: Callable[[], Any], number: int) -> float:
+    """Best-of-3 seconds per call of ``fn`` (for the tiny-object timings)."""
+    import timeit
+
+    return min(timeit.repeat(fn, number=number, repeat=3)) / number

@@ -1,0 +1,368 @@
+"""Outputs: CSV, machine/version JSON, matplotlib figures, printed table."""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import importlib
+import json
+import math
+import os
+import platform
+import re
+import sys
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+__all__ = [
+    "write_csv",
+    "read_csv",
+    "machine_info",
+    "write_machine_json",
+    "plot_storage",
+    "plot_serializers",
+    "format_table",
+]
+
+_VERSIONED = (
+    "cpersist", "numpy", "tables", "blosc", "blosc2", "nibabel", "joblib", "lz4", "zstandard",
+    "sklearn", "matplotlib", "tqdm",
+)
+
+
+def write_csv(path: str, rows: Iterable[Dict[str, Any]], columns: Sequence[str]) -> str:
+    """Write ``rows`` (dicts) to ``path`` with the given column order."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    return path
+
+
+def read_csv(path: str) -> List[Dict[str, str]]:
+    """Read a results CSV back (all values as strings)."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _version(mod: str) -> Optional[str]:
+    try:
+        m = importlib.import_module(mod)
+    except Exception:
+        return None
+    return str(getattr(m, "__version__", "?"))
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def _total_ram() -> Optional[int]:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def machine_info(extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Machine description and library versions for the side JSON.
+
+    Parameters
+    ----------
+    extra : dict, optional
+        Merged in (command line, options, measurement notes).
+
+    Returns
+    -------
+    dict
+    """
+    info: Dict[str, Any] = {
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "ram_bytes": _total_ram(),
+        "versions": {m: _version(m) for m in _VERSIONED},
+    }
+    try:
+        import tables
+
+        info["versions"]["hdf5"] = tables.hdf5_version
+        info["tables_complibs"] = [c for c in tables.filters.all_complibs if tables.which_lib_version(c)]
+    except Exception:
+        pass
+    try:
+        from .methods import cpersist_codecs
+
+        info["cpersist_codecs"] = cpersist_codecs()
+    except Exception:
+        pass
+    if extra:
+        info.update(extra)
+    return info
+
+
+def write_machine_json(path: str, extra: Optional[Dict[str, Any]] = None) -> str:
+    """Write :func:`machine_info` as JSON to ``path``."""
+    with open(path, "w") as f:
+        json.dump(machine_info(extra), f, indent=2, default=str)
+    return path
+
+
+# ---------------------------------------------------------------------------
+# Figures
+# ---------------------------------------------------------------------------
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display needed (CI, servers)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _f(v) -> Optional[float]:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+_FAMILY_COLORS = {
+    "cpersist": "tab:red", "numpy": "tab:blue", "pickle": "tab:gray", "joblib": "tab:green",
+    "tables": "tab:purple", "nibabel": "tab:orange",
+}
+
+
+def _grouped_bars(plt, rows, key, ylabel, title, path, log):
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    levels = sorted({int(r["level"]) for r in rows})
+    cmap = plt.get_cmap("viridis")
+    colors = {lv: cmap(i / max(1, len(levels) - 1)) for i, lv in enumerate(levels)}
+    width = 0.8 / max(1, len(levels))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(methods) + 2), 4.2))
+    seen = set()
+    for i, m in enumerate(methods):
+        mrows = [r for r in rows if r["method"] == m]
+        n = len(mrows)
+        for j, r in enumerate(sorted(mrows, key=lambda r: int(r["level"]))):
+            v = _f(r[key])
+            if v is None:
+                continue
+            lv = int(r["level"])
+            x = i + (j - (n - 1) / 2) * width
+            ax.bar(x, max(v, 1e-9) if log else v, width=width * 0.95, color=colors[lv],
+                   label=f"level {lv}" if lv not in seen else None)
+            seen.add(lv)
+    ax.set_xticks(range(len(methods)))
+    ax.set_xticklabels(methods, rotation=60, ha="right", fontsize=7)
+    if log:
+        ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, ncol=min(5, len(levels)), loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def _pareto_front(points):
+    """Indices of points not dominated (higher speed and higher ratio win)."""
+    front = []
+    for i, (x, y) in enumerate(points):
+        if not any((x2 >= x and y2 >= y) and (x2 > x or y2 > y) for x2, y2 in points):
+            front.append(i)
+    return sorted(front, key=lambda i: points[i][0])
+
+
+def _gmean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def _common_datasets(ok_rows):
+    """Datasets on which the most (method, level) pairs ran: typically the
+    3-D+ numeric arrays every method can store. Averaging over one common
+    set keeps the points comparable (a method absent from a hard dataset
+    would otherwise look better than it is)."""
+    per_ds: Dict[str, set] = {}
+    for r in ok_rows:
+        per_ds.setdefault(r["dataset"], set()).add((r["method"], str(r["level"])))
+    if not per_ds:
+        return []
+    best = max(len(v) for v in per_ds.values())
+    return [d for d, v in per_ds.items() if len(v) == best]
+
+
+def plot_pareto(rows: List[Dict[str, Any]], path: str, title: str = "") -> str:
+    """Ratio-vs-speed scatter over all methods and levels (Pareto view).
+
+    Each point is one (method, level): the geometric means of compression
+    ratio and of write (left) or read (right) throughput over the datasets
+    on which every method ran (see :func:`_common_datasets`). The
+    non-dominated points are joined and labelled.
+    """
+    plt = _plt()
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ok = [r for r in rows if r.get("status") == "ok"]
+    common = _common_datasets(ok)
+    groups: Dict[tuple, List[Dict[str, Any]]] = {}
+    for r in ok:
+        if r["dataset"] in common:
+            groups.setdefault((r["method"], int(r["level"]), r["family"]), []).append(r)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.6), sharey=True)
+    for ax, key, label in ((axes[0], "write_MBps", "write"), (axes[1], "read_MBps", "read")):
+        pts, labels, fams = [], [], []
+        for (m, lv, fam), rs in groups.items():
+            x = _gmean([_f(r[key]) for r in rs])
+            y = _gmean([_f(r["ratio"]) for r in rs])
+            if x and y:
+                pts.append((x, y))
+                labels.append(f"{m} L{lv}")
+                fams.append(fam)
+        for fam in dict.fromkeys(fams):
+            idx = [i for i, f in enumerate(fams) if f == fam]
+            ax.scatter([pts[i][0] for i in idx], [pts[i][1] for i in idx], s=22,
+                       color=_FAMILY_COLORS.get(fam, "black"), label=fam, alpha=0.8)
+        front = _pareto_front(pts) if pts else []
+        if front:
+            ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "k--", lw=0.8, alpha=0.6)
+            for i in front:
+                ax.annotate(labels[i], pts[i], fontsize=6, xytext=(3, 3), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel(f"{label} throughput, MB/s of uncompressed data (geo. mean)")
+        ax.grid(alpha=0.3)
+        ax.set_title(f"ratio vs {label} speed", fontsize=9)
+    axes[0].set_ylabel("compression ratio (in-memory / on-disk, geo. mean)")
+    if groups:
+        axes[0].legend(fontsize=7)
+    names = ", ".join(common)
+    fig.suptitle((title + "\n" if title else "") + f"Pareto view over datasets every method stored: "
+                 f"{names if len(names) < 150 else names[:147] + '...'}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plot_storage(rows: List[Dict[str, Any]], out_dir: str) -> List[str]:
+    """Per-dataset disk/write/read bar charts plus the Pareto scatter.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Storage-suite rows (only ``status == "ok"`` rows are drawn).
+    out_dir : str
+
+    Returns
+    -------
+    list of str
+        Paths of the PNG files written.
+    """
+    plt = _plt()
+    paths = []
+    ok = [r for r in rows if r.get("status") == "ok"]
+    by_ds: Dict[str, List[Dict[str, Any]]] = {}
+    for r in ok:
+        by_ds.setdefault(r["dataset"], []).append(r)
+    for name, rs in by_ds.items():
+        size_mb = (_f(rs[0]["size_bytes"]) or 0) / 1e6
+        cache = rs[0].get("cache", "")
+        sub = f"{name} ({size_mb:.3g} MB in memory)"
+        paths.append(_disk_chart(plt, rs, sub, out_dir, name))
+        paths.append(_grouped_bars(plt, rs, "write_s", "write time, s (median)", f"{sub}: write time",
+                                   os.path.join(out_dir, f"{_safe(name)}_write.png"), log=True))
+        paths.append(_grouped_bars(plt, rs, "read_s", f"read time, s (median, {cache} cache)",
+                                   f"{sub}: read time ({cache} cache; mmap rows touch every byte)",
+                                   os.path.join(out_dir, f"{_safe(name)}_read.png"), log=True))
+    if ok:
+        paths.append(plot_pareto(ok, os.path.join(out_dir, "pareto.png")))
+    return paths
+
+
+def _disk_chart(plt, rs, sub, out_dir, name):
+    rows = [dict(r, disk_MB=(_f(r["disk_bytes"]) or 0) / 1e6) for r in rs]
+    return _grouped_bars(plt, rows, "disk_MB", "disk size, MB", f"{sub}: disk size",
+                         os.path.join(out_dir, f"{_safe(name)}_disk.png"), log=True)
+
+
+def plot_serializers(rows: List[Dict[str, Any]], path: str) -> str:
+    """Store/load seconds vs number of dict entries, one line per serializer."""
+    plt = _plt()
+    ok = [r for r in rows if r.get("status") == "ok"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    sers = list(dict.fromkeys(r["serializer"] for r in ok))
+    for ax, key, lab in ((axes[0], "store_s", "store seconds"), (axes[1], "load_s", "load seconds"),
+                         (axes[2], "file_MB", "file size, MB")):
+        for s in sers:
+            rs = sorted((r for r in ok if r["serializer"] == s), key=lambda r: int(r["entries"]))
+            xs = [int(r["entries"]) for r in rs]
+            ys = [max(_f(r[key]) or 0, 1e-7) for r in rs]
+            ax.plot(xs, ys, marker="o", ms=3, label=s)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("dict entries (str -> int)")
+        ax.set_ylabel(lab)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("picklebench: dict of str -> int, stored to and loaded from disk", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------
+# Text table
+# ---------------------------------------------------------------------------
+
+
+def _fmt(v, spec):
+    x = _f(v)
+    return "-" if x is None else format(x, spec)
+
+
+def format_table(rows: List[Dict[str, Any]], max_reason: int = 60) -> str:
+    """The end-of-run results table (measured and failed rows; n/a counted)."""
+    head = f"{'dataset':<18} {'method':<22} {'lvl':>3} {'ratio':>7} {'wMB/s':>8} {'rMB/s':>8} " \
+           f"{'wPeakMB':>8} {'rPeakMB':>8} {'status':<7}"
+    lines = [head, "-" * len(head)]
+    na = 0
+    for r in rows:
+        if r.get("status") == "n/a":
+            na += 1
+            continue
+        line = (f"{str(r['dataset'])[:18]:<18} {str(r['method'])[:22]:<22} {str(r['level']):>3} "
+                f"{_fmt(r.get('ratio'), '.2f'):>7} {_fmt(r.get('write_MBps'), '.1f'):>8} "
+                f"{_fmt(r.get('read_MBps'), '.1f'):>8} {_fmt(r.get('write_peak_MB'), '.1f'):>8} "
+                f"{_fmt(r.get('read_peak_MB'), '.1f'):>8} {r.get('status', ''):<7}")
+        if r.get("status") != "ok":
+            line += " " + str(r.get("reason", ""))[:max_reason]
+        lines.append(line)
+    lines.append(f"({na} dataset/method pairs not applicable; see the CSV 'reason' column)")
+    return "\n".join(lines)

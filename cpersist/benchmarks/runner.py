@@ -1,0 +1,229 @@
+"""The storage suite: every dataset x method x level, one CSV row each."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+from . import datasets as ds
+from . import methods as mt
+from .measure import median, run_in_subprocess
+
+__all__ = ["StorageConfig", "COLUMNS", "plan", "run_storage"]
+
+MB = 1e6  # all MB figures in the CSV are 10**6 bytes
+
+#: CSV columns, in order. Times are medians over ``repeats``; peaks are RSS
+#: above the level before the call (first repeat, fresh process).
+COLUMNS = [
+    "dataset", "source", "description", "method", "family", "codec", "level",
+    "size_bytes", "disk_bytes", "ratio", "disk_fraction",
+    "write_s", "read_s", "write_MBps", "read_MBps",
+    "write_peak_MB", "read_peak_MB", "write_peak_anon_MB", "read_peak_anon_MB",
+    "fsync_s", "cache", "resident_frac", "mmap", "repeats", "threads",
+    "status", "reason", "notes", "write_times", "read_times",
+]
+
+
+@dataclass
+class StorageConfig:
+    """Options of the storage suite (the CLI fills this in).
+
+    Attributes
+    ----------
+    out : str
+        Output directory (CSV, JSON, PNGs; scratch files under ``_work``).
+    datasets, methods : list of str, optional
+        Name patterns; None for all.
+    levels : sequence of int
+        Generic level grid.
+    size_bytes : int
+        Target size of each generated dataset.
+    repeats : int
+        Timed repeats per operation (median reported).
+    warm_cache : bool
+        Read with the file in the page cache instead of evicted.
+    files : list of str
+        User files to add as datasets.
+    trust_pickles : bool
+        Allow loading pickle/joblib user files.
+    quick : bool
+        Tiny data, levels (0, 3), one repeat.
+    threads : int, optional
+        ``n_threads`` for cpersist.
+    timeout : float
+        Seconds before one operation is killed and reported failed.
+    keep_files : bool
+        Keep written files and the dataset cache.
+    progress : bool
+        Show the tqdm bar.
+    """
+
+    out: str = "cpersist-bench"
+    datasets: Optional[List[str]] = None
+    methods: Optional[List[str]] = None
+    levels: Sequence[int] = mt.DEFAULT_LEVELS
+    size_bytes: int = ds.SIZE_PRESETS["medium"]
+    repeats: int = 3
+    warm_cache: bool = False
+    files: List[str] = field(default_factory=list)
+    trust_pickles: bool = False
+    quick: bool = False
+    threads: Optional[int] = None
+    timeout: float = 1800.0
+    keep_files: bool = False
+    progress: bool = True
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def _row(dataset: str, info: Dict[str, Any], method: mt.Method, level, cfg: StorageConfig, **kw) -> Dict[str, Any]:
+    row = {c: "" for c in COLUMNS}
+    row.update(
+        dataset=dataset, source=info.get("source", ""), description=info.get("description", ""),
+        method=method.name, family=method.family, codec=method.codec,
+        level="" if level is None else level, size_bytes=info.get("size_bytes", ""),
+        cache="warm" if cfg.warm_cache else "cold", mmap=method.mmap, repeats=cfg.repeats,
+        threads=cfg.threads if (cfg.threads and method.family == "cpersist") else "",
+        notes=method.note,
+    )
+    row.update(kw)
+    return row
+
+
+def plan(cfg: StorageConfig, method_list: List[mt.Method], dataset_list: List[ds.Dataset], cache_dir: str):
+    """Materialise the datasets and decide what runs.
+
+    Returns
+    -------
+    cells : list of tuple
+        ``(dataset_name, info, method, level)`` to measure.
+    skipped : list of dict
+        Ready-made ``n/a``/``failed`` rows with their reason.
+    """
+    cells, skipped = [], []
+    unavailable = {m.name: m.available() for m in method_list}
+    for d in dataset_list:
+        try:
+            obj = d.make(cfg.size_bytes, cfg.quick)
+        except Exception as e:
+            # An untrusted pickle is a refusal (n/a), anything else a failure.
+            status = "n/a" if isinstance(e, PermissionError) else "failed"
+            info = {"source": d.source, "description": d.description}
+            for m in method_list:
+                skipped.append(_row(d.name, info, m, None, cfg, status=status,
+                                    reason=f"dataset not loaded: {type(e).__name__}: {e}"))
+            continue
+        path = os.path.join(cache_dir, _safe(d.name) + ".pkl")
+        import pickle
+
+        with open(path, "wb") as f:
+            pickle.dump(obj, f, protocol=5)
+        info = {
+            "source": d.source,
+            "description": f"{d.description} [{ds.describe(obj)}]",
+            "size_bytes": ds.deep_nbytes(obj),
+            "path": path,
+        }
+        for m in method_list:
+            reason = unavailable[m.name] or m.why_not(obj)
+            levels = m.levels(cfg.levels)
+            if reason:
+                skipped.append(_row(d.name, info, m, levels[0] if len(levels) == 1 else None, cfg,
+                                    status="n/a", reason=reason))
+            elif not levels:
+                skipped.append(_row(d.name, info, m, None, cfg, status="n/a",
+                                    reason=f"no supported level in grid {list(cfg.levels)}"
+                                           f" (supports {list(m.supported)})"))
+            else:
+                cells.extend((d.name, info, m, lv) for lv in levels)
+        del obj
+    return cells, skipped
+
+
+def measure_cell(name: str, info: Dict[str, Any], method: mt.Method, level: int, cfg: StorageConfig,
+                 work_dir: str) -> Dict[str, Any]:
+    """Write then read one (dataset, method, level) and build its CSV row."""
+    fpath = os.path.join(work_dir, f"{_safe(name)}__{_safe(method.name)}__L{level}{method.suffix}")
+    base = dict(method=method, level=level, file_path=fpath, data_path=info["path"], repeats=cfg.repeats)
+    try:
+        w = run_in_subprocess(dict(base, op="write"), cfg.timeout)
+        if w["status"] != "ok":
+            return _row(name, info, method, level, cfg, status="failed", reason=w.get("reason", "?"))
+        r = run_in_subprocess(dict(base, op="read", cold=not cfg.warm_cache), cfg.timeout)
+        if r["status"] != "ok":
+            return _row(name, info, method, level, cfg, status="failed", reason=r.get("reason", "?"),
+                        disk_bytes=w["disk_bytes"], cache=r.get("cache", ""))
+    finally:
+        if not cfg.keep_files and os.path.exists(fpath):
+            os.unlink(fpath)
+    size, disk = info["size_bytes"], w["disk_bytes"]
+    ws, rs = median(w["write_times"]), median(r["read_times"])
+    return _row(
+        name, info, method, level, cfg,
+        disk_bytes=disk,
+        ratio=round(size / disk, 4) if disk else "",
+        disk_fraction=round(disk / size, 4) if size else "",
+        write_s=ws, read_s=rs,
+        write_MBps=round(size / MB / ws, 2) if ws else "",
+        read_MBps=round(size / MB / rs, 2) if rs else "",
+        write_peak_MB=round(w["write_peak"] / MB, 3),
+        read_peak_MB=round(r["read_peak"] / MB, 3),
+        write_peak_anon_MB=round(w["write_peak_anon"] / MB, 3),
+        read_peak_anon_MB=round(r["read_peak_anon"] / MB, 3),
+        fsync_s=round(w["fsync_s"], 6),
+        cache=r["cache"],
+        resident_frac="" if r.get("resident_frac") is None else round(r["resident_frac"], 4),
+        status="ok",
+        write_times=";".join(f"{t:.6g}" for t in w["write_times"]),
+        read_times=";".join(f"{t:.6g}" for t in r["read_times"]),
+    )
+
+
+def run_storage(cfg: StorageConfig) -> List[Dict[str, Any]]:
+    """Run the storage suite.
+
+    Parameters
+    ----------
+    cfg : StorageConfig
+
+    Returns
+    -------
+    list of dict
+        One row per (dataset, method, level) with the :data:`COLUMNS` keys;
+        measured rows first in run order, then ``n/a`` rows.
+    """
+    from tqdm.auto import tqdm
+
+    os.makedirs(cfg.out, exist_ok=True)
+    work = os.path.join(cfg.out, "_work")
+    cache_dir = os.path.join(work, "datasets")
+    os.makedirs(cache_dir, exist_ok=True)
+    method_list = mt.select_methods(cfg.methods, mt.all_methods(cfg.threads))
+    available = ds.all_datasets()
+    if cfg.files and not cfg.datasets:
+        dataset_list = []  # user files given: benchmark just those by default
+    else:
+        dataset_list = ds.select_datasets(cfg.datasets, available)
+    dataset_list += [ds.file_dataset(p, cfg.trust_pickles) for p in cfg.files]
+    rows: List[Dict[str, Any]] = []
+    try:
+        t0 = time.perf_counter()
+        cells, skipped = plan(cfg, method_list, dataset_list, cache_dir)
+        bar = tqdm(cells, desc="cpersist bench", unit="run", disable=not cfg.progress, dynamic_ncols=True)
+        for name, info, m, lv in bar:
+            bar.set_postfix_str(f"{name} {m.name} L{lv}", refresh=False)
+            rows.append(measure_cell(name, info, m, lv, cfg, work))
+        bar.close()
+        rows.extend(skipped)
+        _ = time.perf_counter() - t0
+    finally:
+        if not cfg.keep_files:
+            shutil.rmtree(work, ignore_errors=True)
+    return rows

@@ -1,0 +1,315 @@
+"""The serializer comparison of the seed blog posts ("picklebench").
+
+A dict of str -> int, ``{str(n): n for n in range(N)}``, grown x4 from 1,000
+entries up to ``max_entries`` (default 4,096,000) or until the next size
+would exceed a memory budget, is stored to and loaded from disk with pickle
+protocols 0-5, the pickler's "fast" mode (``Pickler.fast = True``: no memo),
+``marshal``, ``json`` and cpersist (raw and compressed).  As in the main
+suite, each store and each load runs in a fresh process.
+
+Columns (``serializers.csv``):
+
+``store_s``/``load_s``
+    seconds for one store / load (file closed, not fsync-ed; reads are from
+    the page cache, as in the original experiment);
+``file_MB``
+    file size (MB = 10**6 bytes); ``store_MBps``/``load_MBps`` are file MB
+    per second;
+``rss_store_MB``/``rss_load_MB``
+    peak RSS above the level before the call;
+``rss_taken_MB``
+    RSS still held after the load returned (the loaded dict's footprint);
+``rss_per_file_MB``
+    ``rss_load_MB / file_MB``: memory a load needs per MB of file.
+
+The small-object timing (``small_objects.csv``) times ``dumps``/``loads`` of
+``{'people': [{'name': 'Alice'}]}`` and ``dict((str(n), n) for n in
+range(100))`` in memory with :mod:`timeit` (best of 3), in this process.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import json
+import marshal
+import os
+import pickle
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from .measure import PeakMemory, rss_bytes, run_in_subprocess
+
+__all__ = ["SERIALIZERS", "SER_COLUMNS", "SMALL_COLUMNS", "make_dict", "run_serializers", "run_small_objects"]
+
+MB = 1e6
+
+
+def make_dict(n: int) -> Dict[str, int]:
+    """The picklebench payload: ``{str(i): i for i in range(n)}``."""
+    return dict((str(i), i) for i in range(n))
+
+
+# Each serializer: (store(obj, path), load(path), dumps(obj) -> bytes, loads(bytes)).
+def _pickle_ser(protocol: int, fast: bool = False):
+    def dumps(obj):
+        bio = io.BytesIO()
+        p = pickle.Pickler(bio, protocol=protocol)
+        if fast:
+            p.fast = True  # no memo: faster, only safe without shared/cyclic refs
+        p.dump(obj)
+        return bio.getvalue()
+
+    def store(obj, path):
+        with open(path, "wb") as f:
+            p = pickle.Pickler(f, protocol=protocol)
+            if fast:
+                p.fast = True
+            p.dump(obj)
+
+    def load(path):
+        with open(path, "rb") as f:
+            return pickle.load(f)
+
+    return store, load, dumps, pickle.loads
+
+
+def _marshal_ser():
+    def store(obj, path):
+        with open(path, "wb") as f:
+            marshal.dump(obj, f)
+
+    def load(path):
+        with open(path, "rb") as f:
+            return marshal.load(f)
+
+    return store, load, marshal.dumps, marshal.loads
+
+
+def _json_ser():
+    def store(obj, path):
+        with open(path, "w") as f:
+            json.dump(obj, f)
+
+    def load(path):
+        with open(path) as f:
+            return json.load(f)
+
+    return store, load, lambda o: json.dumps(o).encode(), lambda b: json.loads(b)
+
+
+def _cpersist_ser(compress):
+    def store(obj, path):
+        import cpersist
+
+        cpersist.dump(obj, path, compress=compress)
+
+    def load(path):
+        import cpersist
+
+        return cpersist.load(path)
+
+    def dumps(obj):
+        import cpersist
+
+        bio = io.BytesIO()
+        cpersist.dump(obj, bio, compress=compress)
+        return bio.getvalue()
+
+    def loads(b):
+        import cpersist
+
+        return cpersist.load(io.BytesIO(b))
+
+    return store, load, dumps, loads
+
+
+def _serializers() -> Dict[str, tuple]:
+    s = {f"pickle{p}": _pickle_ser(p) for p in range(6)}
+    s["pickle5-fast"] = _pickle_ser(5, fast=True)
+    s["marshal"] = _marshal_ser()
+    s["json"] = _json_ser()
+    s["cpersist"] = _cpersist_ser(0)
+    s["cpersist-c3"] = _cpersist_ser(3)
+    return s
+
+
+#: Serializer names in display order.
+SERIALIZERS = list(_serializers())
+
+SER_COLUMNS = [
+    "serializer", "entries", "store_s", "load_s", "file_MB", "store_MBps", "load_MBps",
+    "rss_store_MB", "rss_load_MB", "rss_taken_MB", "rss_per_file_MB", "status", "reason",
+]
+SMALL_COLUMNS = ["serializer", "object", "dumps_us", "loads_us", "bytes", "status", "reason"]
+
+
+def _cpersist_missing() -> Optional[str]:
+    try:
+        import cpersist
+
+        cpersist.dump, cpersist.load  # noqa: B018
+    except Exception as e:
+        return f"cpersist not importable: {e!r}"
+    return None
+
+
+def _store_task(task):
+    store = _serializers()[task["serializer"]][0]
+    obj = make_dict(task["entries"])
+    gc.collect()
+    with PeakMemory() as pm:
+        t0 = time.perf_counter()
+        store(obj, task["path"])
+        dt = time.perf_counter() - t0
+    return {"status": "ok", "store_s": dt, "rss_store": pm.peak, "size": os.path.getsize(task["path"])}
+
+
+def _load_task(task):
+    load = _serializers()[task["serializer"]][1]
+    gc.collect()
+    with PeakMemory() as pm:
+        t0 = time.perf_counter()
+        obj = load(task["path"])
+        dt = time.perf_counter() - t0
+    taken = rss_bytes()[0] - pm.base
+    expected = make_dict(task["entries"])
+    if obj != expected:
+        return {"status": "failed", "reason": "wrong data read back"}
+    return {"status": "ok", "load_s": dt, "rss_load": pm.peak, "rss_taken": max(0, taken)}
+
+
+def run_serializers(out_dir: str, max_entries: int = 4_096_000, mem_budget_mb: float = 4096,
+                    serializers: Optional[List[str]] = None, timeout: float = 1800,
+                    progress: bool = True) -> List[Dict[str, Any]]:
+    """Run the growing-dict experiment.
+
+    Parameters
+    ----------
+    out_dir : str
+        Scratch files go to ``out_dir/_work``.
+    max_entries : int
+        Largest dict size (sizes are 1000 * 4**k up to this).
+    mem_budget_mb : float
+        Stop a serializer before a size whose expected peak RSS (x4 the
+        previous size's) would exceed this.
+    serializers : list of str, optional
+        Subset of :data:`SERIALIZERS`.
+    timeout : float
+        Seconds per store/load before the worker is killed.
+    progress : bool
+        Show a tqdm bar.
+
+    Returns
+    -------
+    list of dict
+        Rows with the :data:`SER_COLUMNS` keys.
+    """
+    from tqdm.auto import tqdm
+
+    names = serializers or SERIALIZERS
+    sizes = []
+    n = 1000
+    while n <= max_entries:
+        sizes.append(n)
+        n *= 4
+    work = os.path.join(out_dir, "_work")
+    os.makedirs(work, exist_ok=True)
+    rows = []
+    missing = _cpersist_missing()
+    bar = tqdm(total=len(names) * len(sizes), desc="picklebench", unit="run", disable=not progress,
+               dynamic_ncols=True)
+    for name in names:
+        prev_peak = 0.0
+        stopped = None
+        for n in sizes:
+            bar.update(1)
+            row = {c: "" for c in SER_COLUMNS}
+            row.update(serializer=name, entries=n)
+            if name.startswith("cpersist") and missing:
+                rows.append(dict(row, status="n/a", reason=missing))
+                continue
+            if stopped:
+                rows.append(dict(row, status="n/a", reason=stopped))
+                continue
+            if prev_peak * 4 > mem_budget_mb:
+                stopped = f"memory budget {mem_budget_mb:.0f} MB would be exceeded (~{prev_peak * 4:.0f} MB)"
+                rows.append(dict(row, status="n/a", reason=stopped))
+                continue
+            path = os.path.join(work, f"pb_{name}_{n}.bin")
+            task = {"op": "store", "call": _store_task, "serializer": name, "entries": n, "path": path}
+            try:
+                s = run_in_subprocess(task, timeout)
+                if s["status"] == "ok":
+                    r = run_in_subprocess(dict(task, op="load", call=_load_task), timeout)
+                else:
+                    r = s
+            finally:
+                if os.path.exists(path):
+                    os.unlink(path)
+            if r["status"] != "ok":
+                rows.append(dict(row, status="failed", reason=r.get("reason", "?")))
+                stopped = "stopped after a failure at a smaller size"
+                continue
+            file_mb = s["size"] / MB
+            # The dict itself is also in memory in the store process: count it.
+            prev_peak = max(s["rss_store"], r["rss_load"]) / MB + r["rss_taken"] / MB
+            rows.append(dict(
+                row,
+                store_s=round(s["store_s"], 6), load_s=round(r["load_s"], 6), file_MB=round(file_mb, 4),
+                store_MBps=round(file_mb / s["store_s"], 2) if s["store_s"] else "",
+                load_MBps=round(file_mb / r["load_s"], 2) if r["load_s"] else "",
+                rss_store_MB=round(s["rss_store"] / MB, 3), rss_load_MB=round(r["rss_load"] / MB, 3),
+                rss_taken_MB=round(r["rss_taken"] / MB, 3),
+                rss_per_file_MB=round(r["rss_load"] / s["size"], 3) if s["size"] else "",
+                status="ok",
+            ))
+    bar.close()
+    return rows
+
+
+SMALL_OBJECTS: Dict[str, Callable[[], Any]] = {
+    "people": lambda: {"people": [{"name": "Alice"}]},
+    "dict100": lambda: dict((str(n), n) for n in range(100)),
+}
+
+
+def run_small_objects(number: int = 2000) -> List[Dict[str, Any]]:
+    """Time ``dumps``/``loads`` of the seeds' two small objects (in process).
+
+    Parameters
+    ----------
+    number : int
+        Calls per timeit measurement (best of 3 is kept).
+
+    Returns
+    -------
+    list of dict
+        Rows with the :data:`SMALL_COLUMNS` keys; times in microseconds.
+    """
+    import timeit
+
+    rows = []
+    missing = _cpersist_missing()
+    for name, (_, _, dumps, loads) in _serializers().items():
+        for oname, make in SMALL_OBJECTS.items():
+            row = {c: "" for c in SMALL_COLUMNS}
+            row.update(serializer=name, object=oname)
+            if name.startswith("cpersist") and missing:
+                rows.append(dict(row, status="n/a", reason=missing))
+                continue
+            obj = make()
+            try:
+                data = dumps(obj)
+                if loads(data) != obj:
+                    rows.append(dict(row, status="failed", reason="wrong data read back"))
+                    continue
+                k = max(10, number // 10) if name.startswith("cpersist") else number
+                d = min(timeit.repeat(lambda: dumps(obj), number=k, repeat=3)) / k
+                lo = min(timeit.repeat(lambda: loads(data), number=k, repeat=3)) / k
+            except Exception as e:
+                rows.append(dict(row, status="failed", reason=f"{type(e).__name__}: {e}"))
+                continue
+            rows.append(dict(row, dumps_us=round(d * 1e6, 3), loads_us=round(lo * 1e6, 3),
+                             bytes=len(data), status="ok"))
+    return rows

@@ -1,0 +1,405 @@
+"""The ``cpersist`` command line: ``info``, ``verify``, ``convert`` and ``bench``.
+
+Run as ``cpersist VERB ...`` (the console script) or ``python -m cpersist
+VERB ...``. No verb executes the pickle stream of a file: ``info`` and
+``verify`` read the index and walk the opcodes, ``convert`` copies the stream
+as it is. Exit codes: 0 success, 1 a file is missing, damaged or fails
+verification, 2 bad command-line usage.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+from . import __version__
+from .exceptions import CpersistError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+PROG = "cpersist"
+
+
+class _UsageError(Exception):
+    """A bad option value found after argparse accepted it."""
+
+
+def _human(n):
+    """Bytes as a short string: ``'812 B'``, ``'4.2 KiB'``, ``'1.0 GiB'``."""
+    if n is None:
+        return "?"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def parse_compress_spec(spec):
+    """Turn a ``--compress`` value into :func:`cpersist.dump`'s ``compress``.
+
+    ``raw`` or ``0``: raw; an int ``1``–``9``: the default codec at that
+    level; ``NAME``: that codec at level 3; ``NAME:LEVEL`` (``zstd:9``,
+    ``blosc:lz4:5``): that codec at that level.
+
+    Raises
+    ------
+    ValueError
+        If ``spec`` is none of these; the message lists the codecs.
+    """
+    from .codecs import parse_compress
+
+    text = spec.strip().lower()
+    if text in ("raw", "none", "0"):
+        value = 0
+    elif text.isdigit():
+        value = int(text)
+    else:
+        name, sep, level = text.rpartition(":")
+        value = (name, int(level)) if sep and level.isdigit() else text
+    parse_compress(value)  # raises ValueError naming the accepted values
+    return value
+
+
+def _check_file(path):
+    """Raise a one-line error for a path that cannot be a readable file."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path}: is a directory, not a cpersist file")
+
+
+# -- info -------------------------------------------------------------------
+
+def file_info(path):
+    """Everything ``cpersist info`` shows about a file, without unpickling it.
+
+    Parameters
+    ----------
+    path : str
+        A cpersist file.
+
+    Returns
+    -------
+    dict
+        :func:`cpersist.inspect`'s report, with ``"file"`` and, for each
+        array, ``"path"`` (where it sits in the object, ``"?"`` if unknown)
+        and ``"ratio"`` (uncompressed / stored size).
+    """
+    from ._paths import array_paths
+    from .container import ContainerReader
+    from .inspection import inspect
+
+    _check_file(path)
+    report = dict(inspect(path))
+    try:
+        with open(path, "rb") as file:
+            reader = ContainerReader(file, path)
+            pickled = reader.read_bytes(reader.sections[reader.root])
+        paths = array_paths(pickled)
+    except CpersistError:
+        paths = {}
+    arrays = []
+    for entry in report.get("arrays", []):
+        entry = dict(entry)
+        entry["path"] = paths.get(entry.get("section"), "?")
+        stored, raw = entry.get("stored_bytes"), entry.get("raw_bytes")
+        entry["ratio"] = round(raw / stored, 3) if stored and raw is not None else None
+        arrays.append(entry)
+    report["arrays"] = arrays
+    return {"file": path, **report}
+
+
+def _format_version(value):
+    if isinstance(value, (list, tuple)):
+        return ".".join(str(v) for v in value)
+    if isinstance(value, dict):
+        major, minor = value.get("major"), value.get("minor")
+        if major is not None:
+            return f"{major}.{minor}"
+        return value.get("version", str(value))
+    return str(value)
+
+
+def _table(rows, headers, right=()):
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    lines = []
+    for row in [headers] + rows:
+        cells = [
+            str(x).rjust(w) if i in right else str(x).ljust(w)
+            for i, (x, w) in enumerate(zip(row, widths))
+        ]
+        lines.append("  " + "  ".join(cells).rstrip())
+    return lines
+
+
+def format_info(info):
+    """The human-readable text of ``cpersist info`` for a :func:`file_info` dict."""
+    lines = [f"{info['file']}: cpersist format {_format_version(info.get('format'))}"]
+    writer = (info.get("info") or {}).get("writer") if isinstance(info.get("info"), dict) else None
+    if writer:
+        lines[0] += f", written by {writer}"
+    arrays = info.get("arrays", [])
+    stored_total = sum(a.get("stored_bytes") or 0 for a in arrays)
+    raw_total = sum(a.get("raw_bytes") or 0 for a in arrays)
+    lines.append(f"arrays: {len(arrays)}, {_human(raw_total)} uncompressed, "
+                 f"{_human(stored_total)} stored")
+    if arrays:
+        rows = []
+        for a in arrays:
+            shape = a.get("shape")
+            shape = "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")" \
+                if isinstance(shape, (list, tuple)) else str(shape)
+            ratio = a.get("ratio")
+            rows.append([
+                a.get("section", "?"), a.get("path", "?"), shape, a.get("dtype", "?"),
+                a.get("order", "?"), a.get("codec") or "raw",
+                a.get("level") if a.get("level") is not None else "-",
+                _human(a.get("stored_bytes")), _human(a.get("raw_bytes")),
+                f"{ratio:.2f}" if ratio is not None else "-",
+            ])
+        lines += _table(rows, ["section", "path", "shape", "dtype", "order", "codec", "level",
+                               "stored", "raw", "ratio"], right=(0, 6, 7, 8, 9))
+    pickle_info = info.get("pickle") or {}
+    if pickle_info:
+        details = ", ".join(
+            f"{k} {_human(v) if k.endswith('bytes') else v}" for k, v in pickle_info.items()
+            if not isinstance(v, (dict, list))
+        )
+        lines.append(f"pickle stream: {details}")
+    needed = info.get("globals", [])
+    lines.append(f"globals needed: {len(needed)}")
+    for g in needed:
+        if isinstance(g, (list, tuple)):
+            g = ".".join(str(x) for x in g)
+        elif isinstance(g, dict):
+            g = f"{g.get('module')}.{g.get('name')}" + (
+                "" if g.get("safe") is None else ("" if g.get("safe") else "  (not in the "
+                                                  "restricted load's allowlist)"))
+        lines.append(f"  {g}")
+    return "\n".join(lines)
+
+
+def _cmd_info(args):
+    status = EXIT_OK
+    reports = []
+    for path in args.files:
+        try:
+            reports.append(file_info(path))
+        except (OSError, CpersistError) as exc:
+            _error(exc)
+            status = EXIT_FAILED
+    if args.json:
+        payload = reports[0] if len(args.files) == 1 and reports else reports
+        if reports or len(args.files) != 1:
+            print(json.dumps(payload, indent=2, default=_json_default))
+    else:
+        print("\n\n".join(format_info(r) for r in reports))
+    return status
+
+
+def _json_default(value):
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
+
+
+# -- verify -----------------------------------------------------------------
+
+def _cmd_verify(args):
+    from .inspection import verify
+
+    status = EXIT_OK
+    for path in args.files:
+        try:
+            _check_file(path)
+            result = verify(path)
+        except (OSError, CpersistError) as exc:
+            print(f"{path}: FAILED: {_message(exc, path)}")
+            status = EXIT_FAILED
+            continue
+        problems = _verify_problems(result)
+        if problems:
+            print(f"{path}: FAILED: {'; '.join(problems)}")
+            status = EXIT_FAILED
+        else:
+            print(f"{path}: OK")
+    return status
+
+
+def _verify_problems(result):
+    """Problems listed in :func:`cpersist.verify`'s result (which may also raise)."""
+    if result is None or result is True:
+        return []
+    if result is False:
+        return ["verification failed"]
+    if isinstance(result, dict):
+        if result.get("ok", True):
+            return []
+        problems = result.get("problems") or result.get("errors") or []
+        return [str(p) for p in problems] or ["verification failed"]
+    if isinstance(result, (list, tuple)):
+        return [str(p) for p in result]
+    return []
+
+
+# -- convert ----------------------------------------------------------------
+
+def _cmd_convert(args):
+    from .convert import convert
+
+    try:
+        compress = parse_compress_spec(args.compress)
+    except ValueError as exc:
+        raise _UsageError(f"--compress: {exc}") from None
+    _check_file(args.src)
+    stats = convert(args.src, args.dst, compress, chunk_size=args.chunk_size,
+                    n_threads=args.threads)
+    before, after = stats["stored_bytes_before"], stats["stored_bytes_after"]
+    ratio = f"{stats['raw_bytes'] / after:.2f}" if after else "-"
+    print(f"{args.src} -> {args.dst}: {stats['sections']} sections, "
+          f"{_human(stats['raw_bytes'])} of data stored in {_human(before)} -> "
+          f"{_human(after)} (ratio {ratio}, compress={args.compress})")
+    return EXIT_OK
+
+
+# -- bench ------------------------------------------------------------------
+
+def _cmd_bench(argv):
+    from .benchmarks import main as bench_main
+
+    try:
+        return bench_main(list(argv))
+    except SystemExit as exc:  # argparse inside the benchmark: --help, bad options
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+
+
+# -- parser and main --------------------------------------------------------
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def build_parser():
+    """The ``cpersist`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Inspect, check, re-encode and benchmark cpersist files. "
+                    "No verb executes the pickled object.",
+        epilog="Exit codes: 0 success, 1 a file is missing, damaged or fails "
+               "verification, 2 bad usage. 'cpersist VERB --help' describes each verb.",
+    )
+    parser.add_argument("--version", action="version", version=f"cpersist {__version__}")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+
+    info = verbs.add_parser(
+        "info", help="describe a file: format, arrays, pickle stream, globals",
+        description="Describe cpersist files without executing their pickle stream: "
+                    "format version, each array (its path in the object when it can be "
+                    "found, shape, dtype, order, codec, level, stored and uncompressed "
+                    "size, ratio), the pickle stream section and the globals the file "
+                    "needs to load.",
+    )
+    info.add_argument("files", nargs="+", metavar="FILE")
+    info.add_argument("--json", action="store_true",
+                      help="print JSON (one object for one file, a list for several)")
+    info.set_defaults(run=_cmd_info)
+
+    verify = verbs.add_parser(
+        "verify", help="check every checksum and the structure of files",
+        description="Check the structure and every chunk's checksum of each file (and "
+                    "that compressed chunks decompress), without unpickling. Prints one "
+                    "line per file, 'FILE: OK' or 'FILE: FAILED: why'; exits with 1 if any "
+                    "file failed.",
+    )
+    verify.add_argument("files", nargs="+", metavar="FILE")
+    verify.set_defaults(run=_cmd_verify)
+
+    convert = verbs.add_parser(
+        "convert", help="re-encode a file's sections with another codec or level",
+        description="Write a copy of SRC to DST with every section re-encoded, chunk by "
+                    "chunk, without unpickling the object (the pickle stream is copied "
+                    "as is). Use --compress raw to make the arrays memory-mappable. DST "
+                    "is written atomically and may be SRC.",
+    )
+    convert.add_argument("src", metavar="SRC")
+    convert.add_argument("dst", metavar="DST")
+    convert.add_argument(
+        "--compress", "-c", required=True, metavar="SPEC",
+        help="raw (or 0); a level 1-9 for the default codec (zstd); a codec name "
+             "(zlib, lz4, zstd, blosc, blosc:lz4, blosc:zstd, blosc:zlib, blosc:blosclz) "
+             "at level 3; or NAME:LEVEL, e.g. zstd:9 or blosc:lz4:5",
+    )
+    convert.add_argument("--chunk-size", type=_positive_int, default=None, metavar="BYTES",
+                         help="bytes per chunk in DST (default: keep SRC's chunks)")
+    convert.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+                         help="compression threads (default: all CPUs)")
+    convert.set_defaults(run=_cmd_convert)
+
+    verbs.add_parser(
+        "bench", add_help=False, help="run the bundled benchmark (cpersist bench --help)",
+        description="Run the bundled benchmark; arguments go to python -m cpersist.benchmarks.",
+    )
+    return parser
+
+
+def _message(exc, path=None):
+    text = str(exc)
+    if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
+        text = f"{exc.filename}: {exc.strerror}"
+    elif path and not text.startswith(str(path)) and isinstance(exc, OSError):
+        text = f"{path}: {text}"
+    return text
+
+
+def _error(exc):
+    print(f"{PROG}: error: {_message(exc)}", file=sys.stderr)
+
+
+def main(argv=None):
+    """Run the command line.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Arguments without the program name; default ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        The exit code: 0 success, 1 a file is missing, damaged or failed
+        verification, 2 bad usage.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "bench":
+        return _cmd_bench(argv[1:])
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version or a usage error (already printed)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        return args.run(args)
+    except _UsageError as exc:
+        print(f"{PROG} {args.verb}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (OSError, CpersistError) as exc:
+        _error(exc)
+        return EXIT_FAILED
+    except ValueError as exc:  # bad option values cpersist rejects (e.g. --chunk-size)
+        print(f"{PROG} {args.verb}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
