@@ -12,6 +12,7 @@ from .codecs import available_codecs  # noqa: E402
 from .convert import convert  # noqa: E402
 from .exceptions import (CorruptFileError, CpersistError,  # noqa: E402
                          UnsupportedVersionError, UntrustedObjectError)
+from .inspection import inspect, verify  # noqa: E402
 
 __all__ = [
     "CorruptFileError",
@@ -21,5 +22,7 @@ __all__ = [
     "available_codecs",
     "convert",
     "dump",
+    "inspect",
     "load",
+    "verify",
 ]

@@ -163,5 +163,6 @@ def from_inline(data, dtype, shape, order):
     arr, view = allocate(dtype, shape, order)
     # A copy (of at most a small array) so the result owns its memory, like
     # every other array cpersist loads.
-    view[:] = data
+    if len(data):
+        view[:] = data
     return arr

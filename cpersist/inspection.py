@@ -1,0 +1,297 @@
+"""``inspect`` and ``verify``: look into a cpersist file without unpickling it.
+
+Neither function imports or calls anything the file names: :func:`inspect`
+reads the index and walks the pickle stream's opcodes with
+:func:`pickletools.genops`, tracking strings through the stack and the memo to
+find the globals ``STACK_GLOBAL`` would resolve; :func:`verify` checks every
+checksum and decodes every chunk.
+"""
+
+import io
+import pickletools
+from contextlib import contextmanager
+
+from ._files import display_name, is_path, is_seekable, spool
+from .arrays import parse_description
+from .container import ContainerReader
+from .exceptions import CorruptFileError
+from .pickler import _MODULE
+
+#: The global through which a pickle stream fetches a stored array; it is
+#: listed under ``"arrays"``, not ``"globals"``.
+STORED_ARRAY = f"{_MODULE}.stored_array"
+
+_STRING_OPS = frozenset((
+    "STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE",
+    "BINUNICODE", "BINUNICODE8",
+))
+_PUT_OPS = frozenset(("PUT", "BINPUT", "LONG_BINPUT"))
+_GET_OPS = frozenset(("GET", "BINGET", "LONG_BINGET"))
+_UNKNOWN = object()
+_MARK = object()
+
+
+@contextmanager
+def _open(source):
+    """A seekable binary file for a path or a file object, and its name."""
+    name = display_name(source)
+    if is_path(source):
+        with open(source, "rb") as file:
+            yield file, name
+    elif not hasattr(source, "read"):
+        raise TypeError(
+            f"source must be a path or a binary file object, got {type(source).__name__}"
+        )
+    elif is_seekable(source):
+        yield source, name
+    else:
+        with spool(source) as file:
+            yield file, name
+
+
+def _root(reader):
+    root = reader.sections[reader.root]
+    if root.meta.get("kind") != "pickle":
+        raise reader.error("damaged index: the root section is not a pickle stream")
+    return root
+
+
+def _codec_fields(section):
+    if section.codec is None:
+        return None, None
+    config = section.codec.get_config()
+    return config.get("id"), config.get("level")
+
+
+def scan_pickle(data, name="<pickle>"):
+    """Globals and protocol of a pickle stream, found without executing it.
+
+    Parameters
+    ----------
+    data : bytes-like
+        A pickle stream.
+    name : str
+        Named in error messages.
+
+    Returns
+    -------
+    dict
+        ``"globals"``: sorted ``"module.name"`` strings of every ``GLOBAL``,
+        ``INST`` and ``STACK_GLOBAL`` (whose two strings are tracked through
+        the stack and the memo); ``"unresolved_globals"``: how many
+        ``STACK_GLOBAL`` took values computed at load time (a stream cpersist
+        writes has none; a restricted load still checks them when resolving);
+        ``"extension_codes"``: copyreg codes of ``EXT*`` opcodes;
+        ``"protocol"``: the stream's ``PROTO`` (0 when absent).
+
+    Raises
+    ------
+    CorruptFileError
+        If the stream is not a well-formed pickle.
+    """
+    found = set()
+    ext_codes = set()
+    unresolved = 0
+    protocol = 0
+    stack = []
+    memo = {}
+    try:
+        for opcode, arg, _ in pickletools.genops(io.BytesIO(bytes(data))):
+            op = opcode.name
+            if op == "PROTO":
+                protocol = max(protocol, arg)
+            if op in ("GLOBAL", "INST"):
+                module, _, attr = arg.partition(" ")
+                found.add(f"{module}.{attr}")
+            elif op in _EXT_OPS:
+                ext_codes.add(arg)
+            if op in _STRING_OPS:
+                value = arg.decode("ascii", "replace") if isinstance(arg, bytes) else arg
+                _pop(stack, opcode)
+                stack.append(value)
+            elif op in _PUT_OPS:
+                memo[arg] = stack[-1] if stack else _UNKNOWN
+            elif op == "MEMOIZE":
+                memo[len(memo)] = stack[-1] if stack else _UNKNOWN
+            elif op in _GET_OPS:
+                stack.append(memo.get(arg, _UNKNOWN))
+            elif op == "STACK_GLOBAL":
+                attr = stack.pop() if stack else _UNKNOWN
+                module = stack.pop() if stack else _UNKNOWN
+                if isinstance(module, str) and isinstance(attr, str):
+                    found.add(f"{module}.{attr}")
+                else:
+                    unresolved += 1
+                stack.append(_UNKNOWN)
+            elif op == "MARK":
+                stack.append(_MARK)
+            else:
+                _pop(stack, opcode)
+                stack.extend(_UNKNOWN for _ in opcode.stack_after)
+    except (ValueError, EOFError) as exc:  # genops' errors on malformed streams
+        raise CorruptFileError(f"{name}: damaged pickle stream ({exc})") from None
+    found.discard(STORED_ARRAY)
+    return {
+        "globals": sorted(found),
+        "unresolved_globals": unresolved,
+        "extension_codes": sorted(ext_codes),
+        "protocol": protocol,
+    }
+
+
+_EXT_OPS = frozenset(("EXT1", "EXT2", "EXT4"))
+
+
+def _pop(stack, opcode):
+    """Pop what ``opcode`` consumes (up to the mark when it takes one)."""
+    before = opcode.stack_before
+    if pickletools.markobject in before or (
+        opcode.name == "POP" and stack and stack[-1] is _MARK
+    ):
+        while stack and stack.pop() is not _MARK:
+            pass
+        n = before.index(pickletools.markobject) if pickletools.markobject in before else 0
+    else:
+        n = len(before)
+    del stack[max(0, len(stack) - n):]
+
+
+def inspect(source):
+    """Describe a cpersist file without unpickling anything.
+
+    Reads the index and the pickle stream (checking their checksums) and
+    lists what loading the file would need, so that you can decide what to
+    pass as ``trusted`` to :func:`cpersist.load`. Nothing the file names is
+    imported or called, and array data is not read.
+
+    Parameters
+    ----------
+    source : str, os.PathLike or binary file object
+
+    Returns
+    -------
+    dict
+        ``"format"``: the format version, e.g. ``"1.0"``;
+        ``"info"``: what the writer recorded (``writer``, ``protocol``);
+        ``"file_bytes"``: size of the cpersist data;
+        ``"arrays"``: one dict per stored array, in file order, with
+        ``section``, ``dtype`` (``dtype.str``, or the descr for structured
+        dtypes), ``shape`` (tuple), ``order`` (``"C"``/``"F"``), ``codec``
+        (None for raw), ``level``, ``stored_bytes``, ``raw_bytes``;
+        ``"pickle"``: ``{"stored_bytes", "raw_bytes", "protocol"}`` of the
+        pickle stream;
+        ``"globals"``: sorted ``"module.name"`` strings the pickle stream
+        resolves (array references excluded);
+        ``"unresolved_globals"`` and ``"extension_codes"``: see
+        :func:`scan_pickle`.
+
+    Raises
+    ------
+    CorruptFileError
+        If the file is not a cpersist file or its index or pickle stream is
+        damaged.
+
+    Examples
+    --------
+    >>> info = cpersist.inspect("model.cp")              # doctest: +SKIP
+    >>> info["globals"]                                   # doctest: +SKIP
+    ['sklearn.ensemble._forest.RandomForestClassifier', ...]
+    """
+    with _open(source) as (file, name):
+        reader = ContainerReader(file, name)
+        root = _root(reader)
+        arrays = []
+        for section in reader.sections:
+            if section.index == reader.root:
+                continue
+            try:
+                dtype, shape, order, nbytes = parse_description(section.meta)
+            except Exception as exc:
+                raise reader.error(
+                    f"section {section.index}: bad array description ({exc})"
+                ) from None
+            if nbytes != section.raw_size:
+                raise reader.error(
+                    f"section {section.index} holds {section.raw_size} bytes but its "
+                    f"array {dtype} {shape} needs {nbytes}"
+                )
+            codec, level = _codec_fields(section)
+            arrays.append({
+                "section": section.index,
+                "dtype": dtype.str if dtype.fields is None else str(dtype.descr),
+                "shape": shape,
+                "order": order,
+                "codec": codec,
+                "level": level,
+                "stored_bytes": section.stored_size,
+                "raw_bytes": section.raw_size,
+            })
+        pickled = reader.read_bytes(root)
+        scan = scan_pickle(pickled, name)
+        return {
+            "format": f"{reader.major}.{reader.minor}",
+            "info": dict(reader.info) if isinstance(reader.info, dict) else {},
+            "file_bytes": reader.size,
+            "arrays": arrays,
+            "pickle": {
+                "stored_bytes": root.stored_size,
+                "raw_bytes": root.raw_size,
+                "protocol": scan["protocol"],
+            },
+            "globals": scan["globals"],
+            "unresolved_globals": scan["unresolved_globals"],
+            "extension_codes": scan["extension_codes"],
+        }
+
+
+def verify(source):
+    """Check every checksum of a cpersist file and that every chunk decodes.
+
+    :func:`cpersist.load` checks what it reads, but memory-mapped arrays are
+    not read at load time; this reads everything, one chunk at a time (memory
+    stays at about one chunk), without unpickling anything.
+
+    Parameters
+    ----------
+    source : str, os.PathLike or binary file object
+
+    Returns
+    -------
+    dict
+        ``{"sections", "chunks", "stored_bytes", "raw_bytes"}`` totals of
+        what was checked.
+
+    Raises
+    ------
+    CorruptFileError
+        Naming the file and the damage, at the first problem found.
+
+    Examples
+    --------
+    >>> cpersist.verify("model.cp")                      # doctest: +SKIP
+    {'sections': 3, 'chunks': 5, 'stored_bytes': 1234, 'raw_bytes': 5678}
+    """
+    with _open(source) as (file, name):
+        reader = ContainerReader(file, name)
+        root = _root(reader)
+        chunks = stored = raw = 0
+        for section in reader.sections:
+            if section.index != reader.root:
+                try:
+                    _, _, _, nbytes = parse_description(section.meta)
+                except Exception as exc:
+                    raise reader.error(
+                        f"section {section.index}: bad array description ({exc})"
+                    ) from None
+                if nbytes != section.raw_size:
+                    raise reader.error(
+                        f"section {section.index} holds {section.raw_size} bytes, its "
+                        f"array needs {nbytes}"
+                    )
+            reader.verify_section(section)
+            chunks += len(section.chunks)
+            stored += section.stored_size
+            raw += section.raw_size
+        scan_pickle(reader.read_bytes(root), name)  # a well-formed opcode stream
+        return {"sections": len(reader.sections), "chunks": chunks,
+                "stored_bytes": stored, "raw_bytes": raw}
