@@ -20,13 +20,16 @@ _MARK = object()
 class _Node:
     """A value on the symbolic stack: a container, a call, or a constant."""
 
-    __slots__ = ("kind", "value", "children", "count")
+    __slots__ = ("kind", "value", "children", "count", "items", "state")
 
     def __init__(self, kind, value=None):
-        self.kind = kind          # const, global, dict, list, tuple, set, call, other
-        self.value = value        # const: the value; global: (module, name); call: func
+        self.kind = kind          # const, global, dict, list, tuple, set, call, array, other
+        self.value = value        # const: the value; global: (module, name); call: func;
+        #                           array: section number; inline: its description
         self.children = []        # (label, node) for children that may hold arrays
         self.count = 0            # list: items appended so far
+        self.items = ()           # tuple: all its members
+        self.state = None         # call: what BUILD gave it
 
     def add(self, label, node):
         if node.kind != "const":
@@ -34,7 +37,6 @@ class _Node:
 
 
 _CONST = _Node("const")
-_UNKNOWN_KEY = object()
 
 
 def _const(value):
@@ -49,22 +51,26 @@ def _key_label(key):
     return "[?]"
 
 
-def array_paths(pickled, root="obj"):
-    """Map section numbers of stored arrays to their path in the object.
+def scan_arrays(pickled, root="obj"):
+    """Find where the arrays of a cpersist pickle stream sit in the object.
 
     Parameters
     ----------
     pickled : bytes-like
         A cpersist pickle stream (the file's root section).
     root : str
-        How the path names the object itself.
+        How the paths name the object itself.
 
     Returns
     -------
     dict
-        ``{section: path}``, e.g. ``{0: "obj['weights']", 1: "obj.coef_"}``;
-        sections not found are missing. Never raises on a strange stream:
-        what was understood up to the problem is returned.
+        ``"paths"``: ``{section: path}`` for the arrays stored in sections,
+        e.g. ``{0: "obj['weights']", 1: "obj.coef_"}`` (sections not found
+        are missing); ``"inline"``: one dict per small array kept inside the
+        stream, with ``path``, ``dtype`` (``dtype.str``, or ``"?"``),
+        ``shape``, ``order`` and ``raw_bytes`` (None if unknown). Never
+        raises on a strange stream: what was understood up to the problem
+        is returned.
     """
     stack = []
     memo = {}
@@ -80,7 +86,63 @@ def array_paths(pickled, root="obj"):
         pass
     if top is None and stack:
         top = stack[-1] if stack[-1] is not _MARK else None
-    return _assign(top, root) if isinstance(top, _Node) else {}
+    if not isinstance(top, _Node):
+        return {"paths": {}, "inline": []}
+    return _assign(top, root)
+
+
+def array_paths(pickled, root="obj"):
+    """``{section: path}`` of the arrays stored in sections (see :func:`scan_arrays`)."""
+    return scan_arrays(pickled, root)["paths"]
+
+
+def _inline_description(args):
+    """dtype, shape and order of an ``inline_array(data, dtype, shape, order)`` call."""
+    desc = {"dtype": "?", "shape": None, "order": "?", "raw_bytes": None}
+    items = args.items if args.kind == "tuple" else ()
+    if len(items) != 4:
+        return desc
+    _, dtype, shape, order = items
+    if order.kind == "const" and order.value in ("C", "F"):
+        desc["order"] = order.value
+    if shape.kind == "tuple" and all(
+        i.kind == "const" and type(i.value) is int for i in shape.items
+    ):
+        desc["shape"] = [i.value for i in shape.items]
+    dt = _dtype_of(dtype)
+    if dt is not None:
+        desc["dtype"] = dt.str if dt.fields is None else str(dt.descr)
+        if desc["shape"] is not None:
+            n = dt.itemsize
+            for dim in desc["shape"]:
+                n *= dim
+            desc["raw_bytes"] = n
+    return desc
+
+
+def _dtype_of(node):
+    """The numpy dtype a ``numpy.dtype(...)`` call node builds, or None.
+
+    Only simple dtypes (no fields, no datetime unit) are rebuilt; numpy is
+    imported lazily and nothing from the stream is called.
+    """
+    try:
+        if node.kind != "call" or node.value.kind != "global" or node.value.value[0] not in (
+            "numpy", "numpy.core.multiarray", "numpy._core.multiarray"
+        ) or node.value.value[1] != "dtype":
+            return None
+        typestr = node.items[0].value if node.items and node.items[0].kind == "const" else None
+        state = node.state.items if node.state is not None and node.state.kind == "tuple" else ()
+        byteorder = state[1].value if len(state) > 1 and state[1].kind == "const" else "="
+        fields = state[3].value if len(state) > 3 and state[3].kind == "const" else "?"
+        if fields is not None or not isinstance(typestr, str) or typestr[:1] in ("M", "m", "V"):
+            return None
+        import numpy as np
+
+        dt = np.dtype(typestr)
+        return dt.newbyteorder(byteorder) if byteorder in ("<", ">") else dt
+    except Exception:
+        return None
 
 
 def _pop_mark(stack):
@@ -124,15 +186,19 @@ def _step(op, arg, stack, memo):
         stack.append(node)
     elif name in ("LIST", "TUPLE", "FROZENSET"):
         node = _Node({"LIST": "list", "TUPLE": "tuple", "FROZENSET": "set"}[name])
-        for i, item in enumerate(_pop_mark(stack)):
+        items = _pop_mark(stack)
+        for i, item in enumerate(items):
             node.add(f"[{i}]", item)
-        node.count = len(node.children)
+        node.count = len(items)
+        if name == "TUPLE":
+            node.items = items
         stack.append(node)
     elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
         size = int(name[-1])
         items = stack[-size:]
         del stack[-size:]
-        node = _Node("tuple", [i.value if i.kind == "const" else None for i in items])
+        node = _Node("tuple")
+        node.items = items
         for i, item in enumerate(items):
             node.add(f"[{i}]", item)
         stack.append(node)
@@ -178,6 +244,7 @@ def _step(op, arg, stack, memo):
         stack.append(node)
     elif name == "BUILD":
         state = stack.pop()
+        stack[-1].state = state
         _build(stack[-1], state)
     elif not op.stack_before and len(op.stack_after) == 1:
         stack.append(_const(arg))  # ints, strings, bytes, None, True, ...
@@ -194,10 +261,13 @@ def _append(node, values):
 
 def _call(func, args):
     if func.kind == "global" and func.value == (_MODULE, "stored_array"):
-        section = args.value[0] if args.kind == "tuple" and args.value else None
+        section = args.items[0].value if args.kind == "tuple" and args.items else None
         if type(section) is int:
             return _Node("array", section)
+    if func.kind == "global" and func.value == (_MODULE, "inline_array"):
+        return _Node("inline", _inline_description(args))
     node = _Node("call", func)
+    node.items = args.items if args.kind == "tuple" else ()  # a dtype's are read back
     if func.kind == "global" and func.value == (_MODULE, "rebuild_view"):
         # (base, cls, state): the subclass instance is its base array.
         for label, child in args.children:
@@ -248,6 +318,7 @@ def _generic(op, stack):
 def _assign(top, root):
     """Breadth-first walk: each array gets the shortest path that reaches it."""
     paths = {}
+    inline = []
     seen = {id(top)}
     queue = deque([(top, root)])
     while queue:
@@ -255,8 +326,11 @@ def _assign(top, root):
         if node.kind == "array":
             paths.setdefault(node.value, path)
             continue
+        if node.kind == "inline":
+            inline.append({"path": path, **node.value})
+            continue
         for label, child in node.children:
             if id(child) not in seen:
                 seen.add(id(child))
                 queue.append((child, path + label))
-    return paths
+    return {"paths": paths, "inline": inline}

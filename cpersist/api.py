@@ -69,8 +69,10 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     ------
     ValueError
         For a bad ``compress``, ``protocol``, ``chunk_size`` or ``n_threads``.
-    pickle.PicklingError, TypeError
-        If ``obj`` holds something that cannot be pickled; no file is left.
+    pickle.PicklingError, TypeError, AttributeError
+        If ``obj`` holds something that cannot be pickled (whichever the
+        pickle module raises, e.g. AttributeError for a local function on
+        Python < 3.14); no file is left.
 
     Examples
     --------
@@ -135,7 +137,11 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
         the file, ``'c'`` copy-on-write. Compressed arrays cannot be mapped:
         they are loaded into memory with one ``UserWarning``. A file object
         can be mapped when it is seekable and has a ``fileno()``; otherwise
-        a ``UserWarning`` is issued and the arrays are read.
+        a ``UserWarning`` is issued and the arrays are read. Zero-size
+        arrays come back as plain ndarrays (there is nothing to map).
+        Writes through ``'r+'`` do not update the checksums stored in the
+        file: load it again with ``mmap_mode`` or ``verify=False``, else
+        the changed chunks are reported as damaged.
     trusted : bool or iterable, default True
         ``True`` unpickles like :func:`pickle.load`, which can run any code
         the file names: only load files you trust. ``False`` resolves only
@@ -211,7 +217,7 @@ def _load(file, name, *, mmap_source, mmap_mode, restricted, allowed, prefixes, 
     pickled = reader.read_bytes(root, verify=verify, n_threads=n_threads)
     loaded = {}
     mapped = []
-    warned = []
+    not_mapped = []  # compressed sections read although mmap_mode was asked
 
     def load_array(index):
         if type(index) is not int or not 0 <= index < len(reader.sections) or index == reader.root:
@@ -235,13 +241,8 @@ def _load(file, name, *, mmap_source, mmap_mode, restricted, allowed, prefixes, 
             start = section.offset
             arr = mapped[0][start:start + nbytes].view(dtype).reshape(shape, order=order)
         else:
-            if mmap_mode and mmap_source is not None and not warned:
-                warned.append(True)
-                warnings.warn(
-                    f"cpersist: {name} holds compressed arrays, which cannot be "
-                    f"memory-mapped; they are loaded into memory",
-                    UserWarning, stacklevel=4,
-                )
+            if mmap_mode and mmap_source is not None:
+                not_mapped.append(index)
             reader.check_claimed_sizes(section)  # before allocating a forged size
             arr, view = _allocate(reader, index, dtype, shape, order)
             reader.read_into(section, view, verify=verify, n_threads=n_threads)
@@ -251,11 +252,20 @@ def _load(file, name, *, mmap_source, mmap_mode, restricted, allowed, prefixes, 
     unpickler = ArrayUnpickler(io.BytesIO(pickled), load_array, restricted, allowed,
                                prefixes, source=name)
     try:
-        return unpickler.load()
+        obj = unpickler.load()
     except CpersistError:
         raise
     except (pickle.UnpicklingError, EOFError) as exc:
         raise reader.error(f"damaged pickle stream ({exc})") from None
+    if not_mapped:
+        # Warned once, here rather than in load_array: the unpickler's call
+        # depth varies, this frame's is fixed (load -> _load).
+        warnings.warn(
+            f"cpersist: {name} holds compressed arrays, which cannot be "
+            f"memory-mapped; they are loaded into memory",
+            UserWarning, stacklevel=3,
+        )
+    return obj
 
 
 def _allocate(reader, index, dtype, shape, order):

@@ -18,8 +18,30 @@ DEFAULT_CHUNK_SIZE = 4 << 20
 
 
 def is_plain_data(arr):
-    """True if ``arr``'s bytes hold all its data (no Python object references)."""
-    return not arr.dtype.hasobject
+    """True if ``arr``'s bytes and the ``.npy`` dtype descriptor hold all its data.
+
+    False for object arrays (their items are Python objects), and for dtypes
+    the descriptor cannot record: ``metadata``, overlapping or out-of-order
+    fields. All are left to plain pickling, which keeps them.
+    """
+    dtype = arr.dtype
+    return not dtype.hasobject and not _has_metadata(dtype) and _describable(dtype)
+
+
+@functools.lru_cache(maxsize=1024)
+def _describable(dtype):
+    try:
+        return _parse_dtype_text(_dtype_text(dtype)) == dtype
+    except ValueError:  # "dtype.descr is not defined for ... overlapping fields"
+        return False
+
+
+def _has_metadata(dtype):
+    if dtype.metadata:
+        return True
+    if dtype.subdtype is not None:
+        return _has_metadata(dtype.subdtype[0])
+    return bool(dtype.names) and any(_has_metadata(dtype.fields[n][0]) for n in dtype.names)
 
 
 def array_order(arr):

@@ -13,6 +13,7 @@ import os
 import sys
 
 from . import __version__
+from ._files import TMP_SUFFIX
 from .exceptions import CpersistError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -82,31 +83,30 @@ def file_info(path):
     Returns
     -------
     dict
-        :func:`cpersist.inspect`'s report, with ``"file"`` and, for each
-        array, ``"path"`` (where it sits in the object, ``"?"`` if unknown)
-        and ``"ratio"`` (uncompressed / stored size).
+        :func:`cpersist.inspect`'s report, plus ``"file"``; for each array
+        ``"path"`` (where it sits in the object, ``"?"`` if unknown) and
+        ``"ratio"`` (uncompressed / stored size); and ``"inline_arrays"``:
+        the small arrays a compressed file keeps inside its pickle stream
+        (``path``, ``dtype``, ``shape``, ``order``, ``raw_bytes``).
     """
-    from ._paths import array_paths
+    from ._paths import scan_arrays
     from .container import ContainerReader
     from .inspection import inspect
 
     _check_file(path)
     report = dict(inspect(path))
-    try:
-        with open(path, "rb") as file:
-            reader = ContainerReader(file, path)
-            pickled = reader.read_bytes(reader.sections[reader.root])
-        paths = array_paths(pickled)
-    except CpersistError:
-        paths = {}
+    with open(path, "rb") as file:
+        reader = ContainerReader(file, path)
+        scan = scan_arrays(reader.read_bytes(reader.sections[reader.root]))
     arrays = []
     for entry in report.get("arrays", []):
         entry = dict(entry)
-        entry["path"] = paths.get(entry.get("section"), "?")
+        entry["path"] = scan["paths"].get(entry.get("section"), "?")
         stored, raw = entry.get("stored_bytes"), entry.get("raw_bytes")
         entry["ratio"] = round(raw / stored, 3) if stored and raw is not None else None
         arrays.append(entry)
     report["arrays"] = arrays
+    report["inline_arrays"] = scan["inline"]
     return {"file": path, **report}
 
 
@@ -133,50 +133,60 @@ def _table(rows, headers, right=()):
     return lines
 
 
+def _shape(shape):
+    if not isinstance(shape, (list, tuple)):
+        return "?"
+    return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
 def format_info(info):
     """The human-readable text of ``cpersist info`` for a :func:`file_info` dict."""
-    lines = [f"{info['file']}: cpersist format {_format_version(info.get('format'))}"]
-    writer = (info.get("info") or {}).get("writer") if isinstance(info.get("info"), dict) else None
-    if writer:
-        lines[0] += f", written by {writer}"
+    head = f"{info['file']}: cpersist format {_format_version(info.get('format'))}"
+    writer_info = info.get("info") if isinstance(info.get("info"), dict) else {}
+    if writer_info.get("writer"):
+        head += f", written by {writer_info['writer']}"
+    if writer_info.get("converted_by"):
+        head += f", converted by {writer_info['converted_by']}"
+    lines = [head]
     arrays = info.get("arrays", [])
     stored_total = sum(a.get("stored_bytes") or 0 for a in arrays)
     raw_total = sum(a.get("raw_bytes") or 0 for a in arrays)
-    lines.append(f"arrays: {len(arrays)}, {_human(raw_total)} uncompressed, "
+    lines.append(f"arrays: {len(arrays)} in sections, {_human(raw_total)} uncompressed, "
                  f"{_human(stored_total)} stored")
     if arrays:
         rows = []
         for a in arrays:
-            shape = a.get("shape")
-            shape = "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")" \
-                if isinstance(shape, (list, tuple)) else str(shape)
             ratio = a.get("ratio")
             rows.append([
-                a.get("section", "?"), a.get("path", "?"), shape, a.get("dtype", "?"),
-                a.get("order", "?"), a.get("codec") or "raw",
+                a.get("section", "?"), a.get("path", "?"), _shape(a.get("shape")),
+                a.get("dtype", "?"), a.get("order", "?"), a.get("codec") or "raw",
                 a.get("level") if a.get("level") is not None else "-",
                 _human(a.get("stored_bytes")), _human(a.get("raw_bytes")),
                 f"{ratio:.2f}" if ratio is not None else "-",
             ])
         lines += _table(rows, ["section", "path", "shape", "dtype", "order", "codec", "level",
                                "stored", "raw", "ratio"], right=(0, 6, 7, 8, 9))
+    inline = info.get("inline_arrays") or []
+    if inline:
+        lines.append(f"small arrays inside the pickle stream: {len(inline)}")
+        rows = [[a.get("path", "?"), _shape(a.get("shape")), a.get("dtype", "?"),
+                 a.get("order", "?"), _human(a.get("raw_bytes"))] for a in inline]
+        lines += _table(rows, ["path", "shape", "dtype", "order", "raw"], right=(4,))
     pickle_info = info.get("pickle") or {}
     if pickle_info:
-        details = ", ".join(
-            f"{k} {_human(v) if k.endswith('bytes') else v}" for k, v in pickle_info.items()
-            if not isinstance(v, (dict, list))
+        lines.append(
+            f"pickle stream: {_human(pickle_info.get('stored_bytes'))} stored, "
+            f"{_human(pickle_info.get('raw_bytes'))} uncompressed, "
+            f"protocol {pickle_info.get('protocol', '?')}"
         )
-        lines.append(f"pickle stream: {details}")
     needed = info.get("globals", [])
-    lines.append(f"globals needed: {len(needed)}")
-    for g in needed:
-        if isinstance(g, (list, tuple)):
-            g = ".".join(str(x) for x in g)
-        elif isinstance(g, dict):
-            g = f"{g.get('module')}.{g.get('name')}" + (
-                "" if g.get("safe") is None else ("" if g.get("safe") else "  (not in the "
-                                                  "restricted load's allowlist)"))
-        lines.append(f"  {g}")
+    lines.append(f"globals needed to load: {len(needed)}")
+    lines += [f"  {g if isinstance(g, str) else '.'.join(map(str, g))}" for g in needed]
+    if info.get("unresolved_globals"):
+        lines.append(f"  + {info['unresolved_globals']} global(s) computed at load time "
+                     f"(not named in the stream)")
+    if info.get("extension_codes"):
+        lines.append(f"  + copyreg extension codes {info['extension_codes']}")
     return "\n".join(lines)
 
 
@@ -193,7 +203,7 @@ def _cmd_info(args):
         payload = reports[0] if len(args.files) == 1 and reports else reports
         if reports or len(args.files) != 1:
             print(json.dumps(payload, indent=2, default=_json_default))
-    else:
+    elif reports:
         print("\n\n".join(format_info(r) for r in reports))
     return status
 
@@ -215,32 +225,15 @@ def _cmd_verify(args):
             _check_file(path)
             result = verify(path)
         except (OSError, CpersistError) as exc:
-            print(f"{path}: FAILED: {_message(exc, path)}")
+            message = _message(exc, path)
+            if message.startswith(f"{path}: "):
+                message = message[len(path) + 2:]
+            print(f"{path}: FAILED: {message}")
             status = EXIT_FAILED
             continue
-        problems = _verify_problems(result)
-        if problems:
-            print(f"{path}: FAILED: {'; '.join(problems)}")
-            status = EXIT_FAILED
-        else:
-            print(f"{path}: OK")
+        print(f"{path}: OK ({result['sections']} sections, {result['chunks']} chunks, "
+              f"{_human(result['stored_bytes'])} checked)")
     return status
-
-
-def _verify_problems(result):
-    """Problems listed in :func:`cpersist.verify`'s result (which may also raise)."""
-    if result is None or result is True:
-        return []
-    if result is False:
-        return ["verification failed"]
-    if isinstance(result, dict):
-        if result.get("ok", True):
-            return []
-        problems = result.get("problems") or result.get("errors") or []
-        return [str(p) for p in problems] or ["verification failed"]
-    if isinstance(result, (list, tuple)):
-        return [str(p) for p in result]
-    return []
 
 
 # -- convert ----------------------------------------------------------------
@@ -250,11 +243,25 @@ def _cmd_convert(args):
 
     try:
         compress = parse_compress_spec(args.compress)
-    except ValueError as exc:
-        raise _UsageError(f"--compress: {exc}") from None
+    except ValueError:
+        from .codecs import ALIASES, available_codecs
+
+        names = ", ".join(available_codecs() + sorted(ALIASES))
+        raise _UsageError(
+            f"--compress: invalid value {args.compress!r}; use raw (or 0), a level 1-9 "
+            f"for the default codec, a codec name ({names}) or NAME:LEVEL such as zstd:9"
+        ) from None
     _check_file(args.src)
-    stats = convert(args.src, args.dst, compress, chunk_size=args.chunk_size,
-                    n_threads=args.threads)
+    dst_dir = os.path.dirname(os.path.abspath(args.dst))
+    if not os.path.isdir(dst_dir):
+        raise FileNotFoundError(f"{args.dst}: cannot write, no directory {dst_dir}")
+    try:
+        stats = convert(args.src, args.dst, compress, chunk_size=args.chunk_size,
+                        n_threads=args.threads)
+    except OSError as exc:
+        if str(exc.filename or "").endswith(TMP_SUFFIX):  # the temporary file next to DST
+            raise OSError(f"{args.dst}: cannot write ({exc.strerror})") from None
+        raise
     before, after = stats["stored_bytes_before"], stats["stored_bytes_after"]
     ratio = f"{stats['raw_bytes'] / after:.2f}" if after else "-"
     print(f"{args.src} -> {args.dst}: {stats['sections']} sections, "
@@ -266,8 +273,12 @@ def _cmd_convert(args):
 # -- bench ------------------------------------------------------------------
 
 def _cmd_bench(argv):
-    from .benchmarks import main as bench_main
-
+    try:
+        from .benchmarks import main as bench_main
+    except ImportError as exc:
+        print(f"{PROG} bench: error: the benchmark needs its extra dependencies "
+              f"(pip install 'cpersist[bench]'): {exc}", file=sys.stderr)
+        return EXIT_FAILED
     try:
         return bench_main(list(argv))
     except SystemExit as exc:  # argparse inside the benchmark: --help, bad options
@@ -378,6 +389,18 @@ def main(argv=None):
         verification, 2 bad usage.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # the reader went away: `cpersist info f.cp | head`
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # no second error at exit
+        except (OSError, ValueError):
+            pass
+        return EXIT_FAILED
+
+
+def _main(argv):
     if argv and argv[0] == "bench":
         return _cmd_bench(argv[1:])
     parser = build_parser()
@@ -390,6 +413,8 @@ def main(argv=None):
     except _UsageError as exc:
         print(f"{PROG} {args.verb}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        raise
     except (OSError, CpersistError) as exc:
         _error(exc)
         return EXIT_FAILED

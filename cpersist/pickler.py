@@ -214,8 +214,10 @@ def _restore(obj, saved):
                 delattr(obj, key)
         return changed
     changed = []
-    if vars(obj) != saved["__dict__"] or any(
-        vars(obj).get(k) is not v for k, v in saved["__dict__"].items()
+    now = vars(obj)
+    # Identity only: == on stored values (numpy arrays) may not give a bool.
+    if len(now) != len(saved["__dict__"]) or any(
+        now.get(k, _MISSING) is not v for k, v in saved["__dict__"].items()
     ):
         changed.append("__dict__")
         vars(obj).clear()

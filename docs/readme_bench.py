@@ -59,7 +59,7 @@ def main(directory):
             lambda: np.savez_compressed(npz, a=data), lambda: np.load(npz)["a"])
 
     head = ("Method", "File (MB)", "Ratio", "Write (s)", "Read (s)")
-    cells = [head] + [(r[0], f"{r[1]:.1f}", f"{r[2]:.2f}", f"{r[3]:.2f}", f"{r[4]:.2f}")
+    cells = [head] + [(r[0], f"{r[1]:.1f}", f"{r[2]:.2f}", f"{r[3]:.3f}", f"{r[4]:.3f}")
                       for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
     rule = "  ".join("=" * w for w in widths)

@@ -3,6 +3,8 @@ back exactly (bytes, dtype with byte order, shape, memory order, type), under
 every codec, to and from every kind of target."""
 
 import io
+import os
+import tempfile
 import warnings
 
 import numpy as np
@@ -13,8 +15,7 @@ from hypothesis import strategies as st
 import cpersist
 from cpersist.container import ContainerReader
 
-from .conftest import (COMPRESSIONS, TARGETS, assert_same, make_matrix, random_array,
-                       roundtrip)
+from .conftest import COMPRESSIONS, TARGETS, assert_same, make_matrix, random_array
 
 # -- dtypes ------------------------------------------------------------------
 
@@ -38,6 +39,12 @@ DTYPES = [
     np.dtype({"names": ["x", "y"], "formats": ["<i2", ">u4"], "offsets": [0, 4],
               "itemsize": 12}),
     np.dtype({"names": ["v"], "formats": ["<f8"], "titles": ["the value"]}),
+    # overlapping and out-of-order fields: the .npy descriptor cannot say them
+    np.dtype({"names": ["whole", "low"], "formats": ["<u4", "<u2"], "offsets": [0, 0]}),
+    np.dtype({"names": ["b", "a"], "formats": [">i4", "<i2"], "offsets": [4, 0],
+              "itemsize": 8}),
+    [("s", [("a", "i1"), ("b", ">f4")], (2, 2))],  # sub-array of structs
+    [("é", "<i4")],  # a non-ASCII field name
     ("<i4", (2, 3)),  # a sub-array dtype: numpy folds it into the shape
     object,
     [("n", "<i4"), ("o", object)],
@@ -46,7 +53,7 @@ DTYPES = [
 
 def _dtype_id(dtype):
     dt = np.dtype(dtype)
-    return dt.str if not dt.names else "struct" + str(len(dt.descr))
+    return dt.str if not dt.names else "struct-" + "-".join(dt.names)
 
 
 def _arrays_of(dtype):
@@ -238,6 +245,54 @@ def test_memmap_input_comes_back_as_ndarray(tmp_path, rt):
     del source, obj
 
 
+class Tagged(np.ndarray):
+    """A user subclass that pickles like ndarray and keeps an attribute."""
+
+    def __array_finalize__(self, obj):
+        self.tag = getattr(obj, "tag", None)
+
+
+def make_custom(data, note):
+    out = np.asarray(data).view(CustomReduce)
+    out.note = note
+    return out
+
+
+class CustomReduce(np.ndarray):
+    """A user subclass with its own pickling, which cpersist must respect."""
+
+    def __reduce__(self):
+        return make_custom, (np.asarray(self), getattr(self, "note", None))
+
+
+@pytest.mark.parametrize("compress", [0, "zstd"])
+def test_user_subclasses(compress, rt):
+    tagged = random_array("f4", (30, 40), seed=20).view(Tagged)
+    tagged.tag = {"unit": "K"}
+    custom = make_custom(random_array(">i8", (50, 3), order="F", seed=21), "hello")
+    out = rt({"tagged": tagged, "custom": custom, "again": custom}, compress=compress,
+             chunk_size=1000)
+    assert type(out["tagged"]) is Tagged and out["tagged"].tag == {"unit": "K"}
+    assert_same(tagged, out["tagged"])
+    assert type(out["custom"]) is CustomReduce and out["custom"].note == "hello"
+    assert_same(custom.view(np.ndarray), out["custom"].view(np.ndarray))
+    assert out["again"] is out["custom"]
+
+
+@pytest.mark.parametrize("compress", [0, "lz4"])
+def test_arrays_inside_object_arrays(compress, rt):
+    shared = random_array("f8", (40, 30), seed=22)
+    ragged = np.empty(4, dtype=object)
+    ragged[:] = [shared, np.arange(5, dtype=">u2"), None, shared[::2]]
+    grid = np.empty((2, 2), dtype=object, order="F")
+    grid[0, 0], grid[1, 1] = shared, "text"
+    out = rt({"ragged": ragged, "grid": grid, "shared": shared}, compress=compress,
+             chunk_size=512)
+    assert_same({"ragged": ragged, "grid": grid, "shared": shared}, out)
+    assert out["ragged"][0] is out["shared"] is out["grid"][0, 0]
+    assert out["grid"].flags.f_contiguous
+
+
 # -- objects mixing arrays and Python values ---------------------------------
 
 class Point:
@@ -375,6 +430,21 @@ def test_pickle_protocols(protocol, rt):
     assert out["shared_a"] is out["shared_b"]
 
 
+@pytest.mark.parametrize("compress", [0, "zstd"])
+def test_dtype_metadata_is_kept(compress, rt):
+    with_meta = np.dtype("<f8", metadata={"unit": "m"})
+    obj = {
+        "top": np.arange(3000.0).astype(with_meta).reshape(50, 60, order="F"),
+        "field": np.zeros(4, dtype=[("x", with_meta), ("n", ">i2", (2,))]),
+        "masked": np.ma.MaskedArray(np.ones(3, with_meta), mask=[0, 1, 0]),
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "metadata is not saved" warning
+        out = rt(obj, compress=compress, load_kwargs={"trusted": False})
+    assert_same(obj, out)
+    assert out["top"].dtype.metadata == {"unit": "m"}
+
+
 def test_views_of_one_base_are_independent_copies(rt):
     base = np.arange(10.0)
     out = rt({"a": base[:5], "b": base[3:]})
@@ -433,8 +503,7 @@ def array_views(draw):
     return view
 
 
-@settings(max_examples=100, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(arr=array_views(),
        compress=st.sampled_from(COMPRESSIONS),
        chunk_size=st.sampled_from([1, 7, 64, 1000, None]))
@@ -445,6 +514,20 @@ def test_property_random_views(arr, compress, chunk_size):
     out = cpersist.load(buf)
     assert_same({"x": arr, "y": arr}, out)
     assert out["x"] is out["y"]
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arr=array_views(), chunk_size=st.sampled_from([3, 100, None]), trusted=st.booleans())
+def test_property_random_views_mmap(arr, chunk_size, trusted):
+    masked = np.ma.MaskedArray(arr, mask=np.ones(arr.shape, bool))
+    obj = {"x": arr, "masked": masked}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "p.cp")
+        cpersist.dump(obj, path, chunk_size=chunk_size)
+        out = cpersist.load(path, mmap_mode="r", trusted=trusted)
+        assert_same(obj, out, mmap=True)
+        assert type(out["x"]) is (np.memmap if arr.size else np.ndarray)
+        del out
 
 
 def test_no_warnings_on_plain_round_trip(rt):

@@ -69,7 +69,8 @@ def build_parser(prog: str = "python -m cpersist.benchmarks") -> argparse.Argume
     p.add_argument("--out", default="cpersist-bench", metavar="DIR",
                    help="output directory (CSV, JSON, PNG); default ./cpersist-bench")
     p.add_argument("--quick", action="store_true",
-                   help="all methods on tiny data, levels 0 and 3, one repeat: a smoke run")
+                   help="all methods on tiny data (built-in datasets plus one of each kind of "
+                        "real data), levels 0 and 3, one repeat: a smoke run")
     p.add_argument("--trust-pickles", action="store_true",
                    help="allow loading pickle/joblib user files (loading a pickle runs code)")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S",

@@ -38,6 +38,7 @@ __all__ = [
     "package_datasets",
     "file_dataset",
     "all_datasets",
+    "QUICK_DATASETS",
     "select_datasets",
     "deep_nbytes",
     "describe",
@@ -459,6 +460,14 @@ def file_dataset(path: str, trust_pickles: bool = False) -> Dataset:
     name = "file_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", base)
     return Dataset(name, "file", f"user file {path}",
                    lambda s, q: load_user_file(path, trust_pickles), ["file"])
+
+
+#: What ``--quick`` runs: every built-in and one of each kind of real data
+#: (the other nibabel examples and the digits array add nothing new).
+QUICK_DATASETS = [
+    "atlas_c", "atlas_f", "images", "text", "sparse_table", "timeseries", "noise", "big",
+    "nifti_anatomical", "nifti_example4d", "digits_dict", "sample_images", "random_forest",
+]
 
 
 def all_datasets() -> List[Dataset]:

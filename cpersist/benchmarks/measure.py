@@ -277,18 +277,22 @@ def read_task(task: Dict[str, Any]) -> Dict[str, Any]:
             t1 = time.perf_counter()
         times.append(t1 - t0)
         if r == 0:
-            peak, peak_anon = pm.peak, pm.peak_anon
+            peak, peak_anon, pm_exact = pm.peak, pm.peak_anon, pm.exact
             # The original is loaded only now, after the measured read.
             diff = first_difference(_load_original(task["data_path"]), result)
             if diff:
                 return {"status": "failed", "reason": "wrong data read back: " + diff, "cache": cache}
         del result
     res = [x for x in resident if x is not None]
+    if cold and res and max(res) > 0.5:
+        # e.g. a tmpfs or a filesystem ignoring the advice: say so in the row.
+        cache = "warm (eviction had no effect)"
     return {
         "status": "ok",
         "read_times": times,
         "read_peak": peak,
         "read_peak_anon": peak_anon,
+        "peak_exact": pm_exact,
         "cache": cache,
         "resident_frac": max(res) if res else None,
     }

@@ -154,13 +154,21 @@ _FAMILY_COLORS = {
 }
 
 
+def _minor_label(v, _pos=None):
+    """Label the 2x and 5x minor ticks of a log axis in plain numbers."""
+    if v <= 0:
+        return ""
+    lead = round(v / 10 ** math.floor(math.log10(v)), 6)
+    return f"{v:g}" if lead in (2.0, 5.0) else ""
+
+
 def _grouped_bars(plt, rows, key, ylabel, title, path, log):
     methods = list(dict.fromkeys(r["method"] for r in rows))
     levels = sorted({int(r["level"]) for r in rows})
     cmap = plt.get_cmap("viridis")
-    colors = {lv: cmap(i / max(1, len(levels) - 1)) for i, lv in enumerate(levels)}
+    colors = {lv: cmap(lv / 9.5) for lv in levels}  # same colour for a level in every chart
     width = 0.8 / max(1, len(levels))
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(methods) + 2), 4.2))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(methods) + 2), 4.6))
     seen = set()
     for i, m in enumerate(methods):
         mrows = [r for r in rows if r["method"] == m]
@@ -177,12 +185,19 @@ def _grouped_bars(plt, rows, key, ylabel, title, path, log):
     ax.set_xticks(range(len(methods)))
     ax.set_xticklabels(methods, rotation=60, ha="right", fontsize=7)
     if log:
+        from matplotlib.ticker import FuncFormatter
+
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(_minor_label))
+        ax.tick_params(axis="y", which="minor", labelsize=6)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, ncol=min(5, len(levels)), loc="best")
-    fig.tight_layout()
+    ax.legend(fontsize=7, ncol=min(5, len(levels)), loc="upper left")
+    # Fixed margins instead of tight_layout: it measures every tick label
+    # and doubles the time per figure (dozens of figures per run).
+    fig.subplots_adjust(left=1.0 / fig.get_figwidth(), right=0.99, top=0.91, bottom=0.36)
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
@@ -285,6 +300,7 @@ def plot_storage(rows: List[Dict[str, Any]], out_dir: str) -> List[str]:
         Paths of the PNG files written.
     """
     plt = _plt()
+    os.makedirs(out_dir, exist_ok=True)
     paths = []
     ok = [r for r in rows if r.get("status") == "ok"]
     by_ds: Dict[str, List[Dict[str, Any]]] = {}
@@ -307,8 +323,9 @@ def plot_storage(rows: List[Dict[str, Any]], out_dir: str) -> List[str]:
 
 def _disk_chart(plt, rs, sub, out_dir, name):
     rows = [dict(r, disk_MB=(_f(r["disk_bytes"]) or 0) / 1e6) for r in rs]
+    # Linear: sizes of one dataset are comparable and bars must start at 0.
     return _grouped_bars(plt, rows, "disk_MB", "disk size, MB", f"{sub}: disk size",
-                         os.path.join(out_dir, f"{_safe(name)}_disk.png"), log=True)
+                         os.path.join(out_dir, f"{_safe(name)}_disk.png"), log=False)
 
 
 def plot_serializers(rows: List[Dict[str, Any]], path: str) -> str:
@@ -319,11 +336,13 @@ def plot_serializers(rows: List[Dict[str, Any]], path: str) -> str:
     sers = list(dict.fromkeys(r["serializer"] for r in ok))
     for ax, key, lab in ((axes[0], "store_s", "store seconds"), (axes[1], "load_s", "load seconds"),
                          (axes[2], "file_MB", "file size, MB")):
-        for s in sers:
+        cmap = plt.get_cmap("tab20")
+        for i, s in enumerate(sers):
             rs = sorted((r for r in ok if r["serializer"] == s), key=lambda r: int(r["entries"]))
             xs = [int(r["entries"]) for r in rs]
             ys = [max(_f(r[key]) or 0, 1e-7) for r in rs]
-            ax.plot(xs, ys, marker="o", ms=3, label=s)
+            ax.plot(xs, ys, marker="o", ms=3, label=s, color=cmap(i % 20),
+                    ls="--" if s.startswith("cpersist") else "-")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("dict entries (str -> int)")

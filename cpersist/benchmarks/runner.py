@@ -24,7 +24,7 @@ COLUMNS = [
     "size_bytes", "disk_bytes", "ratio", "disk_fraction",
     "write_s", "read_s", "write_MBps", "read_MBps",
     "write_peak_MB", "read_peak_MB", "write_peak_anon_MB", "read_peak_anon_MB",
-    "fsync_s", "cache", "resident_frac", "mmap", "repeats", "threads",
+    "fsync_s", "cache", "resident_frac", "peak_via", "mmap", "repeats", "threads",
     "status", "reason", "notes", "write_times", "read_times",
 ]
 
@@ -168,8 +168,8 @@ def measure_cell(name: str, info: Dict[str, Any], method: mt.Method, level: int,
     return _row(
         name, info, method, level, cfg,
         disk_bytes=disk,
-        ratio=round(size / disk, 4) if disk else "",
-        disk_fraction=round(disk / size, 4) if size else "",
+        ratio=float(f"{size / disk:.6g}") if disk else "",
+        disk_fraction=float(f"{disk / size:.6g}") if size else "",
         write_s=ws, read_s=rs,
         write_MBps=round(size / MB / ws, 2) if ws else "",
         read_MBps=round(size / MB / rs, 2) if rs else "",
@@ -180,6 +180,7 @@ def measure_cell(name: str, info: Dict[str, Any], method: mt.Method, level: int,
         fsync_s=round(w["fsync_s"], 6),
         cache=r["cache"],
         resident_frac="" if r.get("resident_frac") is None else round(r["resident_frac"], 4),
+        peak_via="VmHWM" if (w.get("peak_exact") and r.get("peak_exact")) else "sampler",
         status="ok",
         write_times=";".join(f"{t:.6g}" for t in w["write_times"]),
         read_times=";".join(f"{t:.6g}" for t in r["read_times"]),
@@ -209,6 +210,8 @@ def run_storage(cfg: StorageConfig) -> List[Dict[str, Any]]:
     available = ds.all_datasets()
     if cfg.files and not cfg.datasets:
         dataset_list = []  # user files given: benchmark just those by default
+    elif cfg.quick and not cfg.datasets:
+        dataset_list = [d for d in available if d.name in ds.QUICK_DATASETS]
     else:
         dataset_list = ds.select_datasets(cfg.datasets, available)
     dataset_list += [ds.file_dataset(p, cfg.trust_pickles) for p in cfg.files]

@@ -42,24 +42,31 @@ class _Blosc(Codec):
 
     def encode(self, buf, typesize=1):
         shuffle = 1 < typesize <= _MAX_TYPESIZE and len(buf) % typesize == 0
-        return _blosc2.compress(
+        # nthreads=1: cpersist already runs one chunk per core; Blosc's own
+        # threads on top would oversubscribe the CPUs.
+        return _blosc2.compress2(
             buf,
             typesize=typesize if shuffle else 1,
             clevel=self.level,
-            filter=_blosc2.Filter.SHUFFLE if shuffle else _blosc2.Filter.NOFILTER,
+            filters=[_blosc2.Filter.SHUFFLE if shuffle else _blosc2.Filter.NOFILTER],
             codec=_INNER[self.inner],
+            nthreads=1,
         )
 
     def decode_into(self, src, out):
         try:
-            nbytes, _, _ = _blosc2.get_cbuffer_sizes(src)
+            nbytes, cbytes, _ = _blosc2.get_cbuffer_sizes(src)
         except Exception as exc:  # blosc2 raises bare Exceptions/ValueErrors
             raise self._invalid(exc) from None
         # Check the size Blosc claims before it writes anything into `out`.
         if nbytes != len(out):
             raise self._wrong_size(nbytes, len(out))
+        # blosc2.decompress trusts the header's compressed size: a truncated
+        # buffer makes it read past its end (a segfault), so check it here.
+        if cbytes != len(src):
+            raise self._invalid(f"header says {cbytes} bytes, the chunk has {len(src)}")
         try:
-            _blosc2.decompress(src, dst=out)
+            _blosc2.decompress2(src, dst=out, nthreads=1)
         except Exception as exc:
             raise self._invalid(exc) from None
 

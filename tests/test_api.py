@@ -1,0 +1,730 @@
+"""The behaviour of ``dump`` and ``load``: arguments, memory mapping, atomic
+writes, errors on bad files, determinism, the file layout and restricted
+loading."""
+
+import gc
+import io
+import json
+import os
+import pickle
+import socket
+import struct
+import warnings
+
+import joblib
+import numpy as np
+import pytest
+
+import cpersist
+from cpersist.container import ALIGN, END_MAGIC, MAGIC, TRAILER, ContainerReader
+
+from .conftest import (COMPRESSIONS, _Thread, assert_same, make_matrix, pipe_bytes, random_array,
+                       roundtrip)
+
+
+def sections_of(path):
+    """The sections of a cpersist file, read with the container's reader."""
+    with open(path, "rb") as file:
+        reader = ContainerReader(file, str(path))
+        return reader.sections, reader.root
+
+
+def big(seed=0, shape=(200, 100), dtype="f8", order="C"):
+    """An array large enough to get a section of its own in any file."""
+    return random_array(dtype, shape, order=order, seed=seed)
+
+
+def no_stray_files(directory, expected):
+    names = sorted(os.listdir(directory))
+    assert names == sorted(expected), names
+    assert not [n for n in names if n.endswith(".cpersist-tmp")]
+
+
+# -- dump: targets and return value ------------------------------------------
+
+def test_dump_returns_the_name(tmp_path):
+    obj = {"a": big()}
+    assert cpersist.dump(obj, str(tmp_path / "a.cp")) == [str(tmp_path / "a.cp")]
+    assert cpersist.dump(obj, tmp_path / "b.cp") == [str(tmp_path / "b.cp")]
+    with open(tmp_path / "c.cp", "wb") as file:
+        assert cpersist.dump(obj, file) == [str(tmp_path / "c.cp")]
+    assert cpersist.dump(obj, io.BytesIO()) == []
+    no_stray_files(tmp_path, ["a.cp", "b.cp", "c.cp"])
+    data = (tmp_path / "a.cp").read_bytes()
+    assert (tmp_path / "b.cp").read_bytes() == data == (tmp_path / "c.cp").read_bytes()
+
+
+def test_dump_relative_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cpersist.dump([1, big()], "rel.cp") == ["rel.cp"]
+    assert_same([1, big()], cpersist.load("rel.cp"))
+    no_stray_files(tmp_path, ["rel.cp"])
+
+
+def test_dump_overwrites_an_existing_file(tmp_path):
+    path = tmp_path / "x.cp"
+    cpersist.dump({"old": big(1)}, path)
+    cpersist.dump({"new": big(2)}, path, compress=3)
+    assert_same({"new": big(2)}, cpersist.load(path))
+    no_stray_files(tmp_path, ["x.cp"])
+
+
+@pytest.mark.parametrize("compress", [0, "blosc:zstd"])
+def test_socket_target_and_source(compress):
+    """A socket (unbuffered, non-seekable) as dump target and load source."""
+    obj = {"a": big(shape=(400, 300)), "b": [1, "x"]}
+    left, right = socket.socketpair()
+    left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    with left, right:
+        out_file = left.makefile("wb", buffering=0)
+        in_file = right.makefile("rb")
+
+        def produce():
+            with out_file:
+                assert cpersist.dump(obj, out_file, compress=compress) == []
+            left.shutdown(socket.SHUT_WR)
+
+        thread = _Thread(produce)
+        thread.start()
+        with in_file:
+            try:
+                out = cpersist.load(in_file)
+            finally:
+                thread.join_checked()
+    assert_same(obj, out)
+
+
+class TrickleWriter(io.RawIOBase):
+    """A non-seekable raw stream that accepts at most 1000 bytes per write."""
+
+    def __init__(self):
+        self.data = bytearray()
+        self.calls = 0
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        self.calls += 1
+        n = min(len(b), 1000 - self.calls % 7)
+        self.data += bytes(memoryview(b)[:n])
+        return n
+
+
+@pytest.mark.parametrize("compress", [0, "lz4"])
+def test_partial_writes_are_completed(compress):
+    obj = {"a": big(shape=(100, 50)), "b": ["x"] * 1000}
+    stream = TrickleWriter()
+    assert not stream.seekable()
+    cpersist.dump(obj, stream, compress=compress)
+    expected = io.BytesIO()
+    cpersist.dump(obj, expected, compress=compress)
+    assert bytes(stream.data) == expected.getvalue()
+    assert_same(obj, cpersist.load(io.BytesIO(stream.data)))
+
+
+def test_bad_target_and_source_types():
+    with pytest.raises(TypeError, match="target"):
+        cpersist.dump({}, 123)
+    with pytest.raises(TypeError, match="source"):
+        cpersist.load(123)
+
+
+# -- compress ------------------------------------------------------------------
+
+ACCEPTED = [
+    (0, None), (False, None), (True, ("zstd", 3)),
+    *[(level, ("zstd", level)) for level in range(1, 10)],
+    *[(name, (name, 3)) for name in cpersist.available_codecs()],
+    ("blosc", ("blosc:lz4", 3)),
+    (("zlib", 0), None), (("blosc:zstd", 0), None),
+    (("zlib", 1), ("zlib", 1)), (("lz4", 9), ("lz4", 9)), (("blosc", 7), ("blosc:lz4", 7)),
+    (("blosc:blosclz", 5), ("blosc:blosclz", 5)), (("blosc:zlib", 2), ("blosc:zlib", 2)),
+]
+
+
+@pytest.mark.parametrize("compress, expected", ACCEPTED, ids=[repr(c) for c, _ in ACCEPTED])
+def test_compress_accepted(compress, expected, tmp_path):
+    obj = {"a": np.tile(np.arange(1000.0), 20), "text": "abc" * 5000}
+    path = tmp_path / "c.cp"
+    cpersist.dump(obj, path, compress=compress)
+    sections, root = sections_of(path)
+    configs = {None if s.codec is None else (s.codec.get_config()["id"],
+                                             s.codec.get_config()["level"])
+               for s in sections}
+    assert configs == {expected}
+    assert any(s.meta.get("kind") == "array" for s in sections)
+    assert_same(obj, cpersist.load(path))
+
+
+REJECTED = [10, -1, 100, "nope", "ZLIB", "blosc:nope", "", {}, {"zlib": 3}, ("zlib", 10),
+            ("zlib", -1), (1, "zlib"), ("zlib",), ("zlib", 3, 1), ["zlib", 3], 1.5,
+            ("zlib", 1.5), ("zlib", True), ("nope", 3), b"zlib"]
+
+
+@pytest.mark.parametrize("compress", REJECTED, ids=repr)
+def test_compress_rejected(compress, tmp_path):
+    with pytest.raises(ValueError) as info:
+        cpersist.dump({"a": big()}, tmp_path / "x.cp", compress=compress)
+    message = str(info.value)
+    for accepted in ["zlib", "lz4", "zstd", "blosc", "blosc:lz4", "blosc:zstd", "blosc:zlib",
+                     "blosc:blosclz", "True", "0-9"]:
+        assert accepted in message, (accepted, message)
+    no_stray_files(tmp_path, [])
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"protocol": 1}, {"protocol": 0}, {"protocol": pickle.HIGHEST_PROTOCOL + 1},
+    {"protocol": "5"}, {"protocol": True}, {"protocol": 5.0},
+    {"chunk_size": 0}, {"chunk_size": -1}, {"chunk_size": 1.5}, {"chunk_size": True},
+    {"chunk_size": "1000"}, {"chunk_size": (1 << 31) + 1},
+    {"n_threads": 0}, {"n_threads": -2}, {"n_threads": 1.0}, {"n_threads": True},
+    {"n_threads": "2"},
+], ids=repr)
+def test_bad_dump_arguments(kwargs, tmp_path):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        cpersist.dump({"a": big()}, tmp_path / "x.cp", **kwargs)
+    no_stray_files(tmp_path, [])
+
+
+@pytest.mark.parametrize("n_threads", [0, -1, 1.5, True, "1"])
+def test_bad_load_n_threads(n_threads, tmp_path):
+    cpersist.dump([1], tmp_path / "x.cp")
+    with pytest.raises(ValueError, match="n_threads"):
+        cpersist.load(tmp_path / "x.cp", n_threads=n_threads)
+
+
+@pytest.mark.parametrize("trusted", [None, 3, [3], [("a",)], [("a", "b", "c")], [""]], ids=repr)
+def test_bad_trusted(trusted, tmp_path):
+    cpersist.dump([1], tmp_path / "x.cp")
+    with pytest.raises(ValueError, match="trusted"):
+        cpersist.load(tmp_path / "x.cp", trusted=trusted)
+
+
+def test_good_extremes_of_arguments(tmp_path):
+    obj = {"a": big(shape=(30, 7))}
+    for kwargs in [{"protocol": 2}, {"protocol": pickle.HIGHEST_PROTOCOL}, {"chunk_size": 1},
+                   {"n_threads": 1}, {"n_threads": 8}, {"fsync": True}]:
+        cpersist.dump(obj, tmp_path / "x.cp", compress="lz4", **kwargs)
+        assert_same(obj, cpersist.load(tmp_path / "x.cp", n_threads=kwargs.get("n_threads")))
+
+
+# -- mmap_mode -------------------------------------------------------------------
+
+def mmap_object():
+    return {
+        "c": big(1, dtype="<f8"),
+        "f": big(2, dtype=">i4", order="F"),
+        "view": big(3)[::2, ::-3],
+        "struct": random_array([("a", "<i2"), ("b", ">f8", (2,))], (500,), seed=4),
+        "zero_d": np.array(7, dtype="u2"),
+        "empty": np.zeros((0, 5)),
+        "masked": np.ma.MaskedArray(big(5), mask=big(5) > 0.5),
+        "py": ["x", 1],
+    }
+
+
+@pytest.mark.parametrize("mmap_mode", [None, "r", "r+", "c"])
+def test_mmap_modes_load(mmap_mode, tmp_path):
+    obj = mmap_object()
+    path = tmp_path / "m.cp"
+    cpersist.dump(obj, path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = cpersist.load(path, mmap_mode=mmap_mode)
+    assert_same(obj, out, mmap=True)
+    for key in ["c", "f", "view", "struct", "zero_d"]:
+        assert (type(out[key]) is np.memmap) == (mmap_mode is not None), key
+    # numpy gives a zero-size slice of a memmap no mapping: a plain ndarray
+    assert type(out["empty"]) is np.ndarray
+    if mmap_mode:
+        assert type(out["masked"].data) is np.memmap
+        assert out["c"].flags.writeable == (mmap_mode != "r")
+
+
+@pytest.mark.parametrize("mmap_mode", ["w+", "w", "x", "readonly", "R", 1, True])
+def test_bad_mmap_modes(mmap_mode, tmp_path):
+    path = tmp_path / "m.cp"
+    cpersist.dump({"a": big()}, path)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match="mmap_mode"):
+        cpersist.load(path, mmap_mode=mmap_mode)
+    assert path.read_bytes() == before
+
+
+def test_memmaps_are_aligned_in_the_file(tmp_path):
+    obj = mmap_object()
+    path = tmp_path / "m.cp"
+    cpersist.dump(obj, path)
+    sections, root = sections_of(path)
+    arrays = [s for s in sections if s.meta.get("kind") == "array"]
+    assert len(arrays) >= 6
+    assert all(s.is_raw and s.offset % ALIGN == 0 for s in arrays)
+    out = cpersist.load(path, mmap_mode="r")
+    offsets = {s.offset for s in arrays}
+    for key in ["c", "f", "view", "struct", "zero_d"]:
+        arr = out[key]
+        # the file is mapped from its start, whose address is page-aligned
+        assert arr.ctypes.data % ALIGN == 0, key
+        base = np.frombuffer(arr._mmap, dtype=np.uint8).ctypes.data
+        assert arr.ctypes.data - base in offsets, key
+    del out, arr
+    gc.collect()
+
+
+def test_mmap_r_is_read_only(tmp_path):
+    path = tmp_path / "m.cp"
+    cpersist.dump({"a": big()}, path)
+    out = cpersist.load(path, mmap_mode="r")
+    with pytest.raises(ValueError, match="read-only"):
+        out["a"][0, 0] = 1.0
+
+
+def test_mmap_r_plus_writes_reach_the_file(tmp_path):
+    path = tmp_path / "m.cp"
+    obj = mmap_object()
+    cpersist.dump(obj, path)
+    out = cpersist.load(path, mmap_mode="r+")
+    out["c"][0, :3] = [-1.0, -2.0, -3.0]
+    out["f"][-1, -1] = 12345
+    out["c"].flush()
+    del out
+    gc.collect()
+    # The chunk checksums now describe the old bytes: reading them back
+    # needs verify=False, or memory mapping (which does not verify).
+    again = cpersist.load(path, mmap_mode="r")
+    assert again["c"][0, :3].tolist() == [-1.0, -2.0, -3.0]
+    assert again["f"][-1, -1] == 12345
+    unverified = cpersist.load(path, verify=False)
+    assert unverified["c"][0, :3].tolist() == [-1.0, -2.0, -3.0]
+    assert_same(obj["struct"], unverified["struct"])
+    with pytest.raises(cpersist.CorruptFileError, match="checksum"):
+        cpersist.load(path)
+
+
+def test_mmap_c_writes_stay_private(tmp_path):
+    path = tmp_path / "m.cp"
+    obj = mmap_object()
+    cpersist.dump(obj, path)
+    before = path.read_bytes()
+    out = cpersist.load(path, mmap_mode="c")
+    out["c"][...] = 0.0
+    out["f"][0, 0] = 1
+    assert out["c"].sum() == 0.0 and out["f"][0, 0] == 1
+    del out
+    gc.collect()
+    assert path.read_bytes() == before
+    assert_same(obj, cpersist.load(path))
+
+
+def test_memmaps_outlive_load_and_the_file_object(tmp_path):
+    obj = mmap_object()
+    path = tmp_path / "m.cp"
+    cpersist.dump(obj, path)
+    from_path = cpersist.load(path, mmap_mode="r")
+    with open(path, "rb") as file:
+        from_file = cpersist.load(file, mmap_mode="r")
+    assert file.closed
+    gc.collect()
+    assert type(from_file["c"]) is np.memmap
+    assert_same(obj, from_file, mmap=True)
+    assert_same(obj, from_path, mmap=True)
+
+
+def test_mmap_r_plus_through_an_open_file(tmp_path):
+    path = tmp_path / "m.cp"
+    cpersist.dump({"a": big()}, path)
+    with open(path, "r+b") as file:
+        out = cpersist.load(file, mmap_mode="r+")
+    out["a"][1, 1] = -5.0
+    out["a"].flush()
+    del out
+    assert cpersist.load(path, mmap_mode="c")["a"][1, 1] == -5.0
+
+
+def test_memmap_from_an_open_file_with_a_prefix(tmp_path):
+    obj = mmap_object()
+    path = tmp_path / "m.cp"
+    with open(path, "wb") as file:
+        file.write(b"some header of another format" * 3)
+        start = file.tell()
+        cpersist.dump(obj, file)
+        file.write(b"")
+    with open(path, "rb") as file:
+        file.seek(start)
+        out = cpersist.load(file, mmap_mode="r")
+    assert type(out["c"]) is np.memmap
+    assert_same(obj, out, mmap=True)
+
+
+def test_compressed_arrays_with_mmap_warn_once(tmp_path):
+    obj = {"a": big(1), "b": big(2), "c": [big(3), big(4)], "d": big(5).T}
+    path = tmp_path / "z.cp"
+    cpersist.dump(obj, path, compress="zlib")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = cpersist.load(path, mmap_mode="r")
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    warning = caught[0]
+    assert warning.category is UserWarning
+    assert str(path) in str(warning.message) and "compressed" in str(warning.message)
+    assert warning.filename == __file__  # points at the caller of load
+    assert_same(obj, out)
+    assert type(out["a"]) is np.ndarray
+
+
+@pytest.mark.parametrize("compress", [0, "lz4"])
+def test_bytesio_source_with_mmap_warns_and_loads(compress):
+    obj = mmap_object()
+    buf = io.BytesIO()
+    cpersist.dump(obj, buf, compress=compress)
+    buf.seek(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = cpersist.load(buf, mmap_mode="r")
+    assert len(caught) == 1 and caught[0].category is UserWarning
+    assert "memory-map" in str(caught[0].message)
+    assert caught[0].filename == __file__
+    assert_same(obj, out)
+    assert type(out["c"]) is np.ndarray
+
+
+def test_pipe_source_with_mmap_warns_and_loads(tmp_path):
+    obj = mmap_object()
+    buf = io.BytesIO()
+    cpersist.dump(obj, buf)
+    reader, thread = pipe_bytes(buf.getvalue())
+    with reader, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = cpersist.load(reader, mmap_mode="r")
+    thread.join_checked()
+    assert len(caught) == 1 and "not seekable" in str(caught[0].message)
+    assert caught[0].filename == __file__
+    assert_same(obj, out)
+
+
+def test_raw_file_without_mmap_does_not_warn(tmp_path):
+    path = tmp_path / "r.cp"
+    cpersist.dump(mmap_object(), path, compress=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cpersist.load(path)
+        with open(path, "rb") as file:
+            cpersist.load(file)
+
+
+# -- failed dumps leave nothing behind ---------------------------------------
+
+module_lambda = lambda x: x  # noqa: E731  (a module-level lambda: PicklingError)
+
+
+def unpicklable_objects():
+    return [
+        {"f": module_lambda},
+        {"arr": big(), "then": [1, lambda: 2]},  # fails after an array was written
+        [big(), big(2), (x for x in [])],
+        {"local": [lambda: 1]},  # a local lambda: AttributeError before Python 3.14
+    ]
+
+
+@pytest.mark.parametrize("case", range(4))
+@pytest.mark.parametrize("compress", [0, "zstd"])
+def test_failed_dump_leaves_no_file(case, compress, tmp_path):
+    obj = unpicklable_objects()[case]
+    with pytest.raises((pickle.PicklingError, TypeError, AttributeError)):
+        cpersist.dump(obj, tmp_path / "x.cp", compress=compress)
+    no_stray_files(tmp_path, [])
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_failed_dump_keeps_the_old_file(case, tmp_path):
+    path = tmp_path / "x.cp"
+    cpersist.dump({"old": big()}, path)
+    before = path.read_bytes()
+    with pytest.raises((pickle.PicklingError, TypeError, AttributeError)):
+        cpersist.dump(unpicklable_objects()[case], path, compress=1)
+    assert path.read_bytes() == before
+    no_stray_files(tmp_path, ["x.cp"])
+    assert_same({"old": big()}, cpersist.load(path))
+
+
+def test_dump_into_a_missing_directory(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        cpersist.dump([1], tmp_path / "missing" / "x.cp")
+    no_stray_files(tmp_path, [])
+
+
+# -- bad files -----------------------------------------------------------------
+
+@pytest.fixture
+def good_file(tmp_path):
+    path = tmp_path / "good.cp"
+    cpersist.dump({"a": big(), "b": [1, 2, "x"], "c": big(2)[::2]}, path, compress="zstd",
+                  chunk_size=50000)
+    return path
+
+
+def _load_each_way(path):
+    """Load ``path`` as a path, from an open file, a BytesIO and a pipe."""
+    data = path.read_bytes()
+    errors = []
+    sources = ["path", "file", "bytesio", "pipe"]
+    for how in sources:
+        with pytest.raises(cpersist.CorruptFileError) as info:
+            if how == "path":
+                cpersist.load(path)
+            elif how == "file":
+                with open(path, "rb") as file:
+                    cpersist.load(file)
+            elif how == "bytesio":
+                cpersist.load(io.BytesIO(data))
+            else:
+                reader, thread = pipe_bytes(data)
+                with reader:
+                    try:
+                        cpersist.load(reader)
+                    finally:
+                        thread.join_checked()
+        errors.append(info.value)
+    assert str(path) in str(errors[0])
+    return errors
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.cp"
+    path.write_bytes(b"")
+    errors = _load_each_way(path)
+    assert "empty" in str(errors[0])
+
+
+@pytest.mark.parametrize("size", [1, 7, 8, 100, 5000])
+def test_random_bytes(size, tmp_path):
+    path = tmp_path / "random.cp"
+    path.write_bytes(np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8)
+                     .tobytes())
+    errors = _load_each_way(path)
+    assert "not a cpersist file" in str(errors[0]) or "truncated" in str(errors[0])
+
+
+def test_npy_file(tmp_path):
+    path = tmp_path / "array.npy"
+    np.save(path, big())
+    errors = _load_each_way(path)
+    assert "not a cpersist file" in str(errors[0])
+
+
+@pytest.mark.parametrize("compress", [0, 3])
+def test_joblib_file(compress, tmp_path):
+    path = tmp_path / "model.joblib"
+    joblib.dump({"a": big(), "b": [1, 2]}, path, compress=compress)
+    errors = _load_each_way(path)
+    assert "not a cpersist file" in str(errors[0])
+
+
+def test_pickle_file(tmp_path):
+    path = tmp_path / "obj.pkl"
+    path.write_bytes(pickle.dumps({"a": big()}))
+    _load_each_way(path)
+
+
+@pytest.mark.parametrize("cut", [1, 8, 9, 63, 64, 65, 1000, "half", -1, -8, -31, -32, -33,
+                                 -200])
+def test_truncated_file(cut, good_file):
+    data = good_file.read_bytes()
+    keep = len(data) // 2 if cut == "half" else cut if cut > 0 else len(data) + cut
+    good_file.write_bytes(data[:keep])
+    _load_each_way(good_file)
+
+
+def test_truncated_raw_file_with_mmap(tmp_path):
+    path = tmp_path / "raw.cp"
+    cpersist.dump({"a": big()}, path)
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+    with pytest.raises(cpersist.CorruptFileError):
+        cpersist.load(path, mmap_mode="r")
+
+
+def test_newer_major_version(good_file):
+    data = bytearray(good_file.read_bytes())
+    major, minor = struct.unpack_from("<HH", data, len(MAGIC))
+    assert (major, minor) == (1, 0)
+    struct.pack_into("<H", data, len(MAGIC), major + 1)
+    good_file.write_bytes(bytes(data))
+    for error in _load_each_way(good_file):
+        assert type(error) is cpersist.UnsupportedVersionError
+        assert "newer" in str(error) and "2.0" in str(error)
+
+
+def test_error_classes():
+    assert issubclass(cpersist.CorruptFileError, cpersist.CpersistError)
+    assert issubclass(cpersist.CorruptFileError, ValueError)
+    assert issubclass(cpersist.UnsupportedVersionError, cpersist.CorruptFileError)
+    assert issubclass(cpersist.UntrustedObjectError, cpersist.CpersistError)
+
+
+# -- determinism and threads ------------------------------------------------------
+
+def threads_object():
+    return {"a": big(1, shape=(300, 200)), "b": np.arange(200000, dtype=">i8") % 1000,
+            "view": big(2, shape=(300, 200))[::2, ::-1], "py": list(range(5000)),
+            "small": np.arange(10)}
+
+
+@pytest.mark.parametrize("compress", COMPRESSIONS)
+def test_threads_give_identical_files(compress, tmp_path):
+    obj = threads_object()
+    files = []
+    for n_threads in (1, 2, 1, 4):
+        buf = io.BytesIO()
+        cpersist.dump(obj, buf, compress=compress, chunk_size=20000, n_threads=n_threads)
+        files.append(buf.getvalue())
+    assert files[0] == files[1] == files[2] == files[3]
+    for n_threads in (1, 2):
+        assert_same(obj, cpersist.load(io.BytesIO(files[0]), n_threads=n_threads))
+
+
+# -- file layout ---------------------------------------------------------------
+
+def test_file_layout(tmp_path):
+    a = np.arange(1000, dtype=">i4")
+    b = np.asfortranarray(np.arange(1200, dtype="<f8").reshape(30, 40))
+    c = np.arange(999, dtype="u1")  # an odd size: the next section must be re-aligned
+    path = tmp_path / "layout.cp"
+    cpersist.dump({"a": a, "c": c, "b": b}, path)
+    data = path.read_bytes()
+    assert data.startswith(MAGIC) and MAGIC == b"\x89CPS\r\n\x1a\n"
+    assert data[8:12] == b"\x01\x00\x00\x00"  # major 1, minor 0, little-endian
+    assert data[12:64] == bytes(52)
+    assert data.endswith(END_MAGIC)
+    offset, length, crc, reserved, _ = TRAILER.unpack(data[-TRAILER.size:])
+    assert offset % ALIGN == 0 and offset + length == len(data) - TRAILER.size
+    index = json.loads(data[offset:offset + length])
+    assert crc == __import__("zlib").crc32(data[offset:offset + length])
+    assert index["format"] == [1, 0]
+    sections = index["sections"]
+    by_shape = {tuple(s["meta"]["shape"]): s for s in sections
+                if s["meta"].get("kind") == "array"}
+    for arr in (a, b, c):
+        section = by_shape[arr.shape]
+        start = section["offset"]
+        assert start % ALIGN == 0 and section["codec"] is None
+        # the array's bytes, in its own memory order, lie there as they are
+        assert data[start:start + arr.nbytes] == arr.tobytes(order="A")
+        view = np.frombuffer(data, dtype=arr.dtype, count=arr.size, offset=start)
+        order = "F" if section["meta"]["order"] == "F" else "C"
+        assert (view.reshape(arr.shape, order=order) == arr).all()
+    assert by_shape[(30, 40)]["meta"]["order"] == "F"
+    assert data[by_shape[(1000,)]["offset"]:][:4] == b"\x00\x00\x00\x00"
+    assert data[by_shape[(1000,)]["offset"]:][4:8] == b"\x00\x00\x00\x01"  # big-endian 1
+
+
+def test_layout_with_a_prefix_is_relative(tmp_path):
+    path = tmp_path / "prefixed.bin"
+    buf = io.BytesIO()
+    cpersist.dump({"a": big()}, buf)
+    with open(path, "wb") as file:
+        file.write(b"x" * 13)
+        cpersist.dump({"a": big()}, file)
+    assert path.read_bytes()[13:] == buf.getvalue()
+
+
+# -- restricted loads -------------------------------------------------------------
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+
+def safe_object():
+    return {
+        "arrays": [big(1), big(2, dtype=">i2", order="F"), big(3)[::3]],
+        "small": np.arange(5, dtype="u1"),
+        "list": [1, 2.5, "s", None, True, (1, 2), {3}, frozenset([4]), b"b", 1 + 2j],
+        "scalars": [np.float32(1.5), np.int64(-3), np.bool_(False), np.datetime64("2020-01"),
+                    np.timedelta64(5, "s"), np.str_("u"), np.complex64(1j)],
+        "dtypes": [np.dtype("f4"), np.dtype([("a", ">i4"), ("b", "U3", (2,))])],
+        "matrix": make_matrix(np.eye(3)),
+        "masked": np.ma.MaskedArray(big(4), mask=big(4) > 0.5, fill_value=1.5),
+        "masked_nomask": np.ma.MaskedArray(np.arange(3.0)),
+        "masked_constant": np.ma.masked,
+        "recarray": np.rec.array([(1, 2.0)], dtype=[("x", "i4"), ("y", "f8")]),
+        "objects": np.array(["a", None, 3], dtype=object),
+        "structured": random_array([("a", "<i4"), ("b", ">f8")], (100,), seed=5),
+    }
+
+
+@pytest.mark.parametrize("compress", [0, "zstd", "blosc:lz4"])
+def test_restricted_load_of_safe_data(compress, tmp_path):
+    obj = safe_object()
+    out = roundtrip(obj, "path", tmp_path, compress=compress, load_kwargs={"trusted": False})
+    assert_same(obj, out)
+
+
+def test_restricted_load_with_mmap(tmp_path):
+    obj = safe_object()
+    out = roundtrip(obj, "path", tmp_path, load_kwargs={"trusted": False, "mmap_mode": "r"})
+    assert_same(obj, out, mmap=True)
+
+
+@pytest.mark.parametrize("obj", [Point(1), [1, {"p": Point(big())}], {"f": os.system},
+                                 {"t": Point}], ids=["instance", "nested", "function", "class"])
+def test_restricted_load_refuses_other_globals(obj, tmp_path):
+    path = tmp_path / "u.cp"
+    cpersist.dump(obj, path)
+    with pytest.raises(cpersist.UntrustedObjectError) as info:
+        cpersist.load(path, trusted=False)
+    error = info.value
+    module, name = ("posix", "system") if obj == {"f": os.system} else (__name__, "Point")
+    assert (error.module, error.name) == (module, name)
+    assert f"{module}.{name}" in str(error) and str(path) in str(error)
+
+
+def test_restricted_load_refuses_before_calling(tmp_path):
+    path = tmp_path / "u.cp"
+    cpersist.dump(Recorder(), path)
+    Recorder.calls.clear()
+    with pytest.raises(cpersist.UntrustedObjectError):
+        cpersist.load(path, trusted=False)
+    assert Recorder.calls == []
+    cpersist.load(path)
+    assert Recorder.calls == ["called"]
+
+
+def record(tag):
+    Recorder.calls.append(tag)
+    return tag
+
+
+class Recorder:
+    calls = []
+
+    def __reduce__(self):
+        return record, ("called",)
+
+
+@pytest.mark.parametrize("trusted", [
+    [(__name__, "Point")], (__name__, "Point"), ["tests"], "tests", [__name__],
+    ["tests.test_api", ("x", "y")], True,
+], ids=repr)
+def test_trusted_admits(trusted, tmp_path):
+    obj = {"p": Point(big()), "safe": safe_object()}
+    out = roundtrip(obj, "path", tmp_path, compress="lz4", load_kwargs={"trusted": trusted})
+    assert_same(obj, out)
+    assert type(out["p"]) is Point
+
+
+@pytest.mark.parametrize("trusted", [["test"], ["tests.test_ap"], [(__name__, "Poin")],
+                                     [("tests", "Point")], False, []], ids=repr)
+def test_trusted_is_exact(trusted, tmp_path):
+    path = tmp_path / "u.cp"
+    cpersist.dump({"p": Point(1)}, path)
+    with pytest.raises(cpersist.UntrustedObjectError):
+        cpersist.load(path, trusted=trusted)
+
+
+def test_stored_array_outside_cpersist(tmp_path):
+    """A cpersist pickle stream unpickled by plain pickle fails with a clear message."""
+    from cpersist.pickler import stored_array
+    with pytest.raises(pickle.UnpicklingError, match="cpersist.load"):
+        stored_array(0)

@@ -1,0 +1,108 @@
+"""The documentation builds without a warning and its examples run.
+
+``sphinx -W -b html`` fails on any warning (a broken reference, a docstring
+numpydoc cannot parse, a missing image); ``-b doctest`` runs every ``>>>``
+example and ``testcode`` block of the pages and of the docstrings autodoc
+pulls in (dump, load, convert, ...). The README's example is run too.
+Needs the ``docs`` extra (Sphinx and numpydoc).
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = os.path.join(ROOT, "docs")
+PAGES = ["index", "getting_started", "user_guide", "cli", "safety", "format", "benchmarks",
+         "api", "changelog"]
+
+
+def sphinx(builder, out):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-E",
+         "-b", builder, DOCS, str(out)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+
+
+def test_sphinx_is_installed():
+    result = subprocess.run([sys.executable, "-c", "import sphinx, numpydoc"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, (
+        "building the docs needs Sphinx and numpydoc: pip install -e '.[docs]'\n"
+        + result.stderr
+    )
+
+
+def test_html_builds_without_warnings(tmp_path):
+    result = sphinx("html", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for page in PAGES:
+        assert (tmp_path / f"{page}.html").is_file(), page
+    api = (tmp_path / "api.html").read_text(encoding="utf-8")
+    for name in ("cpersist.dump", "cpersist.load", "cpersist.convert", "cpersist.inspect",
+                 "cpersist.verify", "cpersist.CorruptFileError"):
+        assert f'id="{name}"' in api, name
+
+
+def test_doctests_pass(tmp_path):
+    result = sphinx("doctest", tmp_path)
+    report = (tmp_path / "output.txt").read_text(encoding="utf-8") \
+        if (tmp_path / "output.txt").exists() else ""
+    assert result.returncode == 0, result.stdout + result.stderr + report
+    summary = re.search(r"(\d+) tests\s+0 failures in tests", report)
+    assert summary and int(summary.group(1)) >= 50, report[-2000:]
+    # the docstring examples of the API are among them
+    assert "Document: api" in report
+
+
+def test_a_failing_example_fails_the_build(tmp_path):
+    """The doctest build really reports failures (so the docs cannot rot)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "conf.py").write_text(
+        "extensions = ['sphinx.ext.doctest']\ndoctest_global_setup = 'import cpersist'\n"
+    )
+    (src / "index.rst").write_text("Test\n====\n\n>>> cpersist.available_codecs()[:1]\n['nope']\n")
+    result = sphinx_dir("doctest", src, tmp_path / "out")
+    assert result.returncode != 0
+
+
+def sphinx_dir(builder, src, out):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "-q", "-b", builder, str(src), str(out)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+
+
+def test_readme(tmp_path):
+    with open(os.path.join(ROOT, "README.rst"), encoding="utf-8") as f:
+        readme = f.read()
+    # The two set-up commands, right after the title and the description.
+    block = re.search(r"\.\. code-block:: console\n\n((?:   .*\n)+)", readme)
+    assert block, "no set-up code block"
+    assert block.group(1).splitlines() == [
+        "   pip install '.[bench]' && python -m cpersist.benchmarks --out bench-results",
+        "   pip install -e '.[test]' && python -m pytest -q",
+    ]
+    assert readme.index(".. code-block:: console") < readme.index("Example")
+    # It is valid reStructuredText (PyPI renders it with docutils).
+    from docutils.core import publish_doctree
+
+    publish_doctree(readme, settings_overrides={"halt_level": 2, "report_level": 2})
+    # Every page it links to exists.
+    for link in re.findall(r"<(docs/[^>]+)>`_", readme):
+        assert os.path.isfile(os.path.join(ROOT, link)), link
+    # Its Python example runs.
+    code = re.search(r"\.\. code-block:: python\n\n((?:   .*\n|\n)+)", readme).group(1)
+    code = "\n".join(line[3:] for line in code.splitlines())
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "model.cp").is_file() and (tmp_path / "raw.cp").is_file()

@@ -1,0 +1,229 @@
+"""Durability: atomic dumps (SIGKILL, exceptions, concurrent writers), no
+leaked file handles, memmaps that outlive ``load``."""
+
+import gc
+import glob
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import cpersist
+
+KILLS = 30
+
+_CHILD = textwrap.dedent("""
+    import sys, numpy as np, cpersist
+    path, compress = sys.argv[1], sys.argv[2]
+    big = {"v": "new", "a": np.arange(12_500_000, dtype=np.float64)}  # 100 MB
+    print("dumping", flush=True)
+    cpersist.dump(big, path, compress=0 if compress == "0" else compress, n_threads=1)
+    print("done", flush=True)
+""")
+
+
+def _tmp_files(directory, name):
+    return sorted(glob.glob(os.path.join(directory, f".{name}.*.cpersist-tmp")))
+
+
+def test_sigkill_during_dump_keeps_old_file(tmp_path):
+    target = tmp_path / "model.cp"
+    old = {"v": "old", "a": np.arange(1000)}
+    cpersist.dump(old, target)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    modes = ["0", "zlib"]
+    full = {}
+    for mode in modes:  # calibrate: how long does one dump take?
+        with subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path / "cal.cp"), mode],
+                              stdout=subprocess.PIPE, env=env) as child:
+            assert child.stdout.readline() == b"dumping\n"
+            t0 = time.monotonic()
+            assert child.stdout.readline() == b"done\n"
+            full[mode] = time.monotonic() - t0
+        os.unlink(tmp_path / "cal.cp")
+    mid_write = 0
+    for i in range(KILLS):
+        compress = modes[i % 2]
+        child = subprocess.Popen([sys.executable, "-c", _CHILD, str(target), compress],
+                                 stdout=subprocess.PIPE, env=env)
+        with child:
+            assert child.stdout.readline() == b"dumping\n"
+            # Spread the kills over the dump, from its first to its last bytes.
+            time.sleep(0.02 + (i // 2) / (KILLS // 2) * 0.75 * full[compress])
+            tmp_before = _tmp_files(tmp_path, "model.cp")
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+            rest = child.stdout.read()
+        leftovers = _tmp_files(tmp_path, "model.cp")
+        out = cpersist.load(target)
+        print(i, compress, f"{full[compress]:.2f}", len(tmp_before), len(leftovers), out["v"], rest)
+        if out["v"] == "old":
+            assert np.array_equal(out["a"], old["a"])
+            # At most the killed process's own temporary file is left.
+            assert len(leftovers) <= 1, leftovers
+            if leftovers:
+                mid_write += 1
+                os.unlink(leftovers[0])
+        else:  # the kill came after the rename: the new object, complete
+            assert b"done" in rest or not tmp_before
+            assert out["v"] == "new" and out["a"].shape == (12_500_000,)
+            assert not leftovers
+            cpersist.dump(old, target)
+    print(f"SIGKILL: {KILLS} kills, {mid_write} during the write")
+    assert mid_write >= 20, f"only {mid_write} of {KILLS} kills hit a dump in progress"
+    assert os.listdir(tmp_path) == ["model.cp"]
+
+
+class _Unpicklable:
+    def __reduce__(self):
+        raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize("exc_obj", [_Unpicklable(), lambda: 0])
+def test_exception_leaves_target_untouched(tmp_path, exc_obj):
+    target = tmp_path / "t.cp"
+    cpersist.dump({"v": 1}, target)
+    before = target.read_bytes()
+    # Arrays are written before the failing object is reached.
+    with pytest.raises(Exception):
+        cpersist.dump([np.arange(1_000_000), exc_obj], target)
+    assert target.read_bytes() == before
+    assert os.listdir(tmp_path) == ["t.cp"]
+
+
+def test_keyboard_interrupt_removes_temp(tmp_path, monkeypatch):
+    target = tmp_path / "t.cp"
+    cpersist.dump({"v": 1}, target)
+
+    class Interrupt:
+        def __reduce__(self):
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        cpersist.dump([np.ones(1000), Interrupt()], target)
+    assert os.listdir(tmp_path) == ["t.cp"]
+    assert cpersist.load(target) == {"v": 1}
+
+
+def test_fsync_parameter(tmp_path, monkeypatch):
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    cpersist.dump({"a": np.arange(10)}, tmp_path / "a.cp")
+    assert calls == []  # default: no fsync
+    cpersist.dump({"a": np.arange(10)}, tmp_path / "b.cp", fsync=True)
+    assert len(calls) == 2  # the file's data, then the directory entry
+    assert np.array_equal(cpersist.load(tmp_path / "b.cp")["a"], np.arange(10))
+
+
+_WRITER = textwrap.dedent("""
+    import sys, numpy as np, cpersist
+    path, k, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    obj = {"writer": k, "a": np.full(200_000 + k * 1000, k, dtype=np.int64)}
+    for i in range(n):
+        cpersist.dump(obj, path, compress=0 if k % 2 else "zstd", n_threads=1)
+""")
+
+_READER = textwrap.dedent("""
+    import sys, time, numpy as np, cpersist
+    path, seconds = sys.argv[1], float(sys.argv[2])
+    end = time.monotonic() + seconds
+    seen = set()
+    while time.monotonic() < end:
+        obj = cpersist.load(path)
+        k = obj["writer"]
+        a = obj["a"]
+        assert a.shape == (200_000 + k * 1000,) and (a == k).all(), k
+        seen.add(k)
+    print(sorted(seen))
+""")
+
+
+def test_concurrent_writers_and_readers(tmp_path):
+    target = tmp_path / "shared.cp"
+    cpersist.dump({"writer": 0, "a": np.full(200_000, 0, dtype=np.int64)}, target)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, str(target), str(k), "40"],
+                                env=env) for k in (1, 2, 3)]
+    readers = [subprocess.Popen([sys.executable, "-c", _READER, str(target), "4"],
+                                env=env, stdout=subprocess.PIPE) for _ in range(2)]
+    for proc in writers + readers:
+        with proc:
+            proc.wait(timeout=120)
+            if proc.stdout:
+                assert proc.stdout.read().startswith(b"[")
+            assert proc.returncode == 0
+    final = cpersist.load(target)
+    k = final["writer"]
+    assert k in (1, 2, 3) and (final["a"] == k).all()
+    assert os.listdir(tmp_path) == ["shared.cp"]
+
+
+# -- file handles and memory maps ---------------------------------------------
+
+def _open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_no_leaked_file_handles(tmp_path):
+    good = tmp_path / "good.cp"
+    cpersist.dump({"a": np.arange(1000.0)}, good)
+    raw = good.read_bytes()
+    bad = tmp_path / "bad.cp"
+    bad.write_bytes(raw[:-5])
+    gc.collect()
+    before = _open_fds()
+    for _ in range(50):
+        cpersist.load(good)
+        m = cpersist.load(good, mmap_mode="r")
+        del m
+        cpersist.inspect(good)
+        cpersist.verify(good)
+        for func in (cpersist.load, cpersist.inspect, cpersist.verify):
+            with pytest.raises(cpersist.CorruptFileError):
+                func(bad)
+        with pytest.raises(Exception):
+            cpersist.dump([np.ones(10), lambda: 0], tmp_path / "x.cp")
+    gc.collect()
+    assert _open_fds() == before
+
+
+def test_memmap_outlives_load_and_replacement(tmp_path):
+    target = tmp_path / "m.cp"
+    arr = np.arange(100_000, dtype=np.float32)
+    cpersist.dump({"a": arr}, target)
+    out = cpersist.load(target, mmap_mode="r")["a"]
+    gc.collect()
+    assert isinstance(out, np.memmap) and np.array_equal(out, arr)
+    cpersist.dump({"a": arr * 2}, target)  # replaced: the map keeps the old inode
+    assert np.array_equal(out, arr)
+    assert np.array_equal(cpersist.load(target)["a"], arr * 2)
+
+
+def test_memmap_write_modes(tmp_path):
+    target = tmp_path / "m.cp"
+    arr = np.arange(1000, dtype=np.int64)
+    cpersist.dump({"a": arr}, target)
+    c = cpersist.load(target, mmap_mode="c")["a"]
+    c[:10] = -1
+    del c
+    gc.collect()
+    assert np.array_equal(cpersist.load(target)["a"], arr)  # 'c' writes stay private
+    with pytest.raises(ValueError):
+        cpersist.load(target, mmap_mode="r")["a"][0] = 5
+    w = cpersist.load(target, mmap_mode="r+")["a"]
+    w[:10] = -1
+    w.flush()
+    del w
+    gc.collect()
+    expected = arr.copy()
+    expected[:10] = -1
+    # 'r+' writes reach the file; its checksums now describe the old bytes.
+    assert np.array_equal(cpersist.load(target, mmap_mode="r")["a"], expected)
+    assert np.array_equal(cpersist.load(target, verify=False)["a"], expected)
+    with pytest.raises(cpersist.CorruptFileError, match="checksum"):
+        cpersist.verify(target)
