@@ -24,7 +24,7 @@ setup(
     license="BSD-3-Clause",
     packages=find_packages(include=["cpersist", "cpersist.*"]),
     python_requires=">=3.9",
-    install_requires=["numpy>=1.23", "blosc2>=2.5", "lz4>=4.0", "zstandard>=0.21"],
+    install_requires=["numpy>=1.23", "blosc2>=2.5", "lz4>=4.0", "zstandard>=0.21", "xxhash>=3.0"],
     extras_require={
         "bench": BENCH,
         "test": TEST,

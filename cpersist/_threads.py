@@ -1,6 +1,6 @@
 """Thread pools shared by dump and load, and an ordered bounded pipeline.
 
-zlib, LZ4, Zstandard, Blosc and ``zlib.crc32`` all release the GIL on large
+zlib, LZ4, Zstandard, Blosc and xxHash all release the GIL on large
 buffers, so chunks are compressed, decompressed and checksummed on a thread
 pool while the calling thread does the file I/O.
 """

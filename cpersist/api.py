@@ -234,7 +234,11 @@ def _load(file, name, *, mmap_source, mmap_mode, restricted, allowed, prefixes, 
                 f"section {index} holds {section.raw_size} bytes but its array "
                 f"{dtype} {shape} needs {nbytes}"
             )
-        if mmap_mode and section.is_raw and mmap_source is not None:
+        if nbytes == 0:
+            # Nothing to read or map (zero-size array, or zero-size items:
+            # a 0-byte memmap slice cannot be viewed as 'V0' items).
+            arr, _ = _allocate(reader, index, dtype, shape, order)
+        elif mmap_mode and section.is_raw and mmap_source is not None:
             if not mapped:
                 mapped.append(np.memmap(mmap_source, dtype=np.uint8, mode=mmap_mode,
                                         offset=reader.base, shape=reader.size))

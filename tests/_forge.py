@@ -9,7 +9,7 @@ import json
 import pickle
 import struct
 
-from cpersist.container import (ALIGN, HEADER, TRAILER, ContainerWriter, crc32)
+from cpersist.container import (ALIGN, HEADER, TRAILER, ContainerWriter, checksum)
 
 
 class Point:
@@ -45,7 +45,7 @@ def write_container(path, pickled, arrays=(), codec=None):
 
 def split(data):
     """(body before the index, index dict) of a valid file's bytes."""
-    offset, length, _, _, _ = TRAILER.unpack(data[-TRAILER.size:])
+    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
     return data[:offset], json.loads(data[offset:offset + length])
 
 
@@ -54,7 +54,7 @@ def with_index(body, index, *, raw_index=None):
     pad = -len(body) % ALIGN
     body = body + bytes(pad)
     data = raw_index if raw_index is not None else json.dumps(index).encode()
-    return body + data + TRAILER.pack(len(body), len(data), crc32(data), 0, b"CPSEND\r\n")
+    return body + data + TRAILER.pack(len(body), len(data), checksum(data), b"CPSEND\r\n")
 
 
 def forge(data, edit):

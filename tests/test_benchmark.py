@@ -229,6 +229,16 @@ def test_load_user_file_loaders(tmp_path):
     assert set(h) == {"vol", "grp/t"}
     with pytest.raises(PermissionError):
         ds.load_user_file(str(paths["joblib"]))
+    # A .cp of plain data loads without trust; one holding a class instance does not.
+    import cpersist
+    from sklearn.linear_model import LinearRegression
+
+    assert set(ds.load_user_file(str(paths["cp"]))) == {"vol", "meta"}
+    model = tmp_path / "model.cp"
+    cpersist.dump(LinearRegression(), str(model))
+    with pytest.raises(PermissionError, match="--trust-pickles"):
+        ds.load_user_file(str(model))
+    assert isinstance(ds.load_user_file(str(model), trust_pickles=True), LinearRegression)
     with pytest.raises(ValueError):
         ds.load_user_file(str(tmp_path / "x.txt"))
 

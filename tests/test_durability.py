@@ -37,31 +37,36 @@ def test_sigkill_during_dump_keeps_old_file(tmp_path):
     cpersist.dump(old, target)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     modes = ["0", "zlib"]
-    full = {}
-    for mode in modes:  # calibrate: how long does one dump take?
-        with subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path / "cal.cp"), mode],
-                              stdout=subprocess.PIPE, env=env) as child:
-            assert child.stdout.readline() == b"dumping\n"
-            t0 = time.monotonic()
-            assert child.stdout.readline() == b"done\n"
-            full[mode] = time.monotonic() - t0
+    size = {}
+    for mode in modes:  # the size of a complete file, to aim the kills
+        subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "cal.cp"), mode],
+                       env=env, check=True, capture_output=True, timeout=60)
+        size[mode] = os.path.getsize(tmp_path / "cal.cp")
         os.unlink(tmp_path / "cal.cp")
     mid_write = 0
     for i in range(KILLS):
         compress = modes[i % 2]
+        # Spread the kills over the dump: from the temporary file's creation
+        # to just before its last bytes are written.
+        aim = (i // 2) / (KILLS // 2) * 0.97 * size[compress]
         child = subprocess.Popen([sys.executable, "-c", _CHILD, str(target), compress],
                                  stdout=subprocess.PIPE, env=env)
         with child:
             assert child.stdout.readline() == b"dumping\n"
-            # Spread the kills over the dump, from its first to its last bytes.
-            time.sleep(0.02 + (i // 2) / (KILLS // 2) * 0.75 * full[compress])
-            tmp_before = _tmp_files(tmp_path, "model.cp")
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and child.poll() is None:
+                tmp_before = _tmp_files(tmp_path, "model.cp")
+                try:
+                    if tmp_before and os.path.getsize(tmp_before[0]) >= aim:
+                        break
+                except OSError:  # renamed meanwhile
+                    pass
+                time.sleep(0.0005)
             child.send_signal(signal.SIGKILL)
             child.wait()
             rest = child.stdout.read()
         leftovers = _tmp_files(tmp_path, "model.cp")
         out = cpersist.load(target)
-        print(i, compress, f"{full[compress]:.2f}", len(tmp_before), len(leftovers), out["v"], rest)
         if out["v"] == "old":
             assert np.array_equal(out["a"], old["a"])
             # At most the killed process's own temporary file is left.

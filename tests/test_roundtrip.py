@@ -163,6 +163,22 @@ def test_chunk_smaller_than_an_item(chunk_size, rt):
     assert_same(obj, rt(obj, compress="blosc:blosclz", chunk_size=chunk_size))
 
 
+@pytest.mark.parametrize("chunk_size", [7, 1000, None])
+@pytest.mark.parametrize("compress", [0, "blosc:zstd", "zlib"])
+def test_unaligned_read_only_and_huge_items(compress, chunk_size, rt):
+    buffer = np.arange(20001, dtype="u1").tobytes()
+    unaligned = np.frombuffer(buffer, dtype=">f8", offset=1, count=2000)
+    assert not unaligned.flags.aligned and not unaligned.flags.writeable
+    read_only = np.arange(100.0).reshape(10, 10)
+    read_only.flags.writeable = False
+    obj = {"unaligned": unaligned, "unaligned_view": unaligned.reshape(40, 50)[:, ::3],
+           "read_only": read_only[::2], "huge_items": np.zeros(3, "V5000"),
+           "huge_items_view": random_array("V2500", (2, 3), seed=30)[:, ::2]}
+    out = rt(obj, compress=compress, chunk_size=chunk_size)
+    assert_same(obj, out)
+    assert out["unaligned"].flags.aligned and out["read_only"].flags.writeable
+
+
 # -- array subclasses --------------------------------------------------------
 
 def _subclass_cases():
@@ -497,7 +513,7 @@ def array_views(draw):
         stop = draw(st.one_of(st.none(), st.integers(-n - 1, n + 1)))
         step = draw(st.sampled_from([1, 1, 2, 3, -1, -2]))
         index.append(slice(start, stop, step))
-    view = arr[tuple(index)]
+    view = arr[(*index, Ellipsis)]  # the Ellipsis keeps a 0-d array an array
     if view.ndim > 1 and draw(st.booleans()):
         view = view.transpose(draw(st.permutations(range(view.ndim))))
     return view

@@ -97,13 +97,15 @@ def _list(threads) -> None:
         print(f"  {m.name:<22} {m.codec:<14} {lv:<26} {'' if not why else '(unavailable: ' + why + ')'}")
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
     """Run the benchmark from command-line arguments.
 
     Parameters
     ----------
     argv : list of str, optional
         Arguments without the program name (default ``sys.argv[1:]``).
+    prog : str, optional
+        Program name shown in ``--help`` and errors (e.g. ``"cpersist bench"``).
 
     Returns
     -------
@@ -114,7 +116,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .report import (format_table, plot_serializers, plot_storage, write_csv,
                          write_machine_json)
 
-    parser = build_parser()
+    parser = build_parser(prog) if prog else build_parser()
     args = parser.parse_args(argv)
     if args.list:
         _list(args.threads)
@@ -137,7 +139,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     extra = {"argv": list(sys.argv[1:] if argv is None else argv), "suite": args.suite}
 
     if args.suite in ("storage", "all"):
-        from .runner import COLUMNS, StorageConfig, run_storage
+        from .runner import COLUMN_DOCS, COLUMNS, StorageConfig, run_storage
 
         cfg = StorageConfig(
             out=args.out, datasets=args.datasets, methods=args.methods, levels=levels,
@@ -159,8 +161,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             "ratio": "size_bytes / disk_bytes (higher is smaller on disk)",
             "process_model": "one fresh forkserver process per (dataset, method, level, write|read); "
                              "all repeats of that operation run in it",
+            "columns": COLUMN_DOCS,
         }
-        if not args.no_plots:
+        if not args.no_plots and _can_plot():
             written += plot_storage(rows, args.out)
         print(format_table(rows))
         failed += sum(r["status"] == "failed" for r in rows)
@@ -174,7 +177,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         small = run_small_objects(200 if args.quick else 5000)
         written.append(write_csv(os.path.join(args.out, "serializers.csv"), srows, SER_COLUMNS))
         written.append(write_csv(os.path.join(args.out, "small_objects.csv"), small, SMALL_COLUMNS))
-        if not args.no_plots:
+        if not args.no_plots and _can_plot():
             written.append(plot_serializers(srows, os.path.join(args.out, "serializers.png")))
         extra["serializers"] = {"max_entries": max_entries, "mem_budget_MB": args.mem_budget}
         _print_serializers(srows, small)
@@ -192,6 +195,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     if failed:
         print(f"{failed} measurement(s) FAILED; see the 'reason' column", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _can_plot() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("matplotlib is not installed: no figures (pip install 'cpersist[bench]')", file=sys.stderr)
+        return False
+    return True
 
 
 def _print_serializers(srows, small) -> None:

@@ -13,8 +13,8 @@ Three sources:
   ``.h5``/``.hdf5``, ``.cp`` and, only with ``trust_pickles``, joblib/pickle
   files).
 
-Every dataset is materialised once by the parent process into a pickle in the
-output directory's cache; the measurement subprocesses load that file, so all
+Every dataset is built once by the parent process and pickled into the
+output directory's scratch space (``_work/datasets``); the measurement subprocesses load that file, so all
 methods see byte-identical input and no subprocess pays for generating data.
 """
 
@@ -42,7 +42,6 @@ __all__ = [
     "select_datasets",
     "deep_nbytes",
     "describe",
-    "materialize",
     "load_cached",
     "PICKLE_SUFFIXES",
 ]
@@ -429,8 +428,12 @@ def load_user_file(path: str, trust_pickles: bool = False) -> Any:
     if low.endswith(".cp"):
         import cpersist
 
-        # cpersist's own loader refuses pickled payloads unless trusted.
-        return cpersist.load(path, trusted=trust_pickles)
+        # Plain data (arrays, dicts, lists, str ...) loads restricted; objects
+        # of other classes need trust, like any pickle.
+        try:
+            return cpersist.load(path, trusted=trust_pickles)
+        except getattr(cpersist, "UntrustedObjectError", ()) as e:
+            raise PermissionError(f"{path}: {e}; pass --trust-pickles to allow it") from e
     if low.endswith(PICKLE_SUFFIXES):
         if not trust_pickles:
             raise PermissionError(
@@ -578,41 +581,7 @@ def describe(obj: Any) -> str:
     return type(obj).__name__
 
 
-def materialize(dataset: Dataset, size_bytes: int, quick: bool, cache_dir: str) -> dict:
-    """Build ``dataset`` once and store it where the workers can load it.
-
-    Parameters
-    ----------
-    dataset : Dataset
-    size_bytes : int
-        Target size for generated datasets.
-    quick : bool
-        Quick mode (smaller models).
-    cache_dir : str
-
-    Returns
-    -------
-    dict
-        ``path`` of the cached pickle, ``size_bytes`` (in memory),
-        ``description`` and ``kind`` (``"array"`` or ``"object"``).
-    """
-    os.makedirs(cache_dir, exist_ok=True)
-    obj = dataset.make(size_bytes, quick)
-    path = os.path.join(cache_dir, dataset.name + ".pkl")
-    with open(path, "wb") as f:
-        # Protocol 5 pickles arrays in one piece, so workers load them fast.
-        pickle.dump(obj, f, protocol=5)
-    info = {
-        "path": path,
-        "size_bytes": int(deep_nbytes(obj)),
-        "description": describe(obj),
-        "kind": "array" if isinstance(obj, np.ndarray) else "object",
-    }
-    del obj
-    return info
-
-
 def load_cached(path: str) -> Any:
-    """Load a dataset cached by :func:`materialize`."""
+    """Load a dataset cached (pickled, protocol 5) by the runner's plan step."""
     with open(path, "rb") as f:
         return pickle.load(f)

@@ -42,7 +42,7 @@ import threading
 import time
 import traceback
 import types
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 __all__ = [
     "rss_bytes",
@@ -258,7 +258,7 @@ def read_task(task: Dict[str, Any]) -> Dict[str, Any]:
     from .compare import first_difference, touch
 
     method, path, cold = task["method"], task["file_path"], task["cold"]
-    times, resident = [], []
+    times, resident, open_times = [], [], []
     peak = peak_anon = None
     cache = "cold" if cold else "warm"
     for r in range(task["repeats"]):
@@ -272,10 +272,12 @@ def read_task(task: Dict[str, Any]) -> Dict[str, Any]:
         with PeakMemory() as pm:
             t0 = time.perf_counter()
             result = method.read(path)
+            t_open = time.perf_counter()
             if method.mmap:
                 touch(result)
             t1 = time.perf_counter()
         times.append(t1 - t0)
+        open_times.append(t_open - t0)  # for mmap: the open alone, before any access
         if r == 0:
             peak, peak_anon, pm_exact = pm.peak, pm.peak_anon, pm.exact
             # The original is loaded only now, after the measured read.
@@ -290,6 +292,7 @@ def read_task(task: Dict[str, Any]) -> Dict[str, Any]:
     return {
         "status": "ok",
         "read_times": times,
+        "open_times": open_times,
         "read_peak": peak,
         "read_peak_anon": peak_anon,
         "peak_exact": pm_exact,
@@ -401,10 +404,3 @@ def run_in_subprocess(task: Dict[str, Any], timeout: Optional[float] = None) -> 
 def median(xs):
     """Median of a non-empty sequence (None when empty)."""
     return statistics.median(xs) if xs else None
-
-
-def time_in_process(fn: Callable[[], Any], number: int) -> float:
-    """Best-of-3 seconds per call of ``fn`` (for the tiny-object timings)."""
-    import timeit
-
-    return min(timeit.repeat(fn, number=number, repeat=3)) / number

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import shutil
-import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -13,7 +13,7 @@ from . import datasets as ds
 from . import methods as mt
 from .measure import median, run_in_subprocess
 
-__all__ = ["StorageConfig", "COLUMNS", "plan", "run_storage"]
+__all__ = ["StorageConfig", "COLUMNS", "COLUMN_DOCS", "plan", "measure_cell", "run_storage"]
 
 MB = 1e6  # all MB figures in the CSV are 10**6 bytes
 
@@ -22,11 +22,49 @@ MB = 1e6  # all MB figures in the CSV are 10**6 bytes
 COLUMNS = [
     "dataset", "source", "description", "method", "family", "codec", "level",
     "size_bytes", "disk_bytes", "ratio", "disk_fraction",
-    "write_s", "read_s", "write_MBps", "read_MBps",
+    "write_s", "read_s", "read_open_s", "write_MBps", "read_MBps",
     "write_peak_MB", "read_peak_MB", "write_peak_anon_MB", "read_peak_anon_MB",
     "fsync_s", "cache", "resident_frac", "peak_via", "mmap", "repeats", "threads",
     "status", "reason", "notes", "write_times", "read_times",
 ]
+
+
+#: What each column means (also written to machine.json).
+COLUMN_DOCS = {
+    "dataset": "dataset name (file_* for user files)",
+    "source": "builtin (generated, seeded), package (shipped with nibabel/scikit-learn) or file",
+    "description": "what it is, with dtype/shape/order or container type",
+    "method": "storage method (python -m cpersist.benchmarks --list)",
+    "family": "library",
+    "codec": "compressor ('none' = raw, 'default' = cpersist's default codec)",
+    "level": "compression level actually used (np.savez_compressed: fixed, reported as 6)",
+    "size_bytes": "in-memory size: array nbytes, or deep size of an object graph",
+    "disk_bytes": "file size after the write",
+    "ratio": "size_bytes / disk_bytes (higher = smaller file)",
+    "disk_fraction": "disk_bytes / size_bytes",
+    "write_s": "median seconds of the write call (file closed, before fsync)",
+    "read_s": "median seconds of the read call; memmapped reads include touching every byte",
+    "read_open_s": "memmapped reads only: median seconds of the load call alone",
+    "write_MBps": "size_bytes / 1e6 / write_s (uncompressed MB per second)",
+    "read_MBps": "size_bytes / 1e6 / read_s",
+    "write_peak_MB": "peak RSS above the level before the write (first repeat, fresh process), MB = 1e6 B",
+    "read_peak_MB": "peak RSS above the level before the read; includes mapped file pages touched",
+    "write_peak_anon_MB": "same, anonymous memory only (sampled every ms)",
+    "read_peak_anon_MB": "same for the read (excludes mapped file pages)",
+    "fsync_s": "seconds of the fsync after the last write (not in write_s)",
+    "cache": "cold = fsync + POSIX_FADV_DONTNEED before each read repeat; warm = file read once first",
+    "resident_frac": "cold reads: max fraction of the file still in the page cache after eviction (mincore)",
+    "peak_via": "VmHWM = kernel high-water mark reset per call (exact); sampler = /proc/self/statm every ms",
+    "mmap": "read memory-maps the file",
+    "repeats": "timed repeats per operation, each of write and read in its own fresh process",
+    "threads": "n_threads passed to cpersist",
+    "status": "ok, n/a (method cannot store this data; see reason) or failed (error or wrong data: not timed)",
+    "reason": "why n/a or failed",
+    "notes": "method details (level mapping, API used)",
+    "write_times": "every write repeat, seconds, ';'-separated",
+    "read_times": "every read repeat, seconds, ';'-separated",
+}
+assert list(COLUMN_DOCS) == COLUMNS
 
 
 @dataclass
@@ -121,8 +159,6 @@ def plan(cfg: StorageConfig, method_list: List[mt.Method], dataset_list: List[ds
                                     reason=f"dataset not loaded: {type(e).__name__}: {e}"))
             continue
         path = os.path.join(cache_dir, _safe(d.name) + ".pkl")
-        import pickle
-
         with open(path, "wb") as f:
             pickle.dump(obj, f, protocol=5)
         info = {
@@ -171,6 +207,8 @@ def measure_cell(name: str, info: Dict[str, Any], method: mt.Method, level: int,
         ratio=float(f"{size / disk:.6g}") if disk else "",
         disk_fraction=float(f"{disk / size:.6g}") if size else "",
         write_s=ws, read_s=rs,
+        # Memmapped reads: the load call alone (flat in size), read_s adds the touch.
+        read_open_s=median(r["open_times"]) if method.mmap else "",
         write_MBps=round(size / MB / ws, 2) if ws else "",
         read_MBps=round(size / MB / rs, 2) if rs else "",
         write_peak_MB=round(w["write_peak"] / MB, 3),
@@ -200,7 +238,7 @@ def run_storage(cfg: StorageConfig) -> List[Dict[str, Any]]:
         One row per (dataset, method, level) with the :data:`COLUMNS` keys;
         measured rows first in run order, then ``n/a`` rows.
     """
-    from tqdm.auto import tqdm
+    from ._progress import progress_bar
 
     os.makedirs(cfg.out, exist_ok=True)
     work = os.path.join(cfg.out, "_work")
@@ -217,15 +255,13 @@ def run_storage(cfg: StorageConfig) -> List[Dict[str, Any]]:
     dataset_list += [ds.file_dataset(p, cfg.trust_pickles) for p in cfg.files]
     rows: List[Dict[str, Any]] = []
     try:
-        t0 = time.perf_counter()
         cells, skipped = plan(cfg, method_list, dataset_list, cache_dir)
-        bar = tqdm(cells, desc="cpersist bench", unit="run", disable=not cfg.progress, dynamic_ncols=True)
+        bar = progress_bar(cells, desc="cpersist bench", disable=not cfg.progress)
         for name, info, m, lv in bar:
             bar.set_postfix_str(f"{name} {m.name} L{lv}", refresh=False)
             rows.append(measure_cell(name, info, m, lv, cfg, work))
         bar.close()
         rows.extend(skipped)
-        _ = time.perf_counter() - t0
     finally:
         if not cfg.keep_files:
             shutil.rmtree(work, ignore_errors=True)

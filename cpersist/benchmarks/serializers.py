@@ -205,7 +205,7 @@ def run_serializers(out_dir: str, max_entries: int = 4_096_000, mem_budget_mb: f
     list of dict
         Rows with the :data:`SER_COLUMNS` keys.
     """
-    from tqdm.auto import tqdm
+    from ._progress import progress_bar
 
     names = serializers or SERIALIZERS
     sizes = []
@@ -217,8 +217,7 @@ def run_serializers(out_dir: str, max_entries: int = 4_096_000, mem_budget_mb: f
     os.makedirs(work, exist_ok=True)
     rows = []
     missing = _cpersist_missing()
-    bar = tqdm(total=len(names) * len(sizes), desc="picklebench", unit="run", disable=not progress,
-               dynamic_ncols=True)
+    bar = progress_bar(None, total=len(names) * len(sizes), desc="picklebench", disable=not progress)
     for name in names:
         prev_peak = 0.0
         stopped = None

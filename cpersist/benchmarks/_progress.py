@@ -1,0 +1,31 @@
+"""Progress bar: tqdm when installed, else a silent stand-in."""
+
+
+class _Silent:
+    """The part of tqdm's interface the benchmark uses, doing nothing."""
+
+    def __init__(self, iterable=None, **_kw):
+        self._it = iterable
+
+    def __iter__(self):
+        return iter(self._it if self._it is not None else ())
+
+    def update(self, n=1):
+        pass
+
+    def set_postfix_str(self, s="", refresh=True):
+        pass
+
+    def close(self):
+        pass
+
+
+def progress_bar(iterable=None, total=None, desc="", disable=False):
+    """A tqdm bar over ``iterable`` (or counting to ``total``), or a no-op one."""
+    if disable:
+        return _Silent(iterable)
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # tqdm is in the [bench] extra; the benchmark runs without it
+        return _Silent(iterable)
+    return tqdm(iterable, total=total, desc=desc, unit="run", dynamic_ncols=True)
