@@ -21,6 +21,9 @@ from .exceptions import CorruptFileError, CpersistError
 from .pickler import ArrayPickler, ArrayUnpickler, normalize_trusted
 
 MMAP_MODES = (None, "r", "r+", "c")
+#: Chunk size of the pickle stream: smaller than array chunks so that its
+#: compression, which overlaps pickling, spreads evenly over the threads.
+PICKLE_CHUNK_SIZE = 1 << 20
 #: In compressed files, arrays smaller than this (and than one chunk) are
 #: kept in the pickle stream.
 INLINE_BELOW = 64 << 10
@@ -115,7 +118,7 @@ def _write(obj, file, codec, protocol, chunk_size, n_threads):
     # The pickle stream is encoded chunk by chunk on the pool while pickling
     # goes on. In a compressed file, small arrays go into it too: they
     # compress better together, and there is no memmap to lose.
-    stream = EncodedStream(codec, chunk_size, n_threads)
+    stream = EncodedStream(codec, min(chunk_size, PICKLE_CHUNK_SIZE), n_threads)
     inline_below = 0 if codec is None else min(INLINE_BELOW, chunk_size)
     ArrayPickler(stream, protocol, store, inline_below).dump(obj)
     root = writer.add_encoded_section(stream.encoded_chunks(), codec=codec,

@@ -518,19 +518,32 @@ class EncodedStream:
         self._codec = codec
         self._chunk_size = chunk_size
         self._n_threads = n_threads
-        self._buffer = bytearray()
+        self._pieces = []
+        self._buffered = 0
         self._pending = deque()
         self._done = []
         self.raw_size = 0
 
     def write(self, data):
-        self._buffer += data
+        # Pieces are joined once per chunk: growing and slicing one bytearray
+        # copied every byte three times (18 ms of a 50 ms dump of a forest).
+        view = memoryview(data)
+        self._pieces.append(view)
+        self._buffered += view.nbytes
+        if self._buffered >= self._chunk_size:
+            self._cut(flush=False)
+        return view.nbytes
+
+    def _cut(self, flush):
+        joined = b"".join(self._pieces)
         size = self._chunk_size
-        while len(self._buffer) >= size:
-            chunk = bytes(self._buffer[:size])
-            del self._buffer[:size]
-            self._submit(chunk)
-        return len(data)
+        end = len(joined) if flush else len(joined) // size * size
+        whole = memoryview(joined)
+        for start in range(0, end, size):
+            self._submit(whole[start:start + size])
+        rest = joined[end:]
+        self._pieces = [rest] if rest else []
+        self._buffered = len(rest)
 
     def _submit(self, chunk):
         self.raw_size += len(chunk)
@@ -540,7 +553,7 @@ class EncodedStream:
         future = get_pool(self._n_threads).submit(encode_chunk, self._codec, chunk)
         self._pending.append((chunk, future))
         # Bound the raw chunks waiting for a worker to a few.
-        while len(self._pending) > 2 * self._n_threads:
+        while len(self._pending) > self._n_threads + 1:
             self._collect_one()
 
     def _collect_one(self):
@@ -549,9 +562,8 @@ class EncodedStream:
 
     def encoded_chunks(self):
         """Flush the last partial chunk and return all encoded chunks, in order."""
-        if self._buffer:
-            self._submit(bytes(self._buffer))
-            self._buffer = bytearray()
+        if self._buffered:
+            self._cut(flush=True)
         while self._pending:
             self._collect_one()
         return self._done
