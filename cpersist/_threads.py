@@ -47,7 +47,7 @@ def get_pool(n_threads):
 def ordered_map(func, items, n_threads, consume):
     """Apply ``func`` to ``items`` on a pool and ``consume`` results in order.
 
-    At most ``n_threads + 1`` results are in flight, which bounds the memory
+    At most ``n_threads`` results are in flight, which bounds the memory
     held by finished-but-unconsumed results to a few chunks. With one thread
     or a single item everything runs inline (a pool round-trip costs more
     than compressing a small chunk).
@@ -76,7 +76,7 @@ def ordered_map(func, items, n_threads, consume):
         return
     pool = get_pool(n_threads)
     pending = deque()
-    limit = n_threads + 1
+    limit = n_threads
     try:
         for item in itertools.chain((first, second), items):
             pending.append((item, pool.submit(func, item)))
