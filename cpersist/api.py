@@ -228,15 +228,7 @@ def _load(file, name, *, mmap_source, mmap_mode, restricted, allowed, prefixes, 
         if index in loaded:
             return loaded[index]
         section = reader.sections[index]
-        try:
-            dtype, shape, order, nbytes = parse_description(section.meta)
-        except Exception as exc:
-            raise reader.error(f"section {index}: bad array description ({exc})") from None
-        if nbytes != section.raw_size:
-            raise reader.error(
-                f"section {index} holds {section.raw_size} bytes but its array "
-                f"{dtype} {shape} needs {nbytes}"
-            )
+        dtype, shape, order, nbytes = array_layout(reader, section)
         if nbytes == 0:
             # Nothing to read or map (zero-size array, or zero-size items:
             # a 0-byte memmap slice cannot be viewed as 'V0' items).
@@ -273,6 +265,26 @@ def _load(file, name, *, mmap_source, mmap_mode, restricted, allowed, prefixes, 
             UserWarning, stacklevel=3,
         )
     return obj
+
+
+def array_layout(reader, section):
+    """``(dtype, shape, order, nbytes)`` of the array in ``section``.
+
+    Raises
+    ------
+    CorruptFileError
+        If the description is malformed or does not match the bytes stored.
+    """
+    try:
+        dtype, shape, order, nbytes = parse_description(section.meta)
+    except Exception as exc:
+        raise reader.error(f"section {section.index}: bad array description ({exc})") from None
+    if nbytes != section.raw_size:
+        raise reader.error(
+            f"section {section.index} holds {section.raw_size} bytes but its array "
+            f"{dtype} {shape} needs {nbytes}"
+        )
+    return dtype, shape, order, nbytes
 
 
 def _allocate(reader, index, dtype, shape, order):

@@ -11,8 +11,8 @@ import io
 import pickletools
 from contextlib import contextmanager
 
+from .api import array_layout
 from ._files import display_name, is_path, is_seekable, spool
-from .arrays import parse_description
 from .container import ContainerReader
 from .exceptions import CorruptFileError
 from .pickler import _MODULE
@@ -204,17 +204,7 @@ def inspect(source):
         for section in reader.sections:
             if section.index == reader.root:
                 continue
-            try:
-                dtype, shape, order, nbytes = parse_description(section.meta)
-            except Exception as exc:
-                raise reader.error(
-                    f"section {section.index}: bad array description ({exc})"
-                ) from None
-            if nbytes != section.raw_size:
-                raise reader.error(
-                    f"section {section.index} holds {section.raw_size} bytes but its "
-                    f"array {dtype} {shape} needs {nbytes}"
-                )
+            dtype, shape, order, _ = array_layout(reader, section)
             codec, level = _codec_fields(section)
             arrays.append({
                 "section": section.index,
@@ -277,17 +267,7 @@ def verify(source):
         chunks = stored = raw = 0
         for section in reader.sections:
             if section.index != reader.root:
-                try:
-                    _, _, _, nbytes = parse_description(section.meta)
-                except Exception as exc:
-                    raise reader.error(
-                        f"section {section.index}: bad array description ({exc})"
-                    ) from None
-                if nbytes != section.raw_size:
-                    raise reader.error(
-                        f"section {section.index} holds {section.raw_size} bytes, its "
-                        f"array needs {nbytes}"
-                    )
+                array_layout(reader, section)
             reader.verify_section(section)
             chunks += len(section.chunks)
             stored += section.stored_size
