@@ -338,11 +338,6 @@ class ArrayUnpickler(pickle.Unpickler):
     def _prefix_trusted(self, module):
         return any(module == p or module.startswith(p + ".") for p in self._prefixes)
 
-    def _is_allowed(self, module, name):
-        module, name = compat_name(module, name)
-        return ((module, name) in self._allowed or (module, name) in SAFE_SUBSTITUTES
-                or self._prefix_trusted(module))
-
     def load(self):
         """Unpickle; in restricted mode also guard extension codes and globals."""
         if not self._restricted:
