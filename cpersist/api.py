@@ -15,8 +15,8 @@ from ._threads import check_n_threads
 from .arrays import (DEFAULT_CHUNK_SIZE, allocate, describe, iter_chunks,
                      parse_description)
 from .codecs import parse_compress
-from .container import (MAX_CHUNK_SIZE, ContainerReader, ContainerWriter,
-                        EncodedStream)
+from .container import (CHECKED_CLAIM, MAX_CHUNK_SIZE, ContainerReader,
+                        ContainerWriter, EncodedStream)
 from .exceptions import CorruptFileError, CpersistError
 from .pickler import ArrayPickler, ArrayUnpickler, normalize_trusted
 
@@ -217,7 +217,7 @@ def _load(file, name, *, mmap_source, mmap_mode, restricted, allowed, prefixes, 
     root = reader.sections[reader.root]
     if root.meta.get("kind") != "pickle":
         raise reader.error("damaged index: the root section is not a pickle stream")
-    pickled = reader.read_bytes(root, verify=verify, n_threads=n_threads)
+    pickled = _pickle_stream(reader, root, verify, n_threads)
     loaded = {}
     mapped = []
     not_mapped = []  # compressed sections read although mmap_mode was asked
@@ -248,7 +248,7 @@ def _load(file, name, *, mmap_source, mmap_mode, restricted, allowed, prefixes, 
         loaded[index] = arr
         return arr
 
-    unpickler = ArrayUnpickler(io.BytesIO(pickled), load_array, restricted, allowed,
+    unpickler = ArrayUnpickler(pickled, load_array, restricted, allowed,
                                prefixes, source=name)
     try:
         obj = unpickler.load()
@@ -265,6 +265,27 @@ def _load(file, name, *, mmap_source, mmap_mode, restricted, allowed, prefixes, 
             UserWarning, stacklevel=3,
         )
     return obj
+
+
+def _pickle_stream(reader, root, verify, n_threads):
+    """The pickle stream as a BytesIO, decoded straight into the BytesIO's buffer.
+
+    ``io.BytesIO(bytearray)`` would copy the stream: for an object-heavy file
+    that second copy was as large as the file's whole pickle stream.
+    """
+    if root.raw_size > CHECKED_CLAIM and root.codec is not None:
+        # A large claimed size: read_bytes grows its buffer chunk by chunk, so
+        # a forged claim fails before the memory is taken.
+        return io.BytesIO(reader.read_bytes(root, verify=verify, n_threads=n_threads))
+    reader.check_claimed_sizes(root)
+    stream = io.BytesIO()
+    if root.raw_size:
+        stream.seek(root.raw_size - 1)
+        stream.write(b"\0")  # sizes the buffer once
+        stream.seek(0)
+        with stream.getbuffer() as view:
+            reader.read_into(root, view, verify=verify, n_threads=n_threads)
+    return stream
 
 
 def array_layout(reader, section):
