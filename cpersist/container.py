@@ -50,9 +50,9 @@ CHECKED_CLAIM = 64 << 20
 #: Bytes of each large chunk compressed first to decide whether compressing
 #: the whole chunk pays, and the saving it must show to go ahead.
 PROBE_SIZE = 64 << 10
+MIN_SAVING = 0.05
 #: Writes at least this large preallocate their blocks first.
 FALLOCATE_MIN = 1 << 16
-MIN_SAVING = 0.05
 
 _ZEROS = bytes(ALIGN)
 
@@ -468,20 +468,10 @@ class ContainerReader:
                         f"checksum mismatch in section {section.index}: damaged data"
                     )
             return
-        largest = max((c[2] for c in section.chunks), default=0)
-        scratch = memoryview(bytearray(largest))
-        # Decode chunk by chunk into one scratch buffer: memory stays at one
-        # chunk whatever the section's size.
-        self.file.seek(self.base + section.offset)
-        for _, stored, raw, crc, flag in section.chunks:
-            data = self.file.read(stored)
-            if len(data) != stored or checksum(data) != crc:
-                raise self.error(f"checksum mismatch in section {section.index}: damaged data")
-            if flag == ENCODED:
-                try:
-                    section.codec.decode_into(data, scratch[:raw])
-                except CorruptFileError as exc:
-                    raise self.error(f"section {section.index}: {exc}") from None
+        # Decoded chunks are dropped as they come: memory stays at one chunk
+        # whatever the section's size.
+        for _ in self.iter_section_chunks(section, verify=True):
+            pass
 
 
 def encode_chunk(codec, chunk, typesize=1):
@@ -522,7 +512,6 @@ class EncodedStream:
         self._buffered = 0
         self._pending = deque()
         self._done = []
-        self.raw_size = 0
 
     def write(self, data):
         # Pieces are joined once per chunk: growing and slicing one bytearray
@@ -546,7 +535,6 @@ class EncodedStream:
         self._buffered = len(rest)
 
     def _submit(self, chunk):
-        self.raw_size += len(chunk)
         if self._n_threads <= 1:
             self._done.append(_with_length(encode_chunk(self._codec, chunk), chunk))
             return
