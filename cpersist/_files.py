@@ -40,6 +40,13 @@ def _new_file_mode(path):
     return 0o666 & ~mask
 
 
+#: Write buffer of files cpersist creates. A file holds a section (with its
+#: alignment padding) per array: with the default 8 KiB buffer, the 400 small
+#: arrays of a random forest cost 700 write calls, and its raw dump took 8.7
+#: ms against 6.1 ms with 1 MiB. Writes larger than the buffer bypass it.
+WRITE_BUFFER = 1 << 20
+
+
 def write_atomically(path, write, fsync):
     """Call ``write(file)`` on a temporary file, then rename it onto ``path``.
 
@@ -53,7 +60,7 @@ def write_atomically(path, write, fsync):
     directory, base = os.path.split(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.fsdecode(base)}.", suffix=TMP_SUFFIX, dir=directory)
     try:
-        with open(fd, "wb") as file:
+        with open(fd, "wb", buffering=WRITE_BUFFER) as file:
             write(file)
             file.flush()
             os.fchmod(fd, _new_file_mode(path))

@@ -12,6 +12,10 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 _END = object()
+#: Chunks in flight per worker. With one, a worker that finished idled until
+#: the calling thread had consumed the chunk before it: 2 threads loaded a
+#: 100 MB map in 38.5 ms against 37.5 ms with 1; with two, in 22.0 ms.
+IN_FLIGHT_PER_THREAD = 2
 _pools = {}
 _pools_lock = threading.Lock()
 
@@ -47,7 +51,7 @@ def get_pool(n_threads):
 def ordered_map(func, items, n_threads, consume):
     """Apply ``func`` to ``items`` on a pool and ``consume`` results in order.
 
-    At most ``n_threads`` results are in flight, which bounds the memory
+    At most ``2 * n_threads`` results are in flight, which bounds the memory
     held by finished-but-unconsumed results to a few chunks. With one thread
     or a single item everything runs inline (a pool round-trip costs more
     than compressing a small chunk).
@@ -76,7 +80,7 @@ def ordered_map(func, items, n_threads, consume):
         return
     pool = get_pool(n_threads)
     pending = deque()
-    limit = n_threads
+    limit = n_threads * IN_FLIGHT_PER_THREAD
     try:
         for item in itertools.chain((first, second), items):
             pending.append((item, pool.submit(func, item)))

@@ -113,6 +113,7 @@ def _write(obj, file, codec, protocol, chunk_size, n_threads):
             codec=codec,
             typesize=arr.dtype.itemsize,
             meta=describe(arr),
+            size=arr.nbytes,
         )
 
     # The pickle stream is encoded chunk by chunk on the pool while pickling

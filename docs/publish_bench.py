@@ -67,7 +67,7 @@ def codec_table(rows):
             continue
         codec = "raw" if r["level"] == "0" else r["codec"]
         if codec == "default":
-            continue  # the same codec as cpersist:zstd
+            continue  # the same codec as cpersist:zstd-auto
         key = (codec, int(r["level"]))
         g = groups.setdefault(key, {"mem": 0.0, "disk": 0.0, "w": 0.0, "r": 0.0, "n": 0})
         g["mem"] += _f(r["size_bytes"]) or 0

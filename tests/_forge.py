@@ -43,23 +43,56 @@ def write_container(path, pickled, arrays=(), codec=None):
     return path
 
 
-def split(data):
-    """(body before the index, index dict) of a valid file's bytes."""
+def split(data, *, keep_totals=False):
+    """(body before the index, index dict) of a valid file's bytes.
+
+    Each section's chunk table (JSON text in the file) comes back decoded to
+    a list, for tests to edit. Unless ``keep_totals``, the sections' size
+    totals are dropped, and :func:`with_index` recomputes them from the
+    (edited) tables: a consistent forgery.
+    """
     offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
-    return data[:offset], json.loads(data[offset:offset + length])
+    index = json.loads(data[offset:offset + length])
+    for section in index["sections"]:
+        section["chunks"] = json.loads(section["chunks"])
+        if not keep_totals:
+            del section["stored_size"], section["raw_size"]
+    return data[:offset], index
+
+
+def _encode_tables(index):
+    """Put edited chunk tables back as JSON text, with totals that agree with
+    them unless the section already has totals."""
+    sections = index.get("sections") if isinstance(index, dict) else None
+    for section in sections if isinstance(sections, list) else ():
+        table = section.get("chunks") if isinstance(section, dict) else None
+        if not isinstance(table, list):
+            continue
+        try:
+            section.setdefault("stored_size", sum(entry[0] for entry in table))
+            section.setdefault("raw_size", sum(entry[1] for entry in table))
+        except (TypeError, IndexError):
+            pass
+        section["chunks"] = json.dumps(table)
 
 
 def with_index(body, index, *, raw_index=None):
     """Reassemble ``body`` and a (modified) index with a correct trailer."""
     pad = -len(body) % ALIGN
     body = body + bytes(pad)
+    if raw_index is None:
+        _encode_tables(index)
     data = raw_index if raw_index is not None else json.dumps(index).encode()
     return body + data + TRAILER.pack(len(body), len(data), checksum(data), b"CPSEND\r\n")
 
 
-def forge(data, edit):
-    """Apply ``edit(index)`` (in place) to a valid file's index; fix the CRC."""
-    body, index = split(data)
+def forge(data, edit, *, consistent=False):
+    """Apply ``edit(index)`` (in place) to a valid file's index; fix the CRC.
+
+    The sections keep their original size totals, so an edited chunk table
+    disagrees with them, unless ``consistent`` (totals follow the tables).
+    """
+    body, index = split(data, keep_totals=not consistent)
     edit(index)
     return with_index(body, index)
 

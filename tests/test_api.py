@@ -133,8 +133,8 @@ def test_bad_target_and_source_types():
 # -- compress ------------------------------------------------------------------
 
 ACCEPTED = [
-    (0, None), (False, None), (True, ("zstd", 3)),
-    *[(level, ("zstd", level)) for level in range(1, 10)],
+    (0, None), (False, None), (True, ("zstd-auto", 3)),
+    *[(level, ("zstd-auto", level)) for level in range(1, 10)],
     *[(name, (name, 3)) for name in cpersist.available_codecs()],
     ("blosc", ("blosc:lz4", 3)),
     (("zlib", 0), None), (("blosc:zstd", 0), None),
@@ -564,12 +564,12 @@ def test_truncated_raw_file_with_mmap(tmp_path):
 def test_newer_major_version(good_file):
     data = bytearray(good_file.read_bytes())
     major, minor = struct.unpack_from("<HH", data, len(MAGIC))
-    assert (major, minor) == (1, 0)
+    assert (major, minor) == (1, 1)
     struct.pack_into("<H", data, len(MAGIC), major + 1)
     good_file.write_bytes(bytes(data))
     for error in _load_each_way(good_file):
         assert type(error) is cpersist.UnsupportedVersionError
-        assert "newer" in str(error) and "2.0" in str(error)
+        assert "newer" in str(error) and "2.1" in str(error)
 
 
 def test_error_classes():
@@ -610,15 +610,19 @@ def test_file_layout(tmp_path):
     cpersist.dump({"a": a, "c": c, "b": b}, path)
     data = path.read_bytes()
     assert data.startswith(MAGIC) and MAGIC == b"\x89CPS\r\n\x1a\n"
-    assert data[8:12] == b"\x01\x00\x00\x00"  # major 1, minor 0, little-endian
+    assert data[8:12] == b"\x01\x00\x01\x00"  # major 1, minor 1, little-endian
     assert data[12:64] == bytes(52)
     assert data.endswith(END_MAGIC)
     offset, length, crc, _ = TRAILER.unpack(data[-TRAILER.size:])
     assert offset % ALIGN == 0 and offset + length == len(data) - TRAILER.size
     index = json.loads(data[offset:offset + length])
     assert crc == __import__("xxhash").xxh3_64_intdigest(data[offset:offset + length])
-    assert index["format"] == [1, 0]
+    assert index["format"] == [1, 1]
     sections = index["sections"]
+    for section in sections:  # the chunk table is JSON text, with its totals
+        table = json.loads(section["chunks"])
+        assert section["stored_size"] == sum(entry[0] for entry in table)
+        assert section["raw_size"] == sum(entry[1] for entry in table)
     by_shape = {tuple(s["meta"]["shape"]): s for s in sections
                 if s["meta"].get("kind") == "array"}
     for arr in (a, b, c):

@@ -127,7 +127,7 @@ def test_info_json_matches_what_was_dumped(raw_file):
     assert result.returncode == 0, result.stderr
     info = json.loads(result.stdout)
     assert info["file"] == str(raw_file)
-    assert info["format"] == "1.0"
+    assert info["format"] == "1.1"
     arrays = {a["path"]: a for a in info["arrays"]}
     expected = {
         "obj['weights']": obj["weights"],
@@ -184,7 +184,7 @@ def test_info_text(raw_file, tmp_path):
     result = run("info", raw_file)
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert out.startswith(f"{raw_file}: cpersist format 1.0, written by cpersist ")
+    assert out.startswith(f"{raw_file}: cpersist format 1.1, written by cpersist ")
     assert "obj['model'].coef_" in out
     assert "(300, 400)" in out and "<f4" in out
     assert "pickle stream:" in out
@@ -268,7 +268,7 @@ def test_convert_roundtrip_raw_zstd_raw(tmp_path, raw_file):
 
 
 @pytest.mark.parametrize("spec,expected", [
-    ("3", ("zstd", 3)), ("lz4", ("lz4", 3)), ("blosc:lz4:9", ("blosc:lz4", 9)),
+    ("3", ("zstd-auto", 3)), ("lz4", ("lz4", 3)), ("blosc:lz4:9", ("blosc:lz4", 9)),
     ("zlib:1", ("zlib", 1)), ("blosc", ("blosc:lz4", 3)),
 ])
 def test_convert_specs(tmp_path, raw_file, spec, expected):

@@ -92,7 +92,7 @@ def test_convert_in_place(tmp_path):
     size_raw = os.path.getsize(path)
     cpersist.convert(path, path, 9)
     assert os.path.getsize(path) < size_raw
-    assert codecs_of(path)[0][0] == {"id": "zstd", "level": 9}
+    assert codecs_of(path)[0][0] == {"id": "zstd-auto", "level": 9}
     assert_same(obj, cpersist.load(path))
     assert [p.name for p in tmp_path.iterdir()] == ["model.cp"]  # no temp file left
 

@@ -44,25 +44,29 @@ def _objects():
     objects = {"words": ["w%d" % i for i in range(150)],
                "nested": [{"k": i, "v": (i, str(i), [None, 1.5])} for i in range(60)],
                "arr": np.array([1, "x", None], dtype=object)}
-    return {"arrays": base, "many-small": small, "object-heavy": objects}
+    counters = {"c": np.cumsum(rng.integers(-3, 4, 4096), dtype=np.int64)}
+    return {"arrays": base, "many-small": small, "object-heavy": objects,
+            "counters": counters}
 
 
-# kind -> (object name, compress)
+# kind -> (object name, compress[, chunk size])
 KINDS = {"raw": ("arrays", 0), "many-small-raw": ("many-small", 0),
          "object-heavy": ("object-heavy", 0),
          "many-small-zstd": ("many-small", "zstd"),
-         "object-heavy-lz4": ("object-heavy", "lz4")}
+         "object-heavy-lz4": ("object-heavy", "lz4"),
+         # Chunks large enough for zstd-auto to shuffle + delta them.
+         "zstd-auto-filtered": ("counters", "zstd-auto", 4096)}
 KINDS.update({f"codec-{c}": ("arrays", (c, 5)) for c in cpersist.available_codecs()})
 
 
 def _files():
     objects = _objects()
     files = {}
-    for kind, (obj_name, compress) in KINDS.items():
+    for kind, (obj_name, compress, *chunk_size) in KINDS.items():
         buf = io.BytesIO()
         # Small chunks: every section has several, each checksummed.
-        cpersist.dump(objects[obj_name], buf, compress=compress, chunk_size=256,
-                      n_threads=1)
+        cpersist.dump(objects[obj_name], buf, compress=compress,
+                      chunk_size=chunk_size[0] if chunk_size else 256, n_threads=1)
         files[kind] = (objects[obj_name], buf.getvalue())
     return files
 

@@ -20,7 +20,7 @@ def test_inspect_lists_arrays_and_globals(tmp_path):
     path = tmp_path / "m.cp"
     cpersist.dump(obj, path, compress=("zstd", 3))
     info = cpersist.inspect(path)
-    assert info["format"] == "1.0"
+    assert info["format"] == "1.1"
     assert info["pickle"]["protocol"] == pickle.HIGHEST_PROTOCOL
     assert 0 < info["pickle"]["stored_bytes"] and info["pickle"]["raw_bytes"] > 0
     arrays = {a["shape"]: a for a in info["arrays"]}

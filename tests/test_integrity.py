@@ -151,7 +151,7 @@ def test_forged_huge_chunk_beyond_codec_expansion(tmp_path, compress):
         section = _first_array(index)
         section["chunks"][0][1] = MAX_CHUNK_SIZE
         section["meta"]["shape"] = [sum(c[1] for c in section["chunks"]) // 8]
-    data = forge(_array_file(tmp_path, compress), edit)
+    data = forge(_array_file(tmp_path, compress), edit, consistent=True)
     _expect_corrupt(tmp_path, data, match="more than that codec can produce")
 
 
@@ -280,3 +280,67 @@ def test_extreme_but_genuine_compression_loads(compress):
     assert_same(arr, out["zeros"])
     buf.seek(0)
     assert cpersist.verify(buf)["raw_bytes"] >= 2 * CHECKED_CLAIM
+
+
+# -- format 1.1: chunk tables as JSON text, checked on first use ---------------
+
+CHUNK_EDITS = [
+    lambda ix: _first_array(ix)["chunks"][0].__setitem__(0, 10**15),
+    lambda ix: _first_array(ix)["chunks"][0].__setitem__(1, 0),
+    lambda ix: _first_array(ix)["chunks"][0].__setitem__(1, 2**40),
+    lambda ix: _first_array(ix)["chunks"][0].__setitem__(2, "crc"),
+    lambda ix: _first_array(ix)["chunks"][0].__setitem__(3, 7),
+    lambda ix: _first_array(ix)["chunks"].append([1, 2]),
+]
+
+
+@pytest.mark.parametrize("compress", [0, "zstd"])
+@pytest.mark.parametrize("edit", CHUNK_EDITS)
+def test_consistently_forged_chunk_table_is_caught(tmp_path, compress, edit):
+    # Totals that agree with the forged table: only the table check can tell.
+    data = forge(_array_file(tmp_path, compress), edit, consistent=True)
+    _expect_corrupt(tmp_path, data)
+
+
+@pytest.mark.parametrize("compress", [0, "zstd"])
+def test_totals_that_disagree_with_the_chunk_table(tmp_path, compress):
+    def edit(index):
+        section = _first_array(index)
+        del section["chunks"][-1]
+    data = forge(_array_file(tmp_path, compress), edit)
+    _expect_corrupt(tmp_path, data, match="totals say")
+
+
+def test_raw_section_with_unequal_totals(tmp_path):
+    data = forge(_array_file(tmp_path, 0), lambda ix: _first_array(ix).update(raw_size=10**12))
+    _expect_corrupt(tmp_path, data, match="inconsistent")
+    _expect_corrupt(tmp_path, data, match="inconsistent", mmap_mode="r")
+
+
+def test_chunk_tables_are_parsed_only_when_read(tmp_path):
+    from cpersist.container import ContainerReader
+
+    path = tmp_path / "a.cp"
+    cpersist.dump(np.arange(100_000.0), path, chunk_size=1 << 16)
+    with open(path, "rb") as file:
+        reader = ContainerReader(file, str(path))
+        assert all(section._chunks is None for section in reader.sections)
+        array = next(s for s in reader.sections if s.meta.get("kind") == "array")
+        assert len(array.chunks) == 13 and array._chunks is not None
+
+
+@pytest.mark.parametrize("compress", [0, "zstd"])
+def test_format_1_0_files_still_load(tmp_path, compress):
+    """Format 1.0 wrote each chunk table as a JSON list and no totals."""
+    obj = {"a": np.arange(50_000.0), "b": ["x", 1]}
+    data = _dump(obj, tmp_path / "new.cp", compress=compress, chunk_size=1 << 15)
+    body, index = split(data)  # tables as lists, totals dropped
+    index["format"] = [1, 0]
+    old = set_version(with_index(body, None, raw_index=json.dumps(index).encode()), 1, 0)
+    out, path = _load_bytes(tmp_path, old)
+    assert_same(obj, out)
+    assert cpersist.verify(path)["chunks"] >= 7
+    if not compress:
+        mapped = cpersist.load(path, mmap_mode="r")["a"]
+        assert isinstance(mapped, np.memmap)
+        assert_same(obj["a"], np.array(mapped))

@@ -34,18 +34,11 @@ __all__ = [
 #: The generic level grid of the issue.
 DEFAULT_LEVELS = (0, 1, 3, 6, 9)
 
-#: Codec names of the cpersist contract, used until the core is importable.
-_FALLBACK_CODECS = ["zlib", "lz4", "zstd", "blosc:lz4", "blosc:zstd", "blosc:zlib", "blosc:blosclz"]
-
-
 def cpersist_codecs() -> List[str]:
-    """Codec names cpersist offers (from the core when it imports)."""
-    try:
-        from cpersist.codecs import available_codecs
+    """Codec names cpersist offers."""
+    from cpersist.codecs import available_codecs
 
-        return list(available_codecs())
-    except Exception:  # core not there yet: the contract's list
-        return list(_FALLBACK_CODECS)
+    return list(available_codecs())
 
 
 def _is_plain_array(obj) -> bool:

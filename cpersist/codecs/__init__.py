@@ -19,8 +19,9 @@ from .registry import (
 )
 from .zlib import Zlib
 from .zstd import Zstd
+from .zstd_auto import ZstdAuto
 
-for _cls in (Zlib, LZ4, Zstd, BloscLZ4, BloscZstd, BloscZlib, BloscBloscLZ):
+for _cls in (Zlib, LZ4, Zstd, ZstdAuto, BloscLZ4, BloscZstd, BloscZlib, BloscBloscLZ):
     register_codec(_cls)
 del _cls
 

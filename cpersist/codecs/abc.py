@@ -41,7 +41,7 @@ class Codec(ABC):
         self.level = level
 
     @abstractmethod
-    def encode(self, buf, typesize=1):
+    def encode(self, buf, typesize=1, hint=None):
         """Compress one chunk.
 
         Parameters
@@ -51,6 +51,9 @@ class Codec(ABC):
         typesize : int
             Size in bytes of one element of the array the chunk comes from;
             codecs with a shuffle filter use it, others ignore it.
+        hint : object, optional
+            What :meth:`probe` returned for a sample of this chunk, so that a
+            codec that chooses between encodings need not probe again.
 
         Returns
         -------
@@ -75,6 +78,24 @@ class Codec(ABC):
             If ``src`` is not a valid chunk or does not decompress to exactly
             ``len(out)`` bytes.
         """
+
+    def probe(self, sample, typesize=1):
+        """Compress a sample of a chunk, to see whether compressing pays.
+
+        Parameters
+        ----------
+        sample : memoryview
+            A slice of the chunk (the container takes 64 KiB from its middle).
+        typesize : int
+
+        Returns
+        -------
+        size : int
+            Compressed size of the sample.
+        hint : object
+            Passed back to :meth:`encode` for the whole chunk; ``None`` here.
+        """
+        return len(self.encode(sample, typesize)), None
 
     #: Largest ratio of decoded to stored size one chunk can reach, from the
     #: format's own limits; ``None`` when the format has no such limit (the

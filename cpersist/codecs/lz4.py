@@ -17,7 +17,7 @@ class LZ4(Codec):
     #: LZ4 block limit: each extra 255 bytes of match length costs one byte.
     max_expansion = 255
 
-    def encode(self, buf, typesize=1):
+    def encode(self, buf, typesize=1, hint=None):
         if self.level <= 3:
             return _lz4_block.compress(
                 buf, mode="fast", acceleration=4 - self.level, store_size=False

@@ -7,7 +7,7 @@ _registry = {}
 ALIASES = {"blosc": "blosc:lz4"}
 #: Codec used when ``compress`` is an int or True. Chosen by measurement on
 #: the built-in benchmark datasets (see docs/benchmarks.rst).
-DEFAULT_CODEC = "zstd"
+DEFAULT_CODEC = "zstd-auto"
 #: Level used when ``compress`` is True or a bare codec name.
 DEFAULT_LEVEL = 3
 

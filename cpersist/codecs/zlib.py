@@ -12,7 +12,7 @@ class Zlib(Codec):
     #: DEFLATE's limit: a 258-byte match costs at least 2 bits.
     max_expansion = 1032
 
-    def encode(self, buf, typesize=1):
+    def encode(self, buf, typesize=1, hint=None):
         return _zlib.compress(buf, self.level)
 
     def decode_into(self, src, out):

@@ -21,7 +21,7 @@ class Zstd(Codec):
         # call makes its own (ZstdCompressor creation is ~microseconds).
         self._params = dict(level=level, write_content_size=True)
 
-    def encode(self, buf, typesize=1):
+    def encode(self, buf, typesize=1, hint=None):
         return _zstd.ZstdCompressor(**self._params).compress(buf)
 
     def check_header(self, head, stored, raw):

@@ -1,0 +1,113 @@
+"""Zstandard with a byte-shuffle + byte-delta filter where a probe says it pays.
+
+Numeric arrays whose neighbouring values are close (counters, time series,
+integer images) compress far better once the n-th byte of every element is
+grouped together and each byte replaced by its difference from the previous
+one. Smooth float maps and sparse tables, on the other hand, compress better
+as they are. This codec decides per chunk: it compresses a sample both ways
+and keeps the smaller. Each stored chunk says which way it went: a plain
+Zstandard frame, or a Blosc2 chunk (shuffle, byte delta, Zstandard inside)
+that Blosc's own decoder undoes.
+
+Measured on the built-in 100 MB datasets, one thread, 4 MiB chunks:
+
+=============  ============  ===============================
+dataset        zstd 3        shuffle + delta + zstd 1
+=============  ============  ===============================
+time series    8.1, 527 MB/s 20.1, 1870 MB/s (chosen)
+smooth map     8.5, 675 MB/s 6.0 (not chosen)
+sparse table   15.1          6.2 (not chosen)
+=============  ============  ===============================
+"""
+
+import blosc2 as _blosc2
+
+from .abc import Codec
+from .blosc import _MAX_TYPESIZE, check_blosc_chunk
+from .zstd import Zstd
+
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+#: Zstandard level used behind the filters, for each cpersist level. After
+#: shuffle + delta, numeric data is mostly long runs that zstd's fastest
+#: strategy already finds: on the time series, level 1 gives ratio 20.1 at
+#: 1870 MB/s where level 3 gives 18.7 at 1080 MB/s. So levels 1-3 use 1.
+_FILTERED_ZSTD_LEVEL = {1: 1, 2: 1, 3: 1, 4: 3, 5: 3, 6: 5, 7: 5, 8: 7, 9: 9}
+#: Blosc block size: 256 KiB fits in L2 with its compressed copy.
+_BLOCK_SIZE = 256 << 10
+#: Chunks up to this size are compressed both ways in full to choose.
+_WHOLE_CHOICE = 128 << 10
+#: Sample compressed both ways to choose for larger chunks.
+_SAMPLE_SIZE = 64 << 10
+PLAIN, FILTERED = "plain", "filtered"
+
+
+class ZstdAuto(Codec):
+    """Zstandard, behind Blosc's shuffle + byte delta on chunks where it pays.
+
+    Parameters
+    ----------
+    level : int
+        1–9. Plain chunks use Zstandard at this level; filtered chunks use
+        the level in ``_FILTERED_ZSTD_LEVEL`` (1 for levels 1–3).
+    """
+
+    codec_id = "zstd-auto"
+    #: Blosc chunks have no static bound (see :mod:`.blosc`); both kinds of
+    #: chunk state their size in a header, which is checked instead.
+    max_expansion = None
+    header_size = 32
+
+    def __init__(self, level=3):
+        super().__init__(level)
+        self._zstd = Zstd(level)
+        # Blosc's clevel c runs Zstandard at level 2c - 1.
+        self._clevel = (_FILTERED_ZSTD_LEVEL[level] + 1) // 2
+
+    def _filterable(self, buf, typesize):
+        return 1 < typesize <= _MAX_TYPESIZE and len(buf) % typesize == 0
+
+    def _filtered(self, buf, typesize):
+        return _blosc2.compress2(
+            buf,
+            typesize=typesize,
+            clevel=self._clevel,
+            filters=[_blosc2.Filter.SHUFFLE, _blosc2.Filter.BYTEDELTA],
+            codec=_blosc2.Codec.ZSTD,
+            blocksize=_BLOCK_SIZE,
+            # cpersist already runs one chunk per core.
+            nthreads=1,
+        )
+
+    def probe(self, sample, typesize=1):
+        if not self._filterable(sample, typesize):
+            return len(self._zstd.encode(sample)), PLAIN
+        plain = len(self._zstd.encode(sample))
+        filtered = len(self._filtered(sample, typesize))
+        return (filtered, FILTERED) if filtered < plain else (plain, PLAIN)
+
+    def encode(self, buf, typesize=1, hint=None):
+        if not self._filterable(buf, typesize):
+            return self._zstd.encode(buf)
+        if hint is None and len(buf) <= _WHOLE_CHOICE:
+            plain, filtered = self._zstd.encode(buf), self._filtered(buf, typesize)
+            return filtered if len(filtered) < len(plain) else plain
+        if hint is None:
+            start = (len(buf) // 2) // typesize * typesize
+            _, hint = self.probe(buf[start:start + _SAMPLE_SIZE], typesize)
+        return self._filtered(buf, typesize) if hint == FILTERED else self._zstd.encode(buf)
+
+    def check_header(self, head, stored, raw):
+        if bytes(head[:4]) == _ZSTD_MAGIC:
+            self._zstd.check_header(head, stored, raw)
+        else:
+            check_blosc_chunk(self, head, stored, raw)
+
+    def decode_into(self, src, out):
+        if bytes(src[:4]) == _ZSTD_MAGIC:
+            self._zstd.decode_into(src, out)
+            return
+        check_blosc_chunk(self, src, len(src), len(out))
+        try:
+            _blosc2.decompress2(src, dst=out, nthreads=1)
+        except Exception as exc:  # blosc2 raises bare Exceptions/ValueErrors
+            raise self._invalid(exc) from None

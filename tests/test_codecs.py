@@ -1,0 +1,147 @@
+"""The adaptive default codec and the container's compress-or-store probe."""
+
+import numpy as np
+import pytest
+
+import cpersist
+from cpersist.codecs import DEFAULT_CODEC, get_codec
+from cpersist.container import STORED, ContainerReader
+
+from .conftest import assert_same
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def counter(n, seed=0):
+    """An int64 series with small random steps: shuffle + delta's best case."""
+    steps = np.random.default_rng(seed).integers(-3, 4, n)
+    return np.cumsum(steps, dtype=np.int64) + 1_000_000_000
+
+
+def smooth_map(n, seed=0):
+    """A float32 signal quantised to a few levels: plain zstd's best case."""
+    x = np.linspace(0, 40, n, dtype=np.float64)
+    return np.round(np.sin(x) * 8).astype(np.float32)
+
+
+def chunk_kinds(path):
+    """For each section of a file: a list with, per chunk, 'stored',
+    'zstd' (a plain frame) or 'blosc' (the shuffled + delta encoding)."""
+    kinds = []
+    with open(path, "rb") as file:
+        reader = ContainerReader(file, str(path))
+        for section in reader.sections:
+            section_kinds = []
+            for offset, stored, _, _, flag in section.chunks:
+                file.seek(reader.base + offset)
+                head = file.read(4)
+                section_kinds.append(
+                    "stored" if flag == STORED else "zstd" if head == ZSTD_MAGIC else "blosc"
+                )
+            kinds.append(section_kinds)
+    return kinds
+
+
+def test_default_codec_is_zstd_auto():
+    assert DEFAULT_CODEC == "zstd-auto"
+    assert cpersist.codecs.parse_compress(3) == get_codec("zstd-auto", 3)
+
+
+def test_counter_chunks_are_filtered_and_smaller_than_plain_zstd(tmp_path):
+    arr = counter(1 << 20)
+    auto, plain = tmp_path / "auto.cp", tmp_path / "plain.cp"
+    cpersist.dump(arr, auto, compress=3, chunk_size=1 << 20)
+    cpersist.dump(arr, plain, compress=("zstd", 3), chunk_size=1 << 20)
+    assert set(chunk_kinds(auto)[0]) == {"blosc"}
+    assert set(chunk_kinds(plain)[0]) == {"zstd"}
+    # Shuffle + delta leaves the high bytes constant: far smaller than zstd.
+    assert auto.stat().st_size * 2 < plain.stat().st_size
+    assert_same(arr, cpersist.load(auto))
+
+
+def test_smooth_float_chunks_stay_plain_zstd(tmp_path):
+    arr = smooth_map(1 << 20)
+    path = tmp_path / "a.cp"
+    cpersist.dump(arr, path, compress=3, chunk_size=1 << 20)
+    assert set(chunk_kinds(path)[0]) == {"zstd"}
+    assert_same(arr, cpersist.load(path))
+
+
+@pytest.mark.parametrize("chunk_size", [4096, 1 << 20])  # whole-chunk choice / sampled
+def test_one_array_mixes_both_encodings_chunk_by_chunk(tmp_path, chunk_size):
+    n = 8 * chunk_size // 8  # 8 chunks of int64 per half
+    bits = smooth_map(n).astype(np.float64).view(np.int64)
+    arr = np.concatenate([counter(n), bits])
+    path = tmp_path / "a.cp"
+    cpersist.dump(arr, path, compress=3, chunk_size=chunk_size, n_threads=2)
+    kinds = chunk_kinds(path)[0]
+    assert set(kinds[: len(kinds) // 2]) == {"blosc"}
+    assert set(kinds[len(kinds) // 2:]) == {"zstd"}
+    assert_same(arr, cpersist.load(path, n_threads=2))
+    assert cpersist.verify(path)["chunks"] >= len(kinds)
+
+
+@pytest.mark.parametrize("dtype", ["u1", "i1", "S1", "?"])
+def test_single_byte_items_are_never_shuffled(tmp_path, dtype):
+    arr = np.frombuffer(counter(1 << 17).astype("<i8").tobytes(), dtype=dtype)
+    path = tmp_path / "a.cp"
+    cpersist.dump(arr, path, compress=3, chunk_size=1 << 16)
+    assert "blosc" not in chunk_kinds(path)[0]
+    assert_same(arr, cpersist.load(path))
+
+
+@pytest.mark.parametrize("dtype", ["<i2", ">i4", "<u8", "<f8", ">c16", "<M8[s]", "S7", "V3"])
+def test_filtered_round_trip_every_item_width(tmp_path, dtype):
+    ints = counter(300_001)
+    arr = ints.astype(dtype) if dtype[1] not in "SV" else np.frombuffer(
+        ints.tobytes()[: len(ints) * 8 // int(dtype[1:]) * int(dtype[1:])], dtype=dtype)
+    path = tmp_path / "a.cp"
+    cpersist.dump(arr, path, compress=9, chunk_size=1 << 18)
+    assert_same(arr, cpersist.load(path))
+
+
+def test_noise_is_stored_at_fast_levels_and_compressed_at_small_ones(tmp_path):
+    # Shuffling float64 noise saves ~11%: not worth 5x the dump time at the
+    # default level, worth it at level 9.
+    arr = np.random.default_rng(1).standard_normal(1 << 20)
+    fast, small = tmp_path / "fast.cp", tmp_path / "small.cp"
+    cpersist.dump(arr, fast, compress=3)
+    cpersist.dump(arr, small, compress=9)
+    assert set(chunk_kinds(fast)[0]) == {"stored"}
+    assert set(chunk_kinds(small)[0]) == {"blosc"}
+    assert small.stat().st_size < 0.95 * fast.stat().st_size
+    assert_same(arr, cpersist.load(fast))
+    assert_same(arr, cpersist.load(small))
+
+
+def test_memmap_of_a_stored_noise_array_works_even_with_compress(tmp_path):
+    arr = np.random.default_rng(2).standard_normal(1 << 20)
+    path = tmp_path / "a.cp"
+    cpersist.dump({"x": arr}, path, compress=3)
+    with pytest.warns(UserWarning):  # the section has a codec, so no memmap
+        out = cpersist.load(path, mmap_mode="r")
+    assert_same(arr, out["x"])
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_damaged_filtered_chunk_is_a_corrupt_file_error(tmp_path, damage):
+    codec = get_codec("zstd-auto", 3)
+    src = counter(1 << 16)
+    data = bytearray(codec.encode(memoryview(src).cast("B"), 8))
+    assert data[:4] != ZSTD_MAGIC
+    if damage == "truncate":
+        data = data[:-5]
+    else:
+        data[8] ^= 0xFF  # the compressed size in the header
+    out = np.empty_like(src)
+    with pytest.raises(cpersist.CorruptFileError, match="zstd-auto"):
+        codec.decode_into(bytes(data), memoryview(out).cast("B"))
+
+
+def test_fuzzed_zstd_auto_file_has_filtered_chunks(tmp_path):
+    # The fuzzer's "zstd-auto-filtered" kind must really hold Blosc chunks.
+    from .test_fuzz import FILES
+
+    path = tmp_path / "a.cp"
+    path.write_bytes(FILES["zstd-auto-filtered"][1])
+    assert "blosc" in {kind for section in chunk_kinds(path) for kind in section}
