@@ -46,9 +46,11 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         from its current position.
     compress : bool, int, str or tuple, default 0
         ``0``/``False``: raw (arrays can then be memory-mapped on load).
-        ``True``: the default codec (zstd) at level 3. An int 1–9: the
-        default codec at that level. A codec name (``"zlib"``, ``"lz4"``,
-        ``"zstd"``, ``"blosc"``, ``"blosc:lz4"``, ``"blosc:zstd"``,
+        ``True``: the default codec (``"zstd-auto"``: Zstandard, with a
+        byte shuffle + byte delta filter on the chunks of numeric arrays
+        where it compresses better) at level 3. An int 1–9: the default
+        codec at that level. A codec name (``"zlib"``, ``"lz4"``,
+        ``"zstd"``, ``"zstd-auto"``, ``"blosc"``, ``"blosc:lz4"``, ``"blosc:zstd"``,
         ``"blosc:zlib"``, ``"blosc:blosclz"``): that codec at level 3. A
         ``(name, level)`` tuple; level 0 means raw.
     protocol : int, optional
@@ -108,8 +110,11 @@ def _write(obj, file, codec, protocol, chunk_size, n_threads):
     writer = ContainerWriter(file, n_threads)
 
     def store(arr):
+        chunks = iter_chunks(arr, chunk_size)
+        if arr.nbytes <= chunk_size:
+            chunks = tuple(chunks)  # one chunk (or none): the writer's fast path
         return writer.add_section(
-            iter_chunks(arr, chunk_size),
+            chunks,
             codec=codec,
             typesize=arr.dtype.itemsize,
             meta=describe(arr),

@@ -145,15 +145,19 @@ class ContainerWriter:
             self._fd = None  # not supported here (some network file systems)
 
     def _write(self, data):
-        view = memoryview(data).cast("B")
-        total = len(view)
-        self._reserve(total)
-        written = 0
-        while written < total:
-            n = self._file.write(view[written:])
+        # Kept lean: a file of small arrays calls this twice per array.
+        if type(data) is memoryview and data.format != "B":
+            data = data.cast("B")
+        total = len(data)
+        if total >= FALLOCATE_MIN:
+            self._reserve(total)
+        n = self._file.write(data)
+        if n is not None and n < total:
             # Raw (unbuffered) streams may write less than asked; buffered
             # ones return None or the full length.
-            written = total if n is None else written + n
+            view = memoryview(data)
+            while n < total:
+                n += self._file.write(view[n:]) or 0
         self._pos += total
 
     def _align(self):
@@ -168,7 +172,8 @@ class ContainerWriter:
         ----------
         chunks : iterable of memoryview
             Contiguous byte chunks (format ``B``), each at most
-            ``MAX_CHUNK_SIZE`` long, whose concatenation is the section.
+            ``MAX_CHUNK_SIZE`` long and none empty, whose concatenation is
+            the section.
         codec : Codec or None
             None stores the bytes as one contiguous raw run.
         typesize : int
@@ -179,14 +184,27 @@ class ContainerWriter:
             Total length of ``chunks``, if known: a raw section reserves
             its blocks in the file at once.
         """
-        def work(chunk):
-            return encode_chunk(codec, chunk, typesize)
-
         self._align()
         offset = self._pos
+        if codec is None and type(chunks) is tuple and len(chunks) == 1:
+            # One raw chunk (every small array): the generic path's layers
+            # cost 7.7 us per array, 4x what pickling one costs.
+            chunk = chunks[0]
+            n = len(chunk)
+            crc = checksum(chunk)
+            self._write(chunk)
+            self._sections.append({
+                "offset": offset, "raw_size": n, "stored_size": n, "codec": None,
+                "typesize": typesize, "chunks": f"[[{n},{n},{crc},{STORED}]]",
+                "meta": meta or {},
+            })
+            return len(self._sections) - 1
         if codec is None and size:
             self._reserve(size)
         table = []
+
+        def work(chunk):
+            return encode_chunk(codec, chunk, typesize)
 
         def write(chunk, result):
             stored, crc, flag = result

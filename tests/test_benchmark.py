@@ -375,3 +375,75 @@ def test_make_figures_script(quick_run, tmp_path):
         assert (run / name).read_bytes()[:8] == PNG_MAGIC
     summary = (run / "summary.rst").read_text()
     assert "atlas_c" in summary and "np.save" in summary and "cpersist" in summary
+
+
+def _load_script(name):
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(root, "benchmarks", f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _write_csv(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_targets_script_computes_ratios_within_each_run(tmp_path):
+    """benchmarks/targets.py: each target from rows of one run, worst dataset."""
+    targets = _load_script("targets")
+
+    def row(dataset, method, level, write_s, read_s, ratio=1.0, wpeak=1.0, rpeak=101.0,
+            family=None, mmap="False", open_s=""):
+        return {"dataset": dataset, "method": method, "level": str(level), "status": "ok",
+                "write_s": write_s, "read_s": read_s, "ratio": ratio, "write_peak_MB": wpeak,
+                "read_peak_MB": rpeak, "size_bytes": 100e6, "mmap": mmap,
+                "family": family or method.split(":")[0].split("-")[0], "read_open_s": open_s}
+
+    a = []
+    for ds, np_w in (("atlas_f", 0.010), ("timeseries", 0.010), ("noise", 0.010)):
+        a += [row(ds, "np.save", 0, np_w, 0.010), row(ds, "cpersist", 0, 0.0125, 0.011),
+              row(ds, "cpersist", 3, 0.05, 0.02, ratio=9.0, wpeak=12.0, rpeak=120.0),
+              row(ds, "joblib", 3, 0.5, 0.1, ratio=8.0), row(ds, "tables:blosc:lz4", 3, 0.2, 0.05)]
+    a[1]["write_s"] = 0.020  # atlas_f raw dump at half np.save's speed: the worst
+    a += [row("random_forest", "cpersist", 0, 0.009, 0.01), row("random_forest", "pickle5", 0, 0.004, 0.004),
+          row("random_forest", "cpersist", 3, 0.015, 0.01, ratio=7.5),
+          row("random_forest", "joblib", 3, 0.05, 0.02, ratio=6.0)]
+    round_dir = tmp_path / "round0"
+    _write_csv(round_dir / "A" / "results.csv", a)
+    for name, t in (("B", 2.0), ("C", 1.0)):
+        _write_csv(round_dir / name / "results.csv",
+                   [row(ds, "cpersist", 3, 0.1 * t, 0.05 * t) for ds in targets.COMPRESSIBLE])
+    _write_csv(round_dir / "D" / "results.csv",
+               [row(f"file_noise_{size}.npy", "cpersist-mmap", 0, 0.01, 0.01, mmap="True", open_s=t)
+                for size, t in (("1MB", 1e-4), ("1GB", 3e-4))])
+    _write_csv(round_dir / "E" / "serializers.csv", [
+        {"serializer": "cpersist", "entries": "1024000", "store_s": 0.3, "load_s": 0.5, "status": "ok"},
+        {"serializer": "pickle5", "entries": "1024000", "store_s": 0.25, "load_s": 0.5, "status": "ok"}])
+
+    got = targets.evaluate(str(round_dir))
+    assert got["1 raw dump vs np.save"][0] == pytest.approx(0.5)
+    assert got["1 raw load vs np.load"][0] == pytest.approx(10 / 11)
+    assert got["1 mmap open 1 GB / 1 MB"][0] == pytest.approx(3.0)
+    assert got["2 ratio / joblib 3"][0] == pytest.approx(9 / 8)
+    assert got["2 write vs joblib 3"][0] == pytest.approx(10.0)
+    assert got["2 write vs PyTables blosc:lz4 3"][0] == pytest.approx(4.0)
+    assert got["4 1M dict store / pickle 5"][0] == pytest.approx(1.2)
+    assert got["5 forest raw dump / pickle 5"][0] == pytest.approx(2.25)
+    assert got["6 dump peak MB (any codec)"][0] == pytest.approx(12.0)
+    assert got["6 load peak above size, MB"][0] == pytest.approx(20.0)
+    assert got["7 dump: 2 threads / 1"][0] == pytest.approx(2.0)
+
+    rows = {r[0]: r for r in targets.table([got, got])}
+    assert rows["1 raw dump vs np.save"][5] == "NOT met"
+    assert rows["1 mmap open 1 GB / 1 MB"][5] == "NOT met"
+    assert rows["5 forest raw dump / pickle 5"][5] == "NOT met"
+    assert rows["2 write vs joblib 3"][5] == "met" and rows["2 write vs joblib 3"][4] == "2/2"
+    assert "| 7 load: 2 threads / 1 |" in targets.markdown(list(rows.values()))
+    assert "list-table" in targets.rst(list(rows.values()), 2)

@@ -65,7 +65,8 @@ def build_parser(prog: str = "python -m cpersist.benchmarks") -> argparse.Argume
     p.add_argument("--warm-cache", action="store_true",
                    help="read with the file in the page cache (default: evicted, cold)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="n_threads passed to cpersist.dump")
+                   help="n_threads passed to cpersist.dump and cpersist.load "
+                        "(default: all CPUs)")
     p.add_argument("--out", default="cpersist-bench", metavar="DIR",
                    help="output directory (CSV, JSON, PNG); default ./cpersist-bench")
     p.add_argument("--quick", action="store_true",

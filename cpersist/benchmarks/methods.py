@@ -160,7 +160,7 @@ class Cpersist(Method):
     def read(self, path):
         import cpersist
 
-        return cpersist.load(path)
+        return cpersist.load(path, n_threads=self.threads)
 
 
 class CpersistCodec(Cpersist):

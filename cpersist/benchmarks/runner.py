@@ -57,7 +57,7 @@ COLUMN_DOCS = {
     "peak_via": "VmHWM = kernel high-water mark reset per call (exact); sampler = /proc/self/statm every ms",
     "mmap": "read memory-maps the file",
     "repeats": "timed repeats per operation, each of write and read in its own fresh process",
-    "threads": "n_threads passed to cpersist",
+    "threads": "n_threads passed to cpersist.dump and cpersist.load (empty: all CPUs)",
     "status": "ok, n/a (method cannot store this data; see reason) or failed (error or wrong data: not timed)",
     "reason": "why n/a or failed",
     "notes": "method details (level mapping, API used)",

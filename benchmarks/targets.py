@@ -1,0 +1,241 @@
+"""Measure the performance targets of issue 4, as ratios within benchmark runs.
+
+Run from the repository root::
+
+    python benchmarks/targets.py OUT [--rounds 3] [--publish]
+
+Each round runs the bundled benchmark (``python -m cpersist.benchmarks``)
+five times, every write and read in a fresh process, reads with the file in
+the page cache (the issue's reference figures are warm):
+
+A. ``atlas_f, timeseries, noise, random_forest``: cpersist (every codec),
+   np.save, joblib, PyTables blosc:lz4 and pickle 5 at levels 0 and 3;
+B, C. the compressible datasets ``atlas_f, atlas_c, timeseries,
+   sparse_table`` with cpersist ``compress=3`` at ``--threads 1``, then 2;
+D. memory-mapped opens of 1 MB and of 1 GB of noise (two .npy files of
+   float64 noise, benchmarked as user files in one run);
+E. the serializer suite up to the dict of 1,024,000 entries.
+
+Every target is computed per round from rows of the same run; the table
+gives the median over rounds of each target's worst case (the smallest
+speed-up over its datasets, the largest peak), the range over rounds, and
+in how many rounds it was met. It is written to ``OUT/targets.md`` and, with
+``--publish``, to ``docs/bench_targets.inc.rst``. ``--from-runs`` recomputes
+the table from the runs already in OUT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DOCS_FRAGMENT = os.path.join(ROOT, "docs", "bench_targets.inc.rst")
+COMPRESSIBLE = ["atlas_f", "atlas_c", "timeseries", "sparse_table"]
+COMMON = ["--warm-cache", "--no-plots", "--no-progress"]
+RUNS = {
+    "A": ["--datasets", "atlas_f,timeseries,noise,random_forest", "--methods",
+          "cpersist*,np.save,np.save-mmap,joblib,tables:blosc:lz4,pickle5",
+          "--levels", "0,3", "--repeat", "5"],
+    "B": ["--datasets", ",".join(COMPRESSIBLE), "--methods", "cpersist", "--levels", "3",
+          "--repeat", "5", "--threads", "1"],
+    "C": ["--datasets", ",".join(COMPRESSIBLE), "--methods", "cpersist", "--levels", "3",
+          "--repeat", "5", "--threads", "2"],
+    # Both sizes in one run: two .npy files of noise, written by make_mmap_files.
+    "D": ["--methods", "cpersist-mmap,np.save-mmap", "--levels", "0", "--repeat", "11",
+          "{data}/noise_1MB.npy", "{data}/noise_1GB.npy"],
+    "E": ["--suite", "serializers", "--max-entries", "1024000"],
+}
+
+
+def make_mmap_files(data_dir):
+    """1 MB and 1 GB of float64 noise as .npy files, for the mmap open target."""
+    import numpy as np
+
+    os.makedirs(data_dir, exist_ok=True)
+    rng = np.random.default_rng(4)
+    for name, nbytes in (("1MB", 10**6), ("1GB", 10**9)):
+        path = os.path.join(data_dir, f"noise_{name}.npy")
+        if not os.path.exists(path):
+            np.save(path, rng.standard_normal(nbytes // 8))
+
+
+def run_round(out, k):
+    data_dir = os.path.join(out, "data")
+    make_mmap_files(data_dir)
+    for name, args in RUNS.items():
+        run_dir = os.path.join(out, f"round{k}", name)
+        args = [a.format(data=data_dir) for a in args]
+        cmd = [sys.executable, "-m", "cpersist.benchmarks", *args, *COMMON, "--out", run_dir]
+        print("$", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+
+
+def _rows(run_dir, name="results.csv"):
+    with open(os.path.join(run_dir, name), newline="") as f:
+        return [r for r in csv.DictReader(f) if r["status"] == "ok"]
+
+
+def _pick(rows, dataset, method, level):
+    for r in rows:
+        if r["dataset"] == dataset and r["method"] == method and r["level"] == str(level):
+            return r
+    raise LookupError(f"no ok row for {dataset} {method} level {level}")
+
+
+def _f(row, key):
+    return float(row[key])
+
+
+def evaluate(round_dir):
+    """Target name -> (measured value, detail text) for one round."""
+    a = _rows(os.path.join(round_dir, "A"))
+    b, c = _rows(os.path.join(round_dir, "B")), _rows(os.path.join(round_dir, "C"))
+    d = _rows(os.path.join(round_dir, "D"))
+    e = _rows(os.path.join(round_dir, "E"), "serializers.csv")
+    out = {}
+
+    def speedups(num_method, num_level, den_method, den_level, key, datasets):
+        vals = {ds: _f(_pick(a, ds, num_method, num_level), key)
+                / _f(_pick(a, ds, den_method, den_level), key) for ds in datasets}
+        return min(vals.values()), ", ".join(f"{ds} {v:.2f}" for ds, v in vals.items())
+
+    big = ["atlas_f", "timeseries", "noise"]
+    out["1 raw dump vs np.save"] = speedups("np.save", 0, "cpersist", 0, "write_s", big)
+    out["1 raw load vs np.load"] = speedups("np.save", 0, "cpersist", 0, "read_s", big)
+    small, large = (_f(_pick(d, f"file_noise_{size}.npy", "cpersist-mmap", 0), "read_open_s")
+                    for size in ("1MB", "1GB"))
+    out["1 mmap open of 1 GB, ms"] = (large * 1e3, f"1 MB {small * 1e3:.3f} ms")
+    out["1 mmap open 1 GB / 1 MB"] = (large / small, "")
+    maps = ["atlas_f", "timeseries"]
+    ratios = {ds: (_f(_pick(a, ds, "cpersist", 3), "ratio"), _f(_pick(a, ds, "joblib", 3), "ratio"))
+              for ds in maps}
+    out["2 ratio / joblib 3"] = (min(x / y for x, y in ratios.values()), ", ".join(
+        f"{ds} {x:.2f} vs {y:.2f}" for ds, (x, y) in ratios.items()))
+    out["2 write vs joblib 3"] = speedups("joblib", 3, "cpersist", 3, "write_s", maps)
+    out["2 write vs PyTables blosc:lz4 3"] = speedups("tables:blosc:lz4", 3, "cpersist", 3,
+                                                     "write_s", maps)
+    out["2 read vs joblib 3"] = speedups("joblib", 3, "cpersist", 3, "read_s", maps)
+    out["3 noise: compressed / raw dump speed"] = speedups("cpersist", 0, "cpersist", 3,
+                                                            "write_s", ["noise"])
+    ser = {r["serializer"]: r for r in e if r["entries"] == "1024000"}
+    for op in ("store", "load"):
+        ratio = _f(ser["cpersist"], f"{op}_s") / _f(ser["pickle5"], f"{op}_s")
+        out[f"4 1M dict {op} / pickle 5"] = (ratio, f"{_f(ser['cpersist'], f'{op}_s'):.3f} s vs "
+                                                    f"{_f(ser['pickle5'], f'{op}_s'):.3f} s")
+    rf = "random_forest"
+    out["5 forest raw dump / pickle 5"] = (
+        _f(_pick(a, rf, "cpersist", 0), "write_s") / _f(_pick(a, rf, "pickle5", 0), "write_s"), "")
+    cp3, jl3 = _pick(a, rf, "cpersist", 3), _pick(a, rf, "joblib", 3)
+    out["5 forest compressed write vs joblib 3"] = (
+        _f(jl3, "write_s") / _f(cp3, "write_s"),
+        f"ratio {_f(cp3, 'ratio'):.2f} vs {_f(jl3, 'ratio'):.2f}")
+    out["5 forest ratio / joblib 3"] = (_f(cp3, "ratio") / _f(jl3, "ratio"), "")
+    cp_rows = [r for r in a if r["family"] == "cpersist" and r["dataset"] in big]
+    worst = max(cp_rows, key=lambda r: _f(r, "write_peak_MB"))
+    out["6 dump peak MB (any codec)"] = (_f(worst, "write_peak_MB"),
+                                         f"{worst['method']} on {worst['dataset']}")
+    loads = [r for r in cp_rows if r["mmap"] != "True"]
+    worst = max(loads, key=lambda r: _f(r, "read_peak_MB") - _f(r, "size_bytes") / 1e6)
+    out["6 load peak above size, MB"] = (
+        _f(worst, "read_peak_MB") - _f(worst, "size_bytes") / 1e6,
+        f"{worst['method']} on {worst['dataset']}")
+    for op, key in (("dump", "write_s"), ("load", "read_s")):
+        vals = {ds: _f(_pick(b, ds, "cpersist", 3), key) / _f(_pick(c, ds, "cpersist", 3), key)
+                for ds in COMPRESSIBLE}
+        out[f"7 {op}: 2 threads / 1"] = (min(vals.values()), ", ".join(
+            f"{ds} {v:.2f}" for ds, v in vals.items()))
+    return out
+
+
+#: Target name -> (bound, True if the value must be >= the bound).
+BOUNDS = {
+    "1 raw dump vs np.save": (0.8, True),
+    "1 raw load vs np.load": (0.8, True),
+    "1 mmap open of 1 GB, ms": (10, False),
+    "1 mmap open 1 GB / 1 MB": (2, False),
+    "2 ratio / joblib 3": (1, True),
+    "2 write vs joblib 3": (5, True),
+    "2 write vs PyTables blosc:lz4 3": (2, True),
+    "2 read vs joblib 3": (2, True),
+    "3 noise: compressed / raw dump speed": (0.5, True),
+    "4 1M dict store / pickle 5": (1.2, False),
+    "4 1M dict load / pickle 5": (1.2, False),
+    "5 forest raw dump / pickle 5": (2, False),
+    "5 forest compressed write vs joblib 3": (3, True),
+    "5 forest ratio / joblib 3": (1, True),
+    "6 dump peak MB (any codec)": (32, False),
+    "6 load peak above size, MB": (32, False),
+    "7 dump: 2 threads / 1": (1.6, True),
+    "7 load: 2 threads / 1": (1.6, True),
+}
+
+
+def table(rounds):
+    """Rows: target, bound, median, range, rounds met, status, last round's detail."""
+    rows = []
+    for name, (bound, at_least) in BOUNDS.items():
+        values = [r[name][0] for r in rounds]
+        med = statistics.median(values)
+        ok = [v >= bound if at_least else v <= bound for v in values]
+        met = med >= bound if at_least else med <= bound
+        rows.append([name, ("≥ " if at_least else "≤ ") + f"{bound:g}", f"{med:.2f}",
+                     f"{min(values):.2f}–{max(values):.2f}", f"{sum(ok)}/{len(ok)}",
+                     "met" if met else "NOT met", rounds[-1][name][1]])
+    return rows
+
+
+HEADER = ["target", "bound", "median", "range", "rounds met", "status", "detail (last round)"]
+
+
+def markdown(rows):
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def rst(rows, n_rounds):
+    lines = [".. list-table:: Issue 4 targets over %d rounds (worst case over datasets)" % n_rounds,
+             "   :header-rows: 1", ""]
+    for row in [HEADER] + rows:
+        lines.append("   * - " + row[0])
+        lines += ["     - " + (cell or "..") for cell in row[1:]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", help="directory for the runs and targets.md")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--from-runs", action="store_true",
+                        help="do not measure; use the rounds already in OUT")
+    parser.add_argument("--publish", action="store_true",
+                        help="also write docs/bench_targets.inc.rst")
+    args = parser.parse_args(argv)
+    if not args.from_runs:
+        for k in range(args.rounds):
+            run_round(args.out, k)
+    round_dirs = sorted(glob.glob(os.path.join(args.out, "round*")))
+    rounds = [evaluate(d) for d in round_dirs]
+    rows = table(rounds)
+    md = markdown(rows)
+    with open(os.path.join(args.out, "targets.md"), "w") as f:
+        f.write(md)
+    with open(os.path.join(args.out, "targets.json"), "w") as f:
+        json.dump(rounds, f, indent=1)
+    print(md)
+    if args.publish:
+        with open(DOCS_FRAGMENT, "w") as f:
+            f.write(rst(rows, len(rounds)))
+        print("wrote", DOCS_FRAGMENT)
+
+
+if __name__ == "__main__":
+    main()
