@@ -6,14 +6,17 @@ Run from the repository root::
 
 Each round runs the bundled benchmark (``python -m cpersist.benchmarks``)
 five times, every write and read in a fresh process, reads with the file in
-the page cache (the issue's reference figures are warm):
+the page cache (the issue's reference figures are warm) except in D:
 
 A. ``atlas_f, timeseries, noise, random_forest``: cpersist (every codec),
    np.save, joblib, PyTables blosc:lz4 and pickle 5 at levels 0 and 3;
-B, C. the compressible datasets ``atlas_f, atlas_c, timeseries,
-   sparse_table`` with cpersist ``compress=3`` at ``--threads 1``, then 2;
+B. the compressible datasets ``atlas_f, atlas_c, timeseries,
+   sparse_table`` with cpersist ``compress=3`` at 1 and at 2 threads
+   (``--threads 1,2``: both measured side by side in one run);
 D. memory-mapped opens of 1 MB and of 1 GB of noise (two .npy files of
-   float64 noise, benchmarked as user files in one run);
+   float64 noise, benchmarked as user files in one run; cold cache, since
+   warming the cache by reading 1 GB before each open also cools the CPU
+   caches and slowed np.load's own open 2x);
 E. the serializer suite up to the dict of 1,024,000 entries.
 
 Every target is computed per round from rows of the same run; the table
@@ -44,13 +47,14 @@ RUNS = {
     "A": ["--datasets", "atlas_f,timeseries,noise,random_forest", "--methods",
           "cpersist*,np.save,np.save-mmap,joblib,tables:blosc:lz4,pickle5",
           "--levels", "0,3", "--repeat", "5"],
-    "B": ["--datasets", ",".join(COMPRESSIBLE), "--methods", "cpersist", "--levels", "3",
-          "--repeat", "5", "--threads", "1"],
-    "C": ["--datasets", ",".join(COMPRESSIBLE), "--methods", "cpersist", "--levels", "3",
-          "--repeat", "5", "--threads", "2"],
+    # 1 and 2 threads side by side in one run (cpersist@1t, cpersist@2t).
+    "B": ["--datasets", ",".join(COMPRESSIBLE), "--methods", "cpersist@*", "--levels", "3",
+          "--repeat", "5", "--threads", "1,2"],
     # Both sizes in one run: two .npy files of noise, written by make_mmap_files.
+    # Cold: a warm-up read of 1 GB right before each open left the CPU caches
+    # cold and made np.load's own memory-mapped open 2.07x slower at 1 GB.
     "D": ["--methods", "cpersist-mmap,np.save-mmap", "--levels", "0", "--repeat", "11",
-          "{data}/noise_1MB.npy", "{data}/noise_1GB.npy"],
+          "{data}/noise_1MB.npy", "{data}/noise_1GB.npy", "--cold"],
     "E": ["--suite", "serializers", "--max-entries", "1024000"],
 }
 
@@ -67,13 +71,17 @@ def make_mmap_files(data_dir):
             np.save(path, rng.standard_normal(nbytes // 8))
 
 
-def run_round(out, k):
+def run_round(out, k, only=None):
     data_dir = os.path.join(out, "data")
     make_mmap_files(data_dir)
     for name, args in RUNS.items():
+        if only and name not in only.split(","):
+            continue
         run_dir = os.path.join(out, f"round{k}", name)
         args = [a.format(data=data_dir) for a in args]
-        cmd = [sys.executable, "-m", "cpersist.benchmarks", *args, *COMMON, "--out", run_dir]
+        common = [c for c in COMMON if c != "--warm-cache"] if "--cold" in args else COMMON
+        args = [a for a in args if a != "--cold"]
+        cmd = [sys.executable, "-m", "cpersist.benchmarks", *args, *common, "--out", run_dir]
         print("$", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
 
@@ -97,7 +105,7 @@ def _f(row, key):
 def evaluate(round_dir):
     """Target name -> (measured value, detail text) for one round."""
     a = _rows(os.path.join(round_dir, "A"))
-    b, c = _rows(os.path.join(round_dir, "B")), _rows(os.path.join(round_dir, "C"))
+    b = _rows(os.path.join(round_dir, "B"))
     d = _rows(os.path.join(round_dir, "D"))
     e = _rows(os.path.join(round_dir, "E"), "serializers.csv")
     out = {}
@@ -148,7 +156,7 @@ def evaluate(round_dir):
         _f(worst, "read_peak_MB") - _f(worst, "size_bytes") / 1e6,
         f"{worst['method']} on {worst['dataset']}")
     for op, key in (("dump", "write_s"), ("load", "read_s")):
-        vals = {ds: _f(_pick(b, ds, "cpersist", 3), key) / _f(_pick(c, ds, "cpersist", 3), key)
+        vals = {ds: _f(_pick(b, ds, "cpersist@1t", 3), key) / _f(_pick(b, ds, "cpersist@2t", 3), key)
                 for ds in COMPRESSIBLE}
         out[f"7 {op}: 2 threads / 1"] = (min(vals.values()), ", ".join(
             f"{ds} {v:.2f}" for ds, v in vals.items()))
@@ -216,13 +224,17 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--from-runs", action="store_true",
                         help="do not measure; use the rounds already in OUT")
+    parser.add_argument("--only", metavar="RUNS",
+                        help="re-measure only these runs (e.g. D) in every round")
     parser.add_argument("--publish", action="store_true",
                         help="also write docs/bench_targets.inc.rst")
     args = parser.parse_args(argv)
     if not args.from_runs:
         for k in range(args.rounds):
-            run_round(args.out, k)
-    round_dirs = sorted(glob.glob(os.path.join(args.out, "round*")))
+            run_round(args.out, k, args.only)
+    # Complete rounds only (a round still running has no serializers.csv yet).
+    round_dirs = sorted(d for d in glob.glob(os.path.join(args.out, "round*"))
+                        if os.path.exists(os.path.join(d, "E", "serializers.csv")))
     rounds = [evaluate(d) for d in round_dirs]
     rows = table(rounds)
     md = markdown(rows)

@@ -50,7 +50,7 @@ def main(directory):
     measure("cpersist ``compress=0``, ``mmap_mode='r'`` [#touch]_", cp,
             lambda: cpersist.dump(data, cp),
             lambda: _touched(cpersist.load(cp, mmap_mode="r")))
-    measure("cpersist ``compress=3`` (zstd)", cp,
+    measure("cpersist ``compress=3`` (zstd-auto)", cp,
             lambda: cpersist.dump(data, cp, compress=3), lambda: cpersist.load(cp))
     measure("cpersist ``compress='blosc:lz4'``", cp,
             lambda: cpersist.dump(data, cp, compress="blosc:lz4"), lambda: cpersist.load(cp))

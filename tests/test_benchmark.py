@@ -417,9 +417,9 @@ def test_targets_script_computes_ratios_within_each_run(tmp_path):
           row("random_forest", "joblib", 3, 0.05, 0.02, ratio=6.0)]
     round_dir = tmp_path / "round0"
     _write_csv(round_dir / "A" / "results.csv", a)
-    for name, t in (("B", 2.0), ("C", 1.0)):
-        _write_csv(round_dir / name / "results.csv",
-                   [row(ds, "cpersist", 3, 0.1 * t, 0.05 * t) for ds in targets.COMPRESSIBLE])
+    _write_csv(round_dir / "B" / "results.csv",
+               [row(ds, f"cpersist@{n}t", 3, 0.2 / n, 0.1 / n)
+                for ds in targets.COMPRESSIBLE for n in (1, 2)])
     _write_csv(round_dir / "D" / "results.csv",
                [row(f"file_noise_{size}.npy", "cpersist-mmap", 0, 0.01, 0.01, mmap="True", open_s=t)
                 for size, t in (("1MB", 1e-4), ("1GB", 3e-4))])
@@ -447,3 +447,23 @@ def test_targets_script_computes_ratios_within_each_run(tmp_path):
     assert rows["2 write vs joblib 3"][5] == "met" and rows["2 write vs joblib 3"][4] == "2/2"
     assert "| 7 load: 2 threads / 1 |" in targets.markdown(list(rows.values()))
     assert "list-table" in targets.rst(list(rows.values()), 2)
+
+
+def test_several_thread_counts_side_by_side(tmp_path, capsys):
+    """--threads 1,2: every cpersist method once per count, in one run."""
+    names = [m.name for m in mt.all_methods([1, 2])]
+    assert {"cpersist@1t", "cpersist@2t", "cpersist:zstd@1t", "cpersist-mmap@2t"} <= set(names)
+    assert "np.save" in names and "cpersist" not in names
+    assert {m.threads for m in mt.all_methods([1, 2]) if m.name.startswith("cpersist@")} == {1, 2}
+    out = tmp_path / "run"
+    rc = main(["--datasets", "timeseries", "--size", "tiny", "--methods", "cpersist@*",
+               "--levels", "3", "--repeat", "1", "--threads", "1,2", "--no-plots",
+               "--no-progress", "--out", str(out)])
+    assert rc == 0
+    rows = {r["method"]: r for r in _read(out / "results.csv")}
+    assert set(rows) == {"cpersist@1t", "cpersist@2t"}
+    assert rows["cpersist@1t"]["threads"] == "1" and rows["cpersist@2t"]["threads"] == "2"
+    assert all(r["status"] == "ok" for r in rows.values())
+    with pytest.raises(SystemExit):
+        main(["--threads", "0,2", "--list"])
+    assert "positive ints" in capsys.readouterr().err

@@ -64,9 +64,10 @@ def build_parser(prog: str = "python -m cpersist.benchmarks") -> argparse.Argume
                    help="timed repeats per operation, median reported (default 3; --quick: 1)")
     p.add_argument("--warm-cache", action="store_true",
                    help="read with the file in the page cache (default: evicted, cold)")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="n_threads passed to cpersist.dump and cpersist.load "
-                        "(default: all CPUs)")
+    p.add_argument("--threads", type=_thread_counts, default=None, metavar="N[,N...]",
+                   help="n_threads passed to cpersist.dump and cpersist.load (default: all "
+                        "CPUs); several counts (e.g. 1,2) measure every cpersist method at "
+                        "each, named like cpersist@1t, side by side in one run")
     p.add_argument("--out", default="cpersist-bench", metavar="DIR",
                    help="output directory (CSV, JSON, PNG); default ./cpersist-bench")
     p.add_argument("--quick", action="store_true",
@@ -85,6 +86,16 @@ def build_parser(prog: str = "python -m cpersist.benchmarks") -> argparse.Argume
                    help="picklebench: stop growing before this peak RSS (default 4096 MB)")
     p.add_argument("--list", action="store_true", help="list datasets and methods, then exit")
     return p
+
+
+def _thread_counts(text):
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive ints separated by commas, got {text!r}")
+    return counts[0] if len(counts) == 1 else counts
 
 
 def _list(threads) -> None:

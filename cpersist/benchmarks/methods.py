@@ -528,15 +528,23 @@ def all_methods(threads: Optional[int] = None) -> List[Method]:
 
     Parameters
     ----------
-    threads : int, optional
-        Passed to cpersist as ``n_threads``.
+    threads : int or list of int, optional
+        Passed to cpersist as ``n_threads``. With several counts, every
+        cpersist method comes once per count, its name suffixed ``@<N>t``.
 
     Returns
     -------
     list of Method
     """
-    ms: List[Method] = [Cpersist(threads), CpersistMmap(threads)]
-    ms += [CpersistCodec(c, threads) for c in cpersist_codecs()]
+    counts = list(threads) if isinstance(threads, (list, tuple)) else [threads]
+    ms: List[Method] = []
+    for count in counts:
+        group = [Cpersist(count), CpersistMmap(count)]
+        group += [CpersistCodec(c, count) for c in cpersist_codecs()]
+        if len(counts) > 1:
+            for m in group:
+                m.name += f"@{count}t"
+        ms += group
     ms += [NpSave(), NpSaveMmap(), NpSavezCompressed(), Pickle5(), Joblib(), JoblibLZ4(), JoblibMmap()]
     ms += [Tables(None)] + [Tables(c) for c in _TABLES_COMPLIBS]
     ms += [Nibabel(False), Nibabel(True)]

@@ -128,7 +128,7 @@ def _row(dataset: str, info: Dict[str, Any], method: mt.Method, level, cfg: Stor
         method=method.name, family=method.family, codec=method.codec,
         level="" if level is None else level, size_bytes=info.get("size_bytes", ""),
         cache="warm" if cfg.warm_cache else "cold", mmap=method.mmap, repeats=cfg.repeats,
-        threads=cfg.threads if (cfg.threads and method.family == "cpersist") else "",
+        threads=getattr(method, "threads", None) or "",
         notes=method.note,
     )
     row.update(kw)
