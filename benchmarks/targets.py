@@ -5,7 +5,7 @@ Run from the repository root::
     python benchmarks/targets.py OUT [--rounds 3] [--publish]
 
 Each round runs the bundled benchmark (``python -m cpersist.benchmarks``)
-five times, every write and read in a fresh process, reads with the file in
+four times, every write and read in a fresh process, reads with the file in
 the page cache (the issue's reference figures are warm) except in D:
 
 A. ``atlas_f, timeseries, noise, random_forest``: cpersist (every codec),
