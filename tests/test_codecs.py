@@ -145,3 +145,29 @@ def test_fuzzed_zstd_auto_file_has_filtered_chunks(tmp_path):
     path = tmp_path / "a.cp"
     path.write_bytes(FILES["zstd-auto-filtered"][1])
     assert "blosc" in {kind for section in chunk_kinds(path) for kind in section}
+
+
+def test_zstd_keeps_one_compression_context_per_thread():
+    # Contexts are reused per thread (a new one per chunk serialised the
+    # threads on malloc), but only for the last level: a level-9 context
+    # holds ~15 MB.
+    import threading
+
+    from cpersist.codecs import zstd as zstd_module
+
+    data = memoryview(counter(1 << 15)).cast("B")
+    seen = {}
+
+    def work():
+        for level in (3, 9, 9):
+            get_codec("zstd", level).encode(data)
+            seen.setdefault(threading.get_ident(), []).append(zstd_module._local.compressor)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    (contexts,) = seen.values()
+    assert [level for level, _ in contexts] == [3, 9, 9]
+    assert contexts[1][1] is contexts[2][1] and contexts[0][1] is not contexts[1][1]
+    main_context = getattr(zstd_module._local, "compressor", None)
+    assert main_context is None or main_context[1] is not contexts[2][1]

@@ -15,13 +15,14 @@ _local = threading.local()
 
 
 def _compressor(level):
-    cache = getattr(_local, "compressors", None)
-    if cache is None:
-        cache = _local.compressors = {}
-    compressor = cache.get(level)
-    if compressor is None:
-        compressor = cache[level] = _zstd.ZstdCompressor(level=level, write_content_size=True)
-    return compressor
+    # One context per thread, for the last level used: a context holds 3.7 MB
+    # at level 3 and 15.5 MB at level 9 after a 4 MiB chunk, kept for the
+    # thread's life.
+    cached = getattr(_local, "compressor", None)
+    if cached is None or cached[0] != level:
+        cached = _local.compressor = (
+            level, _zstd.ZstdCompressor(level=level, write_content_size=True))
+    return cached[1]
 
 
 def _decompressor():
