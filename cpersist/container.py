@@ -189,16 +189,11 @@ class ContainerWriter:
         if codec is None and type(chunks) is tuple and len(chunks) == 1:
             # One raw chunk (every small array): the generic path's layers
             # cost 7.7 us per array, 4x what pickling one costs.
-            chunk = chunks[0]
-            n = len(chunk)
-            crc = checksum(chunk)
-            self._write(chunk)
-            self._sections.append({
-                "offset": offset, "raw_size": n, "stored_size": n, "codec": None,
-                "typesize": typesize, "chunks": f"[[{n},{n},{crc},{STORED}]]",
-                "meta": meta or {},
-            })
-            return len(self._sections) - 1
+            n = len(chunks[0])
+            crc = checksum(chunks[0])
+            self._write(chunks[0])
+            return self._add_entry(offset, n, n, None, typesize, f"[[{n},{n},{crc},{STORED}]]",
+                                   meta)
         if codec is None and size:
             self._reserve(size)
         table = []
@@ -231,6 +226,11 @@ class ContainerWriter:
         return self._add_table(offset, table, codec, typesize, meta)
 
     def _add_table(self, offset, table, codec, typesize, meta):
+        return self._add_entry(
+            offset, sum(entry[1] for entry in table), sum(entry[0] for entry in table),
+            codec, typesize, _table_text(table), meta)
+
+    def _add_entry(self, offset, raw_size, stored_size, codec, typesize, table_text, meta):
         self._sections.append({
             "offset": offset,
             # Format 1.1: the chunk table is JSON text inside the index, parsed
@@ -239,11 +239,11 @@ class ContainerWriter:
             # then costs the same whatever its size: parsing the 256-entry
             # table of a 1 GB array took 52 us, more than the rest of a
             # memmapped load.
-            "raw_size": sum(entry[1] for entry in table),
-            "stored_size": sum(entry[0] for entry in table),
+            "raw_size": raw_size,
+            "stored_size": stored_size,
             "codec": None if codec is None else codec.get_config(),
             "typesize": typesize,
-            "chunks": _table_text(table),
+            "chunks": table_text,
             "meta": meta or {},
         })
         return len(self._sections) - 1
@@ -340,9 +340,12 @@ class ContainerReader:
         except CorruptFileError:
             raise
         except Exception as exc:  # malformed JSON, wrong types, bad codec...
-            raise self.error(f"damaged index ({type(exc).__name__}: {exc})") from None
+            raise self._damaged_index(exc) from None
         if not (isinstance(self.root, int) and 0 <= self.root < len(self.sections)):
             raise self.error(f"damaged index: bad root section {self.root!r}")
+
+    def _damaged_index(self, exc):
+        return self.error(f"damaged index ({type(exc).__name__}: {exc})")
 
     def _check_section(self, i, s, end):
         section = Section()
@@ -357,9 +360,8 @@ class ContainerReader:
             raise self.error(f"section {i} meta is not a mapping")
         table = s["chunks"]
         if isinstance(table, list):  # format 1.0: a plain list, checked now
-            section._chunks, section.raw_size, stored_size = self._check_table(
+            section._chunks, section.raw_size, section.stored_size = self._check_table(
                 section, table, end)
-            section.stored_size = stored_size
             return section
         if not isinstance(table, str):
             raise self.error(f"section {i} has no chunk table")
@@ -383,7 +385,7 @@ class ContainerReader:
             except CorruptFileError:
                 raise
             except Exception as exc:  # wrong types in the table
-                raise self.error(f"damaged index ({type(exc).__name__}: {exc})") from None
+                raise self._damaged_index(exc) from None
             if (raw_size, stored_size) != (section.raw_size, section.stored_size):
                 raise self.error(
                     f"damaged index: section {i}'s chunks hold {raw_size} bytes in "
