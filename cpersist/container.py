@@ -27,6 +27,7 @@ from xxhash import xxh3_64_intdigest as _xxh3_64
 
 from ._threads import get_pool, ordered_map
 from .codecs import codec_from_config
+from .codecs.abc import middle_sample
 from .exceptions import CorruptFileError, UnsupportedVersionError
 
 MAGIC = b"\x89CPS\r\n\x1a\n"
@@ -691,8 +692,7 @@ def _probe(codec, chunk, typesize):
     """
     if len(chunk) < 4 * PROBE_SIZE:
         return True, None
-    start = (len(chunk) // 2) // typesize * typesize
-    sample = chunk[start:start + PROBE_SIZE]
+    sample = middle_sample(chunk, typesize, PROBE_SIZE)
     size, hint = codec.probe(sample, typesize)
     min_saving = MIN_SAVING_FAST if codec.level <= 5 else MIN_SAVING_SMALL
     return size <= len(sample) * (1 - min_saving), hint

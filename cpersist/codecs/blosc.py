@@ -26,6 +26,11 @@ _blosc2.set_releasegil(True)
 _MAX_TYPESIZE = 255
 
 
+def shuffles(buf, typesize):
+    """Whether Blosc's byte shuffle applies to ``buf`` of ``typesize`` items."""
+    return 1 < typesize <= _MAX_TYPESIZE and len(buf) % typesize == 0
+
+
 def check_blosc_chunk(codec, head, stored, raw):
     """Check a Blosc chunk header against the sizes the index claims.
 
@@ -44,6 +49,20 @@ def check_blosc_chunk(codec, head, stored, raw):
         raise codec._wrong_size(nbytes, raw)
 
 
+def decode_blosc_chunk(codec, src, out):
+    """Decode one Blosc chunk into ``out``; errors name ``codec``.
+
+    The sizes Blosc claims are checked before it writes anything into
+    ``out``: blosc2.decompress trusts the header's compressed size, so a
+    truncated buffer would make it read past its end (a segfault).
+    """
+    check_blosc_chunk(codec, src, len(src), len(out))
+    try:
+        _blosc2.decompress2(src, dst=out, nthreads=1)
+    except Exception as exc:  # blosc2 raises bare Exceptions/ValueErrors
+        raise codec._invalid(exc) from None
+
+
 class _Blosc(Codec):
     """Blosc with byte shuffle; ``inner`` names the compressor behind it."""
 
@@ -58,7 +77,7 @@ class _Blosc(Codec):
         check_blosc_chunk(self, head, stored, raw)
 
     def encode(self, buf, typesize=1, hint=None):
-        shuffle = 1 < typesize <= _MAX_TYPESIZE and len(buf) % typesize == 0
+        shuffle = shuffles(buf, typesize)
         # nthreads=1: cpersist already runs one chunk per core; Blosc's own
         # threads on top would oversubscribe the CPUs.
         return _blosc2.compress2(
@@ -71,14 +90,7 @@ class _Blosc(Codec):
         )
 
     def decode_into(self, src, out):
-        # Check the sizes Blosc claims before it writes anything into `out`:
-        # blosc2.decompress trusts the header's compressed size, so a
-        # truncated buffer would make it read past its end (a segfault).
-        check_blosc_chunk(self, src, len(src), len(out))
-        try:
-            _blosc2.decompress2(src, dst=out, nthreads=1)
-        except Exception as exc:
-            raise self._invalid(exc) from None
+        decode_blosc_chunk(self, src, out)
 
 
 class BloscLZ4(_Blosc):

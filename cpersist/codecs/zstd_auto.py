@@ -22,8 +22,8 @@ sparse table   15.1          6.2 (not chosen)
 
 import blosc2 as _blosc2
 
-from .abc import Codec
-from .blosc import _MAX_TYPESIZE, check_blosc_chunk
+from .abc import Codec, middle_sample
+from .blosc import check_blosc_chunk, decode_blosc_chunk, shuffles
 from .zstd import Zstd
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -63,9 +63,6 @@ class ZstdAuto(Codec):
         # Blosc's clevel c runs Zstandard at level 2c - 1.
         self._clevel = (_FILTERED_ZSTD_LEVEL[level] + 1) // 2
 
-    def _filterable(self, buf, typesize):
-        return 1 < typesize <= _MAX_TYPESIZE and len(buf) % typesize == 0
-
     def _filtered(self, buf, typesize):
         return _blosc2.compress2(
             buf,
@@ -79,21 +76,20 @@ class ZstdAuto(Codec):
         )
 
     def probe(self, sample, typesize=1):
-        if not self._filterable(sample, typesize):
-            return len(self._zstd.encode(sample)), PLAIN
         plain = len(self._zstd.encode(sample))
+        if not shuffles(sample, typesize):
+            return plain, PLAIN
         filtered = len(self._filtered(sample, typesize))
         return (filtered, FILTERED) if filtered < plain else (plain, PLAIN)
 
     def encode(self, buf, typesize=1, hint=None):
-        if not self._filterable(buf, typesize):
+        if not shuffles(buf, typesize):
             return self._zstd.encode(buf)
         if hint is None and len(buf) <= _WHOLE_CHOICE:
             plain, filtered = self._zstd.encode(buf), self._filtered(buf, typesize)
             return filtered if len(filtered) < len(plain) else plain
         if hint is None:
-            start = (len(buf) // 2) // typesize * typesize
-            _, hint = self.probe(buf[start:start + _SAMPLE_SIZE], typesize)
+            _, hint = self.probe(middle_sample(buf, typesize, _SAMPLE_SIZE), typesize)
         return self._filtered(buf, typesize) if hint == FILTERED else self._zstd.encode(buf)
 
     def check_header(self, head, stored, raw):
@@ -106,8 +102,4 @@ class ZstdAuto(Codec):
         if bytes(src[:4]) == _ZSTD_MAGIC:
             self._zstd.decode_into(src, out)
             return
-        check_blosc_chunk(self, src, len(src), len(out))
-        try:
-            _blosc2.decompress2(src, dst=out, nthreads=1)
-        except Exception as exc:  # blosc2 raises bare Exceptions/ValueErrors
-            raise self._invalid(exc) from None
+        decode_blosc_chunk(self, src, out)
