@@ -51,12 +51,14 @@ RUNS = {
     "B": ["--datasets", ",".join(COMPRESSIBLE), "--methods", "cpersist@*", "--levels", "3",
           "--repeat", "5", "--threads", "1,2"],
     # Both sizes in one run: two .npy files of noise, written by make_mmap_files.
-    # Cold: a warm-up read of 1 GB right before each open left the CPU caches
-    # cold and made np.load's own memory-mapped open 2.07x slower at 1 GB.
     "D": ["--methods", "cpersist-mmap,np.save-mmap", "--levels", "0", "--repeat", "11",
-          "{data}/noise_1MB.npy", "{data}/noise_1GB.npy", "--cold"],
+          "{data}/noise_1MB.npy", "{data}/noise_1GB.npy"],
     "E": ["--suite", "serializers", "--max-entries", "1024000"],
 }
+#: Runs read with a cold cache: a warm-up read of 1 GB right before each open
+#: left the CPU caches cold and made np.load's own memory-mapped open 2.07x
+#: slower at 1 GB.
+COLD_RUNS = {"D"}
 
 
 def make_mmap_files(data_dir):
@@ -79,8 +81,7 @@ def run_round(out, k, only=None):
             continue
         run_dir = os.path.join(out, f"round{k}", name)
         args = [a.format(data=data_dir) for a in args]
-        common = [c for c in COMMON if c != "--warm-cache"] if "--cold" in args else COMMON
-        args = [a for a in args if a != "--cold"]
+        common = [c for c in COMMON if c != "--warm-cache"] if name in COLD_RUNS else COMMON
         cmd = [sys.executable, "-m", "cpersist.benchmarks", *args, *common, "--out", run_dir]
         print("$", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
