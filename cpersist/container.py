@@ -17,6 +17,7 @@ needs random access (the loader spools a non-seekable source to a temporary
 file first).
 """
 
+import io
 import json
 import os
 import stat
@@ -195,8 +196,10 @@ class ContainerWriter:
             self._write(chunks[0])
             return self._add_entry(offset, n, n, None, typesize, f"[[{n},{n},{crc},{STORED}]]",
                                    meta)
-        if codec is None and size:
-            self._reserve(size)
+        if codec is None:
+            if size:
+                self._reserve(size)
+            return self._add_raw_chunks(offset, chunks, typesize, meta)
         table = []
 
         def work(chunk):
@@ -209,6 +212,35 @@ class ContainerWriter:
 
         ordered_map(work, (c for c in chunks if len(c)), self._n_threads, write)
         return self._add_table(offset, table, codec, typesize, meta)
+
+    def _add_raw_chunks(self, offset, chunks, typesize, meta):
+        table = []
+        if self._n_threads <= 1:
+            for chunk in chunks:
+                if len(chunk):
+                    # Checksummed just before it is written, the chunk is
+                    # still in the CPU cache when write() copies it.
+                    crc = checksum(chunk)
+                    self._write(chunk)
+                    table.append([len(chunk), len(chunk), crc, STORED])
+            return self._add_table(offset, table, None, typesize, meta)
+        # A worker checksums each chunk while this thread writes it: both read
+        # it at once, so it crosses from memory once, and nothing waits for a
+        # checksum before writing (checksumming ahead of the write, as encoded
+        # chunks are, made a 100 MB raw dump 2 ms slower).
+        pool = get_pool(self._n_threads)
+        pending = deque()
+        for chunk in chunks:
+            if len(chunk):
+                future = pool.submit(checksum, chunk)
+                self._write(chunk)
+                pending.append((len(chunk), future))
+                while pending and pending[0][1].done():
+                    n, future = pending.popleft()
+                    table.append([n, n, future.result(), STORED])
+        for n, future in pending:
+            table.append([n, n, future.result(), STORED])
+        return self._add_table(offset, table, None, typesize, meta)
 
     def add_encoded_section(self, encoded, *, codec=None, typesize=1, meta=None):
         """Append a section from chunks already passed through :func:`encode_chunk`.
@@ -483,21 +515,43 @@ class ContainerReader:
         ordered_map(work, self._stored_chunks(section, out), n_threads, _ignore)
 
     def _read_raw_into(self, section, out, verify, n_threads):
+        fd = _own_fd(self.file)
+        if fd is not None and n_threads > 1 and len(section.chunks) > 1:
+            # Each worker reads its chunks with pread and checksums them
+            # while still in cache: the page-cache copy runs on both cores.
+            # 100 MB loaded in 9.9 ms against 10.1 ms for np.load; reading
+            # on this thread and checksumming on the pool took 10.8 ms
+            # (xxhash holds the GIL, so every read returning waited for it).
+            start = self.base + section.offset
+
+            def work(item):
+                chunk_start, raw, crc = item
+                target = out[chunk_start:chunk_start + raw]
+                if _preadinto_full(fd, target, start + chunk_start) != raw:
+                    raise self.error(f"truncated in section {section.index}")
+                if verify and checksum(target) != crc:
+                    raise self.error(
+                        f"checksum mismatch in section {section.index}: damaged data"
+                    )
+
+            ordered_map(work, _chunk_spans(section.chunks), n_threads, _ignore)
+            return
         self.file.seek(self.base + section.offset)
+        if not verify:
+            if _readinto_full(self.file, out) != len(out):
+                raise self.error(f"truncated in section {section.index}")
+            return
 
         def chunks():
-            start = 0
-            for _, _, raw, crc, _ in section.chunks:
-                target = out[start:start + raw]
-                got = _readinto_full(self.file, target)
-                if got != raw:
+            for chunk_start, raw, crc in _chunk_spans(section.chunks):
+                target = out[chunk_start:chunk_start + raw]
+                if _readinto_full(self.file, target) != raw:
                     raise self.error(f"truncated in section {section.index}")
-                start += raw
                 yield target, crc
 
         def work(item):
             target, crc = item
-            if verify and checksum(target) != crc:
+            if checksum(target) != crc:
                 raise self.error(f"checksum mismatch in section {section.index}: damaged data")
 
         ordered_map(work, chunks(), n_threads, _ignore)
@@ -726,3 +780,37 @@ def _readinto_full(file, view):
             break
         total += n
     return total
+
+
+def _preadinto_full(fd, view, offset):
+    """pread until ``view`` is full or the file ends; return bytes read."""
+    total = 0
+    while total < len(view):
+        n = os.preadv(fd, [view[total:]], offset + total)
+        if not n:
+            break
+        total += n
+    return total
+
+
+def _chunk_spans(table):
+    """(start in the section, raw length, crc) of each chunk of a raw section."""
+    start = 0
+    for _, _, raw, crc, _ in table:
+        yield start, raw, crc
+        start += raw
+
+
+def _own_fd(file):
+    """The descriptor of ``file`` if it is a plain OS file, else None.
+
+    Only files opened by ``open()`` qualify: a wrapper such as ``GzipFile``
+    reports the descriptor of the file under it, whose bytes differ.
+    """
+    raw = getattr(file, "raw", file)
+    if type(raw) is not io.FileIO or not hasattr(os, "preadv"):
+        return None
+    try:
+        return raw.fileno()
+    except (OSError, ValueError):
+        return None

@@ -3,6 +3,7 @@ writes, errors on bad files, determinism, the file layout and restricted
 loading."""
 
 import gc
+import gzip
 import io
 import json
 import os
@@ -598,6 +599,33 @@ def test_threads_give_identical_files(compress, tmp_path):
     assert files[0] == files[1] == files[2] == files[3]
     for n_threads in (1, 2):
         assert_same(obj, cpersist.load(io.BytesIO(files[0]), n_threads=n_threads))
+
+
+def test_raw_sections_load_the_same_through_every_read_path(tmp_path):
+    """Multi-chunk raw sections: workers pread from a plain OS file (at the
+    file object's offset); anything else is read on the calling thread."""
+    obj = threads_object()
+    buf = io.BytesIO()
+    cpersist.dump(obj, buf, chunk_size=20000)
+    data = buf.getvalue()
+    path = tmp_path / "plain.cp"
+    path.write_bytes(data)
+    prefixed = tmp_path / "prefixed.cp"
+    prefix = b"another format's header" * 7
+    prefixed.write_bytes(prefix + data)
+    gz_path = tmp_path / "plain.cp.gz"
+    with gzip.open(gz_path, "wb") as gz:
+        gz.write(data)
+    for n_threads in (1, 2, 3):
+        for verify in (True, False):
+            assert_same(obj, cpersist.load(path, n_threads=n_threads, verify=verify))
+        with open(prefixed, "rb") as file:
+            file.seek(len(prefix))
+            assert_same(obj, cpersist.load(file, n_threads=n_threads))
+        assert_same(obj, cpersist.load(io.BytesIO(data), n_threads=n_threads))
+        # GzipFile.fileno() is the compressed file's: it must not be pread.
+        with gzip.open(gz_path, "rb") as gz:
+            assert_same(obj, cpersist.load(gz, n_threads=n_threads))
 
 
 # -- file layout ---------------------------------------------------------------

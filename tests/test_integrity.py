@@ -91,8 +91,9 @@ def test_newer_minor_version_loads(tmp_path):
 
 # -- checksums -----------------------------------------------------------------
 
+@pytest.mark.parametrize("n_threads", [1, 2])
 @pytest.mark.parametrize("compress", [0, "zlib", "lz4", "zstd", "blosc:lz4"])
-def test_damaged_chunk_detected(tmp_path, compress):
+def test_damaged_chunk_detected(tmp_path, compress, n_threads):
     arr = (np.arange(200_000) % 1000).astype(np.float64)
     data = bytearray(_dump({"a": arr}, tmp_path / "a.cp", compress=compress,
                            chunk_size=1 << 16))
@@ -101,7 +102,10 @@ def test_damaged_chunk_detected(tmp_path, compress):
     # Damage the middle of the second chunk.
     offset = section["offset"] + section["chunks"][0][0] + section["chunks"][1][0] // 2
     data[offset] ^= 0x10
-    _expect_corrupt(tmp_path, bytes(data), match="checksum mismatch in section")
+    _expect_corrupt(tmp_path, bytes(data), match="checksum mismatch in section",
+                    n_threads=n_threads)
+    with pytest.raises(CorruptFileError, match="checksum mismatch in section"):
+        cpersist.load(io.BytesIO(bytes(data)), n_threads=n_threads)
     with pytest.raises(CorruptFileError, match="checksum"):
         cpersist.verify(tmp_path / "bad.cp")
     if compress == 0:
