@@ -81,6 +81,42 @@ def test_one_array_mixes_both_encodings_chunk_by_chunk(tmp_path, chunk_size):
     assert cpersist.verify(path)["chunks"] >= len(kinds)
 
 
+def test_higher_levels_never_lose_to_level_3_on_a_random_walk(tmp_path):
+    """After shuffle + delta, zstd 5-9 compress a random walk worse than zstd
+    1; levels 4-9 try both, so they are never larger than level 3."""
+    arr = counter(1 << 20, seed=3)
+    sizes = {}
+    for level in (3, 4, 6, 9):
+        path = tmp_path / f"{level}.cp"
+        cpersist.dump(arr, path, compress=level, chunk_size=1 << 20)
+        assert set(chunk_kinds(path)[0]) == {"blosc"}
+        assert_same(arr, cpersist.load(path))
+        sizes[level] = path.stat().st_size
+    assert max(sizes[4], sizes[6], sizes[9]) <= sizes[3], sizes
+
+
+@pytest.mark.parametrize("level", [1, 3, 4, 6, 9])
+@pytest.mark.parametrize("data", ["counter", "smooth", "digits"])
+def test_probe_picks_the_smallest_candidate(level, data):
+    codec = get_codec("zstd-auto", level)
+    if data == "counter":
+        sample = counter(8192)
+    elif data == "smooth":
+        sample = smooth_map(16384)
+    else:  # small integers in float64, like sklearn's digits
+        sample = np.random.default_rng(1).integers(0, 17, 8192).astype(np.float64)
+    size, hint = codec.probe(memoryview(sample).cast("B"), sample.itemsize)
+    sizes = {h: len(e) for e, h in codec._candidates(memoryview(sample).cast("B"),
+                                                          sample.itemsize)}
+    assert len(sizes) == (2 if level <= 3 else 3)  # plain, filtered 1 [, filtered L]
+    assert size == sizes[hint] == min(sizes.values())
+    encoded = codec.encode(memoryview(sample).cast("B"), sample.itemsize, hint)
+    assert len(encoded) == size
+    out = np.empty_like(sample)
+    codec.decode_into(encoded, memoryview(out).cast("B"))
+    assert out.tobytes() == sample.tobytes()
+
+
 @pytest.mark.parametrize("dtype", ["u1", "i1", "S1", "?"])
 def test_single_byte_items_are_never_shuffled(tmp_path, dtype):
     arr = np.frombuffer(counter(1 << 17).astype("<i8").tobytes(), dtype=dtype)
