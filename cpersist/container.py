@@ -56,6 +56,8 @@ CHECKED_CLAIM = 64 << 20
 #: speed of storing it); at levels 6-9, where size matters most, 5%.
 PROBE_SIZE = 64 << 10
 MIN_SAVING_FAST, MIN_SAVING_SMALL = 0.15, 0.05
+#: Bytes read at once from the end of a file to find its trailer and index.
+TAIL_READ = 16 << 10
 #: Writes at least this large preallocate their blocks first.
 FALLOCATE_MIN = 1 << 16
 
@@ -353,13 +355,21 @@ class ContainerReader:
             raise self.error(f"unknown format version {self.major}.{self.minor}")
 
     def _read_index(self):
-        trailer = self._read_exact(self.size - TRAILER.size, TRAILER.size)
-        offset, length, crc, end = TRAILER.unpack(trailer)
+        # One read for the trailer and, usually, the index before it: from a
+        # cold cache, reading them one after the other made opening a 1 GB
+        # file (a 10 KB index) 1.18x slower than a 1 MB one; with one 16 KiB
+        # read, 1.00x (0.34 ms each). 64 KiB cost 0.06 ms more for both.
+        tail_start = max(0, self.size - TAIL_READ)
+        tail = self._read_exact(tail_start, self.size - tail_start)
+        offset, length, crc, end = TRAILER.unpack(tail[-TRAILER.size:])
         if end != END_MAGIC:
             raise self.error("truncated or damaged: no end marker (an interrupted write?)")
         if offset < HEADER.size or offset + length != self.size - TRAILER.size:
             raise self.error(f"damaged trailer: index at {offset}+{length} in {self.size} bytes")
-        data = self._read_exact(offset, length)
+        if offset >= tail_start:
+            data = tail[offset - tail_start:-TRAILER.size]
+        else:
+            data = self._read_exact(offset, length)
         if checksum(data) != crc:
             raise self.error("index checksum mismatch: the file is damaged")
         try:
@@ -470,10 +480,8 @@ class ContainerReader:
         file of noise.
         """
         self.file.seek(self.base + section.offset)
-        start = 0
-        for chunk in section.chunks:
-            _, stored, raw, _, flag = chunk
-            target = out_view[start:start + raw]
+        for chunk, target in _targets(section, out_view):
+            stored, flag = chunk[1], chunk[4]
             if flag == STORED:
                 data = target
                 got = _readinto_full(self.file, target)
@@ -483,13 +491,17 @@ class ContainerReader:
             if got != stored:
                 raise self.error(f"truncated in section {section.index}")
             yield chunk, data, target
-            start += raw
 
     def read_into(self, section, out, *, verify=True, n_threads=1):
         """Fill ``out`` (writable bytes of ``section.raw_size``) with the section.
 
-        Raw sections are read straight into ``out``; encoded chunks are read
-        on this thread and decoded into their slice of ``out`` on the pool.
+        Chunks stored as they are go straight into their slice of ``out``;
+        encoded ones are decoded into it on the pool. From a plain OS file
+        each worker reads its own chunks (``pread``), so the page-cache copy
+        runs on every core too: a raw 100 MB load took 9.9 ms against 10.1
+        ms for ``np.load``, and 10.8 ms when this thread read and the pool
+        checksummed (xxhash holds the GIL, so each read returning waited).
+        Other sources are read sequentially on this thread.
         """
         out = memoryview(out).cast("B")
         if len(out) != section.raw_size:
@@ -497,13 +509,20 @@ class ContainerReader:
                 f"section {section.index} holds {section.raw_size} bytes, "
                 f"{len(out)} expected"
             )
-        if section.is_raw:
-            self._read_raw_into(section, out, verify, n_threads)
+        fd = _own_fd(self.file) if n_threads > 1 else None
+        if section.is_raw and not verify and fd is None:
+            self.file.seek(self.base + section.offset)
+            if _readinto_full(self.file, out) != len(out):
+                raise self.error(f"truncated in section {section.index}")
             return
         codec = section.codec
 
         def work(item):
-            (_, _, _, crc, flag), data, target = item
+            (offset, stored, _, crc, flag), data, target = item
+            if data is None:  # read here, on the worker
+                data = target if flag == STORED else bytearray(stored)
+                if _preadinto_full(fd, data, self.base + offset) != stored:
+                    raise self.error(f"truncated in section {section.index}")
             if verify and checksum(data) != crc:
                 raise self.error(f"checksum mismatch in section {section.index}: damaged data")
             if flag != STORED:  # a stored chunk was read into place
@@ -512,49 +531,11 @@ class ContainerReader:
                 except CorruptFileError as exc:
                     raise self.error(f"section {section.index}: {exc}") from None
 
-        ordered_map(work, self._stored_chunks(section, out), n_threads, _ignore)
-
-    def _read_raw_into(self, section, out, verify, n_threads):
-        fd = _own_fd(self.file)
-        if fd is not None and n_threads > 1 and len(section.chunks) > 1:
-            # Each worker reads its chunks with pread and checksums them
-            # while still in cache: the page-cache copy runs on both cores.
-            # 100 MB loaded in 9.9 ms against 10.1 ms for np.load; reading
-            # on this thread and checksumming on the pool took 10.8 ms
-            # (xxhash holds the GIL, so every read returning waited for it).
-            start = self.base + section.offset
-
-            def work(item):
-                chunk_start, raw, crc = item
-                target = out[chunk_start:chunk_start + raw]
-                if _preadinto_full(fd, target, start + chunk_start) != raw:
-                    raise self.error(f"truncated in section {section.index}")
-                if verify and checksum(target) != crc:
-                    raise self.error(
-                        f"checksum mismatch in section {section.index}: damaged data"
-                    )
-
-            ordered_map(work, _chunk_spans(section.chunks), n_threads, _ignore)
-            return
-        self.file.seek(self.base + section.offset)
-        if not verify:
-            if _readinto_full(self.file, out) != len(out):
-                raise self.error(f"truncated in section {section.index}")
-            return
-
-        def chunks():
-            for chunk_start, raw, crc in _chunk_spans(section.chunks):
-                target = out[chunk_start:chunk_start + raw]
-                if _readinto_full(self.file, target) != raw:
-                    raise self.error(f"truncated in section {section.index}")
-                yield target, crc
-
-        def work(item):
-            target, crc = item
-            if checksum(target) != crc:
-                raise self.error(f"checksum mismatch in section {section.index}: damaged data")
-
-        ordered_map(work, chunks(), n_threads, _ignore)
+        if fd is None:
+            chunks = self._stored_chunks(section, out)
+        else:
+            chunks = ((chunk, None, target) for chunk, target in _targets(section, out))
+        ordered_map(work, chunks, n_threads, _ignore)
 
     def check_claimed_sizes(self, section):
         """Check a section's claimed decoded size before allocating for it.
@@ -784,6 +765,7 @@ def _readinto_full(file, view):
 
 def _preadinto_full(fd, view, offset):
     """pread until ``view`` is full or the file ends; return bytes read."""
+    view = memoryview(view)
     total = 0
     while total < len(view):
         n = os.preadv(fd, [view[total:]], offset + total)
@@ -793,11 +775,12 @@ def _preadinto_full(fd, view, offset):
     return total
 
 
-def _chunk_spans(table):
-    """(start in the section, raw length, crc) of each chunk of a raw section."""
+def _targets(section, out):
+    """(chunk table entry, its slice of ``out``) for each chunk of ``section``."""
     start = 0
-    for _, _, raw, crc, _ in table:
-        yield start, raw, crc
+    for chunk in section.chunks:
+        raw = chunk[2]
+        yield chunk, out[start:start + raw]
         start += raw
 
 

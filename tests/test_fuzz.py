@@ -30,6 +30,8 @@ SEED = int(os.environ.get("CPERSIST_FUZZ_SEED", "20261122"))
 FUZZ_CASES = int(os.environ.get("CPERSIST_FUZZ_CASES", "30000"))
 FUZZ_SECONDS = float(os.environ.get("CPERSIST_FUZZ_SECONDS", "60"))
 MIN_CASES = 10_000
+#: Cases read from a file on 2 threads (each writes the file: slower).
+WORKER_FUZZ_CASES = int(os.environ.get("CPERSIST_WORKER_FUZZ_CASES", "3000"))
 
 
 def _objects():
@@ -113,31 +115,44 @@ def mutate(data, rng):
     return bytes(data), f"change byte {i} (near the end)"
 
 
-def check_case(kind, damaged, restricted):
-    """Load ``damaged``: equal data or a CpersistError."""
+def check_case(kind, damaged, restricted, path=None):
+    """Load ``damaged``: equal data or a CpersistError.
+
+    Without ``path`` it is read from a BytesIO on one thread; with one it is
+    written there and read from the open file on 2 threads, whose workers
+    read chunks themselves (pread).
+    """
     expected, _ = FILES[kind]
+    options = {"trusted": False if restricted else True}
     try:
-        out = cpersist.load(io.BytesIO(damaged), n_threads=1,
-                            trusted=False if restricted else True)
+        if path is None:
+            name = "BytesIO"
+            out = cpersist.load(io.BytesIO(damaged), n_threads=1, **options)
+        else:
+            name = str(path)
+            path.write_bytes(damaged)
+            with open(path, "rb") as file:
+                out = cpersist.load(file, n_threads=2, **options)
     except CpersistError as exc:
-        assert "BytesIO" in str(exc) or isinstance(exc, cpersist.UntrustedObjectError), exc
+        assert name in str(exc) or isinstance(exc, cpersist.UntrustedObjectError), exc
         return "error"
     assert_same(expected, out)
     return "equal"
 
 
-def run_case(kind, seed, case):
+def run_case(kind, seed, case, path=None):
     rng = random.Random(f"{seed}-{kind}-{case}")
     damaged, what = mutate(FILES[kind][1], rng)
     try:
-        return check_case(kind, damaged, restricted=case % 4 == 0)
+        return check_case(kind, damaged, restricted=case % 4 == 0, path=path)
     except CpersistError:
         raise
     except BaseException as exc:
         raise AssertionError(
             f"fuzz case kind={kind!r} seed={SEED} case={case} ({what}): "
             f"{type(exc).__name__}: {exc}. Reproduce with "
-            f"run_case({kind!r}, {seed}, {case}) and add it to REPRODUCERS"
+            f"run_case({kind!r}, {seed}, {case}{', path' if path else ''}) "
+            f"and add it to REPRODUCERS"
         ) from exc
 
 
@@ -177,6 +192,21 @@ def test_fuzz_damaged_files():
     assert case >= MIN_CASES, f"only {case} fuzz cases ran in {FUZZ_SECONDS} s"
     # Both outcomes occur: damage in padding loads fine, the rest is caught.
     assert counts["error"] > case // 2 and counts["equal"] > 0
+
+
+def test_fuzz_damaged_files_read_by_workers(tmp_path):
+    """The same damage read from a file on 2 threads: workers read their
+    own chunks there, a path BytesIO sources never take. Both ways must
+    agree on every case."""
+    kinds = sorted(FILES)
+    path = tmp_path / "damaged.cp"
+    counts = {"equal": 0, "error": 0}
+    for case in range(WORKER_FUZZ_CASES):
+        kind = kinds[case % len(kinds)]
+        outcome = run_case(kind, SEED, case, path)
+        assert outcome == run_case(kind, SEED, case), (kind, case)
+        counts[outcome] += 1
+    assert counts["error"] > WORKER_FUZZ_CASES // 2 and counts["equal"] > 0, counts
 
 
 @pytest.mark.parametrize("kind", sorted(FILES))

@@ -118,6 +118,22 @@ def test_damaged_chunk_detected(tmp_path, compress, n_threads):
         del out
 
 
+def test_index_larger_than_the_tail_read(tmp_path):
+    """The trailer and index are read from the file's last TAIL_READ bytes
+    at once; a larger index is read on its own, and checked the same."""
+    from cpersist.container import TAIL_READ
+
+    obj = [np.full(3, i) for i in range(600)]
+    data = _dump(obj, tmp_path / "a.cp")
+    _, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
+    assert length > TAIL_READ
+    out, _ = _load_bytes(tmp_path, data)
+    assert_same(obj, out)
+    damaged = bytearray(data)
+    damaged[-TRAILER.size - length + 10] ^= 1  # inside the index, before the tail
+    _expect_corrupt(tmp_path, bytes(damaged), match="index checksum")
+
+
 def test_damaged_pickle_stream_and_index(tmp_path):
     data = _dump({"key": "value" * 50}, tmp_path / "a.cp", compress=0)
     body, index = split(data)
