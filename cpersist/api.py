@@ -177,6 +177,9 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
         If a newer, incompatible version of the format wrote the file.
     UntrustedObjectError
         In a restricted load, for a global outside the allowlist.
+    ValueError
+        For a bad ``mmap_mode`` or ``n_threads``, or ``mmap_mode='r+'`` on a
+        file object open read-only.
 
     Examples
     --------
@@ -205,11 +208,23 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
         mappable = has_fileno(source)
         if mmap_mode and not mappable:
             _warn_not_mapped(name, "the file object has no file descriptor")
+        if mmap_mode == "r+" and mappable and not _writable(source):
+            raise ValueError(
+                f"mmap_mode='r+' maps {name} for writing, but the file object is "
+                f"open read-only; open it with 'r+b', or use mmap_mode='r' or 'c'"
+            )
         return _load(source, name, mmap_source=source if mappable else None, **options)
     if mmap_mode:
         _warn_not_mapped(name, "the stream is not seekable")
     with spool(source) as file:
         return _load(file, name, mmap_source=None, **options)
+
+
+def _writable(file):
+    try:
+        return file.writable()
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def _warn_not_mapped(name, why):

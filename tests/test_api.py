@@ -359,6 +359,16 @@ def test_mmap_r_plus_through_an_open_file(tmp_path):
     assert cpersist.load(path, mmap_mode="c")["a"][1, 1] == -5.0
 
 
+def test_mmap_r_plus_through_a_read_only_file_says_so(tmp_path):
+    path = tmp_path / "m.cp"
+    cpersist.dump({"a": big()}, path)
+    with open(path, "rb") as file:
+        with pytest.raises(ValueError, match=r"mmap_mode='r\+'.*read-only.*'r\+b'") as info:
+            cpersist.load(file, mmap_mode="r+")
+        assert str(path) in str(info.value)
+        assert_same({"a": big()}, cpersist.load(file, mmap_mode="c"), mmap=True)
+
+
 def test_memmap_from_an_open_file_with_a_prefix(tmp_path):
     obj = mmap_object()
     path = tmp_path / "m.cp"
