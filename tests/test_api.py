@@ -612,8 +612,8 @@ def test_threads_give_identical_files(compress, tmp_path):
 
 
 def test_raw_sections_load_the_same_through_every_read_path(tmp_path):
-    """Multi-chunk raw sections: workers pread from a plain OS file (at the
-    file object's offset); anything else is read on the calling thread."""
+    """Multi-chunk raw sections from a file at an offset, a BytesIO and a
+    GzipFile, on 1 to 3 threads, checked and not."""
     obj = threads_object()
     buf = io.BytesIO()
     cpersist.dump(obj, buf, chunk_size=20000)
@@ -633,7 +633,7 @@ def test_raw_sections_load_the_same_through_every_read_path(tmp_path):
             file.seek(len(prefix))
             assert_same(obj, cpersist.load(file, n_threads=n_threads))
         assert_same(obj, cpersist.load(io.BytesIO(data), n_threads=n_threads))
-        # GzipFile.fileno() is the compressed file's: it must not be pread.
+        # GzipFile.fileno() is the compressed file's: its bytes are not these.
         with gzip.open(gz_path, "rb") as gz:
             assert_same(obj, cpersist.load(gz, n_threads=n_threads))
 

@@ -119,8 +119,7 @@ def check_case(kind, damaged, restricted, path=None):
     """Load ``damaged``: equal data or a CpersistError.
 
     Without ``path`` it is read from a BytesIO on one thread; with one it is
-    written there and read from the open file on 2 threads, whose workers
-    read chunks themselves (pread).
+    written there and read from the open file on 2 threads.
     """
     expected, _ = FILES[kind]
     options = {"trusted": False if restricted else True}
@@ -195,9 +194,8 @@ def test_fuzz_damaged_files():
 
 
 def test_fuzz_damaged_files_read_by_workers(tmp_path):
-    """The same damage read from a file on 2 threads: workers read their
-    own chunks there, a path BytesIO sources never take. Both ways must
-    agree on every case."""
+    """The same damage read from a file on 2 threads (chunks checked and
+    decoded on the pool): both ways must agree on every case."""
     kinds = sorted(FILES)
     path = tmp_path / "damaged.cp"
     counts = {"equal": 0, "error": 0}
