@@ -36,10 +36,11 @@ CHOICE_FRAGMENT = os.path.join(HERE, "codec_choice.inc.rst")
 STATIC = os.path.join(HERE, "_static", "bench")
 DEFAULT_FIGURES = ("atlas_c", "images", "random_forest")
 #: Methods compared per dataset: (method, level) with None = any level the
-#: method has (fixed-level methods), tried in this order.
+#: method has (fixed-level methods) and "max" = the highest level in the run,
+#: tried in this order.
 COMPARED = [
     ("cpersist", "0"), ("cpersist-mmap", None), ("cpersist", "3"), ("cpersist:lz4", "3"),
-    ("cpersist:blosc:zstd", "3"), ("cpersist:zstd", "9"), ("np.save", None),
+    ("cpersist:blosc:zstd", "3"), ("cpersist:zstd", "max"), ("np.save", None),
     ("np.savez_compressed", None), ("pickle5", None), ("joblib", "3"), ("tables:blosc:zstd", "3"),
     ("nibabel.nii.gz", "3"),
 ]
@@ -126,10 +127,11 @@ def dataset_table(rows, dataset):
     picked = []
     mine = [r for r in rows if r["dataset"] == dataset and r["status"] == "ok"]
     for method, level in COMPARED:
-        for r in mine:
-            if r["method"] == method and (level is None or r["level"] == level):
-                picked.append(r)
-                break
+        found = [r for r in mine if r["method"] == method
+                 and (level in (None, "max") or r["level"] == level)]
+        if found:
+            picked.append(max(found, key=lambda r: int(r["level"] or 0)) if level == "max"
+                          else found[0])
     out = [[r["method"], r["level"], f"{(_f(r['disk_bytes']) or 0) / 1e6:.1f}",
             f"{_f(r['ratio']):.2f}", f"{_f(r['write_s']):.3f}", f"{_f(r['read_s']):.3f}",
             f"{_f(r['read_peak_MB']):.1f}" if _f(r["read_peak_MB"]) is not None else "-"]
