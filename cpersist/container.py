@@ -479,8 +479,10 @@ class ContainerReader:
         file of noise.
         """
         self.file.seek(self.base + section.offset)
-        for chunk, target in _targets(section, out_view):
-            stored, flag = chunk[1], chunk[4]
+        start = 0
+        for chunk in section.chunks:
+            _, stored, raw, _, flag = chunk
+            target = out_view[start:start + raw]
             if flag == STORED:
                 data = target
                 got = _readinto_full(self.file, target)
@@ -490,6 +492,7 @@ class ContainerReader:
             if got != stored:
                 raise self.error(f"truncated in section {section.index}")
             yield chunk, data, target
+            start += raw
 
     def read_into(self, section, out, *, verify=True, n_threads=1):
         """Fill ``out`` (writable bytes of ``section.raw_size``) with the section.
@@ -750,12 +753,3 @@ def _readinto_full(file, view):
             break
         total += n
     return total
-
-
-def _targets(section, out):
-    """(chunk table entry, its slice of ``out``) for each chunk of ``section``."""
-    start = 0
-    for chunk in section.chunks:
-        raw = chunk[2]
-        yield chunk, out[start:start + raw]
-        start += raw
