@@ -88,6 +88,13 @@ def is_seekable(file):
         return False
 
 
+def is_writable(file):
+    try:
+        return file.writable()
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 def has_fileno(file):
     try:
         file.fileno()

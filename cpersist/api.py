@@ -9,8 +9,8 @@ import warnings
 import numpy as np
 
 from . import __version__
-from ._files import (display_name, has_fileno, is_path, is_seekable, spool,
-                     write_atomically)
+from ._files import (display_name, has_fileno, is_path, is_seekable, is_writable,
+                     spool, write_atomically)
 from ._threads import check_n_threads
 from .arrays import (DEFAULT_CHUNK_SIZE, allocate, describe, iter_chunks,
                      parse_description)
@@ -208,7 +208,7 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
         mappable = has_fileno(source)
         if mmap_mode and not mappable:
             _warn_not_mapped(name, "the file object has no file descriptor")
-        if mmap_mode == "r+" and mappable and not _writable(source):
+        if mmap_mode == "r+" and mappable and not is_writable(source):
             raise ValueError(
                 f"mmap_mode='r+' maps {name} for writing, but the file object is "
                 f"open read-only; open it with 'r+b', or use mmap_mode='r' or 'c'"
@@ -218,13 +218,6 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
         _warn_not_mapped(name, "the stream is not seekable")
     with spool(source) as file:
         return _load(file, name, mmap_source=None, **options)
-
-
-def _writable(file):
-    try:
-        return file.writable()
-    except (AttributeError, OSError, ValueError):
-        return False
 
 
 def _warn_not_mapped(name, why):

@@ -4,8 +4,9 @@ Numeric arrays whose neighbouring values are close (counters, time series,
 integer images) compress far better once the n-th byte of every element is
 grouped together and each byte replaced by its difference from the previous
 one. Smooth float maps and sparse tables, on the other hand, compress better
-as they are. This codec decides per chunk: it compresses a sample both ways
-and keeps the smaller. Each stored chunk says which way it went: a plain
+as they are. This codec decides per chunk: it compresses a sample in each
+form (plain; filtered at zstd level 1 and, at levels 4-9, a stronger one)
+and keeps the smallest. Each stored chunk says which way it went: a plain
 Zstandard frame, or a Blosc2 chunk (shuffle, byte delta, Zstandard inside)
 that Blosc's own decoder undoes.
 
@@ -38,9 +39,9 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _FILTERED_ZSTD_LEVEL = {1: 1, 2: 1, 3: 1, 4: 3, 5: 3, 6: 5, 7: 5, 8: 7, 9: 9}
 #: Blosc block size: 256 KiB fits in L2 with its compressed copy.
 _BLOCK_SIZE = 256 << 10
-#: Chunks up to this size are compressed both ways in full to choose.
+#: Chunks up to this size are compressed every way in full to choose.
 _WHOLE_CHOICE = 128 << 10
-#: Sample compressed both ways to choose for larger chunks.
+#: Sample compressed every way to choose for larger chunks.
 _SAMPLE_SIZE = 64 << 10
 PLAIN = "plain"
 
