@@ -21,6 +21,7 @@ import json
 import os
 import stat
 import struct
+import threading
 from collections import deque
 
 from xxhash import xxh3_64_intdigest as _xxh3_64
@@ -298,6 +299,52 @@ class ContainerWriter:
         return self._pos
 
 
+class BufferPool:
+    """Byte buffers that encoded chunks are read into, kept for reuse.
+
+    A new ``bytes`` per chunk, with several chunks in flight on the pool,
+    made malloc give that memory back to the kernel and fault it in again
+    at every load: reading the 17.9 MB of a compressed 100 MB atlas took
+    5.6 ms against 1.6 ms into reused buffers, and 2-thread loads of the
+    atlas were 8-11% faster with the buffers kept between loads. At most
+    ``keep_bytes`` are kept while idle.
+
+    Parameters
+    ----------
+    keep_bytes : int
+    """
+
+    def __init__(self, keep_bytes):
+        self._keep_bytes = keep_bytes
+        self._kept_bytes = 0
+        self._free = []
+        self._lock = threading.Lock()
+
+    def take(self, size):
+        """A bytearray of at least ``size`` bytes, the caller's until given back."""
+        with self._lock:
+            while self._free:
+                buffer = self._free.pop()
+                self._kept_bytes -= len(buffer)
+                if len(buffer) >= size:
+                    return buffer
+                # Too small (left by a section of smaller chunks): dropped.
+        return bytearray(size)
+
+    def give(self, buffer):
+        """Return a buffer from :meth:`take`; kept if there is room."""
+        with self._lock:
+            if self._kept_bytes + len(buffer) <= self._keep_bytes:
+                self._free.append(buffer)
+                self._kept_bytes += len(buffer)
+
+
+#: Read buffers kept between loads: room for the five in flight on 2 cores
+#: (two per worker and the one being read) for 4 MiB chunks compressed to
+#: 3.2 MB or less.
+READ_BUFFERS = BufferPool(16 << 20)
+
+
 class ContainerReader:
     """Read the index of a cpersist file and the bytes of its sections.
 
@@ -471,27 +518,29 @@ class ContainerReader:
     # -- reading sections -------------------------------------------------
 
     def _stored_chunks(self, section, out_view):
-        """Yield (chunk, stored bytes, output slice) reading sequentially.
+        """Yield (chunk, stored bytes, output slice, read buffer) in file order.
 
         A chunk stored as is (flag ``STORED``) is read straight into its
         output slice, which is then also its "stored bytes": copying it
         through a temporary buffer cost a third of the load of a compressed
-        file of noise.
+        file of noise. An encoded chunk is read into a buffer from
+        ``READ_BUFFERS``, given back once it is decoded.
         """
         self.file.seek(self.base + section.offset)
+        largest = max((c[1] for c in section.chunks if c[4] != STORED), default=0)
         start = 0
         for chunk in section.chunks:
             _, stored, raw, _, flag = chunk
             target = out_view[start:start + raw]
             if flag == STORED:
+                buffer = None
                 data = target
-                got = _readinto_full(self.file, target)
             else:
-                data = self.file.read(stored)
-                got = len(data)
-            if got != stored:
+                buffer = READ_BUFFERS.take(largest)
+                data = memoryview(buffer)[:stored]
+            if _readinto_full(self.file, data) != stored:
                 raise self.error(f"truncated in section {section.index}")
-            yield chunk, data, target
+            yield chunk, data, target, buffer
             start += raw
 
     def read_into(self, section, out, *, verify=True, n_threads=1):
@@ -518,7 +567,7 @@ class ContainerReader:
         codec = section.codec
 
         def work(item):
-            (_, _, _, crc, flag), data, target = item
+            (_, _, _, crc, flag), data, target, buffer = item
             if verify and checksum(data) != crc:
                 raise self.error(f"checksum mismatch in section {section.index}: damaged data")
             if flag != STORED:  # a stored chunk was read into place
@@ -526,6 +575,7 @@ class ContainerReader:
                     codec.decode_into(data, target)
                 except CorruptFileError as exc:
                     raise self.error(f"section {section.index}: {exc}") from None
+                READ_BUFFERS.give(buffer)
 
         ordered_map(work, self._stored_chunks(section, out), n_threads, _ignore)
 

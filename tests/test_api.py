@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist.container import ALIGN, END_MAGIC, MAGIC, TRAILER, ContainerReader
+from cpersist.container import ALIGN, END_MAGIC, MAGIC, TRAILER, BufferPool, ContainerReader
 
 from .conftest import (COMPRESSIONS, _Thread, assert_same, make_matrix, pipe_bytes, random_array,
                        roundtrip)
@@ -636,6 +636,49 @@ def test_raw_sections_load_the_same_through_every_read_path(tmp_path):
         # GzipFile.fileno() is the compressed file's: its bytes are not these.
         with gzip.open(gz_path, "rb") as gz:
             assert_same(obj, cpersist.load(gz, n_threads=n_threads))
+
+
+def test_read_buffer_pool_reuses_and_caps():
+    pool = BufferPool(keep_bytes=250)
+    a = pool.take(100)
+    assert isinstance(a, bytearray) and len(a) == 100
+    pool.give(a)
+    assert pool.take(80) is a  # reused, big enough
+    b, c = pool.take(100), pool.take(100)
+    for buf in (a, b, c):
+        pool.give(buf)  # the third does not fit in 250 bytes: dropped
+    assert {id(pool.take(100)), id(pool.take(100))} == {id(a), id(b)}
+    assert pool.take(100) is not c
+    pool.give(a)
+    bigger = pool.take(101)  # a is too small: dropped, a new one made
+    assert len(bigger) == 101 and bigger is not a
+    assert pool.take(1) is not a
+
+
+def test_concurrent_loads_share_read_buffers_safely(tmp_path):
+    """Loads on several user threads at once, each on a pool of 2, take and
+    give back the shared read buffers; each must get exactly its own data."""
+    rng = np.random.default_rng(11)
+    paths, objs = [], []
+    for i in range(4):
+        # Compressible, several chunks of different stored sizes per file.
+        obj = {"x": np.cumsum(rng.integers(-3, 4, size=60000 + 7000 * i)).astype("<i8"),
+               "y": np.repeat(rng.random(900 + i), 40 + i)}
+        path = tmp_path / f"f{i}.cp"
+        cpersist.dump(obj, path, compress=("zstd", 1 + i), chunk_size=30000)
+        paths.append(path)
+        objs.append(obj)
+
+    def loads(k):
+        for _ in range(15):
+            for i in (k, (k + 1) % 4, (k + 2) % 4):
+                assert_same(objs[i], cpersist.load(paths[i], n_threads=2))
+
+    threads = [_Thread(lambda k=k: loads(k)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join_checked()
 
 
 # -- file layout ---------------------------------------------------------------
