@@ -420,6 +420,11 @@ def test_targets_script_computes_ratios_within_each_run(tmp_path):
     _write_csv(round_dir / "B" / "results.csv",
                [row(ds, f"cpersist@{n}t", 3, 0.2 / n, 0.1 / n)
                 for ds in targets.COMPRESSIBLE for n in (1, 2)])
+    _write_csv(round_dir / "T" / "threads.csv",
+               [{"dataset": ds, "level": "3", "op": op, "threads": str(n), "status": "ok",
+                 "speedup": 1.0 if n == 1 else {"write": 2.0, "read": 1.7}[op] - 0.1 * i}
+                for i, ds in enumerate(targets.COMPRESSIBLE) for op in ("write", "read")
+                for n in (1, 2)])
     _write_csv(round_dir / "D" / "results.csv",
                [row(f"file_noise_{size}.npy", "cpersist-mmap", 0, 0.01, 0.01, mmap="True", open_s=t)
                 for size, t in (("1MB", 1e-4), ("1GB", 3e-4))])
@@ -438,13 +443,18 @@ def test_targets_script_computes_ratios_within_each_run(tmp_path):
     assert got["5 forest raw dump / pickle 5"][0] == pytest.approx(2.25)
     assert got["6 dump peak MB (any codec)"][0] == pytest.approx(12.0)
     assert got["6 load peak above size, MB"][0] == pytest.approx(20.0)
-    assert got["7 dump: 2 threads / 1"][0] == pytest.approx(2.0)
+    # Target 7 from the paired threads suite (T): its worst dataset ...
+    assert got["7 dump: 2 threads / 1"][0] == pytest.approx(1.7)
+    assert got["7 load: 2 threads / 1"][0] == pytest.approx(1.4)
+    # ... and, for comparison, from the separate processes of run B.
+    assert got["7 dump, separate processes (B)"][0] == pytest.approx(2.0)
 
     rows = {r[0]: r for r in targets.table([got, got])}
     assert rows["1 raw dump vs np.save"][5] == "NOT met"
     assert rows["1 mmap open 1 GB / 1 MB"][5] == "NOT met"
     assert rows["5 forest raw dump / pickle 5"][5] == "NOT met"
     assert rows["2 write vs joblib 3"][5] == "met" and rows["2 write vs joblib 3"][4] == "2/2"
+    assert rows["7 dump: 2 threads / 1"][5] == "met" and rows["7 load: 2 threads / 1"][5] == "NOT met"
     assert "| 7 load: 2 threads / 1 |" in targets.markdown(list(rows.values()))
     assert "list-table" in targets.rst(list(rows.values()), 2)
 
@@ -467,3 +477,52 @@ def test_several_thread_counts_side_by_side(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--threads", "0,2", "--list"])
     assert "positive ints" in capsys.readouterr().err
+
+
+def test_threads_suite_alternates_counts_in_one_process(tmp_path, capsys):
+    """--suite threads: each count timed once per round, speed-ups per round."""
+    from cpersist.benchmarks.threads import _order
+
+    assert [_order([1, 2], r) for r in range(3)] == [[1, 2], [2, 1], [1, 2]]
+    out = tmp_path / "run"
+    rc = main(["--suite", "threads", "--datasets", "timeseries,atlas_f", "--size", "tiny",
+               "--levels", "0,3", "--repeat", "3", "--threads", "1,2", "--no-progress",
+               "--out", str(out)])
+    assert rc == 0
+    rows = _read(out / "threads.csv")
+    assert {(r["dataset"], r["level"], r["op"], r["threads"]) for r in rows} == {
+        (ds, lv, op, n) for ds in ("timeseries", "atlas_f") for lv in ("0", "3")
+        for op in ("write", "read") for n in ("1", "2")}
+    for r in rows:
+        assert r["status"] == "ok" and r["repeats"] == "3"
+        times = [float(t) for t in r["times"].split(";")]
+        assert len(times) == 3 and all(t > 0 for t in times)
+        assert float(r["time_s"]) == pytest.approx(sorted(times)[1], rel=1e-5)
+    by_key = {(r["dataset"], r["level"], r["op"], r["threads"]): r for r in rows}
+    for ds in ("timeseries", "atlas_f"):
+        one, two = by_key[(ds, "3", "read", "1")], by_key[(ds, "3", "read", "2")]
+        assert float(one["speedup"]) == 1.0
+        per_round = sorted(float(a) / float(b) for a, b in
+                           zip(one["times"].split(";"), two["times"].split(";")))
+        assert float(two["speedup"]) == pytest.approx(per_round[1], rel=1e-3)
+        assert float(two["speedup_min"]) == pytest.approx(per_round[0], rel=1e-3)
+    assert "speedup" in capsys.readouterr().out
+    assert not (out / "_work").exists()
+
+
+def test_threads_suite_reports_wrong_data(tmp_path, monkeypatch):
+    """A load that returns other data fails the task instead of timing it."""
+    import cpersist
+    from cpersist.benchmarks.threads import _threads_task
+
+    data_path = tmp_path / "data.pkl"
+    data_path.write_bytes(pickle.dumps(np.arange(5000.0), protocol=5))
+    task = dict(file_path=str(tmp_path / "x.cp"), data_path=str(data_path), counts=[1, 2],
+                level=3, repeats=2)
+    wrote = _threads_task(dict(task, op="write"))
+    assert wrote["status"] == "ok" and [len(v) for v in wrote["times"].values()] == [2, 2]
+    assert _threads_task(dict(task, op="read"))["status"] == "ok"
+    real_load = cpersist.load
+    monkeypatch.setattr(cpersist, "load", lambda *a, **k: real_load(*a, **k) + 1)
+    bad = _threads_task(dict(task, op="read"))
+    assert bad["status"] == "failed" and "wrong data read back at 1 threads" in bad["reason"]

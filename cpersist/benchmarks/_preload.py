@@ -15,6 +15,7 @@ for _name in (
     "cpersist.benchmarks.compare",
     "cpersist.benchmarks.datasets",
     "cpersist.benchmarks.serializers",
+    "cpersist.benchmarks.threads",
     "tables",
     "nibabel",
     "joblib",

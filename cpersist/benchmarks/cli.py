@@ -48,8 +48,12 @@ def build_parser(prog: str = "python -m cpersist.benchmarks") -> argparse.Argume
                    help="your own files to benchmark (.npy .npz .nii .nii.gz .h5 .hdf5 .cp, "
                         "and pickle/joblib with --trust-pickles); when given, only these run "
                         "unless --datasets is also given")
-    p.add_argument("--suite", choices=("storage", "serializers", "all"), default="storage",
-                   help="storage (default): datasets x methods x levels; serializers: picklebench; all: both")
+    p.add_argument("--suite", choices=("storage", "serializers", "threads", "all"),
+                   default="storage",
+                   help="storage (default): datasets x methods x levels; serializers: picklebench; "
+                        "all: both; threads: cpersist dump/load at each --threads count (default "
+                        "1 and all CPUs), alternating within one process, on the compressible "
+                        "datasets at --levels (default 3)")
     p.add_argument("--datasets", type=_csv_list, default=None, metavar="NAMES",
                    help="comma-separated dataset names or patterns (e.g. 'atlas_*,nifti_*', "
                         "'builtin', 'package'); default all")
@@ -200,6 +204,28 @@ def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
             shutil.rmtree(os.path.join(args.out, "_work"), ignore_errors=True)
         except OSError:
             pass
+
+    if args.suite == "threads":
+        from .report import format_threads
+        from .threads import THREADS_COLUMNS, THREADS_DATASETS, run_threads
+
+        from .._threads import default_n_threads
+
+        counts = args.threads if isinstance(args.threads, list) else sorted(
+            {1, args.threads or default_n_threads()})
+        available = ds.all_datasets()
+        if args.files and not args.datasets:
+            dataset_list = []
+        else:
+            dataset_list = ds.select_datasets(args.datasets or THREADS_DATASETS, available)
+        dataset_list += [ds.file_dataset(p, args.trust_pickles) for p in args.files]
+        t_levels = args.levels or [3]
+        trows = run_threads(args.out, dataset_list, size, t_levels, counts, repeats, args.timeout)
+        written.append(write_csv(os.path.join(args.out, "threads.csv"), trows, THREADS_COLUMNS))
+        extra["threads"] = {"levels": t_levels, "counts": counts, "size_bytes": size,
+                            "rounds": repeats, "cache": "warm"}
+        print(format_threads(trows))
+        failed += sum(r["status"] == "failed" for r in trows)
 
     extra["elapsed_s"] = round(time.perf_counter() - t_start, 2)
     written.append(write_machine_json(os.path.join(args.out, "machine.json"), extra))

@@ -385,3 +385,19 @@ def format_table(rows: List[Dict[str, Any]], max_reason: int = 60) -> str:
         lines.append(line)
     lines.append(f"({na} dataset/method pairs not applicable; see the CSV 'reason' column)")
     return "\n".join(lines)
+
+
+def format_threads(rows: List[Dict[str, Any]]) -> str:
+    """The end-of-run table of the threads suite."""
+    head = (f"{'dataset':<18} {'lvl':>3} {'op':<5} {'threads':>7} {'time_s':>8} {'MB/s':>8} "
+            f"{'speedup':>7} {'range':>11} {'status':<7}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        line = (f"{str(r['dataset'])[:18]:<18} {r['level']:>3} {r['op']:<5} {r['threads']:>7} ")
+        if r.get("status") != "ok":
+            lines.append(line + f"{r.get('status', '')}: {r.get('reason', '')}")
+            continue
+        lines.append(line + f"{r['time_s']:>8.4f} {r['MBps']:>8.1f} {r['speedup']:>7.2f} "
+                            f"{r['speedup_min']:>5.2f}-{r['speedup_max']:<5.2f} ok")
+    return "\n".join(lines)
+
