@@ -721,7 +721,9 @@ class EncodedStream:
         self._buffered = len(rest)
 
     def _submit(self, chunk):
-        if self._n_threads <= 1:
+        if self._n_threads <= 1 or self._codec is None:
+            # A raw chunk needs only its checksum, and xxhash holds the GIL:
+            # on the pool it ran no faster, and paid a round trip.
             self._done.append(_with_length(encode_chunk(self._codec, chunk), chunk))
             return
         future = get_pool(self._n_threads).submit(encode_chunk, self._codec, chunk)
