@@ -459,6 +459,28 @@ def test_targets_script_computes_ratios_within_each_run(tmp_path):
     assert "list-table" in targets.rst(list(rows.values()), 2)
 
 
+def test_targets_pooled_thread_speedups(tmp_path):
+    """Target 7 pooled: per dataset the median over every paired round of
+    every round, then the worst dataset."""
+    targets = _load_script("targets")
+    dirs = []
+    for k, two in enumerate(([0.5, 0.5, 0.9], [0.5, 0.5, 0.5])):  # 1-thread times are 1.0
+        rows = []
+        for i, ds in enumerate(targets.COMPRESSIBLE):
+            for n, times in ((1, [1.0] * 3), (2, [t + 0.01 * i for t in two])):
+                rows += [{"dataset": ds, "level": "3", "op": op, "threads": str(n),
+                          "status": "ok", "times": ";".join(map(str, times))}
+                         for op in ("write", "read")]
+        _write_csv(tmp_path / f"round{k}" / "T" / "threads.csv", rows)
+        dirs.append(str(tmp_path / f"round{k}"))
+    dump, load = targets.pooled_threads(dirs)
+    worst = targets.COMPRESSIBLE[-1]  # the slowest 2-thread times
+    # 6 pairs: five at 1 / (0.5 + 0.03), one at 1 / 0.93: the median is 1 / 0.53.
+    assert dump[0].startswith("7 dump") and load[0].startswith("7 load")
+    assert float(load[2]) == pytest.approx(1 / 0.53, abs=0.01)
+    assert load[4] == "6 pairs" and load[5] == "met" and f"{worst} 1.89" in load[6]
+
+
 def test_several_thread_counts_side_by_side(tmp_path, capsys):
     """--threads 1,2: every cpersist method once per count, in one run."""
     names = [m.name for m in mt.all_methods([1, 2])]
