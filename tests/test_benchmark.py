@@ -530,6 +530,9 @@ def test_threads_suite_alternates_counts_in_one_process(tmp_path, capsys):
         assert float(two["speedup_min"]) == pytest.approx(per_round[0], rel=1e-3)
     assert "speedup" in capsys.readouterr().out
     assert not (out / "_work").exists()
+    with pytest.raises(SystemExit):
+        main(["--suite", "threads", "--datasets", "nope", "--out", str(out)])
+    assert "no dataset matches 'nope'" in capsys.readouterr().err
 
 
 def test_threads_suite_reports_wrong_data(tmp_path, monkeypatch):

@@ -51,7 +51,8 @@ def build_parser(prog: str = "python -m cpersist.benchmarks") -> argparse.Argume
     p.add_argument("--suite", choices=("storage", "serializers", "threads", "all"),
                    default="storage",
                    help="storage (default): datasets x methods x levels; serializers: picklebench; "
-                        "all: both; threads: cpersist dump/load at each --threads count (default "
+                        "all: storage and serializers; threads: cpersist dump/load at each "
+                        "--threads count (default "
                         "1 and all CPUs), alternating within one process, on the compressible "
                         "datasets at --levels (default 3)")
     p.add_argument("--datasets", type=_csv_list, default=None, metavar="NAMES",
@@ -214,10 +215,11 @@ def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
         counts = args.threads if isinstance(args.threads, list) else sorted(
             {1, args.threads or default_n_threads()})
         available = ds.all_datasets()
-        if args.files and not args.datasets:
-            dataset_list = []
-        else:
-            dataset_list = ds.select_datasets(args.datasets or THREADS_DATASETS, available)
+        try:
+            dataset_list = [] if args.files and not args.datasets else ds.select_datasets(
+                args.datasets or THREADS_DATASETS, available)
+        except ValueError as e:  # unknown dataset name
+            parser.error(str(e))
         dataset_list += [ds.file_dataset(p, args.trust_pickles) for p in args.files]
         t_levels = args.levels or [3]
         trows = run_threads(args.out, dataset_list, size, t_levels, counts, repeats, args.timeout)
