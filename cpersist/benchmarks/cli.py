@@ -214,13 +214,11 @@ def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
 
         counts = args.threads if isinstance(args.threads, list) else sorted(
             {1, args.threads or default_n_threads()})
-        available = ds.all_datasets()
         try:
-            dataset_list = [] if args.files and not args.datasets else ds.select_datasets(
-                args.datasets or THREADS_DATASETS, available)
+            dataset_list = ds.datasets_for_run(args.datasets, args.files, args.trust_pickles,
+                                               THREADS_DATASETS)
         except ValueError as e:  # unknown dataset name
             parser.error(str(e))
-        dataset_list += [ds.file_dataset(p, args.trust_pickles) for p in args.files]
         t_levels = args.levels or [3]
         trows = run_threads(args.out, dataset_list, size, t_levels, counts, repeats, args.timeout)
         written.append(write_csv(os.path.join(args.out, "threads.csv"), trows, THREADS_COLUMNS))

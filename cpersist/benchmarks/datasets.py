@@ -26,7 +26,7 @@ import pickle
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -40,8 +40,10 @@ __all__ = [
     "all_datasets",
     "QUICK_DATASETS",
     "select_datasets",
+    "datasets_for_run",
     "deep_nbytes",
     "describe",
+    "save_cached",
     "load_cached",
     "PICKLE_SUFFIXES",
 ]
@@ -512,6 +514,32 @@ def select_datasets(patterns: Optional[Sequence[str]], available: Sequence[Datas
     return chosen
 
 
+def datasets_for_run(patterns: Optional[Sequence[str]], files: Sequence[str],
+                     trust_pickles: bool, default: Optional[Sequence[str]] = None) -> List[Dataset]:
+    """The datasets a run measures, then the user's files.
+
+    Parameters
+    ----------
+    patterns : sequence of str or None
+        ``--datasets``, as for :func:`select_datasets`.
+    files : sequence of str
+        User files; when given without ``patterns``, only they run.
+    trust_pickles : bool
+        Passed to :func:`file_dataset`.
+    default : sequence of str, optional
+        Dataset names used when neither ``patterns`` nor ``files`` are
+        given (None: every dataset).
+    """
+    available = all_datasets()
+    if files and not patterns:
+        chosen = []
+    elif default is not None and not patterns:
+        chosen = [d for d in available if d.name in default]
+    else:
+        chosen = select_datasets(patterns, available)
+    return chosen + [file_dataset(p, trust_pickles) for p in files]
+
+
 # ---------------------------------------------------------------------------
 # Sizes, descriptions, cache
 # ---------------------------------------------------------------------------
@@ -579,6 +607,20 @@ def describe(obj: Any) -> str:
     if isinstance(obj, (list, tuple)):
         return f"{type(obj).__name__} of {len(obj)}"
     return type(obj).__name__
+
+
+def save_cached(dataset: Dataset, obj: Any, path: str) -> Dict[str, Any]:
+    """Pickle ``obj``, the data of ``dataset``, to ``path`` for the measuring
+    processes; return what the result rows say of it (``source``,
+    ``description``, ``size_bytes``, ``path``)."""
+    with open(path, "wb") as f:
+        pickle.dump(obj, f, protocol=5)
+    return {
+        "source": dataset.source,
+        "description": f"{dataset.description} [{describe(obj)}]",
+        "size_bytes": deep_nbytes(obj),
+        "path": path,
+    }
 
 
 def load_cached(path: str) -> Any:

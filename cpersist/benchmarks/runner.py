@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import pickle
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -158,15 +157,7 @@ def plan(cfg: StorageConfig, method_list: List[mt.Method], dataset_list: List[ds
                 skipped.append(_row(d.name, info, m, None, cfg, status=status,
                                     reason=f"dataset not loaded: {type(e).__name__}: {e}"))
             continue
-        path = os.path.join(cache_dir, _safe(d.name) + ".pkl")
-        with open(path, "wb") as f:
-            pickle.dump(obj, f, protocol=5)
-        info = {
-            "source": d.source,
-            "description": f"{d.description} [{ds.describe(obj)}]",
-            "size_bytes": ds.deep_nbytes(obj),
-            "path": path,
-        }
+        info = ds.save_cached(d, obj, os.path.join(cache_dir, _safe(d.name) + ".pkl"))
         for m in method_list:
             reason = unavailable[m.name] or m.why_not(obj)
             levels = m.levels(cfg.levels)
@@ -245,14 +236,8 @@ def run_storage(cfg: StorageConfig) -> List[Dict[str, Any]]:
     cache_dir = os.path.join(work, "datasets")
     os.makedirs(cache_dir, exist_ok=True)
     method_list = mt.select_methods(cfg.methods, mt.all_methods(cfg.threads))
-    available = ds.all_datasets()
-    if cfg.files and not cfg.datasets:
-        dataset_list = []  # user files given: benchmark just those by default
-    elif cfg.quick and not cfg.datasets:
-        dataset_list = [d for d in available if d.name in ds.QUICK_DATASETS]
-    else:
-        dataset_list = ds.select_datasets(cfg.datasets, available)
-    dataset_list += [ds.file_dataset(p, cfg.trust_pickles) for p in cfg.files]
+    dataset_list = ds.datasets_for_run(cfg.datasets, cfg.files, cfg.trust_pickles,
+                                       ds.QUICK_DATASETS if cfg.quick else None)
     rows: List[Dict[str, Any]] = []
     try:
         cells, skipped = plan(cfg, method_list, dataset_list, cache_dir)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gc
 import os
-import pickle
 import shutil
 import time
 from typing import Any, Dict, List, Sequence
@@ -117,26 +116,23 @@ def run_threads(out_dir: str, dataset_list: Sequence[ds.Dataset], size_bytes: in
                               reason=f"dataset not loaded: {type(e).__name__}: {e}")
                          for level in levels for op in ("write", "read") for n in counts]
                 continue
-            data_path = os.path.join(work, "dataset.pkl")
-            with open(data_path, "wb") as f:
-                pickle.dump(obj, f, protocol=5)
-            size, description = ds.deep_nbytes(obj), f"{d.description} [{ds.describe(obj)}]"
+            info = ds.save_cached(d, obj, os.path.join(work, "dataset.pkl"))
             del obj
             for level in levels:
                 task = dict(call=_threads_task, file_path=os.path.join(work, "data.cp"),
-                            data_path=data_path, counts=list(counts), level=level,
+                            data_path=info["path"], counts=list(counts), level=level,
                             repeats=repeats)
                 for op in ("write", "read"):
                     res = run_in_subprocess(dict(task, op=op), timeout)
-                    base = dict(dataset=d.name, description=description, level=level, op=op,
-                                repeats=repeats)
+                    base = dict(dataset=d.name, description=info["description"], level=level,
+                                op=op, repeats=repeats)
                     if res["status"] != "ok":
                         rows += [dict(base, threads=n, status="failed",
                                       reason=res.get("reason", "?")) for n in counts]
                         if op == "write":
                             break  # nothing to read
                         continue
-                    rows += _rows(base, size, res["times"], counts)
+                    rows += _rows(base, info["size_bytes"], res["times"], counts)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return rows
