@@ -20,7 +20,11 @@ T. the same datasets and level in the threads suite (``--suite threads``):
    by round, and each round gives a speed-up. Target 7 is taken from T:
    the machine's speed drifts within seconds (a vCPU here runs at 55-60%
    of its speed for seconds at a time), and B measures the two counts
-   seconds apart. B's figures are kept in the table for comparison;
+   seconds apart. B's figures are kept in the table for comparison.
+   Beside every timing, T times two controls at the same count that run
+   no cpersist code (Zstandard in cache; decoding into new memory): the
+   table gives their speed-ups too, what the machine itself gave two
+   threads in the same rounds;
 D. memory-mapped opens of 1 MB and of 1 GB of noise (two .npy files of
    float64 noise, benchmarked as user files in one run; cold cache, since
    warming the cache by reading 1 GB before each open also cools the CPU
@@ -177,12 +181,31 @@ def evaluate(round_dir):
             raise LookupError(f"threads suite: {op} rows for {sorted(vals)}, not {COMPRESSIBLE}")
         out[f"7 {op}: 2 threads / 1"] = (min(vals.values()), ", ".join(
             f"{ds} {v:.2f}" for ds, v in vals.items()))
+        for kind, label in CONTROLS.items():
+            # The control's pairs of every dataset's process: all this round.
+            pairs = [p for r in t if r["op"] == key and r["level"] == "3" and r["threads"] == "1"
+                     for p in _pairs(t, r, f"{kind}_times")]
+            out[f"7 {op}: {label}"] = (statistics.median(pairs), f"{len(pairs)} pairs")
     for op, key in (("dump", "write_s"), ("load", "read_s")):
         vals = {ds: _f(_pick(b, ds, "cpersist@1t", 3), key) / _f(_pick(b, ds, "cpersist@2t", 3), key)
                 for ds in COMPRESSIBLE}
         out[f"7 {op}, separate processes (B)"] = (min(vals.values()), ", ".join(
             f"{ds} {v:.2f}" for ds, v in vals.items()))
     return out
+
+
+#: Controls of the threads suite (column prefix -> label): no bound, they
+#: say what 2 threads could give on this machine in the same rounds.
+CONTROLS = {"compute": "machine, Zstandard in cache (control)",
+            "fresh": "machine, decode into new memory (control)"}
+
+
+def _pairs(rows, one, column):
+    """Per-round 1-thread / 2-thread ratios of ``column`` for the process of
+    row ``one`` (its 1-thread row)."""
+    two = next(r for r in rows if r["threads"] == "2" and all(
+        r[k] == one[k] for k in ("dataset", "level", "op")))
+    return [float(a) / float(b) for a, b in zip(one[column].split(";"), two[column].split(";"))]
 
 
 #: Target name -> (bound, True if the value must be >= the bound).
@@ -204,7 +227,9 @@ BOUNDS = {
     "6 dump peak MB (any codec)": (32, False),
     "6 load peak above size, MB": (32, False),
     "7 dump: 2 threads / 1": (1.6, True),
+    **{f"7 dump: {label}": (None, True) for label in CONTROLS.values()},
     "7 load: 2 threads / 1": (1.6, True),
+    **{f"7 load: {label}": (None, True) for label in CONTROLS.values()},
     "7 dump, separate processes (B)": (1.6, True),
     "7 load, separate processes (B)": (1.6, True),
 }
@@ -216,6 +241,10 @@ def table(rounds):
     for name, (bound, at_least) in BOUNDS.items():
         values = [r[name][0] for r in rounds]
         med = statistics.median(values)
+        if bound is None:  # a control: measured, not a target
+            rows.append([name, "–", f"{med:.2f}", f"{min(values):.2f}–{max(values):.2f}", "–",
+                         "control", rounds[-1][name][1]])
+            continue
         ok = [v >= bound if at_least else v <= bound for v in values]
         met = med >= bound if at_least else med <= bound
         rows.append([name, ("≥ " if at_least else "≤ ") + f"{bound:g}", f"{med:.2f}",
@@ -236,18 +265,24 @@ def pooled_threads(round_dirs):
     rows = []
     for op, key in (("dump", "write"), ("load", "read")):
         pairs = {ds: [] for ds in COMPRESSIBLE}
+        controls = {kind: [] for kind in CONTROLS}
         for d in round_dirs:
-            times = {(r["dataset"], r["threads"]): [float(t) for t in r["times"].split(";")]
-                     for r in _rows(os.path.join(d, "T"), "threads.csv")
-                     if r["op"] == key and r["level"] == "3"}
-            for ds in COMPRESSIBLE:
-                pairs[ds] += [a / b for a, b in zip(times[(ds, "1")], times[(ds, "2")])]
+            t = _rows(os.path.join(d, "T"), "threads.csv")
+            for r in t:
+                if r["op"] == key and r["level"] == "3" and r["threads"] == "1":
+                    pairs[r["dataset"]] += _pairs(t, r, "times")
+                    for kind in CONTROLS:
+                        controls[kind] += _pairs(t, r, f"{kind}_times")
         medians = {ds: statistics.median(v) for ds, v in pairs.items()}
         worst = min(medians.values())
         rows.append([f"7 {op}: 2 threads / 1, pooled (T)", "≥ 1.6", f"{worst:.2f}",
                      f"{worst:.2f}–{max(medians.values()):.2f} over datasets",
                      f"{len(pairs[COMPRESSIBLE[0]])} pairs", "met" if worst >= 1.6 else "NOT met",
                      ", ".join(f"{ds} {v:.2f}" for ds, v in medians.items())])
+        for kind, label in CONTROLS.items():
+            rows.append([f"7 {op}: {label}, pooled (T)", "–",
+                         f"{statistics.median(controls[kind]):.2f}", "–",
+                         f"{len(controls[kind])} pairs", "control", "every dataset's process"])
     return rows
 
 
@@ -288,7 +323,7 @@ def main(argv=None):
                         if os.path.exists(os.path.join(d, "E", "serializers.csv")))
     rounds = [evaluate(d) for d in round_dirs]
     rows = table(rounds)
-    at = next(i for i, r in enumerate(rows) if r[0] == "7 load: 2 threads / 1") + 1
+    at = next(i for i, r in enumerate(rows) if r[0] == "7 dump, separate processes (B)")
     rows[at:at] = pooled_threads(round_dirs)
     md = markdown(rows)
     with open(os.path.join(args.out, "targets.md"), "w") as f:

@@ -1,8 +1,11 @@
 """Thread pools shared by dump and load, and an ordered bounded pipeline.
 
-zlib, LZ4, Zstandard, Blosc and xxHash all release the GIL on large
-buffers, so chunks are compressed, decompressed and checksummed on a thread
-pool while the calling thread does the file I/O.
+zlib, LZ4, Zstandard and Blosc release the GIL on large buffers, so chunks
+are compressed and decompressed on a thread pool while the calling thread
+does the file I/O (which releases it too). xxHash holds the GIL: a
+checksum on the pool runs alongside the calling thread's reads and writes,
+not alongside another checksum (100 MB in 4 MiB pieces: 3.7 ms on one
+thread, 3.8 ms on two).
 """
 
 import itertools

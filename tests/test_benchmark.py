@@ -420,9 +420,19 @@ def test_targets_script_computes_ratios_within_each_run(tmp_path):
     _write_csv(round_dir / "B" / "results.csv",
                [row(ds, f"cpersist@{n}t", 3, 0.2 / n, 0.1 / n)
                 for ds in targets.COMPRESSIBLE for n in (1, 2)])
+    # Controls: 1-thread times 1.0; 2-thread times 0.5 (compute) and 0.8
+    # (fresh) in every process, except 0.4 and 1.0 in the dumps of atlas_f.
+    control = {(ds, op, 2, "compute"): "0.5;0.5" for ds in targets.COMPRESSIBLE
+               for op in ("write", "read")}
+    control.update({(ds, op, 2, "fresh"): "0.8;0.8" for ds in targets.COMPRESSIBLE
+                    for op in ("write", "read")})
+    control[("atlas_f", "write", 2, "compute")] = "0.4;0.4"
+    control[("atlas_f", "write", 2, "fresh")] = "1.0;1.0"
     _write_csv(round_dir / "T" / "threads.csv",
                [{"dataset": ds, "level": "3", "op": op, "threads": str(n), "status": "ok",
-                 "speedup": 1.0 if n == 1 else {"write": 2.0, "read": 1.7}[op] - 0.1 * i}
+                 "speedup": 1.0 if n == 1 else {"write": 2.0, "read": 1.7}[op] - 0.1 * i,
+                 "compute_times": control.get((ds, op, n, "compute"), "1.0;1.0"),
+                 "fresh_times": control.get((ds, op, n, "fresh"), "1.0;1.0")}
                 for i, ds in enumerate(targets.COMPRESSIBLE) for op in ("write", "read")
                 for n in (1, 2)])
     _write_csv(round_dir / "D" / "results.csv",
@@ -448,6 +458,11 @@ def test_targets_script_computes_ratios_within_each_run(tmp_path):
     assert got["7 load: 2 threads / 1"][0] == pytest.approx(1.4)
     # ... and, for comparison, from the separate processes of run B.
     assert got["7 dump, separate processes (B)"][0] == pytest.approx(2.0)
+    # The controls: the median over every process's pairs, this round.
+    compute, fresh = (f"7 dump: {label}" for label in targets.CONTROLS.values())
+    assert got[compute] == (pytest.approx(2.0), "8 pairs")
+    assert got[fresh][0] == pytest.approx(1.25)
+    assert got[f"7 load: {targets.CONTROLS['compute']}"][0] == pytest.approx(2.0)
 
     rows = {r[0]: r for r in targets.table([got, got])}
     assert rows["1 raw dump vs np.save"][5] == "NOT met"
@@ -455,6 +470,7 @@ def test_targets_script_computes_ratios_within_each_run(tmp_path):
     assert rows["5 forest raw dump / pickle 5"][5] == "NOT met"
     assert rows["2 write vs joblib 3"][5] == "met" and rows["2 write vs joblib 3"][4] == "2/2"
     assert rows["7 dump: 2 threads / 1"][5] == "met" and rows["7 load: 2 threads / 1"][5] == "NOT met"
+    assert rows[compute][1:] == ["–", "2.00", "2.00–2.00", "–", "control", "8 pairs"]
     assert "| 7 load: 2 threads / 1 |" in targets.markdown(list(rows.values()))
     assert "list-table" in targets.rst(list(rows.values()), 2)
 
@@ -468,17 +484,26 @@ def test_targets_pooled_thread_speedups(tmp_path):
         rows = []
         for i, ds in enumerate(targets.COMPRESSIBLE):
             for n, times in ((1, [1.0] * 3), (2, [t + 0.01 * i for t in two])):
+                # Controls: the compute one scales 2x in every pair, the
+                # fresh one 1x but in the last dataset's 2nd round (4x).
+                fresh = [0.25] * 3 if n == 2 and k == 1 and i == 3 else [1.0] * 3
                 rows += [{"dataset": ds, "level": "3", "op": op, "threads": str(n),
-                          "status": "ok", "times": ";".join(map(str, times))}
+                          "status": "ok", "times": ";".join(map(str, times)),
+                          "compute_times": ";".join(["1.0" if n == 1 else "0.5"] * 3),
+                          "fresh_times": ";".join(map(str, fresh))}
                          for op in ("write", "read")]
         _write_csv(tmp_path / f"round{k}" / "T" / "threads.csv", rows)
         dirs.append(str(tmp_path / f"round{k}"))
-    dump, load = targets.pooled_threads(dirs)
+    dump, dump_compute, dump_fresh, load, load_compute, load_fresh = targets.pooled_threads(dirs)
     worst = targets.COMPRESSIBLE[-1]  # the slowest 2-thread times
     # 6 pairs: five at 1 / (0.5 + 0.03), one at 1 / 0.93: the median is 1 / 0.53.
     assert dump[0].startswith("7 dump") and load[0].startswith("7 load")
     assert float(load[2]) == pytest.approx(1 / 0.53, abs=0.01)
     assert load[4] == "6 pairs" and load[5] == "met" and f"{worst} 1.89" in load[6]
+    # Controls over every dataset's pairs: 24 each; 3 of them at 4x.
+    assert load_compute[0] == f"7 load: {targets.CONTROLS['compute']}, pooled (T)"
+    assert load_compute[2:6] == ["2.00", "–", "24 pairs", "control"]
+    assert float(load_fresh[2]) == 1.0 and float(dump_fresh[2]) == 1.0
 
 
 def test_several_thread_counts_side_by_side(tmp_path, capsys):
@@ -528,11 +553,42 @@ def test_threads_suite_alternates_counts_in_one_process(tmp_path, capsys):
                            zip(one["times"].split(";"), two["times"].split(";")))
         assert float(two["speedup"]) == pytest.approx(per_round[1], rel=1e-3)
         assert float(two["speedup_min"]) == pytest.approx(per_round[0], rel=1e-3)
+        for kind in ("compute", "fresh"):  # the machine controls, same rounds
+            assert float(one[f"{kind}_speedup"]) == 1.0
+            control = sorted(float(a) / float(b) for a, b in zip(
+                one[f"{kind}_times"].split(";"), two[f"{kind}_times"].split(";")))
+            assert len(control) == 3 and all(c > 0 for c in control)
+            assert float(two[f"{kind}_speedup"]) == pytest.approx(control[1], rel=1e-3)
     assert "speedup" in capsys.readouterr().out
     assert not (out / "_work").exists()
     with pytest.raises(SystemExit):
         main(["--suite", "threads", "--datasets", "nope", "--out", str(out)])
     assert "no dataset matches 'nope'" in capsys.readouterr().err
+
+
+def test_machine_controls_time_their_work_without_cpersist(monkeypatch):
+    """The threads suite's controls: all the work shared out among the
+    threads, one Zstandard context each, and a short decode is an error."""
+    import zstandard
+
+    from cpersist.benchmarks.threads import MachineControls
+
+    controls = MachineControls(calls=6, frames=3)
+    calls = []
+    for n in (1, 2):
+        assert controls.compute(n) > 0 and controls.fresh(n) > 0
+    assert len(controls._compressors) == len(controls._decompressors) == 2
+    assert len(set(map(id, controls._compressors))) == 2
+    # Every compression is made, once, whatever the thread count.
+    monkeypatch.setattr(controls, "_compressors", [
+        type("Counting", (), {"compress": lambda self, b, k=k: calls.append(k)})()
+        for k in range(2)])
+    controls.compute(2)
+    assert sorted(calls) == [0, 0, 0, 1, 1, 1]
+    # A frame that decodes to less than its slice fails the control.
+    controls._frame = zstandard.ZstdCompressor().compress(b"x" * 1000)
+    with pytest.raises(RuntimeError, match="decoded short"):
+        controls.fresh(2)
 
 
 def test_threads_suite_reports_wrong_data(tmp_path, monkeypatch):

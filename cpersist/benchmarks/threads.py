@@ -9,6 +9,13 @@ virtual machine the speed of the whole machine drifts within seconds: two
 measured in its own process a few seconds after the other would carry that
 drift into the ratio. Each round gives a speed-up (time at the first count
 over time at the other); the suite reports the median over rounds.
+
+Beside every timing, the same process times two controls at the same count,
+which involve no cpersist code: what this machine itself gives the threads
+at that moment (see :class:`MachineControls`). A speed-up is only worth
+comparing with a target next to them: in 20 rounds of one process here,
+Zstandard on a buffer in cache ran 0.99-2.14x faster on two threads than on
+one, and 1.02-1.05x in the last eight rounds in a row.
 """
 
 from __future__ import annotations
@@ -16,8 +23,11 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import threading
 import time
 from typing import Any, Dict, List, Sequence
+
+import numpy as np
 
 from . import datasets as ds
 from .measure import median, run_in_subprocess, warm_cache
@@ -32,7 +42,98 @@ THREADS_DATASETS = ["atlas_c", "atlas_f", "sparse_table", "timeseries"]
 THREADS_COLUMNS = [
     "dataset", "description", "level", "op", "threads", "time_s", "MBps", "speedup",
     "speedup_min", "speedup_max", "repeats", "status", "reason", "times",
+    "compute_speedup", "fresh_speedup", "compute_times", "fresh_times",
 ]
+#: Chunk size of the fresh-memory control, cpersist's default.
+_CONTROL_CHUNK = 4 << 20
+
+
+class MachineControls:
+    """The machine's own speed-up from threads, timed without cpersist.
+
+    ``compute``: Zstandard level 3 on one 64 KiB buffer, which stays in each
+    core's cache, ``calls`` times in all, shared out among the threads. It
+    measures the CPUs alone: on a virtual machine two vCPUs may share a
+    physical core, or one may be descheduled, for seconds at a time.
+
+    ``fresh``: decoding ``frames`` Zstandard frames of 4 MiB each into a new
+    array (``np.empty``, so memory the process has not touched yet), the
+    threads taking the frames in turn. This is what a load does, minus
+    cpersist: every page of a new array faults in as it is first written,
+    and on this VM those faults scaled much worse on two threads than the
+    decoding itself (100 MB, 2 threads over 1: 1.9x into memory already
+    written, 1.25x into new memory; median of 16 pairs).
+
+    Parameters
+    ----------
+    calls : int
+        Compressions in the ``compute`` control (~13 ms on one thread here).
+    frames : int
+        4 MiB frames in the ``fresh`` control: 12 (48 MiB, ~25 ms on one
+        thread), above glibc's largest mmap threshold (32 MiB), so that every
+        array is new memory from the kernel rather than a reused block.
+    """
+
+    def __init__(self, calls: int = 256, frames: int = 12):
+        import zstandard
+
+        self._zstd = zstandard
+        self.calls = calls
+        # One 4 MiB frame of a smooth, quantized signal (ratio ~13, like the
+        # compressible arrays), decoded into every 4 MiB slice of the array.
+        x = np.linspace(0.0, 16.0, _CONTROL_CHUNK // 4, dtype=np.float32)
+        data = np.round(np.sin(x) * np.cos(x / 7) * 1e4) / np.float32(1e4)
+        compressor = zstandard.ZstdCompressor(level=3)
+        self._frame = compressor.compress(data)
+        self._frames = frames
+        self._cache_buffer = data[:16 << 10].tobytes()
+        # One Zstandard context per thread, made and used once before any
+        # timing (a context allocates its tables on first use).
+        self._compressors, self._decompressors = [], []
+
+    def _contexts(self, n: int) -> None:
+        while len(self._compressors) < n:
+            compressor = self._zstd.ZstdCompressor(level=3)
+            compressor.compress(self._cache_buffer)
+            decompressor = self._zstd.ZstdDecompressor()
+            decompressor.decompress(self._frame)
+            self._compressors.append(compressor)
+            self._decompressors.append(decompressor)
+
+    def _run(self, n: int, work) -> float:
+        self._contexts(n)
+        threads = [threading.Thread(target=work, args=(k, n)) for k in range(n)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return time.perf_counter() - t0
+
+    def compute(self, n: int) -> float:
+        """Seconds for ``n`` threads to share the compressions."""
+        def work(k, n):
+            compressor = self._compressors[k]
+            for _ in range(k, self.calls, n):
+                compressor.compress(self._cache_buffer)
+        return self._run(n, work)
+
+    def fresh(self, n: int) -> float:
+        """Seconds for ``n`` threads to decode the frames into a new array."""
+        out = memoryview(np.empty(self._frames * _CONTROL_CHUNK, np.uint8))
+        short = []
+
+        def work(k, n):
+            decompressor = self._decompressors[k]
+            for i in range(k, self._frames, n):
+                target = out[i * _CONTROL_CHUNK:(i + 1) * _CONTROL_CHUNK]
+                with decompressor.stream_reader(self._frame) as reader:
+                    if reader.readinto(target) != len(target):
+                        short.append(i)
+        elapsed = self._run(n, work)
+        if short:  # a bug in the control itself, not a measurement
+            raise RuntimeError(f"control frames {short} decoded short")
+        return elapsed
 
 
 def _order(counts: Sequence[int], r: int) -> List[int]:
@@ -49,7 +150,9 @@ def _threads_task(task: Dict[str, Any]) -> Dict[str, Any]:
 
     path, counts, level = task["file_path"], task["counts"], task["level"]
     obj = ds.load_cached(task["data_path"])
+    controls = MachineControls(**task.get("controls", {}))
     times = {n: [] for n in counts}
+    control_times = {kind: {n: [] for n in counts} for kind in ("compute", "fresh")}
     checked = set()
     for r in range(task["repeats"]):
         for n in _order(counts, r):
@@ -60,20 +163,24 @@ def _threads_task(task: Dict[str, Any]) -> Dict[str, Any]:
                 t0 = time.perf_counter()
                 cpersist.dump(obj, path, compress=level, n_threads=n)
                 times[n].append(time.perf_counter() - t0)
-                continue
-            warm_cache(path)
+            else:
+                warm_cache(path)
+                gc.collect()
+                t0 = time.perf_counter()
+                result = cpersist.load(path, n_threads=n)
+                times[n].append(time.perf_counter() - t0)
+                if n not in checked:
+                    diff = first_difference(obj, result)
+                    if diff:
+                        return {"status": "failed",
+                                "reason": f"wrong data read back at {n} threads: {diff}"}
+                    checked.add(n)
+                del result
+            # Right after, at the same count: the machine's state this moment.
             gc.collect()
-            t0 = time.perf_counter()
-            result = cpersist.load(path, n_threads=n)
-            times[n].append(time.perf_counter() - t0)
-            if n not in checked:
-                diff = first_difference(obj, result)
-                if diff:
-                    return {"status": "failed",
-                            "reason": f"wrong data read back at {n} threads: {diff}"}
-                checked.add(n)
-            del result
-    return {"status": "ok", "times": times}
+            control_times["compute"][n].append(controls.compute(n))
+            control_times["fresh"][n].append(controls.fresh(n))
+    return {"status": "ok", "times": times, "controls": control_times}
 
 
 def run_threads(out_dir: str, dataset_list: Sequence[ds.Dataset], size_bytes: int,
@@ -132,22 +239,34 @@ def run_threads(out_dir: str, dataset_list: Sequence[ds.Dataset], size_bytes: in
                         if op == "write":
                             break  # nothing to read
                         continue
-                    rows += _rows(base, info["size_bytes"], res["times"], counts)
+                    rows += _rows(base, info["size_bytes"], res["times"], counts,
+                                  res["controls"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return rows
 
 
-def _rows(base, size, times, counts):
-    first = times[counts[0]]
+def _per_round(times, counts, n):
+    return [a / b for a, b in zip(times[counts[0]], times[n])]
+
+
+def _joined(times):
+    return ";".join(f"{x:.6g}" for x in times)
+
+
+def _rows(base, size, times, counts, controls):
     rows = []
     for n in counts:
-        per_round = [a / b for a, b in zip(first, times[n])]
+        per_round = _per_round(times, counts, n)
         t = median(times[n])
-        rows.append(dict(
+        row = dict(
             base, threads=n, time_s=t, MBps=round(size / MB / t, 2),
             speedup=round(median(per_round), 4), speedup_min=round(min(per_round), 4),
             speedup_max=round(max(per_round), 4), status="ok", reason="",
-            times=";".join(f"{x:.6g}" for x in times[n]),
-        ))
+            times=_joined(times[n]),
+        )
+        for kind, control in controls.items():
+            row[f"{kind}_speedup"] = round(median(_per_round(control, counts, n)), 4)
+            row[f"{kind}_times"] = _joined(control[n])
+        rows.append(row)
     return rows
