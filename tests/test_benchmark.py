@@ -431,6 +431,8 @@ def test_targets_script_computes_ratios_within_each_run(tmp_path):
     _write_csv(round_dir / "T" / "threads.csv",
                [{"dataset": ds, "level": "3", "op": op, "threads": str(n), "status": "ok",
                  "speedup": 1.0 if n == 1 else {"write": 2.0, "read": 1.7}[op] - 0.1 * i,
+                 "compute_speedup": 1.0 if n == 1 else 1.9,
+                 "fresh_speedup": 1.0 if n == 1 else 1.5,
                  "compute_times": control.get((ds, op, n, "compute"), "1.0;1.0"),
                  "fresh_times": control.get((ds, op, n, "fresh"), "1.0;1.0")}
                 for i, ds in enumerate(targets.COMPRESSIBLE) for op in ("write", "read")
@@ -456,6 +458,7 @@ def test_targets_script_computes_ratios_within_each_run(tmp_path):
     # Target 7 from the paired threads suite (T): its worst dataset ...
     assert got["7 dump: 2 threads / 1"][0] == pytest.approx(1.7)
     assert got["7 load: 2 threads / 1"][0] == pytest.approx(1.4)
+    assert "sparse_table 1.40 (1.90/1.50)" in got["7 load: 2 threads / 1"][1]
     # ... and, for comparison, from the separate processes of run B.
     assert got["7 dump, separate processes (B)"][0] == pytest.approx(2.0)
     # The controls: the median over every process's pairs, this round.
@@ -504,6 +507,8 @@ def test_targets_pooled_thread_speedups(tmp_path):
     assert load_compute[0] == f"7 load: {targets.CONTROLS['compute']}, pooled (T)"
     assert load_compute[2:6] == ["2.00", "–", "24 pairs", "control"]
     assert float(load_fresh[2]) == 1.0 and float(dump_fresh[2]) == 1.0
+    # Per dataset: the last one has 3 of its 6 pairs at 4x.
+    assert f"{worst} 2.50" in load_fresh[6] and "atlas_f 2.00" in load_compute[6]
 
 
 def test_several_thread_counts_side_by_side(tmp_path, capsys):

@@ -59,10 +59,11 @@ class MachineControls:
     ``fresh``: decoding ``frames`` Zstandard frames of 4 MiB each into a new
     array (``np.empty``, so memory the process has not touched yet), the
     threads taking the frames in turn. This is what a load does, minus
-    cpersist: every page of a new array faults in as it is first written,
-    and on this VM those faults scaled much worse on two threads than the
-    decoding itself (100 MB, 2 threads over 1: 1.9x into memory already
-    written, 1.25x into new memory; median of 16 pairs).
+    cpersist: every page of a new array faults in as it is first written.
+    Here the machine's state of the moment decided more than the memory
+    did: decoding 100 MB into written and into new memory alternately, 2
+    threads over 1 gave 1.91x and 1.93x in one run of 16 pairs, 1.25x and
+    1.28x in the next.
 
     Parameters
     ----------
