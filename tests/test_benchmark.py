@@ -590,6 +590,16 @@ def test_machine_controls_time_their_work_without_cpersist(monkeypatch):
         for k in range(2)])
     controls.compute(2)
     assert sorted(calls) == [0, 0, 0, 1, 1, 1]
+    # The fresh control writes memory the process has not touched: every
+    # call faults its pages in (at least one fault per 2 MiB huge page).
+    import resource
+
+    fresh = MachineControls(calls=2)
+    fresh.fresh(1)
+    for n in (1, 2):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        fresh.fresh(n)
+        assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before >= 24
     # A frame that decodes to less than its slice fails the control.
     controls._frame = zstandard.ZstdCompressor().compress(b"x" * 1000)
     with pytest.raises(RuntimeError, match="decoded short"):

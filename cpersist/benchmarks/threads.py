@@ -70,7 +70,7 @@ class MachineControls:
     calls : int
         Compressions in the ``compute`` control (~13 ms on one thread here).
     frames : int
-        4 MiB frames in the ``fresh`` control: 12 (48 MiB, ~25 ms on one
+        4 MiB frames in the ``fresh`` control: 12 (48 MiB, ~17 ms on one
         thread), above glibc's largest mmap threshold (32 MiB), so that every
         array is new memory from the kernel rather than a reused block.
     """
