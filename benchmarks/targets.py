@@ -185,8 +185,7 @@ def evaluate(round_dir):
             f"{_f(r, 'fresh_speedup'):.2f})" for ds, r in twos.items()))
         for kind, label in CONTROLS.items():
             # The control's pairs of every dataset's process: all this round.
-            pairs = [p for r in t if r["op"] == key and r["level"] == "3" and r["threads"] == "1"
-                     for p in _pairs(t, r, f"{kind}_times")]
+            pairs = [p for v in _paired(t, key, f"{kind}_times").values() for p in v]
             out[f"7 {op}: {label}"] = (statistics.median(pairs), f"{len(pairs)} pairs")
     for op, key in (("dump", "write_s"), ("load", "read_s")):
         vals = {ds: _f(_pick(b, ds, "cpersist@1t", 3), key) / _f(_pick(b, ds, "cpersist@2t", 3), key)
@@ -202,12 +201,14 @@ CONTROLS = {"compute": "machine, Zstandard in cache (control)",
             "fresh": "machine, decode into new memory (control)"}
 
 
-def _pairs(rows, one, column):
-    """Per-round 1-thread / 2-thread ratios of ``column`` for the process of
-    row ``one`` (its 1-thread row)."""
-    two = next(r for r in rows if r["threads"] == "2" and all(
-        r[k] == one[k] for k in ("dataset", "level", "op")))
-    return [float(a) / float(b) for a, b in zip(one[column].split(";"), two[column].split(";"))]
+def _paired(rows, op, column):
+    """Dataset -> per-round 1-thread / 2-thread ratios of ``column`` (a
+    ``;``-joined series of times) in the level-3 ``op`` rows of the threads
+    suite."""
+    series = {(r["dataset"], r["threads"]): [float(x) for x in r[column].split(";")]
+              for r in rows if r["op"] == op and r["level"] == "3"}
+    return {ds: [a / b for a, b in zip(one, series[(ds, "2")])]
+            for (ds, n), one in series.items() if n == "1"}
 
 
 #: Target name -> (bound, True if the value must be >= the bound).
@@ -270,11 +271,11 @@ def pooled_threads(round_dirs):
         controls = {kind: {ds: [] for ds in COMPRESSIBLE} for kind in CONTROLS}
         for d in round_dirs:
             t = _rows(os.path.join(d, "T"), "threads.csv")
-            for r in t:
-                if r["op"] == key and r["level"] == "3" and r["threads"] == "1":
-                    pairs[r["dataset"]] += _pairs(t, r, "times")
-                    for kind in CONTROLS:
-                        controls[kind][r["dataset"]] += _pairs(t, r, f"{kind}_times")
+            for ds, v in _paired(t, key, "times").items():
+                pairs[ds] += v
+            for kind in CONTROLS:
+                for ds, v in _paired(t, key, f"{kind}_times").items():
+                    controls[kind][ds] += v
         medians = {ds: statistics.median(v) for ds, v in pairs.items()}
         worst = min(medians.values())
         rows.append([f"7 {op}: 2 threads / 1, pooled (T)", "≥ 1.6", f"{worst:.2f}",

@@ -403,4 +403,3 @@ def format_threads(rows: List[Dict[str, Any]]) -> str:
     lines.append("compute, fresh: the machine's own speed-up in the same rounds, without "
                  "cpersist (Zstandard in cache; decoding into new memory)")
     return "\n".join(lines)
-
