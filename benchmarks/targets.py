@@ -21,10 +21,12 @@ T. the same datasets and level in the threads suite (``--suite threads``):
    the machine's speed drifts within seconds (a vCPU here runs at 55-60%
    of its speed for seconds at a time), and B measures the two counts
    seconds apart. B's figures are kept in the table for comparison.
-   Beside every timing, T times two controls at the same count that run
-   no cpersist code (Zstandard in cache; decoding into new memory): the
-   table gives their speed-ups too, what the machine itself gave two
-   threads in the same rounds;
+   Beside every timing, T times three controls at the same count: two
+   that run no cpersist code (Zstandard in cache; decoding into new
+   memory), what the machine itself gave two threads in the same rounds,
+   and the dataset's own chunks through the codecs alone (no file I/O,
+   checksums or pipeline), what cpersist's threads could give with
+   nothing of their own; the table gives their speed-ups too;
 D. memory-mapped opens of 1 MB and of 1 GB of noise (two .npy files of
    float64 noise, benchmarked as user files in one run; cold cache, since
    warming the cache by reading 1 GB before each open also cools the CPU
@@ -179,10 +181,11 @@ def evaluate(round_dir):
                 if r["op"] == key and r["threads"] == "2" and r["level"] == "3"}
         if set(twos) != set(COMPRESSIBLE):
             raise LookupError(f"threads suite: {op} rows for {sorted(twos)}, not {COMPRESSIBLE}")
-        # Each dataset with the controls of its own process (compute/fresh).
+        # Each dataset with the controls of its own process (compute/fresh/codec).
         out[f"7 {op}: 2 threads / 1"] = (min(_f(r, "speedup") for r in twos.values()), ", ".join(
-            f"{ds} {_f(r, 'speedup'):.2f} ({_f(r, 'compute_speedup'):.2f}/"
-            f"{_f(r, 'fresh_speedup'):.2f})" for ds, r in twos.items()))
+            f"{ds} {_f(r, 'speedup'):.2f} (" + "/".join(
+                f"{_f(r, f'{kind}_speedup'):.2f}" for kind in CONTROLS) + ")"
+            for ds, r in twos.items()))
         for kind, label in CONTROLS.items():
             # The control's pairs of every dataset's process: all this round.
             pairs = [p for v in _paired(t, key, f"{kind}_times").values() for p in v]
@@ -198,7 +201,8 @@ def evaluate(round_dir):
 #: Controls of the threads suite (column prefix -> label): no bound, they
 #: say what 2 threads could give on this machine in the same rounds.
 CONTROLS = {"compute": "machine, Zstandard in cache (control)",
-            "fresh": "machine, decode into new memory (control)"}
+            "fresh": "machine, decode into new memory (control)",
+            "codec": "the same chunks, codec alone (control)"}
 
 
 def _paired(rows, op, column):

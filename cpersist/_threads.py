@@ -1,11 +1,12 @@
 """Thread pools shared by dump and load, and an ordered bounded pipeline.
 
 zlib, LZ4, Zstandard and Blosc release the GIL on large buffers, so chunks
-are compressed and decompressed on a thread pool while the calling thread
-does the file I/O (which releases it too). xxHash holds the GIL: a
-checksum on the pool runs alongside the calling thread's reads and writes,
-not alongside another checksum (100 MB in 4 MiB pieces: 3.7 ms on one
-thread, 3.8 ms on two).
+are compressed on a thread pool while the calling thread writes them in
+order (:func:`ordered_map`); loads of compressed sections have each thread
+read and decode chunks itself (``ContainerReader._decode_claimed``). xxHash
+holds the GIL: a checksum on the pool runs alongside the calling thread's
+reads and writes, not alongside another checksum (100 MB in 4 MiB pieces:
+3.7 ms on one thread, 3.8 ms on two).
 """
 
 import itertools
@@ -17,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 _END = object()
 #: Chunks in flight per worker. With one, a worker that finished idled until
 #: the calling thread had consumed the chunk before it: 2 threads loaded a
-#: 100 MB map in 38.5 ms against 37.5 ms with 1; with two, in 22.0 ms.
+#: 100 MB map in 38.5 ms against 37.5 ms with 1; with two, in 22.0 ms (loads
+#: of compressed sections have since left this pipeline).
 IN_FLIGHT_PER_THREAD = 2
 _pools = {}
 _pools_lock = threading.Lock()

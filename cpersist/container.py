@@ -17,6 +17,7 @@ needs random access (the loader spools a non-seekable source to a temporary
 file first).
 """
 
+import io
 import json
 import os
 import stat
@@ -368,6 +369,7 @@ class ContainerReader:
     def __init__(self, file, name):
         self.file = file
         self.name = name
+        self._fd = _pread_fd(file)
         self.base = file.tell()
         self.size = file.seek(0, 2) - self.base
         self._read_header()
@@ -547,12 +549,17 @@ class ContainerReader:
     def read_into(self, section, out, *, verify=True, n_threads=1):
         """Fill ``out`` (writable bytes of ``section.raw_size``) with the section.
 
-        This thread reads the chunks in file order, those stored as they are
-        straight into their slice of ``out``; the pool checksums them and
-        decodes the encoded ones into place. Reading in order keeps the
-        kernel's readahead working on a cold file: with each worker reading
-        its own chunks (pread), a cold raw 100 MB load took 54 ms against
-        43 ms (median of 11; ``np.load``: 35 ms).
+        Where decoding is most of the work (encoded chunks decode to more
+        than half the section's bytes) and the file is a plain file, each
+        thread claims the next chunk in file order and reads, checks and
+        decodes it itself (:meth:`_decode_claimed`). Otherwise this thread
+        reads the chunks in file order, those stored as they are straight
+        into their slice of ``out``, and the pool checksums them and decodes
+        the encoded ones into place. Reading in one thread in order keeps
+        the kernel's readahead streaming on a cold file where reading is the
+        work: with two threads reading, a cold 100 MB array of noise at
+        ``compress=3`` (every chunk stored as is) loaded in 59.8 ms against
+        43.6 ms, and a cold raw load in 54 ms against 43 ms.
         """
         out = memoryview(out).cast("B")
         if len(out) != section.raw_size:
@@ -566,6 +573,10 @@ class ContainerReader:
                 raise self.error(f"truncated in section {section.index}")
             return
         codec = section.codec
+        if n_threads > 1 and self._fd is not None and len(section.chunks) > 1 and (
+                2 * sum(c[2] for c in section.chunks if c[4] == STORED) < section.raw_size):
+            self._decode_claimed(section, out, verify, n_threads)
+            return
 
         def work(item):
             (_, _, _, crc, flag), data, target, buffer = item
@@ -579,6 +590,70 @@ class ContainerReader:
                 READ_BUFFERS.give(buffer)
 
         ordered_map(work, self._stored_chunks(section, out), n_threads, _ignore)
+
+    def _decode_claimed(self, section, out, verify, n_threads):
+        """Read, check and decode ``section`` into ``out`` on ``n_threads``
+        threads, this one and ``n_threads - 1`` pool workers.
+
+        Each thread claims the next chunk in file order, reads it with
+        ``pread`` into a buffer of its own, checksums it while it is in its
+        cache and decodes it into place; no thread waits for another until
+        the end. With this thread reading every chunk and handing it to two
+        workers, 2 threads loaded the 100 MB time series in 33.0 ms (1.11x
+        one thread) and the atlas in 35.2 ms (1.28x); this way, in 23.2 ms
+        (1.69x) and 28.3 ms (1.66x), median of 61 pairs, and cold from disk
+        the atlas in 45.4 ms against 52.4 ms.
+        """
+        chunks = section.chunks
+        starts = []
+        start = 0
+        for chunk in chunks:
+            starts.append(start)
+            start += chunk[2]
+        largest = max((c[1] for c in chunks if c[4] != STORED), default=0)
+        codec = section.codec
+        # next() on a range iterator is atomic under the GIL: every chunk is
+        # claimed exactly once, in file order.
+        unclaimed = iter(range(len(chunks)))
+        errors = []
+
+        def work():
+            buffer = READ_BUFFERS.take(largest)
+            try:
+                for i in unclaimed:
+                    if errors:  # another thread failed: the load is over
+                        return
+                    offset, stored, raw, crc, flag = chunks[i]
+                    target = out[starts[i]:starts[i] + raw]
+                    data = target if flag == STORED else memoryview(buffer)[:stored]
+                    if _pread_full(self._fd, data, self.base + offset) != stored:
+                        raise self.error(f"truncated in section {section.index}")
+                    if verify and checksum(data) != crc:
+                        raise self.error(
+                            f"checksum mismatch in section {section.index}: damaged data")
+                    if flag != STORED:
+                        try:
+                            codec.decode_into(data, target)
+                        except CorruptFileError as exc:
+                            raise self.error(f"section {section.index}: {exc}") from None
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                # Safe even after a failure: no one else uses this buffer.
+                READ_BUFFERS.give(buffer)
+
+        pool = get_pool(n_threads)
+        helpers = [pool.submit(work) for _ in range(min(n_threads, len(chunks)) - 1)]
+        try:
+            work()
+            # The helpers write into ``out``: wait for them before returning.
+            for helper in helpers:
+                helper.exception()
+        except BaseException as exc:  # interrupted while waiting
+            errors.append(exc)  # the helpers stop at their next chunk
+            raise
+        if errors:
+            raise errors[0]
 
     def check_claimed_sizes(self, section):
         """Check a section's claimed decoded size before allocating for it.
@@ -795,6 +870,31 @@ def _uint(value):
     if type(value) is not int or value < 0:
         raise ValueError(f"expected a non-negative integer, got {value!r}")
     return value
+
+
+def _pread_fd(file):
+    """The descriptor to ``pread`` ``file``'s bytes from, else None.
+
+    Only for Python's own binary file objects on a regular file: their
+    positions are those of the descriptor. A wrapper that transforms what
+    it reads (``gzip.GzipFile`` has a ``fileno()`` too) is read through
+    its ``readinto``.
+    """
+    if type(file) not in (io.BufferedReader, io.BufferedRandom, io.FileIO) or (
+            not hasattr(os, "preadv")):  # Windows has no pread
+        return None
+    return _regular_file_fd(file)[0]
+
+
+def _pread_full(fd, view, offset):
+    """pread until ``view`` is full or the file ends; return bytes read."""
+    total = 0
+    while total < len(view):
+        n = os.preadv(fd, [view[total:]], offset + total)
+        if not n:
+            break
+        total += n
+    return total
 
 
 def _readinto_full(file, view):

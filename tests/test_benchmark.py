@@ -428,13 +428,16 @@ def test_targets_script_computes_ratios_within_each_run(tmp_path):
                     for op in ("write", "read")})
     control[("atlas_f", "write", 2, "compute")] = "0.4;0.4"
     control[("atlas_f", "write", 2, "fresh")] = "1.0;1.0"
+    control.update({(ds, "read", 2, "codec"): "0.6;0.6" for ds in targets.COMPRESSIBLE})
     _write_csv(round_dir / "T" / "threads.csv",
                [{"dataset": ds, "level": "3", "op": op, "threads": str(n), "status": "ok",
                  "speedup": 1.0 if n == 1 else {"write": 2.0, "read": 1.7}[op] - 0.1 * i,
                  "compute_speedup": 1.0 if n == 1 else 1.9,
                  "fresh_speedup": 1.0 if n == 1 else 1.5,
+                 "codec_speedup": 1.0 if n == 1 else 1.6,
                  "compute_times": control.get((ds, op, n, "compute"), "1.0;1.0"),
-                 "fresh_times": control.get((ds, op, n, "fresh"), "1.0;1.0")}
+                 "fresh_times": control.get((ds, op, n, "fresh"), "1.0;1.0"),
+                 "codec_times": control.get((ds, op, n, "codec"), "1.0;1.0")}
                 for i, ds in enumerate(targets.COMPRESSIBLE) for op in ("write", "read")
                 for n in (1, 2)])
     _write_csv(round_dir / "D" / "results.csv",
@@ -458,14 +461,16 @@ def test_targets_script_computes_ratios_within_each_run(tmp_path):
     # Target 7 from the paired threads suite (T): its worst dataset ...
     assert got["7 dump: 2 threads / 1"][0] == pytest.approx(1.7)
     assert got["7 load: 2 threads / 1"][0] == pytest.approx(1.4)
-    assert "sparse_table 1.40 (1.90/1.50)" in got["7 load: 2 threads / 1"][1]
+    assert "sparse_table 1.40 (1.90/1.50/1.60)" in got["7 load: 2 threads / 1"][1]
     # ... and, for comparison, from the separate processes of run B.
     assert got["7 dump, separate processes (B)"][0] == pytest.approx(2.0)
     # The controls: the median over every process's pairs, this round.
-    compute, fresh = (f"7 dump: {label}" for label in targets.CONTROLS.values())
+    compute, fresh, codec = (f"7 dump: {label}" for label in targets.CONTROLS.values())
     assert got[compute] == (pytest.approx(2.0), "8 pairs")
     assert got[fresh][0] == pytest.approx(1.25)
+    assert got[codec][0] == pytest.approx(1.0)
     assert got[f"7 load: {targets.CONTROLS['compute']}"][0] == pytest.approx(2.0)
+    assert got[f"7 load: {targets.CONTROLS['codec']}"][0] == pytest.approx(1 / 0.6)
 
     rows = {r[0]: r for r in targets.table([got, got])}
     assert rows["1 raw dump vs np.save"][5] == "NOT met"
@@ -493,11 +498,13 @@ def test_targets_pooled_thread_speedups(tmp_path):
                 rows += [{"dataset": ds, "level": "3", "op": op, "threads": str(n),
                           "status": "ok", "times": ";".join(map(str, times)),
                           "compute_times": ";".join(["1.0" if n == 1 else "0.5"] * 3),
-                          "fresh_times": ";".join(map(str, fresh))}
+                          "fresh_times": ";".join(map(str, fresh)),
+                          "codec_times": ";".join(["1.0" if n == 1 else "0.8"] * 3)}
                          for op in ("write", "read")]
         _write_csv(tmp_path / f"round{k}" / "T" / "threads.csv", rows)
         dirs.append(str(tmp_path / f"round{k}"))
-    dump, dump_compute, dump_fresh, load, load_compute, load_fresh = targets.pooled_threads(dirs)
+    (dump, dump_compute, dump_fresh, dump_codec,
+     load, load_compute, load_fresh, load_codec) = targets.pooled_threads(dirs)
     worst = targets.COMPRESSIBLE[-1]  # the slowest 2-thread times
     # 6 pairs: five at 1 / (0.5 + 0.03), one at 1 / 0.93: the median is 1 / 0.53.
     assert dump[0].startswith("7 dump") and load[0].startswith("7 load")
@@ -509,6 +516,8 @@ def test_targets_pooled_thread_speedups(tmp_path):
     assert float(load_fresh[2]) == 1.0 and float(dump_fresh[2]) == 1.0
     # Per dataset: the last one has 3 of its 6 pairs at 4x.
     assert f"{worst} 2.50" in load_fresh[6] and "atlas_f 2.00" in load_compute[6]
+    assert load_codec[0] == f"7 load: {targets.CONTROLS['codec']}, pooled (T)"
+    assert float(load_codec[2]) == float(dump_codec[2]) == 1.25
 
 
 def test_several_thread_counts_side_by_side(tmp_path, capsys):
@@ -558,12 +567,14 @@ def test_threads_suite_alternates_counts_in_one_process(tmp_path, capsys):
                            zip(one["times"].split(";"), two["times"].split(";")))
         assert float(two["speedup"]) == pytest.approx(per_round[1], rel=1e-3)
         assert float(two["speedup_min"]) == pytest.approx(per_round[0], rel=1e-3)
-        for kind in ("compute", "fresh"):  # the machine controls, same rounds
+        for kind in ("compute", "fresh", "codec"):  # the controls, same rounds
             assert float(one[f"{kind}_speedup"]) == 1.0
             control = sorted(float(a) / float(b) for a, b in zip(
                 one[f"{kind}_times"].split(";"), two[f"{kind}_times"].split(";")))
             assert len(control) == 3 and all(c > 0 for c in control)
             assert float(two[f"{kind}_speedup"]) == pytest.approx(control[1], rel=1e-3)
+    # A raw file has no encoded chunk: its codec control is empty.
+    assert {(r["codec_speedup"], r["codec_times"]) for r in rows if r["level"] == "0"} == {("", "")}
     assert "speedup" in capsys.readouterr().out
     assert not (out / "_work").exists()
     with pytest.raises(SystemExit):
@@ -604,6 +615,48 @@ def test_machine_controls_time_their_work_without_cpersist(monkeypatch):
     controls._frame = zstandard.ZstdCompressor().compress(b"x" * 1000)
     with pytest.raises(RuntimeError, match="decoded short"):
         controls.fresh(2)
+
+
+def test_codec_control_times_the_files_own_chunks(tmp_path, monkeypatch):
+    """The codec control decodes a file's chunks into new arrays (the same
+    bytes as a load, each chunk once, whatever the thread count) and encodes
+    them again; a raw file gives it nothing to time."""
+    import cpersist
+    from cpersist.benchmarks.threads import CodecControl
+
+    arr = np.concatenate([np.arange(300_000, dtype=np.int64),
+                          np.random.default_rng(0).integers(0, 2**62, 100_000)])
+    path = tmp_path / "a.cp"
+    cpersist.dump({"a": arr, "b": arr[::-1].copy()}, path, compress=3, chunk_size=1 << 16)
+    control = CodecControl(str(path))
+    assert len(control) > 50
+    seen = []
+    real = np.empty
+
+    def spy(size, dtype):
+        out = real(size, dtype)
+        seen.append(out)
+        return out
+    monkeypatch.setattr(np, "empty", spy)
+    for n in (1, 3):
+        seen.clear()
+        assert control.decode(n) > 0
+        # The two arrays and the pickle stream, each section byte for byte.
+        decoded = sorted((bytes(out) for out in seen), key=len)
+        assert arr.tobytes() in decoded and arr[::-1].tobytes() in decoded
+    monkeypatch.setattr(np, "empty", real)
+    control.encode(2)  # the first call at a count also warms its threads up
+    encoded = []
+    codecs = {id(c[4]): c[4] for c in control._chunks if c[4] is not None}
+    for codec in codecs.values():
+        monkeypatch.setattr(codec, "encode", lambda chunk, typesize, c=codec: encoded.append(
+            (id(c), bytes(chunk))))
+    assert control.encode(2) > 0
+    assert sorted(encoded) == sorted((id(c[4]), bytes(raw)) for c, raw in
+                                     zip(control._chunks, control._raw) if c[4] is not None)
+    assert any(c[4] is None for c in control._chunks)  # the noise, stored as is
+    cpersist.dump(arr, tmp_path / "raw.cp", compress=0)
+    assert len(CodecControl(str(tmp_path / "raw.cp"))) == 0
 
 
 def test_threads_suite_reports_wrong_data(tmp_path, monkeypatch):

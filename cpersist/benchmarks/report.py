@@ -390,7 +390,7 @@ def format_table(rows: List[Dict[str, Any]], max_reason: int = 60) -> str:
 def format_threads(rows: List[Dict[str, Any]]) -> str:
     """The end-of-run table of the threads suite."""
     head = (f"{'dataset':<18} {'lvl':>3} {'op':<5} {'threads':>7} {'time_s':>8} {'MB/s':>8} "
-            f"{'speedup':>7} {'range':>11} {'compute':>7} {'fresh':>6} {'status':<7}")
+            f"{'speedup':>7} {'range':>11} {'compute':>7} {'fresh':>6} {'codec':>6} {'status':<7}")
     lines = [head, "-" * len(head)]
     for r in rows:
         line = (f"{str(r['dataset'])[:18]:<18} {r['level']:>3} {r['op']:<5} {r['threads']:>7} ")
@@ -399,7 +399,9 @@ def format_threads(rows: List[Dict[str, Any]]) -> str:
             continue
         lines.append(line + f"{r['time_s']:>8.4f} {r['MBps']:>8.1f} {r['speedup']:>7.2f} "
                             f"{r['speedup_min']:>5.2f}-{r['speedup_max']:<5.2f} "
-                            f"{r['compute_speedup']:>7.2f} {r['fresh_speedup']:>6.2f} ok")
+                            f"{r['compute_speedup']:>7.2f} {r['fresh_speedup']:>6.2f} "
+                            f"{_fmt(r['codec_speedup'], '.2f'):>6} ok")
     lines.append("compute, fresh: the machine's own speed-up in the same rounds, without "
-                 "cpersist (Zstandard in cache; decoding into new memory)")
+                 "cpersist (Zstandard in cache; decoding into new memory); codec: the same "
+                 "chunks through the codecs alone (no I/O, checksums or pipeline)")
     return "\n".join(lines)

@@ -1,0 +1,159 @@
+"""Loading on several threads: which way a section is read, and that every
+way gives back the same bytes or the same error."""
+
+import gzip
+import io
+import time
+
+import numpy as np
+import pytest
+
+import cpersist
+from cpersist import CorruptFileError, container
+from cpersist.codecs import get_codec
+from cpersist.container import STORED, ContainerReader
+
+from .conftest import assert_same
+from .test_codecs import smooth_map
+
+CHUNK = 1 << 16
+
+
+def mixed(noise_share, n_chunks=40):
+    """uint64 data of ``n_chunks`` chunks: random bits (stored as is) for
+    ``noise_share`` of them, a smooth map's bits (encoded) for the rest."""
+    n = n_chunks * CHUNK // 8
+    noisy = int(n * noise_share)
+    rng = np.random.default_rng(0)
+    return np.concatenate([rng.integers(0, 2**64 - 1, noisy, dtype=np.uint64, endpoint=True),
+                           smooth_map(n - noisy).astype(np.float64).view(np.uint64)])
+
+
+def stored_share(path):
+    """Share of the largest section's bytes in chunks stored as is."""
+    with open(path, "rb") as file:
+        section = max(ContainerReader(file, str(path)).sections, key=lambda s: s.raw_size)
+        return sum(c[2] for c in section.chunks if c[4] == STORED) / section.raw_size
+
+
+@pytest.fixture
+def claimed(monkeypatch):
+    """Counts the sections read with each thread claiming chunks."""
+    calls = []
+    real = ContainerReader._decode_claimed
+
+    def spy(self, section, out, verify, n_threads):
+        calls.append((section.index, n_threads))
+        return real(self, section, out, verify, n_threads)
+    monkeypatch.setattr(ContainerReader, "_decode_claimed", spy)
+    return calls
+
+
+@pytest.mark.parametrize("n_threads", [2, 3, 8])
+def test_each_thread_claims_chunks_where_decoding_is_the_work(tmp_path, claimed, n_threads):
+    arr = mixed(0.25)
+    path = tmp_path / "a.cp"
+    cpersist.dump(arr, path, compress=3, chunk_size=CHUNK)
+    assert 0.2 < stored_share(path) < 0.5  # both kinds of chunk in one section
+    assert_same(arr, cpersist.load(path, n_threads=n_threads))
+    assert [n for _, n in claimed] == [n_threads]
+    # One thread: the chunks are read in order by the calling thread.
+    assert_same(arr, cpersist.load(path, n_threads=1))
+    assert len(claimed) == 1
+
+
+def test_one_thread_reads_where_reading_is_the_work(tmp_path, claimed):
+    """Mostly stored chunks: the calling thread reads them in file order,
+    which keeps the kernel's readahead streaming from a cold disk."""
+    arr = mixed(0.75)
+    path = tmp_path / "a.cp"
+    cpersist.dump(arr, path, compress=3, chunk_size=CHUNK)
+    assert stored_share(path) > 0.5
+    assert_same(arr, cpersist.load(path, n_threads=2))
+    assert claimed == []
+
+
+def test_claimed_chunks_from_a_file_object_at_an_offset(tmp_path, claimed):
+    arr = mixed(0.0)
+    path = tmp_path / "a.bin"
+    with open(path, "wb") as file:
+        file.write(b"header of another format " * 10)
+        start = file.tell()
+        cpersist.dump({"x": arr}, file, compress="zstd", chunk_size=CHUNK)
+    for mode in ("rb", "r+b"):
+        with open(path, mode) as file:
+            file.seek(start)
+            assert_same({"x": arr}, cpersist.load(file, n_threads=2))
+    assert len(claimed) == 2
+
+
+def test_wrapping_file_objects_are_read_through_their_readinto(tmp_path, claimed):
+    """A gzip file has a descriptor too, of the compressed bytes: reading
+    chunks from that descriptor would read the wrong bytes."""
+    arr = mixed(0.0)
+    path = tmp_path / "a.cp.gz"
+    with gzip.open(path, "wb") as file:
+        cpersist.dump(arr, file, compress="zstd", chunk_size=CHUNK)
+    with gzip.open(path, "rb") as file:
+        assert file.fileno() and file.seekable()
+        assert container._pread_fd(file) is None
+        assert_same(arr, cpersist.load(file, n_threads=2))
+    assert container._pread_fd(io.BytesIO(b"x")) is None
+    with open(path, "rb") as file:
+        assert container._pread_fd(file) == file.fileno()
+    assert claimed == []
+
+
+@pytest.mark.parametrize("n_threads", [2, 4])
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_damaged_chunk_found_by_any_thread(tmp_path, claimed, where, n_threads):
+    arr = mixed(0.0)
+    path = tmp_path / "a.cp"
+    cpersist.dump(arr, path, compress="zstd", chunk_size=CHUNK)
+    with open(path, "rb") as file:
+        reader = ContainerReader(file, str(path))
+        section = max(reader.sections, key=lambda s: s.raw_size)
+        chunks, base = section.chunks, reader.base
+    k = {"first": 0, "middle": len(chunks) // 2, "last": len(chunks) - 1}[where]
+    data = bytearray(path.read_bytes())
+    data[base + chunks[k][0] + chunks[k][1] // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptFileError, match="checksum mismatch in section") as info:
+        cpersist.load(path, n_threads=n_threads)
+    assert str(path) in str(info.value)
+    # With the checksums skipped, the codec reports the damage (or decodes
+    # other bytes, never silently the same ones).
+    try:
+        out = cpersist.load(path, n_threads=n_threads, verify=False)
+    except CorruptFileError as exc:
+        assert f"section {section.index}" in str(exc)
+    else:
+        assert not np.array_equal(out, arr)
+    assert len(claimed) == 2
+
+
+def test_a_failure_stops_the_other_threads(tmp_path, monkeypatch):
+    """Once a thread fails, the others take no new chunk, and the load
+    returns only after they have stopped writing."""
+    arr = mixed(0.0)
+    path = tmp_path / "a.cp"
+    cpersist.dump(arr, path, compress="zstd", chunk_size=CHUNK)
+    codec_type = type(get_codec("zstd"))
+    decoded, finished = [], []
+    real = codec_type.decode_into
+
+    def slow(self, src, out):
+        first = not decoded  # atomic under the GIL with the append below
+        decoded.append(1)
+        time.sleep(0.02)
+        if first:
+            raise CorruptFileError("the first decode fails")
+        real(self, src, out)
+        finished.append(1)
+    monkeypatch.setattr(codec_type, "decode_into", slow)
+    with pytest.raises(CorruptFileError, match="the first decode fails"):
+        cpersist.load(path, n_threads=2)
+    count = len(finished)
+    time.sleep(0.1)
+    assert len(finished) == count  # nothing left running after the load
+    assert len(decoded) <= 3  # of 40 chunks: the other thread stopped
