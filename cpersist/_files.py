@@ -1,5 +1,6 @@
 """Opening dump targets and load sources: paths, file objects and streams."""
 
+import io
 import os
 import shutil
 import stat
@@ -95,12 +96,25 @@ def is_writable(file):
         return False
 
 
-def has_fileno(file):
+#: File objects whose positions are those of their descriptor, so that a
+#: memory map or a ``pread`` of the descriptor sees the bytes they read.
+#: Others may transform what they read: ``gzip.GzipFile.fileno()`` is the
+#: compressed file's.
+PLAIN_FILE_TYPES = (io.BufferedReader, io.BufferedRandom, io.FileIO)
+
+
+def plain_file_fd(file):
+    """The descriptor whose bytes ``file`` reads, or None if there is none.
+
+    Only Python's own binary file objects (of :data:`PLAIN_FILE_TYPES`,
+    not subclasses) qualify; any other object is read through its methods.
+    """
+    if type(file) not in PLAIN_FILE_TYPES:
+        return None
     try:
-        file.fileno()
-    except (AttributeError, OSError, ValueError):
-        return False
-    return True
+        return file.fileno()
+    except (OSError, ValueError):
+        return None
 
 
 def spool(stream):

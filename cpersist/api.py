@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 
 from . import __version__
-from ._files import (display_name, has_fileno, is_path, is_seekable, is_writable,
+from ._files import (display_name, is_path, is_seekable, is_writable, plain_file_fd,
                      spool, write_atomically)
 from ._threads import check_n_threads
 from .arrays import (DEFAULT_CHUNK_SIZE, allocate, describe, iter_chunks,
@@ -145,8 +145,10 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
         file instead of reading them: ``'r'`` read-only, ``'r+'`` writes reach
         the file, ``'c'`` copy-on-write. Compressed arrays cannot be mapped:
         they are loaded into memory with one ``UserWarning``. A file object
-        can be mapped when it is seekable and has a ``fileno()``; otherwise
-        a ``UserWarning`` is issued and the arrays are read. Zero-size
+        can be mapped when :func:`open` made it (a binary file, seekable);
+        from any other (``io.BytesIO``, ``gzip.GzipFile``, whose
+        ``fileno()`` is the compressed file's) a ``UserWarning`` is issued
+        and the arrays are read. Zero-size
         arrays come back as plain ndarrays (there is nothing to map).
         Writes through ``'r+'`` do not update the checksums stored in the
         file: load it again with ``mmap_mode`` or ``verify=False``, else
@@ -205,9 +207,10 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
             f"source must be a path or a binary file object, got {type(source).__name__}"
         )
     if is_seekable(source):
-        mappable = has_fileno(source)
+        mappable = plain_file_fd(source) is not None
         if mmap_mode and not mappable:
-            _warn_not_mapped(name, "the file object has no file descriptor")
+            _warn_not_mapped(name, f"a {type(source).__name__} is not a plain file object "
+                                   f"(only those made by open() are mapped)")
         if mmap_mode == "r+" and mappable and not is_writable(source):
             raise ValueError(
                 f"mmap_mode='r+' maps {name} for writing, but the file object is "

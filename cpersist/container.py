@@ -17,7 +17,6 @@ needs random access (the loader spools a non-seekable source to a temporary
 file first).
 """
 
-import io
 import json
 import os
 import stat
@@ -27,6 +26,7 @@ from collections import deque
 
 from xxhash import xxh3_64_intdigest as _xxh3_64
 
+from ._files import plain_file_fd
 from ._threads import get_pool, ordered_map
 from .codecs import codec_from_config
 from .codecs.abc import middle_sample
@@ -875,13 +875,10 @@ def _uint(value):
 def _pread_fd(file):
     """The descriptor to ``pread`` ``file``'s bytes from, else None.
 
-    Only for Python's own binary file objects on a regular file: their
-    positions are those of the descriptor. A wrapper that transforms what
-    it reads (``gzip.GzipFile`` has a ``fileno()`` too) is read through
-    its ``readinto``.
+    Only for plain file objects on a regular file (see
+    :func:`plain_file_fd`); anything else is read through its ``readinto``.
     """
-    if type(file) not in (io.BufferedReader, io.BufferedRandom, io.FileIO) or (
-            not hasattr(os, "preadv")):  # Windows has no pread
+    if plain_file_fd(file) is None or not hasattr(os, "preadv"):  # Windows has no pread
         return None
     return _regular_file_fd(file)[0]
 

@@ -416,6 +416,22 @@ def test_bytesio_source_with_mmap_warns_and_loads(compress):
     assert type(out["c"]) is np.ndarray
 
 
+def test_wrapping_file_object_with_mmap_warns_and_loads(tmp_path):
+    """A GzipFile is seekable and has a fileno(), of the compressed file:
+    mapping that descriptor would give back the gzip stream's bytes."""
+    obj = mmap_object()
+    path = tmp_path / "a.cp.gz"
+    with gzip.open(path, "wb") as gz:
+        cpersist.dump(obj, gz)
+    with gzip.open(path, "rb") as gz, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert gz.seekable() and gz.fileno() >= 0
+        out = cpersist.load(gz, mmap_mode="r")
+    assert len(caught) == 1 and "GzipFile is not a plain file object" in str(caught[0].message)
+    assert_same(obj, out)
+    assert type(out["c"]) is np.ndarray
+
+
 def test_pipe_source_with_mmap_warns_and_loads(tmp_path):
     obj = mmap_object()
     buf = io.BytesIO()

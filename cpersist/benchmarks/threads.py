@@ -150,9 +150,9 @@ class CodecControl:
     pickling, no pipeline. The threads' speed-up on it is what cpersist's
     could be with nothing of its own. It found where cpersist lost: with
     the calling thread reading every chunk for two decoding workers, loads
-    of the atlas ran 1.28x faster on 2 threads than on 1 while its chunks
-    alone decoded 1.85x faster (61 pairs in one process), where the machine
-    controls had said the machine itself gave 1.9x.
+    of the atlas ran 1.29x faster on 2 threads than on 1 while its chunks
+    alone decoded 1.85x faster (61 pairs in one process); in a process
+    minutes before, 1.31x while the machine controls gave 1.91x and 1.94x.
 
     Parameters
     ----------
