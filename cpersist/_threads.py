@@ -1,9 +1,10 @@
 """Thread pools shared by dump and load, and an ordered bounded pipeline.
 
 zlib, LZ4, Zstandard and Blosc release the GIL on large buffers, so chunks
-are compressed on a thread pool while the calling thread writes them in
-order (:func:`ordered_map`); loads of compressed sections have each thread
-read and decode chunks itself (``ContainerReader._decode_claimed``). xxHash
+of arrays are compressed on a thread pool while the calling thread writes
+them in order (:func:`ordered_map`); loads of compressed sections and the
+pickle stream of a dump have every thread, the calling one included, claim
+chunks and do all the work on them (:func:`run_claimed`). xxHash
 holds the GIL: a checksum on the pool runs alongside the calling thread's
 reads and writes, not alongside another checksum (100 MB in 4 MiB pieces:
 3.7 ms on one thread, 3.8 ms on two).
@@ -106,3 +107,52 @@ def ordered_map(func, items, n_threads, consume):
                     future.result()
                 except BaseException:
                     pass
+
+
+def run_claimed(task, n_items, n_threads):
+    """Run ``task(claims)`` on this thread and up to ``n_threads - 1`` workers.
+
+    ``claims`` is one iterator shared by every thread: each ``next()`` hands
+    out the next index of ``range(n_items)`` exactly once, in order (``next``
+    on a range iterator is atomic under the GIL), and stops early once any
+    thread has failed. No thread waits for another until the end, when this
+    one waits for every worker (tasks may write into memory the caller is
+    about to use or free) and raises the first error.
+
+    The calling thread works too, rather than handing items to a pool and
+    waiting: a worker that has to take the GIL back from a thread busy in
+    Python code waits a whole switch interval (5 ms) for it.
+
+    Parameters
+    ----------
+    task : callable
+        ``task(claims)``; it processes the indices it draws from ``claims``.
+    n_items : int
+    n_threads : int
+    """
+    unclaimed = iter(range(n_items))
+    errors = []
+
+    def claims():
+        for i in unclaimed:
+            if errors:  # another thread failed: the work is over
+                return
+            yield i
+
+    def run():
+        try:
+            task(claims())
+        except BaseException as exc:
+            errors.append(exc)
+
+    n_helpers = min(n_threads, n_items) - 1
+    helpers = [get_pool(n_threads).submit(run) for _ in range(n_helpers)] if n_helpers > 0 else []
+    try:
+        run()
+        for helper in helpers:
+            helper.exception()
+    except BaseException as exc:  # interrupted while waiting
+        errors.append(exc)  # the helpers stop at their next item
+        raise
+    if errors:
+        raise errors[0]

