@@ -772,7 +772,10 @@ class EncodedStream:
         view = memoryview(data)
         self._pieces.append(view)
         self._buffered += view.nbytes
-        if self._buffered >= self._batch_size:
+        if self._buffered >= self._batch_size or not _immutable(view):
+            # The pickler passes a large bytearray or buffer of the object
+            # itself, not a copy: it is encoded (or its tail copied) before
+            # pickling goes on and could change it, as pickle.dumps would.
             self._cut(flush=False)
         return view.nbytes
 
@@ -793,6 +796,8 @@ class EncodedStream:
         if flush and current:
             chunks.append(current)
             current, filled = [], 0
+        if not all(_immutable(piece) for piece in current):
+            current = [memoryview(b"".join(current))]
         self._pieces, self._buffered = current, filled
         self._encode(chunks)
 
@@ -803,7 +808,10 @@ class EncodedStream:
             # Each thread joins its own chunk, which is then in its cache to
             # encode; joining the forest's whole stream first, on this
             # thread, took 2.7 ms of a 14.5 ms dump.
-            chunk = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            # A chunk stored as is keeps the chunk: a copy, unless it is a
+            # view of the pickler's own (immutable) bytes.
+            one = len(pieces) == 1 and _immutable(pieces[0])
+            chunk = pieces[0] if one else b"".join(pieces)
             return _with_length(encode_chunk(codec, chunk), chunk)
 
         if self._n_threads <= 1 or codec is None or len(chunks) < 2:
@@ -826,6 +834,11 @@ class EncodedStream:
         if self._buffered:
             self._cut(flush=True)
         return self._done
+
+
+def _immutable(view):
+    """True if ``view``'s bytes cannot change (a view of a ``bytes``)."""
+    return type(view.obj) is bytes
 
 
 def _with_length(result, chunk):

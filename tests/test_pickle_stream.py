@@ -231,3 +231,36 @@ def test_inline_data_is_a_buffer_only_at_protocol_5():
     data, order = to_inline(arr, 4)
     assert type(data) is bytearray and bytes(data) == arr.T.tobytes()
 
+
+
+class Zeroes:
+    """Zeroes a bytearray when pickled: pickling must keep what came before."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def __reduce__(self):
+        self.target[:] = bytes(len(self.target))
+        return bytes, (b"zeroed",)
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize("compress", [0, "zstd"])
+@pytest.mark.parametrize("content", ["noise", "text"])
+@pytest.mark.parametrize("size", [100_000, 3_000_000])
+def test_buffers_changed_later_in_the_dump_keep_their_pickled_bytes(
+        tmp_path, n_threads, compress, content, size):
+    """The pickler hands a large bytearray over as it is, not as a copy; what
+    is stored is its content when pickled, as with pickle.dumps."""
+    def fresh():
+        if content == "noise":
+            data = np.random.default_rng(1).integers(0, 256, size, dtype=np.uint8).tobytes()
+        else:
+            data = (b"some text to compress " * (size // 22 + 1))[:size]
+        ba = bytearray(data)
+        return [ba, Zeroes(ba), "after"]
+    expected = pickle.loads(pickle.dumps(fresh(), protocol=5))
+    assert expected[0] != bytes(size) and expected[1] == b"zeroed"
+    path = tmp_path / "a.cp"
+    cpersist.dump(fresh(), path, compress=compress, n_threads=n_threads)
+    assert cpersist.load(path) == expected
