@@ -145,8 +145,10 @@ def run_claimed(task, n_items, n_threads):
         except BaseException as exc:
             errors.append(exc)
 
-    n_helpers = min(n_threads, n_items) - 1
-    helpers = [get_pool(n_threads).submit(run) for _ in range(n_helpers)] if n_helpers > 0 else []
+    helpers = []
+    if min(n_threads, n_items) > 1:
+        pool = get_pool(n_threads)
+        helpers = [pool.submit(run) for _ in range(min(n_threads, n_items) - 1)]
     try:
         run()
         for helper in helpers:
