@@ -107,8 +107,12 @@ def plain_file_fd(file):
     """The descriptor whose bytes ``file`` reads, or None if there is none.
 
     Only Python's own binary file objects (of :data:`PLAIN_FILE_TYPES`,
-    not subclasses) qualify; any other object is read through its methods.
+    not subclasses) qualify, also behind the wrapper
+    :func:`tempfile.NamedTemporaryFile` returns, which hands every call to
+    one; any other object is read through its methods.
     """
+    if type(file) is tempfile._TemporaryFileWrapper:
+        file = file.file
     if type(file) not in PLAIN_FILE_TYPES:
         return None
     try:

@@ -145,8 +145,9 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
         file instead of reading them: ``'r'`` read-only, ``'r+'`` writes reach
         the file, ``'c'`` copy-on-write. Compressed arrays cannot be mapped:
         they are loaded into memory with one ``UserWarning``. A file object
-        can be mapped when :func:`open` made it (a binary file, seekable);
-        from any other (``io.BytesIO``, ``gzip.GzipFile``, whose
+        can be mapped when :func:`open` made it (a binary file, seekable),
+        also behind :func:`tempfile.NamedTemporaryFile`'s wrapper; from any
+        other (``io.BytesIO``, ``gzip.GzipFile``, whose
         ``fileno()`` is the compressed file's) a ``UserWarning`` is issued
         and the arrays are read. Zero-size
         arrays come back as plain ndarrays (there is nothing to map).

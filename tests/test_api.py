@@ -10,6 +10,7 @@ import os
 import pickle
 import socket
 import struct
+import tempfile
 import warnings
 
 import joblib
@@ -382,6 +383,37 @@ def test_memmap_from_an_open_file_with_a_prefix(tmp_path):
         out = cpersist.load(file, mmap_mode="r")
     assert type(out["c"]) is np.memmap
     assert_same(obj, out, mmap=True)
+
+
+def test_memmap_through_a_named_temporary_file(tmp_path):
+    """NamedTemporaryFile returns a wrapper around a plain file object: it
+    is mapped (in every mode) and pread like the file it wraps, at its
+    offset, with no warning."""
+    obj = mmap_object()
+    prefix = b"another format's header" * 5
+    with tempfile.NamedTemporaryFile(dir=tmp_path) as tmp:
+        assert type(tmp) is not io.BufferedRandom
+        tmp.write(prefix)
+        cpersist.dump(obj, tmp)
+        for mode in ("r", "c", "r+"):
+            tmp.seek(len(prefix))
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                out = cpersist.load(tmp, mmap_mode=mode)
+            assert type(out["c"]) is np.memmap and out["c"].mode == mode
+            assert_same(obj, out, mmap=True)
+        out["c"][0] = -1  # 'r+': the write reaches the file
+        out["c"].flush()
+        tmp.seek(len(prefix))
+        assert cpersist.load(tmp, verify=False)["c"].flat[0] == -1
+    with tempfile.NamedTemporaryFile(dir=tmp_path) as tmp:
+        compressible = {"a": np.arange(3_000_000, dtype=np.int64) // 7}
+        cpersist.dump(compressible, tmp, compress="zstd", chunk_size=1 << 20)
+        tmp.seek(0)
+        reader = ContainerReader(tmp, "tmp")
+        assert reader._fd == tmp.file.fileno()  # each thread preads its chunks
+        tmp.seek(0)
+        assert_same(compressible, cpersist.load(tmp, n_threads=2))
 
 
 def test_compressed_arrays_with_mmap_warn_once(tmp_path):
