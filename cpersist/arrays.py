@@ -66,14 +66,79 @@ def describe(arr):
 
     The dtype is kept as the ``repr`` of its ``.npy`` descriptor (the same
     form ``np.save`` writes), read back with ``ast.literal_eval``, which
-    evaluates literals only.
+    evaluates literals only. The descriptor keeps a structured dtype's
+    layout but not whether it was made with ``align=True``
+    (``dtype.isalignedstruct``, which pickle keeps): the field paths of
+    such structs are listed under ``"aligned"``.
     """
-    return {
+    meta = {
         "kind": "array",
         "dtype": _dtype_text(arr.dtype),
         "shape": list(arr.shape),
         "order": array_order(arr),
     }
+    if arr.dtype.names is not None:
+        aligned = _aligned_paths_cached(arr.dtype)
+        if aligned:
+            meta["aligned"] = [list(path) for path in aligned]
+    return meta
+
+
+#: id(dtype) -> (dtype, its aligned paths). Keyed by identity, not equality:
+#: an aligned struct and the same layout made without ``align=True`` compare
+#: equal. Holding the dtype keeps its id from being reused. Walking the
+#: fields took 2.4 us per array, 0.7 ms of a random forest's raw dump (300
+#: trees' node arrays, all of one dtype object).
+_ALIGNED_BY_ID = {}
+
+
+def _aligned_paths_cached(dtype):
+    hit = _ALIGNED_BY_ID.get(id(dtype))
+    if hit is not None and hit[0] is dtype:
+        return hit[1]
+    paths = _aligned_paths(dtype)
+    if len(_ALIGNED_BY_ID) >= 1024:
+        _ALIGNED_BY_ID.clear()
+    _ALIGNED_BY_ID[id(dtype)] = (dtype, paths)
+    return paths
+
+
+def _aligned_paths(dtype, path=()):
+    """Field-name paths of the aligned structs in ``dtype``; () is ``dtype`` itself."""
+    if dtype.subdtype is not None:  # a subarray field: its items' dtype
+        return _aligned_paths(dtype.subdtype[0], path)
+    if dtype.names is None:
+        return ()
+    found = (path,) if dtype.isalignedstruct else ()
+    for name in dtype.names:
+        found += _aligned_paths(dtype.fields[name][0], path + (name,))
+    return found
+
+
+def _realigned(dtype, aligned, path=()):
+    """``dtype`` with the structs at the paths in ``aligned`` marked aligned.
+
+    The offsets and item sizes stay those recorded; numpy raises ValueError
+    if they are not aligned (a damaged or forged description).
+    """
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        return np.dtype((_realigned(base, aligned, path), shape))
+    if dtype.names is None:
+        return dtype
+    fields = [dtype.fields[name] for name in dtype.names]
+    spec = {
+        "names": list(dtype.names),
+        "formats": [_realigned(field[0], aligned, path + (name,))
+                    for name, field in zip(dtype.names, fields)],
+        "offsets": [field[1] for field in fields],
+        "itemsize": dtype.itemsize,
+    }
+    if any(len(field) > 2 for field in fields):
+        spec["titles"] = [field[2] if len(field) > 2 else None for field in fields]
+    if path in aligned:
+        spec["aligned"] = True
+    return np.dtype(spec)
 
 
 def parse_description(meta):
@@ -91,6 +156,16 @@ def parse_description(meta):
     dtype = _parse_dtype_text(text)
     if dtype.hasobject:
         raise ValueError("an object dtype cannot be stored as raw bytes")
+    if "aligned" in meta:
+        aligned = meta["aligned"]
+        if not (isinstance(aligned, list) and len(aligned) <= 1 << 12 and all(
+                isinstance(path, list) and all(isinstance(n, str) for n in path)
+                for path in aligned)):
+            raise ValueError("bad list of aligned structs")
+        listed = {tuple(path) for path in aligned}
+        dtype = _realigned(dtype, listed)
+        if set(_aligned_paths(dtype)) != listed:
+            raise ValueError("the aligned structs listed are not structs of the dtype")
     shape = tuple(meta["shape"])
     if not all(type(n) is int and n >= 0 for n in shape) or len(shape) > 64:
         raise ValueError(f"bad shape {shape!r}")

@@ -77,6 +77,7 @@ def _assert_same_dtype(expected, actual, where):
     assert actual.itemsize == expected.itemsize, f"{where}: itemsize"
     assert actual.type is expected.type, f"{where}: dtype.type {actual.type} != {expected.type}"
     assert actual.metadata == expected.metadata, f"{where}: dtype.metadata {actual.metadata}"
+    assert actual.isalignedstruct == expected.isalignedstruct, f"{where}: isalignedstruct"
     if expected.subdtype is not None:
         _assert_same_dtype(expected.subdtype[0], actual.subdtype[0], f"{where}.base")
     for name in expected.names or ():

@@ -240,6 +240,16 @@ def test_forged_huge_pickle_stream(tmp_path):
     (lambda ix: _first_array(ix)["meta"].update(
         dtype="__import__('os').system('false')"), "bad array description"),
     (lambda ix: _first_array(ix)["meta"].update(order="K"), "bad array description"),
+    (lambda ix: _first_array(ix)["meta"].update(aligned="yes"), "bad array description"),
+    (lambda ix: _first_array(ix)["meta"].update(aligned=[[1]]), "bad array description"),
+    # float64 has no struct to align
+    (lambda ix: _first_array(ix)["meta"].update(aligned=[[]]), "bad array description"),
+    (lambda ix: _first_array(ix)["meta"].update(  # no field "z"
+        dtype="[('x', '<f4'), ('y', '<f4')]", shape=[4096], aligned=[["z"]]),
+     "bad array description"),
+    (lambda ix: _first_array(ix)["meta"].update(  # offset 1 is not aligned for '<i2'
+        dtype="[('x', '|u1'), ('y', '<i2'), ('z', '|u1')]", shape=[8192], aligned=[[]]),
+     "bad array description"),
     (lambda ix: ix.update(root=99), "bad root"),
     (lambda ix: ix.update(root=0), "not a pickle stream"),
     (lambda ix: ix.update(root="1"), "bad root"),

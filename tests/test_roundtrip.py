@@ -26,6 +26,7 @@ NESTED = np.dtype([
     ("label", "<U2"),
 ])
 
+ALIGNED_PAIR = np.dtype([("x", "u1"), ("y", "<i4")], align=True)
 DTYPES = [
     "?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8",
     "f2", "f4", "f8", np.longdouble, "c8", "c16", np.clongdouble,
@@ -36,6 +37,13 @@ DTYPES = [
     [("a", "<i4"), ("b", ">f8")],
     NESTED,
     np.dtype([("a", "u1"), ("b", "<f8"), ("c", "i2")], align=True),
+    # align=True, which the .npy descriptor does not record: on nested
+    # structs, a sub-array of them, a packed struct inside, a title
+    np.dtype([("a", "u1"), ("s", ALIGNED_PAIR), ("t", ALIGNED_PAIR, (2,)),
+              ("p", [("x", "u1"), (">y", ">i4")])], align=True),
+    [("a", "u1"), ("s", ALIGNED_PAIR)],
+    np.dtype({"names": ["v", "w"], "formats": ["u1", "<f8"], "titles": ["the value", None]},
+             align=True),
     np.dtype({"names": ["x", "y"], "formats": ["<i2", ">u4"], "offsets": [0, 4],
               "itemsize": 12}),
     np.dtype({"names": ["v"], "formats": ["<f8"], "titles": ["the value"]}),
@@ -77,7 +85,23 @@ def test_every_dtype_under_every_codec(dtype, compress, rt):
     assert_same(obj, out)
 
 
-@pytest.mark.parametrize("dtype", ["f8", ">i4", NESTED, "U3"], ids=_dtype_id)
+@pytest.mark.parametrize("compress", [0, "zstd"])
+def test_equal_dtypes_keep_their_own_align_flag(compress, rt):
+    """An aligned struct and the same layout made without align=True compare
+    equal (and may hash alike): each array must come back with its own."""
+    aligned = np.dtype([("x", "u1"), ("y", "<i4")], align=True)
+    plain = np.dtype({"names": ["x", "y"], "formats": ["u1", "<i4"], "offsets": [0, 4],
+                      "itemsize": 8})
+    assert aligned == plain and not plain.isalignedstruct
+    obj = [random_array(dt, (20_000,), seed=i) for i, dt in enumerate([aligned, plain] * 2)]
+    out = rt(obj, compress=compress)
+    assert_same(obj, out)
+    assert [a.dtype.isalignedstruct for a in out] == [True, False, True, False]
+
+
+@pytest.mark.parametrize("dtype", ["f8", ">i4", NESTED, "U3",
+                                   np.dtype([("a", "u1"), ("s", ALIGNED_PAIR)], align=True)],
+                         ids=_dtype_id)
 def test_dtype_mmap(dtype, rt):
     obj = _arrays_of(dtype)
     out = rt(obj, "path", load_kwargs={"mmap_mode": "r"})
