@@ -87,8 +87,8 @@ def describe(arr):
 #: id(dtype) -> (dtype, its aligned paths). Keyed by identity, not equality:
 #: an aligned struct and the same layout made without ``align=True`` compare
 #: equal. Holding the dtype keeps its id from being reused. Walking the
-#: fields took 2.4 us per array, 0.7 ms of a random forest's raw dump (300
-#: trees' node arrays, all of one dtype object).
+#: fields took 2.4 us per sklearn tree node array, so about 0.7 ms over the
+#: 300 node arrays of a random forest (all of one dtype object).
 _ALIGNED_BY_ID = {}
 
 
