@@ -1,0 +1,196 @@
+"""Files written by every released format version load, inspect, verify and convert.
+
+The files under ``tests/fixtures/format-X.Y/`` were written once by the
+commit that last wrote that format (``tests/fixtures/make_fixtures.py``);
+``tests/fixtures/objects.py`` builds the objects they must load to.
+"""
+
+import glob
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import cpersist
+from cpersist.container import FORMAT_MAJOR, FORMAT_MINOR, MAGIC
+
+from .conftest import assert_same
+from .fixtures import objects
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+FIXTURES = os.path.join(HERE, "fixtures")
+#: Format versions whose fixtures must be present (every released one).
+RELEASED_FORMATS = ["1.0", "1.1"]
+FILES = sorted(glob.glob(os.path.join(FIXTURES, "format-*", "*.cp")))
+
+
+def _manifest(version):
+    with open(os.path.join(FIXTURES, f"format-{version}", "MANIFEST.json")) as file:
+        return json.load(file)
+
+
+def _entry(path):
+    """``(format version, manifest entry)`` of a fixture file."""
+    version = os.path.basename(os.path.dirname(path))[len("format-"):]
+    entries = {e["file"]: e for e in _manifest(version)["files"]}
+    return version, entries[os.path.basename(path)]
+
+
+def _expected(path):
+    return objects.OBJECTS[_entry(path)[1]["object"]]()
+
+
+def _arrays(obj):
+    """Every ndarray inside ``obj`` (dicts, lists and tuples walked into)."""
+    if isinstance(obj, np.ndarray):
+        return [obj]
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        return [a for item in obj for a in _arrays(item)]
+    return []
+
+
+def _ids(paths):
+    return [os.path.relpath(p, FIXTURES) for p in paths]
+
+
+RAW_FILES = [p for p in FILES if _entry(p)[1]["codec"] is None]
+COMPRESSED_FILES = [p for p in FILES if p not in RAW_FILES]
+fixture_file = pytest.mark.parametrize("path", FILES, ids=_ids(FILES))
+raw_file = pytest.mark.parametrize("path", RAW_FILES, ids=_ids(RAW_FILES))
+compressed_file = pytest.mark.parametrize("path", COMPRESSED_FILES, ids=_ids(COMPRESSED_FILES))
+
+
+@pytest.mark.parametrize("version", RELEASED_FORMATS)
+def test_every_released_format_has_its_fixtures(version):
+    manifest = _manifest(version)
+    assert manifest["format"] == version
+    assert re.fullmatch(r"[0-9a-f]{40}", manifest["commit"]), manifest["commit"]
+    assert manifest["writer"].startswith("cpersist ")
+    listed = sorted(e["file"] for e in manifest["files"])
+    on_disk = sorted(os.path.basename(p)
+                     for p in glob.glob(os.path.join(FIXTURES, f"format-{version}", "*.cp")))
+    assert listed == on_disk
+    assert {"raw.cp", "mmap.cp", "zstd-3.cp", "zlib-3.cp", "lz4-3.cp",
+            "blosc_lz4-3.cp"} <= set(listed)
+    for entry in manifest["files"]:
+        path = os.path.join(FIXTURES, f"format-{version}", entry["file"])
+        assert os.path.getsize(path) == entry["bytes"]
+        if entry["codec"] is not None:
+            assert entry["file"] == objects.file_name(entry["codec"])
+
+
+@fixture_file
+def test_loads_equal(path):
+    assert_same(_expected(path), cpersist.load(path))
+
+
+@fixture_file
+def test_restricted_load(path):
+    # The fixtures hold only numpy arrays, scalars and builtins: the default
+    # allowlist of a restricted load covers them.
+    assert_same(_expected(path), cpersist.load(path, trusted=False))
+
+
+@raw_file
+def test_raw_memory_mapped(path):
+    expected = _expected(path)
+    out = cpersist.load(path, mmap_mode="r")
+    assert_same(expected, out, mmap=True)
+    arrays = _arrays(out)
+    assert len(arrays) == len(_arrays(expected)) > 0
+    for arr in arrays:  # every array of a raw file is a section: all are mapped
+        assert isinstance(arr, np.memmap), type(arr)
+        assert not arr.flags.writeable
+
+
+@compressed_file
+def test_compressed_mmap_mode_loads_into_memory(path):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = cpersist.load(path, mmap_mode="r")
+    assert any("cannot be memory-mapped" in str(w.message) for w in caught)
+    assert_same(_expected(path), out)
+    assert not any(isinstance(a, np.memmap) for a in _arrays(out))
+
+
+@fixture_file
+def test_inspect_and_verify(path):
+    version, entry = _entry(path)
+    manifest = _manifest(version)
+    report = cpersist.inspect(path)
+    assert report["format"] == version
+    assert report["info"]["writer"] == manifest["writer"]
+    assert report["file_bytes"] == entry["bytes"]
+    assert report["arrays"], "the fixture has array sections"
+    assert {a["codec"] for a in report["arrays"]} == {entry["codec"]}
+    totals = cpersist.verify(path)
+    assert totals["sections"] == len(report["arrays"]) + 1  # and the pickle stream
+    if entry["chunk_size"] is not None:
+        assert totals["chunks"] > totals["sections"], "several chunks per section"
+
+
+@fixture_file
+@pytest.mark.parametrize("compress", [0, ("zstd", 3)], ids=["raw", "zstd"])
+def test_convert(path, compress, tmp_path):
+    out_path = tmp_path / "converted.cp"
+    cpersist.convert(path, out_path, compress)
+    assert cpersist.inspect(out_path)["format"] == f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
+    codecs = {a["codec"] for a in cpersist.inspect(out_path)["arrays"]}
+    assert codecs == ({None} if compress == 0 else {"zstd"})
+    cpersist.verify(out_path)
+    assert_same(_expected(path), cpersist.load(out_path))
+
+
+def _cli(*args):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.run([sys.executable, "-m", "cpersist", *args], capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+def test_cli_info_and_verify():
+    # one process for all files: each file's own report is checked
+    assert FILES
+    info = _cli("info", "--json", *FILES)
+    assert info.returncode == 0, info.stderr
+    reports = json.loads(info.stdout)
+    assert [r["file"] for r in reports] == FILES
+    for path, report in zip(FILES, reports):
+        assert str(report["format"]) == _entry(path)[0], path
+    plain = _cli("info", *FILES)
+    assert plain.returncode == 0, plain.stderr
+    verify = _cli("verify", *FILES)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    lines = verify.stdout.splitlines()
+    assert len(lines) == len(FILES)
+    for path, line in zip(FILES, lines):
+        assert line.startswith(f"{path}: OK"), line
+
+
+@pytest.mark.parametrize("version", RELEASED_FORMATS)
+def test_newer_major_version_refused(version, tmp_path):
+    path = tmp_path / "newer.cp"
+    shutil.copyfile(os.path.join(FIXTURES, f"format-{version}", "raw.cp"), path)
+    data = bytearray(path.read_bytes())
+    major, minor = struct.unpack_from("<HH", data, len(MAGIC))
+    assert f"{major}.{minor}" == version
+    newer = FORMAT_MAJOR + 1
+    struct.pack_into("<H", data, len(MAGIC), newer)
+    path.write_bytes(bytes(data))
+    for func in (cpersist.load, cpersist.inspect, cpersist.verify):
+        with pytest.raises(cpersist.UnsupportedVersionError) as info:
+            func(path)
+        message = str(info.value)
+        assert str(path) in message
+        assert f"{newer}.{minor}" in message  # the file's version
+        assert re.search(rf"\b{FORMAT_MAJOR}\.(x|{FORMAT_MINOR})\b", message), message
