@@ -13,6 +13,7 @@ from .convert import convert  # noqa: E402
 from .exceptions import (CorruptFileError, CpersistError,  # noqa: E402
                          UnsupportedVersionError, UntrustedObjectError)
 from .inspection import inspect, verify  # noqa: E402
+from .joblib_store import register_joblib_backend  # noqa: E402
 
 __all__ = [
     "CorruptFileError",
@@ -24,5 +25,6 @@ __all__ = [
     "dump",
     "inspect",
     "load",
+    "register_joblib_backend",
     "verify",
 ]
