@@ -201,8 +201,12 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
     options = dict(mmap_mode=mmap_mode, restricted=restricted, allowed=allowed,
                    prefixes=prefixes, verify=verify, n_threads=n_threads)
     if is_path(source):
-        with open(source, "rb") as file:
-            return _load(file, name, mmap_source=source, **options)
+        # Mapped from this very file object: reopening the path could map a
+        # newer file that a concurrent dump renamed onto it meanwhile, whose
+        # bytes would not match the index read here. 'r+' needs a writable
+        # descriptor; 'c' (copy-on-write) maps a read-only one.
+        with open(source, "r+b" if mmap_mode == "r+" else "rb") as file:
+            return _load(file, name, mmap_source=file, **options)
     if not hasattr(source, "read"):
         raise TypeError(
             f"source must be a path or a binary file object, got {type(source).__name__}"
