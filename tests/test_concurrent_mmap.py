@@ -11,13 +11,14 @@ import cpersist
 SECONDS = 3
 
 
-def _writer(path, first_tag, stop):
+def _writer(path, first_tag, ready, stop):
     tag = first_tag
     # Sizes differ between dumps, so a mapping made from a newer file would
     # also run past or short of the index read from the older one.
     while not stop.is_set():
         n = 1000 + 37 * (tag % 50)
         cpersist.dump({"tag": tag, "a": np.full(n, tag, dtype=np.int64)}, path)
+        ready.set()
         tag += 2
 
 
@@ -26,11 +27,15 @@ def test_mmap_loads_during_concurrent_dumps_are_whole(tmp_path):
     cpersist.dump({"tag": 0, "a": np.zeros(1000, dtype=np.int64)}, path)
     ctx = multiprocessing.get_context("spawn")
     stop = ctx.Event()
-    writers = [ctx.Process(target=_writer, args=(path, first, stop)) for first in (1, 2)]
+    ready = [ctx.Event(), ctx.Event()]  # set once a writer has dumped
+    writers = [ctx.Process(target=_writer, args=(path, first, event, stop))
+               for first, event in zip((1, 2), ready)]
     for writer in writers:
         writer.start()
     loads, tags, failures = 0, set(), []
     try:
+        # Both writers running (their start-up is slow on a loaded machine).
+        assert all(event.wait(120) for event in ready)
         deadline = time.monotonic() + SECONDS
         while time.monotonic() < deadline:
             try:
