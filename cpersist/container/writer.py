@@ -214,6 +214,6 @@ class ContainerWriter:
 def named_os_error(exc, name):
     """``exc`` again, naming ``name`` if it names no file (a full disk's
     ``ENOSPC`` from ``write`` names none)."""
-    if name is None or exc.filename is not None or exc.errno is None:
+    if name is None or exc.filename is not None or exc.errno is None or not exc.strerror:
         return exc
     return OSError(exc.errno, exc.strerror, name)
