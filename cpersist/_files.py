@@ -2,7 +2,6 @@
 
 import io
 import os
-import shutil
 import stat
 import tempfile
 
@@ -42,9 +41,9 @@ def _new_file_mode(path):
 
 
 #: Write buffer of files cpersist creates. A file holds a section (with its
-#: alignment padding) per array: with the default 8 KiB buffer, the 400 small
-#: arrays of a random forest cost 700 write calls, and its raw dump took 8.7
-#: ms against 6.1 ms with 1 MiB. Writes larger than the buffer bypass it.
+#: alignment padding) per array: with the default 8 KiB buffer, a file of
+#: many small arrays costs about two write calls per array. Writes larger
+#: than the buffer bypass it.
 WRITE_BUFFER = 1 << 20
 
 
@@ -53,26 +52,45 @@ def write_atomically(path, write, fsync):
 
     The temporary file lives in the target's directory (so ``os.replace`` is
     an atomic rename) and is named ``.<target name>.<random>.cpersist-tmp``.
-    On any exception it is removed and an existing target is left untouched.
-    With ``fsync`` the data and then the directory entry are flushed to disk
-    before returning, so the new file survives a power loss.
+    On any exception it is removed and an existing target is left untouched;
+    an :class:`OSError` that names no file (a full disk: ``ENOSPC``) is
+    raised again naming ``path``, once (closing the temporary file would
+    report the same error a second time). With ``fsync`` the data and then
+    the directory entry are flushed to disk before returning, so the new
+    file survives a power loss.
     """
     path = os.fspath(path)
+    name = os.fsdecode(path)
     directory, base = os.path.split(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.fsdecode(base)}.", suffix=TMP_SUFFIX, dir=directory)
     try:
-        with open(fd, "wb", buffering=WRITE_BUFFER) as file:
+        file = open(fd, "wb", buffering=WRITE_BUFFER)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    try:
+        try:
             write(file)
             file.flush()
             os.fchmod(fd, _new_file_mode(path))
             if fsync:
                 os.fsync(fd)
+        except BaseException:
+            try:
+                file.close()  # fails again if what is buffered cannot be written
+            except OSError:
+                pass
+            raise
+        file.close()
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, name) from None
         raise
     if fsync:
         dir_fd = os.open(directory, os.O_RDONLY)
@@ -97,37 +115,30 @@ def is_writable(file):
 
 
 #: File objects whose positions are those of their descriptor, so that a
-#: memory map or a ``pread`` of the descriptor sees the bytes they read.
-#: Others may transform what they read: ``gzip.GzipFile.fileno()`` is the
-#: compressed file's.
-PLAIN_FILE_TYPES = (io.BufferedReader, io.BufferedRandom, io.FileIO)
+#: memory map, a ``pread`` or a block reservation on the descriptor concerns
+#: the bytes they read and write. Others may transform them:
+#: ``gzip.GzipFile.fileno()`` is the compressed file's.
+PLAIN_FILE_TYPES = (io.BufferedReader, io.BufferedWriter, io.BufferedRandom, io.FileIO)
 
 
-def plain_file_fd(file):
-    """The descriptor whose bytes ``file`` reads, or None if there is none.
+def local_fd(file):
+    """The descriptor of the local regular file ``file`` reads and writes
+    directly, or None.
 
-    Only Python's own binary file objects (of :data:`PLAIN_FILE_TYPES`,
-    not subclasses) qualify, also behind the wrapper
+    This alone decides whether cpersist may use a file object's descriptor:
+    map it, ``pread`` it, reserve its blocks with ``posix_fallocate``. Only
+    Python's own binary file objects (of :data:`PLAIN_FILE_TYPES`, not
+    subclasses) on a regular file qualify, also behind the wrapper
     :func:`tempfile.NamedTemporaryFile` returns, which hands every call to
-    one; any other object is read through its methods.
+    one. Any other object (a compressing file, a pipe, a socket) is only
+    read and written through its methods.
     """
     if type(file) is tempfile._TemporaryFileWrapper:
         file = file.file
     if type(file) not in PLAIN_FILE_TYPES:
         return None
     try:
-        return file.fileno()
+        fd = file.fileno()
+        return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
     except (OSError, ValueError):
         return None
-
-
-def spool(stream):
-    """Copy a non-seekable stream to an anonymous temporary file, rewound."""
-    tmp = tempfile.TemporaryFile()
-    try:
-        shutil.copyfileobj(stream, tmp, 1 << 20)
-        tmp.seek(0)
-    except BaseException:
-        tmp.close()
-        raise
-    return tmp

@@ -2,25 +2,23 @@
 pickler, the array chunking and the container."""
 
 import io
+import os
 import pickle
-import pickletools
 import warnings
 
 import numpy as np
 
 from . import __version__
-from ._files import (display_name, is_path, is_seekable, is_writable, plain_file_fd,
-                     spool, write_atomically)
+from ._args import (check_chunk_size, check_mmap_mode, check_protocol, check_target,
+                    open_source)
+from ._files import display_name, is_path, write_atomically
 from ._threads import check_n_threads
-from .arrays import (DEFAULT_CHUNK_SIZE, allocate, describe, iter_chunks,
-                     parse_description)
+from .arrays import allocate, describe, iter_chunks, parse_description
 from .codecs import parse_compress
-from .container import (CHECKED_CLAIM, MAX_CHUNK_SIZE, ContainerReader,
-                        ContainerWriter, EncodedStream)
+from .container import CHECKED_CLAIM, ContainerReader, ContainerWriter, EncodedStream
 from .exceptions import CorruptFileError, CpersistError
 from .pickler import ArrayPickler, ArrayUnpickler, normalize_trusted
 
-MMAP_MODES = (None, "r", "r+", "c")
 #: Chunk size of the pickle stream: smaller than array chunks so that its
 #: compression, which overlaps pickling, spreads evenly over the threads.
 PICKLE_CHUNK_SIZE = 1 << 20
@@ -87,27 +85,25 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     ['model.cp']
     """
     codec = parse_compress(compress)
-    protocol = _check_protocol(protocol)
-    chunk_size = _check_chunk_size(chunk_size)
+    protocol = check_protocol(protocol)
+    chunk_size = check_chunk_size(chunk_size)
     n_threads = check_n_threads(n_threads)
+    check_target(target)
+    name = display_name(target)
 
     def write(file):
-        _write(obj, file, codec, protocol, chunk_size, n_threads)
+        _write(obj, file, name, codec, protocol, chunk_size, n_threads)
 
     if is_path(target):
         write_atomically(target, write, fsync)
-        return [display_name(target)]
-    if not hasattr(target, "write"):
-        raise TypeError(
-            f"target must be a path or a binary file object, got {type(target).__name__}"
-        )
+        return [name]
     write(target)
     name = getattr(target, "name", None)
     return [name] if isinstance(name, str) else []
 
 
-def _write(obj, file, codec, protocol, chunk_size, n_threads):
-    writer = ContainerWriter(file, n_threads)
+def _write(obj, file, name, codec, protocol, chunk_size, n_threads):
+    writer = ContainerWriter(file, n_threads, name)
 
     def store(arr):
         chunks = iter_chunks(arr, chunk_size)
@@ -191,51 +187,22 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
     array([[0., 1., 2.],
            [3., 4., 5.]])
     """
-    if mmap_mode not in MMAP_MODES:
-        raise ValueError(
-            f"mmap_mode must be one of None, 'r', 'r+', 'c'; got {mmap_mode!r}"
-        )
+    check_mmap_mode(mmap_mode)
     restricted, allowed, prefixes = normalize_trusted(trusted)
     n_threads = check_n_threads(n_threads)
-    name = display_name(source)
-    options = dict(mmap_mode=mmap_mode, restricted=restricted, allowed=allowed,
-                   prefixes=prefixes, verify=verify, n_threads=n_threads)
-    if is_path(source):
-        with open(source, "rb") as file:
-            return _load(file, name, mmap_source=source, **options)
-    if not hasattr(source, "read"):
-        raise TypeError(
-            f"source must be a path or a binary file object, got {type(source).__name__}"
-        )
-    if is_seekable(source):
-        mappable = plain_file_fd(source) is not None
-        if mmap_mode and not mappable:
-            _warn_not_mapped(name, f"a {type(source).__name__} is not a plain file object "
-                                   f"(only those made by open() are mapped)")
-        if mmap_mode == "r+" and mappable and not is_writable(source):
-            raise ValueError(
-                f"mmap_mode='r+' maps {name} for writing, but the file object is "
-                f"open read-only; open it with 'r+b', or use mmap_mode='r' or 'c'"
-            )
-        return _load(source, name, mmap_source=source if mappable else None, **options)
-    if mmap_mode:
-        _warn_not_mapped(name, "the stream is not seekable")
-    with spool(source) as file:
-        return _load(file, name, mmap_source=None, **options)
+    with open_source(source, mmap_mode) as opened:
+        return _load(opened, mmap_mode=mmap_mode, restricted=restricted, allowed=allowed,
+                     prefixes=prefixes, verify=verify, n_threads=n_threads)
 
 
-def _warn_not_mapped(name, why):
-    warnings.warn(f"cpersist: cannot memory-map arrays from {name}: {why}; "
-                  f"loading them into memory", UserWarning, stacklevel=3)
-
-
-def _load(file, name, *, mmap_source, mmap_mode, restricted, allowed, prefixes, verify,
-          n_threads):
-    reader = ContainerReader(file, name)
+def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads):
+    reader = ContainerReader(source)
+    name = reader.name
     root = reader.sections[reader.root]
     if root.meta.get("kind") != "pickle":
         raise reader.error("damaged index: the root section is not a pickle stream")
     pickled = _pickle_stream(reader, root, verify, n_threads)
+    can_map = mmap_mode is not None and source.can_map
     loaded = {}
     mapped = []
     not_mapped = []  # compressed sections read although mmap_mode was asked
@@ -251,14 +218,13 @@ def _load(file, name, *, mmap_source, mmap_mode, restricted, allowed, prefixes, 
             # Nothing to read or map (zero-size array, or zero-size items:
             # a 0-byte memmap slice cannot be viewed as 'V0' items).
             arr, _ = _allocate(reader, index, dtype, shape, order)
-        elif mmap_mode and section.is_raw and mmap_source is not None:
+        elif can_map and section.is_raw:
             if not mapped:
-                mapped.append(np.memmap(mmap_source, dtype=np.uint8, mode=mmap_mode,
-                                        offset=reader.base, shape=reader.size))
+                mapped.append(_memmap(source, mmap_mode))
             start = section.offset
             arr = mapped[0][start:start + nbytes].view(dtype).reshape(shape, order=order)
         else:
-            if mmap_mode and mmap_source is not None:
+            if can_map:
                 not_mapped.append(index)
             reader.check_claimed_sizes(section)  # before allocating a forged size
             arr, view = _allocate(reader, index, dtype, shape, order)
@@ -283,6 +249,21 @@ def _load(file, name, *, mmap_source, mmap_mode, restricted, allowed, prefixes, 
             UserWarning, stacklevel=3,
         )
     return obj
+
+
+def _memmap(source, mode):
+    """The whole of ``source`` as a :class:`numpy.memmap` of bytes, mapped
+    by the source from the descriptor it reads (as ``numpy.memmap`` would
+    from a file object)."""
+    mm, start = source.map(0, source.size, mode)
+    arr = np.ndarray.__new__(np.memmap, (source.size,), dtype=np.uint8, buffer=mm,
+                             offset=start)
+    arr._mmap = mm
+    arr.offset = source.base
+    arr.mode = mode
+    path = getattr(source, "path", None)
+    arr.filename = os.path.abspath(path) if path is not None else None
+    return arr
 
 
 def _pickle_stream(reader, root, verify, n_threads):
@@ -334,28 +315,3 @@ def _allocate(reader, index, dtype, shape, order):
             f"section {index} claims an array {dtype} {shape} that cannot be "
             f"allocated ({type(exc).__name__})"
         ) from None
-
-
-def _check_protocol(protocol):
-    if protocol is None:
-        return pickle.HIGHEST_PROTOCOL
-    if isinstance(protocol, bool) or not isinstance(protocol, int) or not (
-        2 <= protocol <= pickle.HIGHEST_PROTOCOL
-    ):
-        raise ValueError(
-            f"protocol must be None or an int from 2 to {pickle.HIGHEST_PROTOCOL}, "
-            f"got {protocol!r}"
-        )
-    return protocol
-
-
-def _check_chunk_size(chunk_size):
-    if chunk_size is None:
-        return DEFAULT_CHUNK_SIZE
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or not (
-        1 <= chunk_size <= MAX_CHUNK_SIZE
-    ):
-        raise ValueError(
-            f"chunk_size must be None or an int from 1 to {MAX_CHUNK_SIZE}, got {chunk_size!r}"
-        )
-    return chunk_size

@@ -62,12 +62,24 @@ def parse_compress_spec(spec):
     return value
 
 
+#: The FILE argument that names standard input.
+STDIN = "-"
+
+
 def _check_file(path):
     """Raise a one-line error for a path that cannot be a readable file."""
+    if path == STDIN:
+        return
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
     if os.path.isdir(path):
         raise IsADirectoryError(f"{path}: is a directory, not a cpersist file")
+
+
+def _source(path):
+    """What a FILE argument reads: standard input for ``-``, else the path
+    (a FIFO or other non-seekable file is copied to a temporary file)."""
+    return sys.stdin.buffer if path == STDIN else path
 
 
 # -- info -------------------------------------------------------------------
@@ -78,7 +90,7 @@ def file_info(path):
     Parameters
     ----------
     path : str
-        A cpersist file.
+        A cpersist file; ``-`` reads standard input.
 
     Returns
     -------
@@ -89,14 +101,16 @@ def file_info(path):
         the small arrays a compressed file keeps inside its pickle stream
         (``path``, ``dtype``, ``shape``, ``order``, ``raw_bytes``).
     """
+    from ._args import open_source
     from ._paths import scan_arrays
     from .container import ContainerReader
     from .inspection import inspect
 
     _check_file(path)
-    report = dict(inspect(path))
-    with open(path, "rb") as file:
-        reader = ContainerReader(file, path)
+    # Opened once, so that a pipe (spooled) is read once for both.
+    with open_source(_source(path)) as source:
+        report = dict(inspect(source))
+        reader = ContainerReader(source)
         scan = scan_arrays(reader.read_bytes(reader.sections[reader.root]))
     arrays = []
     for entry in report.get("arrays", []):
@@ -197,7 +211,7 @@ def _cmd_info(args):
         try:
             reports.append(file_info(path))
         except (OSError, CpersistError) as exc:
-            _error(exc)
+            _error(exc, path)
             status = EXIT_FAILED
     if args.json:
         payload = reports[0] if len(args.files) == 1 and reports else reports
@@ -221,13 +235,17 @@ def _cmd_verify(args):
 
     status = EXIT_OK
     for path in args.files:
+        source = path
         try:
             _check_file(path)
-            result = verify(path)
+            source = _source(path)
+            result = verify(source)
         except (OSError, CpersistError) as exc:
             message = _message(exc, path)
-            if message.startswith(f"{path}: "):
-                message = message[len(path) + 2:]
+            for named in (path, _display(source)):
+                if message.startswith(f"{named}: "):
+                    message = message[len(named) + 2:]
+                    break
             print(f"{path}: FAILED: {message}")
             status = EXIT_FAILED
             continue
@@ -256,7 +274,7 @@ def _cmd_convert(args):
     if not os.path.isdir(dst_dir):
         raise FileNotFoundError(f"{args.dst}: cannot write, no directory {dst_dir}")
     try:
-        stats = convert(args.src, args.dst, compress, chunk_size=args.chunk_size,
+        stats = convert(_source(args.src), args.dst, compress, chunk_size=args.chunk_size,
                         n_threads=args.threads)
     except OSError as exc:
         if str(exc.filename or "").endswith(TMP_SUFFIX):  # the temporary file next to DST
@@ -318,7 +336,8 @@ def build_parser():
                     "size, ratio), the pickle stream section and the globals the file "
                     "needs to load.",
     )
-    info.add_argument("files", nargs="+", metavar="FILE")
+    info.add_argument("files", nargs="+", metavar="FILE", help="cpersist files; - reads "
+                      "standard input")
     info.add_argument("--json", action="store_true",
                       help="print JSON (one object for one file, a list for several)")
     info.set_defaults(run=_cmd_info)
@@ -330,7 +349,8 @@ def build_parser():
                     "line per file, 'FILE: OK' or 'FILE: FAILED: why'; exits with 1 if any "
                     "file failed.",
     )
-    verify.add_argument("files", nargs="+", metavar="FILE")
+    verify.add_argument("files", nargs="+", metavar="FILE", help="cpersist files; - reads "
+                        "standard input")
     verify.set_defaults(run=_cmd_verify)
 
     convert = verbs.add_parser(
@@ -340,7 +360,7 @@ def build_parser():
                     "as is). Use --compress raw to make the arrays memory-mappable. DST "
                     "is written atomically and may be SRC.",
     )
-    convert.add_argument("src", metavar="SRC")
+    convert.add_argument("src", metavar="SRC", help="a cpersist file; - reads standard input")
     convert.add_argument("dst", metavar="DST")
     convert.add_argument(
         "--compress", "-c", required=True, metavar="SPEC",
@@ -361,17 +381,27 @@ def build_parser():
     return parser
 
 
+def _display(source):
+    from ._files import display_name
+
+    return display_name(source)
+
+
 def _message(exc, path=None):
+    """One line for ``exc``, naming the file: its own ``filename``, else
+    ``path`` unless the message starts with a name already."""
     text = str(exc)
     if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
         text = f"{exc.filename}: {exc.strerror}"
-    elif path and not text.startswith(str(path)) and isinstance(exc, OSError):
+    elif isinstance(exc, OSError) and exc.strerror:
+        text = f"{path}: {exc.strerror}" if path else exc.strerror
+    elif path and isinstance(exc, OSError) and not text.startswith(str(path)):
         text = f"{path}: {text}"
     return text
 
 
-def _error(exc):
-    print(f"{PROG}: error: {_message(exc)}", file=sys.stderr)
+def _error(exc, path=None):
+    print(f"{PROG}: error: {_message(exc, path)}", file=sys.stderr)
 
 
 def main(argv=None):

@@ -10,6 +10,7 @@ object.
 """
 
 from . import __version__
+from ._args import check_chunk_size, open_source
 from ._files import display_name, is_path, write_atomically
 from ._threads import check_n_threads
 from .codecs import parse_compress
@@ -23,8 +24,9 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False)
     Parameters
     ----------
     src : str, os.PathLike or binary file object
-        A cpersist file; a file object must be seekable and is read from its
-        current position to its end.
+        A cpersist file; a file object is read from its current position to
+        its end (a non-seekable one, such as a pipe, is first copied to a
+        temporary file).
     dst : str or os.PathLike
         Where to write the copy, atomically (a temporary file in the same
         directory renamed onto ``dst``). ``dst`` may be ``src`` itself.
@@ -68,24 +70,18 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False)
     >>> type(cpersist.load("mappable.cp", mmap_mode="r")["x"]).__name__
     'memmap'
     """
-    from .api import _check_chunk_size  # api imports the package's modules
-
     codec = parse_compress(compress)
     n_threads = check_n_threads(n_threads)
-    step = None if chunk_size is None else _check_chunk_size(chunk_size)
+    step = None if chunk_size is None else check_chunk_size(chunk_size)
     if not is_path(dst):
         raise TypeError(f"dst must be a path, got {type(dst).__name__}")
-    name = display_name(src)
-    if is_path(src):
-        with open(src, "rb") as file:
-            return _convert(file, name, dst, codec, step, n_threads, fsync)
-    if not hasattr(src, "read"):
-        raise TypeError(f"src must be a path or a binary file object, got {type(src).__name__}")
-    return _convert(src, name, dst, codec, step, n_threads, fsync)
+    with open_source(src, what="src") as source:
+        return _convert(source, dst, codec, step, n_threads, fsync)
 
 
-def _convert(file, name, dst, codec, step, n_threads, fsync):
-    reader = ContainerReader(file, name)
+def _convert(source, dst, codec, step, n_threads, fsync):
+    reader = ContainerReader(source)
+    name = reader.name
     if reader.minor > FORMAT_MINOR:
         raise UnsupportedVersionError(
             f"{name}: written in cpersist format {reader.major}.{reader.minor}; this "
@@ -99,7 +95,7 @@ def _convert(file, name, dst, codec, step, n_threads, fsync):
     }
 
     def write(out):
-        writer = ContainerWriter(out, n_threads)
+        writer = ContainerWriter(out, n_threads, display_name(dst))
         # Sections are written in their original order, so their numbers
         # (which the pickle stream and the root refer to) do not change.
         for section in reader.sections:
@@ -118,10 +114,8 @@ def _convert(file, name, dst, codec, step, n_threads, fsync):
         writer.finish(reader.root, info=info)
 
     write_atomically(dst, write, fsync)
-    with open(dst, "rb") as out:
-        stats["stored_bytes_after"] = sum(
-            s.stored_size for s in ContainerReader(out, display_name(dst)).sections
-        )
+    with open_source(dst) as out:
+        stats["stored_bytes_after"] = sum(s.stored_size for s in ContainerReader(out).sections)
     return stats
 
 

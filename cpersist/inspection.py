@@ -9,10 +9,9 @@ checksum and decodes every chunk.
 
 import io
 import pickletools
-from contextlib import contextmanager
 
 from .api import array_layout
-from ._files import display_name, is_path, is_seekable, spool
+from ._args import open_source
 from .container import ContainerReader
 from .exceptions import CorruptFileError
 from .pickler import _MODULE
@@ -29,24 +28,6 @@ _PUT_OPS = frozenset(("PUT", "BINPUT", "LONG_BINPUT"))
 _GET_OPS = frozenset(("GET", "BINGET", "LONG_BINGET"))
 _UNKNOWN = object()
 _MARK = object()
-
-
-@contextmanager
-def _open(source):
-    """A seekable binary file for a path or a file object, and its name."""
-    name = display_name(source)
-    if is_path(source):
-        with open(source, "rb") as file:
-            yield file, name
-    elif not hasattr(source, "read"):
-        raise TypeError(
-            f"source must be a path or a binary file object, got {type(source).__name__}"
-        )
-    elif is_seekable(source):
-        yield source, name
-    else:
-        with spool(source) as file:
-            yield file, name
 
 
 def _root(reader):
@@ -197,8 +178,9 @@ def inspect(source):
     >>> info["globals"]                                   # doctest: +SKIP
     ['sklearn.ensemble._forest.RandomForestClassifier', ...]
     """
-    with _open(source) as (file, name):
-        reader = ContainerReader(file, name)
+    with open_source(source) as opened:
+        reader = ContainerReader(opened)
+        name = reader.name
         root = _root(reader)
         arrays = []
         for section in reader.sections:
@@ -261,8 +243,9 @@ def verify(source):
     >>> cpersist.verify("model.cp")                      # doctest: +SKIP
     {'sections': 3, 'chunks': 5, 'stored_bytes': 1234, 'raw_bytes': 5678}
     """
-    with _open(source) as (file, name):
-        reader = ContainerReader(file, name)
+    with open_source(source) as opened:
+        reader = ContainerReader(opened)
+        name = reader.name
         root = _root(reader)
         chunks = stored = raw = 0
         for section in reader.sections:

@@ -411,7 +411,7 @@ def test_memmap_through_a_named_temporary_file(tmp_path):
         cpersist.dump(compressible, tmp, compress="zstd", chunk_size=1 << 20)
         tmp.seek(0)
         reader = ContainerReader(tmp, "tmp")
-        assert reader._fd == tmp.file.fileno()  # each thread preads its chunks
+        assert reader.source.fd == tmp.file.fileno()  # each thread preads its chunks
         tmp.seek(0)
         assert_same(compressible, cpersist.load(tmp, n_threads=2))
 

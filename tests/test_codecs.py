@@ -5,7 +5,7 @@ import pytest
 
 import cpersist
 from cpersist.codecs import DEFAULT_CODEC, get_codec
-from cpersist.container import STORED, ContainerReader
+from cpersist.container import VERBATIM, ContainerReader
 
 from .conftest import assert_same
 
@@ -36,7 +36,7 @@ def chunk_kinds(path):
                 file.seek(reader.base + offset)
                 head = file.read(4)
                 section_kinds.append(
-                    "stored" if flag == STORED else "zstd" if head == ZSTD_MAGIC else "blosc"
+                    "stored" if flag == VERBATIM else "zstd" if head == ZSTD_MAGIC else "blosc"
                 )
             kinds.append(section_kinds)
     return kinds

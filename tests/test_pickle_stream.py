@@ -11,11 +11,12 @@ import pytest
 
 import cpersist
 from cpersist import container
+from cpersist.container import encode
 from cpersist._threads import run_claimed
 from cpersist.arrays import to_inline
 from cpersist.cli import file_info
 from cpersist.codecs import get_codec
-from cpersist.container import ENCODED, STORED, EncodedStream
+from cpersist.container import ENCODED, VERBATIM, EncodedStream
 
 from .conftest import assert_same, random_array
 
@@ -48,7 +49,7 @@ def decoded(codec, encoded):
     out = bytearray()
     for stored, raw_len, crc, flag in encoded:
         assert container.checksum(stored) == crc
-        if flag == STORED:
+        if flag == VERBATIM:
             assert len(stored) == raw_len
             out += stored
         else:
@@ -73,7 +74,7 @@ def test_stream_chunks_hold_every_byte_in_order(codec_name, n_threads, chunk_siz
         min(chunk_size, len(whole) - start) for start in range(0, len(whole), chunk_size)]
     assert decoded(codec, encoded) == whole
     if codec is not None and chunk_size == 4096:
-        assert {flag for *_, flag in encoded} == {STORED, ENCODED}
+        assert {flag for *_, flag in encoded} == {VERBATIM, ENCODED}
 
 
 def test_an_empty_stream_has_no_chunks():
@@ -83,13 +84,13 @@ def test_an_empty_stream_has_no_chunks():
 def test_a_batch_is_encoded_by_every_thread(monkeypatch):
     """The calling thread and the pool's workers share each batch."""
     threads = set()
-    real = container.encode_chunk
+    real = encode.encode_chunk
 
     def spy(codec, chunk, typesize=1):
         threads.add(threading.current_thread().name)
         time.sleep(0.005)  # long enough for the worker to wake and claim
         return real(codec, chunk, typesize)
-    monkeypatch.setattr(container, "encode_chunk", spy)
+    monkeypatch.setattr(encode, "encode_chunk", spy)
     codec = get_codec("zstd")
     parts = pieces([4096] * 40)
     encoded = stream_chunks(parts, codec, 4096, 2)

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist import CorruptFileError, container
+from cpersist import CorruptFileError
+from cpersist._files import local_fd
 from cpersist.codecs import get_codec
-from cpersist.container import STORED, ContainerReader
+from cpersist.container import VERBATIM, ContainerReader
 
 from .conftest import assert_same
 from .test_codecs import smooth_map
@@ -33,7 +34,7 @@ def stored_share(path):
     """Share of the largest section's bytes in chunks stored as is."""
     with open(path, "rb") as file:
         section = max(ContainerReader(file, str(path)).sections, key=lambda s: s.raw_size)
-        return sum(c[2] for c in section.chunks if c[4] == STORED) / section.raw_size
+        return sum(c[2] for c in section.chunks if c[4] == VERBATIM) / section.raw_size
 
 
 @pytest.fixture
@@ -96,11 +97,11 @@ def test_wrapping_file_objects_are_read_through_their_readinto(tmp_path, claimed
         cpersist.dump(arr, file, compress="zstd", chunk_size=CHUNK)
     with gzip.open(path, "rb") as file:
         assert file.fileno() and file.seekable()
-        assert container._pread_fd(file) is None
+        assert local_fd(file) is None
         assert_same(arr, cpersist.load(file, n_threads=2))
-    assert container._pread_fd(io.BytesIO(b"x")) is None
+    assert local_fd(io.BytesIO(b"x")) is None
     with open(path, "rb") as file:
-        assert container._pread_fd(file) == file.fileno()
+        assert local_fd(file) == file.fileno()
     assert claimed == []
 
 

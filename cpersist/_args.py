@@ -1,0 +1,130 @@
+"""Checking the arguments of the public functions, and opening the source
+that ``load``, ``inspect``, ``verify`` and ``convert`` read."""
+
+import pickle
+import warnings
+
+from ._files import display_name, is_path, is_writable
+from .arrays import DEFAULT_CHUNK_SIZE
+from .container import MAX_CHUNK_SIZE
+from .container.sources import ByteSource, LocalFileSource, SpooledSource, source_for
+
+MMAP_MODES = (None, "r", "r+", "c")
+
+
+def check_protocol(protocol):
+    if protocol is None:
+        return pickle.HIGHEST_PROTOCOL
+    if isinstance(protocol, bool) or not isinstance(protocol, int) or not (
+        2 <= protocol <= pickle.HIGHEST_PROTOCOL
+    ):
+        raise ValueError(
+            f"protocol must be None or an int from 2 to {pickle.HIGHEST_PROTOCOL}, "
+            f"got {protocol!r}"
+        )
+    return protocol
+
+
+def check_chunk_size(chunk_size):
+    if chunk_size is None:
+        return DEFAULT_CHUNK_SIZE
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or not (
+        1 <= chunk_size <= MAX_CHUNK_SIZE
+    ):
+        raise ValueError(
+            f"chunk_size must be None or an int from 1 to {MAX_CHUNK_SIZE}, got {chunk_size!r}"
+        )
+    return chunk_size
+
+
+def check_mmap_mode(mmap_mode):
+    if mmap_mode not in MMAP_MODES:
+        raise ValueError(
+            f"mmap_mode must be one of None, 'r', 'r+', 'c'; got {mmap_mode!r}"
+        )
+    return mmap_mode
+
+
+def check_target(target, what="target"):
+    """Raise TypeError unless ``target`` is a path or has ``write``."""
+    if not is_path(target) and not hasattr(target, "write"):
+        raise TypeError(
+            f"{what} must be a path or a binary file object, got {type(target).__name__}"
+        )
+
+
+def open_source(source, mmap_mode=None, *, what="source", stacklevel=2):
+    """The byte source to read ``source`` through; close it when done.
+
+    Parameters
+    ----------
+    source : str, os.PathLike, binary file object or ByteSource
+        A path is opened here (``'r+b'`` for ``mmap_mode='r+'``, so that the
+        map is made from the very descriptor whose index is read); a file
+        object is read from its position to its end; a non-seekable one
+        (pipe, socket, FIFO) is spooled to a temporary file. A byte source
+        is used as it is (and not closed).
+    mmap_mode : {None, 'r', 'r+', 'c'}
+        What the caller will map: a ``UserWarning`` says so when the source
+        cannot be mapped.
+    what : str
+        The argument's name, for the TypeError.
+    stacklevel : int
+        Of the warning, counted from the caller.
+
+    Raises
+    ------
+    TypeError
+        If ``source`` is neither a path nor a binary file object.
+    ValueError
+        For ``mmap_mode='r+'`` on a file object open read-only.
+    """
+    if isinstance(source, ByteSource):
+        return _Borrowed(source)
+    name = display_name(source)
+    if is_path(source):
+        file = open(source, "r+b" if mmap_mode == "r+" else "rb")
+        try:
+            opened = source_for(file, name, owned=True)
+        except BaseException:
+            file.close()
+            raise
+        if mmap_mode and isinstance(opened, SpooledSource):
+            _warn_not_mapped(name, "it is not seekable (a pipe?)", stacklevel)
+        return opened
+    if not hasattr(source, "read"):
+        raise TypeError(
+            f"{what} must be a path or a binary file object, got {type(source).__name__}"
+        )
+    opened = source_for(source, name)
+    if mmap_mode:
+        if isinstance(opened, SpooledSource):
+            _warn_not_mapped(name, "the stream is not seekable", stacklevel)
+        elif not isinstance(opened, LocalFileSource):
+            _warn_not_mapped(name, f"a {type(source).__name__} is not a plain file object "
+                                   f"(only those made by open() are mapped)", stacklevel)
+        elif mmap_mode == "r+" and not is_writable(source):
+            raise ValueError(
+                f"mmap_mode='r+' maps {name} for writing, but the file object is "
+                f"open read-only; open it with 'r+b', or use mmap_mode='r' or 'c'"
+            )
+    return opened
+
+
+class _Borrowed:
+    """A byte source passed in by the caller: used, not closed."""
+
+    def __init__(self, source):
+        self.source = source
+
+    def __enter__(self):
+        return self.source
+
+    def __exit__(self, *exc_info):
+        pass
+
+
+def _warn_not_mapped(name, why, stacklevel):
+    # +1 for this function, +1 for open_source.
+    warnings.warn(f"cpersist: cannot memory-map arrays from {name}: {why}; "
+                  f"loading them into memory", UserWarning, stacklevel=stacklevel + 2)

@@ -1,0 +1,161 @@
+"""How chunks are encoded for storage: whether compressing a chunk pays, and
+:class:`EncodedStream`, which encodes a stream (the pickle stream) chunk by
+chunk on the thread pool while it is written."""
+
+from .._threads import run_claimed
+from ..codecs.abc import middle_sample
+from .layout import ENCODED, VERBATIM, checksum
+
+#: Bytes of each large chunk compressed first to decide whether compressing
+#: the whole chunk pays.
+PROBE_SIZE = 64 << 10
+#: The saving the probe must show for the chunk to be compressed, by level
+#: range. At the fast levels 1-5 a small saving costs more time than the
+#: space is worth (noisy float data shrinks a little with shuffle, at a
+#: fraction of the speed of storing it); at levels 6-9 size matters most.
+SAVING_NEEDED_LEVELS_1_TO_5 = 0.15
+SAVING_NEEDED_LEVELS_6_TO_9 = 0.05
+#: Chunks of the pickle stream encoded together, per thread (see
+#: :class:`EncodedStream`), and at most in all: with several chunks each,
+#: the threads finish together; the cap bounds the raw bytes held.
+BATCH_CHUNKS = 4
+MAX_BATCH_CHUNKS = 32
+
+
+def encode_chunk(codec, chunk, typesize=1):
+    """Encode one chunk for storage: ``(bytes to store, checksum, flag)``.
+
+    A chunk is kept verbatim (flag ``VERBATIM``) when there is no codec, when
+    a probe says compressing will not pay, or when the result does not
+    shrink: reading it back is then a plain copy.
+    """
+    pays, hint = (False, None) if codec is None else _probe(codec, chunk, typesize)
+    if not pays:
+        return chunk, checksum(chunk), VERBATIM
+    encoded = codec.encode(chunk, typesize, hint)
+    if len(encoded) >= len(chunk):
+        return chunk, checksum(chunk), VERBATIM
+    return encoded, checksum(encoded), ENCODED
+
+
+def _probe(codec, chunk, typesize):
+    """Cheap probe: ``(pays, hint)`` from a sample in the middle of ``chunk``.
+
+    Incompressible data (noise, already-compressed images) would otherwise
+    cost a full compression pass for nothing; the probe costs about
+    ``PROBE_SIZE / len(chunk)`` of one. ``hint`` is the codec's own verdict
+    on the sample (see :meth:`Codec.probe`).
+    """
+    if len(chunk) < 4 * PROBE_SIZE:
+        return True, None
+    sample = middle_sample(chunk, typesize, PROBE_SIZE)
+    size, hint = codec.probe(sample, typesize)
+    saving = SAVING_NEEDED_LEVELS_1_TO_5 if codec.level <= 5 else SAVING_NEEDED_LEVELS_6_TO_9
+    return size <= len(sample) * (1 - saving), hint
+
+
+class EncodedStream:
+    """A write-only file object that encodes what it receives, chunk by chunk.
+
+    The pickler writes its stream here. Pieces gather until a batch of
+    chunks is full; the batch is then encoded by this thread and the pool's
+    workers together (:func:`run_claimed`), and pickling resumes. The
+    encoded chunks wait in memory until
+    :meth:`ContainerWriter.add_encoded_section` places them in the file
+    (after the array sections the pickler writes meanwhile).
+
+    Pickling and encoding take turns rather than overlap: a worker must take
+    the GIL to start or finish a chunk, and the C pickler holds it for a
+    whole switch interval at a time, so a chunk handed over during pickling
+    would mostly wait for the pickler to block.
+
+    Parameters
+    ----------
+    codec : Codec or None
+    chunk_size : int
+    n_threads : int
+    """
+
+    def __init__(self, codec, chunk_size, n_threads):
+        self._codec = codec
+        self._chunk_size = chunk_size
+        self._n_threads = n_threads
+        parallel = codec is not None and n_threads > 1
+        self._batch_size = chunk_size * (min(BATCH_CHUNKS * n_threads, MAX_BATCH_CHUNKS)
+                                         if parallel else 1)
+        self._pieces = []
+        self._buffered = 0
+        self._done = []
+
+    def write(self, data):
+        view = memoryview(data)
+        self._pieces.append(view)
+        self._buffered += view.nbytes
+        if self._buffered >= self._batch_size or not _immutable(view):
+            # The pickler passes a large bytearray or buffer of the object
+            # itself, not a copy: it is encoded (or its tail copied) before
+            # pickling goes on and could change it, as pickle.dumps would.
+            self._cut(flush=False)
+        return view.nbytes
+
+    def _cut(self, flush):
+        """Encode every full chunk buffered (and, on ``flush``, the rest)."""
+        size = self._chunk_size
+        chunks = []  # each a list of the pieces (views) that make it up
+        current, filled = [], 0
+        for piece in self._pieces:
+            while piece.nbytes:
+                take = min(size - filled, piece.nbytes)
+                current.append(piece[:take])
+                filled += take
+                piece = piece[take:]
+                if filled == size:
+                    chunks.append(current)
+                    current, filled = [], 0
+        if flush and current:
+            chunks.append(current)
+            current, filled = [], 0
+        if not all(_immutable(piece) for piece in current):
+            current = [memoryview(b"".join(current))]
+        self._pieces, self._buffered = current, filled
+        self._encode(chunks)
+
+    def _encode(self, chunks):
+        codec = self._codec
+
+        def encode(pieces):
+            # Each thread joins its own chunk, which is then in its cache to
+            # encode. A single piece is used as is only if the pickler's own
+            # bytes back it: a chunk kept verbatim stays in memory until it
+            # is written.
+            one = len(pieces) == 1 and _immutable(pieces[0])
+            chunk = pieces[0] if one else b"".join(pieces)
+            stored, digest, flag = encode_chunk(codec, chunk)
+            return stored, len(chunk), digest, flag
+
+        if self._n_threads <= 1 or codec is None or len(chunks) < 2:
+            # A raw chunk needs only its checksum, and xxhash holds the GIL:
+            # on the pool it would only pay a round trip.
+            self._done.extend(encode(pieces) for pieces in chunks)
+            return
+        encoded = [None] * len(chunks)
+
+        def task(claims):
+            for i in claims:
+                encoded[i] = encode(chunks[i])
+
+        run_claimed(task, len(chunks), self._n_threads)
+        self._done.extend(encoded)
+
+    def encoded_chunks(self):
+        """Encode what is left (the last chunk may be partial) and return all
+        encoded chunks, in order, as ``(bytes to store, raw length, checksum,
+        flag)``."""
+        if self._buffered:
+            self._cut(flush=True)
+        return self._done
+
+
+def _immutable(view):
+    """True if ``view``'s bytes cannot change (a view of a ``bytes``)."""
+    return type(view.obj) is bytes

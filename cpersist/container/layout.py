@@ -1,0 +1,249 @@
+"""The byte layout of a cpersist file: its constants, and parsing and
+checking its header, trailer and index.
+
+The layout is specified in ``docs/format.rst``::
+
+    header   64 bytes   magic, major and minor format version
+    sections            each starts on a 64-byte boundary; raw sections are
+                        one contiguous run of bytes (so they can be memmapped)
+    index               UTF-8 JSON: every section's offset, codec, chunk table
+    trailer  32 bytes   index offset and length, checksum of the index, end magic
+
+Nothing here reads a file: the reader hands over the bytes it read.
+"""
+
+import json
+import struct
+from collections import namedtuple
+
+from xxhash import xxh3_64_intdigest as _xxh3_64
+
+from ..codecs import codec_from_config
+from ..exceptions import CorruptFileError, UnsupportedVersionError
+
+MAGIC = b"\x89CPS\r\n\x1a\n"
+END_MAGIC = b"CPSEND\r\n"
+FORMAT_MAJOR = 1
+FORMAT_MINOR = 1
+#: magic, major, minor, then zero padding up to 64 bytes.
+HEADER = struct.Struct("<8sHH52x")
+#: index offset, index length, XXH3-64 checksum of the index, end magic.
+TRAILER = struct.Struct("<QQQ8s")
+ALIGN = 64
+#: Chunk flags (the last field of a chunk table entry): the chunk is encoded
+#: with its section's codec, or its bytes are kept verbatim (no codec, or
+#: encoding would not have made them smaller).
+ENCODED, VERBATIM = 0, 1
+#: Upper bound of a chunk's size: chunk tables use it to reject forged sizes.
+MAX_CHUNK_SIZE = 1 << 31
+
+ZEROS = bytes(ALIGN)
+
+
+def checksum(data):
+    """XXH3-64 of a bytes-like object.
+
+    Chosen over zlib's CRC-32 because it runs several times faster, so that
+    verifying a raw load, otherwise a plain copy from the page cache, stays
+    cheap beside it. It holds the GIL, so it gains nothing from a second
+    worker; on the pool it overlaps the calling thread's file I/O, which
+    does not hold it.
+    """
+    return _xxh3_64(data)
+
+
+#: One chunk of a section, as its chunk table describes it: where its bytes
+#: start in the file (relative to the start of the cpersist data), how many
+#: bytes it occupies there (``length``), how many it decodes to
+#: (``raw_length``), their XXH3-64 ``checksum`` and its ``flag``
+#: (:data:`ENCODED` or :data:`VERBATIM`).
+Chunk = namedtuple("Chunk", "offset length raw_length checksum flag")
+
+
+class Section:
+    """One section as read from a file's index.
+
+    Attributes
+    ----------
+    index : int
+        Position in the file's section list.
+    offset : int
+        Offset of the first chunk, relative to the start of the cpersist data.
+    codec : Codec or None
+        None for a raw section, whose bytes are one contiguous run.
+    typesize : int
+    raw_size : int
+        Bytes of the section's decoded data.
+    stored_size : int
+        Bytes its chunks occupy in the file.
+    chunks : list of Chunk
+        Checked on first use when the index states the section's totals, so
+        that opening a file costs the same whatever its size (a memmapped
+        load never needs the chunk table).
+    meta : dict
+        What the writer said the section holds.
+    """
+
+    __slots__ = ("index", "offset", "codec", "typesize", "raw_size", "stored_size",
+                 "_chunks", "_check_chunks", "meta")
+
+    @property
+    def chunks(self):
+        if self._chunks is None:
+            self._chunks = self._check_chunks()
+        return self._chunks
+
+    @property
+    def is_raw(self):
+        return self.codec is None
+
+
+def corrupt(name, what):
+    """A :class:`CorruptFileError` that names the file."""
+    return CorruptFileError(f"{name}: {what}")
+
+
+def parse_header(head, size, name):
+    """``(major, minor)`` from the first bytes of a file of ``size`` bytes."""
+    head = bytes(head)
+    if not head.startswith(MAGIC[: len(head)]) or len(head) < len(MAGIC):
+        if not head:
+            raise corrupt(name, "empty file, not a cpersist file")
+        raise corrupt(name, f"not a cpersist file (it starts with {bytes(head[:8])!r})")
+    if len(head) < HEADER.size or size < HEADER.size + TRAILER.size:
+        raise corrupt(name, f"truncated: only {size} bytes")
+    _, major, minor = HEADER.unpack(head)
+    if major > FORMAT_MAJOR:
+        raise UnsupportedVersionError(
+            f"{name}: written in cpersist format {major}.{minor}, "
+            f"newer than the {FORMAT_MAJOR}.x this version reads; upgrade cpersist"
+        )
+    if major < 1:
+        raise corrupt(name, f"unknown format version {major}.{minor}")
+    return major, minor
+
+
+def parse_trailer(trailer, size, name):
+    """``(index offset, index length, index checksum)`` from the trailer."""
+    offset, length, digest, end = TRAILER.unpack(trailer)
+    if end != END_MAGIC:
+        raise corrupt(name, "truncated or damaged: no end marker (an interrupted write?)")
+    if offset < HEADER.size or offset + length != size - TRAILER.size:
+        raise corrupt(name, f"damaged trailer: index at {offset}+{length} in {size} bytes")
+    return offset, length, digest
+
+
+def parse_index(data, digest, end, name):
+    """Check and parse the index: ``(root, info, sections)``.
+
+    ``end`` is where the index starts, which no section may pass.
+    """
+    if checksum(data) != digest:
+        raise corrupt(name, "index checksum mismatch: the file is damaged")
+    try:
+        index = json.loads(bytes(data))
+        root = index["root"]
+        info = index.get("info", {})
+        sections = [_parse_section(i, s, end, name) for i, s in enumerate(index["sections"])]
+    except CorruptFileError:
+        raise
+    except Exception as exc:  # malformed JSON, wrong types, bad codec...
+        raise _damaged_index(name, exc) from None
+    if not (isinstance(root, int) and 0 <= root < len(sections)):
+        raise corrupt(name, f"damaged index: bad root section {root!r}")
+    return root, info, sections
+
+
+def _damaged_index(name, exc):
+    return corrupt(name, f"damaged index ({type(exc).__name__}: {exc})")
+
+
+def _uint(value):
+    if type(value) is not int or value < 0:
+        raise ValueError(f"expected a non-negative integer, got {value!r}")
+    return value
+
+
+def _parse_section(i, s, end, name):
+    section = Section()
+    section.index = i
+    section.offset = _uint(s["offset"])
+    if section.offset < HEADER.size or section.offset % ALIGN:
+        raise corrupt(name, f"section {i} at a bad offset {section.offset}")
+    section.codec = None if s["codec"] is None else codec_from_config(s["codec"])
+    section.typesize = _uint(s["typesize"])
+    section.meta = s["meta"]
+    if not isinstance(section.meta, dict):
+        raise corrupt(name, f"section {i} meta is not a mapping")
+    table = s["chunks"]
+    if isinstance(table, list):  # format 1.0: a plain list, checked now
+        section._chunks, section.raw_size, section.stored_size = _parse_table(
+            section, table, end, name)
+        return section
+    if not isinstance(table, str):
+        raise corrupt(name, f"section {i} has no chunk table")
+    section.raw_size = _uint(s["raw_size"])
+    section.stored_size = _uint(s["stored_size"])
+    if section.codec is None and section.raw_size != section.stored_size:
+        raise corrupt(name,
+                      f"section {i} is inconsistent: raw, yet {section.raw_size} bytes "
+                      f"stored in {section.stored_size}")
+    if section.offset + section.stored_size > end:
+        raise corrupt(name,
+                      f"section {i} runs to offset {section.offset + section.stored_size}, "
+                      f"past the data end {end} (truncated?)")
+
+    def check_chunks():
+        try:
+            chunks, raw_size, stored_size = _parse_table(section, json.loads(table), end, name)
+        except CorruptFileError:
+            raise
+        except Exception as exc:  # wrong types in the table
+            raise _damaged_index(name, exc) from None
+        if (raw_size, stored_size) != (section.raw_size, section.stored_size):
+            raise corrupt(name,
+                          f"damaged index: section {i}'s chunks hold {raw_size} bytes in "
+                          f"{stored_size}, its totals say {section.raw_size} in "
+                          f"{section.stored_size}")
+        return chunks
+
+    section._chunks, section._check_chunks = None, check_chunks
+    return section
+
+
+def _parse_table(section, table, end, name):
+    """Check a chunk table: ``(chunks, raw_size, stored_size)``."""
+    i = section.index
+    pos = section.offset
+    chunks = []
+    raw_size = 0
+    for entry in table:
+        length, raw_length, digest, flag = (_uint(v) for v in entry)
+        if not 0 < raw_length <= MAX_CHUNK_SIZE or flag not in (ENCODED, VERBATIM):
+            raise corrupt(name, f"section {i} has a bad chunk entry {entry}")
+        if (flag == VERBATIM and length != raw_length
+                or flag == ENCODED and section.codec is None):
+            raise corrupt(name, f"section {i} has an inconsistent chunk entry {entry}")
+        if flag == ENCODED:
+            bound = section.codec.max_raw_size(length)
+            if bound is not None and raw_length > bound:
+                raise corrupt(name,
+                              f"section {i} claims a {section.codec.codec_id} chunk of "
+                              f"{length} bytes decodes to {raw_length}, more than that "
+                              f"codec can produce ({bound}): forged or damaged index")
+        chunks.append(Chunk(pos, length, raw_length, digest, flag))
+        pos += length
+        raw_size += raw_length
+    if pos > end:
+        raise corrupt(name, f"section {i} runs to offset {pos}, past the data end {end} "
+                            f"(truncated?)")
+    return chunks, raw_size, pos - section.offset
+
+
+def chunk_table_text(table):
+    """A chunk table (lists of 4 ints) as compact JSON text.
+
+    Formatted by hand: ``json.dumps`` cost a noticeable share of the dump
+    time of files of many small arrays.
+    """
+    return "[" + ",".join("[%d,%d,%d,%d]" % tuple(entry) for entry in table) + "]"

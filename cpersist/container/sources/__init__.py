@@ -1,0 +1,44 @@
+"""Byte sources: what the container reader reads a file's bytes through.
+
+One module per kind of source, all implementing
+:class:`~.abc.ByteSource`: :mod:`.local` (a local regular file, ``pread``
+and ``mmap`` on its descriptor), :mod:`.fileobj` (any seekable file object,
+through its methods), :mod:`.memory` (a bytes-like object) and
+:mod:`.spooled` (a non-seekable stream copied to a temporary file).
+"""
+
+import os
+
+from ..._files import is_seekable, local_fd
+from .abc import ByteSource, ShortReadError
+from .fileobj import FileObjectSource
+from .local import LocalFileSource
+from .memory import MemorySource
+from .spooled import SpooledSource
+
+__all__ = ["ByteSource", "ShortReadError", "FileObjectSource", "LocalFileSource",
+           "MemorySource", "SpooledSource", "source_for"]
+
+
+def source_for(file, name, owned=False):
+    """The byte source reading ``file`` from its position to its end.
+
+    A plain local file (:func:`cpersist._files.local_fd`) is read with
+    ``pread`` and can be mapped; any other seekable file object is read
+    through its methods; a non-seekable one is spooled first. A bytes-like
+    object is read in place.
+    """
+    if isinstance(file, (bytes, bytearray, memoryview)):
+        return MemorySource(file, name)
+    if not is_seekable(file):
+        source = SpooledSource(file, name)
+        if owned:
+            file.close()
+        return source
+    fd = local_fd(file)
+    if fd is not None and hasattr(os, "preadv"):  # Windows has no pread
+        return LocalFileSource(file, name, fd, owned)
+    source = FileObjectSource(file, name)
+    if owned:  # only paths are owned, and a path opens as a plain file
+        source.close = file.close
+    return source

@@ -1,0 +1,97 @@
+"""The abstract byte source: what the container reader reads through.
+
+A byte source is a read-only, random-access run of bytes with a name. The
+reader asks it for ranges by offset (relative to the start of the cpersist
+data, which need not be the start of the underlying file) and never seeks
+or reads a file itself, so that a local file, a file object, a buffer in
+memory or a remote object can each be read the way that suits it.
+"""
+
+from abc import ABC, abstractmethod
+
+from ...exceptions import CorruptFileError
+
+
+class ShortReadError(CorruptFileError):
+    """The source ended before a range the reader asked for."""
+
+
+class ByteSource(ABC):
+    """A named, random-access run of bytes.
+
+    Subclasses implement :attr:`size` and :meth:`read_into`; the other
+    methods have defaults built on them.
+
+    Attributes
+    ----------
+    name : str
+        How the source is named in messages.
+    base : int
+        Where offset 0 lies in the underlying file (0 when there is none).
+    concurrent : bool
+        Whether :meth:`read_into` may be called from several threads at once
+        and each call runs without waiting for the others (``pread``, memory).
+    can_map : bool
+        Whether :meth:`map` can return a memory map.
+    """
+
+    name = "<bytes>"
+    base = 0
+    concurrent = False
+    can_map = False
+
+    @property
+    @abstractmethod
+    def size(self):
+        """Number of bytes in the source."""
+
+    @abstractmethod
+    def read_into(self, offset, buffer):
+        """Fill the writable ``buffer`` with the bytes at ``offset``.
+
+        Raises
+        ------
+        ShortReadError
+            If the source ends before ``buffer`` is full; it names the source.
+        """
+
+    def read(self, offset, length):
+        """The ``length`` bytes at ``offset``, as a bytes-like object."""
+        buffer = bytearray(length)
+        self.read_into(offset, buffer)
+        return buffer
+
+    def read_ranges(self, ranges):
+        """The bytes of several ``(offset, length)`` ranges, in order.
+
+        A list of bytes-like objects. This default reads them one by one; a
+        source with a high latency per request merges and fetches them
+        concurrently.
+        """
+        return [self.read(offset, length) for offset, length in ranges]
+
+    def map(self, offset, length, mode):
+        """Memory-map ``length`` bytes at ``offset``, or return None.
+
+        ``mode`` is ``'r'`` (read-only), ``'r+'`` (writes reach the source)
+        or ``'c'`` (copy-on-write). Returns ``(mmap, start)``: the bytes are
+        ``mmap[start:start + length]``. This default cannot map.
+        """
+        return None
+
+    def close(self):
+        """Release what the source holds (not a file object it was given)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def short_read(self, offset, wanted, got):
+        """The :class:`ShortReadError` for a read that came back short."""
+        return ShortReadError(
+            f"{self.name}: truncated: wanted {wanted} bytes at offset {offset}, got {got}")
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name!r}, {self.size} bytes>"

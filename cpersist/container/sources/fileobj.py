@@ -1,0 +1,50 @@
+"""A seekable file object read through its own methods (``seek`` and
+``readinto``): compressing files (``gzip.open``), ``io.BytesIO``, anything
+whose descriptor, if it has one, does not hold the bytes it reads."""
+
+import threading
+
+from .abc import ByteSource
+
+
+class FileObjectSource(ByteSource):
+    """The bytes of a seekable binary file object from its position to its end.
+
+    A lock keeps each seek-and-read whole when threads share the source; the
+    file object's position is left wherever the last read ended.
+
+    Parameters
+    ----------
+    file : binary file object
+        Seekable, with ``readinto`` or ``read``.
+    name : str
+    """
+
+    def __init__(self, file, name):
+        self.file = file
+        self.name = name
+        self._lock = threading.Lock()
+        self.base = file.tell()
+        self._size = file.seek(0, 2) - self.base
+
+    @property
+    def size(self):
+        return self._size
+
+    def read_into(self, offset, buffer):
+        view = memoryview(buffer).cast("B")
+        wanted = len(view)
+        got = 0
+        with self._lock:
+            self.file.seek(self.base + offset)
+            readinto = getattr(self.file, "readinto", None)
+            while got < wanted:
+                if readinto is not None:
+                    n = readinto(view[got:])
+                else:
+                    data = self.file.read(wanted - got)
+                    n = len(data)
+                    view[got:got + n] = data
+                if not n:
+                    raise self.short_read(offset, wanted, got)
+                got += n

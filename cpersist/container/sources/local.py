@@ -1,0 +1,70 @@
+"""A local regular file, read with ``pread`` on its descriptor and mapped
+from that same descriptor."""
+
+import mmap
+import os
+
+from .abc import ByteSource
+
+_ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY}
+
+
+class LocalFileSource(ByteSource):
+    """The bytes of a local regular file from its position to its end.
+
+    Reads and maps go through the descriptor of the file object given, never
+    through its path: a path may meanwhile name another file (a concurrent
+    ``dump`` renames its new file onto it).
+
+    Parameters
+    ----------
+    file : binary file object
+        A plain file object on a regular file (see
+        :func:`cpersist._files.local_fd`); its position marks offset 0.
+    name : str
+    fd : int
+        ``file``'s descriptor.
+    owned : bool, default False
+        Close ``file`` with the source.
+    """
+
+    concurrent = True
+    can_map = True
+
+    def __init__(self, file, name, fd, owned=False):
+        self.file = file
+        self.name = name
+        self.fd = fd
+        self._owned = owned
+        self.base = file.tell()
+        self._size = os.fstat(fd).st_size - self.base
+        path = getattr(file, "name", None)
+        #: The file's path, when it has one (numpy's memmap reports it).
+        self.path = path if isinstance(path, str) else None
+
+    @property
+    def size(self):
+        return self._size
+
+    def read_into(self, offset, buffer):
+        view = memoryview(buffer).cast("B")
+        wanted = len(view)
+        got = 0
+        position = self.base + offset
+        while got < wanted:
+            n = os.preadv(self.fd, [view[got:]], position + got)
+            if not n:
+                raise self.short_read(offset, wanted, got)
+            got += n
+
+    def map(self, offset, length, mode):
+        # mmap offsets must be multiples of the allocation granularity: map
+        # from the one below and say where the range starts in the map.
+        position = self.base + offset
+        start = position % mmap.ALLOCATIONGRANULARITY
+        return mmap.mmap(self.fd, start + length, access=_ACCESS[mode],
+                         offset=position - start), start
+
+    def close(self):
+        if self._owned:
+            self.file.close()

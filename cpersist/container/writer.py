@@ -1,0 +1,219 @@
+"""Write a cpersist file sequentially: header, sections of chunks, index and
+trailer (the layout is in :mod:`.layout`)."""
+
+import json
+import os
+from collections import deque
+
+from .._files import local_fd
+from .._threads import get_pool, ordered_map
+from .encode import encode_chunk
+from .layout import (ALIGN, END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, TRAILER,
+                     VERBATIM, ZEROS, checksum, chunk_table_text)
+
+#: Writes at least this large reserve their blocks first.
+FALLOCATE_MIN = 1 << 16
+
+
+class ContainerWriter:
+    """Write a cpersist file sequentially to a binary file object.
+
+    Parameters
+    ----------
+    file : binary file object
+        Only ``write`` is used, so pipes and sockets work. Blocks are
+        reserved ahead of large writes only when ``file`` is a plain local
+        file (see :func:`cpersist._files.local_fd`); a compressing file
+        object (``gzip.open``) has the compressed file's descriptor, whose
+        positions are not those written here.
+    n_threads : int
+        Threads used to encode and checksum chunks.
+    name : str, optional
+        Named in the :class:`OSError` a failed write raises.
+    """
+
+    def __init__(self, file, n_threads=1, name=None):
+        self._file = file
+        self._n_threads = n_threads
+        self._name = name
+        self._pos = 0
+        self._sections = []
+        self._fd = local_fd(file)
+        self._fd_base = file.tell() if self._fd is not None else 0
+        self._reserved = 0  # file position up to which blocks are reserved
+        self._write(HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR))
+
+    def _reserve(self, size):
+        """Reserve the file's blocks for the next ``size`` bytes.
+
+        Reserving before writing makes large writes much faster on ext4
+        (numpy's ``tofile`` does the same). Raw sections reserve once for
+        their whole size rather than per chunk, a system call each.
+        """
+        end = self._pos + size
+        if self._fd is None or size < FALLOCATE_MIN or end <= self._reserved:
+            return
+        try:
+            os.posix_fallocate(self._fd, self._fd_base + self._pos, size)
+            self._reserved = end
+        except OSError:
+            self._fd = None  # not supported here (some network file systems)
+
+    def _write(self, data):
+        # Kept lean: a file of small arrays calls this twice per array.
+        if type(data) is memoryview and data.format != "B":
+            data = data.cast("B")
+        total = len(data)
+        if total >= FALLOCATE_MIN:
+            self._reserve(total)
+        try:
+            n = self._file.write(data)
+            if n is not None and n < total:
+                # Raw (unbuffered) streams may write less than asked;
+                # buffered ones return None or the full length.
+                view = memoryview(data)
+                while n < total:
+                    n += self._file.write(view[n:]) or 0
+        except OSError as exc:
+            raise named_os_error(exc, self._name) from None
+        self._pos += total
+
+    def _align(self):
+        pad = -self._pos % ALIGN
+        if pad:
+            self._write(ZEROS[:pad])
+
+    def add_section(self, chunks, *, codec=None, typesize=1, meta=None, size=None):
+        """Append a section made of ``chunks`` and return its number.
+
+        Parameters
+        ----------
+        chunks : iterable of memoryview
+            Contiguous byte chunks (format ``B``), each at most
+            ``MAX_CHUNK_SIZE`` long and none empty, whose concatenation is
+            the section.
+        codec : Codec or None
+            None stores the bytes as one contiguous raw run.
+        typesize : int
+            Element size, passed to the codec (Blosc shuffles by it).
+        meta : dict, optional
+            JSON-serialisable description kept in the index.
+        size : int, optional
+            Total length of ``chunks``, if known: a raw section reserves
+            its blocks in the file at once.
+        """
+        self._align()
+        offset = self._pos
+        if codec is None and type(chunks) is tuple and len(chunks) == 1:
+            # One raw chunk (every small array): the generic path's layers
+            # would cost more than pickling the array does.
+            n = len(chunks[0])
+            digest = checksum(chunks[0])
+            self._write(chunks[0])
+            return self._add_entry(offset, n, n, None, typesize,
+                                   f"[[{n},{n},{digest},{VERBATIM}]]", meta)
+        if codec is None:
+            if size:
+                self._reserve(size)
+            return self._add_raw_chunks(offset, chunks, typesize, meta)
+        table = []
+
+        def work(chunk):
+            return encode_chunk(codec, chunk, typesize)
+
+        def write(chunk, result):
+            stored, digest, flag = result
+            self._write(stored)
+            table.append([len(stored), len(chunk), digest, flag])
+
+        ordered_map(work, (c for c in chunks if len(c)), self._n_threads, write)
+        return self._add_table(offset, table, codec, typesize, meta)
+
+    def _add_raw_chunks(self, offset, chunks, typesize, meta):
+        table = []
+        if self._n_threads <= 1:
+            for chunk in chunks:
+                if len(chunk):
+                    # Checksummed just before it is written, the chunk is
+                    # still in the CPU cache when write() copies it.
+                    digest = checksum(chunk)
+                    self._write(chunk)
+                    table.append([len(chunk), len(chunk), digest, VERBATIM])
+            return self._add_table(offset, table, None, typesize, meta)
+        # A worker checksums each chunk while this thread writes it: both read
+        # it at once, so it crosses from memory once, and nothing waits for a
+        # checksum before writing.
+        pool = get_pool(self._n_threads)
+        pending = deque()
+        for chunk in chunks:
+            if len(chunk):
+                future = pool.submit(checksum, chunk)
+                self._write(chunk)
+                pending.append((len(chunk), future))
+                while pending and pending[0][1].done():
+                    n, future = pending.popleft()
+                    table.append([n, n, future.result(), VERBATIM])
+        for n, future in pending:
+            table.append([n, n, future.result(), VERBATIM])
+        return self._add_table(offset, table, None, typesize, meta)
+
+    def add_encoded_section(self, encoded, *, codec=None, typesize=1, meta=None):
+        """Append a section from chunks already passed through :func:`encode_chunk`.
+
+        Parameters
+        ----------
+        encoded : iterable of (bytes to store, raw length, checksum, flag)
+            What :class:`EncodedStream` collects.
+        """
+        self._align()
+        offset = self._pos
+        table = []
+        for stored, raw_length, digest, flag in encoded:
+            self._write(stored)
+            table.append([len(stored), raw_length, digest, flag])
+        return self._add_table(offset, table, codec, typesize, meta)
+
+    def _add_table(self, offset, table, codec, typesize, meta):
+        return self._add_entry(
+            offset, sum(entry[1] for entry in table), sum(entry[0] for entry in table),
+            codec, typesize, chunk_table_text(table), meta)
+
+    def _add_entry(self, offset, raw_size, stored_size, codec, typesize, table_text, meta):
+        self._sections.append({
+            "offset": offset,
+            # Format 1.1: the chunk table is JSON text inside the index, parsed
+            # only when the section's chunks are read, and the totals let a
+            # reader check the section's extent without it. Opening a file
+            # then costs the same whatever its size, however many chunks its
+            # arrays have.
+            "raw_size": raw_size,
+            "stored_size": stored_size,
+            "codec": None if codec is None else codec.get_config(),
+            "typesize": typesize,
+            "chunks": table_text,
+            "meta": meta or {},
+        })
+        return len(self._sections) - 1
+
+    def finish(self, root, info=None):
+        """Write the index and trailer; ``root`` names the entry section."""
+        index = {
+            "format": [FORMAT_MAJOR, FORMAT_MINOR],
+            "root": root,
+            "sections": self._sections,
+            "info": info or {},
+        }
+        self._align()
+        data = json.dumps(index, separators=(",", ":")).encode()
+        offset = self._pos
+        self._write(data)
+        self._write(TRAILER.pack(offset, len(data), checksum(data), END_MAGIC))
+        return self._pos
+
+
+def named_os_error(exc, name):
+    """``exc`` again, naming ``name`` if it names no file (a full disk's
+    ``ENOSPC`` from ``write`` names none)."""
+    if name is None or exc.filename is not None or exc.errno is None or not exc.strerror:
+        return exc
+    return OSError(exc.errno, exc.strerror, name)
