@@ -18,7 +18,8 @@ from .codecs import parse_compress
 from .container import (CHECKED_CLAIM, MAX_CHUNK_SIZE, ContainerReader,
                         ContainerWriter, EncodedStream)
 from .exceptions import CorruptFileError, CpersistError
-from .pickler import ArrayPickler, ArrayUnpickler, normalize_trusted
+from .pickler import ArrayPickler
+from .unpickler import ArrayUnpickler, normalize_trusted
 
 MMAP_MODES = (None, "r", "r+", "c")
 #: Chunk size of the pickle stream: smaller than array chunks so that its
