@@ -243,8 +243,9 @@ def _sequence(kind):
 
 def _tuple_n(size):
     def build(result, stack, memo, arg):
-        items = [Node("other") for _ in range(size - len(stack))] + stack[len(stack) - size:]
-        del stack[max(0, len(stack) - size):]
+        start = max(0, len(stack) - size)
+        items = [Node("other") for _ in range(size - len(stack) + start)] + stack[start:]
+        del stack[start:]
         node = Node("tuple")
         node.items = items
         for i, item in enumerate(items):

@@ -179,3 +179,17 @@ def test_walk_never_raises(data):
     else:
         with pytest.raises(CorruptFileError, match="damaged pickle stream"):
             scan_pickle(b"\x80\x04" + data)
+
+
+def test_walk_never_raises_on_damaged_real_streams(tmp_path):
+    path = tmp_path / "d.cp"
+    cpersist.dump(_every_kind_of_array() | {"m": Model(), "l": [1, "x", None]}, path, compress=3)
+    stream = _pickle_stream(path)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        damaged = bytearray(stream)
+        for pos in rng.integers(0, len(damaged), size=3):
+            damaged[pos] = int(rng.integers(0, 256))
+        walked = walk(damaged)
+        assert walked.error is not None or walked.top is not None
+        scan_arrays(damaged)
