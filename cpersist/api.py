@@ -17,7 +17,8 @@ from .arrays import allocate, describe, iter_chunks, parse_description
 from .codecs import parse_compress
 from .container import CHECKED_CLAIM, ContainerReader, ContainerWriter, EncodedStream
 from .exceptions import CorruptFileError, CpersistError
-from .pickler import ArrayPickler, ArrayUnpickler, normalize_trusted
+from .pickler import ArrayPickler
+from .unpickler import ArrayUnpickler, normalize_trusted
 
 #: Chunk size of the pickle stream: smaller than array chunks so that its
 #: compression, which overlaps pickling, spreads evenly over the threads.

@@ -95,32 +95,17 @@ def file_info(path):
     Returns
     -------
     dict
-        :func:`cpersist.inspect`'s report, plus ``"file"``; for each array
-        ``"path"`` (where it sits in the object, ``"?"`` if unknown) and
-        ``"ratio"`` (uncompressed / stored size); and ``"inline_arrays"``:
-        the small arrays a compressed file keeps inside its pickle stream
-        (``path``, ``dtype``, ``shape``, ``order``, ``raw_bytes``).
+        :func:`cpersist.inspect`'s report (arrays with their ``"path"``,
+        ``"inline_arrays"``...), plus ``"file"``, and for each array
+        ``"ratio"`` (uncompressed / stored size).
     """
-    from ._args import open_source
-    from ._paths import scan_arrays
-    from .container import ContainerReader
     from .inspection import inspect
 
     _check_file(path)
-    # Opened once, so that a pipe (spooled) is read once for both.
-    with open_source(_source(path)) as source:
-        report = dict(inspect(source))
-        reader = ContainerReader(source)
-        scan = scan_arrays(reader.read_bytes(reader.sections[reader.root]))
-    arrays = []
-    for entry in report.get("arrays", []):
-        entry = dict(entry)
-        entry["path"] = scan["paths"].get(entry.get("section"), "?")
-        stored, raw = entry.get("stored_bytes"), entry.get("raw_bytes")
+    report = inspect(_source(path))
+    for entry in report["arrays"]:
+        stored, raw = entry["stored_bytes"], entry["raw_bytes"]
         entry["ratio"] = round(raw / stored, 3) if stored and raw is not None else None
-        arrays.append(entry)
-    report["arrays"] = arrays
-    report["inline_arrays"] = scan["inline"]
     return {"file": path, **report}
 
 

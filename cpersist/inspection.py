@@ -7,27 +7,15 @@ find the globals ``STACK_GLOBAL`` would resolve; :func:`verify` checks every
 checksum and decodes every chunk.
 """
 
-import io
-import pickletools
-
 from .api import array_layout
 from ._args import open_source
+# The global through which a pickle stream fetches a stored array is listed
+# under "arrays", not "globals".
+from ._format_names import STORED_ARRAY
+from ._opcodes import walk
+from ._paths import arrays_of
 from .container import ContainerReader
 from .exceptions import CorruptFileError
-from .pickler import _MODULE
-
-#: The global through which a pickle stream fetches a stored array; it is
-#: listed under ``"arrays"``, not ``"globals"``.
-STORED_ARRAY = f"{_MODULE}.stored_array"
-
-_STRING_OPS = frozenset((
-    "STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE",
-    "BINUNICODE", "BINUNICODE8",
-))
-_PUT_OPS = frozenset(("PUT", "BINPUT", "LONG_BINPUT"))
-_GET_OPS = frozenset(("GET", "BINGET", "LONG_BINGET"))
-_UNKNOWN = object()
-_MARK = object()
 
 
 def _root(reader):
@@ -70,71 +58,19 @@ def scan_pickle(data, name="<pickle>"):
     CorruptFileError
         If the stream is not a well-formed pickle.
     """
-    found = set()
-    ext_codes = set()
-    unresolved = 0
-    protocol = 0
-    stack = []
-    memo = {}
-    try:
-        for opcode, arg, _ in pickletools.genops(io.BytesIO(bytes(data))):
-            op = opcode.name
-            if op == "PROTO":
-                protocol = max(protocol, arg)
-            if op in ("GLOBAL", "INST"):
-                module, _, attr = arg.partition(" ")
-                found.add(f"{module}.{attr}")
-            elif op in _EXT_OPS:
-                ext_codes.add(arg)
-            if op in _STRING_OPS:
-                value = arg.decode("ascii", "replace") if isinstance(arg, bytes) else arg
-                _pop(stack, opcode)
-                stack.append(value)
-            elif op in _PUT_OPS:
-                memo[arg] = stack[-1] if stack else _UNKNOWN
-            elif op == "MEMOIZE":
-                memo[len(memo)] = stack[-1] if stack else _UNKNOWN
-            elif op in _GET_OPS:
-                stack.append(memo.get(arg, _UNKNOWN))
-            elif op == "STACK_GLOBAL":
-                attr = stack.pop() if stack else _UNKNOWN
-                module = stack.pop() if stack else _UNKNOWN
-                if isinstance(module, str) and isinstance(attr, str):
-                    found.add(f"{module}.{attr}")
-                else:
-                    unresolved += 1
-                stack.append(_UNKNOWN)
-            elif op == "MARK":
-                stack.append(_MARK)
-            else:
-                _pop(stack, opcode)
-                stack.extend(_UNKNOWN for _ in opcode.stack_after)
-    except (ValueError, EOFError) as exc:  # genops' errors on malformed streams
-        raise CorruptFileError(f"{name}: damaged pickle stream ({exc})") from None
-    found.discard(STORED_ARRAY)
+    return _globals_of(walk(data), name)
+
+
+def _globals_of(walked, name):
+    """:func:`scan_pickle`'s result from a :class:`cpersist._opcodes.Walk`."""
+    if walked.error is not None:
+        raise CorruptFileError(f"{name}: damaged pickle stream ({walked.error})")
     return {
-        "globals": sorted(found),
-        "unresolved_globals": unresolved,
-        "extension_codes": sorted(ext_codes),
-        "protocol": protocol,
+        "globals": sorted(walked.globals - {STORED_ARRAY}),
+        "unresolved_globals": walked.unresolved,
+        "extension_codes": sorted(set(walked.extension_codes)),
+        "protocol": walked.protocol,
     }
-
-
-_EXT_OPS = frozenset(("EXT1", "EXT2", "EXT4"))
-
-
-def _pop(stack, opcode):
-    """Pop what ``opcode`` consumes (up to the mark when it takes one)."""
-    before = opcode.stack_before
-    if pickletools.markobject in before or (
-        opcode.name == "POP" and stack and stack[-1] is _MARK
-    ):
-        while stack and stack.pop() is not _MARK:
-            pass
-        n = before.index(pickletools.markobject) if pickletools.markobject in before else 0
-    else:
-        n = len(before)
-    del stack[max(0, len(stack) - n):]
 
 
 def inspect(source):
@@ -164,7 +100,18 @@ def inspect(source):
         ``"globals"``: sorted ``"module.name"`` strings the pickle stream
         resolves (array references excluded);
         ``"unresolved_globals"`` and ``"extension_codes"``: see
-        :func:`scan_pickle`.
+        :func:`scan_pickle`;
+        ``"inline_arrays"``: one dict per small array a compressed file
+        keeps inside its pickle stream, with ``path``, ``dtype``, ``shape``
+        (list, or None if unknown), ``order`` and ``raw_bytes`` (None if
+        unknown).
+
+        Each entry of ``"arrays"`` and ``"inline_arrays"`` has a ``"path"``:
+        where the array sits in the object, as Python would reach it from
+        the object named ``obj``, e.g. ``"obj['w']"``,
+        ``"obj['layers'][1]['b']"`` or ``"obj.coef_"`` (``"?"`` when the
+        stream reaches it through something the walk does not model, such
+        as a custom ``__reduce__`` with non-dict state).
 
     Raises
     ------
@@ -198,8 +145,12 @@ def inspect(source):
                 "stored_bytes": section.stored_size,
                 "raw_bytes": section.raw_size,
             })
-        pickled = reader.read_bytes(root)
-        scan = scan_pickle(pickled, name)
+        # One walk of the stream gives both the globals and the arrays' paths.
+        walked = walk(reader.read_bytes(root))
+        scan = _globals_of(walked, name)
+        found = arrays_of(walked)
+        for entry in arrays:
+            entry["path"] = found["paths"].get(entry["section"], "?")
         return {
             "format": f"{reader.major}.{reader.minor}",
             "info": dict(reader.info) if isinstance(reader.info, dict) else {},
@@ -213,6 +164,7 @@ def inspect(source):
             "globals": scan["globals"],
             "unresolved_globals": scan["unresolved_globals"],
             "extension_codes": scan["extension_codes"],
+            "inline_arrays": found["inline"],
         }
 
 

@@ -14,7 +14,8 @@ import os
 import time
 import warnings
 
-from .api import MMAP_MODES, dump, load
+from ._args import MMAP_MODES
+from .api import dump, load
 from .codecs import parse_compress
 from .container import MAGIC
 

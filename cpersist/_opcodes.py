@@ -1,0 +1,405 @@
+"""Walk a pickle stream's opcodes symbolically, importing and calling nothing.
+
+:func:`walk` reads a stream once with :func:`pickletools.genops`, keeping one
+symbolic stack and one memo, and records at the same time what loading it
+would resolve (the globals named by ``GLOBAL``, ``INST`` and ``STACK_GLOBAL``,
+copyreg extension codes, the protocol) and a tree of the containers and calls
+that hold the format's array calls, from which :mod:`cpersist._paths` tells
+where each array sits. Literals (numbers, strings, short bytes) sit on the
+stack as themselves; everything else is a :class:`Node`.
+"""
+
+import pickletools
+
+from . import _format_names as names
+
+_MARK = object()    # a MARK on the stack
+_OPAQUE = object()  # a literal not kept: long bytes (inline array data) would stay in memory
+
+_STORED_ARRAY = names.split(names.STORED_ARRAY)
+_INLINE_ARRAY = names.split(names.INLINE_ARRAY)
+_REBUILD_VIEW = names.split(names.REBUILD_VIEW)
+_REBUILD_MASKED = names.split(names.REBUILD_MASKED)
+
+#: Opcodes pushing their argument as the value the unpickler would push.
+_LITERALS = frozenset((
+    "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT",
+    "STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE",
+    "BINUNICODE8", "NONE",
+))
+_BYTES = frozenset(("BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "BYTEARRAY8"))
+#: Longer bytes are never shown as a dict key, so they are not kept.
+MAX_KEPT_BYTES = 200
+
+
+class Node:
+    """A value on the symbolic stack that is not a literal."""
+
+    __slots__ = ("kind", "value", "children", "count", "items", "state")
+
+    def __init__(self, kind, value=None):
+        self.kind = kind          # global, dict, list, tuple, set, call, array, inline, other
+        self.value = value        # global: (module, name); call: its callable;
+        #                           array: section number; inline: its args tuple
+        self.children = []        # (label, node) for children that may hold arrays
+        self.count = 0            # list: items appended so far
+        self.items = ()           # tuple and call: the members / arguments
+        self.state = None         # call: what BUILD gave it
+
+    def add(self, label, child):
+        if type(child) is Node:
+            self.children.append((label, child))
+
+
+class Walk:
+    """What :func:`walk` found.
+
+    Attributes
+    ----------
+    protocol : int
+        The highest ``PROTO`` (0 when absent).
+    globals : set of str
+        ``"module.name"`` of every global the stream names, the format's
+        ``stored_array`` included.
+    unresolved : int
+        ``STACK_GLOBAL`` opcodes whose strings are computed at load time.
+    extension_codes : list of int
+        Codes of ``EXT*`` opcodes, in stream order.
+    top : Node or None
+        The object the stream builds, as a tree.
+    error : str or None
+        Why :func:`pickletools.genops` stopped early, for a malformed stream;
+        what precedes the problem is recorded.
+    """
+
+    __slots__ = ("protocol", "globals", "unresolved", "extension_codes", "top", "error")
+
+    def __init__(self):
+        self.protocol = 0
+        self.globals = set()
+        self.unresolved = 0
+        self.extension_codes = []
+        self.top = None
+        self.error = None
+
+
+def walk(data):
+    """Walk the pickle stream ``data`` (bytes-like) once; never raises on bad input.
+
+    Returns
+    -------
+    Walk
+    """
+    result = Walk()
+    stack = []
+    memo = {}
+    if not isinstance(data, (bytes, bytearray)):
+        data = bytes(data)
+    handlers = _HANDLERS
+    literals = _LITERALS
+    push = stack.append
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            name = op.name
+            if name in literals:
+                push(arg)
+            elif name == "MEMOIZE":
+                memo[len(memo)] = _top(stack)
+            elif name == "BINGET" or name == "LONG_BINGET" or name == "GET":
+                push(memo.get(arg) if arg in memo else Node("other"))
+            else:
+                handler = handlers.get(name)
+                if handler is None:
+                    _generic(op, stack)
+                else:
+                    handler(result, stack, memo, arg)
+    except (ValueError, EOFError) as exc:  # genops' errors on malformed streams
+        result.error = str(exc)
+    if result.top is None and stack and type(stack[-1]) is Node:
+        result.top = stack[-1]  # a stream ending early: what was built so far
+    return result
+
+
+def _top(stack):
+    """The value on top of the stack, as PUT and DUP see it."""
+    if stack and stack[-1] is not _MARK:
+        return stack[-1]
+    return Node("other")
+
+
+def _pop(stack):
+    return stack.pop() if stack else Node("other")
+
+
+def _target(stack):
+    """The container or object on top of the stack that an opcode fills in."""
+    top = stack[-1] if stack else None
+    return top if type(top) is Node else Node("other")
+
+
+def _pop_mark(stack):
+    """The items above the topmost MARK, which is removed with them."""
+    items = []
+    while stack:
+        item = stack.pop()
+        if item is _MARK:
+            break
+        items.append(item)
+    items.reverse()
+    return items
+
+
+def _generic(op, stack):
+    """Keep the stack's shape for an opcode not modelled: its results are "other"."""
+    before = op.stack_before
+    if pickletools.markobject in before:
+        _pop_mark(stack)
+        n = before.index(pickletools.markobject)
+    else:
+        n = len(before)
+    if n:
+        del stack[max(0, len(stack) - n):]
+    stack.extend(Node("other") for _ in op.stack_after)
+
+
+def _key_label(key):
+    if isinstance(key, (str, bytes)) and len(key) > MAX_KEPT_BYTES:
+        return "[?]"
+    if isinstance(key, (str, int, float, bytes, bool)):
+        return f"[{key!r}]"
+    return "[?]"
+
+
+def _proto(result, stack, memo, arg):
+    result.protocol = max(result.protocol, arg)
+
+
+def _frame(result, stack, memo, arg):
+    pass
+
+
+def _stop(result, stack, memo, arg):
+    result.top = _pop(stack)
+
+
+def _mark(result, stack, memo, arg):
+    stack.append(_MARK)
+
+
+def _put(result, stack, memo, arg):
+    memo[arg] = _top(stack)
+
+
+def _pop_one(result, stack, memo, arg):
+    if stack:
+        stack.pop()  # a MARK on top is what POP removes then
+
+
+def _pop_to_mark(result, stack, memo, arg):
+    _pop_mark(stack)
+
+
+def _dup(result, stack, memo, arg):
+    stack.append(_top(stack))
+
+
+def _bytes(result, stack, memo, arg):
+    kept = type(arg) is bytes and len(arg) <= MAX_KEPT_BYTES
+    stack.append(arg if kept else _OPAQUE)
+
+
+def _bool(value):
+    def push(result, stack, memo, arg):
+        stack.append(value)
+    return push
+
+
+def _empty(kind):
+    def push(result, stack, memo, arg):
+        stack.append(Node(kind))
+    return push
+
+
+def _dict(result, stack, memo, arg):
+    node = Node("dict")
+    items = _pop_mark(stack)
+    for key, value in zip(items[0::2], items[1::2]):
+        node.add(_key_label(key), value)
+    stack.append(node)
+
+
+def _sequence(kind):
+    def build(result, stack, memo, arg):
+        node = Node(kind)
+        items = _pop_mark(stack)
+        for i, item in enumerate(items):
+            node.add(f"[{i}]", item)
+        node.count = len(items)
+        if kind == "tuple":
+            node.items = items
+        stack.append(node)
+    return build
+
+
+def _tuple_n(size):
+    def build(result, stack, memo, arg):
+        start = max(0, len(stack) - size)
+        items = [Node("other") for _ in range(size - len(stack) + start)] + stack[start:]
+        del stack[start:]
+        node = Node("tuple")
+        node.items = items
+        for i, item in enumerate(items):
+            node.add(f"[{i}]", item)
+        stack.append(node)
+    return build
+
+
+def _append_to(target, values):
+    for value in values:
+        target.add(f"[{target.count}]", value)
+        target.count += 1
+
+
+def _append(result, stack, memo, arg):
+    value = _pop(stack)
+    _append_to(_target(stack), [value])
+
+
+def _appends(result, stack, memo, arg):
+    values = _pop_mark(stack)
+    _append_to(_target(stack), values)
+
+
+def _setitem(result, stack, memo, arg):
+    value = _pop(stack)
+    key = _pop(stack)
+    target = _target(stack)
+    target.add(_key_label(key), value)
+
+
+def _setitems(result, stack, memo, arg):
+    items = _pop_mark(stack)
+    target = _target(stack)
+    for key, value in zip(items[0::2], items[1::2]):
+        target.add(_key_label(key), value)
+
+
+def _additems(result, stack, memo, arg):
+    _pop_mark(stack)  # set members are hashable, so never arrays
+
+
+def _global(result, stack, memo, arg):
+    module, _, attr = arg.partition(" ")
+    result.globals.add(f"{module}.{attr}")
+    stack.append(Node("global", (module, attr)))
+
+
+def _stack_global(result, stack, memo, arg):
+    attr = _pop(stack)
+    module = _pop(stack)
+    if type(module) is str and type(attr) is str:
+        result.globals.add(f"{module}.{attr}")
+        stack.append(Node("global", (module, attr)))
+    else:
+        result.unresolved += 1  # a restricted load still checks it when resolving
+        stack.append(Node("other"))
+
+
+def _inst(result, stack, memo, arg):
+    module, _, attr = arg.partition(" ")
+    result.globals.add(f"{module}.{attr}")
+    _obj_call(Node("global", (module, attr)), _pop_mark(stack), stack)
+
+
+def _obj(result, stack, memo, arg):
+    items = _pop_mark(stack)
+    _obj_call(items[0] if items else Node("other"), items[1:], stack)
+
+
+def _obj_call(func, args, stack):
+    node = Node("call", func)
+    for i, item in enumerate(args):
+        node.add(f"<arg{i}>", item)
+    stack.append(node)
+
+
+def _reduce(result, stack, memo, arg):
+    args = _pop(stack)
+    func = _pop(stack)
+    stack.append(_call(func, args))
+
+
+def _newobj_ex(result, stack, memo, arg):
+    _pop(stack)  # kwargs
+    _reduce(result, stack, memo, arg)
+
+
+def _build(result, stack, memo, arg):
+    state = _pop(stack)
+    obj = _target(stack)
+    obj.state = state
+    # ``obj.__setstate__(state)``: a dict state (or (dict, slots)) sets attributes.
+    parts = [state]
+    if type(state) is Node and state.kind == "tuple" and len(state.children) <= 2:
+        parts = [child for _, child in state.children]
+    for part in parts:
+        if type(part) is Node and part.kind == "dict":
+            for label, child in part.children:
+                key = label[2:-2] if label.startswith("['") and label.endswith("']") else None
+                if key is not None and key.isidentifier():
+                    obj.add(f".{key}", child)
+                else:
+                    obj.add(f".__dict__{label}", child)
+        else:
+            obj.add("<state>", part)
+
+
+def _ext(result, stack, memo, arg):
+    result.extension_codes.append(arg)
+    stack.append(Node("other"))
+
+
+def _call(func, args):
+    """The node of ``func(*args)``; the format's own calls become array nodes."""
+    target = func.value if type(func) is Node and func.kind == "global" else None
+    is_tuple = type(args) is Node and args.kind == "tuple"
+    if target == _STORED_ARRAY:
+        section = args.items[0] if is_tuple and args.items else None
+        if type(section) is int:
+            return Node("array", section)
+    if target == _INLINE_ARRAY:
+        return Node("inline", args)
+    node = Node("call", func)
+    node.items = args.items if is_tuple else ()  # a dtype's are read back
+    if not is_tuple:
+        node.add("<args>", args)
+    elif target == _REBUILD_VIEW:
+        # (base, cls, state): the subclass instance is its base array.
+        for label, child in args.children:
+            node.add("" if label == "[0]" else f"<arg{label[1:-1]}>", child)
+    elif target == _REBUILD_MASKED:
+        # (cls, data, mask, fill_value, hard_mask)
+        for label, child in args.children:
+            node.add({"[1]": "", "[2]": ".mask"}.get(label, f"<arg{label[1:-1]}>"), child)
+    else:
+        for label, child in args.children:
+            node.add(f"<arg{label[1:-1]}>", child)
+    return node
+
+
+_HANDLERS = {
+    "PROTO": _proto, "FRAME": _frame, "STOP": _stop, "MARK": _mark,
+    "PUT": _put, "BINPUT": _put, "LONG_BINPUT": _put,
+    "POP": _pop_one, "POP_MARK": _pop_to_mark, "DUP": _dup,
+    "NEWTRUE": _bool(True), "NEWFALSE": _bool(False),
+    **{name: _bytes for name in _BYTES},
+    **{f"EMPTY_{kind.upper()}": _empty(kind) for kind in ("dict", "list", "tuple", "set")},
+    "DICT": _dict, "LIST": _sequence("list"), "TUPLE": _sequence("tuple"),
+    "FROZENSET": _sequence("set"),
+    "TUPLE1": _tuple_n(1), "TUPLE2": _tuple_n(2), "TUPLE3": _tuple_n(3),
+    "APPEND": _append, "APPENDS": _appends, "SETITEM": _setitem, "SETITEMS": _setitems,
+    "ADDITEMS": _additems,
+    "GLOBAL": _global, "STACK_GLOBAL": _stack_global, "INST": _inst, "OBJ": _obj,
+    "REDUCE": _reduce, "NEWOBJ": _reduce, "NEWOBJ_EX": _newobj_ex, "BUILD": _build,
+    "EXT1": _ext, "EXT2": _ext, "EXT4": _ext,
+}

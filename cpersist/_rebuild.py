@@ -1,0 +1,78 @@
+"""The functions a cpersist pickle stream calls to rebuild its arrays.
+
+Each is pickled under its literal name from :mod:`cpersist._format_names`,
+not under this module's name: :func:`_format_name` sets ``__module__`` and
+``__qualname__`` from the literal, so moving a function cannot change what
+files name. The C pickler checks that the name resolves back to the same
+object, so the module the literal names (``cpersist.pickler``) imports them.
+"""
+
+import pickle
+
+import numpy as np
+
+from . import _format_names as names
+from .arrays import from_inline
+
+
+def _format_name(literal):
+    """Make the decorated function pickle as the global ``literal``."""
+    module, attr = names.split(literal)
+
+    def decorate(func):
+        func.__module__ = module
+        func.__qualname__ = func.__name__ = attr
+        return func
+
+    return decorate
+
+
+@_format_name(names.STORED_ARRAY)
+def stored_array(index):
+    """Placeholder resolved by the unpickler of :func:`cpersist.load`; never called by it.
+
+    A cpersist pickle stream calls this to fetch the array kept in section
+    ``index``; outside :func:`cpersist.load` there is no file to fetch it from.
+    """
+    raise pickle.UnpicklingError(
+        "this pickle stream comes from a cpersist file: open it with cpersist.load()"
+    )
+
+
+@_format_name(names.INLINE_ARRAY)
+def inline_array(data, dtype, shape, order):
+    """Rebuild a small array stored inside the pickle stream."""
+    try:
+        return from_inline(data, dtype, shape, order)
+    except (TypeError, ValueError) as exc:
+        raise pickle.UnpicklingError(f"bad inline array: {exc}") from None
+
+
+@_format_name(names.REBUILD_VIEW)
+def rebuild_view(base, cls, state):
+    """Rebuild an ndarray subclass (e.g. ``np.matrix``) as a view of ``base``."""
+    if not (isinstance(cls, type) and issubclass(cls, np.ndarray)):
+        raise pickle.UnpicklingError(f"{cls!r} is not an ndarray subclass")
+    arr = base.view(cls)
+    if state:
+        arr.__dict__.update(state)
+    return arr
+
+
+@_format_name(names.REBUILD_MASKED)
+def rebuild_masked(cls, data, mask, fill_value, hard_mask):
+    """Rebuild a masked array from its stored data and mask."""
+    if not (isinstance(cls, type) and issubclass(cls, np.ma.MaskedArray)):
+        raise pickle.UnpicklingError(f"{cls!r} is not a MaskedArray subclass")
+    arr = np.ma.MaskedArray(data, mask=mask, copy=False, hard_mask=hard_mask).view(cls)
+    if mask is not np.ma.nomask:
+        arr._mask = mask  # keep the stored mask object (and its memmap) as is
+    if fill_value is not None:
+        arr.fill_value = fill_value
+    return arr
+
+
+#: ``(module, name)`` -> function, for unpicklers resolving the format's
+#: names without importing the module they spell.
+BY_NAME = {(func.__module__, func.__qualname__): func
+           for func in (stored_array, inline_array, rebuild_view, rebuild_masked)}

@@ -1,0 +1,301 @@
+"""The unpickler of :func:`cpersist.load`: fetches stored arrays, can refuse globals.
+
+:class:`ArrayUnpickler` resolves the format's names (:mod:`cpersist._format_names`)
+itself: ``stored_array(n)`` becomes the n-th stored array. In restricted mode it
+decides on every other global by its name alone, against an allowlist
+(:data:`SAFE_GLOBALS` plus what ``trusted`` adds), before importing anything.
+"""
+
+import _compat_pickle
+import copyreg
+import pickle
+import types
+
+import numpy as np
+
+from . import _format_names as names
+from ._opcodes import walk
+from ._rebuild import BY_NAME
+from .exceptions import CorruptFileError, UntrustedObjectError
+
+_STORED_ARRAY = names.split(names.STORED_ARRAY)
+
+#: Globals a restricted load resolves: data types and their constructors,
+#: none of which can run code, import modules or touch files.
+SAFE_GLOBALS = frozenset(
+    [("builtins", n) for n in (
+        "bool", "bytearray", "bytes", "complex", "dict", "float", "frozenset", "int",
+        "list", "range", "set", "slice", "str", "tuple",
+    )]
+    + [("collections", n) for n in ("OrderedDict", "defaultdict", "deque", "Counter")]
+    + [("datetime", n) for n in ("date", "datetime", "time", "timedelta", "timezone")]
+    + [("decimal", "Decimal"), ("fractions", "Fraction"), ("uuid", "UUID"),
+       ("copyreg", "_reconstructor")]
+    + [(m, n) for m in ("numpy", "numpy.core.multiarray", "numpy._core.multiarray")
+       for n in ("ndarray", "dtype", "_reconstruct", "scalar")]
+    + [(m, "_frombuffer") for m in ("numpy.core.numeric", "numpy._core.numeric")]
+    + [("numpy.ma.core", n) for n in ("MaskedArray", "_mareconstruct", "MaskedConstant")]
+    # numpy >= 2 sets MaskedArray.__module__ to "numpy.ma", so pickle names it so.
+    + [("numpy.ma", "MaskedArray")]
+    + [("numpy", "matrix"), ("numpy.matrixlib.defmatrix", "matrix"),
+       ("numpy", "recarray"), ("numpy", "record"), ("numpy.rec", "recarray"),
+       ("numpy.rec", "record")]
+    # Not numpy.memmap: called through REDUCE it creates or truncates any file
+    # (memmaps are stored as plain arrays, so no cpersist file needs it).
+    + [names.split(n) for n in names.FORMAT_GLOBALS - {names.STORED_ARRAY}]
+    + [("numpy.dtypes", n) for n in dir(np.dtypes) if n.endswith("DType")]
+    + [("numpy", t.__name__) for t in np.sctypeDict.values()]
+)
+
+
+def _latin1_encode(obj, encoding="utf-8", errors="strict"):
+    """What restricted loads call for ``_codecs.encode``.
+
+    Protocols 0-2 pickle ``bytes`` as ``_codecs.encode(text, "latin1")``; the
+    real ``encode`` accepts any codec name, and codec lookups import modules.
+    """
+    if type(obj) is not str or encoding not in ("latin1", "latin-1") or errors != "strict":
+        raise pickle.UnpicklingError(
+            f"_codecs.encode({type(obj).__name__}, {encoding!r}) refused: restricted "
+            f"loads only rebuild latin1-encoded bytes"
+        )
+    return obj.encode("latin-1")
+
+
+#: Globals a restricted load resolves to a narrower safe function.
+SAFE_SUBSTITUTES = {("_codecs", "encode"): _latin1_encode}
+
+#: ``type.__flags__`` bit of types whose attributes cannot be set.
+_IMMUTABLE_TYPE = 1 << 8
+
+
+def compat_name(module, name):
+    """Python 2 names mapped to Python 3 ones, as the unpickler does for
+    protocols 0-2 (``__builtin__.set`` is ``builtins.set``)."""
+    if (module, name) in _compat_pickle.NAME_MAPPING:
+        return _compat_pickle.NAME_MAPPING[(module, name)]
+    return _compat_pickle.IMPORT_MAPPING.get(module, module), name
+
+
+def _is_dunder(part):
+    return len(part) > 4 and part.startswith("__") and part.endswith("__")
+
+
+def _snapshot(obj):
+    """The settable state of a class or function a pickle could alter."""
+    if isinstance(obj, type):
+        if obj.__flags__ & _IMMUTABLE_TYPE:
+            return None
+        return dict(vars(obj))
+    if isinstance(obj, types.FunctionType):
+        return {"__dict__": dict(vars(obj)), "__defaults__": obj.__defaults__,
+                "__kwdefaults__": obj.__kwdefaults__, "__code__": obj.__code__}
+    return None
+
+
+def _restore(obj, saved):
+    """Undo changes to ``obj`` since ``saved``; return the changed names."""
+    if isinstance(obj, type):
+        now = dict(vars(obj))
+        changed = sorted(k for k in set(now) | set(saved) if now.get(k, _MISSING)
+                         is not saved.get(k, _MISSING))
+        for key in changed:
+            if key in saved:
+                setattr(obj, key, saved[key])
+            else:
+                delattr(obj, key)
+        return changed
+    changed = []
+    now = vars(obj)
+    # Identity only: == on stored values (numpy arrays) may not give a bool.
+    if len(now) != len(saved["__dict__"]) or any(
+        now.get(k, _MISSING) is not v for k, v in saved["__dict__"].items()
+    ):
+        changed.append("__dict__")
+        vars(obj).clear()
+        vars(obj).update(saved["__dict__"])
+    for key in ("__defaults__", "__kwdefaults__", "__code__"):
+        if getattr(obj, key) is not saved[key]:
+            changed.append(key)
+            setattr(obj, key, saved[key])
+    return changed
+
+
+_MISSING = object()
+
+
+def normalize_trusted(trusted):
+    """Turn ``load``'s ``trusted`` argument into (restricted, globals, prefixes).
+
+    ``True``: everything is trusted (plain pickle behaviour). ``False``: only
+    :data:`SAFE_GLOBALS`. An iterable: :data:`SAFE_GLOBALS` plus its items,
+    each a ``(module, name)`` pair or a module name whose whole package is
+    trusted (``"sklearn"`` trusts ``sklearn`` and ``sklearn.*``).
+    """
+    if trusted is True:
+        return False, SAFE_GLOBALS, ()
+    if trusted is False:
+        return True, SAFE_GLOBALS, ()
+    if isinstance(trusted, str) or _is_global_pair(trusted):
+        items = [trusted]
+    else:
+        try:
+            items = list(trusted)
+        except TypeError:
+            raise ValueError(
+                f"trusted must be True, False or an iterable of module names and "
+                f"(module, name) pairs; got {trusted!r}"
+            ) from None
+    allowed = set(SAFE_GLOBALS)
+    prefixes = []
+    for item in items:
+        if isinstance(item, str) and item:
+            prefixes.append(item)
+        elif _is_global_pair(item):
+            allowed.add(item)
+        else:
+            raise ValueError(
+                f"trusted must be True, False or an iterable of module names and "
+                f"(module, name) pairs; got item {item!r}"
+            )
+    return True, frozenset(allowed), tuple(prefixes)
+
+
+def _is_global_pair(item):
+    return isinstance(item, tuple) and len(item) == 2 and all(isinstance(x, str) for x in item)
+
+
+class ArrayUnpickler(pickle.Unpickler):
+    """C unpickler that fetches stored arrays and can refuse globals.
+
+    Parameters
+    ----------
+    file : binary file object
+        The pickle stream.
+    load_array : callable
+        ``load_array(index) -> ndarray`` for ``stored_array(index)`` calls.
+    restricted : bool
+        Refuse globals outside ``allowed`` / ``prefixes``.
+    allowed : frozenset of (module, name)
+    prefixes : tuple of str
+    source : str
+        Name of the file, for error messages.
+    """
+
+    def __init__(self, file, load_array, restricted=False, allowed=SAFE_GLOBALS,
+                 prefixes=(), source=None):
+        super().__init__(file)
+        self._file = file
+        self._load_array = load_array
+        self._restricted = restricted
+        self._allowed = allowed
+        self._prefixes = prefixes
+        self._source = source
+        self._watched = {}
+
+    def find_class(self, module, name):
+        if (module, name) == _STORED_ARRAY:
+            return self._load_array
+        if not self._restricted:
+            return BY_NAME.get((module, name)) or super().find_class(module, name)
+        # Restricted: decide on the name alone, before importing anything.
+        module, name = compat_name(module, name)
+        if (module, name) in SAFE_SUBSTITUTES:
+            return SAFE_SUBSTITUTES[module, name]
+        exact = (module, name) in self._allowed
+        if not exact and not (
+            self._prefix_trusted(module)
+            and not any(_is_dunder(part) for part in name.split("."))
+        ):
+            raise UntrustedObjectError(module, name, self._source)
+        obj = BY_NAME.get((module, name)) or super().find_class(module, name)
+        if not exact:
+            # A trusted package also exposes what it imports (``os``,
+            # ``eval``...): only accept objects it defines.
+            owner = getattr(obj, "__module__", None)
+            if isinstance(obj, types.ModuleType) or not (
+                isinstance(owner, str) and self._prefix_trusted(owner)
+            ):
+                raise UntrustedObjectError(
+                    module, name, self._source,
+                    reason=f"it resolves to {type(obj).__name__} defined in {owner!r}, "
+                           f"outside the trusted modules",
+                )
+        if id(obj) not in self._watched:
+            saved = _snapshot(obj)
+            if saved is not None:
+                self._watched[id(obj)] = (obj, f"{module}.{name}", saved)
+        return obj
+
+    def _prefix_trusted(self, module):
+        return any(module == p or module.startswith(p + ".") for p in self._prefixes)
+
+    def load(self):
+        """Unpickle; in restricted mode also guard extension codes and globals."""
+        if not self._restricted:
+            return super().load()
+        self._check_extensions()
+        self._watched = {}
+        try:
+            result = super().load()
+        except ValueError as exc:
+            self._restore_watched()
+            if "extension code" in str(exc):
+                raise CorruptFileError(f"{self._source}: damaged pickle stream ({exc})") from None
+            raise
+        except BaseException:
+            self._restore_watched()
+            raise
+        changed = self._restore_watched()
+        if changed:
+            where, names = changed[0]
+            module, _, name = where.rpartition(".")
+            raise UntrustedObjectError(
+                module, name, self._source,
+                reason=f"the pickle stream tried to set {', '.join(names)} on it "
+                       f"(undone)",
+            )
+        return result
+
+    def _restore_watched(self):
+        changed = []
+        for obj, where, saved in self._watched.values():
+            names = _restore(obj, saved)
+            if names:
+                changed.append((where, names))
+        self._watched = {}
+        return changed
+
+    def _check_extensions(self):
+        """Refuse copyreg extension codes when some are registered.
+
+        The C unpickler resolves an extension code from a process-wide cache
+        without calling ``find_class`` once any load resolved it, so a
+        restricted load cannot let them through. With no code registered
+        they fail anyway ("unregistered extension code").
+        """
+        if not (copyreg._inverted_registry or copyreg._extension_cache):
+            return
+        try:
+            pos = self._file.tell()
+            data = self._file.read()
+            self._file.seek(pos)
+        except (AttributeError, OSError, ValueError):
+            raise UntrustedObjectError(
+                "copyreg", "extension codes", self._source,
+                reason="extension codes are registered in this process and the "
+                       "stream cannot be scanned for them",
+            ) from None
+        codes = walk(data).extension_codes  # a malformed stream: the unpickler reports it
+        if codes:
+            module, name = copyreg._inverted_registry.get(codes[0], ("copyreg", f"ext{codes[0]}"))
+            raise UntrustedObjectError(
+                module, name, self._source,
+                reason=f"it is named by copyreg extension code {codes[0]}, which "
+                       f"restricted loads refuse",
+            )
+
+    def persistent_load(self, pid):
+        raise CorruptFileError(
+            f"{self._source}: unexpected persistent id {pid!r} in the pickle stream"
+        )
