@@ -41,10 +41,12 @@ DEFAULT_CODEC = "zstd-auto"
 #: Level used when ``compress`` is True or a bare codec name.
 DEFAULT_LEVEL = 3
 
-# Lower case because the command line lowercases its --compress value; no
-# trailing ":<digits>" because NAME:LEVEL would be ambiguous.
-_VALID_ID = re.compile(r"[a-z0-9][a-z0-9_.+:-]*")
-_LEVEL_SUFFIX = re.compile(r":[0-9]*$")
+# Valid codec ids: lower case because the command line lowercases its
+# --compress value; no trailing ":<digits>", which NAME:LEVEL would read as a
+# level. Kept as strings: re caches the compiled pattern at first use, so
+# importing cpersist compiles nothing.
+_VALID_ID = r"[a-z0-9][a-z0-9_.+:-]*"
+_LEVEL_SUFFIX = r":[0-9]*$"
 
 _registry = {}
 # Held while a codec is looked up and registered, so that threads decoding
@@ -103,8 +105,8 @@ def register_codec(cls, *, replace=False):
         missing = ", ".join(sorted(cls.__abstractmethods__))
         raise TypeError(f"{cls.__qualname__} does not implement {missing}")
     name = cls.codec_id
-    if (not isinstance(name, str) or not _VALID_ID.fullmatch(name)
-            or _LEVEL_SUFFIX.search(name)):
+    if (not isinstance(name, str) or not re.fullmatch(_VALID_ID, name)
+            or re.search(_LEVEL_SUFFIX, name)):
         raise ValueError(
             f"{cls.__qualname__}.codec_id={name!r} is not a valid codec name: use lower-case "
             f"letters, digits and _.+-, with optional ':' separators, not ending in ':<digits>'"
