@@ -15,7 +15,6 @@ import importlib
 import re
 import threading
 
-from ..exceptions import UnsupportedVersionError
 from .abc import LEVELS, Codec
 
 #: Entry-point group third-party packages declare their codecs in.
@@ -236,27 +235,28 @@ def codec_from_config(config):
 
     Raises
     ------
-    UnsupportedVersionError
-        If no codec of that name is available here: the message names the
-        codec and the entry-point group a package providing it would use.
+    UnknownCodecError
+        If no codec of that name is available here; the message names the
+        codec and the entry point a package providing it would declare.
+    ImportError
+        If the entry point providing it fails to load.
     KeyError, ValueError, TypeError
-        If the configuration is malformed or has a bad level; callers
-        reading files turn these into :class:`~cpersist.CorruptFileError`.
+        If the configuration is malformed or has a bad level.
+
+    Callers reading files turn all of these into
+    :class:`~cpersist.CorruptFileError` naming the file.
     """
     name = config["id"]
     try:
         return get_codec(name, config["level"])
     except UnknownCodecError:
-        raise UnsupportedVersionError(
+        raise UnknownCodecError(
             f"the file uses codec {name!r}, which is not available here: it is not "
             f"built into this cpersist and no installed package provides it (a package "
             f"providing it declares a {ENTRY_POINT_GROUP!r} entry point named {name!r}; "
             f"install that package, or a newer cpersist). Available codecs: "
             f"{', '.join(available_codecs())}"
         ) from None
-    except ImportError as exc:
-        raise UnsupportedVersionError(f"the file uses codec {name!r}, which cannot be "
-                                      f"loaded: {exc}") from None
 
 
 def _compress_error(compress):
