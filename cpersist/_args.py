@@ -5,8 +5,7 @@ import pickle
 import warnings
 
 from ._files import display_name, is_path, is_writable
-from .arrays import DEFAULT_CHUNK_SIZE
-from .container import MAX_CHUNK_SIZE
+from .container import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE
 from .container.sources import ByteSource, LocalFileSource, SpooledSource, source_for
 
 MMAP_MODES = (None, "r", "r+", "c")

@@ -14,8 +14,8 @@ import pickle
 import numpy as np
 from numpy.lib import format as npy_format
 
-#: Default size of one chunk before compression.
-DEFAULT_CHUNK_SIZE = 4 << 20
+from .container import DEFAULT_CHUNK_SIZE
+
 
 
 def is_plain_data(arr):

@@ -283,7 +283,7 @@ def _cmd_bench(argv):
               f"(pip install 'cpersist[bench]'): {exc}", file=sys.stderr)
         return EXIT_FAILED
     try:
-        return bench_main(list(argv))
+        return bench_main(list(argv), prog=f"{PROG} bench")
     except SystemExit as exc:  # argparse inside the benchmark: --help, bad options
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
 
@@ -347,11 +347,15 @@ def build_parser():
     )
     convert.add_argument("src", metavar="SRC", help="a cpersist file; - reads standard input")
     convert.add_argument("dst", metavar="DST")
+    # The names come from the registry (built-in, registered and installed
+    # codecs), which lists them without importing any compression library.
+    from .codecs import ALIASES, DEFAULT_CODEC, DEFAULT_LEVEL, available_codecs
+
     convert.add_argument(
         "--compress", "-c", required=True, metavar="SPEC",
-        help="raw (or 0); a level 1-9 for the default codec (zstd); a codec name "
-             "(zlib, lz4, zstd, blosc, blosc:lz4, blosc:zstd, blosc:zlib, blosc:blosclz) "
-             "at level 3; or NAME:LEVEL, e.g. zstd:9 or blosc:lz4:5",
+        help=f"raw (or 0); a level 1-9 for the default codec ({DEFAULT_CODEC}); a codec "
+             f"name ({', '.join(available_codecs() + sorted(ALIASES))}) at level "
+             f"{DEFAULT_LEVEL}; or NAME:LEVEL, e.g. zstd:9 or blosc:lz4:5",
     )
     convert.add_argument("--chunk-size", type=_positive_int, default=None, metavar="BYTES",
                          help="bytes per chunk in DST (default: keep SRC's chunks)")

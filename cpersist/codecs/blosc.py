@@ -6,21 +6,33 @@ numeric arrays), then compresses with one of several inner codecs, exposed
 here as ``blosc:lz4``, ``blosc:zstd``, ``blosc:zlib`` and ``blosc:blosclz``.
 """
 
-import blosc2 as _blosc2
-
 from .abc import Codec
 
-_INNER = {
-    "lz4": _blosc2.Codec.LZ4,
-    "zstd": _blosc2.Codec.ZSTD,
-    "zlib": _blosc2.Codec.ZLIB,
-    "blosclz": _blosc2.Codec.BLOSCLZ,
-}
-# python-blosc2 holds the GIL while it compresses unless told otherwise, so
-# chunks compressed on cpersist's thread pool ran one at a time: 2 threads
-# gave 1.0x one thread (1350 vs 1390 MB/s); releasing it gives 2.0x. The
-# setting is process-wide; its cost is only felt with tiny blocks.
-_blosc2.set_releasegil(True)
+_blosc2 = None
+_INNER = {}
+
+
+def blosc2():
+    """The ``blosc2`` module, imported on first use and set up for cpersist.
+
+    Imported here rather than at module level because ``import blosc2`` pulls
+    in far more than compression (an HTTP client, numexpr...), a cost only
+    files that use Blosc should pay.
+    """
+    global _blosc2
+    if _blosc2 is None:
+        import blosc2 as module
+
+        # python-blosc2 holds the GIL while it compresses unless told
+        # otherwise, so chunks on cpersist's thread pool would run one at a
+        # time. The setting is process-wide; it costs something only with
+        # tiny blocks.
+        module.set_releasegil(True)
+        _INNER.update(lz4=module.Codec.LZ4, zstd=module.Codec.ZSTD,
+                      zlib=module.Codec.ZLIB, blosclz=module.Codec.BLOSCLZ)
+        _blosc2 = module
+    return _blosc2
+
 
 #: Largest typesize Blosc's shuffle accepts; larger items are not shuffled.
 _MAX_TYPESIZE = 255
@@ -40,7 +52,7 @@ def check_blosc_chunk(codec, head, stored, raw):
         Naming ``codec``, if the header is unreadable or disagrees.
     """
     try:
-        nbytes, cbytes, _ = _blosc2.get_cbuffer_sizes(head)
+        nbytes, cbytes, _ = blosc2().get_cbuffer_sizes(head)
     except Exception as exc:  # blosc2 raises bare Exceptions/ValueErrors
         raise codec._invalid(exc) from None
     if cbytes != stored:
@@ -58,7 +70,7 @@ def decode_blosc_chunk(codec, src, out):
     """
     check_blosc_chunk(codec, src, len(src), len(out))
     try:
-        _blosc2.decompress2(src, dst=out, nthreads=1)
+        blosc2().decompress2(src, dst=out, nthreads=1)
     except Exception as exc:  # blosc2 raises bare Exceptions/ValueErrors
         raise codec._invalid(exc) from None
 
@@ -80,11 +92,12 @@ class _Blosc(Codec):
         shuffle = shuffles(buf, typesize)
         # nthreads=1: cpersist already runs one chunk per core; Blosc's own
         # threads on top would oversubscribe the CPUs.
-        return _blosc2.compress2(
+        blosc = blosc2()
+        return blosc.compress2(
             buf,
             typesize=typesize if shuffle else 1,
             clevel=self.level,
-            filters=[_blosc2.Filter.SHUFFLE if shuffle else _blosc2.Filter.NOFILTER],
+            filters=[blosc.Filter.SHUFFLE if shuffle else blosc.Filter.NOFILTER],
             codec=_INNER[self.inner],
             nthreads=1,
         )

@@ -1,8 +1,37 @@
-"""Codecs keyed by name, and the parsing of the user's ``compress`` argument."""
+"""Codecs keyed by name, and the parsing of the user's ``compress`` argument.
+
+Three sources of codecs, looked up in this order:
+
+1. classes registered with :func:`register_codec` (including built-ins
+   already imported);
+2. the built-in codecs, a table of names and the module defining each, so
+   that a codec's module (and the compression library behind it) is imported
+   only when that codec is first used;
+3. the ``cpersist.codecs`` entry-point group of installed packages, read only
+   when a name is in neither of the above, or when codecs are listed.
+"""
+
+import importlib
+import re
+import threading
 
 from .abc import LEVELS, Codec
 
-_registry = {}
+#: Entry-point group third-party packages declare their codecs in.
+ENTRY_POINT_GROUP = "cpersist.codecs"
+
+#: The built-in codecs: name -> "module:Class". Adding a built-in codec means
+#: adding its module and one line here.
+BUILTIN_CODECS = {
+    "zlib": "cpersist.codecs.zlib:Zlib",
+    "lz4": "cpersist.codecs.lz4:LZ4",
+    "zstd": "cpersist.codecs.zstd:Zstd",
+    "zstd-auto": "cpersist.codecs.zstd_auto:ZstdAuto",
+    "blosc:lz4": "cpersist.codecs.blosc:BloscLZ4",
+    "blosc:zstd": "cpersist.codecs.blosc:BloscZstd",
+    "blosc:zlib": "cpersist.codecs.blosc:BloscZlib",
+    "blosc:blosclz": "cpersist.codecs.blosc:BloscBloscLZ",
+}
 #: Short names that stand for a registered codec.
 ALIASES = {"blosc": "blosc:lz4"}
 #: Codec used when ``compress`` is an int or True. Chosen by measurement on
@@ -11,42 +40,193 @@ DEFAULT_CODEC = "zstd-auto"
 #: Level used when ``compress`` is True or a bare codec name.
 DEFAULT_LEVEL = 3
 
+# Valid codec ids: lower case because the command line lowercases its
+# --compress value; no trailing ":<digits>", which NAME:LEVEL would read as a
+# level. Kept as strings: re caches the compiled pattern at first use, so
+# importing cpersist compiles nothing.
+_VALID_ID = r"[a-z0-9][a-z0-9_.+:-]*"
+_LEVEL_SUFFIX = r":[0-9]*$"
 
-def register_codec(cls):
-    """Register a :class:`Codec` subclass under its ``codec_id``.
+_registry = {}
+# Held while a codec is looked up and registered, so that threads decoding
+# chunks of a new file agree on one class per name.
+_lock = threading.RLock()
 
-    Can be used as a class decorator. Returns ``cls``.
+
+class UnknownCodecError(ValueError):
+    """No registered, built-in or installed codec has this name."""
+
+
+def _qualified(cls):
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def register_codec(cls, *, replace=False):
+    """Register a :class:`~cpersist.codecs.Codec` subclass under its ``codec_id``.
+
+    Once registered, the codec is accepted wherever cpersist takes a codec
+    name: ``cpersist.dump(obj, path, compress="name")``, ``(name, level)``,
+    ``cpersist.convert`` and ``cpersist convert --compress name:level``.
+    Files record the codec's ``get_config()``, so a file written with it can
+    be loaded only where the same codec is registered (or installed through
+    the ``cpersist.codecs`` entry-point group, see :func:`get_codec`).
+
+    Parameters
+    ----------
+    cls : type
+        A concrete subclass of :class:`~cpersist.codecs.Codec` whose
+        ``codec_id`` is a lower-case name (letters, digits, ``_.+-`` and
+        ``:`` separators, not ending in ``:`` and digits, which would read as
+        a level).
+    replace : bool
+        Registering a different class under a name already taken (a built-in
+        codec, an earlier registration) raises :class:`ValueError` unless
+        this is True: files record only the name, so a silent replacement
+        would change how existing files decode. Registering the same class
+        again is always allowed and does nothing.
+
+    Returns
+    -------
+    type
+        ``cls``, so that ``register_codec`` can decorate a class.
+
+    Raises
+    ------
+    TypeError
+        If ``cls`` is not a concrete Codec subclass.
+    ValueError
+        If its ``codec_id`` is not a valid name, is an alias, or is taken and
+        ``replace`` is False.
     """
-    if not (isinstance(cls, type) and issubclass(cls, Codec)) or not cls.codec_id:
-        raise TypeError(f"{cls!r} is not a Codec subclass with a codec_id")
-    _registry[cls.codec_id] = cls
+    if not (isinstance(cls, type) and issubclass(cls, Codec)):
+        raise TypeError(f"register_codec expects a Codec subclass, got {cls!r}")
+    if cls.__abstractmethods__:
+        missing = ", ".join(sorted(cls.__abstractmethods__))
+        raise TypeError(f"{cls.__qualname__} does not implement {missing}")
+    name = cls.codec_id
+    if (not isinstance(name, str) or not re.fullmatch(_VALID_ID, name)
+            or re.search(_LEVEL_SUFFIX, name)):
+        raise ValueError(
+            f"{cls.__qualname__}.codec_id={name!r} is not a valid codec name: use lower-case "
+            f"letters, digits and _.+-, with optional ':' separators, not ending in ':<digits>'"
+        )
+    if name in ALIASES:
+        raise ValueError(f"codec name {name!r} is an alias of {ALIASES[name]!r}")
+    with _lock:
+        current = _registry.get(name)
+        if current is None and name in BUILTIN_CODECS:
+            if BUILTIN_CODECS[name] == _qualified(cls):
+                current = cls  # the built-in module registering its own class
+            elif not replace:
+                current = BUILTIN_CODECS[name]
+        if current is not None and current is not cls and not replace:
+            taken = current if isinstance(current, str) else _qualified(current)
+            raise ValueError(
+                f"codec name {name!r} is already registered to {taken}; pass "
+                f"replace=True to replace it (files record only the name)"
+            )
+        _registry[name] = cls
     return cls
 
 
+def _entry_points():
+    """The installed ``cpersist.codecs`` entry points, by name."""
+    from importlib.metadata import entry_points
+
+    try:
+        found = entry_points(group=ENTRY_POINT_GROUP)
+    except TypeError:  # Python 3.9: a dict of groups
+        found = entry_points().get(ENTRY_POINT_GROUP, ())
+    return {ep.name: ep for ep in found}
+
+
+def _load_entry_point(ep):
+    where = f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP!r}"
+    dist = getattr(ep, "dist", None)
+    if dist is not None:
+        where += f", package {dist.metadata['Name']} {dist.version}"
+    where += ")"
+    try:
+        cls = ep.load()
+    except Exception as exc:
+        raise ImportError(f"codec {ep.name!r}: {where} failed to load: "
+                          f"{type(exc).__name__}: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Codec)) or cls.codec_id != ep.name:
+        raise ImportError(f"codec {ep.name!r}: {where} does not name a Codec subclass "
+                          f"with codec_id {ep.name!r} (got {cls!r})")
+    try:
+        return register_codec(cls)
+    except (TypeError, ValueError) as exc:
+        raise ImportError(f"codec {ep.name!r}: {where} is not a valid codec: {exc}") from exc
+
+
+def _codec_class(name):
+    """The class registered, built in or installed as ``name``, or None."""
+    with _lock:
+        cls = _registry.get(name)
+        if cls is not None:
+            return cls
+        if name in BUILTIN_CODECS:
+            module, _, qualname = BUILTIN_CODECS[name].partition(":")
+            cls = getattr(importlib.import_module(module), qualname)
+            _registry[name] = cls
+            return cls
+    ep = _entry_points().get(name)
+    if ep is None:
+        return None
+    with _lock:
+        return _registry.get(name) or _load_entry_point(ep)
+
+
 def available_codecs():
-    """Names of the registered codecs, sorted.
+    """Names of the codecs cpersist can use here, sorted.
+
+    The built-in codecs, those registered with
+    :func:`cpersist.codecs.register_codec`, and those installed packages
+    declare in the ``cpersist.codecs`` entry-point group (listed without
+    importing them). Aliases (``"blosc"`` for ``"blosc:lz4"``) are not listed.
 
     Returns
     -------
     list of str
     """
-    return sorted(_registry)
+    return sorted(set(BUILTIN_CODECS) | set(_registry) | set(_entry_points()))
+
+
+def _accepted_names():
+    return ", ".join(available_codecs() + sorted(ALIASES))
 
 
 def get_codec(name, level=DEFAULT_LEVEL):
     """Return the codec registered as ``name`` (or an alias) at ``level``.
 
+    A name that is neither registered nor built in is looked up in the
+    ``cpersist.codecs`` entry-point group of installed packages; the class
+    the entry point names is loaded and registered then.
+
+    Parameters
+    ----------
+    name : str
+        A codec name from :func:`available_codecs`, or an alias.
+    level : int
+        1–9.
+
+    Returns
+    -------
+    Codec
+
     Raises
     ------
     ValueError
-        If no codec has that name, or the level is not 1–9.
+        If no codec has that name (:class:`UnknownCodecError`), or the level
+        is not 1–9.
+    ImportError
+        If an entry point of that name fails to load or names no valid codec;
+        the message names the entry point and its package.
     """
-    cls = _registry.get(ALIASES.get(name, name)) if isinstance(name, str) else None
+    cls = _codec_class(ALIASES.get(name, name)) if isinstance(name, str) else None
     if cls is None:
-        raise ValueError(
-            f"unknown codec {name!r}; accepted names: "
-            f"{', '.join(available_codecs() + sorted(ALIASES))}"
-        )
+        raise UnknownCodecError(f"unknown codec {name!r}; accepted names: {_accepted_names()}")
     return cls(level)
 
 
@@ -55,19 +235,35 @@ def codec_from_config(config):
 
     Raises
     ------
+    UnknownCodecError
+        If no codec of that name is available here; the message names the
+        codec and the entry point a package providing it would declare.
+    ImportError
+        If the entry point providing it fails to load.
     KeyError, ValueError, TypeError
-        If the configuration names no known codec or a bad level; callers
-        reading files turn these into :class:`~cpersist.CorruptFileError`.
+        If the configuration is malformed or has a bad level.
+
+    Callers reading files turn all of these into
+    :class:`~cpersist.CorruptFileError` naming the file.
     """
-    return get_codec(config["id"], config["level"])
+    name = config["id"]
+    try:
+        return get_codec(name, config["level"])
+    except UnknownCodecError:
+        raise UnknownCodecError(
+            f"the file uses codec {name!r}, which is not available here: it is not "
+            f"built into this cpersist and no installed package provides it (a package "
+            f"providing it declares a {ENTRY_POINT_GROUP!r} entry point named {name!r}; "
+            f"install that package, or a newer cpersist). Available codecs: "
+            f"{', '.join(available_codecs())}"
+        ) from None
 
 
 def _compress_error(compress):
     return ValueError(
         f"invalid compress={compress!r}: use 0/False (raw), True (default codec "
         f"{DEFAULT_CODEC} at level {DEFAULT_LEVEL}), an int 0-9, a codec name "
-        f"({', '.join(available_codecs() + sorted(ALIASES))}) or a (name, level) "
-        f"tuple with level 0-9"
+        f"({_accepted_names()}) or a (name, level) tuple with level 0-9"
     )
 
 
@@ -104,7 +300,7 @@ def parse_compress(compress):
     if isinstance(compress, str):
         try:
             return get_codec(compress, DEFAULT_LEVEL)
-        except ValueError:
+        except UnknownCodecError:
             raise _compress_error(compress) from None
     if isinstance(compress, tuple) and len(compress) == 2:
         name, level = compress
@@ -116,7 +312,7 @@ def parse_compress(compress):
         ):
             try:
                 codec = get_codec(name, level or DEFAULT_LEVEL)
-            except ValueError:
+            except UnknownCodecError:
                 raise _compress_error(compress) from None
             return codec if level else None
     raise _compress_error(compress)

@@ -8,16 +8,14 @@ from .abc import Codec
 
 # Zstandard contexts are reused, one per thread (they are not thread-safe).
 # A new context per chunk allocates and frees megabytes of tables and window
-# each time; on a thread pool those mmap/munmap calls serialise the threads:
-# decompressing 100 MB took 36.0 ms on 2 threads with a context per chunk,
-# 25.2 ms with one per thread (48.4 ms on 1 thread).
+# each time; on a thread pool those mmap/munmap calls serialise the threads.
 _local = threading.local()
 
 
 def _compressor(level):
-    # One context per thread, for the last level used: a context holds 3.7 MB
-    # at level 3 and 15.5 MB at level 9 after a 4 MiB chunk, kept for the
-    # thread's life.
+    # One context per thread, for the last level used: a context keeps its
+    # tables (megabytes, more at higher levels) for the thread's life, so
+    # one per level would multiply that memory.
     cached = getattr(_local, "compressor", None)
     if cached is None or cached[0] != level:
         cached = _local.compressor = (

@@ -10,32 +10,21 @@ and keeps the smallest. Each stored chunk says which way it went: a plain
 Zstandard frame, or a Blosc2 chunk (shuffle, byte delta, Zstandard inside)
 that Blosc's own decoder undoes.
 
-Measured on the built-in 100 MB datasets, one thread, 4 MiB chunks:
-
-=============  ============  ===============================
-dataset        zstd 3        shuffle + delta + zstd 1
-=============  ============  ===============================
-time series    8.1, 527 MB/s 20.1, 1870 MB/s (chosen)
-smooth map     8.5, 675 MB/s 6.0 (not chosen)
-sparse table   15.1          6.2 (not chosen)
-=============  ============  ===============================
+How often each form wins on the benchmark's datasets is in the benchmark
+documentation (docs/benchmarks.rst).
 """
 
-import blosc2 as _blosc2
-
 from .abc import Codec, middle_sample
-from .blosc import check_blosc_chunk, decode_blosc_chunk, shuffles
+from .blosc import blosc2, check_blosc_chunk, decode_blosc_chunk, shuffles
 from .zstd import Zstd
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 #: Zstandard level used behind the filters, for each cpersist level. After
 #: shuffle + delta, numeric data is mostly long runs that zstd's fastest
-#: strategy already finds: on the time series, level 1 gives ratio 20.1 at
-#: 1870 MB/s where level 3 gives 18.7 at 1080 MB/s. So levels 1-3 use 1.
-#: Higher levels also try level 1 on the sample, since a stronger zstd is
-#: not always smaller after the filters: on the time series, 5, 7 and 9 give
-#: 18.5-18.6 against 20.1 for 1, while on sklearn's digits 9 gives 12.8
-#: against 11.4 for 1.
+#: strategy already finds, and finds much faster than level 3, for a ratio as
+#: good or better: so levels 1-3 use 1. Higher levels also try level 1 on the
+#: sample, since a stronger zstd is not always smaller after the filters (on a
+#: random walk it is not; on small-integer images it is).
 _FILTERED_ZSTD_LEVEL = {1: 1, 2: 1, 3: 1, 4: 3, 5: 3, 6: 5, 7: 5, 8: 7, 9: 9}
 #: Blosc block size: 256 KiB fits in L2 with its compressed copy.
 _BLOCK_SIZE = 256 << 10
@@ -71,12 +60,13 @@ class ZstdAuto(Codec):
         self._clevels = sorted({1, (_FILTERED_ZSTD_LEVEL[level] + 1) // 2})
 
     def _filtered(self, buf, typesize, clevel):
-        return _blosc2.compress2(
+        blosc = blosc2()
+        return blosc.compress2(
             buf,
             typesize=typesize,
             clevel=clevel,
-            filters=[_blosc2.Filter.SHUFFLE, _blosc2.Filter.BYTEDELTA],
-            codec=_blosc2.Codec.ZSTD,
+            filters=[blosc.Filter.SHUFFLE, blosc.Filter.BYTEDELTA],
+            codec=blosc.Codec.ZSTD,
             blocksize=_BLOCK_SIZE,
             # cpersist already runs one chunk per core.
             nthreads=1,

@@ -13,7 +13,7 @@ by an opaque ``meta`` dict that the caller provides. One module per layer:
 from .buffers import READ_BUFFERS, BufferPool
 from .encode import (BATCH_CHUNKS, MAX_BATCH_CHUNKS, PROBE_SIZE, SAVING_NEEDED_LEVELS_1_TO_5,
                      SAVING_NEEDED_LEVELS_6_TO_9, EncodedStream, encode_chunk)
-from .layout import (ALIGN, END_MAGIC, ENCODED, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC,
+from .layout import (ALIGN, DEFAULT_CHUNK_SIZE, END_MAGIC, ENCODED, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC,
                      MAX_CHUNK_SIZE, TRAILER, VERBATIM, Chunk, Section, checksum)
 from .reader import CHECKED_CLAIM, TAIL_READ, ContainerReader
 from .sources import ByteSource, source_for
@@ -23,7 +23,7 @@ from .writer import FALLOCATE_MIN, ContainerWriter
 STORED = VERBATIM
 
 __all__ = [
-    "ALIGN", "BATCH_CHUNKS", "CHECKED_CLAIM", "END_MAGIC", "ENCODED", "FALLOCATE_MIN",
+    "ALIGN", "BATCH_CHUNKS", "CHECKED_CLAIM", "DEFAULT_CHUNK_SIZE", "END_MAGIC", "ENCODED", "FALLOCATE_MIN",
     "FORMAT_MAJOR", "FORMAT_MINOR", "HEADER", "MAGIC", "MAX_BATCH_CHUNKS", "MAX_CHUNK_SIZE",
     "PROBE_SIZE", "READ_BUFFERS", "SAVING_NEEDED_LEVELS_1_TO_5", "SAVING_NEEDED_LEVELS_6_TO_9",
     "TAIL_READ", "TRAILER", "VERBATIM", "BufferPool", "ByteSource", "Chunk", "ContainerReader",

@@ -36,6 +36,9 @@ ALIGN = 64
 ENCODED, VERBATIM = 0, 1
 #: Upper bound of a chunk's size: chunk tables use it to reject forged sizes.
 MAX_CHUNK_SIZE = 1 << 31
+#: Bytes of data per chunk when the caller does not choose: large enough that
+#: a chunk's fixed costs vanish, small enough that every thread gets chunks.
+DEFAULT_CHUNK_SIZE = 4 << 20
 
 ZEROS = bytes(ALIGN)
 
