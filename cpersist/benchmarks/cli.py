@@ -48,13 +48,9 @@ def build_parser(prog: str = "python -m cpersist.benchmarks") -> argparse.Argume
                    help="your own files to benchmark (.npy .npz .nii .nii.gz .h5 .hdf5 .cp, "
                         "and pickle/joblib with --trust-pickles); when given, only these run "
                         "unless --datasets is also given")
-    p.add_argument("--suite", choices=("storage", "serializers", "threads", "all"),
-                   default="storage",
+    p.add_argument("--suite", choices=("storage", "serializers", "all"), default="storage",
                    help="storage (default): datasets x methods x levels; serializers: picklebench; "
-                        "all: storage and serializers; threads: cpersist dump/load at each "
-                        "--threads count (default "
-                        "1 and all CPUs), alternating within one process, on the compressible "
-                        "datasets at --levels (default 3)")
+                        "all: storage and serializers")
     p.add_argument("--datasets", type=_csv_list, default=None, metavar="NAMES",
                    help="comma-separated dataset names or patterns (e.g. 'atlas_*,nifti_*', "
                         "'builtin', 'package'); default all")
@@ -89,6 +85,9 @@ def build_parser(prog: str = "python -m cpersist.benchmarks") -> argparse.Argume
                    help="picklebench: largest dict (default 4,096,000; --quick: 16,000)")
     p.add_argument("--mem-budget", type=float, default=4096.0, metavar="MB",
                    help="picklebench: stop growing before this peak RSS (default 4096 MB)")
+    p.add_argument("--import-runs", type=int, default=None, metavar="N",
+                   help="fresh interpreters timing 'import cpersist', 'import joblib' and "
+                        "'cpersist --help' (median reported; default 21, --quick: 5; 0 skips)")
     p.add_argument("--list", action="store_true", help="list datasets and methods, then exit")
     return p
 
@@ -206,26 +205,16 @@ def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
         except OSError:
             pass
 
-    if args.suite == "threads":
-        from .report import format_threads
-        from .threads import THREADS_COLUMNS, THREADS_DATASETS, run_threads
+    import_runs = args.import_runs if args.import_runs is not None else (5 if args.quick else 21)
+    if import_runs > 0:
+        from .importtime import IMPORT_COLUMNS, format_import_times, run_import_times
 
-        from .._threads import default_n_threads
-
-        counts = args.threads if isinstance(args.threads, list) else sorted(
-            {1, args.threads or default_n_threads()})
-        try:
-            dataset_list = ds.datasets_for_run(args.datasets, args.files, args.trust_pickles,
-                                               THREADS_DATASETS)
-        except ValueError as e:  # unknown dataset name
-            parser.error(str(e))
-        t_levels = args.levels or [3]
-        trows = run_threads(args.out, dataset_list, size, t_levels, counts, repeats, args.timeout)
-        written.append(write_csv(os.path.join(args.out, "threads.csv"), trows, THREADS_COLUMNS))
-        extra["threads"] = {"levels": t_levels, "counts": counts, "size_bytes": size,
-                            "rounds": repeats, "cache": "warm"}
-        print(format_threads(trows))
-        failed += sum(r["status"] == "failed" for r in trows)
+        irows = run_import_times(import_runs)
+        written.append(write_csv(os.path.join(args.out, "import_time.csv"), irows, IMPORT_COLUMNS))
+        extra["import_time"] = {"runs": import_runs,
+                                "units": "milliseconds; imports timed inside a fresh interpreter "
+                                         "after 'import numpy', commands as wall time"}
+        print("\n" + format_import_times(irows))
 
     extra["elapsed_s"] = round(time.perf_counter() - t_start, 2)
     written.append(write_machine_json(os.path.join(args.out, "machine.json"), extra))
