@@ -1,12 +1,11 @@
 """Command line of the bundled benchmark: ``python -m cpersist.benchmarks``."""
 
-from __future__ import annotations
-
 import argparse
+import datetime as _dt
 import os
+import shlex
 import sys
 import time
-from typing import List, Optional
 
 from . import datasets as ds
 from . import methods as mt
@@ -18,11 +17,11 @@ QUICK_LEVELS = (0, 3)
 QUICK_MAX_ENTRIES = 16000
 
 
-def _csv_list(text: str) -> List[str]:
+def _csv_list(text):
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _levels(text: str) -> List[int]:
+def _levels(text):
     try:
         levels = sorted({int(t) for t in _csv_list(text)})
     except ValueError:
@@ -32,7 +31,7 @@ def _levels(text: str) -> List[int]:
     return levels
 
 
-def build_parser(prog: str = "python -m cpersist.benchmarks") -> argparse.ArgumentParser:
+def build_parser(prog="python -m cpersist.benchmarks"):
     """The argument parser (reusable by a ``cpersist bench`` CLI verb)."""
     p = argparse.ArgumentParser(
         prog=prog,
@@ -102,7 +101,7 @@ def _thread_counts(text):
     return counts[0] if len(counts) == 1 else counts
 
 
-def _list(threads) -> None:
+def _list(threads):
     print("datasets:")
     for d in ds.all_datasets():
         print(f"  {d.name:<22} {d.source:<8} {d.description}")
@@ -113,7 +112,7 @@ def _list(threads) -> None:
         print(f"  {m.name:<22} {m.codec:<14} {lv:<26} {'' if not why else '(unavailable: ' + why + ')'}")
 
 
-def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
+def main(argv=None, prog=None):
     """Run the benchmark from command-line arguments.
 
     Parameters
@@ -152,7 +151,10 @@ def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
     failed = 0
     t_start = time.perf_counter()
     written = []
-    extra = {"argv": list(sys.argv[1:] if argv is None else argv), "suite": args.suite}
+    given = list(sys.argv[1:] if argv is None else argv)
+    extra = {"argv": given, "command": " ".join([parser.prog, shlex.join(given)]).strip(),
+             "suite": args.suite,
+             "started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
     if args.suite in ("storage", "all"):
         from .runner import COLUMN_DOCS, COLUMNS, StorageConfig, run_storage
@@ -224,7 +226,7 @@ def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
     return 1 if failed else 0
 
 
-def _can_plot() -> bool:
+def _can_plot():
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -233,7 +235,7 @@ def _can_plot() -> bool:
     return True
 
 
-def _print_serializers(srows, small) -> None:
+def _print_serializers(srows, small):
     print(f"\n{'serializer':<14} {'entries':>9} {'store_s':>9} {'load_s':>9} {'file_MB':>9} "
           f"{'st MB/s':>8} {'ld MB/s':>8} {'rssLoad':>8} {'rss/MB':>7}")
     for r in srows:
