@@ -258,6 +258,10 @@ def _gib(nbytes):
     return f"{(nbytes or 0) / 2**30:.1f} GiB" if nbytes else "?"
 
 
+def _loads(values):
+    return "?" if not values else " / ".join(f"{x:.2f}" for x in values)
+
+
 def _command(machine):
     return machine.get("command") or " ".join(
         ["python -m cpersist.benchmarks"] + list(machine.get("argv", [])))
@@ -275,14 +279,18 @@ def machine_lines(machine):
         f":Command: ``{_command(machine)}``",
         f":CPU: {machine.get('cpu', '?')}, {machine.get('cpu_count', '?')} logical cores",
         f":RAM: {_gib(machine.get('ram_bytes'))}",
+        f":Load average: {_loads(machine.get('load_average_start'))} at the start, "
+        f"{_loads(machine.get('load_average'))} at the end (1, 5, 15 minutes; other "
+        "processes share the machine when it exceeds the cores)",
         f":OS: {machine.get('platform', '?')}",
         f":Python: {machine.get('python', '?')} ({machine.get('implementation', '?')})",
         f":Versions: cpersist {versions.get('cpersist', '?')}, numpy {versions.get('numpy', '?')}"
         + (f"; {peers}" if peers else ""),
     ]
     if storage:
-        lines.append(f":Storage suite: generated datasets of {storage.get('size_bytes', '?')} "
-                     f"bytes, levels {storage.get('levels', '?')}, median of "
+        size = _f(storage.get("size_bytes"))
+        lines.append(f":Storage suite: generated datasets of "
+                     f"{'?' if size is None else format(size / 1e6, 'g')} MB, levels {storage.get('levels', '?')}, median of "
                      f"{storage.get('repeats', '?')} repeat(s), reads {storage.get('cache', '?')}")
     return lines
 

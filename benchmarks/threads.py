@@ -2,7 +2,7 @@
 
 Run from the repository root (it is not installed with cpersist)::
 
-    python benchmarks/threads.py OUT [--datasets atlas_c,timeseries] [--levels 3]
+    python benchmarks/threads.py --out DIR [--datasets atlas_c,timeseries] [--levels 3]
         [--threads 1,2] [--repeat 9] [FILE ...]
 
 For every dataset and compression level, one fresh process writes the data

@@ -89,6 +89,7 @@ def test_publish_writes_page_figures_and_readme_table(quick_run, tmp_path):
     assert machine["cpu"] in text and f"{machine['cpu_count']} logical cores" in text
     assert machine["date_utc"] in text and machine["started_utc"] in text
     assert f"numpy {machine['versions']['numpy']}" in text and ":RAM:" in text and ":OS:" in text
+    assert ":Load average:" in text and len(machine["load_average_start"]) == 3
     for section in ("Start-up", "Codecs", "Methods compared", "Serializers"):
         assert f"\n{section}\n" in text
     assert "``python -c 'import numpy; import cpersist'``" in text

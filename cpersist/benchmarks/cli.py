@@ -128,7 +128,7 @@ def main(argv=None, prog=None):
         0 when every measured row is correct, 1 when some method failed
         (wrong data, error, timeout), 2 on bad arguments.
     """
-    from .report import (format_table, plot_serializers, plot_storage, write_csv,
+    from .report import (format_table, load_average, plot_serializers, plot_storage, write_csv,
                          write_machine_json)
 
     parser = build_parser(prog) if prog else build_parser()
@@ -154,7 +154,8 @@ def main(argv=None, prog=None):
     given = list(sys.argv[1:] if argv is None else argv)
     extra = {"argv": given, "command": " ".join([parser.prog, shlex.join(given)]).strip(),
              "suite": args.suite,
-             "started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+             "started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+             "load_average_start": load_average()}
 
     if args.suite in ("storage", "all"):
         from .runner import COLUMN_DOCS, COLUMNS, StorageConfig, run_storage

@@ -14,6 +14,7 @@ __all__ = [
     "write_csv",
     "read_csv",
     "machine_info",
+    "load_average",
     "write_machine_json",
     "plot_storage",
     "plot_serializers",
@@ -72,6 +73,14 @@ def _total_ram():
     return None
 
 
+def load_average():
+    """The 1-, 5- and 15-minute load averages (None where the OS has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
 def machine_info(extra=None):
     """Machine description and library versions for the side JSON.
 
@@ -92,6 +101,7 @@ def machine_info(extra=None):
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "ram_bytes": _total_ram(),
+        "load_average": load_average(),
         "versions": {m: _version(m) for m in _VERSIONED},
     }
     try:
