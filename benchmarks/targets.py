@@ -1,12 +1,13 @@
-"""Measure the performance targets of issue 4, as ratios within benchmark runs.
+"""Measure cpersist's performance targets, as ratios within benchmark runs.
 
-Run from the repository root::
+Run from the repository root (it is not installed with cpersist)::
 
-    python benchmarks/targets.py OUT [--rounds 5] [--publish]
+    python benchmarks/targets.py OUT [--rounds 5]
+    python benchmarks/publish.py RUN_DIR --targets OUT   # the table in the docs
 
 Each round runs the bundled benchmark (``python -m cpersist.benchmarks``)
-five times, every write and read in a fresh process (in T, every series of
-them), reads with the file in the page cache (the issue's reference
+four times and ``benchmarks/threads.py`` once, every write and read in a
+fresh process (in T, every series of them), reads with the file in the page cache (the issue's reference
 figures are warm) except in D:
 
 A. ``atlas_f, timeseries, noise, random_forest``: cpersist (every codec),
@@ -15,7 +16,7 @@ B. the compressible datasets ``atlas_f, atlas_c, timeseries,
    sparse_table`` with cpersist ``compress=3`` at 1 and at 2 threads
    (``--threads 1,2``: each count in its own processes, one after the
    other in one run);
-T. the same datasets and level in the threads suite (``--suite threads``):
+T. the same datasets and level in ``benchmarks/threads.py``:
    one process per dataset and operation alternates 1 and 2 threads round
    by round, and each round gives a speed-up. Target 7 is taken from T:
    the machine's speed drifts within seconds (a vCPU here runs at 55-60%
@@ -36,12 +37,10 @@ E. the serializer suite up to the dict of 1,024,000 entries.
 Every target is computed per round from rows of the same run; the table
 gives the median over rounds of each target's worst case (the smallest
 speed-up over its datasets, the largest peak), the range over rounds, and
-in how many rounds it was met. It is written to ``OUT/targets.md`` and, with
-``--publish``, to ``docs/bench_targets.inc.rst``. ``--from-runs`` recomputes
-the table from the runs already in OUT.
+in how many rounds it was met. It is written to ``OUT/targets.md``;
+``benchmarks/publish.py --targets OUT`` puts it on the results page.
+``--from-runs`` recomputes the table from the runs already in OUT.
 """
-
-from __future__ import annotations
 
 import argparse
 import csv
@@ -54,9 +53,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-DOCS_FRAGMENT = os.path.join(ROOT, "docs", "bench_targets.inc.rst")
 COMPRESSIBLE = ["atlas_f", "atlas_c", "timeseries", "sparse_table"]
 COMMON = ["--warm-cache", "--no-plots", "--no-progress"]
+THREADS_SCRIPT = os.path.join(HERE, "threads.py")
 RUNS = {
     "A": ["--datasets", "atlas_f,timeseries,noise,random_forest", "--methods",
           "cpersist*,np.save,np.save-mmap,joblib,tables:blosc:lz4,pickle5",
@@ -67,7 +66,7 @@ RUNS = {
     "B": ["--datasets", ",".join(COMPRESSIBLE), "--methods", "cpersist@*", "--levels", "3",
           "--repeat", "9", "--threads", "1,2"],
     # Target 7: 1 and 2 threads alternating within one process (see T above).
-    "T": ["--suite", "threads", "--datasets", ",".join(COMPRESSIBLE), "--levels", "3",
+    "T": ["{threads_script}", "--datasets", ",".join(COMPRESSIBLE), "--levels", "3",
           "--repeat", "9", "--threads", "1,2"],
     # Both sizes in one run: two .npy files of noise, written by make_mmap_files.
     "D": ["--methods", "cpersist-mmap,np.save-mmap", "--levels", "0", "--repeat", "11",
@@ -99,9 +98,13 @@ def run_round(out, k, only=None):
         if only and name not in only.split(","):
             continue
         run_dir = os.path.join(out, f"round{k}", name)
-        args = [a.format(data=data_dir) for a in args]
-        common = [c for c in COMMON if c != "--warm-cache"] if name in COLD_RUNS else COMMON
-        cmd = [sys.executable, "-m", "cpersist.benchmarks", *args, *common, "--out", run_dir]
+        args = [a.format(data=data_dir, threads_script=THREADS_SCRIPT) for a in args]
+        if args[0] == THREADS_SCRIPT:  # always warm, draws nothing
+            cmd = [sys.executable, *args, "--out", run_dir]
+        else:
+            common = [c for c in COMMON if c != "--warm-cache"] if name in COLD_RUNS else COMMON
+            cmd = [sys.executable, "-m", "cpersist.benchmarks", *args, *common, "--import-runs",
+                   "0", "--out", run_dir]
         print("$", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
 
@@ -307,7 +310,7 @@ def markdown(rows):
 
 
 def rst(rows, n_rounds):
-    lines = [".. list-table:: Issue 4 targets over %d rounds (worst case over datasets)" % n_rounds,
+    lines = [".. list-table:: Targets over %d rounds (worst case over datasets)" % n_rounds,
              "   :header-rows: 1", ""]
     for row in [HEADER] + rows:
         lines.append("   * - " + row[0])
@@ -315,38 +318,45 @@ def rst(rows, n_rounds):
     return "\n".join(lines) + "\n"
 
 
+def complete_rounds(out):
+    """The round directories in ``out`` whose every run finished, in order."""
+    # A round still running has no serializers.csv yet (E runs last).
+    return sorted(d for d in glob.glob(os.path.join(out, "round*"))
+                  if os.path.exists(os.path.join(d, "E", "serializers.csv")))
+
+
+def full_table(round_dirs):
+    """:func:`table` of every round with the pooled rows of target 7."""
+    rows = table([evaluate(d) for d in round_dirs])
+    at = next(i for i, r in enumerate(rows) if r[0] == "7 dump, separate processes (B)")
+    rows[at:at] = pooled_threads(round_dirs)
+    return rows
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    """Entry point; see the module docstring."""
+    parser = argparse.ArgumentParser(prog="python benchmarks/targets.py",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("out", help="directory for the runs and targets.md")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--from-runs", action="store_true",
                         help="do not measure; use the rounds already in OUT")
     parser.add_argument("--only", metavar="RUNS",
                         help="re-measure only these runs (e.g. D) in every round")
-    parser.add_argument("--publish", action="store_true",
-                        help="also write docs/bench_targets.inc.rst")
     args = parser.parse_args(argv)
     if not args.from_runs:
         for k in range(args.rounds):
             run_round(args.out, k, args.only)
-    # Complete rounds only (a round still running has no serializers.csv yet).
-    round_dirs = sorted(d for d in glob.glob(os.path.join(args.out, "round*"))
-                        if os.path.exists(os.path.join(d, "E", "serializers.csv")))
+    round_dirs = complete_rounds(args.out)
     rounds = [evaluate(d) for d in round_dirs]
-    rows = table(rounds)
-    at = next(i for i, r in enumerate(rows) if r[0] == "7 dump, separate processes (B)")
-    rows[at:at] = pooled_threads(round_dirs)
-    md = markdown(rows)
+    md = markdown(full_table(round_dirs))
     with open(os.path.join(args.out, "targets.md"), "w") as f:
         f.write(md)
     with open(os.path.join(args.out, "targets.json"), "w") as f:
         json.dump(rounds, f, indent=1)
     print(md)
-    if args.publish:
-        with open(DOCS_FRAGMENT, "w") as f:
-            f.write(rst(rows, len(rounds)))
-        print("wrote", DOCS_FRAGMENT)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -13,7 +13,10 @@ Run ``python -m cpersist.benchmarks --help``; from code::
 Modules: :mod:`.datasets`, :mod:`.methods`, :mod:`.measure` (fresh process
 per measurement, peak RSS, page-cache handling), :mod:`.compare` (checking
 what was read back), :mod:`.report` (CSV, JSON, figures),
-:mod:`.serializers` (picklebench), :mod:`.runner` and :mod:`.cli`.
+:mod:`.serializers` (picklebench), :mod:`.importtime` (start-up time beside
+joblib), :mod:`.runner` and :mod:`.cli`. Tools that publish results and
+investigate this project's own performance live in the repository's
+top-level ``benchmarks/`` folder and are not installed.
 """
 
 from .cli import build_parser, main

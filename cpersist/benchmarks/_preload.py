@@ -15,7 +15,6 @@ for _name in (
     "cpersist.benchmarks.compare",
     "cpersist.benchmarks.datasets",
     "cpersist.benchmarks.serializers",
-    "cpersist.benchmarks.threads",
     "tables",
     "nibabel",
     "joblib",

@@ -1,12 +1,11 @@
 """Command line of the bundled benchmark: ``python -m cpersist.benchmarks``."""
 
-from __future__ import annotations
-
 import argparse
+import datetime as _dt
 import os
+import shlex
 import sys
 import time
-from typing import List, Optional
 
 from . import datasets as ds
 from . import methods as mt
@@ -18,11 +17,11 @@ QUICK_LEVELS = (0, 3)
 QUICK_MAX_ENTRIES = 16000
 
 
-def _csv_list(text: str) -> List[str]:
+def _csv_list(text):
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _levels(text: str) -> List[int]:
+def _levels(text):
     try:
         levels = sorted({int(t) for t in _csv_list(text)})
     except ValueError:
@@ -32,7 +31,7 @@ def _levels(text: str) -> List[int]:
     return levels
 
 
-def build_parser(prog: str = "python -m cpersist.benchmarks") -> argparse.ArgumentParser:
+def build_parser(prog="python -m cpersist.benchmarks"):
     """The argument parser (reusable by a ``cpersist bench`` CLI verb)."""
     p = argparse.ArgumentParser(
         prog=prog,
@@ -48,13 +47,9 @@ def build_parser(prog: str = "python -m cpersist.benchmarks") -> argparse.Argume
                    help="your own files to benchmark (.npy .npz .nii .nii.gz .h5 .hdf5 .cp, "
                         "and pickle/joblib with --trust-pickles); when given, only these run "
                         "unless --datasets is also given")
-    p.add_argument("--suite", choices=("storage", "serializers", "threads", "all"),
-                   default="storage",
+    p.add_argument("--suite", choices=("storage", "serializers", "all"), default="storage",
                    help="storage (default): datasets x methods x levels; serializers: picklebench; "
-                        "all: storage and serializers; threads: cpersist dump/load at each "
-                        "--threads count (default "
-                        "1 and all CPUs), alternating within one process, on the compressible "
-                        "datasets at --levels (default 3)")
+                        "all: storage and serializers")
     p.add_argument("--datasets", type=_csv_list, default=None, metavar="NAMES",
                    help="comma-separated dataset names or patterns (e.g. 'atlas_*,nifti_*', "
                         "'builtin', 'package'); default all")
@@ -89,6 +84,9 @@ def build_parser(prog: str = "python -m cpersist.benchmarks") -> argparse.Argume
                    help="picklebench: largest dict (default 4,096,000; --quick: 16,000)")
     p.add_argument("--mem-budget", type=float, default=4096.0, metavar="MB",
                    help="picklebench: stop growing before this peak RSS (default 4096 MB)")
+    p.add_argument("--import-runs", type=int, default=None, metavar="N",
+                   help="fresh interpreters timing 'import cpersist', 'import joblib' and "
+                        "'cpersist --help' (median reported; default 21, --quick: 5; 0 skips)")
     p.add_argument("--list", action="store_true", help="list datasets and methods, then exit")
     return p
 
@@ -103,7 +101,7 @@ def _thread_counts(text):
     return counts[0] if len(counts) == 1 else counts
 
 
-def _list(threads) -> None:
+def _list(threads):
     print("datasets:")
     for d in ds.all_datasets():
         print(f"  {d.name:<22} {d.source:<8} {d.description}")
@@ -114,7 +112,7 @@ def _list(threads) -> None:
         print(f"  {m.name:<22} {m.codec:<14} {lv:<26} {'' if not why else '(unavailable: ' + why + ')'}")
 
 
-def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
+def main(argv=None, prog=None):
     """Run the benchmark from command-line arguments.
 
     Parameters
@@ -130,7 +128,7 @@ def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
         0 when every measured row is correct, 1 when some method failed
         (wrong data, error, timeout), 2 on bad arguments.
     """
-    from .report import (format_table, plot_serializers, plot_storage, write_csv,
+    from .report import (format_table, load_average, plot_serializers, plot_storage, write_csv,
                          write_machine_json)
 
     parser = build_parser(prog) if prog else build_parser()
@@ -153,7 +151,11 @@ def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
     failed = 0
     t_start = time.perf_counter()
     written = []
-    extra = {"argv": list(sys.argv[1:] if argv is None else argv), "suite": args.suite}
+    given = list(sys.argv[1:] if argv is None else argv)
+    extra = {"argv": given, "command": " ".join([parser.prog, shlex.join(given)]).strip(),
+             "suite": args.suite,
+             "started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+             "load_average_start": load_average()}
 
     if args.suite in ("storage", "all"):
         from .runner import COLUMN_DOCS, COLUMNS, StorageConfig, run_storage
@@ -206,26 +208,16 @@ def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
         except OSError:
             pass
 
-    if args.suite == "threads":
-        from .report import format_threads
-        from .threads import THREADS_COLUMNS, THREADS_DATASETS, run_threads
+    import_runs = args.import_runs if args.import_runs is not None else (5 if args.quick else 21)
+    if import_runs > 0:
+        from .importtime import IMPORT_COLUMNS, format_import_times, run_import_times
 
-        from .._threads import default_n_threads
-
-        counts = args.threads if isinstance(args.threads, list) else sorted(
-            {1, args.threads or default_n_threads()})
-        try:
-            dataset_list = ds.datasets_for_run(args.datasets, args.files, args.trust_pickles,
-                                               THREADS_DATASETS)
-        except ValueError as e:  # unknown dataset name
-            parser.error(str(e))
-        t_levels = args.levels or [3]
-        trows = run_threads(args.out, dataset_list, size, t_levels, counts, repeats, args.timeout)
-        written.append(write_csv(os.path.join(args.out, "threads.csv"), trows, THREADS_COLUMNS))
-        extra["threads"] = {"levels": t_levels, "counts": counts, "size_bytes": size,
-                            "rounds": repeats, "cache": "warm"}
-        print(format_threads(trows))
-        failed += sum(r["status"] == "failed" for r in trows)
+        irows = run_import_times(import_runs)
+        written.append(write_csv(os.path.join(args.out, "import_time.csv"), irows, IMPORT_COLUMNS))
+        extra["import_time"] = {"runs": import_runs,
+                                "units": "milliseconds; imports timed inside a fresh interpreter "
+                                         "after 'import numpy', commands as wall time"}
+        print("\n" + format_import_times(irows))
 
     extra["elapsed_s"] = round(time.perf_counter() - t_start, 2)
     written.append(write_machine_json(os.path.join(args.out, "machine.json"), extra))
@@ -235,7 +227,7 @@ def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
     return 1 if failed else 0
 
 
-def _can_plot() -> bool:
+def _can_plot():
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -244,7 +236,7 @@ def _can_plot() -> bool:
     return True
 
 
-def _print_serializers(srows, small) -> None:
+def _print_serializers(srows, small):
     print(f"\n{'serializer':<14} {'entries':>9} {'store_s':>9} {'load_s':>9} {'file_MB':>9} "
           f"{'st MB/s':>8} {'ld MB/s':>8} {'rssLoad':>8} {'rss/MB':>7}")
     for r in srows:

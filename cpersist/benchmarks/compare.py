@@ -6,17 +6,14 @@ the same places) and lenient where the storage format legitimately differs
 (memory order, ``np.memmap`` vs ``np.ndarray``, read-only flags).
 """
 
-from __future__ import annotations
-
 import math
-from typing import Any, Optional
 
 import numpy as np
 
 __all__ = ["first_difference", "touch"]
 
 
-def _array_diff(a: np.ndarray, b: Any, where: str) -> Optional[str]:
+def _array_diff(a, b, where):
     if not isinstance(b, np.ndarray):
         return f"{where}: expected ndarray, got {type(b).__name__}"
     # Byte order is representation, not value: PyTables, joblib and nibabel
@@ -54,7 +51,7 @@ def _array_diff(a: np.ndarray, b: Any, where: str) -> Optional[str]:
     return None
 
 
-def first_difference(expected: Any, actual: Any, where: str = "obj") -> Optional[str]:
+def first_difference(expected, actual, where="obj"):
     """Recursively compare two object graphs.
 
     Parameters
@@ -124,7 +121,7 @@ def first_difference(expected: Any, actual: Any, where: str = "obj") -> Optional
     return first_difference(sa, sb, f"{where}.__state__")
 
 
-def touch(obj: Any) -> int:
+def touch(obj):
     """Read every byte of every memory-mapped array inside ``obj``.
 
     Opening a memmap costs almost nothing; the data is read from disk on
@@ -165,7 +162,7 @@ def touch(obj: Any) -> int:
     return n
 
 
-def _is_mapped(a: np.ndarray) -> bool:
+def _is_mapped(a):
     import mmap
 
     base = a

@@ -18,15 +18,13 @@ output directory's scratch space (``_work/datasets``); the measurement subproces
 methods see byte-identical input and no subprocess pays for generating data.
 """
 
-from __future__ import annotations
-
 import fnmatch
 import os
 import pickle
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, List
 
 import numpy as np
 
@@ -62,7 +60,7 @@ SEED = 20240503
 PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib", ".jl", ".pck", ".p")
 
 
-def parse_size(text) -> int:
+def parse_size(text):
     """Parse a ``--size`` value into bytes.
 
     Parameters
@@ -121,7 +119,7 @@ class Dataset:
 _MNI_2MM = (91, 109, 91)  # the usual 2 mm MNI template grid
 
 
-def make_atlas(size_bytes: int, order: str = "C", seed: int = SEED) -> np.ndarray:
+def make_atlas(size_bytes, order="C", seed=SEED):
     """A smooth 4-D probabilistic atlas (x, y, z, region), float32.
 
     Each region is a sum of a few Gaussian blobs; the maps are normalised so
@@ -173,7 +171,7 @@ def make_atlas(size_bytes: int, order: str = "C", seed: int = SEED) -> np.ndarra
     return np.asfortranarray(out) if order == "F" else out
 
 
-def make_images(size_bytes: int, seed: int = SEED + 1) -> np.ndarray:
+def make_images(size_bytes, seed=SEED + 1):
     """High-entropy RGB uint8 images (n, h, w, 3): gradients plus strong noise."""
     rng = np.random.default_rng(seed)
     side = 256 if size_bytes >= 4 * 256 * 256 * 3 else 64
@@ -194,7 +192,7 @@ def make_images(size_bytes: int, seed: int = SEED + 1) -> np.ndarray:
     return out
 
 
-def make_text(size_bytes: int, seed: int = SEED + 2) -> List[str]:
+def make_text(size_bytes, seed=SEED + 2):
     """A text corpus: list of documents made of Zipf-distributed pseudo-words."""
     rng = np.random.default_rng(seed)
     syll = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "pe", "da", "qu", "ix", "or", "el", "an", "th"]
@@ -215,7 +213,7 @@ def make_text(size_bytes: int, seed: int = SEED + 2) -> List[str]:
     return docs
 
 
-def make_sparse_table(size_bytes: int, seed: int = SEED + 3) -> np.ndarray:
+def make_sparse_table(size_bytes, seed=SEED + 3):
     """A float64 table (rows, 40) with ~90 % missing values (NaN)."""
     rng = np.random.default_rng(seed)
     n_cols = 40
@@ -232,7 +230,7 @@ def make_sparse_table(size_bytes: int, seed: int = SEED + 3) -> np.ndarray:
     return out
 
 
-def make_timeseries(size_bytes: int, seed: int = SEED + 4) -> np.ndarray:
+def make_timeseries(size_bytes, seed=SEED + 4):
     """An int64 time series (16 channels, samples): random walks of counters."""
     rng = np.random.default_rng(seed)
     n_ch = 16
@@ -243,7 +241,7 @@ def make_timeseries(size_bytes: int, seed: int = SEED + 4) -> np.ndarray:
     return out
 
 
-def make_noise(size_bytes: int, seed: int = SEED + 5) -> np.ndarray:
+def make_noise(size_bytes, seed=SEED + 5):
     """Pure float64 Gaussian noise (incompressible), 1-D."""
     rng = np.random.default_rng(seed)
     return rng.standard_normal(max(16, int(size_bytes // 8)))
@@ -252,13 +250,13 @@ def make_noise(size_bytes: int, seed: int = SEED + 5) -> np.ndarray:
 BIG_FACTOR = 4
 
 
-def make_big(size_bytes: int) -> np.ndarray:
+def make_big(size_bytes):
     """The C-order atlas repeated ``BIG_FACTOR`` times along its last axis."""
     a = make_atlas(size_bytes, "C")
     return np.concatenate([a] * BIG_FACTOR, axis=-1)
 
 
-def builtin_datasets() -> List[Dataset]:
+def builtin_datasets():
     """The generated datasets (all seeded, so every run sees the same bytes).
 
     Returns
@@ -298,7 +296,7 @@ _NIBABEL_EXAMPLES = (
 )
 
 
-def _load_nifti_array(path: str) -> np.ndarray:
+def _load_nifti_array(path):
     import nibabel as nib
 
     img = nib.load(path)
@@ -334,7 +332,7 @@ def _random_forest(size_bytes, quick):
     return model.fit(d.data, d.target)
 
 
-def package_datasets() -> List[Dataset]:
+def package_datasets():
     """Real data bundled with nibabel and scikit-learn (no network needed).
 
     Datasets whose package is missing are simply not listed.
@@ -343,7 +341,7 @@ def package_datasets() -> List[Dataset]:
     -------
     list of Dataset
     """
-    out: List[Dataset] = []
+    out = []
     try:
         from nibabel.testing import data_path
     except ImportError:
@@ -380,11 +378,11 @@ def package_datasets() -> List[Dataset]:
 # ---------------------------------------------------------------------------
 
 
-def _unwrap_single(d: dict):
+def _unwrap_single(d):
     return next(iter(d.values())) if len(d) == 1 else d
 
 
-def load_user_file(path: str, trust_pickles: bool = False) -> Any:
+def load_user_file(path, trust_pickles=False):
     """Load a user file into the object to benchmark.
 
     Parameters
@@ -447,7 +445,7 @@ def load_user_file(path: str, trust_pickles: bool = False) -> Any:
     raise ValueError(f"{path}: unsupported file type (want .npy .npz .nii .nii.gz .h5 .hdf5 .cp or a pickle)")
 
 
-def file_dataset(path: str, trust_pickles: bool = False) -> Dataset:
+def file_dataset(path, trust_pickles=False):
     """A :class:`Dataset` reading the user's file ``path``.
 
     Parameters
@@ -475,12 +473,12 @@ QUICK_DATASETS = [
 ]
 
 
-def all_datasets() -> List[Dataset]:
+def all_datasets():
     """Built-in plus package datasets, in display order."""
     return builtin_datasets() + package_datasets()
 
 
-def select_datasets(patterns: Optional[Sequence[str]], available: Sequence[Dataset]) -> List[Dataset]:
+def select_datasets(patterns, available):
     """Filter datasets by names or shell-style patterns (``nifti_*``).
 
     Parameters
@@ -514,8 +512,7 @@ def select_datasets(patterns: Optional[Sequence[str]], available: Sequence[Datas
     return chosen
 
 
-def datasets_for_run(patterns: Optional[Sequence[str]], files: Sequence[str],
-                     trust_pickles: bool, default: Optional[Sequence[str]] = None) -> List[Dataset]:
+def datasets_for_run(patterns, files, trust_pickles, default=None):
     """The datasets a run measures, then the user's files.
 
     Parameters
@@ -545,7 +542,7 @@ def datasets_for_run(patterns: Optional[Sequence[str]], files: Sequence[str],
 # ---------------------------------------------------------------------------
 
 
-def deep_nbytes(obj: Any) -> int:
+def deep_nbytes(obj):
     """In-memory size of an object graph.
 
     Arrays count their data bytes (``nbytes``; views of a shared base count
@@ -597,7 +594,7 @@ def deep_nbytes(obj: Any) -> int:
     return total
 
 
-def describe(obj: Any) -> str:
+def describe(obj):
     """Short human description: ``float32 (91, 109, 91, 27) C`` or a type name."""
     if isinstance(obj, np.ndarray):
         order = "F" if (obj.flags.f_contiguous and not obj.flags.c_contiguous) else "C"
@@ -609,7 +606,7 @@ def describe(obj: Any) -> str:
     return type(obj).__name__
 
 
-def save_cached(dataset: Dataset, obj: Any, path: str) -> Dict[str, Any]:
+def save_cached(dataset, obj, path):
     """Pickle ``obj``, the data of ``dataset``, to ``path`` for the measuring
     processes; return what the result rows say of it (``source``,
     ``description``, ``size_bytes``, ``path``)."""
@@ -623,7 +620,7 @@ def save_cached(dataset: Dataset, obj: Any, path: str) -> Dict[str, Any]:
     }
 
 
-def load_cached(path: str) -> Any:
+def load_cached(path):
     """Load a dataset cached (pickled, protocol 5) by the runner's plan step."""
     with open(path, "rb") as f:
         return pickle.load(f)

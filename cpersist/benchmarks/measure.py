@@ -30,8 +30,6 @@ How a measurement is made (this is what the CSV numbers mean):
   memory figures); a difference makes the row "failed" and no time is kept.
 """
 
-from __future__ import annotations
-
 import contextlib
 import gc
 import mmap
@@ -42,7 +40,6 @@ import threading
 import time
 import traceback
 import types
-from typing import Any, Dict, Optional, Tuple
 
 __all__ = [
     "rss_bytes",
@@ -59,7 +56,7 @@ __all__ = [
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def rss_bytes() -> Tuple[int, int]:
+def rss_bytes():
     """Current (resident, resident file-backed/shared) bytes of this process."""
     try:
         with open("/proc/self/statm", "rb") as f:
@@ -72,7 +69,7 @@ def rss_bytes() -> Tuple[int, int]:
         return (r if sys.platform == "darwin" else r * 1024), 0
 
 
-def _reset_hwm() -> bool:
+def _reset_hwm():
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # "5" resets the peak RSS (VmHWM) on Linux >= 4.0
@@ -81,7 +78,7 @@ def _reset_hwm() -> bool:
         return False
 
 
-def _read_hwm() -> Optional[int]:
+def _read_hwm():
     try:
         with open("/proc/self/status", "rb") as f:
             for line in f:
@@ -106,7 +103,7 @@ class PeakMemory:
         Whether the kernel high-water mark was used.
     """
 
-    def __init__(self, interval: float = 0.001):
+    def __init__(self, interval=0.001):
         self.interval = interval
         self.peak = 0
         self.peak_anon = 0
@@ -151,7 +148,7 @@ class PeakMemory:
 # ---------------------------------------------------------------------------
 
 
-def evict_from_cache(path: str) -> bool:
+def evict_from_cache(path):
     """Flush ``path`` to disk and drop it from the page cache.
 
     Returns
@@ -171,14 +168,14 @@ def evict_from_cache(path: str) -> bool:
         os.close(fd)
 
 
-def warm_cache(path: str) -> None:
+def warm_cache(path):
     """Read ``path`` once so it sits in the page cache."""
     with open(path, "rb", buffering=0) as f:
         while f.read(1 << 22):
             pass
 
 
-def resident_fraction(path: str) -> Optional[float]:
+def resident_fraction(path):
     """Fraction of ``path``'s pages in the page cache (``mincore``), or None."""
     try:
         import ctypes
@@ -217,7 +214,7 @@ def _load_original(data_path):
     return load_cached(data_path)
 
 
-def write_task(task: Dict[str, Any]) -> Dict[str, Any]:
+def write_task(task):
     """Write the dataset ``task['repeats']`` times; return times and peaks."""
     method, level, path = task["method"], task["level"], task["file_path"]
     obj = _load_original(task["data_path"])
@@ -253,7 +250,7 @@ def write_task(task: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-def read_task(task: Dict[str, Any]) -> Dict[str, Any]:
+def read_task(task):
     """Read the file ``task['repeats']`` times; check the first result."""
     from .compare import first_difference, touch
 
@@ -360,7 +357,7 @@ def _hidden_main():
             sys.modules["__main__"] = real
 
 
-def run_in_subprocess(task: Dict[str, Any], timeout: Optional[float] = None) -> Dict[str, Any]:
+def run_in_subprocess(task, timeout=None):
     """Run one write/read task in a fresh process and return its report.
 
     Parameters

@@ -14,12 +14,9 @@ Methods are plain picklable objects: the parent sends them to the
 measurement subprocesses.
 """
 
-from __future__ import annotations
-
 import contextlib
 import pickle
 import warnings
-from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
@@ -34,18 +31,18 @@ __all__ = [
 #: The generic level grid of the issue.
 DEFAULT_LEVELS = (0, 1, 3, 6, 9)
 
-def cpersist_codecs() -> List[str]:
+def cpersist_codecs():
     """Codec names cpersist offers."""
     from cpersist.codecs import available_codecs
 
     return list(available_codecs())
 
 
-def _is_plain_array(obj) -> bool:
+def _is_plain_array(obj):
     return isinstance(obj, np.ndarray) and not obj.dtype.hasobject
 
 
-def _is_dict_of_arrays(obj, ok_dtype=lambda dt: True) -> bool:
+def _is_dict_of_arrays(obj, ok_dtype=lambda dt: True):
     return (
         isinstance(obj, dict)
         and len(obj) > 0
@@ -81,12 +78,12 @@ class Method:
     codec = "none"
     suffix = ".bin"
     mmap = False
-    supported: Sequence[int] = (0,)
-    fixed_level: Optional[int] = None
+    supported = (0,)
+    fixed_level = None
     note = ""
-    threads: Optional[int] = None
+    threads = None
 
-    def levels(self, grid: Sequence[int]) -> List[int]:
+    def levels(self, grid):
         """Levels to run for the generic ``grid``.
 
         Methods with a single fixed level run at it whatever the grid; the
@@ -96,22 +93,22 @@ class Method:
             return [self.fixed_level]
         return [lv for lv in grid if lv in self.supported]
 
-    def available(self) -> Optional[str]:
+    def available(self):
         """None when the library imports, else why not."""
         return None
 
-    def why_not(self, obj: Any) -> Optional[str]:
+    def why_not(self, obj):
         """None when ``obj`` can be stored, else the reason."""
         return None
 
-    def applies_to(self, obj: Any) -> bool:
+    def applies_to(self, obj):
         """Whether this method can store ``obj`` (see :meth:`why_not`)."""
         return self.available() is None and self.why_not(obj) is None
 
-    def write(self, obj: Any, path: str, level: int) -> None:  # pragma: no cover - abstract
+    def write(self, obj, path, level):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def read(self, path: str) -> Any:  # pragma: no cover - abstract
+    def read(self, path):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def __repr__(self):
@@ -123,7 +120,7 @@ class Method:
 # ---------------------------------------------------------------------------
 
 
-def _cpersist_missing() -> Optional[str]:
+def _cpersist_missing():
     try:
         import cpersist
     except Exception as e:  # pragma: no cover - depends on the core
@@ -523,7 +520,7 @@ class Nibabel(Method):
 _TABLES_COMPLIBS = ("zlib", "blosc:lz4", "blosc:zstd", "blosc2", "lzo")
 
 
-def all_methods(threads: Optional[int] = None) -> List[Method]:
+def all_methods(threads=None):
     """Every method, in display order (including ones not installed here).
 
     Parameters
@@ -537,7 +534,7 @@ def all_methods(threads: Optional[int] = None) -> List[Method]:
     list of Method
     """
     counts = list(threads) if isinstance(threads, (list, tuple)) else [threads]
-    ms: List[Method] = []
+    ms = []
     for count in counts:
         group = [Cpersist(count), CpersistMmap(count)]
         group += [CpersistCodec(c, count) for c in cpersist_codecs()]
@@ -551,7 +548,7 @@ def all_methods(threads: Optional[int] = None) -> List[Method]:
     return ms
 
 
-def select_methods(patterns: Optional[Sequence[str]], available: Sequence[Method]) -> List[Method]:
+def select_methods(patterns, available):
     """Filter methods by names or shell patterns (``cpersist*``, ``tables:*``) or family.
 
     Raises

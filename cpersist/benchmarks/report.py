@@ -1,7 +1,5 @@
 """Outputs: CSV, machine/version JSON, matplotlib figures, printed table."""
 
-from __future__ import annotations
-
 import csv
 import datetime as _dt
 import importlib
@@ -11,12 +9,12 @@ import os
 import platform
 import re
 import sys
-from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 __all__ = [
     "write_csv",
     "read_csv",
     "machine_info",
+    "load_average",
     "write_machine_json",
     "plot_storage",
     "plot_serializers",
@@ -29,7 +27,7 @@ _VERSIONED = (
 )
 
 
-def write_csv(path: str, rows: Iterable[Dict[str, Any]], columns: Sequence[str]) -> str:
+def write_csv(path, rows, columns):
     """Write ``rows`` (dicts) to ``path`` with the given column order."""
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
@@ -39,13 +37,13 @@ def write_csv(path: str, rows: Iterable[Dict[str, Any]], columns: Sequence[str])
     return path
 
 
-def read_csv(path: str) -> List[Dict[str, str]]:
+def read_csv(path):
     """Read a results CSV back (all values as strings)."""
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
 
 
-def _version(mod: str) -> Optional[str]:
+def _version(mod):
     try:
         m = importlib.import_module(mod)
     except Exception:
@@ -53,7 +51,7 @@ def _version(mod: str) -> Optional[str]:
     return str(getattr(m, "__version__", "?"))
 
 
-def _cpu_model() -> str:
+def _cpu_model():
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -64,7 +62,7 @@ def _cpu_model() -> str:
     return platform.processor() or "?"
 
 
-def _total_ram() -> Optional[int]:
+def _total_ram():
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -75,7 +73,15 @@ def _total_ram() -> Optional[int]:
     return None
 
 
-def machine_info(extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def load_average():
+    """The 1-, 5- and 15-minute load averages (None where the OS has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def machine_info(extra=None):
     """Machine description and library versions for the side JSON.
 
     Parameters
@@ -87,7 +93,7 @@ def machine_info(extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     -------
     dict
     """
-    info: Dict[str, Any] = {
+    info = {
         "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
@@ -95,6 +101,7 @@ def machine_info(extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "ram_bytes": _total_ram(),
+        "load_average": load_average(),
         "versions": {m: _version(m) for m in _VERSIONED},
     }
     try:
@@ -115,7 +122,7 @@ def machine_info(extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     return info
 
 
-def write_machine_json(path: str, extra: Optional[Dict[str, Any]] = None) -> str:
+def write_machine_json(path, extra=None):
     """Write :func:`machine_info` as JSON to ``path``."""
     with open(path, "w") as f:
         json.dump(machine_info(extra), f, indent=2, default=str)
@@ -136,7 +143,7 @@ def _plt():
     return plt
 
 
-def _f(v) -> Optional[float]:
+def _f(v):
     try:
         x = float(v)
     except (TypeError, ValueError):
@@ -144,7 +151,7 @@ def _f(v) -> Optional[float]:
     return x if math.isfinite(x) else None
 
 
-def _safe(name: str) -> str:
+def _safe(name):
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
@@ -222,7 +229,7 @@ def _common_datasets(ok_rows):
     3-D+ numeric arrays every method can store. Averaging over one common
     set keeps the points comparable (a method absent from a hard dataset
     would otherwise look better than it is)."""
-    per_ds: Dict[str, set] = {}
+    per_ds = {}
     for r in ok_rows:
         per_ds.setdefault(r["dataset"], set()).add((r["method"], str(r["level"])))
     if not per_ds:
@@ -231,7 +238,7 @@ def _common_datasets(ok_rows):
     return [d for d, v in per_ds.items() if len(v) == best]
 
 
-def plot_pareto(rows: List[Dict[str, Any]], path: str, title: str = "") -> str:
+def plot_pareto(rows, path, title=""):
     """Ratio-vs-speed scatter over all methods and levels (Pareto view).
 
     Each point is one (method, level): the geometric means of compression
@@ -244,7 +251,7 @@ def plot_pareto(rows: List[Dict[str, Any]], path: str, title: str = "") -> str:
 
     ok = [r for r in rows if r.get("status") == "ok"]
     common = _common_datasets(ok)
-    groups: Dict[tuple, List[Dict[str, Any]]] = {}
+    groups = {}
     for r in ok:
         if r["dataset"] in common:
             groups.setdefault((r["method"], int(r["level"]), r["family"]), []).append(r)
@@ -285,7 +292,7 @@ def plot_pareto(rows: List[Dict[str, Any]], path: str, title: str = "") -> str:
     return path
 
 
-def plot_storage(rows: List[Dict[str, Any]], out_dir: str) -> List[str]:
+def plot_storage(rows, out_dir):
     """Per-dataset disk/write/read bar charts plus the Pareto scatter.
 
     Parameters
@@ -303,7 +310,7 @@ def plot_storage(rows: List[Dict[str, Any]], out_dir: str) -> List[str]:
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     ok = [r for r in rows if r.get("status") == "ok"]
-    by_ds: Dict[str, List[Dict[str, Any]]] = {}
+    by_ds = {}
     for r in ok:
         by_ds.setdefault(r["dataset"], []).append(r)
     for name, rs in by_ds.items():
@@ -328,7 +335,7 @@ def _disk_chart(plt, rs, sub, out_dir, name):
                          os.path.join(out_dir, f"{_safe(name)}_disk.png"), log=False)
 
 
-def plot_serializers(rows: List[Dict[str, Any]], path: str) -> str:
+def plot_serializers(rows, path):
     """Store/load seconds vs number of dict entries, one line per serializer."""
     plt = _plt()
     ok = [r for r in rows if r.get("status") == "ok"]
@@ -366,7 +373,7 @@ def _fmt(v, spec):
     return "-" if x is None else format(x, spec)
 
 
-def format_table(rows: List[Dict[str, Any]], max_reason: int = 60) -> str:
+def format_table(rows, max_reason=60):
     """The end-of-run results table (measured and failed rows; n/a counted)."""
     head = f"{'dataset':<18} {'method':<22} {'lvl':>3} {'ratio':>7} {'wMB/s':>8} {'rMB/s':>8} " \
            f"{'wPeakMB':>8} {'rPeakMB':>8} {'status':<7}"
@@ -384,24 +391,4 @@ def format_table(rows: List[Dict[str, Any]], max_reason: int = 60) -> str:
             line += " " + str(r.get("reason", ""))[:max_reason]
         lines.append(line)
     lines.append(f"({na} dataset/method pairs not applicable; see the CSV 'reason' column)")
-    return "\n".join(lines)
-
-
-def format_threads(rows: List[Dict[str, Any]]) -> str:
-    """The end-of-run table of the threads suite."""
-    head = (f"{'dataset':<18} {'lvl':>3} {'op':<5} {'threads':>7} {'time_s':>8} {'MB/s':>8} "
-            f"{'speedup':>7} {'range':>11} {'compute':>7} {'fresh':>6} {'codec':>6} {'status':<7}")
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        line = (f"{str(r['dataset'])[:18]:<18} {r['level']:>3} {r['op']:<5} {r['threads']:>7} ")
-        if r.get("status") != "ok":
-            lines.append(line + f"{r.get('status', '')}: {r.get('reason', '')}")
-            continue
-        lines.append(line + f"{r['time_s']:>8.4f} {r['MBps']:>8.1f} {r['speedup']:>7.2f} "
-                            f"{r['speedup_min']:>5.2f}-{r['speedup_max']:<5.2f} "
-                            f"{r['compute_speedup']:>7.2f} {r['fresh_speedup']:>6.2f} "
-                            f"{_fmt(r['codec_speedup'], '.2f'):>6} ok")
-    lines.append("compute, fresh: the machine's own speed-up in the same rounds, without "
-                 "cpersist (Zstandard in cache; decoding into new memory); codec: the same "
-                 "chunks through the codecs alone (no I/O, checksums or pipeline)")
     return "\n".join(lines)

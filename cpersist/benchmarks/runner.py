@@ -1,12 +1,10 @@
 """The storage suite: every dataset x method x level, one CSV row each."""
 
-from __future__ import annotations
-
 import os
 import re
 import shutil
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from . import datasets as ds
 from . import methods as mt
@@ -116,11 +114,11 @@ class StorageConfig:
     progress: bool = True
 
 
-def _safe(name: str) -> str:
+def _safe(name):
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
-def _row(dataset: str, info: Dict[str, Any], method: mt.Method, level, cfg: StorageConfig, **kw) -> Dict[str, Any]:
+def _row(dataset, info, method, level, cfg, **kw):
     row = {c: "" for c in COLUMNS}
     row.update(
         dataset=dataset, source=info.get("source", ""), description=info.get("description", ""),
@@ -134,7 +132,7 @@ def _row(dataset: str, info: Dict[str, Any], method: mt.Method, level, cfg: Stor
     return row
 
 
-def plan(cfg: StorageConfig, method_list: List[mt.Method], dataset_list: List[ds.Dataset], cache_dir: str):
+def plan(cfg, method_list, dataset_list, cache_dir):
     """Materialise the datasets and decide what runs.
 
     Returns
@@ -174,8 +172,7 @@ def plan(cfg: StorageConfig, method_list: List[mt.Method], dataset_list: List[ds
     return cells, skipped
 
 
-def measure_cell(name: str, info: Dict[str, Any], method: mt.Method, level: int, cfg: StorageConfig,
-                 work_dir: str) -> Dict[str, Any]:
+def measure_cell(name, info, method, level, cfg, work_dir):
     """Write then read one (dataset, method, level) and build its CSV row."""
     fpath = os.path.join(work_dir, f"{_safe(name)}__{_safe(method.name)}__L{level}{method.suffix}")
     base = dict(method=method, level=level, file_path=fpath, data_path=info["path"], repeats=cfg.repeats)
@@ -216,7 +213,7 @@ def measure_cell(name: str, info: Dict[str, Any], method: mt.Method, level: int,
     )
 
 
-def run_storage(cfg: StorageConfig) -> List[Dict[str, Any]]:
+def run_storage(cfg):
     """Run the storage suite.
 
     Parameters
@@ -238,7 +235,7 @@ def run_storage(cfg: StorageConfig) -> List[Dict[str, Any]]:
     method_list = mt.select_methods(cfg.methods, mt.all_methods(cfg.threads))
     dataset_list = ds.datasets_for_run(cfg.datasets, cfg.files, cfg.trust_pickles,
                                        ds.QUICK_DATASETS if cfg.quick else None)
-    rows: List[Dict[str, Any]] = []
+    rows = []
     try:
         cells, skipped = plan(cfg, method_list, dataset_list, cache_dir)
         bar = progress_bar(cells, desc="cpersist bench", disable=not cfg.progress)

@@ -27,8 +27,6 @@ The small-object timing (``small_objects.csv``) times ``dumps``/``loads`` of
 range(100))`` in memory with :mod:`timeit` (best of 3), in this process.
 """
 
-from __future__ import annotations
-
 import gc
 import io
 import json
@@ -36,7 +34,6 @@ import marshal
 import os
 import pickle
 import time
-from typing import Any, Callable, Dict, List, Optional
 
 from .measure import PeakMemory, rss_bytes, run_in_subprocess
 
@@ -45,13 +42,13 @@ __all__ = ["SERIALIZERS", "SER_COLUMNS", "SMALL_COLUMNS", "make_dict", "run_seri
 MB = 1e6
 
 
-def make_dict(n: int) -> Dict[str, int]:
+def make_dict(n):
     """The picklebench payload: ``{str(i): i for i in range(n)}``."""
     return dict((str(i), i) for i in range(n))
 
 
 # Each serializer: (store(obj, path), load(path), dumps(obj) -> bytes, loads(bytes)).
-def _pickle_ser(protocol: int, fast: bool = False):
+def _pickle_ser(protocol, fast=False):
     def dumps(obj):
         bio = io.BytesIO()
         p = pickle.Pickler(bio, protocol=protocol)
@@ -124,7 +121,7 @@ def _cpersist_ser(compress):
     return store, load, dumps, loads
 
 
-def _serializers() -> Dict[str, tuple]:
+def _serializers():
     s = {f"pickle{p}": _pickle_ser(p) for p in range(6)}
     s["pickle5-fast"] = _pickle_ser(5, fast=True)
     s["marshal"] = _marshal_ser()
@@ -144,7 +141,7 @@ SER_COLUMNS = [
 SMALL_COLUMNS = ["serializer", "object", "dumps_us", "loads_us", "bytes", "status", "reason"]
 
 
-def _cpersist_missing() -> Optional[str]:
+def _cpersist_missing():
     try:
         import cpersist
 
@@ -179,9 +176,8 @@ def _load_task(task):
     return {"status": "ok", "load_s": dt, "rss_load": pm.peak, "rss_taken": max(0, taken)}
 
 
-def run_serializers(out_dir: str, max_entries: int = 4_096_000, mem_budget_mb: float = 4096,
-                    serializers: Optional[List[str]] = None, timeout: float = 1800,
-                    progress: bool = True) -> List[Dict[str, Any]]:
+def run_serializers(out_dir, max_entries=4_096_000, mem_budget_mb=4096, serializers=None,
+                    timeout=1800, progress=True):
     """Run the growing-dict experiment.
 
     Parameters
@@ -267,13 +263,13 @@ def run_serializers(out_dir: str, max_entries: int = 4_096_000, mem_budget_mb: f
     return rows
 
 
-SMALL_OBJECTS: Dict[str, Callable[[], Any]] = {
+SMALL_OBJECTS = {
     "people": lambda: {"people": [{"name": "Alice"}]},
     "dict100": lambda: dict((str(n), n) for n in range(100)),
 }
 
 
-def run_small_objects(number: int = 2000) -> List[Dict[str, Any]]:
+def run_small_objects(number=2000):
     """Time ``dumps``/``loads`` of the seeds' two small objects (in process).
 
     Parameters

@@ -19,9 +19,6 @@ from .reader import CHECKED_CLAIM, TAIL_READ, ContainerReader
 from .sources import ByteSource, source_for
 from .writer import FALLOCATE_MIN, ContainerWriter
 
-#: The former name of :data:`VERBATIM`, kept for code that imports it.
-STORED = VERBATIM
-
 __all__ = [
     "ALIGN", "BATCH_CHUNKS", "CHECKED_CLAIM", "DEFAULT_CHUNK_SIZE", "END_MAGIC", "ENCODED", "FALLOCATE_MIN",
     "FORMAT_MAJOR", "FORMAT_MINOR", "HEADER", "MAGIC", "MAX_BATCH_CHUNKS", "MAX_CHUNK_SIZE",

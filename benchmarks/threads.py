@@ -1,39 +1,44 @@
-"""The threads suite: how much cpersist's thread pool speeds up dump and load.
+"""How much cpersist's thread pool speeds up dump and load, beside controls.
+
+Run from the repository root (it is not installed with cpersist)::
+
+    python benchmarks/threads.py --out DIR [--datasets atlas_c,timeseries] [--levels 3]
+        [--threads 1,2] [--repeat 9] [FILE ...]
 
 For every dataset and compression level, one fresh process writes the data
 at each thread count in turn, round after round, and another loads the file
 the same way (warm page cache). The counts alternate within one process,
 in the order 1, 2, 2, 1, 1, 2, ... (for counts 1,2), because on a shared
-virtual machine the speed of the whole machine drifts within seconds: two
-2-thread loads a second apart in one process took 25 and 39 ms, and a count
-measured in its own process a few seconds after the other would carry that
+virtual machine the speed of the whole machine drifts within seconds, and a
+count measured in its own process seconds after the other would carry that
 drift into the ratio. Each round gives a speed-up (time at the first count
-over time at the other); the suite reports the median over rounds.
+over time at the other); ``OUT/threads.csv`` reports the median over rounds.
 
-Beside every timing, the same process times two controls at the same count,
-which involve no cpersist code: what this machine itself gives the threads
-at that moment (see :class:`MachineControls`). A speed-up is only worth
-comparing with a target next to them: in 20 rounds of one process here,
-Zstandard on a buffer in cache ran 0.99-2.14x faster on two threads than on
-one, and 1.02-1.05x in the last eight rounds in a row.
+Beside every timing, the same process times controls at the same count:
+two involve no cpersist code and say what the machine itself gives the
+threads at that moment (:class:`MachineControls`); one runs the file's own
+chunks through the codecs alone (:class:`CodecControl`). A speed-up is only
+worth comparing with a target next to them.
 """
 
-from __future__ import annotations
-
+import argparse
 import gc
 import os
 import shutil
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from . import datasets as ds
-from .measure import median, run_in_subprocess, warm_cache
+if __name__ == "__main__":  # run as a script: import this file as benchmarks.threads
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-__all__ = ["THREADS_COLUMNS", "THREADS_DATASETS", "run_threads"]
+from cpersist.benchmarks import datasets as ds  # noqa: E402
+from cpersist.benchmarks.measure import median, run_in_subprocess, warm_cache  # noqa: E402
+
+__all__ = ["THREADS_COLUMNS", "THREADS_DATASETS", "run_threads", "format_threads", "main"]
 
 MB = 1e6
 #: Default datasets: the compressible built-in arrays (thread counts matter
@@ -62,22 +67,17 @@ class MachineControls:
     array (``np.empty``, so memory the process has not touched yet), the
     threads taking the frames in turn. This is what a load does, minus
     cpersist: every page of a new array faults in as it is first written.
-    Here the machine's state of the moment decided more than the memory
-    did: decoding 100 MB into written and into new memory alternately, 2
-    threads over 1 gave 1.91x and 1.93x in one run of 16 pairs, 1.25x and
-    1.28x in the next.
 
     Parameters
     ----------
     calls : int
-        Compressions in the ``compute`` control (~13 ms on one thread here).
+        Compressions in the ``compute`` control.
     frames : int
-        4 MiB frames in the ``fresh`` control: 12 (48 MiB, ~17 ms on one
-        thread), above glibc's largest mmap threshold (32 MiB), so that every
+        4 MiB frames in the ``fresh`` control: 12 (48 MiB), above glibc's largest mmap threshold (32 MiB), so that every
         array is new memory from the kernel rather than a reused block.
     """
 
-    def __init__(self, calls: int = 256, frames: int = 12):
+    def __init__(self, calls=256, frames=12):
         import zstandard
 
         self._zstd = zstandard
@@ -94,7 +94,7 @@ class MachineControls:
         # timing (a context allocates its tables on first use).
         self._compressors, self._decompressors = [], []
 
-    def _contexts(self, n: int) -> None:
+    def _contexts(self, n):
         while len(self._compressors) < n:
             compressor = self._zstd.ZstdCompressor(level=3)
             compressor.compress(self._cache_buffer)
@@ -103,7 +103,7 @@ class MachineControls:
             self._compressors.append(compressor)
             self._decompressors.append(decompressor)
 
-    def _run(self, n: int, work) -> float:
+    def _run(self, n, work):
         self._contexts(n)
         threads = [threading.Thread(target=work, args=(k, n)) for k in range(n)]
         t0 = time.perf_counter()
@@ -113,7 +113,7 @@ class MachineControls:
             t.join()
         return time.perf_counter() - t0
 
-    def compute(self, n: int) -> float:
+    def compute(self, n):
         """Seconds for ``n`` threads to share the compressions."""
         def work(k, n):
             compressor = self._compressors[k]
@@ -121,7 +121,7 @@ class MachineControls:
                 compressor.compress(self._cache_buffer)
         return self._run(n, work)
 
-    def fresh(self, n: int) -> float:
+    def fresh(self, n):
         """Seconds for ``n`` threads to decode the frames into a new array."""
         out = memoryview(np.empty(self._frames * _CONTROL_CHUNK, np.uint8))
         short = []
@@ -148,11 +148,7 @@ class CodecControl:
     again, as a dump does. Thread ``k`` of ``n`` takes chunks ``k``,
     ``k + n``, ... and nothing else runs: no file I/O, no checksums, no
     pickling, no pipeline. The threads' speed-up on it is what cpersist's
-    could be with nothing of its own. It found where cpersist lost: with
-    the calling thread reading every chunk for two decoding workers, loads
-    of the atlas ran 1.29x faster on 2 threads than on 1 while its chunks
-    alone decoded 1.85x faster (61 pairs in one process); in a process
-    minutes before, 1.31x while the machine controls gave 1.91x and 1.94x.
+    could be with nothing of its own.
 
     Parameters
     ----------
@@ -160,8 +156,8 @@ class CodecControl:
         A cpersist file; its bytes are read into memory once, here.
     """
 
-    def __init__(self, path: str):
-        from ..container import STORED, ContainerReader
+    def __init__(self, path):
+        from cpersist.container import VERBATIM, ContainerReader
 
         with open(path, "rb") as f:
             reader = ContainerReader(f, path)
@@ -177,24 +173,24 @@ class CodecControl:
             start = 0
             for offset, stored, raw, _, flag in section.chunks:
                 at = reader.base + offset
-                codec = None if flag == STORED else section.codec
+                codec = None if flag == VERBATIM else section.codec
                 self._chunks.append((len(self._sizes), start, data[at:at + stored], raw,
                                      codec, section.typesize))
                 start += raw
             self._sizes.append(section.raw_size)
         self._raw = None
-        self._pools: Dict[int, ThreadPoolExecutor] = {}
+        self._pools = {}
 
-    def __len__(self) -> int:
+    def __len__(self):
         """Chunks timed: none in a raw file, whose timings stay empty."""
         return len(self._chunks)
 
-    def _run(self, n: int, work) -> float:
+    def _run(self, n, work):
         # The calling thread takes share 0 and n - 1 threads kept between
         # calls the others, as in cpersist: the codecs keep a context per
-        # thread, and new threads made new contexts at every call (the
-        # control's 1-thread decode of the time series took 43.6 ms against
-        # cpersist's 41.8). A new pool does the work once untimed first.
+        # thread, and new threads would make new contexts at every call,
+        # timing their set-up rather than the codec. A new pool does the
+        # work once untimed first.
         pool = self._pools.get(n)
         if pool is None and n > 1:
             pool = self._pools[n] = ThreadPoolExecutor(n - 1, thread_name_prefix="control")
@@ -206,7 +202,7 @@ class CodecControl:
             helper.result()
         return time.perf_counter() - t0
 
-    def decode(self, n: int) -> float:
+    def decode(self, n):
         """Seconds for ``n`` threads to decode every chunk into new arrays."""
         outs = [memoryview(np.empty(size, np.uint8)) for size in self._sizes]
         errors = []
@@ -229,7 +225,7 @@ class CodecControl:
             self._raw = [outs[at][start:start + raw] for at, start, _, raw, _, _ in self._chunks]
         return elapsed
 
-    def encode(self, n: int) -> float:
+    def encode(self, n):
         """Seconds for ``n`` threads to encode every decoded chunk again."""
         if self._raw is None:
             self.decode(1)
@@ -249,17 +245,17 @@ class CodecControl:
         return elapsed
 
 
-def _order(counts: Sequence[int], r: int) -> List[int]:
+def _order(counts, r):
     # Reversed every other round: what runs first in a round (just after a
     # free of the previous result, say) is not always the same count.
     return list(counts) if r % 2 == 0 else list(reversed(counts))
 
 
-def _threads_task(task: Dict[str, Any]) -> Dict[str, Any]:
+def _threads_task(task):
     """In a fresh process: dump or load at each count, alternating."""
     import cpersist
 
-    from .compare import first_difference
+    from cpersist.benchmarks.compare import first_difference
 
     path, counts, level = task["file_path"], task["counts"], task["level"]
     obj = ds.load_cached(task["data_path"])
@@ -303,9 +299,7 @@ def _threads_task(task: Dict[str, Any]) -> Dict[str, Any]:
     return {"status": "ok", "times": times, "controls": control_times}
 
 
-def run_threads(out_dir: str, dataset_list: Sequence[ds.Dataset], size_bytes: int,
-                levels: Sequence[int], counts: Sequence[int], repeats: int,
-                timeout: float = 1800.0) -> List[Dict[str, Any]]:
+def run_threads(out_dir, dataset_list, size_bytes, levels, counts, repeats, timeout=1800.0):
     """Measure dump and load of each dataset at each thread count.
 
     Parameters
@@ -393,3 +387,125 @@ def _rows(base, size, times, counts, controls):
             row[f"{kind}_times"] = _joined(control[n])
         rows.append(row)
     return rows
+
+
+def _fmt(value, spec):
+    return "-" if value in ("", None) else format(value, spec)
+
+
+def format_threads(rows):
+    """The end-of-run table of :func:`run_threads`.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Rows of :func:`run_threads`.
+
+    Returns
+    -------
+    str
+    """
+    head = (f"{'dataset':<18} {'lvl':>3} {'op':<5} {'threads':>7} {'time_s':>8} {'MB/s':>8} "
+            f"{'speedup':>7} {'range':>11} {'compute':>7} {'fresh':>6} {'codec':>6} {'status':<7}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        line = (f"{str(r['dataset'])[:18]:<18} {r['level']:>3} {r['op']:<5} {r['threads']:>7} ")
+        if r.get("status") != "ok":
+            lines.append(line + f"{r.get('status', '')}: {r.get('reason', '')}")
+            continue
+        lines.append(line + f"{r['time_s']:>8.4f} {r['MBps']:>8.1f} {r['speedup']:>7.2f} "
+                            f"{r['speedup_min']:>5.2f}-{r['speedup_max']:<5.2f} "
+                            f"{r['compute_speedup']:>7.2f} {r['fresh_speedup']:>6.2f} "
+                            f"{_fmt(r['codec_speedup'], '.2f'):>6} ok")
+    lines.append("compute, fresh: the machine's own speed-up in the same rounds, without "
+                 "cpersist (Zstandard in cache; decoding into new memory); codec: the same "
+                 "chunks through the codecs alone (no I/O, checksums or pipeline)")
+    return "\n".join(lines)
+
+
+def build_parser():
+    """The argument parser of ``python benchmarks/threads.py``."""
+    from cpersist.benchmarks.cli import _csv_list, _levels, _thread_counts
+
+    p = argparse.ArgumentParser(
+        prog="python benchmarks/threads.py",
+        description="cpersist dump and load at each thread count, alternating within one "
+                    "process, beside machine and codec controls (threads.csv).")
+    p.add_argument("files", nargs="*", metavar="PATH",
+                   help="your own files to measure (as in python -m cpersist.benchmarks); "
+                        "when given, only these run unless --datasets is also given")
+    p.add_argument("--out", default="cpersist-threads", metavar="DIR",
+                   help="output directory (threads.csv, machine.json); default ./cpersist-threads")
+    p.add_argument("--datasets", type=_csv_list, default=None, metavar="NAMES",
+                   help="dataset names or patterns (default: " + ",".join(THREADS_DATASETS) + ")")
+    p.add_argument("--levels", type=_levels, default=[3], metavar="L,L,...",
+                   help="cpersist compress levels (default 3)")
+    p.add_argument("--threads", type=_thread_counts, default=None, metavar="N[,N...]",
+                   help="thread counts, speed-ups relative to the first (default: 1 and all CPUs)")
+    p.add_argument("--size", default="medium",
+                   help="size of each generated dataset (tiny, small, medium, large or e.g. 250MB)")
+    p.add_argument("--repeat", type=int, default=3, metavar="N",
+                   help="rounds: each count timed once per round (default 3)")
+    p.add_argument("--trust-pickles", action="store_true",
+                   help="allow loading pickle/joblib user files (loading a pickle runs code)")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
+                   help="seconds before one process is killed and its rows reported failed")
+    p.add_argument("--no-progress", action="store_true", help="accepted for symmetry; no bar")
+    return p
+
+
+def main(argv=None):
+    """Run the threads measurement from command-line arguments.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Arguments without the program name (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 when every row is correct, 1 when some failed, 2 on bad arguments.
+    """
+    from cpersist._threads import default_n_threads
+    from cpersist.benchmarks.report import write_csv, write_machine_json
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        size = ds.parse_size(args.size)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.repeat < 1:
+        parser.error("--repeat must be >= 1")
+    for f in args.files:
+        if not os.path.exists(f):
+            parser.error(f"no such file: {f}")
+    counts = args.threads if isinstance(args.threads, list) else sorted(
+        {1, args.threads or default_n_threads()})
+    try:
+        dataset_list = ds.datasets_for_run(args.datasets, args.files, args.trust_pickles,
+                                           THREADS_DATASETS)
+    except ValueError as e:  # unknown dataset name
+        parser.error(str(e))
+    os.makedirs(args.out, exist_ok=True)
+    t_start = time.perf_counter()
+    rows = run_threads(args.out, dataset_list, size, args.levels, counts, args.repeat,
+                       args.timeout)
+    write_csv(os.path.join(args.out, "threads.csv"), rows, THREADS_COLUMNS)
+    extra = {"argv": list(sys.argv[1:] if argv is None else argv), "suite": "threads",
+             "threads": {"levels": args.levels, "counts": counts, "size_bytes": size,
+                         "rounds": args.repeat, "cache": "warm"},
+             "elapsed_s": round(time.perf_counter() - t_start, 2)}
+    write_machine_json(os.path.join(args.out, "machine.json"), extra)
+    print(format_threads(rows))
+    failed = sum(r["status"] == "failed" for r in rows)
+    if failed:
+        print(f"{failed} measurement(s) FAILED; see the 'reason' column", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    from benchmarks.threads import main as _main  # the importable copy: workers unpickle it
+
+    sys.exit(_main())

@@ -1,0 +1,123 @@
+"""Start-up cost: ``import cpersist`` and ``cpersist --help`` beside joblib.
+
+Every figure is the median over fresh interpreters, each started by
+``subprocess`` with the same Python and environment as the benchmark. The
+imports are timed inside the interpreter, after ``import numpy`` (every
+user of cpersist or joblib has numpy loaded already, so its import is not
+counted against either). ``cpersist --help`` is timed from outside, wall
+clock from process start to exit, beside an interpreter that runs nothing
+(``python -c pass``): the difference is what cpersist's command line adds.
+"""
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+__all__ = ["IMPORT_COLUMNS", "run_import_times", "format_import_times"]
+
+#: CSV columns of ``import_time.csv``.
+IMPORT_COLUMNS = ["what", "kind", "command", "median_ms", "min_ms", "max_ms", "runs", "status",
+                  "reason"]
+
+_TIMED_IMPORT = ("import time, numpy; t0 = time.perf_counter(); import {module}; "
+                 "print(time.perf_counter() - t0)")
+
+
+def _cli_command():
+    """``cpersist`` next to this interpreter if installed, else ``python -m cpersist``."""
+    script = os.path.join(os.path.dirname(sys.executable), "cpersist")
+    if os.path.isfile(script) and os.access(script, os.X_OK):
+        return [script]
+    found = shutil.which("cpersist")
+    return [found] if found else [sys.executable, "-m", "cpersist"]
+
+
+def _inside(module, runs):
+    """Seconds of ``import module`` measured inside ``runs`` fresh interpreters."""
+    code = _TIMED_IMPORT.format(module=module)
+    times = []
+    for _ in range(runs):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr else
+                               f"exit code {done.returncode}")
+        times.append(float(done.stdout.split()[-1]))
+    return times
+
+
+def _wall(command, runs):
+    """Wall seconds of ``command`` from start to exit, ``runs`` times."""
+    import time
+
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              timeout=120)
+        times.append(time.perf_counter() - t0)
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr.decode(errors="replace").strip() or
+                               f"exit code {done.returncode}")
+    return times
+
+
+def _row(what, kind, command, measure):
+    row = {"what": what, "kind": kind, "command": command}
+    try:
+        times = measure()
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+        row.update(status="n/a", reason=str(e)[:200], runs=0)
+        return row
+    ms = [t * 1e3 for t in times]
+    row.update(median_ms=round(statistics.median(ms), 2), min_ms=round(min(ms), 2),
+               max_ms=round(max(ms), 2), runs=len(ms), status="ok", reason="")
+    return row
+
+
+def run_import_times(runs=11):
+    """Time the imports and the command line in fresh interpreters.
+
+    Parameters
+    ----------
+    runs : int
+        Fresh interpreters per row; the median is reported with the range.
+
+    Returns
+    -------
+    list of dict
+        One row per measurement with the :data:`IMPORT_COLUMNS` keys: ``import
+        cpersist`` and ``import joblib`` (the peer), timed inside the
+        interpreter after ``import numpy``; ``cpersist --help`` and ``python
+        -c pass``, wall time of the whole process. A row whose command fails
+        (joblib not installed, say) has status ``n/a`` and the reason.
+    """
+    python = os.path.basename(sys.executable)
+    cli = _cli_command()
+    cli_text = " ".join([python] + cli[1:] if cli[0] == sys.executable else
+                        [os.path.basename(cli[0])] + cli[1:]) + " --help"
+    return [
+        _row("import cpersist", "import, numpy already imported",
+             f"{python} -c 'import numpy; import cpersist'", lambda: _inside("cpersist", runs)),
+        _row("import joblib", "import, numpy already imported",
+             f"{python} -c 'import numpy; import joblib'", lambda: _inside("joblib", runs)),
+        _row("cpersist --help", "wall time of the process", cli_text,
+             lambda: _wall(cli + ["--help"], runs)),
+        _row("python -c pass", "wall time of the process", f"{python} -c pass",
+             lambda: _wall([sys.executable, "-c", "pass"], runs)),
+    ]
+
+
+def format_import_times(rows):
+    """The end-of-run table of :func:`run_import_times`."""
+    head = f"{'start-up':<18} {'median ms':>9} {'range ms':>15} {'runs':>4}  measured"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if r["status"] != "ok":
+            lines.append(f"{r['what']:<18} {r['status']}: {r['reason']}")
+            continue
+        span = f"{r['min_ms']:.1f}-{r['max_ms']:.1f}"
+        lines.append(f"{r['what']:<18} {r['median_ms']:>9.1f} {span:>15} {r['runs']:>4}  {r['kind']}")
+    return "\n".join(lines)
