@@ -28,7 +28,7 @@ extensions = [
     "numpydoc",
 ]
 
-exclude_patterns = ["_build", "**/*.inc.rst", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "*.inc.rst", "**/*.inc.rst", "Thumbs.db", ".DS_Store"]
 templates_path = []
 # The benchmark figures live in _static/bench/ (absent in a fresh checkout).
 html_static_path = ["_static"] if os.path.isdir(os.path.join(HERE, "_static")) else []
