@@ -20,6 +20,9 @@ from .exceptions import CorruptFileError
 #: Bytes read to recognise a file: enough for every magic number, and for
 #: the first bytes a compressed stream decompresses to.
 HEAD_BYTES = 1 << 16
+#: Compressed bytes read at most to see the first decompressed ones: more
+#: than bz2's largest block.
+MAX_COMPRESSED_HEAD = 4 << 20
 
 #: joblib's compressors, by the magic number their files start with (see
 #: ``joblib/compressor.py``), longest first so that no prefix shadows another.
@@ -97,7 +100,7 @@ def detect(source):
         return Kind(f"pickle protocol {protocol}")
     for magic, name in JOBLIB_MAGICS:
         if head.startswith(magic):
-            inner = _decompressed_head(name, head)
+            inner = _decompressed_head(name, source, head)
             if _pickle_protocol(inner) is not None:
                 return Kind(f"joblib file ({name}-compressed)", name)
             raise CorruptFileError(
@@ -125,28 +128,47 @@ def _pickle_protocol(head):
     return None
 
 
-def _decompressed_head(name, head):
-    """The first bytes ``head`` decompresses to with joblib's ``name``
-    compressor; empty when they do not decompress."""
+def _decompressed_head(name, source, head):
+    """The first bytes ``source`` decompresses to with joblib's ``name``
+    compressor; empty when they do not decompress.
+
+    Compressed input is fed a block at a time until two bytes come out: a
+    bz2 stream yields nothing before its first block (up to 900 kB of
+    data) is complete.
+    """
+    decompressor = _decompressor(name)
+    if decompressor is None:  # lz4 is not installed: joblib.load names it
+        return bytes((PROTO, 2))
+    out, block, offset = b"", head, len(head)
+    limit = min(source.size, MAX_COMPRESSED_HEAD)
     try:
-        if name == "zlib":
-            return zlib.decompressobj().decompress(head, 16)
-        if name == "gzip":
-            return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS).decompress(head, 16)
-        if name == "bz2":
-            return bz2.BZ2Decompressor().decompress(head, 16)
-        if name == "lzma":
-            return lzma.LZMADecompressor(lzma.FORMAT_ALONE).decompress(head, 16)
-        if name == "xz":
-            return lzma.LZMADecompressor(lzma.FORMAT_XZ).decompress(head, 16)
-        try:
-            import lz4.frame
-        except ImportError:
-            # Cannot look inside; joblib.load names the missing module.
-            return bytes((PROTO, 2))
-        return lz4.frame.LZ4FrameDecompressor().decompress(head, 16)
+        while True:
+            out += decompressor.decompress(block, 16)
+            if len(out) >= 2 or offset >= limit or getattr(decompressor, "eof", False):
+                break
+            block = bytes(source.read(offset, min(HEAD_BYTES, limit - offset)))
+            offset += len(block)
     except (OSError, EOFError, ValueError, RuntimeError, zlib.error, lzma.LZMAError):
         return b""
+    return out
+
+
+def _decompressor(name):
+    if name == "zlib":
+        return zlib.decompressobj()
+    if name == "gzip":
+        return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    if name == "bz2":
+        return bz2.BZ2Decompressor()
+    if name == "lzma":
+        return lzma.LZMADecompressor(lzma.FORMAT_ALONE)
+    if name == "xz":
+        return lzma.LZMADecompressor(lzma.FORMAT_XZ)
+    try:
+        import lz4.frame
+    except ImportError:
+        return None
+    return lz4.frame.LZ4FrameDecompressor()
 
 
 def _holds_joblib_arrays(source):
