@@ -13,7 +13,8 @@ from .codecs import available_codecs  # noqa: E402
 # function would be shadowed by the module.
 from .convert import convert  # noqa: E402
 from .exceptions import (CorruptFileError, CpersistError,  # noqa: E402
-                         UnsupportedVersionError, UntrustedObjectError)
+                         UnsupportedVersionError, UntrustedObjectError,
+                         UntrustedPickleError)
 
 # These need numpy; imported on first access (PEP 562) so that the command
 # line and `import cpersist` stay light.
@@ -41,6 +42,7 @@ __all__ = [
     "CpersistError",
     "UnsupportedVersionError",
     "UntrustedObjectError",
+    "UntrustedPickleError",
     "available_codecs",
     "convert",
     "dump",
