@@ -10,8 +10,9 @@ and keeps the smallest. Each stored chunk says which way it went: a plain
 Zstandard frame, or a Blosc2 chunk (shuffle, byte delta, Zstandard inside)
 that Blosc's own decoder undoes.
 
-How often each form wins on the benchmark's datasets is in the benchmark
-documentation (docs/benchmarks.rst).
+The user guide (docs/user_guide.rst) says when to choose it; the published
+benchmark run (docs/benchmark_results.rst) compares it with plain Zstandard
+on the benchmark's datasets.
 """
 
 from .abc import Codec, middle_sample
@@ -95,11 +96,11 @@ class ZstdAuto(Codec):
             return self._zstd.encode(buf)
         return self._filtered(buf, typesize, hint)
 
-    def check_header(self, head, stored, raw):
+    def check_header(self, head, length, raw_length):
         if bytes(head[:4]) == _ZSTD_MAGIC:
-            self._zstd.check_header(head, stored, raw)
+            self._zstd.check_header(head, length, raw_length)
         else:
-            check_blosc_chunk(self, head, stored, raw)
+            check_blosc_chunk(self, head, length, raw_length)
 
     def decode_into(self, src, out):
         if bytes(src[:4]) == _ZSTD_MAGIC:
