@@ -34,7 +34,8 @@ def stored_share(path):
     """Share of the largest section's bytes in chunks stored as is."""
     with open(path, "rb") as file:
         section = max(ContainerReader(file, str(path)).sections, key=lambda s: s.raw_size)
-        return sum(c[2] for c in section.chunks if c[4] == VERBATIM) / section.raw_size
+        return sum(chunk.raw_length for chunk in section.chunks
+                   if chunk.flag == VERBATIM) / section.raw_size
 
 
 @pytest.fixture

@@ -83,13 +83,15 @@ class ZstdAuto(Codec):
     def probe(self, sample, typesize=1):
         # Ties go to the first candidate, plain zstd (the faster to decode).
         return min(((len(encoded), hint) for encoded, hint in
-                    self._candidates(sample, typesize)), key=lambda c: c[0])
+                    self._candidates(sample, typesize)), key=lambda size_hint: size_hint[0])
 
     def encode(self, buf, typesize=1, hint=None):
         if not shuffles(buf, typesize):
             return self._zstd.encode(buf)
         if hint is None and len(buf) <= _WHOLE_CHOICE:
-            return min(self._candidates(buf, typesize), key=lambda c: len(c[0]))[0]
+            encoded, _ = min(self._candidates(buf, typesize),
+                             key=lambda candidate: len(candidate[0]))
+            return encoded
         if hint is None:
             _, hint = self.probe(middle_sample(buf, typesize, _SAMPLE_SIZE), typesize)
         if hint == PLAIN:
