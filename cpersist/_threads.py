@@ -14,7 +14,6 @@ import itertools
 import os
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 
 _END = object()
 #: Chunks in flight per worker. With one, a worker that has finished idles
@@ -48,6 +47,11 @@ def get_pool(n_threads):
     with _pools_lock:
         pool = _pools.get(n_threads)
         if pool is None:
+            # Imported here: concurrent.futures imports logging and queue,
+            # which the command line, single-threaded calls and small arrays
+            # never need.
+            from concurrent.futures import ThreadPoolExecutor
+
             pool = _pools[n_threads] = ThreadPoolExecutor(
                 n_threads, thread_name_prefix="cpersist"
             )
