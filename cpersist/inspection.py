@@ -199,14 +199,14 @@ def verify(source):
         reader = ContainerReader(opened)
         name = reader.name
         root = _root(reader)
-        chunks = stored = raw = 0
+        chunks = stored_bytes = raw_bytes = 0
         for section in reader.sections:
             if section.index != reader.root:
                 array_layout(reader, section)
             reader.verify_section(section)
             chunks += len(section.chunks)
-            stored += section.stored_size
-            raw += section.raw_size
+            stored_bytes += section.stored_size
+            raw_bytes += section.raw_size
         scan_pickle(reader.read_bytes(root), name)  # a well-formed opcode stream
         return {"sections": len(reader.sections), "chunks": chunks,
-                "stored_bytes": stored, "raw_bytes": raw}
+                "stored_bytes": stored_bytes, "raw_bytes": raw_bytes}

@@ -87,7 +87,7 @@ def with_index(body, index, *, raw_index=None):
 
 
 def forge(data, edit, *, consistent=False):
-    """Apply ``edit(index)`` (in place) to a valid file's index; fix the CRC.
+    """Apply ``edit(index)`` (in place) to a valid file's index; fix its checksum.
 
     The sections keep their original size totals, so an edited chunk table
     disagrees with them, unless ``consistent`` (totals follow the tables).

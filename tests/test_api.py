@@ -742,10 +742,10 @@ def test_file_layout(tmp_path):
     assert data[8:12] == b"\x01\x00\x01\x00"  # major 1, minor 1, little-endian
     assert data[12:64] == bytes(52)
     assert data.endswith(END_MAGIC)
-    offset, length, crc, _ = TRAILER.unpack(data[-TRAILER.size:])
+    offset, length, checksum, _ = TRAILER.unpack(data[-TRAILER.size:])
     assert offset % ALIGN == 0 and offset + length == len(data) - TRAILER.size
     index = json.loads(data[offset:offset + length])
-    assert crc == __import__("xxhash").xxh3_64_intdigest(data[offset:offset + length])
+    assert checksum == __import__("xxhash").xxh3_64_intdigest(data[offset:offset + length])
     assert index["format"] == [1, 1]
     sections = index["sections"]
     for section in sections:  # the chunk table is JSON text, with its totals
