@@ -6,7 +6,11 @@ registering it below.
 
 from .abc import Codec
 from .blosc import BloscBloscLZ, BloscLZ4, BloscZlib, BloscZstd
+from .bz2 import BZ2
+from .gzip import Gzip
 from .lz4 import LZ4
+from .lzma import LZMA, XZ
+from .max import Max
 from .registry import (
     ALIASES,
     DEFAULT_CODEC,
@@ -22,6 +26,8 @@ from .zstd import Zstd
 from .zstd_auto import ZstdAuto
 
 for _cls in (Zlib, LZ4, Zstd, ZstdAuto, BloscLZ4, BloscZstd, BloscZlib, BloscBloscLZ):
+    register_codec(_cls)
+for _cls in (Gzip, BZ2, LZMA, XZ, Max):
     register_codec(_cls)
 del _cls
 

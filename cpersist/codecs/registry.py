@@ -103,7 +103,9 @@ def parse_compress(compress):
         raise _compress_error(compress)
     if isinstance(compress, str):
         try:
-            return get_codec(compress, DEFAULT_LEVEL)
+            # "max" searches for the smallest chunk, whatever the level;
+            # level 9 only makes a small saving count (see codecs.max).
+            return get_codec(compress, 9 if compress == "max" else DEFAULT_LEVEL)
         except ValueError:
             raise _compress_error(compress) from None
     if isinstance(compress, tuple) and len(compress) == 2:
