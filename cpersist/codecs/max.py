@@ -31,6 +31,8 @@ _ZSTD_LEVEL = 22
 
 def _filters(typesize):
     """(filter, element size) pairs worth trying for items of ``typesize``."""
+    if typesize > 255:  # the header holds the element size in one byte
+        typesize = 1
     if typesize == 1:
         # Bytes may still be interleaved records: RGB and RGBA pixels.
         return [(NONE, 1), (DELTA, 1), (SHUFFLE, 3), (SHUFFLE_BYTEDELTA, 3),
@@ -65,7 +67,9 @@ def apply_filter(buf, flt, size):
     if flt == NONE or len(a) < size:
         return a
     if flt in (SHUFFLE, SHUFFLE_BYTEDELTA):
-        planes = np.ascontiguousarray(_shuffle(a, size)).ravel()
+        # A copy always (ascontiguousarray would return the caller's own
+        # bytes when there is one item, and the delta below would write them).
+        planes = _shuffle(a, size).copy().ravel()
         if flt == SHUFFLE_BYTEDELTA:
             planes[1:] = np.diff(planes)
     else:
