@@ -80,8 +80,8 @@ def test_every_way_of_max_round_trips_and_leaves_the_input_alone(n, typesize):
 
 def test_max_is_no_larger_than_any_way_it_tries_on_a_small_chunk():
     codec = get_codec("max")
-    for data, typesize in [(random_walk(30000, np.int64), 8),
-                           (np.sin(np.linspace(0, 9, 60000, dtype=np.float32)), 4)]:
+    for data, typesize in [(random_walk(8000, np.int64), 8),
+                           (np.sin(np.linspace(0, 9, 16000, dtype=np.float32)), 4)]:
         raw = memoryview(data.tobytes())
         best = len(codec.encode(raw, typesize))
         sizes = [len(codec._encode_with(raw, way)) for way in codec._ways(typesize)]
@@ -92,8 +92,8 @@ def test_max_is_no_larger_than_any_way_it_tries_on_a_small_chunk():
 
 
 def test_max_beats_every_other_codec_at_level_9(tmp_path):
-    obj = {"walk": random_walk(400000, np.int64), "nan": np.where(
-        random_walk(200000, np.int64, 1) % 7 == 0, 1.5, np.nan)}
+    obj = {"walk": random_walk(40000, np.int64), "nan": np.where(
+        random_walk(20000, np.int64, 1) % 7 == 0, 1.5, np.nan)}
     sizes = {}
     for name in cpersist.available_codecs():
         path = tmp_path / f"{name.replace(':', '_')}.cp"

@@ -17,7 +17,9 @@ from .abc import Codec, middle_sample
 #: back end, filter, element size, reserved (0), decoded size.
 HEADER = struct.Struct("<BBBBQ")
 ZSTD, LZMA, BZ2 = 1, 2, 3
-NONE, SHUFFLE, SHUFFLE_BYTEDELTA, DELTA, ZIGZAG_SHUFFLE = 0, 1, 2, 3, 4
+NONE, SHUFFLE, SHUFFLE_BYTEDELTA, DELTA, ZIGZAG_SHUFFLE, SPLIT, SPLIT_BYTESWAP = range(7)
+#: Filters that work on items as unsigned integers (sizes 1, 2, 4, 8 only).
+_INTEGER_FILTERS = (DELTA, ZIGZAG_SHUFFLE, SPLIT, SPLIT_BYTESWAP)
 _BACKENDS = (ZSTD, LZMA, BZ2)
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 #: Chunks up to this size are compressed every way in full to choose.
@@ -39,7 +41,7 @@ def _filters(typesize):
                 (SHUFFLE, 4), (SHUFFLE_BYTEDELTA, 4)]
     pairs = [(NONE, typesize), (SHUFFLE, typesize), (SHUFFLE_BYTEDELTA, typesize)]
     if typesize in _UINT:
-        pairs += [(DELTA, typesize), (ZIGZAG_SHUFFLE, typesize)]
+        pairs += [(f, typesize) for f in _INTEGER_FILTERS]
     return pairs
 
 
@@ -64,8 +66,10 @@ def apply_filter(buf, flt, size):
     """The bytes ``flt`` makes of ``buf`` (a tail shorter than ``size`` kept as is)."""
     a = _bytes(buf)
     body = len(a) // size * size
-    if flt == NONE or len(a) < size:
+    if flt == NONE or not body:
         return a
+    if flt in (SPLIT, SPLIT_BYTESWAP):
+        return _split(a, size, flt == SPLIT_BYTESWAP)
     if flt in (SHUFFLE, SHUFFLE_BYTEDELTA):
         # A copy always (ascontiguousarray would return the caller's own
         # bytes when there is one item, and the delta below would write them).
@@ -85,13 +89,73 @@ def apply_filter(buf, flt, size):
     return np.concatenate([planes, a[body:]])
 
 
+def _bitmap_size(n, size):
+    """Bytes of the bitmap of ``n`` items, padded to whole items."""
+    m = (n + 7) // 8
+    return m + -m % size
+
+
+def _split(a, size, byteswap):
+    """The most common item, a bitmap of the others, then the others.
+
+    Sparse data (zeros outside a mask, NaN in a table) then leaves the back
+    end a dense bitmap and the values alone, each compressing better than
+    the two interleaved. Byte-swapped, the others put their high bytes
+    first, which bzip2's sort groups better on floats.
+    """
+    body = len(a) // size * size
+    items = a[:body].view(_UINT[size])
+    values, counts = np.unique(items, return_counts=True)
+    common = values[counts.argmax()]
+    mask = items != common
+    bitmap = np.zeros(_bitmap_size(len(items), size), np.uint8)
+    packed = np.packbits(mask)
+    bitmap[:len(packed)] = packed
+    rest = items[mask]
+    if byteswap:
+        rest = rest.byteswap()
+    return np.concatenate([common.reshape(1).view(np.uint8), bitmap, rest.view(np.uint8), a[body:]])
+
+
+def _unsplit(data, size, byteswap, o, body):
+    n = body // size
+    bitmap_end = size + _bitmap_size(n, size)
+    if len(data) < bitmap_end:
+        raise ValueError("split chunk shorter than its bitmap")
+    mask = np.unpackbits(data[size:bitmap_end], count=n).view(bool)
+    end = bitmap_end + int(np.count_nonzero(mask)) * size
+    if len(data) != end + len(o) - body:
+        raise ValueError(f"split chunk of {len(data)} bytes, its bitmap says {end + len(o) - body}")
+    rest = data[bitmap_end:end].view(_UINT[size])
+    items = o[:body].view(_UINT[size])
+    items[:] = data[:size].view(_UINT[size])[0]
+    items[mask] = rest.byteswap() if byteswap else rest
+    o[body:] = data[end:]
+
+
+def filtered_bound(decoded, size):
+    """Most bytes any filter makes of a ``decoded``-byte chunk."""
+    return decoded + size + _bitmap_size(decoded // size, size)
+
+
 def undo_filter(data, flt, size, out):
-    """Write into ``out`` (bytes) what ``flt`` made ``data`` from."""
+    """Write into ``out`` (bytes) what ``flt`` made ``data`` from.
+
+    Raises
+    ------
+    ValueError
+        If ``data`` is not the length ``flt`` makes.
+    """
     o = _bytes(out)
-    if flt == NONE or len(o) < size:
+    body = len(o) // size * size
+    if flt in (SPLIT, SPLIT_BYTESWAP) and body:
+        _unsplit(data, size, flt == SPLIT_BYTESWAP, o, body)
+        return
+    if len(data) != len(o):
+        raise ValueError(f"filtered chunk of {len(data)} bytes, expected {len(o)}")
+    if flt == NONE or not body:
         o[:] = data
         return
-    body = len(o) // size * size
     n = body // size
     o[body:] = data[body:]
     data = data[:body]
@@ -108,17 +172,18 @@ def undo_filter(data, flt, size, out):
     o[:body] = items.view(np.uint8)
 
 
-def _lzma_filters(flt, size, decoded_size):
-    """The raw LZMA2 filter chain for a chunk; the decoder needs only the
-    dictionary size, the smallest power of two holding the decoded chunk."""
+def _lzma_filters(decoded, size):
+    """The raw LZMA2 filter chain for a chunk. The decoder needs only the
+    dictionary size: the smallest power of two that holds what the filter
+    can make of the chunk, which the decoded size in the header gives."""
     import lzma
 
-    options = {"id": lzma.FILTER_LZMA2,
-               "dict_size": max(4096, 1 << max(0, decoded_size - 1).bit_length())}
-    return lzma, [options]
+    bound = filtered_bound(decoded, size)
+    return lzma, [{"id": lzma.FILTER_LZMA2,
+                   "dict_size": max(4096, 1 << (bound - 1).bit_length())}]
 
 
-def _compress(backend, data, flt, size):
+def _compress(backend, data, flt, size, decoded):
     if backend == ZSTD:
         import zstandard
 
@@ -127,9 +192,10 @@ def _compress(backend, data, flt, size):
         import bz2
 
         return bz2.compress(data, 9)
-    lzma, filters = _lzma_filters(flt, size, len(data))
-    filters[0]["preset"] = 9 | lzma.PRESET_EXTREME
-    if flt in (NONE, DELTA) and size in (2, 4, 8):
+    lzma, filters = _lzma_filters(decoded, size)
+    # The preset first: it sets every option, dict_size included.
+    filters[0] = {"preset": 9 | lzma.PRESET_EXTREME, **filters[0]}
+    if flt in (NONE, DELTA, SPLIT) and size in (2, 4, 8):
         # Numbers left unshuffled: literal and position contexts aligned
         # to items rather than to text.
         bits = size.bit_length() - 1
@@ -157,7 +223,8 @@ class Max(Codec):
     def _encode_with(self, buf, way):
         backend, flt, size = way
         data = apply_filter(buf, flt, size)
-        return HEADER.pack(backend, flt, size, 0, len(buf)) + _compress(backend, data, flt, size)
+        return HEADER.pack(backend, flt, size, 0, len(buf)) + _compress(
+            backend, data, flt, size, len(buf))
 
     def _ways(self, typesize):
         return [(b, f, s) for f, s in _filters(typesize) for b in _BACKENDS]
@@ -179,10 +246,10 @@ class Max(Codec):
         if len(head) < HEADER.size:
             raise self._invalid(f"{len(head)}-byte chunk, shorter than its header")
         backend, flt, size, reserved, decoded = HEADER.unpack_from(head)
-        if backend not in _BACKENDS or flt > ZIGZAG_SHUFFLE or not size or reserved:
+        if backend not in _BACKENDS or flt > SPLIT_BYTESWAP or not size or reserved:
             raise self._invalid(f"unknown method {bytes(head[:4]).hex()}")
-        if flt in (DELTA, ZIGZAG_SHUFFLE) and size not in _UINT:
-            raise self._invalid(f"integer delta over {size}-byte items")
+        if flt in _INTEGER_FILTERS and size not in _UINT:
+            raise self._invalid(f"integer filter over {size}-byte items")
         if decoded != raw:
             raise self._wrong_size(decoded, raw)
 
@@ -196,37 +263,36 @@ class Max(Codec):
         import zstandard
 
         try:
-            data = _decompress(backend, payload, flt, size, decoded)
+            data = _decompress(backend, payload, size, decoded)
+            undo_filter(_bytes(data), flt, size, out)
         except (OSError, ValueError, EOFError, lzma.LZMAError, zstandard.ZstdError) as exc:
             raise self._invalid(exc) from None
-        if len(data) != len(out):
-            raise self._wrong_size(len(data), len(out))
-        undo_filter(_bytes(data), flt, size, out)
 
 
-def _decompress(backend, payload, flt, size, decoded):
-    """The filtered bytes of a chunk (at most ``decoded + 1`` of them)."""
+def _decompress(backend, payload, size, decoded):
+    """The filtered bytes of a chunk (one more than any filter makes, at most)."""
+    limit = filtered_bound(decoded, size) + 1
     if backend == ZSTD:
         import zstandard
 
         pieces, got = [], 0
         with zstandard.ZstdDecompressor().stream_reader(
                 payload, read_across_frames=False) as reader:
-            while got <= decoded:
-                piece = reader.read(decoded + 1 - got)
+            while got < limit:
+                piece = reader.read(limit - got)
                 if not piece:
                     break
                 pieces.append(piece)
                 got += len(piece)
         return b"".join(pieces)
     if backend == LZMA:
-        lzma, filters = _lzma_filters(flt, size, decoded)
+        lzma, filters = _lzma_filters(decoded, size)
         decompressor = lzma.LZMADecompressor(format=lzma.FORMAT_RAW, filters=filters)
     else:
         import bz2
 
         decompressor = bz2.BZ2Decompressor()
-    data = decompressor.decompress(payload, decoded + 1)
+    data = decompressor.decompress(payload, limit)
     if not decompressor.eof or decompressor.unused_data:
         raise ValueError("stream truncated or followed by extra bytes")
     return data
