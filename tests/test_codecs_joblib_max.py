@@ -105,7 +105,7 @@ def test_max_beats_every_other_codec_at_level_9(tmp_path):
 
 @pytest.mark.parametrize("edit, match", [
     (lambda h: bytes([9]) + h[1:], "unknown method"),
-    (lambda h: h[:1] + bytes([7]) + h[2:], "unknown method"),
+    (lambda h: h[:1] + bytes([200]) + h[2:], "unknown method"),
     (lambda h: h[:3] + bytes([1]) + h[4:], "unknown method"),
     (lambda h: h[:4] + (123).to_bytes(8, "little"), "decompressed to 123 bytes"),
 ])

@@ -1,7 +1,8 @@
 """The ``"max"`` codec: the smallest chunk cpersist can make, whatever the time.
 
 Each chunk is tried under several filters (none, byte shuffle, byte shuffle +
-byte delta, integer delta, zigzag integer delta + byte shuffle) and three
+byte delta, integer delta, zigzag integer delta + byte shuffle, split of the
+most common item, byte reversal) and three
 back ends (Zstandard 22, LZMA2 at preset 9 extreme, bzip2 9). Every pair is
 run on a sample of the chunk; the best two are run on the whole chunk and
 the smaller kept. Each stored chunk starts with a 12-byte header naming what
@@ -17,7 +18,7 @@ from .abc import Codec, middle_sample
 #: back end, filter, element size, reserved (0), decoded size.
 HEADER = struct.Struct("<BBBBQ")
 ZSTD, LZMA, BZ2 = 1, 2, 3
-NONE, SHUFFLE, SHUFFLE_BYTEDELTA, DELTA, ZIGZAG_SHUFFLE, SPLIT, SPLIT_BYTESWAP = range(7)
+NONE, SHUFFLE, SHUFFLE_BYTEDELTA, DELTA, ZIGZAG_SHUFFLE, SPLIT, SPLIT_BYTESWAP, REVERSE = range(8)
 #: Filters that work on items as unsigned integers (sizes 1, 2, 4, 8 only).
 _INTEGER_FILTERS = (DELTA, ZIGZAG_SHUFFLE, SPLIT, SPLIT_BYTESWAP)
 _BACKENDS = (ZSTD, LZMA, BZ2)
@@ -37,9 +38,10 @@ def _filters(typesize):
         typesize = 1
     if typesize == 1:
         # Bytes may still be interleaved records: RGB and RGBA pixels.
-        return [(NONE, 1), (DELTA, 1), (SHUFFLE, 3), (SHUFFLE_BYTEDELTA, 3),
+        return [(NONE, 1), (REVERSE, 1), (DELTA, 1), (SHUFFLE, 3), (SHUFFLE_BYTEDELTA, 3),
                 (SHUFFLE, 4), (SHUFFLE_BYTEDELTA, 4)]
-    pairs = [(NONE, typesize), (SHUFFLE, typesize), (SHUFFLE_BYTEDELTA, typesize)]
+    pairs = [(NONE, typesize), (REVERSE, 1), (SHUFFLE, typesize),
+             (SHUFFLE_BYTEDELTA, typesize)]
     if typesize in _UINT:
         pairs += [(f, typesize) for f in _INTEGER_FILTERS]
     return pairs
@@ -68,6 +70,10 @@ def apply_filter(buf, flt, size):
     body = len(a) // size * size
     if flt == NONE or not body:
         return a
+    if flt == REVERSE:
+        # bzip2 predicts each byte from the bytes after it; reversed, from
+        # those before it, which on text (pickled strings) predict better.
+        return a[::-1].copy()
     if flt in (SPLIT, SPLIT_BYTESWAP):
         return _split(a, size, flt == SPLIT_BYTESWAP)
     if flt in (SHUFFLE, SHUFFLE_BYTEDELTA):
@@ -156,6 +162,9 @@ def undo_filter(data, flt, size, out):
     if flt == NONE or not body:
         o[:] = data
         return
+    if flt == REVERSE:
+        o[:] = data[::-1]
+        return
     n = body // size
     o[body:] = data[body:]
     data = data[:body]
@@ -227,7 +236,9 @@ class Max(Codec):
             backend, data, flt, size, len(buf))
 
     def _ways(self, typesize):
-        return [(b, f, s) for f, s in _filters(typesize) for b in _BACKENDS]
+        # Reversing only changes what bzip2's sort sees.
+        return [(b, f, s) for f, s in _filters(typesize) for b in _BACKENDS
+                if f != REVERSE or b == BZ2]
 
     def _rank(self, buf, typesize):
         """Every way, best first, with what it made of ``buf``."""
@@ -246,7 +257,7 @@ class Max(Codec):
         if len(head) < HEADER.size:
             raise self._invalid(f"{len(head)}-byte chunk, shorter than its header")
         backend, flt, size, reserved, decoded = HEADER.unpack_from(head)
-        if backend not in _BACKENDS or flt > SPLIT_BYTESWAP or not size or reserved:
+        if backend not in _BACKENDS or flt > REVERSE or not size or reserved:
             raise self._invalid(f"unknown method {bytes(head[:4]).hex()}")
         if flt in _INTEGER_FILTERS and size not in _UINT:
             raise self._invalid(f"integer filter over {size}-byte items")
