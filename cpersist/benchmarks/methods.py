@@ -173,10 +173,6 @@ class CpersistCodec(Cpersist):
         self.codec = codec
         self.name = f"cpersist:{codec}"
         self.note = ""
-        if codec == "max":
-            # Every level of "max" searches the same ways, for minutes per
-            # 100 MB: it runs once, at 9 (what compress="max" means).
-            self.supported = (9,)
 
     def _compress(self, level):
         return (self.codec, level)
