@@ -50,8 +50,11 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         where it compresses better) at level 3. An int 1–9: the default
         codec at that level. A codec name (``"zlib"``, ``"lz4"``,
         ``"zstd"``, ``"zstd-auto"``, ``"blosc"``, ``"blosc:lz4"``, ``"blosc:zstd"``,
-        ``"blosc:zlib"``, ``"blosc:blosclz"``): that codec at level 3. A
-        ``(name, level)`` tuple; level 0 means raw.
+        ``"blosc:zlib"``, ``"blosc:blosclz"``, and joblib's ``"gzip"``,
+        ``"bz2"``, ``"lzma"``, ``"xz"``): that codec at level 3.
+        ``"max"``: the smallest file cpersist can make, at any cost in time
+        (each chunk tried under several filters with Zstandard 22, LZMA2
+        and bzip2). A ``(name, level)`` tuple; level 0 means raw.
     protocol : int, optional
         Pickle protocol, 2 to 5; default :data:`pickle.HIGHEST_PROTOCOL`.
     chunk_size : int, optional

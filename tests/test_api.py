@@ -137,8 +137,10 @@ def test_bad_target_and_source_types():
 ACCEPTED = [
     (0, None), (False, None), (True, ("zstd-auto", 3)),
     *[(level, ("zstd-auto", level)) for level in range(1, 10)],
-    *[(name, (name, 3)) for name in cpersist.available_codecs()],
+    *[(name, (name, 9 if name == "max" else 3)) for name in cpersist.available_codecs()],
     ("blosc", ("blosc:lz4", 3)),
+    (("gzip", 9), ("gzip", 9)), (("bz2", 1), ("bz2", 1)), (("lzma", 6), ("lzma", 6)),
+    (("xz", 9), ("xz", 9)), (("max", 5), ("max", 5)), (("max", 0), None),
     (("zlib", 0), None), (("blosc:zstd", 0), None),
     (("zlib", 1), ("zlib", 1)), (("lz4", 9), ("lz4", 9)), (("blosc", 7), ("blosc:lz4", 7)),
     (("blosc:blosclz", 5), ("blosc:blosclz", 5)), (("blosc:zlib", 2), ("blosc:zlib", 2)),
