@@ -37,6 +37,7 @@ class ByteSource(ABC):
 
     name = "<bytes>"
     base = 0
+    end = None
     concurrent = False
     can_map = False
 
@@ -78,6 +79,15 @@ class ByteSource(ABC):
         ``mmap[start:start + length]``. This default cannot map.
         """
         return None
+
+    def mark_end(self, size):
+        """Note that the dump read through this source ends ``size`` bytes
+        in (the reader finds it in the dump's header or records).
+
+        A source over a caller's file object leaves the file positioned
+        there when closed, so the next read gets what follows the dump.
+        """
+        self.end = size
 
     def close(self):
         """Release what the source holds (not a file object it was given)."""
