@@ -14,7 +14,7 @@ from ._args import check_chunk_size, open_source
 from ._files import display_name, is_path, write_atomically
 from ._threads import check_n_threads
 from .codecs import parse_compress
-from .container import FORMAT_MINOR, ContainerReader, ContainerWriter
+from .container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWriter
 from .exceptions import UnsupportedVersionError
 
 
@@ -25,8 +25,8 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False)
     ----------
     src : str, os.PathLike or binary file object
         A cpersist file; a file object is read from its current position to
-        its end (a non-seekable one, such as a pipe, is first copied to a
-        temporary file).
+        the end of the dump there (from a non-seekable one, such as a pipe,
+        the dump's bytes are first copied to a temporary file).
     dst : str or os.PathLike
         Where to write the copy, atomically (a temporary file in the same
         directory renamed onto ``dst``). ``dst`` may be ``src`` itself.
@@ -76,16 +76,16 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False)
     if not is_path(dst):
         raise TypeError(f"dst must be a path, got {type(dst).__name__}")
     with open_source(src, what="src") as source:
-        return _convert(source, dst, codec, step, n_threads, fsync)
+        return _convert(source, dst, codec, step, n_threads, fsync, is_path(src))
 
 
-def _convert(source, dst, codec, step, n_threads, fsync):
-    reader = ContainerReader(source)
+def _convert(source, dst, codec, step, n_threads, fsync, whole):
+    reader = ContainerReader(source, whole=whole)
     name = reader.name
-    if reader.minor > FORMAT_MINOR:
+    if (reader.major, reader.minor) > (FORMAT_MAJOR, FORMAT_MINOR):
         raise UnsupportedVersionError(
             f"{name}: written in cpersist format {reader.major}.{reader.minor}; this "
-            f"version writes {reader.major}.{FORMAT_MINOR} and could drop what the newer "
+            f"version writes {FORMAT_MAJOR}.{FORMAT_MINOR} and could drop what the newer "
             f"minor version added: convert it with an up-to-date cpersist"
         )
     stats = {
@@ -106,7 +106,7 @@ def _convert(source, dst, codec, step, n_threads, fsync):
                 chunks = _rechunk(chunks, max(1, step // typesize) * typesize)
             number = writer.add_section(
                 (memoryview(c) for c in chunks), codec=codec,
-                typesize=section.typesize, meta=section.meta,
+                typesize=section.typesize, meta=section.meta, size=section.raw_size,
             )
             assert number == section.index
         info = dict(reader.info)

@@ -25,6 +25,10 @@ _KINDS = (DATA, ALIGNED, END)
 _LENGTH_BITS = 56
 #: Bytes copied from a stream at a time.
 COPY_BLOCK = 1 << 20
+#: Bytes read at once while walking a random-access source's records: the
+#: record headers of small sections (a model's many small arrays) come
+#: several to a read.
+WALK_BLOCK = 64 << 10
 
 
 def record_header(kind, length, position):
@@ -38,8 +42,7 @@ def record_header(kind, length, position):
 
 def parse_record(head, position, name):
     """``(kind, payload start, payload end)`` of the record at ``position``."""
-    (value,) = RECORD.unpack(head)
-    kind, length = value >> _LENGTH_BITS, value & ((1 << _LENGTH_BITS) - 1)
+    kind, length = parse_record_quietly(head)
     if kind not in _KINDS:
         raise corrupt(name, f"damaged record header at offset {position} (kind {kind})")
     start = position + RECORD_SIZE
@@ -48,19 +51,29 @@ def parse_record(head, position, name):
     return kind, start, start + length
 
 
+def parse_record_quietly(head):
+    """``(kind, payload length)`` of a record header."""
+    (value,) = RECORD.unpack(head)
+    return value >> _LENGTH_BITS, value & ((1 << _LENGTH_BITS) - 1)
+
+
 def walk_records(read, available, name):
     """Where the dump ends, found by walking its records from the header.
 
     ``read(offset, length)`` reads the source; ``available`` is how many
-    bytes it has. Used when the header does not state the dump's length
-    (a writer that could not seek back wrote it).
+    bytes it has, from the start of the dump.
     """
     position = HEADER.size
+    window, window_at = b"", position
     while True:
         if position + RECORD_SIZE > available:
             raise corrupt(name, f"truncated: the dump's records stop at offset {position} "
                                 f"without an end record (an interrupted write?)")
-        kind, _, end = parse_record(read(position, RECORD_SIZE), position, name)
+        if position + RECORD_SIZE > window_at + len(window):
+            window_at = position
+            window = read(position, min(WALK_BLOCK, available - position))
+        at = position - window_at
+        kind, _, end = parse_record(window[at:at + RECORD_SIZE], position, name)
         if end > available:
             raise corrupt(name, f"truncated: a record at offset {position} runs to {end}, "
                                 f"past the {available} bytes there are")
@@ -74,8 +87,8 @@ def walk_records(read, available, name):
 def copy_dump(stream, out, name):
     """Copy one dump from the non-seekable ``stream`` into ``out``.
 
-    Reads exactly the dump's bytes: the header, then the length it states
-    or, when it states none, record by record up to the END record. Memory
+    Reads exactly the dump's bytes: the header, then record by record up to
+    the END record, each record's header saying how long it is. Memory
     stays at one block. A format-1 dump, which has no end of its own, runs
     to the end of the stream, and so does what is not a cpersist dump, a
     dump of a newer major version, or one with a damaged record header: all of it is copied, for the reader to
@@ -85,26 +98,24 @@ def copy_dump(stream, out, name):
     out.write(head)
     if len(head) < HEADER.size:
         return
-    _, major, _, _, length = HEADER.unpack(head)
+    major = HEADER.unpack(head)[1]
     if not head.startswith(MAGIC) or major == 1 or major > FORMAT_MAJOR:
         _copy(stream, out, None)  # a newer major is refused by the reader
-    elif length:
-        _copy(stream, out, length - HEADER.size)
-    else:
-        position = HEADER.size
-        while True:
-            head = _read_up_to(stream, RECORD_SIZE)
-            out.write(head)
-            if len(head) < RECORD_SIZE:
-                return
-            try:
-                kind, _, end = parse_record(head, position, name)
-            except CorruptFileError:
-                _copy(stream, out, None)
-                return
-            if _copy(stream, out, end - position - RECORD_SIZE) or kind == END:
-                return
-            position = end
+        return
+    position = HEADER.size
+    while True:
+        head = _read_up_to(stream, RECORD_SIZE)
+        out.write(head)
+        if len(head) < RECORD_SIZE:
+            return
+        try:
+            kind, _, end = parse_record(head, position, name)
+        except CorruptFileError:
+            _copy(stream, out, None)
+            return
+        if _copy(stream, out, end - position - RECORD_SIZE) or kind == END:
+            return
+        position = end
 
 
 def _read_up_to(stream, size):

@@ -3,7 +3,7 @@ checking its header, trailer and index.
 
 The layout is specified in ``docs/format.rst``::
 
-    header   64 bytes   magic, format version, flags, length of the dump
+    header   64 bytes   magic, format version, flags
     records             8-byte record header (kind, length), then the payload:
                         a raw section (on a 64-byte boundary, so that it can be
                         memmapped), a chunk of a compressed section, or the
@@ -31,14 +31,11 @@ MAGIC = b"\x89CPS\r\n\x1a\n"
 END_MAGIC = b"CPSEND\r\n"
 FORMAT_MAJOR = 2
 FORMAT_MINOR = 0
-#: magic, major, minor, flags, length of the dump in bytes (0: not known, a
-#: writer that could not seek back), then zero padding up to 64 bytes. In
-#: format 1 the fields after the version are reserved zeros: its files read
-#: as flags 0 and length unknown.
-HEADER = struct.Struct("<8sHHIQ40x")
-#: Offsets of the header's flags and dump length, which are written after
-#: the rest of the header.
-FLAGS_AT, LENGTH_AT = 12, 16
+#: magic, major, minor, flags, then zero padding up to 64 bytes. In format 1
+#: the bytes after the version are reserved zeros: flags 0.
+HEADER = struct.Struct("<8sHHI48x")
+#: Offset of the header's flags, which a writable map changes.
+FLAGS_AT = 12
 #: Header flag: raw array sections may have been changed through a writable
 #: memory map since their checksums were computed.
 EDITED = 1
@@ -128,8 +125,7 @@ def corrupt(name, what):
 
 
 def parse_header(head, size, name):
-    """``(major, minor, flags, dump length)`` from the first bytes of a file
-    of ``size`` bytes; the length is 0 when the header does not state it."""
+    """``(major, minor, flags)`` from the first bytes of a file of ``size`` bytes."""
     head = bytes(head)
     if not head.startswith(MAGIC[: len(head)]) or len(head) < len(MAGIC):
         if not head:
@@ -137,7 +133,7 @@ def parse_header(head, size, name):
         raise corrupt(name, f"not a cpersist file (it starts with {bytes(head[:8])!r})")
     if len(head) < HEADER.size or size < HEADER.size + TRAILER.size:
         raise corrupt(name, f"truncated: only {size} bytes")
-    _, major, minor, flags, length = HEADER.unpack(head)
+    _, major, minor, flags = HEADER.unpack(head)
     if major > FORMAT_MAJOR:
         raise UnsupportedVersionError(
             f"{name}: written in cpersist format {major}.{minor}, "
@@ -145,11 +141,7 @@ def parse_header(head, size, name):
         )
     if major < 1:
         raise corrupt(name, f"unknown format version {major}.{minor}")
-    if major == 1:
-        length = 0  # reserved in format 1: the data runs to the end
-    elif length and length < HEADER.size + RECORD_SIZE + TRAILER.size:
-        raise corrupt(name, f"damaged header: a dump of {length} bytes")
-    return major, minor, flags, length
+    return major, minor, flags
 
 
 def parse_trailer(trailer, size, name):
@@ -204,7 +196,7 @@ def _parse_section(i, s, end, name, major):
     aligned = major == 1 or section.codec is None and s.get("raw_size", 1)
     if section.offset < HEADER.size or aligned and section.offset % ALIGN:
         raise corrupt(name, f"section {i} at a bad offset {section.offset}")
-    layout = s.get("layout", "run")
+    layout = s.get("layout", "run") if major >= 2 else "run"  # format 1 has no records
     if layout not in ("run", "records") or layout == "records" and section.codec is None:
         raise corrupt(name, f"section {i} has a bad layout {layout!r}")
     section.gap = RECORD_SIZE if layout == "records" else 0

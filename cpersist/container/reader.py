@@ -6,9 +6,9 @@ import itertools
 from .._threads import ordered_map, run_claimed
 from ..exceptions import CorruptFileError
 from .buffers import READ_BUFFERS
-from .framing import walk_records
-from .layout import (EDITED, ENCODED, END_MAGIC, HEADER, MAGIC, TRAILER, VERBATIM, checksum,
-                     corrupt, parse_header, parse_index, parse_trailer)
+from .framing import END, parse_record_quietly, walk_records
+from .layout import (EDITED, ENCODED, END_MAGIC, HEADER, MAGIC, RECORD_SIZE, TRAILER, VERBATIM,
+                     checksum, corrupt, parse_header, parse_index, parse_trailer)
 from .sources import ByteSource, ShortReadError, source_for
 
 #: Sections claiming more decoded bytes than this have the sizes stated in
@@ -54,6 +54,8 @@ class ContainerReader:
     """
 
     def __init__(self, source, name=None, *, whole=False):
+        self._whole = whole
+        self._tail = None
         if not isinstance(source, ByteSource):
             source = source_for(source, name or "<file>")
         self.source = source
@@ -74,17 +76,29 @@ class ContainerReader:
 
     def _read_header(self):
         head = self.source.read(0, min(self.available, HEADER.size))
-        self.major, self.minor, flags, length = parse_header(head, self.available, self.name)
+        self.major, self.minor, flags = parse_header(head, self.available, self.name)
         self.edited = bool(flags & EDITED)
         if self.major == 1:
             self.size = self.available  # format 1 runs to the end of the stream
-        elif length:
-            if length > self.available:
-                raise self.error(f"truncated: {self.available} bytes of a {length}-byte dump "
-                                 f"(an interrupted write?)")
-            self.size = length
-        else:
+        elif not (self._whole and self._ends_at_end()):
             self.size = walk_records(self.source.read, self.available, self.name)
+
+    def _ends_at_end(self):
+        """Whether a dump's END record ends the source (one read of its tail,
+        which the index is read from next): then nothing follows the dump
+        and its records need no walk. Otherwise the walk says what is wrong."""
+        self.size = self.available
+        tail_start = max(0, self.size - TAIL_READ)
+        tail = self._tail = (tail_start, self.source.read(tail_start, self.size - tail_start))
+        offset, length, _, end_magic = TRAILER.unpack(tail[1][-TRAILER.size:])
+        start = offset - RECORD_SIZE  # the END record's header
+        if (end_magic != END_MAGIC or offset + length != self.size - TRAILER.size
+                or start < HEADER.size):
+            return False
+        head = tail[1][start - tail_start:offset - tail_start] if start >= tail_start else (
+            self.source.read(start, RECORD_SIZE))
+        return len(head) == RECORD_SIZE and parse_record_quietly(head) == (
+            END, length + TRAILER.size)
 
     def _trailing_data(self, end):
         """The error for bytes after a complete dump that ends at ``end``."""
@@ -97,8 +111,11 @@ class ContainerReader:
                           f"its {end})")
 
     def _read_index(self):
-        tail_start = max(0, self.size - TAIL_READ)
-        tail = self.source.read(tail_start, self.size - tail_start)
+        if self._tail is not None and self.size == self.available:
+            tail_start, tail = self._tail
+        else:
+            tail_start = max(0, self.size - TAIL_READ)
+            tail = self.source.read(tail_start, self.size - tail_start)
         try:
             offset, length, digest = parse_trailer(tail[-TRAILER.size:], self.size, self.name)
         except CorruptFileError:
@@ -316,6 +333,12 @@ class ContainerReader:
             return self.source.read(chunk.offset, chunk.length)
         except ShortReadError:
             raise self.error(f"truncated in section {section.index}") from None
+
+    def matches(self, section):
+        """Whether every chunk of ``section`` has its stored checksum (read
+        one chunk at a time)."""
+        return all(checksum(self._read_stored(section, chunk)) == chunk.checksum
+                   for chunk in section.chunks)
 
     def verify_section(self, section):
         """Check every chunk's checksum (and that encoded chunks decode)."""

@@ -2,18 +2,16 @@
 chunks, and the end record with the index and trailer (the layout is in
 :mod:`.layout`, the records in :mod:`.framing`)."""
 
-import io
 import json
 import os
-import struct
 from collections import deque
 
 from .._files import local_fd
 from .._threads import get_pool, ordered_map
 from .encode import encode_chunk
 from .framing import ALIGNED, DATA, END, record_header
-from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, LENGTH_AT, MAGIC, RECORD_SIZE,
-                     TRAILER, VERBATIM, checksum, chunk_table_text)
+from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, TRAILER, VERBATIM,
+                     checksum, chunk_table_text)
 
 #: Writes at least this large reserve their blocks first.
 FALLOCATE_MIN = 1 << 16
@@ -45,10 +43,9 @@ class ContainerWriter:
         self._fd = local_fd(file)
         self._fd_base = file.tell() if self._fd is not None else 0
         self._reserved = 0  # file position up to which blocks are reserved
-        self._patch = _length_patcher(file, self._fd)
-        # The dump's length is 0 (unknown) until finish() writes it, where
-        # the target can be written at an earlier position.
-        self._write(HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, 0, 0))
+        # Written once, in order: a dump has the same bytes whatever it is
+        # written to, and its records, not its header, say where it ends.
+        self._write(HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, 0))
 
     def _reserve(self, size):
         """Reserve the file's blocks for the next ``size`` bytes.
@@ -239,42 +236,7 @@ class ContainerWriter:
         offset = self._record(END, len(data) + TRAILER.size)
         self._write(data)
         self._write(TRAILER.pack(offset, len(data), checksum(data), END_MAGIC))
-        if self._patch is not None:
-            try:
-                self._patch(self._pos)
-            except OSError as exc:
-                raise named_os_error(exc, self._name) from None
         return self._pos
-
-
-def _length_patcher(file, fd):
-    """A function writing the dump's length into the header of the dump that
-    starts at ``file``'s position, or None where the bytes written cannot be
-    reached again (pipes, sockets, compressing files, appending files).
-
-    Without the length, readers find the dump's end by walking its records.
-    """
-    if fd is not None:
-        import fcntl
-
-        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
-            return None  # Linux's pwrite appends to such files
-        at = file.tell() + LENGTH_AT
-
-        def patch(length):
-            file.flush()
-            os.pwrite(fd, struct.pack("<Q", length), at)
-
-        return patch
-    if type(file) is io.BytesIO:
-        at = file.tell() + LENGTH_AT
-
-        def patch(length):
-            with file.getbuffer() as view:
-                struct.pack_into("<Q", view, at, length)
-
-        return patch
-    return None
 
 
 def named_os_error(exc, name):
