@@ -76,7 +76,8 @@ def walk_records(read, available, name):
         kind, _, end = parse_record(window[at:at + RECORD_SIZE], position, name)
         if end > available:
             raise corrupt(name, f"truncated: a record at offset {position} runs to {end}, "
-                                f"past the {available} bytes there are")
+                                f"past the {available} bytes there are (an interrupted "
+                                f"write?)")
         if kind == END:
             if end - position < RECORD_SIZE + TRAILER.size:
                 raise corrupt(name, f"damaged end record at offset {position}")
