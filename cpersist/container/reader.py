@@ -33,8 +33,9 @@ class ContainerReader:
     name : str, optional
         How the file is named in error messages (default: the source's name).
     whole : bool, default False
-        Whether the source must hold nothing but the dump (a path): bytes
-        after it are then an error naming them.
+        Whether the source must hold nothing but the dump (a path; also
+        when the source's own ``whole`` says so): bytes after it are then
+        an error naming them.
 
     Attributes
     ----------
@@ -54,10 +55,10 @@ class ContainerReader:
     """
 
     def __init__(self, source, name=None, *, whole=False):
-        self._whole = whole
-        self._tail = None
         if not isinstance(source, ByteSource):
             source = source_for(source, name or "<file>")
+        self._whole = whole or source.whole
+        self._tail = None
         self.source = source
         self.name = name or source.name
         #: Where the cpersist data starts in the underlying file.
@@ -65,7 +66,7 @@ class ContainerReader:
         #: Bytes from the start of the dump to the end of the source.
         self.available = source.size
         self._read_header()
-        if whole and self.size < self.available:
+        if self._whole and self.size < self.available:
             raise self._trailing_data(self.size)
         source.mark_end(self.size)
         self._read_index()

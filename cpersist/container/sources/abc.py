@@ -33,6 +33,11 @@ class ByteSource(ABC):
         and each call runs without waiting for the others (``pread``, memory).
     can_map : bool
         Whether :meth:`map` can return a memory map.
+    whole : bool
+        Whether the source holds one dump and nothing after it (a dump
+        spooled from a stream, a remote object): the reader then finds the
+        dump's end at the source's end, without walking its records, and
+        reports any bytes after it as an error.
     """
 
     name = "<bytes>"
@@ -40,6 +45,7 @@ class ByteSource(ABC):
     end = None
     concurrent = False
     can_map = False
+    whole = False
 
     @property
     @abstractmethod

@@ -26,6 +26,7 @@ class SpooledSource(LocalFileSource):
     """
 
     can_map = False
+    whole = True  # copy_dump stops at the end of the dump
 
     def __init__(self, stream, name):
         tmp = tempfile.TemporaryFile()
