@@ -12,7 +12,7 @@ knows where the next one is, so it never needs the end of the stream.
 import struct
 
 from ..exceptions import CorruptFileError
-from .layout import (ALIGN, FORMAT_MAJOR, HEADER, MAGIC, RECORD_SIZE, TRAILER, ZEROS, corrupt)
+from .layout import ALIGN, FORMAT_MAJOR, HEADER, MAGIC, RECORD_SIZE, TRAILER, corrupt
 
 RECORD = struct.Struct("<Q")
 assert RECORD.size == RECORD_SIZE
@@ -31,13 +31,18 @@ COPY_BLOCK = 1 << 20
 WALK_BLOCK = 64 << 10
 
 
+#: For each position modulo 64, the struct packing an aligned record's header
+#: and the zeros after it in one call: a file of many small arrays opens a
+#: record per array.
+_ALIGNED_HEADS = [struct.Struct(f"<Q{-(at + RECORD_SIZE) % ALIGN}x") for at in range(ALIGN)]
+
+
 def record_header(kind, length, position):
     """The bytes that open a record at ``position``: its header, then for an
     ALIGNED record the zeros up to its payload."""
-    head = RECORD.pack(kind << _LENGTH_BITS | length)
-    if kind != ALIGNED:
-        return head
-    return head + ZEROS[:-(position + RECORD_SIZE) % ALIGN]
+    if kind == ALIGNED:
+        return _ALIGNED_HEADS[position % ALIGN].pack(ALIGNED << _LENGTH_BITS | length)
+    return RECORD.pack(kind << _LENGTH_BITS | length)
 
 
 def parse_record(head, position, name):

@@ -111,7 +111,8 @@ class ContainerWriter:
             # would cost more than pickling the array does.
             n = len(chunks[0])
             digest = checksum(chunks[0])
-            offset = self._record(ALIGNED, n)
+            self._write(record_header(ALIGNED, n, self._pos))
+            offset = self._pos
             self._write(chunks[0])
             return self._add_entry(offset, n, n, None, typesize,
                                    f"[[{n},{n},{digest},{VERBATIM}]]", meta)
