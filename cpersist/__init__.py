@@ -19,6 +19,7 @@ from .exceptions import (CorruptFileError, CpersistError,  # noqa: E402
 # These need numpy; imported on first access (PEP 562) so that the command
 # line and `import cpersist` stay light.
 _LAZY = {"dump": "api", "load": "api", "inspect": "inspection", "verify": "inspection",
+         "reseal": "inspection",
          "register_joblib_backend": "joblib_store"}
 
 
@@ -49,5 +50,6 @@ __all__ = [
     "inspect",
     "load",
     "register_joblib_backend",
+    "reseal",
     "verify",
 ]

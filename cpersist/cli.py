@@ -217,15 +217,17 @@ def _json_default(value):
 # -- verify -----------------------------------------------------------------
 
 def _cmd_verify(args):
-    from .inspection import verify
+    from .inspection import reseal, verify
 
     status = EXIT_OK
     for path in args.files:
         source = path
         try:
             _check_file(path)
+            if args.reseal and path == STDIN:
+                raise _UsageError("--reseal rewrites files: it cannot read standard input")
             source = _source(path)
-            result = verify(source)
+            result = reseal(source) if args.reseal else verify(source)
         except (OSError, CpersistError) as exc:
             message = _message(exc, path)
             for named in (path, _display(source)):
@@ -235,8 +237,15 @@ def _cmd_verify(args):
             print(f"{path}: FAILED: {message}")
             status = EXIT_FAILED
             continue
+        note = ""
+        if result["unchecked"]:
+            numbers = ", ".join(map(str, result["unchecked"]))
+            note = (f"; raw array sections {numbers} were changed through a writable map "
+                    f"(mmap_mode='r+') and cannot be checked: "
+                    + ("their new checksums are stored (resealed)" if args.reseal
+                       else "'cpersist verify --reseal' stores their new checksums"))
         print(f"{path}: OK ({result['sections']} sections, {result['chunks']} chunks, "
-              f"{_human(result['stored_bytes'])} checked)")
+              f"{_human(result['stored_bytes'])} checked){note}")
     return status
 
 
@@ -337,6 +346,10 @@ def build_parser():
     )
     verify.add_argument("files", nargs="+", metavar="FILE", help="cpersist files; - reads "
                         "standard input")
+    verify.add_argument("--reseal", action="store_true",
+                        help="store new checksums for the raw arrays of files changed "
+                             "through a writable map (mmap_mode='r+'), after checking "
+                             "everything else")
     verify.set_defaults(run=_cmd_verify)
 
     convert = verbs.add_parser(

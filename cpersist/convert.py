@@ -19,7 +19,7 @@ from ._args import check_chunk_size, open_source
 from ._files import display_name, is_path, write_atomically
 from ._threads import check_n_threads
 from .codecs import parse_compress
-from .container import FORMAT_MINOR, ContainerReader, ContainerWriter
+from .container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWriter
 from .exceptions import UnsupportedVersionError
 
 
@@ -33,8 +33,9 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False,
     src : str, os.PathLike or binary file object
         A cpersist file, a joblib file (uncompressed or with any of joblib's
         compressors) or a pickle of protocol 2 or later; a file object is
-        read from its current position to its end (a non-seekable one, such
-        as a pipe, is first copied to a temporary file).
+        read from its current position to the end of the dump there (from a
+        non-seekable one, such as a pipe, the bytes are first copied to a
+        temporary file).
     dst : str or os.PathLike
         Where to write the copy, atomically (a temporary file in the same
         directory renamed onto ``dst``). ``dst`` may be ``src`` itself.
@@ -103,16 +104,16 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False,
             return _migrate.convert_pickled(
                 kind, src, source, dst, trust_pickles=trust_pickles, compress=compress,
                 chunk_size=chunk_size, n_threads=n_threads, fsync=fsync)
-        return _convert(source, dst, codec, step, n_threads, fsync)
+        return _convert(source, dst, codec, step, n_threads, fsync, is_path(src))
 
 
-def _convert(source, dst, codec, step, n_threads, fsync):
-    reader = ContainerReader(source)
+def _convert(source, dst, codec, step, n_threads, fsync, whole):
+    reader = ContainerReader(source, whole=whole)
     name = reader.name
-    if reader.minor > FORMAT_MINOR:
+    if (reader.major, reader.minor) > (FORMAT_MAJOR, FORMAT_MINOR):
         raise UnsupportedVersionError(
             f"{name}: written in cpersist format {reader.major}.{reader.minor}; this "
-            f"version writes {reader.major}.{FORMAT_MINOR} and could drop what the newer "
+            f"version writes {FORMAT_MAJOR}.{FORMAT_MINOR} and could drop what the newer "
             f"minor version added: convert it with an up-to-date cpersist"
         )
     stats = {
@@ -134,7 +135,7 @@ def _convert(source, dst, codec, step, n_threads, fsync):
                 chunks = _rechunk(chunks, max(1, step // typesize) * typesize)
             number = writer.add_section(
                 (memoryview(c) for c in chunks), codec=codec,
-                typesize=section.typesize, meta=section.meta,
+                typesize=section.typesize, meta=section.meta, size=section.raw_size,
             )
             assert number == section.index
         info = dict(reader.info)

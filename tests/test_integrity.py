@@ -12,9 +12,9 @@ import pytest
 
 import cpersist
 from cpersist import CorruptFileError, UnsupportedVersionError
-from cpersist.container import CHECKED_CLAIM, MAX_CHUNK_SIZE, TRAILER
+from cpersist.container import CHECKED_CLAIM, FORMAT_MAJOR, MAX_CHUNK_SIZE, TRAILER
 
-from ._forge import forge, proto, set_version, split, with_index
+from ._forge import forge, format_1, proto, set_version, split, with_index
 from .conftest import assert_same
 
 
@@ -78,13 +78,13 @@ def test_zero_length(tmp_path):
 
 
 def test_newer_major_version(tmp_path):
-    data = set_version(_dump([1], tmp_path / "a.cp"), 2)
+    data = set_version(_dump([1], tmp_path / "a.cp"), FORMAT_MAJOR + 1)
     with pytest.raises(UnsupportedVersionError, match="upgrade"):
         _load_bytes(tmp_path, data)
 
 
 def test_newer_minor_version_loads(tmp_path):
-    data = set_version(_dump([1, np.arange(3)], tmp_path / "a.cp"), 1, 7)
+    data = set_version(_dump([1, np.arange(3)], tmp_path / "a.cp"), FORMAT_MAJOR, 7)
     out, _ = _load_bytes(tmp_path, data)
     assert out[0] == 1 and np.array_equal(out[1], np.arange(3))
 
@@ -365,7 +365,7 @@ def test_chunk_tables_are_parsed_only_when_read(tmp_path):
 def test_format_1_0_files_still_load(tmp_path, compress):
     """Format 1.0 wrote each chunk table as a JSON list and no totals."""
     obj = {"a": np.arange(50_000.0), "b": ["x", 1]}
-    data = _dump(obj, tmp_path / "new.cp", compress=compress, chunk_size=1 << 15)
+    data = format_1(_dump(obj, tmp_path / "new.cp", compress=compress, chunk_size=1 << 15))
     body, index = split(data)  # tables as lists, totals dropped
     index["format"] = [1, 0]
     old = set_version(with_index(body, None, raw_index=json.dumps(index).encode()), 1, 0)
