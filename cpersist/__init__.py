@@ -12,13 +12,13 @@ from .codecs import available_codecs  # noqa: E402
 # importing a submodule binds its name on the package, so a lazily bound
 # function would be shadowed by the module.
 from .convert import convert  # noqa: E402
-from .exceptions import (CorruptFileError, CpersistError,  # noqa: E402
+from .exceptions import (CorruptFileError, CpersistError, FileChangedError,  # noqa: E402
                          UnsupportedVersionError, UntrustedObjectError)
 
 # These need numpy; imported on first access (PEP 562) so that the command
 # line and `import cpersist` stay light.
 _LAZY = {"dump": "api", "load": "api", "inspect": "inspection", "verify": "inspection",
-         "register_joblib_backend": "joblib_store"}
+         "register_joblib_backend": "joblib_store", "open": "handle", "LazyArray": "lazy"}
 
 
 def __getattr__(name):
@@ -39,6 +39,8 @@ def __dir__():
 __all__ = [
     "CorruptFileError",
     "CpersistError",
+    "FileChangedError",
+    "LazyArray",
     "UnsupportedVersionError",
     "UntrustedObjectError",
     "available_codecs",
@@ -46,6 +48,7 @@ __all__ = [
     "dump",
     "inspect",
     "load",
+    "open",
     "register_joblib_backend",
     "verify",
 ]

@@ -37,3 +37,11 @@ class UntrustedObjectError(CpersistError):
             f"trusted=[({module!r}, {name!r})] (or a module prefix) if you trust "
             f"this file, after checking it with cpersist.inspect()"
         )
+
+
+class FileChangedError(CpersistError):
+    """A file a :class:`~cpersist.LazyArray` reads no longer holds its array.
+
+    The file was replaced or rewritten after the array was opened (or
+    pickled); the message names the file and the array. Open the file again.
+    """
