@@ -49,6 +49,19 @@ class PathReference:
             file.close()
             raise
 
+    def still_names(self, source):
+        """Whether the path still names the file ``source`` reads (it may
+        have been replaced since, e.g. by a new ``dump``)."""
+        fd = getattr(source, "fd", None)
+        if fd is None:
+            return True
+        try:
+            now, opened = os.stat(self.path), os.fstat(fd)
+        except OSError:
+            return False
+        return (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) == (
+            opened.st_dev, opened.st_ino, opened.st_size, opened.st_mtime_ns)
+
     def __reduce__(self):
         return PathReference, (self.path, self.base)
 
@@ -108,7 +121,16 @@ class OpenFile:
                     source.close()
                     raise
                 self._owns = True
+                # Nothing else closes a file reopened for lazy arrays: it is
+                # closed with the last of them.
+                weakref.finalize(self, source.close)
             return self._reader
+
+    def is_current(self):
+        """False if the reference now names another file than the one open."""
+        reader = self._reader
+        check = getattr(self.reference, "still_names", None)
+        return reader is None or check is None or check(reader.source)
 
     def close(self):
         with self._lock:
@@ -129,6 +151,6 @@ def shared_file(reference):
     """The :class:`OpenFile` of ``reference`` in this process."""
     with _SHARED_LOCK:
         file = _SHARED.get(reference.key)
-        if file is None:
+        if file is None or not file.is_current():
             file = _SHARED[reference.key] = OpenFile(None, reference, True)
         return file

@@ -25,6 +25,12 @@ from .container.sources import ShortReadError
 from .exceptions import FileChangedError
 
 
+#: Groups along an axis of at most this many positions are found by locating
+#: every position's chunk; longer ones from the chunk boundaries they cross,
+#: so that memory stays small however many elements a slice selects.
+LIST_POSITIONS_UP_TO = 4096
+
+
 def section_fingerprint(section):
     """A checksum of everything the index says of ``section``.
 
@@ -237,7 +243,7 @@ class LazyArray:
             strides = _c_strides(shape, self.itemsize)
             span = _contiguous_span(axes, shape, strides, self.itemsize)
             if span is not None:
-                self._read_span(bound, span, out.reshape(-1).view(np.uint8))
+                self._read_span(bound, span, memoryview(out.reshape(-1).view(np.uint8)))
             else:
                 self._read_groups(bound, axes, strides, out)
         if self._order == "F":
@@ -329,7 +335,9 @@ def _rebuild(reference, index, path, meta, fingerprint, verify, n_threads):
 
 
 def _finish(arr, sel):
-    result = arr[sel.result_index]
+    # The Ellipsis keeps a 0-d result an array; numpy's rule for scalars is
+    # applied after.
+    result = arr[sel.result_index + (Ellipsis,)]
     return result[()] if sel.scalar else result
 
 
@@ -407,7 +415,7 @@ def _groups(axes, strides, itemsize, starts, largest_chunk):
         base = sum(i * strides[k] for k, i in enumerate(prefix)) + start_s * strides[split]
         # Byte where the run of position j starts: base + inner_lo + j * d.
         run0 = base + inner_lo
-        js = np.arange(count_s, dtype=np.int64) if count_s <= 4096 else None
+        js = np.arange(count_s, dtype=np.int64) if count_s <= LIST_POSITIONS_UP_TO else None
         if js is not None:
             chunk_of = np.searchsorted(starts, run0 + js * d, "right") - 1
             cuts = np.flatnonzero(np.diff(chunk_of)) + 1
