@@ -18,7 +18,7 @@ from .exceptions import (CorruptFileError, CpersistError, FileChangedError,  # n
 # These need numpy; imported on first access (PEP 562) so that the command
 # line and `import cpersist` stay light.
 _LAZY = {"dump": "api", "load": "api", "inspect": "inspection", "verify": "inspection",
-         "register_joblib_backend": "joblib_store", "open": "handle", "LazyArray": "lazy"}
+         "register_joblib_backend": "joblib_store", "open": "handle", "FileHandle": "handle", "LazyArray": "lazy"}
 
 
 def __getattr__(name):
@@ -40,6 +40,7 @@ __all__ = [
     "CorruptFileError",
     "CpersistError",
     "FileChangedError",
+    "FileHandle",
     "LazyArray",
     "UnsupportedVersionError",
     "UntrustedObjectError",

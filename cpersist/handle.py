@@ -55,7 +55,7 @@ def open(source, *, trusted=True, verify=True, n_threads=None):  # noqa: A001
     Examples
     --------
     >>> import numpy as np, cpersist
-    >>> cpersist.dump({"w": np.arange(12.0).reshape(4, 3)}, "open.cp", compress=3)
+    >>> cpersist.dump({"w": np.arange(12.0).reshape(4, 3)}, "open.cp")
     ['open.cp']
     >>> with cpersist.open("open.cp") as f:
     ...     w = f.arrays["obj['w']"]
