@@ -128,10 +128,10 @@ class FileHandle:
         lazy = self._lazy.get(index)
         if lazy is None:
             section = reader.sections[index]
-            array_layout(reader, section)  # the description matches the bytes stored
+            layout = array_layout(reader, section)  # checks it matches the bytes stored
             lazy = self._lazy[index] = LazyArray(
                 self._file, index, path, section.meta, bound=_Bound(reader, section),
-                verify=self._verify, n_threads=self._n_threads)
+                verify=self._verify, n_threads=self._n_threads, layout=layout)
         return lazy
 
     @property

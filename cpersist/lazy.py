@@ -94,12 +94,12 @@ class LazyArray:
     """
 
     def __init__(self, file, index, path, meta, bound=None, fingerprint=None,
-                 verify=True, n_threads=1):
+                 verify=True, n_threads=1, layout=None):
         self._file = file
         self._index = index
         self.path = path
         self._meta = meta
-        self.dtype, self.shape, self._order, self.nbytes = parse_description(meta)
+        self.dtype, self.shape, self._order, self.nbytes = layout or parse_description(meta)
         rows = meta.get("rows_per_chunk")
         self._rows_per_chunk = rows if type(rows) is int and rows > 0 else None
         self._bound = bound

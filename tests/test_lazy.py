@@ -433,3 +433,16 @@ def test_dask_distributed(tmp_path, dask_client):
         assert_same_result(arr[::-2, 7], column)
         pids = dask_client.run(os.getpid)
         assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
+
+
+def test_lazy_benchmark_runs(tmp_path):
+    """The benchmark module's measurements run and their bound holds (sizes
+    only here; its timings are reported by the benchmark, not asserted)."""
+    from cpersist.benchmarks import lazy as bench
+
+    results = bench.run(str(tmp_path), scale=0.01, repeats=1, parts=("slice", "listing"))
+    assert (tmp_path / "lazy.json").is_file()
+    for row in results["slice"]:
+        assert 0 < row["bytes_read"] <= row["bound_bytes"], row
+    assert results["listing"]["arrays"] == 100
+    assert "1% row slice" in bench.format_results(results)
