@@ -36,6 +36,7 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
+# Not "open": ``from cpersist import *`` would shadow the builtin.
 __all__ = [
     "CorruptFileError",
     "CpersistError",
@@ -49,7 +50,6 @@ __all__ = [
     "dump",
     "inspect",
     "load",
-    "open",
     "register_joblib_backend",
     "verify",
 ]
