@@ -446,3 +446,27 @@ def test_lazy_benchmark_runs(tmp_path):
         assert 0 < row["bytes_read"] <= row["bound_bytes"], row
     assert results["listing"]["arrays"] == 100
     assert "1% row slice" in bench.format_results(results)
+
+
+def test_pipe_source(tmp_path):
+    """A non-seekable stream is spooled; its arrays read until the handle closes."""
+    arr = np.arange(30000.0).reshape(300, 100)
+    cpersist.dump({"a": arr}, tmp_path / "p.cp", compress=3, chunk_size=8000)
+    data = (tmp_path / "p.cp").read_bytes()
+    r, w = os.pipe()
+
+    def feed():
+        with os.fdopen(w, "wb") as out:
+            out.write(data)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    with os.fdopen(r, "rb") as stream:
+        with cpersist.open(stream) as f:
+            lazy = f.arrays["obj['a']"]
+            assert_same_result(arr[::-13, 50:], lazy[::-13, 50:])
+            with pytest.raises(TypeError, match="cannot pickle"):
+                pickle.dumps(lazy)
+    feeder.join()
+    with pytest.raises(ValueError, match="cannot be reopened"):
+        lazy[0]

@@ -238,10 +238,12 @@ def run(out_dir, scale=1.0, repeats=5, parts=("slice", "peak", "listing", "dask"
 
 
 def format_results(results):
+    """The results as lines of text, each target with its ratio."""
     lines = []
     for row in results.get("slice", []):
         lines.append(
-            f"1% row slice of {row['array_mb']:.0f} MB {row['kind']} (file {row['file_mb']:.1f} MB): "
+            f"1% row slice of {row['array_mb']:.0f} MB {row['kind']} "
+            f"(file {row['file_mb']:.1f} MB): "
             f"read {row['bytes_read'] / MB:.2f} MB = {row['read_over_bound']:.2f}x the bound; "
             f"{row['slice_s'] * 1e3:.1f} ms = {row['slice_over_load']:.3f}x full load "
             f"({row['full_load_s'] * 1e3:.0f} ms), {row['slice_over_zarr']:.2f}x zarr "
