@@ -112,7 +112,7 @@ def _write(obj, file, name, codec, protocol, chunk_size, n_threads):
             chunks = tuple(chunks)  # one chunk (or none): the writer's fast path
         meta = describe(arr)
         rows = rows_per_chunk(arr, chunk_size)
-        if rows is not None and arr.nbytes > chunk_size:  # one chunk needs no geometry
+        if rows is not None:
             meta["rows_per_chunk"] = rows
         return writer.add_section(
             chunks,

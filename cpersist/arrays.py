@@ -218,13 +218,22 @@ def rows_per_chunk(arr, chunk_size=DEFAULT_CHUNK_SIZE):
     order, the last in F order) when a row fits in a chunk, so that a slice
     along that axis decodes only the chunks holding its rows; the last chunk
     may hold fewer. None when a row is larger than a chunk (chunks are then
-    cut on element boundaries) or the array has no rows.
+    cut on element boundaries), when the whole array fits in one chunk, or
+    when it has no rows.
     """
     itemsize = arr.dtype.itemsize
     if arr.ndim == 0 or arr.size == 0 or itemsize == 0:
         return None
     step = max(1, chunk_size // itemsize) * itemsize
-    row_bytes = arr.nbytes // _row_count(arr)
+    return rows_in_step(arr.nbytes, _row_count(arr), step)
+
+
+def rows_in_step(nbytes, n_rows, step):
+    """Whole rows per chunk of at most ``step`` bytes, or None (see
+    :func:`rows_per_chunk`); numpy-free, for :func:`cpersist.convert`."""
+    if not n_rows or not nbytes or nbytes <= step:
+        return None
+    row_bytes = nbytes // n_rows
     return step // row_bytes if row_bytes <= step else None
 
 

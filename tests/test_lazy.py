@@ -470,3 +470,23 @@ def test_pipe_source(tmp_path):
     feeder.join()
     with pytest.raises(ValueError, match="cannot be reopened"):
         lazy[0]
+
+
+@pytest.mark.parametrize("chunk_size", [1000, 5000, 1 << 20])
+def test_convert_keeps_row_geometry(tmp_path, chunk_size):
+    """convert with a new chunk size cuts on rows too, and the meta says it."""
+    arr = np.asfortranarray(np.arange(21000.0).reshape(30, 700))
+    cpersist.dump({"a": arr}, tmp_path / "a.cp", compress=3, chunk_size=3000)
+    cpersist.convert(tmp_path / "a.cp", tmp_path / "b.cp", ("zstd", 1), chunk_size=chunk_size)
+    with cpersist.open(tmp_path / "b.cp") as f:
+        lazy = f.arrays["obj['a']"]
+        section = lazy._bind().section
+        rows = section.meta.get("rows_per_chunk")
+        row_bytes = 30 * 8
+        if chunk_size >= arr.nbytes:
+            assert rows is None and len(section.chunks) == 1
+        else:
+            assert rows == chunk_size // row_bytes
+            assert {c.raw_length for c in section.chunks[:-1]} == {rows * row_bytes}
+        assert sum(lazy.chunks[1]) == 700
+        assert_same_result(arr[:, 123:456:7], lazy[:, 123:456:7])
