@@ -11,9 +11,11 @@ VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "cpersist" / "__init__.p
 BENCH = ["tables>=3.9", "nibabel>=5.0", "matplotlib>=3.7", "tqdm>=4.60", "joblib>=1.3",
          "scikit-learn>=1.3"]
 DOCS = ["sphinx>=7", "numpydoc>=1.6"]
-# The test suite runs the benchmark in quick mode and builds the docs, so the
-# test extra pulls in both of their dependency sets.
-TEST = ["pytest>=7", "hypothesis>=6"] + BENCH + DOCS
+# Lazy arrays as dask arrays, on threads or a distributed cluster.
+DASK = ["dask[array]>=2023.1", "distributed>=2023.1"]
+# The test suite runs the benchmark in quick mode, builds the docs and runs
+# lazy arrays on dask, so the test extra pulls in all of their dependencies.
+TEST = ["pytest>=7", "hypothesis>=6"] + BENCH + DOCS + DASK
 
 setup(
     name="cpersist",
@@ -29,6 +31,7 @@ setup(
         "bench": BENCH,
         "test": TEST,
         "docs": DOCS,
+        "dask": DASK,
         "all": TEST,
     },
     entry_points={"console_scripts": ["cpersist=cpersist.cli:main"]},

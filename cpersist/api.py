@@ -13,7 +13,7 @@ from ._args import (check_chunk_size, check_mmap_mode, check_protocol, check_tar
                     open_source)
 from ._files import display_name, is_path, write_atomically
 from ._threads import check_n_threads
-from .arrays import allocate, describe, iter_chunks, parse_description
+from .arrays import allocate, describe, iter_chunks, parse_description, rows_per_chunk
 from .codecs import parse_compress
 from .container import (CHECKED_CLAIM, EDITED, FLAGS_AT, ContainerReader, ContainerWriter,
                         EncodedStream)
@@ -114,11 +114,15 @@ def _write(obj, file, name, codec, protocol, chunk_size, n_threads):
         chunks = iter_chunks(arr, chunk_size)
         if arr.nbytes <= chunk_size:
             chunks = tuple(chunks)  # one chunk (or none): the writer's fast path
+        meta = describe(arr)
+        rows = rows_per_chunk(arr, chunk_size)
+        if rows is not None:
+            meta["rows_per_chunk"] = rows
         return writer.add_section(
             chunks,
             codec=codec,
             typesize=arr.dtype.itemsize,
-            meta=describe(arr),
+            meta=meta,
             size=arr.nbytes,
         )
 

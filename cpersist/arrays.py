@@ -197,11 +197,45 @@ def iter_chunks(arr, chunk_size=DEFAULT_CHUNK_SIZE):
         return
     step = max(1, chunk_size // itemsize) * itemsize
     if arr.flags.c_contiguous or arr.flags.f_contiguous:
+        rows = rows_per_chunk(arr, chunk_size)
+        if rows is not None:
+            step = rows * (arr.nbytes // _row_count(arr))
         data = _byte_view(arr)
         for start in range(0, len(data), step):
             yield memoryview(data[start:start + step])
         return
     yield from _iter_strided(arr, step)
+
+
+def _row_count(arr):
+    """Length of the array's slowest axis in its stored order."""
+    return arr.shape[-1] if array_order(arr) == "F" else arr.shape[0]
+
+
+def rows_per_chunk(arr, chunk_size=DEFAULT_CHUNK_SIZE):
+    """How many whole rows of the slowest axis each chunk holds, or None.
+
+    Chunks are cut on whole rows of the array's slowest axis (the first in C
+    order, the last in F order) when a row fits in a chunk, so that a slice
+    along that axis decodes only the chunks holding its rows; the last chunk
+    may hold fewer. None when a row is larger than a chunk (chunks are then
+    cut on element boundaries), when the whole array fits in one chunk, or
+    when it has no rows.
+    """
+    itemsize = arr.dtype.itemsize
+    if arr.ndim == 0 or arr.size == 0 or itemsize == 0:
+        return None
+    step = max(1, chunk_size // itemsize) * itemsize
+    return rows_in_step(arr.nbytes, _row_count(arr), step)
+
+
+def rows_in_step(nbytes, n_rows, step):
+    """Whole rows per chunk of at most ``step`` bytes, or None (see
+    :func:`rows_per_chunk`); numpy-free, for :func:`cpersist.convert`."""
+    if not n_rows or not nbytes or nbytes <= step:
+        return None
+    row_bytes = nbytes // n_rows
+    return step // row_bytes if row_bytes <= step else None
 
 
 def _iter_strided(arr, step):

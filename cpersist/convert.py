@@ -131,11 +131,13 @@ def _convert(source, dst, codec, step, n_threads, fsync, whole):
             reader.check_claimed_sizes(section)  # a forged size, before allocating
             chunks = reader.iter_section_chunks(section)
             typesize = max(section.typesize, 1)
+            meta = section.meta
             if step is not None:
-                chunks = _rechunk(chunks, max(1, step // typesize) * typesize)
+                cut, meta = _array_chunking(section, max(1, step // typesize) * typesize)
+                chunks = _rechunk(chunks, cut)
             number = writer.add_section(
                 (memoryview(c) for c in chunks), codec=codec,
-                typesize=section.typesize, meta=section.meta, size=section.raw_size,
+                typesize=section.typesize, meta=meta, size=section.raw_size,
             )
             assert number == section.index
         info = dict(reader.info)
@@ -146,6 +148,30 @@ def _convert(source, dst, codec, step, n_threads, fsync, whole):
     with open_source(dst) as out:
         stats["stored_bytes_after"] = sum(s.stored_size for s in ContainerReader(out).sections)
     return stats
+
+
+def _array_chunking(section, step):
+    """Bytes per new chunk of ``section`` and its new meta.
+
+    An array's chunks are cut on whole rows of its slowest axis when a row
+    fits in ``step`` (as :func:`cpersist.dump` cuts them), and the meta's
+    ``rows_per_chunk`` says so, or is dropped when it no longer holds.
+    """
+    meta = section.meta
+    if meta.get("kind") != "array":
+        return step, meta
+    meta = {k: v for k, v in meta.items() if k != "rows_per_chunk"}
+    shape = meta.get("shape")
+    if not (isinstance(shape, list) and shape and all(type(n) is int for n in shape)):
+        return step, meta
+    from .arrays import rows_in_step  # numpy: only when rechunking arrays
+
+    n_rows = shape[-1] if meta.get("order") == "F" else shape[0]
+    rows = rows_in_step(section.raw_size, n_rows, step)
+    if rows is None:
+        return step, meta
+    meta["rows_per_chunk"] = rows
+    return rows * (section.raw_size // n_rows), meta
 
 
 def _rechunk(chunks, step):

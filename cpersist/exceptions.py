@@ -44,3 +44,11 @@ class UntrustedPickleError(CpersistError):
     being told to trust it: converting one means loading it, which runs the
     code it names. Raised before anything is read beyond the file's kind or
     written."""
+
+
+class FileChangedError(CpersistError):
+    """A file a :class:`~cpersist.LazyArray` reads no longer holds its array.
+
+    The file was replaced or rewritten after the array was opened (or
+    pickled); the message names the file and the array. Open the file again.
+    """

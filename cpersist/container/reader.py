@@ -264,6 +264,33 @@ class ContainerReader:
 
         run_claimed(task, len(chunks), n_threads)
 
+    def read_chunk_into(self, section, i, out, buffer, *, verify=True):
+        """Read chunk ``i`` of ``section``, check it and decode it into ``out``.
+
+        ``out`` is writable bytes of the chunk's ``raw_length``; ``buffer``
+        holds at least its stored length (an encoded chunk is read there). A
+        verbatim chunk is read straight into ``out``. Errors name the chunk,
+        for readers of a few chunks of a section.
+
+        Raises
+        ------
+        CorruptFileError
+        """
+        chunk = section.chunks[i]
+        data = out if chunk.flag == VERBATIM else memoryview(buffer)[:chunk.length]
+        try:
+            self.source.read_into(chunk.offset, data)
+        except ShortReadError:
+            raise self.error(f"truncated in section {section.index}, chunk {i}") from None
+        if verify and checksum(data) != chunk.checksum:
+            raise self.error(
+                f"checksum mismatch in section {section.index}, chunk {i}: damaged data")
+        if chunk.flag != VERBATIM:
+            try:
+                section.codec.decode_into(data, out)
+            except CorruptFileError as exc:
+                raise self.error(f"section {section.index}, chunk {i}: {exc}") from None
+
     def check_claimed_sizes(self, section):
         """Check a section's claimed decoded size before allocating for it.
 
