@@ -15,9 +15,12 @@ __all__ = ["build_parser", "main"]
 QUICK_SIZE = "tiny"
 QUICK_LEVELS = (0, 3)
 QUICK_MAX_ENTRIES = 16000
-#: The default run: minutes on a laptop, every method family on every
-#: built-in dataset, levels 0, 3 and 9, one repeat.
-DEFAULT_SIZE = "4MB"
+#: The default run: minutes on two cores, every method family on every
+#: built-in dataset, levels 0, 3 and 6, one repeat.
+DEFAULT_SIZE = "2MB"
+#: The default run measures each of cpersist's codecs at this level only
+#: (cpersist's default codec and the peers at every level of the grid).
+DEFAULT_CODEC_LEVELS = (3,)
 #: Users' own files can be large: the default grid on them leaves out the
 #: slowest levels (some peers take minutes per file at level 9).
 FILE_LEVELS = (0, 3)
@@ -63,8 +66,8 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                         "memory: joblib.Memory's default store vs backend='cpersist'; all: every suite")
     p.add_argument("--full", action="store_true",
                    help="the complete grid: every dataset at 100 MB, levels 0,1,3,6,9, three "
-                        "repeats (hours); default: built-in data at 4 MB, levels 0,3,9 (0,3 on "
-                        "your files), one repeat (minutes)")
+                        "repeats (hours); default: built-in data at 2 MB, levels 0,3,6 (0,3 on "
+                        "your files; each cpersist:<codec> at 3), one repeat (minutes)")
     p.add_argument("--resume", action="store_true",
                    help="keep the rows already in OUT/results.csv (e.g. of an interrupted run) "
                         "and measure only the missing ones")
@@ -74,11 +77,11 @@ def build_parser(prog="python -m cpersist.benchmarks"):
     p.add_argument("--methods", type=_csv_list, default=None, metavar="NAMES",
                    help="comma-separated method names, patterns or families (e.g. 'cpersist*,np.save,tables')")
     p.add_argument("--levels", type=_levels, default=None, metavar="L,L,...",
-                   help="generic compression level grid (default 0,3,9, on your files 0,3; "
+                   help="generic compression level grid (default 0,3,6, on your files 0,3; "
                         "--full: 0,1,3,6,9; --quick: 0,3)")
     p.add_argument("--size", default=None,
                    help="size of each generated dataset: tiny, small, medium, large, or e.g. "
-                        "250MB / 1GB (default 4MB; --full: medium, 100 MB; --quick: tiny)")
+                        "250MB / 1GB (default 2MB; --full: medium, 100 MB; --quick: tiny)")
     p.add_argument("--repeat", type=int, default=None, metavar="N",
                    help="timed repeats per operation, median reported (default 1; --full: 3)")
     p.add_argument("--warm-cache", action="store_true",
@@ -105,7 +108,7 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                    help="picklebench: stop growing before this peak RSS (default 4096 MB)")
     p.add_argument("--import-runs", type=int, default=None, metavar="N",
                    help="fresh interpreters timing 'import cpersist', 'import joblib' and "
-                        "'cpersist --help' (median reported; default 21, --quick: 5; 0 skips)")
+                        "'cpersist --help' (median reported; default 5, --full: 21; 0 skips)")
     p.add_argument("--list", action="store_true", help="list datasets and methods, then exit")
     return p
 
@@ -213,6 +216,7 @@ def _run(parser, args, argv):
             timeout=args.timeout, keep_files=args.keep_files, progress=not args.no_progress,
             csv_path=csv_path, resume=args.resume,
             default_datasets=None if args.full else ds.DEFAULT_DATASETS,
+            codec_levels=None if (args.full or args.quick or args.levels) else DEFAULT_CODEC_LEVELS,
         )
         try:
             rows = run_storage(cfg)
@@ -278,7 +282,7 @@ def _run(parser, args, argv):
 
             shutil.rmtree(os.path.join(args.out, "_work"), ignore_errors=True)
 
-    import_runs = args.import_runs if args.import_runs is not None else (5 if args.quick else 21)
+    import_runs = args.import_runs if args.import_runs is not None else (21 if args.full else 5)
     if import_runs > 0:
         from .importtime import IMPORT_COLUMNS, format_import_times, run_import_times
 

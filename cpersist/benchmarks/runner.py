@@ -104,6 +104,9 @@ class StorageConfig:
     default_datasets : list of str, optional
         Datasets run when neither ``datasets`` nor ``files`` are given
         (None: every dataset).
+    codec_levels : sequence of int, optional
+        Levels of the ``cpersist:<codec>`` methods (None: ``levels``); the
+        default codec and the peers run at ``levels``.
     """
 
     out: str = "cpersist-bench"
@@ -123,6 +126,7 @@ class StorageConfig:
     csv_path: Optional[str] = None
     resume: bool = False
     default_datasets: Optional[List[str]] = None
+    codec_levels: Optional[Sequence[int]] = None
 
 
 class Interrupted(Exception):
@@ -191,7 +195,8 @@ def plan(cfg, method_list, dataset_list, cache_dir):
         info = ds.save_cached(d, obj, os.path.join(cache_dir, _safe(d.name) + ".pkl"))
         for m in method_list:
             reason = unavailable[m.name] or m.why_not(obj)
-            levels = m.levels(cfg.levels)
+            grid = cfg.codec_levels if cfg.codec_levels and isinstance(m, mt.CpersistCodec) else cfg.levels
+            levels = m.levels(grid)
             if reason:
                 skipped.append(_row(d.name, info, m, levels[0] if len(levels) == 1 else None, cfg,
                                     status="n/a", reason=reason))
