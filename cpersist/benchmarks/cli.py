@@ -17,7 +17,7 @@ QUICK_LEVELS = (0, 3)
 QUICK_MAX_ENTRIES = 16000
 #: The default run: minutes on two cores, every method family on every
 #: built-in dataset, levels 0, 3 and 6, one repeat.
-DEFAULT_SIZE = "2MB"
+DEFAULT_SIZE = "1MB"
 #: The default run measures each of cpersist's codecs at this level only
 #: (cpersist's default codec and the peers at every level of the grid).
 DEFAULT_CODEC_LEVELS = (3,)
@@ -66,7 +66,7 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                         "memory: joblib.Memory's default store vs backend='cpersist'; all: every suite")
     p.add_argument("--full", action="store_true",
                    help="the complete grid: every dataset at 100 MB, levels 0,1,3,6,9, three "
-                        "repeats (hours); default: built-in data at 2 MB, levels 0,3,6 (0,3 on "
+                        "repeats (hours); default: built-in data at 1 MB, levels 0,3,6 (0,3 on "
                         "your files; each cpersist:<codec> at 3), one repeat (minutes)")
     p.add_argument("--resume", action="store_true",
                    help="keep the rows already in OUT/results.csv (e.g. of an interrupted run) "
@@ -81,7 +81,7 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                         "--full: 0,1,3,6,9; --quick: 0,3)")
     p.add_argument("--size", default=None,
                    help="size of each generated dataset: tiny, small, medium, large, or e.g. "
-                        "250MB / 1GB (default 2MB; --full: medium, 100 MB; --quick: tiny)")
+                        "250MB / 1GB (default 1MB; --full: medium, 100 MB; --quick: tiny)")
     p.add_argument("--repeat", type=int, default=None, metavar="N",
                    help="timed repeats per operation, median reported (default 1; --full: 3)")
     p.add_argument("--warm-cache", action="store_true",

@@ -135,12 +135,31 @@ def _pandas_diff(a, b, where):
     if type(b) is not type(a):
         return f"{where}: type {type(b).__name__} != {type(a).__name__}"
     try:
-        # A deep copy holds plain ndarrays: memory-mapped columns are the
-        # same values, which pandas would otherwise report as a different class.
-        check(a, b.copy(deep=True), check_exact=True)
+        check(a, _unmapped(b), check_exact=True)
     except AssertionError as e:
         return f"{where}: {' '.join(str(e).split())[:200]}"
     return None
+
+
+def _unmapped(obj):
+    """A copy of a pandas object whose arrays are plain ndarrays.
+
+    Memory-mapped columns hold the same values, but pandas' checks report
+    ``np.memmap`` as a different class; a deep copy fixes that except for
+    the codes of categorical columns, rebuilt here.
+    """
+    import pandas as pd
+
+    out = obj.copy(deep=True)
+    if isinstance(out, pd.DataFrame):
+        for i, dtype in enumerate(out.dtypes):
+            if isinstance(dtype, pd.CategoricalDtype):
+                codes = np.array(out.iloc[:, i].cat.codes)
+                out.isetitem(i, pd.Categorical.from_codes(codes, dtype=dtype))
+    elif isinstance(out, pd.Series) and isinstance(out.dtype, pd.CategoricalDtype):
+        out = pd.Series(pd.Categorical.from_codes(np.array(out.cat.codes), dtype=out.dtype),
+                        index=out.index, name=out.name)
+    return out
 
 
 def _sparse_diff(a, b, where):
