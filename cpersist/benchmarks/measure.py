@@ -348,6 +348,8 @@ def _worker(conn, task):
                "traceback": tb}
     try:
         conn.send(out)
+    except OSError:  # the parent is gone (interrupted): nobody to report to
+        pass
     finally:
         conn.close()
 
@@ -415,22 +417,16 @@ def run_in_subprocess(task, timeout=None):
     ctx = _context()
     parent, child = ctx.Pipe(duplex=False)
     p = ctx.Process(target=_worker, args=(child, task), daemon=True)
-    with _hidden_main():
-        p.start()
-    child.close()
     try:
-        if parent.poll(timeout):
-            out = parent.recv()
-        else:
-            p.kill()
-            out = {"status": "failed", "reason": f"{task['op']} timed out after {timeout:.0f} s"}
-    except EOFError:
-        p.join(5)
-        out = {"status": "failed",
-               "reason": f"{task['op']} worker died (exit code {p.exitcode}; out of memory?)"}
+        with _hidden_main():
+            p.start()
+        child.close()
+        out = _wait_for(p, parent, task, timeout)
     except KeyboardInterrupt:
-        p.kill()
-        p.join()
+        # Ctrl-C: the parent stops the run; the worker must not outlive it.
+        if p.pid is not None:
+            p.kill()
+            p.join()
         raise
     finally:
         parent.close()
@@ -439,6 +435,18 @@ def run_in_subprocess(task, timeout=None):
         p.kill()
         p.join()
     return out
+
+
+def _wait_for(p, conn, task, timeout):
+    try:
+        if conn.poll(timeout):
+            return conn.recv()
+        p.kill()
+        return {"status": "failed", "reason": f"{task['op']} timed out after {timeout:.0f} s"}
+    except EOFError:
+        p.join(5)
+        return {"status": "failed",
+                "reason": f"{task['op']} worker died (exit code {p.exitcode}; out of memory?)"}
 
 
 def median(xs):
