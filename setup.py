@@ -9,7 +9,8 @@ HERE = Path(__file__).parent
 VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "cpersist" / "__init__.py").read_text()).group(1)
 
 BENCH = ["tables>=3.9", "nibabel>=5.0", "matplotlib>=3.7", "tqdm>=4.60", "joblib>=1.3",
-         "scikit-learn>=1.3"]
+         "scikit-learn>=1.3", "zarr>=3.0", "h5py>=3.8", "hdf5plugin>=4.0", "safetensors>=0.4",
+         "pandas>=2.0", "scipy>=1.10"]
 DOCS = ["sphinx>=7", "numpydoc>=1.6"]
 # Lazy arrays as dask arrays, on threads or a distributed cluster.
 DASK = ["dask[array]>=2023.1", "distributed>=2023.1"]
