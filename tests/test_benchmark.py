@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from cpersist.benchmarks import main
+from cpersist.benchmarks import datacache, generated, peers_classic, userfiles
 from cpersist.benchmarks import datasets as ds
 from cpersist.benchmarks import methods as mt
 from cpersist.benchmarks.compare import first_difference, touch
@@ -239,26 +240,26 @@ def test_user_pickle_refused_without_trust(tmp_path):
 
 def test_load_user_file_loaders(tmp_path):
     paths, vol = _make_user_files(tmp_path)
-    assert first_difference(vol, ds.load_user_file(str(paths["npy"]))) is None
-    z = ds.load_user_file(str(paths["npz"]))
+    assert first_difference(vol, userfiles.load_user_file(str(paths["npy"]))) is None
+    z = userfiles.load_user_file(str(paths["npz"]))
     assert set(z) == {"x", "y"} and first_difference(vol, z["x"]) is None
-    assert first_difference(vol, ds.load_user_file(str(paths["nii.gz"]))) is None
-    h = ds.load_user_file(str(paths["h5"]))
+    assert first_difference(vol, userfiles.load_user_file(str(paths["nii.gz"]))) is None
+    h = userfiles.load_user_file(str(paths["h5"]))
     assert set(h) == {"vol", "grp/t"}
     with pytest.raises(PermissionError):
-        ds.load_user_file(str(paths["joblib"]))
+        userfiles.load_user_file(str(paths["joblib"]))
     # A .cp of plain data loads without trust; one holding a class instance does not.
     import cpersist
     from sklearn.linear_model import LinearRegression
 
-    assert set(ds.load_user_file(str(paths["cp"]))) == {"vol", "meta"}
+    assert set(userfiles.load_user_file(str(paths["cp"]))) == {"vol", "meta"}
     model = tmp_path / "model.cp"
     cpersist.dump(LinearRegression(), str(model))
     with pytest.raises(PermissionError, match="--trust-pickles"):
-        ds.load_user_file(str(model))
-    assert isinstance(ds.load_user_file(str(model), trust_pickles=True), LinearRegression)
+        userfiles.load_user_file(str(model))
+    assert isinstance(userfiles.load_user_file(str(model), trust_pickles=True), LinearRegression)
     with pytest.raises(ValueError):
-        ds.load_user_file(str(tmp_path / "x.txt"))
+        userfiles.load_user_file(str(tmp_path / "x.txt"))
 
 
 # ---------------------------------------------------------------------------
@@ -266,7 +267,7 @@ def test_load_user_file_loaders(tmp_path):
 # ---------------------------------------------------------------------------
 
 
-class CorruptingNpSave(mt.NpSave):
+class CorruptingNpSave(peers_classic.NpSave):
     """A real np.save round trip that flips one value on read."""
 
     name = "np.save-corrupt"
@@ -277,7 +278,7 @@ class CorruptingNpSave(mt.NpSave):
         return a
 
 
-class RaisingMethod(mt.NpSave):
+class RaisingMethod(peers_classic.NpSave):
     name = "raising"
 
     def write(self, obj, path, level):
@@ -285,7 +286,7 @@ class RaisingMethod(mt.NpSave):
 
 
 def _cell(tmp_path, method, warm=False):
-    arr = ds.make_noise(4096)
+    arr = generated.make_noise(4096)
     data_path = str(tmp_path / "noise.pkl")
     with open(data_path, "wb") as f:
         pickle.dump(arr, f, protocol=5)
@@ -299,11 +300,11 @@ def test_wrong_data_is_failed_and_not_timed(tmp_path):
     assert row["status"] == "failed"
     assert "values differ" in row["reason"]
     assert row["read_s"] == "" and row["write_s"] == ""
-    good = _cell(tmp_path, mt.NpSave())
+    good = _cell(tmp_path, peers_classic.NpSave())
     assert good["status"] == "ok" and float(good["read_s"]) > 0
     assert len(good["read_times"].split(";")) == 2
     assert good["cache"] == "cold" and good["peak_via"] in ("VmHWM", "sampler")
-    warm = _cell(tmp_path, mt.NpSaveMmap(), warm=True)
+    warm = _cell(tmp_path, peers_classic.NpSaveMmap(), warm=True)
     assert warm["status"] == "ok" and warm["cache"] == "warm" and warm["resident_frac"] == ""
     assert float(warm["read_peak_MB"]) > 0  # touching the mapping brings pages into RSS
 
@@ -341,16 +342,16 @@ def test_touch_reads_memmaps(tmp_path):
 
 def test_datasets_deterministic_and_sized():
     size = 64 * 1024
-    a, b = ds.make_atlas(size, "C"), ds.make_atlas(size, "C")
+    a, b = generated.make_atlas(size, "C"), generated.make_atlas(size, "C")
     assert a.tobytes() == b.tobytes() and a.dtype == np.float32 and a.ndim == 4
-    f = ds.make_atlas(size, "F")
+    f = generated.make_atlas(size, "F")
     assert f.flags.f_contiguous and not f.flags.c_contiguous and np.array_equal(a, f)
     assert 0.5 * size < a.nbytes < 2 * size
-    t = ds.make_text(size)
-    assert isinstance(t, list) and all(isinstance(s, str) for s in t[:10]) and t == ds.make_text(size)
-    sp = ds.make_sparse_table(size)
+    t = generated.make_text(size)
+    assert isinstance(t, list) and all(isinstance(s, str) for s in t[:10]) and t == generated.make_text(size)
+    sp = generated.make_sparse_table(size)
     assert 0.7 < np.isnan(sp).mean() < 0.99
-    assert ds.make_timeseries(size).dtype == np.int64
+    assert generated.make_timeseries(size).dtype == np.int64
     assert ds.parse_size("tiny") == ds.SIZE_PRESETS["tiny"]
     assert ds.parse_size("100MB") == 100 * 1024**2 and ds.parse_size("2") == 2 * 1024**2
     assert ds.parse_size("1.5GB") == int(1.5 * 1024**3)
@@ -398,7 +399,7 @@ def test_peer_methods_round_trip(tmp_path):
     """Each peer format writes and reads back arrays and dicts exactly, or says why not."""
     from cpersist.benchmarks import peers
 
-    arr = ds.make_atlas(64 * 1024, "F")
+    arr = generated.make_atlas(64 * 1024, "F")
     objs = {"array": arr, "dict": {"vol": arr, "grp/ids": np.arange(7, dtype=np.int32)},
             "records": {"r": np.zeros(4, dtype=[("a", "u1"), ("b", "<f8")])}}
     seen = set()
@@ -426,10 +427,10 @@ def test_dataframe_and_sparse_datasets_round_trip_exactly():
 
     import cpersist
 
-    df = ds.make_dataframe(64 * 1024)
+    df = generated.make_dataframe(64 * 1024)
     assert isinstance(df["city"].dtype, pd.CategoricalDtype) and pd.api.types.is_string_dtype(df["code"])
-    assert ds.deep_nbytes(df) == int(df.memory_usage(deep=True).sum())
-    m = ds.make_sparse_matrix(64 * 1024)
+    assert datacache.deep_nbytes(df) == int(df.memory_usage(deep=True).sum())
+    m = generated.make_sparse_matrix(64 * 1024)
     assert sp.issparse(m) and m.format == "csr" and 0 < m.nnz < 0.05 * m.shape[0] * m.shape[1]
     for obj in (df, m):
         import io
@@ -535,7 +536,7 @@ def test_hdf5_compound_dataset_is_loaded_and_measured(tmp_path):
         f["vol"] = np.ones((4, 5, 6), dtype=np.float32)
         f["grp/ids"] = np.arange(9)
         f["table"] = rec
-    obj = ds.load_user_file(str(path))
+    obj = userfiles.load_user_file(str(path))
     assert set(obj) == {"vol", "grp/ids", "table"}
     assert first_difference(rec, obj["table"]) is None
     out = tmp_path / "out"

@@ -7,6 +7,7 @@ import shlex
 import sys
 import time
 
+from . import datacache, userfiles
 from . import datasets as ds
 from . import methods as mt
 
@@ -161,7 +162,7 @@ def main(argv=None, prog=None):
     for f in args.files:
         if not os.path.exists(f):
             parser.error(f"no such file: {f}")
-        why = ds.unsupported_file(f)
+        why = userfiles.unsupported_file(f)
         if why:
             parser.error(why)
     try:
@@ -318,7 +319,7 @@ def _memory_data(out, size, quick):
     os.makedirs(cache_dir, exist_ok=True)
     data = {}
     for d in ds.select_datasets(list(MEMORY_OBJECTS), ds.all_datasets()):
-        data[d.name] = ds.save_cached(d, d.make(size, quick), os.path.join(cache_dir, d.name + ".pkl"))
+        data[d.name] = datacache.save_cached(d, d.make(size, quick), os.path.join(cache_dir, d.name + ".pkl"))
     return data
 
 

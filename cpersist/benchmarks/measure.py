@@ -239,7 +239,7 @@ def resident_fraction(path):
 
 
 def _load_original(data_path):
-    from .datasets import load_cached
+    from .datacache import load_cached
 
     return load_cached(data_path)
 

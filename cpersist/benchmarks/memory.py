@@ -62,7 +62,7 @@ def _memory_task(task):
 
     import cpersist
 
-    from .datasets import load_cached
+    from .datacache import load_cached
 
     cpersist.register_joblib_backend()
     _OBJECTS[task["dataset"]] = load_cached(task["data_path"])
@@ -104,7 +104,7 @@ def run_memory(out_dir, data, repeats=3, timeout=1800, progress=True):
         Scratch caches go to ``out_dir/_work/memory``.
     data : dict
         Dataset name -> ``{"path": pickled object, "size_bytes": ...}`` (what
-        :func:`cpersist.benchmarks.datasets.save_cached` returns).
+        :func:`cpersist.benchmarks.datacache.save_cached` returns).
     repeats : int
         Write + hit rounds per store (medians reported).
     timeout : float

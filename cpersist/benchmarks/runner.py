@@ -6,6 +6,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
+from . import datacache
 from . import datasets as ds
 from . import methods as mt
 from .measure import median, remove_output, run_in_subprocess
@@ -192,7 +193,7 @@ def plan(cfg, method_list, dataset_list, cache_dir):
                 skipped.append(_row(d.name, info, m, None, cfg, status=status,
                                     reason=f"dataset not loaded: {type(e).__name__}: {e}"))
             continue
-        info = ds.save_cached(d, obj, os.path.join(cache_dir, _safe(d.name) + ".pkl"))
+        info = datacache.save_cached(d, obj, os.path.join(cache_dir, _safe(d.name) + ".pkl"))
         for m in method_list:
             reason = unavailable[m.name] or m.why_not(obj)
             grid = cfg.codec_levels if cfg.codec_levels and isinstance(m, mt.CpersistCodec) else cfg.levels

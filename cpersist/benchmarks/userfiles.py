@@ -1,0 +1,125 @@
+"""Reading the user's own files into the object to benchmark: which files are
+supported (``.npy``, ``.npz``, ``.nii``/``.nii.gz``, ``.h5``/``.hdf5``, ``.cp``
+and, only with ``trust_pickles``, joblib/pickle files) and how each is loaded.
+"""
+
+import numpy as np
+
+__all__ = [
+    "PICKLE_SUFFIXES",
+    "USER_SUFFIXES",
+    "unsupported_file",
+    "load_user_file",
+    "load_nifti_array",
+]
+
+#: Suffixes of files that are unpickled to load them (code can run).
+PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib", ".jl", ".pck", ".p")
+_HDF5_SUFFIXES = (".h5", ".hdf5", ".he5")
+#: Every suffix :func:`load_user_file` reads.
+USER_SUFFIXES = (".npy", ".npz", ".nii", ".nii.gz") + _HDF5_SUFFIXES + (".cp",) + PICKLE_SUFFIXES
+
+
+def unsupported_file(path):
+    """None when :func:`load_user_file` reads ``path``'s kind of file, else why not."""
+    if not path.lower().endswith(USER_SUFFIXES):
+        return (f"{path}: unsupported file type; the benchmark reads "
+                f"{' '.join(USER_SUFFIXES[:-len(PICKLE_SUFFIXES)])} files, and pickle/joblib files "
+                f"({' '.join(PICKLE_SUFFIXES)}) with --trust-pickles")
+    return None
+
+
+def load_nifti_array(path):
+    """The data of a NIfTI file as an in-memory array (never a memmap)."""
+    import nibabel as nib
+
+    img = nib.load(path)
+    # np.array (not asarray) so a memmap of the file never leaks into the cache.
+    return np.array(np.asanyarray(img.dataobj))
+
+
+def _unwrap_single(d):
+    return next(iter(d.values())) if len(d) == 1 else d
+
+
+def load_user_file(path, trust_pickles=False):
+    """Load a user file into the object to benchmark.
+
+    Parameters
+    ----------
+    path : str
+        ``.npy``, ``.npz``, ``.nii``, ``.nii.gz``, ``.h5``, ``.hdf5``, ``.cp``,
+        or a joblib/pickle file (``.pkl``, ``.pickle``, ``.joblib``, ...).
+    trust_pickles : bool
+        Pickle-based files (joblib, pickle, and ``.cp`` files which may hold
+        pickled objects) run code when loaded: they are only loaded when this
+        is True.
+
+    Returns
+    -------
+    object
+        An array, or a dict of arrays for multi-array containers (a container
+        holding a single array yields that array, so array-only methods
+        apply).
+
+    Raises
+    ------
+    PermissionError
+        A pickle-based file without ``trust_pickles``.
+    ValueError
+        Unknown file type.
+    """
+    low = path.lower()
+    if low.endswith(".npy"):
+        return np.load(path, allow_pickle=False)
+    if low.endswith(".npz"):
+        with np.load(path, allow_pickle=False) as z:
+            return _unwrap_single({k: z[k] for k in z.files})
+    if low.endswith((".nii", ".nii.gz")):
+        return load_nifti_array(path)
+    if low.endswith(_HDF5_SUFFIXES):
+        arrays = _read_hdf5(path)
+        if not arrays:
+            raise ValueError(f"{path}: no datasets found in HDF5 file")
+        return _unwrap_single(arrays)
+    if low.endswith(".cp"):
+        import cpersist
+
+        # Plain data (arrays, dicts, lists, str ...) loads restricted; objects
+        # of other classes need trust, like any pickle.
+        try:
+            return cpersist.load(path, trusted=trust_pickles)
+        except getattr(cpersist, "UntrustedObjectError", ()) as e:
+            raise PermissionError(f"{path}: {e}; pass --trust-pickles to allow it") from e
+    if low.endswith(PICKLE_SUFFIXES):
+        if not trust_pickles:
+            raise PermissionError(
+                f"{path}: loading a pickle/joblib file runs code; pass --trust-pickles to allow it")
+        import joblib
+
+        # joblib.load reads plain pickles too (and its own compressed files).
+        return joblib.load(path)
+    raise ValueError(unsupported_file(path))
+
+
+def _read_hdf5(path):
+    """Every dataset of an HDF5 file by path; compound ones as structured arrays."""
+    try:
+        import h5py
+    except ImportError:
+        h5py = None
+    if h5py is not None:
+        out = {}
+
+        def visit(name, node):
+            if isinstance(node, h5py.Dataset):
+                out[name] = node[()]
+
+        with h5py.File(path, "r") as f:
+            f.visititems(visit)
+        return out
+    import tables
+
+    with tables.open_file(path, "r") as f:
+        # Leaf covers arrays and tables (compound datasets, read as records).
+        return {node._v_pathname.lstrip("/"): node.read() for node in f.walk_nodes("/", "Leaf")}
