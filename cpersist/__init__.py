@@ -8,18 +8,15 @@
 __version__ = "0.1.0"
 
 from .codecs import available_codecs  # noqa: E402
-# Eager, unlike dump and load below: cpersist.convert is also a submodule, and
-# importing a submodule binds its name on the package, so a lazily bound
-# function would be shadowed by the module.
-from .convert import convert  # noqa: E402
 from .exceptions import (CorruptFileError, CpersistError, FileChangedError,  # noqa: E402
                          UnsupportedVersionError, UntrustedObjectError,
                          UntrustedPickleError)
 
-# These need numpy; imported on first access (PEP 562) so that the command
-# line and `import cpersist` stay light.
-_LAZY = {"dump": "api", "load": "api", "inspect": "inspection", "verify": "inspection",
-         "reseal": "inspection", "register_joblib_backend": "joblib_store",
+# Imported on first access (PEP 562), so that `import cpersist` and the
+# command line load neither numpy nor the container until they need them.
+_LAZY = {"dump": "api", "load": "api", "convert": "_convert", "inspect": "inspection",
+         "verify": "inspection", "reseal": "inspection",
+         "register_joblib_backend": "joblib_store",
          "open": "handle", "FileHandle": "handle", "LazyArray": "lazy"}
 
 

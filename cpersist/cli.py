@@ -252,7 +252,7 @@ def _cmd_verify(args):
 # -- convert ----------------------------------------------------------------
 
 def _cmd_convert(args):
-    from .convert import convert
+    from ._convert import convert
 
     try:
         compress = parse_compress_spec(args.compress)
