@@ -10,6 +10,11 @@ for _name in (
     "numpy",
     "cpersist",
     "cpersist.codecs",
+    # cpersist imports these on first use; a worker's first dump must not
+    # pay for them, any more than a peer's first call pays for its imports.
+    "cpersist.api",
+    "cpersist.inspection",
+    "cpersist.handle",
     "cpersist.benchmarks.measure",
     "cpersist.benchmarks.methods",
     "cpersist.benchmarks.peers_classic",
@@ -21,6 +26,8 @@ for _name in (
     "nibabel",
     "joblib",
     "lz4.frame",
+    "bz2",
+    "lzma",
     "zstandard",
     "blosc2",
     "sklearn.ensemble",
@@ -30,6 +37,14 @@ for _name in (
         importlib.import_module(_name)
     except Exception:  # noqa: BLE001 - see module docstring
         pass
+
+try:
+    from cpersist.codecs import BUILTIN_CODECS as _BUILTIN
+
+    for _spec in _BUILTIN.values():
+        importlib.import_module(_spec.partition(":")[0])
+except Exception:  # noqa: BLE001 - see module docstring
+    pass
 
 import gc as _gc
 
