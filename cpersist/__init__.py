@@ -13,7 +13,7 @@ from .codecs import available_codecs  # noqa: E402
 # function would be shadowed by the module.
 from .convert import convert  # noqa: E402
 from .exceptions import (CorruptFileError, CpersistError,  # noqa: E402
-                         UnsupportedVersionError, UntrustedObjectError)
+                         RemoteStorageError, UnsupportedVersionError, UntrustedObjectError)
 
 # These need numpy; imported on first access (PEP 562) so that the command
 # line and `import cpersist` stay light.
@@ -39,6 +39,7 @@ def __dir__():
 __all__ = [
     "CorruptFileError",
     "CpersistError",
+    "RemoteStorageError",
     "UnsupportedVersionError",
     "UntrustedObjectError",
     "available_codecs",

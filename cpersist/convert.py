@@ -12,13 +12,15 @@ object.
 from . import __version__
 from ._args import check_chunk_size, open_source
 from ._files import display_name, is_path, write_atomically
+from ._remote import is_remote, is_url, write_remote
 from ._threads import check_n_threads
 from .codecs import parse_compress
 from .container import FORMAT_MINOR, ContainerReader, ContainerWriter
 from .exceptions import UnsupportedVersionError
 
 
-def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False):
+def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False,
+            storage_options=None):
     """Write a copy of a cpersist file with its sections re-encoded.
 
     Parameters
@@ -29,7 +31,8 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False)
         temporary file).
     dst : str or os.PathLike
         Where to write the copy, atomically (a temporary file in the same
-        directory renamed onto ``dst``). ``dst`` may be ``src`` itself.
+        directory renamed onto ``dst``). ``dst`` may be ``src`` itself. A
+        URL is written complete or not at all, as by :func:`cpersist.dump`.
     compress : bool, int, str or tuple
         The new encoding, as for :func:`cpersist.dump`: ``0`` for raw (the
         arrays can then be memory-mapped), an int 1–9, a codec name or a
@@ -41,6 +44,8 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False)
         Threads used to compress and checksum; default: all available CPUs.
     fsync : bool, default False
         Flush the copy to disk before renaming it onto ``dst``.
+    storage_options : dict, optional
+        Passed to fsspec for whichever of ``src`` and ``dst`` is a URL.
 
     Returns
     -------
@@ -73,13 +78,17 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False)
     codec = parse_compress(compress)
     n_threads = check_n_threads(n_threads)
     step = None if chunk_size is None else check_chunk_size(chunk_size)
-    if not is_path(dst):
-        raise TypeError(f"dst must be a path, got {type(dst).__name__}")
-    with open_source(src, what="src") as source:
-        return _convert(source, dst, codec, step, n_threads, fsync)
+    if not is_path(dst) and not is_remote(dst):
+        raise TypeError(f"dst must be a path or a URL, got {type(dst).__name__}")
+    src_options = storage_options if is_url(src) else None
+    dst_options = storage_options if is_url(dst) else None
+    if storage_options and src_options is None and dst_options is None:
+        raise ValueError("storage_options apply to URLs; neither src nor dst is one")
+    with open_source(src, storage_options=src_options, what="src") as source:
+        return _convert(source, dst, codec, step, n_threads, fsync, dst_options)
 
 
-def _convert(source, dst, codec, step, n_threads, fsync):
+def _convert(source, dst, codec, step, n_threads, fsync, storage_options):
     reader = ContainerReader(source)
     name = reader.name
     if reader.minor > FORMAT_MINOR:
@@ -113,8 +122,11 @@ def _convert(source, dst, codec, step, n_threads, fsync):
         info["converted_by"] = f"cpersist {__version__}"
         writer.finish(reader.root, info=info)
 
-    write_atomically(dst, write, fsync)
-    with open_source(dst) as out:
+    if is_remote(dst):
+        write_remote(dst, storage_options, write)
+    else:
+        write_atomically(dst, write, fsync)
+    with open_source(dst, storage_options=storage_options) as out:
         stats["stored_bytes_after"] = sum(s.stored_size for s in ContainerReader(out).sections)
     return stats
 

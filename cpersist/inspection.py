@@ -73,7 +73,7 @@ def _globals_of(walked, name):
     }
 
 
-def inspect(source):
+def inspect(source, *, storage_options=None):
     """Describe a cpersist file without unpickling anything.
 
     Reads the index and the pickle stream (checking their checksums) and
@@ -84,6 +84,9 @@ def inspect(source):
     Parameters
     ----------
     source : str, os.PathLike or binary file object
+        A path, a file object or a URL (see :doc:`/cloud`).
+    storage_options : dict, optional
+        For a URL: passed to fsspec (credentials, endpoint, ...).
 
     Returns
     -------
@@ -125,7 +128,7 @@ def inspect(source):
     >>> info["globals"]                                   # doctest: +SKIP
     ['sklearn.ensemble._forest.RandomForestClassifier', ...]
     """
-    with open_source(source) as opened:
+    with open_source(source, storage_options=storage_options) as opened:
         reader = ContainerReader(opened)
         name = reader.name
         root = _root(reader)
@@ -168,7 +171,7 @@ def inspect(source):
         }
 
 
-def verify(source):
+def verify(source, *, storage_options=None):
     """Check every checksum of a cpersist file and that every chunk decodes.
 
     :func:`cpersist.load` checks what it reads, but memory-mapped arrays are
@@ -178,6 +181,9 @@ def verify(source):
     Parameters
     ----------
     source : str, os.PathLike or binary file object
+        A path, a file object or a URL (see :doc:`/cloud`).
+    storage_options : dict, optional
+        For a URL: passed to fsspec (credentials, endpoint, ...).
 
     Returns
     -------
@@ -195,7 +201,7 @@ def verify(source):
     >>> cpersist.verify("model.cp")                      # doctest: +SKIP
     {'sections': 3, 'chunks': 5, 'stored_bytes': 1234, 'raw_bytes': 5678}
     """
-    with open_source(source) as opened:
+    with open_source(source, storage_options=storage_options) as opened:
         reader = ContainerReader(opened)
         name = reader.name
         root = _root(reader)

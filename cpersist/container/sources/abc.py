@@ -33,12 +33,16 @@ class ByteSource(ABC):
         and each call runs without waiting for the others (``pread``, memory).
     can_map : bool
         Whether :meth:`map` can return a memory map.
+    remote : bool
+        Whether each request costs a round trip (remote storage): the
+        reader then asks for many ranges at once, through :meth:`iter_ranges`.
     """
 
     name = "<bytes>"
     base = 0
     concurrent = False
     can_map = False
+    remote = False
 
     @property
     @abstractmethod
@@ -69,6 +73,16 @@ class ByteSource(ABC):
         concurrently.
         """
         return [self.read(offset, length) for offset, length in ranges]
+
+    def iter_ranges(self, ranges):
+        """Yield the bytes of each ``(offset, length)`` range, in order.
+
+        This default reads them one by one; a remote source fetches them in
+        batches and fetches the next batch while the caller works on this
+        one.
+        """
+        for offset, length in ranges:
+            yield self.read(offset, length)
 
     def map(self, offset, length, mode):
         """Memory-map ``length`` bytes at ``offset``, or return None.

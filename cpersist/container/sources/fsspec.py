@@ -1,0 +1,200 @@
+"""An object in remote storage (S3, GCS, Azure, HTTP, ``memory://``) read by
+range requests through an fsspec file system.
+
+Each request costs a round trip, so ranges the reader asks for together are
+merged when the gap between them is small, and the merged ranges are
+fetched concurrently (``cat_ranges``). The module imports nothing from
+fsspec: it only calls the file system it is given.
+"""
+
+import errno
+from concurrent.futures import ThreadPoolExecutor
+
+from ...exceptions import RemoteStorageError
+from .abc import ByteSource
+
+#: Ranges closer than this are fetched by one request covering the gap too:
+#: reading a gap costs less than a round trip.
+MERGE_GAP = 1 << 20
+#: Largest merged request: larger merged ranges are cut into requests of this
+#: size, fetched concurrently.
+REQUEST_SIZE = 8 << 20
+#: Bytes fetched by one batch of :meth:`FsspecSource.iter_ranges`; one batch
+#: is worked on while the next is fetched.
+BATCH_BYTES = 32 << 20
+
+
+def merge_ranges(ranges, gap=MERGE_GAP, limit=REQUEST_SIZE):
+    """Requests covering ``(offset, length)`` ranges, neighbours merged.
+
+    Returns ``(requests, places)``: ``requests`` is a list of ``(start,
+    end)`` byte spans, ``places[i]`` is ``(request number, offset in it)``
+    of range ``i``. Ranges are merged when they are at most ``gap`` bytes
+    apart and the merged span stays within ``limit`` bytes (a range larger
+    than ``limit`` gets a request of its own).
+    """
+    order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
+    requests = []
+    places = [None] * len(ranges)
+    for i in order:
+        offset, length = ranges[i]
+        end = offset + length
+        if requests:
+            start, last_end = requests[-1]
+            if offset - last_end <= gap and max(end, last_end) - start <= limit:
+                requests[-1] = (start, max(end, last_end))
+                places[i] = (len(requests) - 1, offset - start)
+                continue
+        requests.append((offset, end))
+        places[i] = (len(requests) - 1, 0)
+    return requests, places
+
+
+class FsspecSource(ByteSource):
+    """The bytes of one object, read by ranges through an fsspec file system.
+
+    Parameters
+    ----------
+    fs : fsspec.AbstractFileSystem
+    path : str
+        The object's path in ``fs`` (without protocol).
+    name : str, optional
+        How the source is named in messages (default: ``fs.unstrip_protocol(path)``).
+    storage_options : dict, optional
+        The options ``fs`` was made with; kept for :meth:`reopen_spec`.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no such object.
+    RemoteStorageError
+        If it cannot be looked up (access denied, timeout).
+    """
+
+    remote = True
+
+    def __init__(self, fs, path, name=None, storage_options=None):
+        self.fs = fs
+        self.path = path
+        self.name = name or fs.unstrip_protocol(path)
+        self.storage_options = dict(storage_options or {})
+        info = self._call(fs.info, path)
+        if info.get("type", "file") != "file":
+            raise IsADirectoryError(errno.EISDIR, "is a directory, not a cpersist file",
+                                    self.name)
+        self._size = info["size"]
+        etag = info.get("ETag") or info.get("etag")
+        #: What identifies this version of the object: its ETag (when the
+        #: store gives one) and size.
+        self.identity = {"etag": etag.strip('"') if isinstance(etag, str) else None,
+                         "size": self._size}
+
+    @property
+    def size(self):
+        return self._size
+
+    def reopen_spec(self):
+        """``(url, storage_options, identity)``: what reopens this very object
+        elsewhere (another process, a dask worker)."""
+        return self.name, dict(self.storage_options), dict(self.identity)
+
+    def _call(self, func, *args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "no such object", self.name) from None
+        except PermissionError as exc:
+            raise PermissionError(errno.EACCES, f"access denied ({exc})", self.name) from None
+        except RemoteStorageError:
+            raise
+        except Exception as exc:  # timeouts, connection and server errors of any client
+            raise RemoteStorageError(
+                f"{self.name}: request failed ({type(exc).__name__}: {exc})") from exc
+
+    def _fetch(self, spans):
+        """The bytes of each ``(start, end)`` span, concurrently."""
+        if len(spans) == 1:
+            start, end = spans[0]
+            data = [self._call(self.fs.cat_file, self.path, start=start, end=end)]
+        else:
+            data = self._call(self.fs.cat_ranges, [self.path] * len(spans),
+                              [s for s, _ in spans], [e for _, e in spans], on_error="raise")
+        for (start, end), got in zip(spans, data):
+            if isinstance(got, BaseException):
+                self._call(_reraise, got)
+            wanted = min(end, self._size) - start
+            if len(got) != wanted:
+                raise RemoteStorageError(
+                    f"{self.name}: truncated transfer: {len(got)} of {wanted} bytes "
+                    f"at offset {start}")
+        return data
+
+    def read_ranges(self, ranges):
+        ranges = list(ranges)
+        for offset, length in ranges:
+            if offset + length > self._size:
+                raise self.short_read(offset, length, max(0, self._size - offset))
+        spans, places = merge_ranges([(o, n) for o, n in ranges if n])
+        data = [memoryview(d) for d in self._fetch(spans)] if spans else []
+        out = []
+        nonempty = iter(places)
+        for offset, length in ranges:
+            if not length:
+                out.append(b"")
+                continue
+            request, start = next(nonempty)
+            out.append(data[request][start:start + length])
+        return out
+
+    def iter_ranges(self, ranges):
+        batches = _batches(list(ranges), BATCH_BYTES)
+        if len(batches) == 1:
+            yield from self.read_ranges(batches[0])
+            return
+        # One thread fetches the next batch while the caller works on this one.
+        with ThreadPoolExecutor(1, thread_name_prefix="cpersist-fetch") as fetcher:
+            pending = fetcher.submit(self.read_ranges, batches[0])
+            for following in batches[1:] + [None]:
+                data = pending.result()
+                if following is not None:
+                    pending = fetcher.submit(self.read_ranges, following)
+                try:
+                    yield from data
+                except GeneratorExit:
+                    pending.cancel()
+                    raise
+                del data
+
+    def read(self, offset, length):
+        if length <= REQUEST_SIZE:
+            return self.read_ranges([(offset, length)])[0]
+        buffer = bytearray(length)
+        self.read_into(offset, buffer)
+        return buffer
+
+    def read_into(self, offset, buffer):
+        view = memoryview(buffer).cast("B")
+        # A large range is fetched as several concurrent requests.
+        pieces = [(offset + p, min(REQUEST_SIZE, len(view) - p))
+                  for p in range(0, len(view), REQUEST_SIZE)]
+        position = 0
+        for data in self.read_ranges(pieces):
+            view[position:position + len(data)] = data
+            position += len(data)
+
+
+def _batches(ranges, size):
+    """``ranges`` cut into consecutive lists of about ``size`` bytes."""
+    batches = [[]]
+    total = 0
+    for offset, length in ranges:
+        if total and total + length > size:
+            batches.append([])
+            total = 0
+        batches[-1].append((offset, length))
+        total += length
+    return batches
+
+
+def _reraise(exc):
+    raise exc
