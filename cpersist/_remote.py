@@ -170,8 +170,8 @@ def _call(name, func, *args, **kwargs):
         raise FileNotFoundError(errno.ENOENT, "no such bucket or directory", name) from None
     except PermissionError as exc:
         raise PermissionError(errno.EACCES, f"access denied ({exc})", name) from None
-    except RemoteStorageError:
-        raise
+    except (RemoteStorageError, TypeError, ValueError, NotImplementedError):
+        raise  # already named, or a bad argument rather than a failed request
     except Exception as exc:
         raise RemoteStorageError(f"{name}: request failed ({type(exc).__name__}: {exc})") \
             from exc

@@ -105,8 +105,8 @@ class FsspecSource(ByteSource):
             raise FileNotFoundError(errno.ENOENT, "no such object", self.name) from None
         except PermissionError as exc:
             raise PermissionError(errno.EACCES, f"access denied ({exc})", self.name) from None
-        except RemoteStorageError:
-            raise
+        except (RemoteStorageError, TypeError, ValueError, NotImplementedError):
+            raise  # already named, or a bad argument rather than a failed request
         except Exception as exc:  # timeouts, connection and server errors of any client
             raise RemoteStorageError(
                 f"{self.name}: request failed ({type(exc).__name__}: {exc})") from exc
