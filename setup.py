@@ -11,9 +11,12 @@ VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "cpersist" / "__init__.p
 BENCH = ["tables>=3.9", "nibabel>=5.0", "matplotlib>=3.7", "tqdm>=4.60", "joblib>=1.3",
          "scikit-learn>=1.3"]
 DOCS = ["sphinx>=7", "numpydoc>=1.6"]
+# URLs (s3://, gs://, memory://...) go through fsspec; s3fs for S3.
+REMOTE = ["fsspec>=2023.1", "s3fs>=2023.1"]
 # The test suite runs the benchmark in quick mode and builds the docs, so the
-# test extra pulls in both of their dependency sets.
-TEST = ["pytest>=7", "hypothesis>=6"] + BENCH + DOCS
+# test extra pulls in both of their dependency sets; remote storage is tested
+# against moto's S3 server.
+TEST = ["pytest>=7", "hypothesis>=6", "moto[server]>=5"] + BENCH + DOCS + REMOTE
 
 setup(
     name="cpersist",
@@ -29,6 +32,7 @@ setup(
         "bench": BENCH,
         "test": TEST,
         "docs": DOCS,
+        "remote": REMOTE,
         "all": TEST,
     },
     entry_points={"console_scripts": ["cpersist=cpersist.cli:main"]},

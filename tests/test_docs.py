@@ -14,7 +14,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
-PAGES = ["index", "getting_started", "user_guide", "cli", "safety", "format", "benchmarks",
+PAGES = ["index", "getting_started", "user_guide", "cloud", "cli", "safety", "format", "benchmarks",
          "api", "changelog"]
 
 
