@@ -11,17 +11,19 @@ import subprocess
 import sys
 import warnings
 
+import fsspec
 import numpy as np
 import pytest
 
 import cpersist
 from cpersist._remote import PART_SIZE
-from cpersist.container.sources.fsspec import REQUEST_SIZE, FsspecSource, merge_ranges
+from cpersist.container.sources.fsspec import END_BYTES, REQUEST_SIZE, merge_ranges
+
+from cpersist.container.sources.fsspec import FsspecSource
 
 from ._s3 import CREDENTIALS, s3_server  # noqa: F401 (a fixture)
 from .conftest import assert_same
 
-fsspec = pytest.importorskip("fsspec")  # a test dependency: never skipped in the suite
 
 
 def _object(rng, n=1_000_000):
@@ -138,7 +140,6 @@ def test_storage_options_need_a_url(tmp_path):
 
 
 def test_http_is_read_only():
-    pytest.importorskip("aiohttp")
     with pytest.raises(ValueError, match="HTTP URLs are read-only"):
         cpersist.dump({}, "http://127.0.0.1:9/x.cp")
 
@@ -175,7 +176,7 @@ def test_s3_roundtrip(s3_server, compress):
     assert cpersist.dump(obj, url, compress=compress, chunk_size=1 << 18,
                          storage_options=options) == [url]
     assert_same(obj, cpersist.load(url, storage_options=options))
-    with cpersist.container.sources.fsspec.FsspecSource(
+    with FsspecSource(
             s3_server.filesystem(), url, url, options) as source:
         again, spec_options, identity = source.reopen_spec()
     assert again == url and spec_options == options
@@ -197,11 +198,16 @@ def test_s3_whole_load_merges_requests(s3_server):
     s3_server.counter.clear()
     assert_same(obj, cpersist.load(url, storage_options=options))
     gets = s3_server.counter.gets(key)
-    # Header, tail, pickle stream, then the chunks in requests of REQUEST_SIZE.
-    assert len(gets) <= 4 + size // REQUEST_SIZE + len(info["arrays"])
+    # Both ends (header; index and pickle stream), then each array's chunks
+    # in requests of REQUEST_SIZE.
+    assert len(gets) <= 2 + size // REQUEST_SIZE + len(info["arrays"])
     assert len(gets) < chunks / 10
     served = sum(r[3] for r in gets)
-    assert size <= served <= size + (64 << 10)
+    assert size <= served <= size + 2 * END_BYTES
+    # Opening the object (inspect) costs one HEAD and one round trip of two GETs.
+    s3_server.counter.clear()
+    cpersist.inspect(url, storage_options=options)
+    assert [r[0] for r in s3_server.counter.requests] == ["HEAD", "GET", "GET"]
 
 
 def test_s3_failed_dump_leaves_old_object(s3_server):

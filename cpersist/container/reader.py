@@ -229,6 +229,12 @@ class ContainerReader:
         codec = section.codec
         if section.raw_size <= CHECKED_CLAIM or codec is None or not codec.header_size:
             return
+        if self.source.remote:
+            # A request per chunk header (chunks lie farther apart than
+            # ranges are merged): more than the whole load. Arrays are
+            # allocated uninitialised, so a forged size costs no memory
+            # before the first chunk that does not decode to it.
+            return
         encoded = [c for c in chunks if c.flag == ENCODED]
         heads = self.source.read_ranges(
             [(c.offset, min(c.length, codec.header_size)) for c in encoded])

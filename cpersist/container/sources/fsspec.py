@@ -19,6 +19,10 @@ MERGE_GAP = 1 << 20
 #: Largest merged request: larger merged ranges are cut into requests of this
 #: size, fetched concurrently.
 REQUEST_SIZE = 8 << 20
+#: Bytes fetched at each end of the object by the first read, in one
+#: round trip: the header, and the trailer, index and (when small) pickle
+#: stream at the end, which every reader of the file needs.
+END_BYTES = 64 << 10
 #: Bytes fetched by one batch of :meth:`FsspecSource.iter_ranges`; one batch
 #: is worked on while the next is fetched.
 BATCH_BYTES = 32 << 20
@@ -89,9 +93,24 @@ class FsspecSource(ByteSource):
         self.identity = {"etag": etag.strip('"') if isinstance(etag, str) else None,
                          "size": self._size}
 
+        self._ends = None  # [(start, bytes)] of both ends, once fetched
+
     @property
     def size(self):
         return self._size
+
+    def _cached(self, offset, length):
+        """The range from the bytes fetched at the object's ends, or None."""
+        if self._ends is None:
+            tail = max(0, self._size - END_BYTES)
+            spans = [(0, min(END_BYTES, tail))] if tail else []
+            spans.append((tail, self._size))
+            self._ends = [(start, memoryview(data))
+                          for (start, _), data in zip(spans, self._fetch(spans))]
+        for start, data in self._ends:
+            if start <= offset and offset + length <= start + len(data):
+                return data[offset - start:offset - start + length]
+        return None
 
     def reopen_spec(self):
         """``(url, storage_options, identity)``: what reopens this very object
@@ -134,6 +153,10 @@ class FsspecSource(ByteSource):
         for offset, length in ranges:
             if offset + length > self._size:
                 raise self.short_read(offset, length, max(0, self._size - offset))
+        if len(ranges) == 1:
+            cached = self._cached(*ranges[0])
+            if cached is not None:
+                return [cached]
         spans, places = merge_ranges([(o, n) for o, n in ranges if n])
         data = [memoryview(d) for d in self._fetch(spans)] if spans else []
         out = []
