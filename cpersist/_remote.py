@@ -103,6 +103,24 @@ def open_remote(obj, storage_options=None):
     return FsspecSource(fs, path, name, storage_options if is_url(obj) else None)
 
 
+def reopen(url, storage_options, identity):
+    """The byte source of the object a source's ``reopen_spec()`` describes,
+    in another process (a dask worker, say).
+
+    Raises
+    ------
+    RemoteStorageError
+        If the object at ``url`` is not that version any more.
+    """
+    source = open_remote(url, storage_options)
+    try:
+        source.check_identity(identity)
+    except BaseException:
+        source.close()
+        raise
+    return source
+
+
 def write_remote(obj, storage_options, write):
     """Call ``write(file)`` on a file that becomes the object ``obj`` names
     only once complete; return that object's name.

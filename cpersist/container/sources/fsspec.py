@@ -8,6 +8,7 @@ fsspec: it only calls the file system it is given.
 """
 
 import errno
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from ...exceptions import RemoteStorageError
@@ -18,14 +19,14 @@ from .abc import ByteSource
 MERGE_GAP = 1 << 20
 #: Largest merged request: larger merged ranges are cut into requests of this
 #: size, fetched concurrently.
-REQUEST_SIZE = 8 << 20
+REQUEST_SIZE = 16 << 20
 #: Bytes fetched at each end of the object by the first read, in one
 #: round trip: the header, and the trailer, index and (when small) pickle
 #: stream at the end, which every reader of the file needs.
 END_BYTES = 64 << 10
-#: Bytes fetched by one batch of :meth:`FsspecSource.iter_ranges`; one batch
-#: is worked on while the next is fetched.
-BATCH_BYTES = 32 << 20
+#: Requests :meth:`FsspecSource.iter_ranges` keeps in flight: what it holds
+#: in memory is about this many times :data:`REQUEST_SIZE`.
+FETCH_AHEAD = 3
 
 
 def merge_ranges(ranges, gap=MERGE_GAP, limit=REQUEST_SIZE):
@@ -99,6 +100,22 @@ class FsspecSource(ByteSource):
     def size(self):
         return self._size
 
+    def check_identity(self, identity):
+        """Raise unless this is the version of the object ``identity``
+        (from :meth:`reopen_spec`) describes.
+
+        Raises
+        ------
+        RemoteStorageError
+            Naming the URL, if the object was replaced meanwhile.
+        """
+        etag = identity.get("etag")
+        if identity.get("size") != self._size or (
+                etag and self.identity["etag"] and etag != self.identity["etag"]):
+            raise RemoteStorageError(
+                f"{self.name}: the object changed since it was first opened "
+                f"(was {identity}, now {self.identity})")
+
     def _cached(self, offset, length):
         """The range from the bytes fetched at the object's ends, or None."""
         if self._ends is None:
@@ -170,23 +187,27 @@ class FsspecSource(ByteSource):
         return out
 
     def iter_ranges(self, ranges):
-        batches = _batches(list(ranges), BATCH_BYTES)
+        # About one request per batch, FETCH_AHEAD of them in flight: the
+        # caller decodes the first while the next ones arrive.
+        batches = _batches(list(ranges), REQUEST_SIZE)
         if len(batches) == 1:
             yield from self.read_ranges(batches[0])
             return
-        # One thread fetches the next batch while the caller works on this one.
-        with ThreadPoolExecutor(1, thread_name_prefix="cpersist-fetch") as fetcher:
-            pending = fetcher.submit(self.read_ranges, batches[0])
-            for following in batches[1:] + [None]:
-                data = pending.result()
-                if following is not None:
-                    pending = fetcher.submit(self.read_ranges, following)
-                try:
+        with ThreadPoolExecutor(FETCH_AHEAD, thread_name_prefix="cpersist-fetch") as fetcher:
+            pending = deque(fetcher.submit(self.read_ranges, batch)
+                            for batch in batches[:FETCH_AHEAD])
+            following = iter(batches[FETCH_AHEAD:])
+            try:
+                while pending:
+                    data = pending.popleft().result()
+                    batch = next(following, None)
+                    if batch is not None:
+                        pending.append(fetcher.submit(self.read_ranges, batch))
                     yield from data
-                except GeneratorExit:
-                    pending.cancel()
-                    raise
-                del data
+                    del data
+            finally:
+                for future in pending:  # the caller stopped early, or a fetch failed
+                    future.cancel()
 
     def read(self, offset, length):
         if length <= REQUEST_SIZE:
