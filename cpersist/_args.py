@@ -5,7 +5,7 @@ import pickle
 import warnings
 
 from ._files import display_name, is_path, is_writable
-from ._remote import is_remote, is_url, open_remote
+from ._remote import fsspec_file_source, is_remote, is_url, open_remote
 from .container import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE
 from .container.sources import ByteSource, LocalFileSource, SpooledSource, source_for
 
@@ -69,12 +69,13 @@ def open_source(source, mmap_mode=None, *, storage_options=None, what="source", 
     Parameters
     ----------
     source : str, os.PathLike, binary file object or ByteSource
-        A URL (``s3://...``), a ``(file system, path)`` pair or an
-        :class:`fsspec.core.OpenFile` is read by range requests (a
-        ``file://`` URL as a path). A path is opened here (``'r+b'`` for ``mmap_mode='r+'``, so that the
+        A path is opened here (``'r+b'`` for ``mmap_mode='r+'``, so that the
         map is made from the very descriptor whose index is read); a file
         object is read from its position to its end; a non-seekable one
-        (pipe, socket, FIFO) is spooled to a temporary file. A byte source
+        (pipe, socket, FIFO) is spooled to a temporary file. A URL
+        (``s3://...``), a ``(file system, path)`` pair, an
+        :class:`fsspec.core.OpenFile` or an fsspec file open for reading is
+        read by range requests (a ``file://`` URL as a path). A byte source
         is used as it is (and not closed).
     mmap_mode : {None, 'r', 'r+', 'c'}
         What the caller will map: a ``UserWarning`` says so when the source
@@ -103,8 +104,8 @@ def open_source(source, mmap_mode=None, *, storage_options=None, what="source", 
                 _warn_not_mapped(opened.name, "it is in remote storage", stacklevel)
             return opened
         source = opened  # the path of a file:// URL
-    elif _is_fsspec_file(source):
-        opened = _fsspec_file_source(source)
+    else:
+        opened = fsspec_file_source(source)
         if opened is not None:
             if mmap_mode:
                 _warn_not_mapped(opened.name, "it is in remote storage", stacklevel)
@@ -137,28 +138,6 @@ def open_source(source, mmap_mode=None, *, storage_options=None, what="source", 
                 f"open read-only; open it with 'r+b', or use mmap_mode='r' or 'c'"
             )
     return opened
-
-
-def _is_fsspec_file(file):
-    """Whether ``file`` is an fsspec file open for reading (``fs.open(path)``)."""
-    return (getattr(file, "mode", None) == "rb" and hasattr(file, "fs") and
-            isinstance(getattr(file, "path", None), str) and is_remote((file.fs, file.path)))
-
-
-def _fsspec_file_source(file):
-    """A range-reading source for an fsspec file at its start (else None:
-    read through its methods): a file object's own reads go one
-    request per read-ahead block."""
-    from .container.sources.fsspec import FsspecSource
-
-    if file.tell() != 0 or "file" in _remote_protocols(file.fs):
-        return None
-    return FsspecSource(file.fs, file.path)
-
-
-def _remote_protocols(fs):
-    protocol = fs.protocol
-    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
 
 
 class _Borrowed:

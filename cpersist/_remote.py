@@ -103,6 +103,20 @@ def open_remote(obj, storage_options=None):
     return FsspecSource(fs, path, name, storage_options if is_url(obj) else None)
 
 
+def fsspec_file_source(file):
+    """A range-reading source for an fsspec file object open for reading
+    at its start (``fs.open(path)``), or None: read any other through its
+    methods. Its own reads would cost a request per read-ahead block."""
+    if not (getattr(file, "mode", None) == "rb" and hasattr(file, "fs")
+            and isinstance(getattr(file, "path", None), str) and _is_filesystem(file.fs)):
+        return None
+    if "file" in _protocols(file.fs) or file.tell() != 0:
+        return None
+    from .container.sources.fsspec import FsspecSource
+
+    return FsspecSource(file.fs, file.path)
+
+
 def reopen(url, storage_options, identity):
     """The byte source of the object a source's ``reopen_spec()`` describes,
     in another process (a dask worker, say).

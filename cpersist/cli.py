@@ -352,8 +352,8 @@ def build_parser():
                     "size, ratio), the pickle stream section and the globals the file "
                     "needs to load.",
     )
-    info.add_argument("files", nargs="+", metavar="FILE", help="cpersist files or URLs; - reads "
-                      "standard input")
+    info.add_argument("files", nargs="+", metavar="FILE",
+                      help="cpersist files or URLs; - reads standard input")
     info.add_argument("--json", action="store_true",
                       help="print JSON (one object for one file, a list for several)")
     _add_storage_option(info)
@@ -366,8 +366,8 @@ def build_parser():
                     "line per file, 'FILE: OK' or 'FILE: FAILED: why'; exits with 1 if any "
                     "file failed.",
     )
-    verify.add_argument("files", nargs="+", metavar="FILE", help="cpersist files or URLs; - reads "
-                        "standard input")
+    verify.add_argument("files", nargs="+", metavar="FILE",
+                        help="cpersist files or URLs; - reads standard input")
     _add_storage_option(verify)
     verify.set_defaults(run=_cmd_verify)
 
@@ -378,7 +378,8 @@ def build_parser():
                     "as is). Use --compress raw to make the arrays memory-mappable. DST "
                     "is written atomically and may be SRC.",
     )
-    convert.add_argument("src", metavar="SRC", help="a cpersist file or URL; - reads standard input")
+    convert.add_argument("src", metavar="SRC",
+                         help="a cpersist file or URL; - reads standard input")
     convert.add_argument("dst", metavar="DST")
     # The names come from the registry (built-in, registered and installed
     # codecs), which lists them without importing any compression library.
