@@ -9,14 +9,17 @@ HERE = Path(__file__).parent
 VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "cpersist" / "__init__.py").read_text()).group(1)
 
 BENCH = ["tables>=3.9", "nibabel>=5.0", "matplotlib>=3.7", "tqdm>=4.60", "joblib>=1.3",
-         "scikit-learn>=1.3"]
+         "scikit-learn>=1.3", "zarr>=3.0", "h5py>=3.8", "hdf5plugin>=4.0", "safetensors>=0.4",
+         "pandas>=2.0", "scipy>=1.10"]
 DOCS = ["sphinx>=7", "numpydoc>=1.6"]
+# Lazy arrays as dask arrays, on threads or a distributed cluster.
+DASK = ["dask[array]>=2023.1", "distributed>=2023.1"]
 # URLs (s3://, gs://, memory://...) go through fsspec; s3fs for S3.
 REMOTE = ["fsspec>=2023.1", "s3fs>=2023.1"]
-# The test suite runs the benchmark in quick mode and builds the docs, so the
-# test extra pulls in both of their dependency sets; remote storage is tested
-# against moto's S3 server.
-TEST = ["pytest>=7", "hypothesis>=6", "moto[server]>=5"] + BENCH + DOCS + REMOTE
+# The test suite runs the benchmark in quick mode, builds the docs and runs
+# lazy arrays on dask, so the test extra pulls in all of their dependencies;
+# remote storage is tested against moto's S3 server.
+TEST = ["pytest>=7", "hypothesis>=6", "moto[server]>=5"] + BENCH + DOCS + DASK + REMOTE
 
 setup(
     name="cpersist",
@@ -32,6 +35,7 @@ setup(
         "bench": BENCH,
         "test": TEST,
         "docs": DOCS,
+        "dask": DASK,
         "remote": REMOTE,
         "all": TEST,
     },

@@ -437,8 +437,8 @@ def publish(run_dir, datasets=DEFAULT_FIGURES, targets_dir=None, page=PAGE, stat
     for old in glob.glob(os.path.join(static, "*.png")):  # figures of an earlier run
         os.unlink(old)
     figures = []
-    for name in ["pareto.png", "serializers.png"] + [
-            f"{d}_{kind}.png" for d in datasets for kind in ("disk", "write", "read")]:
+    for name in ["serializers.png"] + [
+            f"{d}_{kind}.png" for d in datasets for kind in ("pareto", "disk", "write", "read")]:
         src = os.path.join(run_dir, name)
         if os.path.isfile(src):
             shutil.copyfile(src, os.path.join(static, name))

@@ -12,13 +12,15 @@ from .codecs import available_codecs  # noqa: E402
 # importing a submodule binds its name on the package, so a lazily bound
 # function would be shadowed by the module.
 from .convert import convert  # noqa: E402
-from .exceptions import (CorruptFileError, CpersistError,  # noqa: E402
-                         RemoteStorageError, UnsupportedVersionError, UntrustedObjectError)
+from .exceptions import (CorruptFileError, CpersistError, FileChangedError,  # noqa: E402
+                         RemoteStorageError, UnsupportedVersionError, UntrustedObjectError,
+                         UntrustedPickleError)
 
 # These need numpy; imported on first access (PEP 562) so that the command
 # line and `import cpersist` stay light.
 _LAZY = {"dump": "api", "load": "api", "inspect": "inspection", "verify": "inspection",
-         "register_joblib_backend": "joblib_store"}
+         "reseal": "inspection", "register_joblib_backend": "joblib_store",
+         "open": "handle", "FileHandle": "handle", "LazyArray": "lazy"}
 
 
 def __getattr__(name):
@@ -36,17 +38,23 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
+# Not "open": ``from cpersist import *`` would shadow the builtin.
 __all__ = [
     "CorruptFileError",
     "CpersistError",
+    "FileChangedError",
+    "FileHandle",
+    "LazyArray",
     "RemoteStorageError",
     "UnsupportedVersionError",
     "UntrustedObjectError",
+    "UntrustedPickleError",
     "available_codecs",
     "convert",
     "dump",
     "inspect",
     "load",
     "register_joblib_backend",
+    "reseal",
     "verify",
 ]

@@ -114,7 +114,7 @@ def fsspec_file_source(file):
         return None
     from .container.sources.fsspec import FsspecSource
 
-    return FsspecSource(file.fs, file.path)
+    return FsspecSource(file.fs, file.path, file=file)
 
 
 def reopen(url, storage_options, identity):

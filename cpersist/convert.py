@@ -1,4 +1,5 @@
-"""Re-encode the sections of a cpersist file without unpickling it.
+"""Re-encode the sections of a cpersist file without unpickling it, or
+migrate a joblib file or a pickle to cpersist.
 
 :func:`convert` reads a file's sections chunk by chunk, checks their
 checksums, decodes them and writes them again with another codec or level
@@ -7,29 +8,36 @@ copied byte for byte: no object is rebuilt and no code in the file runs, so
 converting an untrusted file is safe. Section numbers, array descriptions
 and the order of the sections are kept, so the result loads to the same
 object.
+
+A joblib file or a plain pickle, in contrast, is loaded (which runs the code
+it names, so only when the caller says it trusts the file) and dumped again:
+see :mod:`cpersist._migrate`.
 """
 
-from . import __version__
+from . import __version__, _migrate
 from ._args import check_chunk_size, open_source
 from ._files import display_name, is_path, write_atomically
 from ._remote import is_remote, is_url, write_remote
 from ._threads import check_n_threads
 from .codecs import parse_compress
-from .container import FORMAT_MINOR, ContainerReader, ContainerWriter
+from .container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWriter
 from .exceptions import UnsupportedVersionError
 
 
 def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False,
-            storage_options=None):
-    """Write a copy of a cpersist file with its sections re-encoded.
+            trust_pickles=False, storage_options=None):
+    """Write a copy of a cpersist file with its sections re-encoded, or
+    migrate a joblib file or a pickle to a cpersist file.
 
     Parameters
     ----------
     src : str, os.PathLike or binary file object
-        A cpersist file; a file object is read from its current position to
-        its end (a non-seekable one, such as a pipe, is first copied to a
-        temporary file).
-    dst : str or os.PathLike
+        A cpersist file, a joblib file (uncompressed or with any of joblib's
+        compressors) or a pickle of protocol 2 or later; a file object is
+        read from its current position to the end of the dump there (from a
+        non-seekable one, such as a pipe, the bytes are first copied to a
+        temporary file). A URL is read by range requests (see :doc:`/cloud`).
+    dst : str, os.PathLike or URL
         Where to write the copy, atomically (a temporary file in the same
         directory renamed onto ``dst``). ``dst`` may be ``src`` itself. A
         URL is written complete or not at all, as by :func:`cpersist.dump`.
@@ -44,20 +52,34 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False,
         Threads used to compress and checksum; default: all available CPUs.
     fsync : bool, default False
         Flush the copy to disk before renaming it onto ``dst``.
+    trust_pickles : bool, default False
+        Convert a joblib file or a pickle: this loads it (with
+        :func:`joblib.load` or :func:`pickle.load`), which runs any code the
+        file names, so pass True only for a file you trust. A cpersist file
+        is never unpickled, whatever this says.
     storage_options : dict, optional
         Passed to fsspec for whichever of ``src`` and ``dst`` is a URL.
 
     Returns
     -------
     dict
-        ``{"sections": n, "raw_bytes": ..., "stored_bytes_before": ...,
-        "stored_bytes_after": ...}`` (sizes of the sections' data).
+        ``{"source_kind": ..., "sections": n, "raw_bytes": ...,
+        "stored_bytes_before": ..., "stored_bytes_after": ...}``: what
+        ``src`` is (``"cpersist format 1.1"``, ``"joblib file
+        (zlib-compressed)"``, ``"pickle protocol 5"``) and sizes of the
+        sections' data (for a joblib file or a pickle, "before" is the size
+        of the whole file).
 
     Raises
     ------
     CorruptFileError
-        If ``src`` is not a cpersist file or a checksum does not match; no
-        file is written then.
+        If ``src`` is none of the files above, or a checksum does not match;
+        no file is written then.
+    UntrustedPickleError
+        If ``src`` is a joblib file or a pickle and ``trust_pickles`` is
+        False; nothing is loaded or written.
+    ImportError
+        For a joblib file when joblib is not installed.
     UnsupportedVersionError
         If ``src`` uses a format version newer than this cpersist writes
         (a newer minor version may hold fields a rewrite would drop).
@@ -85,19 +107,27 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False,
     if storage_options and src_options is None and dst_options is None:
         raise ValueError("storage_options apply to URLs; neither src nor dst is one")
     with open_source(src, storage_options=src_options, what="src") as source:
-        return _convert(source, dst, codec, step, n_threads, fsync, dst_options)
+        kind = _migrate.detect(source)
+        if not kind.is_cpersist:
+            return _migrate.convert_pickled(
+                kind, src, source, dst, trust_pickles=trust_pickles, compress=compress,
+                chunk_size=chunk_size, n_threads=n_threads, fsync=fsync,
+                storage_options=dst_options)
+        return _convert(source, dst, codec, step, n_threads, fsync, dst_options,
+                        whole=is_path(src))
 
 
-def _convert(source, dst, codec, step, n_threads, fsync, storage_options):
-    reader = ContainerReader(source)
+def _convert(source, dst, codec, step, n_threads, fsync, storage_options, whole):
+    reader = ContainerReader(source, whole=whole)
     name = reader.name
-    if reader.minor > FORMAT_MINOR:
+    if (reader.major, reader.minor) > (FORMAT_MAJOR, FORMAT_MINOR):
         raise UnsupportedVersionError(
             f"{name}: written in cpersist format {reader.major}.{reader.minor}; this "
-            f"version writes {reader.major}.{FORMAT_MINOR} and could drop what the newer "
+            f"version writes {FORMAT_MAJOR}.{FORMAT_MINOR} and could drop what the newer "
             f"minor version added: convert it with an up-to-date cpersist"
         )
     stats = {
+        "source_kind": f"cpersist format {reader.major}.{reader.minor}",
         "sections": len(reader.sections),
         "raw_bytes": sum(s.raw_size for s in reader.sections),
         "stored_bytes_before": sum(s.stored_size for s in reader.sections),
@@ -111,11 +141,13 @@ def _convert(source, dst, codec, step, n_threads, fsync, storage_options):
             reader.check_claimed_sizes(section)  # a forged size, before allocating
             chunks = reader.iter_section_chunks(section)
             typesize = max(section.typesize, 1)
+            meta = section.meta
             if step is not None:
-                chunks = _rechunk(chunks, max(1, step // typesize) * typesize)
+                cut, meta = _array_chunking(section, max(1, step // typesize) * typesize)
+                chunks = _rechunk(chunks, cut)
             number = writer.add_section(
                 (memoryview(c) for c in chunks), codec=codec,
-                typesize=section.typesize, meta=section.meta,
+                typesize=section.typesize, meta=meta, size=section.raw_size,
             )
             assert number == section.index
         info = dict(reader.info)
@@ -129,6 +161,30 @@ def _convert(source, dst, codec, step, n_threads, fsync, storage_options):
     with open_source(dst, storage_options=storage_options) as out:
         stats["stored_bytes_after"] = sum(s.stored_size for s in ContainerReader(out).sections)
     return stats
+
+
+def _array_chunking(section, step):
+    """Bytes per new chunk of ``section`` and its new meta.
+
+    An array's chunks are cut on whole rows of its slowest axis when a row
+    fits in ``step`` (as :func:`cpersist.dump` cuts them), and the meta's
+    ``rows_per_chunk`` says so, or is dropped when it no longer holds.
+    """
+    meta = section.meta
+    if meta.get("kind") != "array":
+        return step, meta
+    meta = {k: v for k, v in meta.items() if k != "rows_per_chunk"}
+    shape = meta.get("shape")
+    if not (isinstance(shape, list) and shape and all(type(n) is int for n in shape)):
+        return step, meta
+    from .arrays import rows_in_step  # numpy: only when rechunking arrays
+
+    n_rows = shape[-1] if meta.get("order") == "F" else shape[0]
+    rows = rows_in_step(section.raw_size, n_rows, step)
+    if rows is None:
+        return step, meta
+    meta["rows_per_chunk"] = rows
+    return rows * (section.raw_size // n_rows), meta
 
 
 def _rechunk(chunks, step):

@@ -47,3 +47,18 @@ class UntrustedObjectError(CpersistError):
             f"trusted=[({module!r}, {name!r})] (or a module prefix) if you trust "
             f"this file, after checking it with cpersist.inspect()"
         )
+
+
+class UntrustedPickleError(CpersistError):
+    """:func:`cpersist.convert` was given a joblib file or a pickle without
+    being told to trust it: converting one means loading it, which runs the
+    code it names. Raised before anything is read beyond the file's kind or
+    written."""
+
+
+class FileChangedError(CpersistError):
+    """A file a :class:`~cpersist.LazyArray` reads no longer holds its array.
+
+    The file was replaced or rewritten after the array was opened (or
+    pickled); the message names the file and the array. Open the file again.
+    """

@@ -63,7 +63,7 @@ def test_publish_redraws_figures_and_summary(quick_run, tmp_path):
     shutil.copy(out / "serializers.csv", run / "serializers.csv")
     mod = publish
     assert mod.main([str(run), "--no-publish"]) == 0
-    for name in ("atlas_c_disk.png", "text_read.png", "pareto.png", "serializers.png"):
+    for name in ("atlas_c_disk.png", "text_read.png", "atlas_c_pareto.png", "serializers.png"):
         assert (run / name).read_bytes()[:8] == PNG_MAGIC
     summary = (run / "summary.rst").read_text()
     assert "atlas_c" in summary and "np.save" in summary and "cpersist" in summary

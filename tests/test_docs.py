@@ -14,8 +14,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
-PAGES = ["index", "getting_started", "user_guide", "cloud", "cli", "safety", "format", "benchmarks",
-         "api", "changelog"]
+PAGES = ["index", "getting_started", "user_guide", "larger_than_memory", "joblib", "cloud", "cli",
+         "safety", "format", "benchmarks", "benchmark_results", "api", "changelog"]
 
 
 def sphinx(builder, out):
@@ -44,7 +44,8 @@ def test_html_builds_without_warnings(tmp_path):
         assert (tmp_path / f"{page}.html").is_file(), page
     api = (tmp_path / "api.html").read_text(encoding="utf-8")
     for name in ("cpersist.dump", "cpersist.load", "cpersist.convert", "cpersist.inspect",
-                 "cpersist.verify", "cpersist.CorruptFileError"):
+                 "cpersist.verify", "cpersist.CorruptFileError", "cpersist.open",
+                 "cpersist.LazyArray", "cpersist.FileHandle"):
         assert f'id="{name}"' in api, name
 
 

@@ -20,12 +20,23 @@ class _Silent:
         pass
 
 
-def progress_bar(iterable=None, total=None, desc="", disable=False):
-    """A tqdm bar over ``iterable`` (or counting to ``total``), or a no-op one."""
+#: A bar whose steps are estimated costs, not counts: only the percentage and
+#: the elapsed and remaining time mean something to a reader.
+_WEIGHTED_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {elapsed} elapsed, ~{remaining} left {postfix}"
+
+
+def progress_bar(iterable=None, total=None, desc="", disable=False, weighted=False):
+    """A tqdm bar over ``iterable`` (or counting to ``total``), or a no-op one.
+
+    With ``weighted``, ``total`` and the updates are estimated costs, and the
+    bar shows the percentage done and the time left rather than counts.
+    """
     if disable:
         return _Silent(iterable)
     try:
         from tqdm.auto import tqdm
     except ImportError:  # tqdm is in the [bench] extra; the benchmark runs without it
         return _Silent(iterable)
+    if weighted:
+        return tqdm(iterable, total=total, desc=desc, dynamic_ncols=True, bar_format=_WEIGHTED_FORMAT)
     return tqdm(iterable, total=total, desc=desc, unit="run", dynamic_ncols=True)

@@ -15,6 +15,20 @@ __all__ = ["build_parser", "main"]
 QUICK_SIZE = "tiny"
 QUICK_LEVELS = (0, 3)
 QUICK_MAX_ENTRIES = 16000
+#: The default run: minutes on two cores, every method family on every
+#: built-in dataset, levels 0, 3 and 6, one repeat.
+DEFAULT_SIZE = "1MB"
+#: The default run measures each of cpersist's codecs at this level only
+#: (cpersist's default codec and the peers at every level of the grid).
+DEFAULT_CODEC_LEVELS = (3,)
+#: Users' own files can be large: the default grid on them leaves out the
+#: slowest levels (some peers take minutes per file at level 9).
+FILE_LEVELS = (0, 3)
+#: ``--full``: every dataset at 100 MB, every level, three repeats.
+FULL_SIZE = "medium"
+FULL_REPEATS = 3
+#: Exit code after Ctrl-C (128 + SIGINT, what shells report).
+EXIT_INTERRUPTED = 130
 
 
 def _csv_list(text):
@@ -47,21 +61,29 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                    help="your own files to benchmark (.npy .npz .nii .nii.gz .h5 .hdf5 .cp, "
                         "and pickle/joblib with --trust-pickles); when given, only these run "
                         "unless --datasets is also given")
-    p.add_argument("--suite", choices=("storage", "serializers", "all"), default="storage",
+    p.add_argument("--suite", choices=("storage", "serializers", "memory", "all"), default="storage",
                    help="storage (default): datasets x methods x levels; serializers: picklebench; "
-                        "all: storage and serializers")
+                        "memory: joblib.Memory's default store vs backend='cpersist'; all: every suite")
+    p.add_argument("--full", action="store_true",
+                   help="the complete grid: every dataset at 100 MB, levels 0,1,3,6,9, three "
+                        "repeats (hours); default: built-in data at 1 MB, levels 0,3,6 (0,3 on "
+                        "your files; each cpersist:<codec> at 3), one repeat (minutes)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the rows already in OUT/results.csv (e.g. of an interrupted run) "
+                        "and measure only the missing ones")
     p.add_argument("--datasets", type=_csv_list, default=None, metavar="NAMES",
                    help="comma-separated dataset names or patterns (e.g. 'atlas_*,nifti_*', "
                         "'builtin', 'package'); default all")
     p.add_argument("--methods", type=_csv_list, default=None, metavar="NAMES",
                    help="comma-separated method names, patterns or families (e.g. 'cpersist*,np.save,tables')")
     p.add_argument("--levels", type=_levels, default=None, metavar="L,L,...",
-                   help="generic compression level grid (default 0,1,3,6,9; --quick: 0,3)")
+                   help="generic compression level grid (default 0,3,6, on your files 0,3; "
+                        "--full: 0,1,3,6,9; --quick: 0,3)")
     p.add_argument("--size", default=None,
-                   help="size of each generated dataset: tiny, small, medium (default, 100 MB), "
-                        "large, or e.g. 250MB / 1GB")
+                   help="size of each generated dataset: tiny, small, medium, large, or e.g. "
+                        "250MB / 1GB (default 1MB; --full: medium, 100 MB; --quick: tiny)")
     p.add_argument("--repeat", type=int, default=None, metavar="N",
-                   help="timed repeats per operation, median reported (default 3; --quick: 1)")
+                   help="timed repeats per operation, median reported (default 1; --full: 3)")
     p.add_argument("--warm-cache", action="store_true",
                    help="read with the file in the page cache (default: evicted, cold)")
     p.add_argument("--threads", type=_thread_counts, default=None, metavar="N[,N...]",
@@ -86,7 +108,7 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                    help="picklebench: stop growing before this peak RSS (default 4096 MB)")
     p.add_argument("--import-runs", type=int, default=None, metavar="N",
                    help="fresh interpreters timing 'import cpersist', 'import joblib' and "
-                        "'cpersist --help' (median reported; default 21, --quick: 5; 0 skips)")
+                        "'cpersist --help' (median reported; default 5, --full: 21; 0 skips)")
     p.add_argument("--list", action="store_true", help="list datasets and methods, then exit")
     return p
 
@@ -126,51 +148,84 @@ def main(argv=None, prog=None):
     -------
     int
         0 when every measured row is correct, 1 when some method failed
-        (wrong data, error, timeout), 2 on bad arguments.
+        (wrong data, error, timeout), 2 on bad arguments or unsupported
+        files, 130 when interrupted (Ctrl-C; the rows measured are kept).
     """
-    from .report import (format_table, load_average, plot_serializers, plot_storage, write_csv,
-                         write_machine_json)
-
     parser = build_parser(prog) if prog else build_parser()
     args = parser.parse_args(argv)
     if args.list:
         _list(args.threads)
         return 0
-    try:
-        size = ds.parse_size(args.size or (QUICK_SIZE if args.quick else "medium"))
-    except ValueError as e:
-        parser.error(str(e))
-    levels = args.levels or (list(QUICK_LEVELS) if args.quick else list(mt.DEFAULT_LEVELS))
-    repeats = args.repeat if args.repeat is not None else (1 if args.quick else 3)
-    if repeats < 1:
-        parser.error("--repeat must be >= 1")
+    if args.quick and args.full:
+        parser.error("--quick and --full are opposites: choose one")
     for f in args.files:
         if not os.path.exists(f):
             parser.error(f"no such file: {f}")
+        why = ds.unsupported_file(f)
+        if why:
+            parser.error(why)
+    try:
+        return _run(parser, args, argv)
+    except KeyboardInterrupt:
+        # Between measurements (plots, tables): nothing is lost, the CSV is complete.
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _grid(args):
+    """Size, level grid and repeats of this run, from the mode and the options."""
+    if args.quick:
+        size, levels, repeats = QUICK_SIZE, QUICK_LEVELS, 1
+    elif args.full:
+        size, levels, repeats = FULL_SIZE, mt.FULL_LEVELS, FULL_REPEATS
+    else:
+        only_files = args.files and not args.datasets
+        size, levels, repeats = DEFAULT_SIZE, FILE_LEVELS if only_files else mt.DEFAULT_LEVELS, 1
+    return (ds.parse_size(args.size or size), list(args.levels or levels),
+            args.repeat if args.repeat is not None else repeats)
+
+
+def _run(parser, args, argv):
+    from .report import (format_max_vs_peers, format_table, load_average, max_vs_peers, plot_serializers,
+                         plot_storage, write_csv, write_machine_json)
+
+    try:
+        size, levels, repeats = _grid(args)
+    except ValueError as e:
+        parser.error(str(e))
+    if repeats < 1:
+        parser.error("--repeat must be >= 1")
     os.makedirs(args.out, exist_ok=True)
     failed = 0
     t_start = time.perf_counter()
     written = []
     given = list(sys.argv[1:] if argv is None else argv)
     extra = {"argv": given, "command": " ".join([parser.prog, shlex.join(given)]).strip(),
-             "suite": args.suite,
+             "suite": args.suite, "mode": "quick" if args.quick else "full" if args.full else "default",
              "started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
              "load_average_start": load_average()}
 
     if args.suite in ("storage", "all"):
-        from .runner import COLUMN_DOCS, COLUMNS, StorageConfig, run_storage
+        from .runner import COLUMN_DOCS, Interrupted, StorageConfig, run_storage
 
+        csv_path = os.path.join(args.out, "results.csv")
         cfg = StorageConfig(
             out=args.out, datasets=args.datasets, methods=args.methods, levels=levels,
             size_bytes=size, repeats=repeats, warm_cache=args.warm_cache, files=list(args.files),
             trust_pickles=args.trust_pickles, quick=args.quick, threads=args.threads,
             timeout=args.timeout, keep_files=args.keep_files, progress=not args.no_progress,
+            csv_path=csv_path, resume=args.resume,
+            default_datasets=None if args.full else ds.DEFAULT_DATASETS,
+            codec_levels=None if (args.full or args.quick or args.levels) else DEFAULT_CODEC_LEVELS,
         )
         try:
             rows = run_storage(cfg)
-        except ValueError as e:  # unknown dataset/method name
+        except ValueError as e:  # unknown dataset/method name, or a CSV --resume cannot extend
             parser.error(str(e))
-        written.append(write_csv(os.path.join(args.out, "results.csv"), rows, COLUMNS))
+        except Interrupted as e:
+            _say_interrupted(e, csv_path, given)
+            return EXIT_INTERRUPTED
+        written.append(csv_path)
         extra["storage"] = {
             "levels": levels, "size_bytes": size, "repeats": repeats,
             "cache": "warm" if args.warm_cache else "cold (fsync + POSIX_FADV_DONTNEED before each read)",
@@ -185,6 +240,9 @@ def main(argv=None, prog=None):
         if not args.no_plots and _can_plot():
             written += plot_storage(rows, args.out)
         print(format_table(rows))
+        extra["max_vs_peers"] = max_vs_peers(rows)
+        if extra["max_vs_peers"]:
+            print("\n" + format_max_vs_peers(extra["max_vs_peers"]))
         failed += sum(r["status"] == "failed" for r in rows)
 
     if args.suite in ("serializers", "all"):
@@ -208,7 +266,23 @@ def main(argv=None, prog=None):
         except OSError:
             pass
 
-    import_runs = args.import_runs if args.import_runs is not None else (5 if args.quick else 21)
+    if args.suite in ("memory", "all"):
+        from .memory import MEMORY_COLUMNS, format_memory, run_memory
+
+        data = _memory_data(args.out, size, args.quick)
+        mrows = run_memory(args.out, data, repeats=max(repeats, 1 if args.quick else 3),
+                           timeout=args.timeout, progress=not args.no_progress)
+        written.append(write_csv(os.path.join(args.out, "memory.csv"), mrows, MEMORY_COLUMNS))
+        extra["memory"] = {"objects": list(data), "units": "seconds, median of the repeats; file_bytes "
+                           "= the cached output file", "repeats": max(repeats, 1 if args.quick else 3)}
+        print("\njoblib.Memory: cache write and hit\n" + format_memory(mrows))
+        failed += sum(r["status"] == "failed" for r in mrows)
+        if not args.keep_files:
+            import shutil
+
+            shutil.rmtree(os.path.join(args.out, "_work"), ignore_errors=True)
+
+    import_runs = args.import_runs if args.import_runs is not None else (21 if args.full else 5)
     if import_runs > 0:
         from .importtime import IMPORT_COLUMNS, format_import_times, run_import_times
 
@@ -225,6 +299,27 @@ def main(argv=None, prog=None):
     if failed:
         print(f"{failed} measurement(s) FAILED; see the 'reason' column", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _say_interrupted(exc, csv_path, given):
+    import shlex
+
+    again = [a for a in given if a != "--resume"] + ["--resume"]
+    print(f"\ninterrupted: {len(exc.rows)} row(s) kept in {csv_path} ({exc.measured} measured "
+          f"in this run).\nTo measure the rest: python -m cpersist.benchmarks {shlex.join(again)}\n"
+          f"To start again from nothing: the same command without --resume.", file=sys.stderr)
+
+
+def _memory_data(out, size, quick):
+    """The joblib.Memory suite's objects, materialised once (as for the storage suite)."""
+    from .memory import MEMORY_OBJECTS
+
+    cache_dir = os.path.join(out, "_work", "memory_data")
+    os.makedirs(cache_dir, exist_ok=True)
+    data = {}
+    for d in ds.select_datasets(list(MEMORY_OBJECTS), ds.all_datasets()):
+        data[d.name] = ds.save_cached(d, d.make(size, quick), os.path.join(cache_dir, d.name + ".pkl"))
+    return data
 
 
 def _can_plot():

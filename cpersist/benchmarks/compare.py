@@ -106,6 +106,11 @@ def first_difference(expected, actual, where="obj"):
         return None
     if isinstance(a, (set, frozenset)):
         return None if a == b else f"{where}: sets differ"
+    module = type(a).__module__
+    if module.startswith("pandas"):
+        return _pandas_diff(a, b, where)
+    if module.startswith("scipy.sparse") and hasattr(a, "tocoo"):
+        return _sparse_diff(a, b, where)
     # Arbitrary objects (e.g. a fitted scikit-learn model and its Cython
     # trees): compare their pickled state, which is what a serializer keeps.
     try:
@@ -119,6 +124,54 @@ def first_difference(expected, actual, where="obj"):
         except Exception:
             return None if a == b else f"{where}: values differ"
     return first_difference(sa, sb, f"{where}.__state__")
+
+
+def _pandas_diff(a, b, where):
+    """DataFrames, Series and Index objects: values, dtypes (categories too) and labels, exactly."""
+    import pandas.testing as pdt
+
+    check = {"DataFrame": pdt.assert_frame_equal, "Series": pdt.assert_series_equal}.get(
+        type(a).__name__, pdt.assert_index_equal)
+    if type(b) is not type(a):
+        return f"{where}: type {type(b).__name__} != {type(a).__name__}"
+    try:
+        check(a, _unmapped(b), check_exact=True)
+    except AssertionError as e:
+        return f"{where}: {' '.join(str(e).split())[:200]}"
+    return None
+
+
+def _unmapped(obj):
+    """A copy of a pandas object whose arrays are plain ndarrays.
+
+    Memory-mapped columns hold the same values, but pandas' checks report
+    ``np.memmap`` as a different class; a deep copy fixes that except for
+    the codes of categorical columns, rebuilt here.
+    """
+    import pandas as pd
+
+    out = obj.copy(deep=True)
+    if isinstance(out, pd.DataFrame):
+        for i, dtype in enumerate(out.dtypes):
+            if isinstance(dtype, pd.CategoricalDtype):
+                codes = np.array(out.iloc[:, i].cat.codes)
+                out.isetitem(i, pd.Categorical.from_codes(codes, dtype=dtype))
+    elif isinstance(out, pd.Series) and isinstance(out.dtype, pd.CategoricalDtype):
+        out = pd.Series(pd.Categorical.from_codes(np.array(out.cat.codes), dtype=out.dtype),
+                        index=out.index, name=out.name)
+    return out
+
+
+def _sparse_diff(a, b, where):
+    """scipy sparse matrices and arrays: format, shape, dtype and every stored value."""
+    if a.format != b.format or a.shape != b.shape:
+        return f"{where}: {b.format} {b.shape} != {a.format} {a.shape}"
+    for name in ("data", "indices", "indptr", "row", "col", "offsets"):
+        if hasattr(a, name):
+            d = _array_diff(np.asarray(getattr(a, name)), np.asarray(getattr(b, name)), f"{where}.{name}")
+            if d:
+                return d
+    return None
 
 
 def touch(obj):

@@ -44,6 +44,9 @@ __all__ = [
     "save_cached",
     "load_cached",
     "PICKLE_SUFFIXES",
+    "USER_SUFFIXES",
+    "unsupported_file",
+    "DEFAULT_DATASETS",
 ]
 
 #: Named sizes accepted by ``--size`` (bytes per built-in dataset).
@@ -58,6 +61,18 @@ SEED = 20240503
 
 #: Suffixes of files that are unpickled to load them (code can run).
 PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib", ".jl", ".pck", ".p")
+_HDF5_SUFFIXES = (".h5", ".hdf5", ".he5")
+#: Every suffix :func:`load_user_file` reads.
+USER_SUFFIXES = (".npy", ".npz", ".nii", ".nii.gz") + _HDF5_SUFFIXES + (".cp",) + PICKLE_SUFFIXES
+
+
+def unsupported_file(path):
+    """None when :func:`load_user_file` reads ``path``'s kind of file, else why not."""
+    if not path.lower().endswith(USER_SUFFIXES):
+        return (f"{path}: unsupported file type; the benchmark reads "
+                f"{' '.join(USER_SUFFIXES[:-len(PICKLE_SUFFIXES)])} files, and pickle/joblib files "
+                f"({' '.join(PICKLE_SUFFIXES)}) with --trust-pickles")
+    return None
 
 
 def parse_size(text):
@@ -247,6 +262,34 @@ def make_noise(size_bytes, seed=SEED + 5):
     return rng.standard_normal(max(16, int(size_bytes // 8)))
 
 
+def make_dataframe(size_bytes, seed=SEED + 6):
+    """A pandas DataFrame: float, int, categorical, string and datetime columns."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    n = max(16, int(size_bytes // 60))  # ~60 bytes per row in memory, strings included
+    cities = np.array(["Paris", "Lyon", "Lille", "Nantes", "Nice", "Brest", "Metz", "Caen"])
+    return pd.DataFrame({
+        "price": np.round(rng.lognormal(3, 1, n), 2),
+        "count": rng.poisson(7, n).astype(np.int64),
+        "city": pd.Categorical(cities[rng.integers(0, len(cities), n)]),
+        "code": [f"K{v:05d}" for v in rng.integers(0, 20000, n).tolist()],
+        "when": pd.to_datetime("2020-01-01") + pd.to_timedelta(rng.integers(0, 10**6, n), unit="s"),
+    })
+
+
+def make_sparse_matrix(size_bytes, seed=SEED + 7):
+    """A scipy CSR matrix, float64, about 1 % non-zero (the rest implicit)."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    nnz = max(16, int(size_bytes // 12))  # 8 bytes of value + 4 of column index each
+    n_cols = 20000
+    n_rows = max(4, nnz // (n_cols // 100))
+    return sp.random(n_rows, n_cols, density=nnz / (n_rows * n_cols), format="csr",
+                     dtype=np.float64, rng=rng)
+
+
 BIG_FACTOR = 4
 
 
@@ -280,7 +323,28 @@ def builtin_datasets():
                 lambda s, q: make_noise(s), ["array", "1d"]),
         Dataset("big", "builtin", f"atlas_c repeated x{BIG_FACTOR} (memory strain)",
                 lambda s, q: make_big(s), ["array", "4d", "big"]),
-    ]
+    ] + _optional_builtins()
+
+
+def _optional_builtins():
+    """The pandas and scipy datasets, when those packages are installed."""
+    out = []
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        out.append(Dataset("dataframe", "builtin",
+                           "pandas DataFrame: float, int, categorical, str and datetime columns",
+                           lambda s, q: make_dataframe(s), ["object", "table"]))
+    try:
+        import scipy.sparse  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        out.append(Dataset("sparse_matrix", "builtin", "scipy.sparse CSR matrix, float64, ~1% non-zero",
+                           lambda s, q: make_sparse_matrix(s), ["object", "sparse"]))
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -328,7 +392,9 @@ def _random_forest(size_bytes, quick):
     from sklearn.ensemble import RandomForestClassifier
 
     d = load_digits()
-    model = RandomForestClassifier(n_estimators=10 if quick else 100, random_state=0, n_jobs=1)
+    # Fewer trees for the smaller runs: the model scales with --size like the generated data.
+    trees = 10 if quick else 100 if size_bytes >= SIZE_PRESETS["medium"] else 30
+    model = RandomForestClassifier(n_estimators=trees, random_state=0, n_jobs=1)
     return model.fit(d.data, d.target)
 
 
@@ -417,13 +483,10 @@ def load_user_file(path, trust_pickles=False):
             return _unwrap_single({k: z[k] for k in z.files})
     if low.endswith((".nii", ".nii.gz")):
         return _load_nifti_array(path)
-    if low.endswith((".h5", ".hdf5", ".he5")):
-        import tables
-
-        with tables.open_file(path, "r") as f:
-            arrays = {node._v_pathname.lstrip("/"): node.read() for node in f.walk_nodes("/", "Array")}
+    if low.endswith(_HDF5_SUFFIXES):
+        arrays = _read_hdf5(path)
         if not arrays:
-            raise ValueError(f"{path}: no arrays found in HDF5 file")
+            raise ValueError(f"{path}: no datasets found in HDF5 file")
         return _unwrap_single(arrays)
     if low.endswith(".cp"):
         import cpersist
@@ -442,7 +505,30 @@ def load_user_file(path, trust_pickles=False):
 
         # joblib.load reads plain pickles too (and its own compressed files).
         return joblib.load(path)
-    raise ValueError(f"{path}: unsupported file type (want .npy .npz .nii .nii.gz .h5 .hdf5 .cp or a pickle)")
+    raise ValueError(unsupported_file(path))
+
+
+def _read_hdf5(path):
+    """Every dataset of an HDF5 file by path; compound ones as structured arrays."""
+    try:
+        import h5py
+    except ImportError:
+        h5py = None
+    if h5py is not None:
+        out = {}
+
+        def visit(name, node):
+            if isinstance(node, h5py.Dataset):
+                out[name] = node[()]
+
+        with h5py.File(path, "r") as f:
+            f.visititems(visit)
+        return out
+    import tables
+
+    with tables.open_file(path, "r") as f:
+        # Leaf covers arrays and tables (compound datasets, read as records).
+        return {node._v_pathname.lstrip("/"): node.read() for node in f.walk_nodes("/", "Leaf")}
 
 
 def file_dataset(path, trust_pickles=False):
@@ -469,8 +555,15 @@ def file_dataset(path, trust_pickles=False):
 #: (the other nibabel examples and the digits array add nothing new).
 QUICK_DATASETS = [
     "atlas_c", "atlas_f", "images", "text", "sparse_table", "timeseries", "noise", "big",
-    "nifti_anatomical", "nifti_example4d", "digits_dict", "sample_images", "random_forest",
+    "dataframe", "sparse_matrix", "nifti_anatomical", "nifti_example4d", "digits_dict", "sample_images", "random_forest",
 ]
+
+
+#: What the default run measures: the built-in datasets (but the memory
+#: strain of "big") and a fitted model, at a size that keeps the run within minutes.
+DEFAULT_DATASETS = [name for name in QUICK_DATASETS if name == "random_forest" or name in (
+    "atlas_c", "atlas_f", "images", "text", "sparse_table", "timeseries", "noise", "dataframe",
+    "sparse_matrix")]
 
 
 def all_datasets():
@@ -542,6 +635,18 @@ def datasets_for_run(patterns, files, trust_pickles, default=None):
 # ---------------------------------------------------------------------------
 
 
+def _special_nbytes(obj):
+    """Size of a pandas DataFrame or a scipy sparse matrix, or None for others."""
+    mod = type(obj).__module__
+    if mod.startswith("pandas") and hasattr(obj, "memory_usage"):
+        usage = obj.memory_usage(deep=True, index=True)
+        return int(usage.sum()) if hasattr(usage, "sum") else int(usage)
+    if mod.startswith("scipy.sparse") and hasattr(obj, "nnz"):
+        parts = [getattr(obj, a, None) for a in ("data", "indices", "indptr", "row", "col", "offsets")]
+        return sum(p.nbytes for p in parts if isinstance(p, np.ndarray))
+    return None
+
+
 def deep_nbytes(obj):
     """In-memory size of an object graph.
 
@@ -568,6 +673,10 @@ def deep_nbytes(obj):
             continue
         seen.add(id(o))
         keep.append(o)
+        special = _special_nbytes(o)
+        if special is not None:
+            total += special
+            continue
         if isinstance(o, np.ndarray):
             if o.dtype.hasobject:
                 total += o.nbytes
@@ -603,6 +712,8 @@ def describe(obj):
         return f"dict of {len(obj)}"
     if isinstance(obj, (list, tuple)):
         return f"{type(obj).__name__} of {len(obj)}"
+    if type(obj).__module__.startswith(("pandas", "scipy.sparse")) and hasattr(obj, "shape"):
+        return f"{type(obj).__name__} {tuple(obj.shape)}"
     return type(obj).__name__
 
 

@@ -48,6 +48,9 @@ __all__ = [
     "warm_cache",
     "resident_fraction",
     "run_in_subprocess",
+    "files_of",
+    "disk_size",
+    "remove_output",
     "write_task",
     "read_task",
     "preload_modules",
@@ -144,6 +147,33 @@ class PeakMemory:
 
 
 # ---------------------------------------------------------------------------
+# Outputs: one file, or a directory of files (zarr)
+# ---------------------------------------------------------------------------
+
+
+def files_of(path):
+    """``[path]`` for a file, every file under ``path`` for a directory."""
+    if os.path.isdir(path):
+        return sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs)
+    return [path]
+
+
+def disk_size(path):
+    """Bytes of the file, or of every file under the directory, at ``path``."""
+    return sum(os.path.getsize(f) for f in files_of(path))
+
+
+def remove_output(path):
+    """Delete what a method wrote at ``path`` (file or directory), if anything."""
+    import shutil
+
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.unlink(path)
+
+
+# ---------------------------------------------------------------------------
 # Page cache
 # ---------------------------------------------------------------------------
 
@@ -223,8 +253,7 @@ def write_task(task):
     peak = peak_anon = None
     exact = False
     for r in range(task["repeats"]):
-        if os.path.exists(path):
-            os.unlink(path)  # every repeat creates the file, as a user would
+        remove_output(path)  # every repeat creates the file, as a user would
         with PeakMemory() as pm:
             t0 = time.perf_counter()
             method.write(obj, path, level)
@@ -233,11 +262,12 @@ def write_task(task):
         if r == 0:
             peak, peak_anon, exact = pm.peak, pm.peak_anon, pm.exact
     t0 = time.perf_counter()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    for name in files_of(path):
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     fsync_s = time.perf_counter() - t0
     return {
         "status": "ok",
@@ -245,7 +275,7 @@ def write_task(task):
         "write_peak": peak,
         "write_peak_anon": peak_anon,
         "peak_exact": exact,
-        "disk_bytes": os.path.getsize(path),
+        "disk_bytes": disk_size(path),
         "fsync_s": fsync_s,
     }
 
@@ -259,12 +289,15 @@ def read_task(task):
     peak = peak_anon = None
     cache = "cold" if cold else "warm"
     for r in range(task["repeats"]):
+        names = files_of(path)
         if cold:
-            if not evict_from_cache(path):
+            if not all([evict_from_cache(name) for name in names]):
                 cache = "warm (no posix_fadvise)"
-            resident.append(resident_fraction(path))
+            fractions = [resident_fraction(name) for name in names]
+            resident.append(None if None in fractions else max(fractions, default=0.0))
         else:
-            warm_cache(path)
+            for name in names:
+                warm_cache(name)
         gc.collect()
         with PeakMemory() as pm:
             t0 = time.perf_counter()
@@ -299,6 +332,12 @@ def read_task(task):
 
 
 def _worker(conn, task):
+    import signal
+
+    # Ctrl-C in a terminal reaches the whole process group: the parent
+    # handles it (ends this process and keeps the rows measured so far);
+    # a worker reporting it as a failure would add a false row.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         # Other suites pass their own module-level function as "call".
         fn = task.get("call") or (write_task if task["op"] == "write" else read_task)
@@ -309,6 +348,8 @@ def _worker(conn, task):
                "traceback": tb}
     try:
         conn.send(out)
+    except OSError:  # the parent is gone (interrupted): nobody to report to
+        pass
     finally:
         conn.close()
 
@@ -376,19 +417,17 @@ def run_in_subprocess(task, timeout=None):
     ctx = _context()
     parent, child = ctx.Pipe(duplex=False)
     p = ctx.Process(target=_worker, args=(child, task), daemon=True)
-    with _hidden_main():
-        p.start()
-    child.close()
     try:
-        if parent.poll(timeout):
-            out = parent.recv()
-        else:
+        with _hidden_main():
+            p.start()
+        child.close()
+        out = _wait_for(p, parent, task, timeout)
+    except KeyboardInterrupt:
+        # Ctrl-C: the parent stops the run; the worker must not outlive it.
+        if p.pid is not None:
             p.kill()
-            out = {"status": "failed", "reason": f"{task['op']} timed out after {timeout:.0f} s"}
-    except EOFError:
-        p.join(5)
-        out = {"status": "failed",
-               "reason": f"{task['op']} worker died (exit code {p.exitcode}; out of memory?)"}
+            p.join()
+        raise
     finally:
         parent.close()
     p.join(10)
@@ -396,6 +435,18 @@ def run_in_subprocess(task, timeout=None):
         p.kill()
         p.join()
     return out
+
+
+def _wait_for(p, conn, task, timeout):
+    try:
+        if conn.poll(timeout):
+            return conn.recv()
+        p.kill()
+        return {"status": "failed", "reason": f"{task['op']} timed out after {timeout:.0f} s"}
+    except EOFError:
+        p.join(5)
+        return {"status": "failed",
+                "reason": f"{task['op']} worker died (exit code {p.exitcode}; out of memory?)"}
 
 
 def median(xs):

@@ -25,29 +25,39 @@ __all__ = [
     "all_methods",
     "select_methods",
     "cpersist_codecs",
+    "is_plain_array",
+    "is_dict_of_arrays",
     "DEFAULT_LEVELS",
+    "FULL_LEVELS",
 ]
 
-#: The generic level grid of the issue.
-DEFAULT_LEVELS = (0, 1, 3, 6, 9)
+#: The level grid of the default run: raw, a fast level and a strong one
+#: (level 9 of the Blosc-based peers alone would take longer than the rest).
+DEFAULT_LEVELS = (0, 3, 6)
+#: The level grid of ``--full``.
+FULL_LEVELS = (0, 1, 3, 6, 9)
+
+#: cpersist's best-ratio preset (``compress="max"``): a method of its own.
+MAX_PRESET = "max"
+
 
 def cpersist_codecs():
-    """Codec names cpersist offers."""
-    from cpersist.codecs import available_codecs
+    """Codec (and preset) names the installed cpersist offers."""
+    from cpersist import available_codecs
 
     return list(available_codecs())
 
 
-def _is_plain_array(obj):
+def is_plain_array(obj):
     return isinstance(obj, np.ndarray) and not obj.dtype.hasobject
 
 
-def _is_dict_of_arrays(obj, ok_dtype=lambda dt: True):
+def is_dict_of_arrays(obj, ok_dtype=lambda dt: True):
     return (
         isinstance(obj, dict)
         and len(obj) > 0
         and all(isinstance(k, str) and k for k in obj)
-        and all(_is_plain_array(v) and ok_dtype(v.dtype) for v in obj.values())
+        and all(is_plain_array(v) and ok_dtype(v.dtype) for v in obj.values())
     )
 
 
@@ -175,6 +185,22 @@ class CpersistCodec(Cpersist):
         return (self.codec, level)
 
 
+class CpersistMax(Cpersist):
+    """``cpersist.dump(obj, path, compress="max")``: the smallest file cpersist makes."""
+
+    fixed_level = 9
+
+    def __init__(self, threads=None):
+        super().__init__(threads)
+        self.name = "cpersist max"
+        self.codec = MAX_PRESET
+        self.supported = (9,)
+        self.note = 'compress="max" (a preset, no level: reported as 9)'
+
+    def _compress(self, level):
+        return MAX_PRESET
+
+
 class CpersistMmap(Cpersist):
     """Raw cpersist file read with ``mmap_mode='r'`` (every byte touched)."""
 
@@ -207,7 +233,7 @@ class NpSave(Method):
     fixed_level = 0
 
     def why_not(self, obj):
-        if not _is_plain_array(obj):
+        if not is_plain_array(obj):
             return "np.save stores a single non-object array" + (
                 "" if not isinstance(obj, np.ndarray) else " (object dtype needs pickle)")
         return None
@@ -244,7 +270,7 @@ class NpSavezCompressed(Method):
     note = "level not settable: zipfile ZIP_DEFLATED at zlib's default (reported as 6)"
 
     def why_not(self, obj):
-        if _is_plain_array(obj) or _is_dict_of_arrays(obj):
+        if is_plain_array(obj) or is_dict_of_arrays(obj):
             return None
         return "np.savez_compressed stores arrays or a dict of str -> non-object arrays"
 
@@ -360,6 +386,9 @@ class JoblibMmap(Joblib):
 # ---------------------------------------------------------------------------
 
 _TABLES_KINDS = "biufcS"  # HDF5 atoms PyTables maps from numpy (no U, O, V, M)
+# PyTables has no unicode atom: str arrays go in as their UCS-4 code points
+# (uint32, one more axis), which is what a PyTables user does with them.
+_TABLES_STR_ATTR = "cpersist_bench_str_dtype"
 
 
 class Tables(Method):
@@ -392,18 +421,27 @@ class Tables(Method):
         return None
 
     def why_not(self, obj):
-        ok = lambda dt: dt.kind in _TABLES_KINDS and dt.fields is None  # noqa: E731
+        ok = lambda dt: dt.kind in _TABLES_KINDS + "U" and dt.fields is None  # noqa: E731
         if isinstance(obj, np.ndarray):
             if obj.dtype.hasobject or not ok(obj.dtype):
                 return f"PyTables arrays cannot hold dtype {obj.dtype}"
             return None
-        if _is_dict_of_arrays(obj, ok):
+        if is_dict_of_arrays(obj):
+            bad = [(k, v.dtype) for k, v in obj.items() if not ok(v.dtype)]
+            if bad:
+                return f"PyTables arrays cannot hold dtype {bad[0][1]} (key {bad[0][0]!r})"
             return None
-        return "PyTables stores arrays (or a dict of arrays), not arbitrary objects"
+        return f"PyTables stores arrays (or a dict of arrays), not {type(obj).__name__}"
 
     def _put(self, f, where, name, arr, level):
         import tables
 
+        if arr.dtype.kind == "U":
+            code_type = np.dtype("u4").newbyteorder(arr.dtype.byteorder)
+            codes = np.ascontiguousarray(arr).reshape(arr.shape + (1,)).view(code_type)
+            node = f.create_array(where, name, obj=codes, createparents=True)
+            node.attrs[_TABLES_STR_ATTR] = arr.dtype.str
+            return
         if self.complib is None or arr.size == 0 or arr.ndim == 0:
             f.create_array(where, name, obj=arr, createparents=True)
         else:
@@ -430,8 +468,16 @@ class Tables(Method):
 
         with tables.open_file(path, "r") as f:
             if "cpersist_bench_single" in f.root._v_attrs:
-                return f.root.data.read()
-            return {n._v_pathname.lstrip("/"): n.read() for n in f.walk_nodes("/", "Array")}
+                return self._get(f.root.data)
+            return {n._v_pathname.lstrip("/"): self._get(n) for n in f.walk_nodes("/", "Array")}
+
+    @staticmethod
+    def _get(node):
+        data = node.read()
+        if _TABLES_STR_ATTR in node.attrs:
+            dtype = np.dtype(node.attrs[_TABLES_STR_ATTR])
+            return data.view(dtype).reshape(data.shape[:-1])
+        return data
 
 
 # ---------------------------------------------------------------------------
@@ -533,11 +579,16 @@ def all_methods(threads=None):
     -------
     list of Method
     """
+    from .peers import peer_methods
+
     counts = list(threads) if isinstance(threads, (list, tuple)) else [threads]
+    codecs = cpersist_codecs()
     ms = []
     for count in counts:
         group = [Cpersist(count), CpersistMmap(count)]
-        group += [CpersistCodec(c, count) for c in cpersist_codecs()]
+        if MAX_PRESET in codecs:
+            group.append(CpersistMax(count))
+        group += [CpersistCodec(c, count) for c in codecs if c != MAX_PRESET]
         if len(counts) > 1:
             for m in group:
                 m.name += f"@{count}t"
@@ -545,6 +596,7 @@ def all_methods(threads=None):
     ms += [NpSave(), NpSaveMmap(), NpSavezCompressed(), Pickle5(), Joblib(), JoblibLZ4(), JoblibMmap()]
     ms += [Tables(None)] + [Tables(c) for c in _TABLES_COMPLIBS]
     ms += [Nibabel(False), Nibabel(True)]
+    ms += peer_methods()
     return ms
 
 

@@ -19,6 +19,8 @@ __all__ = [
     "plot_storage",
     "plot_serializers",
     "format_table",
+    "max_vs_peers",
+    "format_max_vs_peers",
 ]
 
 _VERSIONED = (
@@ -157,7 +159,8 @@ def _safe(name):
 
 _FAMILY_COLORS = {
     "cpersist": "tab:red", "numpy": "tab:blue", "pickle": "tab:gray", "joblib": "tab:green",
-    "tables": "tab:purple", "nibabel": "tab:orange",
+    "tables": "tab:purple", "nibabel": "tab:orange", "blosc2": "tab:cyan", "zarr": "tab:olive",
+    "h5py": "tab:brown", "safetensors": "tab:pink",
 }
 
 
@@ -170,6 +173,15 @@ def _minor_label(v, _pos=None):
 
 
 def _grouped_bars(plt, rows, key, ylabel, title, path, log):
+    fig = bar_figure(plt, rows, key, ylabel, title, log)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def bar_figure(plt, rows, key, ylabel, title, log):
+    """One bar per (method, level) of ``rows``, coloured by level; the legend
+    sits right of the axes, where it cannot cover a bar."""
     methods = list(dict.fromkeys(r["method"] for r in rows))
     levels = sorted({int(r["level"]) for r in rows})
     cmap = plt.get_cmap("viridis")
@@ -201,13 +213,12 @@ def _grouped_bars(plt, rows, key, ylabel, title, path, log):
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, ncol=min(5, len(levels)), loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0)
     # Fixed margins instead of tight_layout: it measures every tick label
     # and doubles the time per figure (dozens of figures per run).
-    fig.subplots_adjust(left=1.0 / fig.get_figwidth(), right=0.99, top=0.91, bottom=0.36)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    width = fig.get_figwidth()
+    fig.subplots_adjust(left=1.0 / width, right=1.0 - 0.9 / width, top=0.91, bottom=0.36)
+    return fig
 
 
 def _pareto_front(points):
@@ -219,56 +230,33 @@ def _pareto_front(points):
     return sorted(front, key=lambda i: points[i][0])
 
 
-def _gmean(xs):
-    xs = [x for x in xs if x and x > 0]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
-
-
-def _common_datasets(ok_rows):
-    """Datasets on which the most (method, level) pairs ran: typically the
-    3-D+ numeric arrays every method can store. Averaging over one common
-    set keeps the points comparable (a method absent from a hard dataset
-    would otherwise look better than it is)."""
-    per_ds = {}
-    for r in ok_rows:
-        per_ds.setdefault(r["dataset"], set()).add((r["method"], str(r["level"])))
-    if not per_ds:
-        return []
-    best = max(len(v) for v in per_ds.values())
-    return [d for d, v in per_ds.items() if len(v) == best]
-
-
 def plot_pareto(rows, path, title=""):
-    """Ratio-vs-speed scatter over all methods and levels (Pareto view).
+    """Ratio-vs-speed scatter of one dataset's methods and levels (Pareto view).
 
-    Each point is one (method, level): the geometric means of compression
-    ratio and of write (left) or read (right) throughput over the datasets
-    on which every method ran (see :func:`_common_datasets`). The
-    non-dominated points are joined and labelled.
+    Each point is one (method, level) on this dataset alone, so a method that
+    cannot store some other dataset still appears here. Write throughput on
+    the left, read on the right; the non-dominated points are joined and
+    labelled.
     """
     plt = _plt()
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     ok = [r for r in rows if r.get("status") == "ok"]
-    common = _common_datasets(ok)
-    groups = {}
-    for r in ok:
-        if r["dataset"] in common:
-            groups.setdefault((r["method"], int(r["level"]), r["family"]), []).append(r)
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.6), sharey=True)
+    fams_seen = []
     for ax, key, label in ((axes[0], "write_MBps", "write"), (axes[1], "read_MBps", "read")):
         pts, labels, fams = [], [], []
-        for (m, lv, fam), rs in groups.items():
-            x = _gmean([_f(r[key]) for r in rs])
-            y = _gmean([_f(r["ratio"]) for r in rs])
+        for r in ok:
+            x, y = _f(r[key]), _f(r["ratio"])
             if x and y:
                 pts.append((x, y))
-                labels.append(f"{m} L{lv}")
-                fams.append(fam)
+                labels.append(f"{r['method']} L{r['level']}")
+                fams.append(r["family"])
         for fam in dict.fromkeys(fams):
             idx = [i for i, f in enumerate(fams) if f == fam]
             ax.scatter([pts[i][0] for i in idx], [pts[i][1] for i in idx], s=22,
                        color=_FAMILY_COLORS.get(fam, "black"), label=fam, alpha=0.8)
+        fams_seen = fams_seen or list(dict.fromkeys(fams))
         front = _pareto_front(pts) if pts else []
         if front:
             ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "k--", lw=0.8, alpha=0.6)
@@ -277,23 +265,22 @@ def plot_pareto(rows, path, title=""):
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel(f"{label} throughput, MB/s of uncompressed data (geo. mean)")
+        ax.set_xlabel(f"{label} throughput, MB/s of uncompressed data")
         ax.grid(alpha=0.3)
         ax.set_title(f"ratio vs {label} speed", fontsize=9)
-    axes[0].set_ylabel("compression ratio (in-memory / on-disk, geo. mean)")
-    if groups:
-        axes[0].legend(fontsize=7)
-    names = ", ".join(common)
-    fig.suptitle((title + "\n" if title else "") + f"Pareto view over datasets every method stored: "
-                 f"{names if len(names) < 150 else names[:147] + '...'}", fontsize=8)
-    fig.tight_layout()
+    axes[0].set_ylabel("compression ratio (in-memory / on-disk)")
+    if fams_seen:
+        fig.legend(*axes[0].get_legend_handles_labels(), fontsize=7, loc="lower center",
+                   ncol=min(len(fams_seen), 10), frameon=False)
+    fig.suptitle(title or "Pareto view", fontsize=9)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
 
 
 def plot_storage(rows, out_dir):
-    """Per-dataset disk/write/read bar charts plus the Pareto scatter.
+    """Per dataset: disk/write/read bar charts and the Pareto scatter.
 
     Parameters
     ----------
@@ -323,8 +310,8 @@ def plot_storage(rows, out_dir):
         paths.append(_grouped_bars(plt, rs, "read_s", f"read time, s (median, {cache} cache)",
                                    f"{sub}: read time ({cache} cache; mmap rows touch every byte)",
                                    os.path.join(out_dir, f"{_safe(name)}_read.png"), log=True))
-    if ok:
-        paths.append(plot_pareto(ok, os.path.join(out_dir, "pareto.png")))
+        paths.append(plot_pareto(rs, os.path.join(out_dir, f"{_safe(name)}_pareto.png"),
+                                 f"{sub}: compression ratio against speed"))
     return paths
 
 
@@ -391,4 +378,46 @@ def format_table(rows, max_reason=60):
             line += " " + str(r.get("reason", ""))[:max_reason]
         lines.append(line)
     lines.append(f"({na} dataset/method pairs not applicable; see the CSV 'reason' column)")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# cpersist max against the smallest peer file
+# ---------------------------------------------------------------------------
+
+
+def max_vs_peers(rows, max_method="cpersist max"):
+    """Per dataset, the ``max`` preset's file against the smallest peer file.
+
+    A peer is any method outside the cpersist family, at any level it ran.
+
+    Returns
+    -------
+    list of dict
+        ``dataset``, ``max_bytes``, ``peer`` (method and level),
+        ``peer_bytes`` and ``ratio`` (``max_bytes / peer_bytes``: at most 1
+        means the ``max`` file is no larger); empty when no row of
+        ``max_method`` was measured.
+    """
+    ok = [r for r in rows if r.get("status") == "ok" and _f(r.get("disk_bytes"))]
+    out = []
+    for name in dict.fromkeys(r["dataset"] for r in ok):
+        mine = [r for r in ok if r["dataset"] == name and r["method"] == max_method]
+        peers = [r for r in ok if r["dataset"] == name and r["family"] != "cpersist"]
+        if not mine or not peers:
+            continue
+        best = min(peers, key=lambda r: _f(r["disk_bytes"]))
+        mx, pb = _f(mine[0]["disk_bytes"]), _f(best["disk_bytes"])
+        out.append({"dataset": name, "max_bytes": int(mx), "peer": f"{best['method']} L{best['level']}",
+                    "peer_bytes": int(pb), "ratio": round(mx / pb, 4)})
+    return out
+
+
+def format_max_vs_peers(entries):
+    """Printed table of :func:`max_vs_peers`."""
+    lines = ["cpersist max against the smallest peer file (size ratio: <= 1.00 means max is no larger)",
+             f"{'dataset':<18} {'max MB':>10} {'smallest peer':<30} {'peer MB':>10} {'ratio':>6}"]
+    for e in entries:
+        lines.append(f"{e['dataset'][:18]:<18} {e['max_bytes'] / 1e6:>10.4f} {e['peer'][:30]:<30} "
+                     f"{e['peer_bytes'] / 1e6:>10.4f} {e['ratio']:>6.2f}")
     return "\n".join(lines)

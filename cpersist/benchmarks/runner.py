@@ -8,9 +8,10 @@ from typing import List, Optional, Sequence
 
 from . import datasets as ds
 from . import methods as mt
-from .measure import median, run_in_subprocess
+from .measure import median, remove_output, run_in_subprocess
 
-__all__ = ["StorageConfig", "COLUMNS", "COLUMN_DOCS", "plan", "measure_cell", "run_storage"]
+__all__ = ["StorageConfig", "COLUMNS", "COLUMN_DOCS", "plan", "measure_cell", "run_storage",
+           "Interrupted", "row_key"]
 
 MB = 1e6  # all MB figures in the CSV are 10**6 bytes
 
@@ -96,6 +97,16 @@ class StorageConfig:
         Keep written files and the dataset cache.
     progress : bool
         Show the tqdm bar.
+    csv_path : str, optional
+        Where rows go as they are measured (default ``out/results.csv``).
+    resume : bool
+        Keep the rows already in ``csv_path`` and measure only the others.
+    default_datasets : list of str, optional
+        Datasets run when neither ``datasets`` nor ``files`` are given
+        (None: every dataset).
+    codec_levels : sequence of int, optional
+        Levels of the ``cpersist:<codec>`` methods (None: ``levels``); the
+        default codec and the peers run at ``levels``.
     """
 
     out: str = "cpersist-bench"
@@ -112,6 +123,32 @@ class StorageConfig:
     timeout: float = 1800.0
     keep_files: bool = False
     progress: bool = True
+    csv_path: Optional[str] = None
+    resume: bool = False
+    default_datasets: Optional[List[str]] = None
+    codec_levels: Optional[Sequence[int]] = None
+
+
+class Interrupted(Exception):
+    """The run was stopped (Ctrl-C); the rows measured until then are in the CSV.
+
+    Attributes
+    ----------
+    rows : list of dict
+        Every row in the CSV (earlier runs' rows too, with ``--resume``).
+    measured : int
+        Rows measured by this run before the interruption.
+    """
+
+    def __init__(self, rows, measured):
+        super().__init__(f"interrupted after {measured} measurement(s)")
+        self.rows = rows
+        self.measured = measured
+
+
+def row_key(row):
+    """What identifies a row across runs: dataset, method and level (as text)."""
+    return (str(row["dataset"]), str(row["method"]), str(row["level"]))
 
 
 def _safe(name):
@@ -158,7 +195,8 @@ def plan(cfg, method_list, dataset_list, cache_dir):
         info = ds.save_cached(d, obj, os.path.join(cache_dir, _safe(d.name) + ".pkl"))
         for m in method_list:
             reason = unavailable[m.name] or m.why_not(obj)
-            levels = m.levels(cfg.levels)
+            grid = cfg.codec_levels if cfg.codec_levels and isinstance(m, mt.CpersistCodec) else cfg.levels
+            levels = m.levels(grid)
             if reason:
                 skipped.append(_row(d.name, info, m, levels[0] if len(levels) == 1 else None, cfg,
                                     status="n/a", reason=reason))
@@ -185,8 +223,8 @@ def measure_cell(name, info, method, level, cfg, work_dir):
             return _row(name, info, method, level, cfg, status="failed", reason=r.get("reason", "?"),
                         disk_bytes=w["disk_bytes"], cache=r.get("cache", ""))
     finally:
-        if not cfg.keep_files and os.path.exists(fpath):
-            os.unlink(fpath)
+        if not cfg.keep_files:
+            remove_output(fpath)
     size, disk = info["size_bytes"], w["disk_bytes"]
     ws, rs = median(w["write_times"]), median(r["read_times"])
     return _row(
@@ -213,8 +251,49 @@ def measure_cell(name, info, method, level, cfg, work_dir):
     )
 
 
+def _cost(info, level):
+    """Rough relative cost of one cell, for the progress bar's time estimate:
+    the data's size, more at high levels, plus the fixed cost of two processes."""
+    size_mb = (info.get("size_bytes") or 0) / MB
+    return 0.5 + size_mb * (1 + (level or 0) / 3)
+
+
+class _CsvSink:
+    """The results CSV, written one row at a time so an interrupted run keeps its rows."""
+
+    def __init__(self, path, resume):
+        import csv
+
+        self.path = path
+        self.rows = []
+        if resume and os.path.exists(path) and os.path.getsize(path):
+            with open(path, newline="") as f:
+                reader = csv.DictReader(f)
+                if reader.fieldnames != COLUMNS:
+                    raise ValueError(f"{path}: not a results CSV of this benchmark version "
+                                     f"(columns differ); cannot --resume from it")
+                self.rows = list(reader)
+            self._file = open(path, "a", newline="")
+            self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="ignore")
+        else:
+            self._file = open(path, "w", newline="")
+            self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="ignore")
+            self._writer.writeheader()
+            self._file.flush()
+        self.done = {row_key(r) for r in self.rows}
+
+    def add(self, row):
+        self._writer.writerow(row)
+        self._file.flush()
+        self.rows.append(row)
+        self.done.add(row_key(row))
+
+    def close(self):
+        self._file.close()
+
+
 def run_storage(cfg):
-    """Run the storage suite.
+    """Run the storage suite, writing each row to the CSV as it is measured.
 
     Parameters
     ----------
@@ -223,28 +302,46 @@ def run_storage(cfg):
     Returns
     -------
     list of dict
-        One row per (dataset, method, level) with the :data:`COLUMNS` keys;
-        measured rows first in run order, then ``n/a`` rows.
+        Every row of the CSV (one per dataset, method and level, with the
+        :data:`COLUMNS` keys): with ``cfg.resume``, the earlier rows first.
+
+    Raises
+    ------
+    Interrupted
+        On KeyboardInterrupt; the CSV holds every row finished until then.
     """
     from ._progress import progress_bar
 
     os.makedirs(cfg.out, exist_ok=True)
     work = os.path.join(cfg.out, "_work")
     cache_dir = os.path.join(work, "datasets")
-    os.makedirs(cache_dir, exist_ok=True)
     method_list = mt.select_methods(cfg.methods, mt.all_methods(cfg.threads))
     dataset_list = ds.datasets_for_run(cfg.datasets, cfg.files, cfg.trust_pickles,
-                                       ds.QUICK_DATASETS if cfg.quick else None)
-    rows = []
+                                       ds.QUICK_DATASETS if cfg.quick else cfg.default_datasets)
+    sink = _CsvSink(cfg.csv_path or os.path.join(cfg.out, "results.csv"), cfg.resume)
+    os.makedirs(cache_dir, exist_ok=True)
+    measured = 0
+    bar = None
     try:
         cells, skipped = plan(cfg, method_list, dataset_list, cache_dir)
-        bar = progress_bar(cells, desc="cpersist bench", disable=not cfg.progress)
-        for name, info, m, lv in bar:
-            bar.set_postfix_str(f"{name} {m.name} L{lv}", refresh=False)
-            rows.append(measure_cell(name, info, m, lv, cfg, work))
-        bar.close()
-        rows.extend(skipped)
+        for row in skipped:
+            if row_key(row) not in sink.done:
+                sink.add(row)
+        todo = [c for c in cells if row_key({"dataset": c[0], "method": c[2].name, "level": c[3]})
+                not in sink.done]
+        bar = progress_bar(total=sum(_cost(info, lv) for _, info, _, lv in todo),
+                           desc="cpersist bench", disable=not cfg.progress, weighted=True)
+        for name, info, m, lv in todo:
+            bar.set_postfix_str(f"{name} | {m.name} L{lv}")
+            sink.add(measure_cell(name, info, m, lv, cfg, work))
+            measured += 1
+            bar.update(_cost(info, lv))
+    except KeyboardInterrupt:
+        raise Interrupted(sink.rows, measured) from None
     finally:
+        if bar is not None:
+            bar.close()
+        sink.close()
         if not cfg.keep_files:
             shutil.rmtree(work, ignore_errors=True)
-    return rows
+    return sink.rows

@@ -36,13 +36,20 @@ class ByteSource(ABC):
     remote : bool
         Whether each request costs a round trip (remote storage): the
         reader then asks for many ranges at once, through :meth:`iter_ranges`.
+    whole : bool
+        Whether the source holds one dump and nothing after it (a dump
+        spooled from a stream, a remote object): the reader then finds the
+        dump's end at the source's end, without walking its records, and
+        reports any bytes after it as an error.
     """
 
     name = "<bytes>"
     base = 0
+    end = None
     concurrent = False
     can_map = False
     remote = False
+    whole = False
 
     @property
     @abstractmethod
@@ -92,6 +99,15 @@ class ByteSource(ABC):
         ``mmap[start:start + length]``. This default cannot map.
         """
         return None
+
+    def mark_end(self, size):
+        """Note that the dump read through this source ends ``size`` bytes
+        in (the reader finds it in the dump's header or records).
+
+        A source over a caller's file object leaves the file positioned
+        there when closed, so the next read gets what follows the dump.
+        """
+        self.end = size
 
     def close(self):
         """Release what the source holds (not a file object it was given)."""

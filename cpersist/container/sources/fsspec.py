@@ -67,6 +67,11 @@ class FsspecSource(ByteSource):
         How the source is named in messages (default: ``fs.unstrip_protocol(path)``).
     storage_options : dict, optional
         The options ``fs`` was made with; kept for :meth:`reopen_spec`.
+    file : fsspec file object, optional
+        The caller's file open on the object at its start, if that is what
+        was given: like any file object, it may hold several dumps one after
+        another, and is left positioned after the dump read. Without it the
+        object, like a path, must hold one dump and nothing after it.
 
     Raises
     ------
@@ -78,7 +83,9 @@ class FsspecSource(ByteSource):
 
     remote = True
 
-    def __init__(self, fs, path, name=None, storage_options=None):
+    def __init__(self, fs, path, name=None, storage_options=None, *, file=None):
+        self.whole = file is None
+        self._file = file
         self.fs = fs
         self.path = path
         self.name = name or fs.unstrip_protocol(path)
@@ -99,6 +106,10 @@ class FsspecSource(ByteSource):
     @property
     def size(self):
         return self._size
+
+    def close(self):
+        if self._file is not None and self.end is not None:
+            self._file.seek(self.end)
 
     def check_identity(self, identity):
         """Raise unless this is the version of the object ``identity``

@@ -1,0 +1,291 @@
+"""Lazy access: reading a slice of a compressed array without loading it.
+
+Measures, side by side in one run, what :func:`cpersist.open` promises:
+
+* **bytes read** for a slice of 1% of the rows of a compressed array
+  (compressible and incompressible data), counted as the change of
+  ``rchar`` in ``/proc/self/io`` (bytes returned by read system calls,
+  ``pread`` included, whether from the disk or the page cache:
+  ``read_bytes`` would miss what the page cache served), against the bound
+  "the rows' share of the file + two chunks + the index";
+* **time** for that slice (opening the file included) against a full
+  :func:`cpersist.load` of the same file, and against zarr v3 and blosc2
+  (``blosc2.open(...)[slice]``) holding the same array with their default
+  compressor, warm page cache, median of repeats;
+* **peak memory** above the RSS before, while opening a file and slicing
+  0.1% of a larger compressed array, in a fresh process;
+* **listing** ``cpersist.open(...).arrays`` of a file of 10,000 arrays;
+* **dask**: the sum over a large compressed array on a
+  ``distributed.LocalCluster`` of 2 worker processes, against the same on
+  zarr v3 and against one thread.
+
+Run ``python -m cpersist.benchmarks.lazy --out DIR`` (``--scale 0.1`` for a
+quick run); the results go to ``DIR/lazy.json`` and are printed.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import cpersist
+
+MB = 1 << 20
+
+
+def rchar():
+    """Bytes this process has read through system calls so far."""
+    with open("/proc/self/io", "rb") as file:
+        for line in file:
+            if line.startswith(b"rchar:"):
+                return int(line.split()[1])
+    raise OSError("no rchar in /proc/self/io")
+
+
+def make_array(kind, nbytes, seed=0):
+    """A 2-D array of about ``nbytes``, rows of 2000 bytes.
+
+    ``"compressible"``: int32 random walks along each row (smooth, like a
+    signal); ``"incompressible"``: uniformly random bytes.
+    """
+    rng = np.random.default_rng(seed)
+    if kind == "compressible":
+        rows = max(1, nbytes // 2000)
+        steps = rng.integers(-2, 3, size=(rows, 500), dtype=np.int8)
+        return np.cumsum(steps, axis=1, dtype=np.int32)
+    rows = max(1, nbytes // 2000)
+    return rng.integers(0, 256, size=(rows, 2000), dtype=np.uint8)
+
+
+def _median_time(func, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        func()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _slice_of(arr, fraction):
+    n = len(arr)
+    count = max(1, int(n * fraction))
+    start = (n - count) // 2
+    return slice(start, start + count)
+
+
+def _lazy_slice(path, index):
+    with cpersist.open(path) as f:
+        return next(iter(f.arrays.values()))[index]
+
+
+def measure_slice(kind, nbytes, directory, repeats):
+    """Bytes read and time for 1% of the rows, cpersist against its peers."""
+    import blosc2
+    import zarr
+
+    arr = make_array(kind, nbytes)
+    index = _slice_of(arr, 0.01)
+    path = os.path.join(directory, f"{kind}.cp")
+    cpersist.dump({"a": arr}, path, compress=True)
+    file_bytes = os.path.getsize(path)
+    with cpersist.open(path) as f:
+        lazy = f.arrays["obj['a']"]
+        section = lazy._bind().section
+        largest = max(c.length for c in section.chunks)
+    row_share = file_bytes * (index.stop - index.start) / len(arr)
+    before = rchar()
+    got = _lazy_slice(path, index)
+    read = rchar() - before
+    assert np.array_equal(got, arr[index])
+    bound = row_share + 2 * largest + 16 * 1024  # the index is read in one 16 KiB tail read
+    zpath = os.path.join(directory, f"{kind}.zarr")
+    zarr.create_array(store=zpath, data=arr, overwrite=True)
+    bpath = os.path.join(directory, f"{kind}.b2nd")
+    blosc2.asarray(arr, urlpath=bpath, mode="w")
+    assert np.array_equal(zarr.open_array(zpath, mode="r")[index], arr[index])
+    assert np.array_equal(blosc2.open(bpath)[index], arr[index])
+    del arr
+    t_lazy = _median_time(lambda: _lazy_slice(path, index), repeats)
+    t_load = _median_time(lambda: cpersist.load(path), max(1, repeats // 2))
+    t_zarr = _median_time(lambda: zarr.open_array(zpath, mode="r")[index], repeats)
+    t_blosc2 = _median_time(lambda: blosc2.open(bpath, mode="r")[index], repeats)
+    return {
+        "kind": kind, "array_mb": nbytes / MB, "file_mb": file_bytes / MB,
+        "slice_rows": index.stop - index.start, "bytes_read": read, "bound_bytes": int(bound),
+        "read_over_bound": read / bound, "largest_chunk": largest,
+        "slice_s": t_lazy, "full_load_s": t_load, "zarr_s": t_zarr, "blosc2_s": t_blosc2,
+        "slice_over_load": t_lazy / t_load, "slice_over_zarr": t_lazy / t_zarr,
+        "slice_over_blosc2": t_lazy / t_blosc2,
+    }
+
+
+def _child_peak(path, fraction):
+    """In a fresh process: peak RSS above the start while opening and slicing."""
+    from .measure import PeakMemory
+    from ..codecs import get_codec
+    from .. import handle  # noqa: F401  (imports are not what is measured)
+
+    get_codec("zstd-auto")
+    with PeakMemory() as peak:
+        with cpersist.open(path) as f:
+            lazy = f.arrays["obj['a']"]
+            part = lazy[_slice_of(lazy, fraction)]
+    return {"peak_mb": peak.peak / MB, "exact": peak.exact, "slice_mb": part.nbytes / MB}
+
+
+def measure_peak(nbytes, directory):
+    arr = make_array("compressible", nbytes, seed=1)
+    path = os.path.join(directory, "peak.cp")
+    cpersist.dump({"a": arr}, path, compress=True)
+    del arr
+    result = _run_child("peak", path, "0.001")
+    result["array_mb"] = nbytes / MB
+    return result
+
+
+def measure_listing(n_arrays, directory, repeats):
+    obj = {f"layer{i}": {"w": np.full(4, i, dtype=np.float32)} for i in range(n_arrays)}
+    path = os.path.join(directory, "many.cp")
+    cpersist.dump(obj, path)
+
+    def listing():
+        with cpersist.open(path) as f:
+            assert len(f.arrays) == n_arrays
+
+    return {"arrays": n_arrays, "listing_s": _median_time(listing, repeats)}
+
+
+def measure_dask(nbytes, directory, repeats):
+    """Sum over a compressed array: 2 worker processes vs zarr v3 vs 1 thread."""
+    import dask
+    import dask.array as da
+    import zarr
+    from distributed import Client, LocalCluster
+
+    arr = make_array("compressible", nbytes, seed=2)
+    expected = int(arr.sum(dtype=np.int64))
+    path = os.path.join(directory, "dask.cp")
+    cpersist.dump({"a": arr}, path, compress=True)
+    zpath = os.path.join(directory, "dask.zarr")
+    zarr.create_array(store=zpath, data=arr, overwrite=True)
+    del arr
+    # One decoding thread per block: the parallelism is dask's, one block
+    # per worker process (or the one thread of the baseline).
+    lazy = cpersist.open(path, n_threads=1).arrays["obj['a']"]
+    x = lazy.to_dask()
+    z = da.from_zarr(zpath)
+    with dask.config.set(scheduler="synchronous"):
+        t_one = _median_time(lambda: x.sum(dtype=np.int64).compute(), 1)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        assert int(client.compute(x.sum(dtype=np.int64)).result()) == expected
+        assert int(client.compute(z.sum(dtype=np.int64)).result()) == expected
+        t_cp = _median_time(lambda: client.compute(x.sum(dtype=np.int64)).result(), repeats)
+        t_zarr = _median_time(lambda: client.compute(z.sum(dtype=np.int64)).result(), repeats)
+    return {"array_mb": nbytes / MB, "blocks": len(x.chunks[0]), "zarr_blocks": len(z.chunks[0]),
+            "cpersist_2proc_s": t_cp, "zarr_2proc_s": t_zarr, "cpersist_1thread_s": t_one,
+            "over_zarr": t_cp / t_zarr, "speedup_over_1thread": t_one / t_cp}
+
+
+def _run_child(what, *args):
+    done = subprocess.run([sys.executable, "-m", "cpersist.benchmarks.lazy", "--child", what,
+                           *args], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def run(out_dir, scale=1.0, repeats=5, parts=("slice", "peak", "listing", "dask")):
+    """Run the lazy-access measurements and write ``out_dir/lazy.json``.
+
+    Parameters
+    ----------
+    out_dir : str
+    scale : float
+        Multiplies the array sizes (200 MB for the slice, 400 MB for the
+        peak memory, 1 GB for dask) and the number of arrays listed.
+    repeats : int
+    parts : iterable of str
+
+    Returns
+    -------
+    dict
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    directory = tempfile.mkdtemp(prefix="cpersist-lazy-")
+    results = {"scale": scale, "cpus": os.cpu_count()}
+    try:
+        if "slice" in parts:
+            results["slice"] = [measure_slice(kind, int(200 * MB * scale), directory, repeats)
+                                for kind in ("compressible", "incompressible")]
+        if "peak" in parts:
+            results["peak"] = measure_peak(int(400 * MB * scale), directory)
+        if "listing" in parts:
+            results["listing"] = measure_listing(max(10, int(10000 * scale)), directory,
+                                                 repeats)
+        if "dask" in parts:
+            results["dask"] = measure_dask(int(1024 * MB * scale), directory, max(1, repeats // 2))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    with open(os.path.join(out_dir, "lazy.json"), "w") as file:
+        json.dump(results, file, indent=1)
+    return results
+
+
+def format_results(results):
+    """The results as lines of text, each target with its ratio."""
+    lines = []
+    for row in results.get("slice", []):
+        lines.append(
+            f"1% row slice of {row['array_mb']:.0f} MB {row['kind']} "
+            f"(file {row['file_mb']:.1f} MB): "
+            f"read {row['bytes_read'] / MB:.2f} MB = {row['read_over_bound']:.2f}x the bound; "
+            f"{row['slice_s'] * 1e3:.1f} ms = {row['slice_over_load']:.3f}x full load "
+            f"({row['full_load_s'] * 1e3:.0f} ms), {row['slice_over_zarr']:.2f}x zarr "
+            f"({row['zarr_s'] * 1e3:.1f} ms), {row['slice_over_blosc2']:.2f}x blosc2 "
+            f"({row['blosc2_s'] * 1e3:.1f} ms)")
+    if "peak" in results:
+        p = results["peak"]
+        lines.append(f"0.1% slice of {p['array_mb']:.0f} MB: peak {p['peak_mb']:.1f} MB above "
+                     f"the RSS before ({'VmHWM' if p['exact'] else 'sampled'})")
+    if "listing" in results:
+        p = results["listing"]
+        lines.append(f"open().arrays of {p['arrays']} arrays: {p['listing_s'] * 1e3:.1f} ms")
+    if "dask" in results:
+        p = results["dask"]
+        lines.append(
+            f"dask sum over {p['array_mb']:.0f} MB: {p['cpersist_2proc_s']:.2f} s on 2 worker "
+            f"processes = {p['over_zarr']:.2f}x zarr ({p['zarr_2proc_s']:.2f} s), "
+            f"{p['speedup_over_1thread']:.2f}x faster than 1 thread "
+            f"({p['cpersist_1thread_s']:.2f} s)")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m cpersist.benchmarks.lazy",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="bench-lazy", help="directory for lazy.json")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="multiply the array sizes (0.1 for a quick run)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--only", default="slice,peak,listing,dask",
+                        help="comma-separated parts to run")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        what, *rest = args.child
+        if what == "peak":
+            print(json.dumps(_child_peak(rest[0], float(rest[1]))))
+        return 0
+    results = run(args.out, args.scale, args.repeats, tuple(args.only.split(",")))
+    print(format_results(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

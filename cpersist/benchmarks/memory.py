@@ -1,0 +1,164 @@
+"""The joblib.Memory suite: joblib's default store against ``backend="cpersist"``.
+
+For each object and store, a function returning the object is cached with
+:class:`joblib.Memory` and called twice on an empty cache: the first call's
+time is the cache write (hashing the arguments, dumping the output, writing
+the metadata), the second's the cache hit (hashing and loading). Raw stores
+are also hit through ``mmap_mode="r"``. Stores: joblib's default
+(``backend="local"``) and cpersist's (:func:`cpersist.register_joblib_backend`),
+each raw (``compress=0``) and at ``compress=3`` (zlib for joblib, zstd-auto
+for cpersist). Objects: the random forest fitted on scikit-learn's digits and
+the smooth 4-D atlas of the storage suite.
+
+Each (object, store) runs in a fresh process; inside it, every repeat uses a
+new cache directory, and the written files are flushed to disk (``os.sync``,
+untimed) before the hit, which finds them in the page cache. Times are
+medians over the repeats; ``file_bytes`` is the cached output file's size.
+"""
+
+import os
+import shutil
+import statistics
+import time
+import warnings
+
+from .measure import run_in_subprocess
+
+__all__ = ["MEMORY_COLUMNS", "STORES", "MEMORY_OBJECTS", "run_memory", "format_memory"]
+
+#: (label, joblib.Memory arguments), in display order.
+STORES = [
+    ("joblib raw", {"backend": "local", "compress": 0}),
+    ("joblib compress=3", {"backend": "local", "compress": 3}),
+    ("cpersist raw", {"backend": "cpersist", "compress": 0}),
+    ("cpersist compress=3", {"backend": "cpersist", "compress": 3}),
+]
+
+#: The cached objects: names of storage-suite datasets.
+MEMORY_OBJECTS = ("random_forest", "atlas_c")
+
+MEMORY_COLUMNS = [
+    "dataset", "store", "backend", "compress", "size_bytes", "file_bytes",
+    "write_s", "hit_s", "hit_mmap_s", "repeats", "status", "reason", "write_times", "hit_times",
+]
+
+#: The object the cached function returns, set in the measuring process.
+_OBJECTS = {}
+
+
+def produce(name):
+    """The cached function: returns the object of this process."""
+    return _OBJECTS[name]
+
+
+def _timed(func, *args):
+    t0 = time.perf_counter()
+    result = func(*args)
+    return time.perf_counter() - t0, result
+
+
+def _memory_task(task):
+    import joblib
+
+    import cpersist
+
+    from .datasets import load_cached
+
+    cpersist.register_joblib_backend()
+    _OBJECTS[task["dataset"]] = load_cached(task["data_path"])
+    writes, hits, mapped_hits, size = [], [], [], None
+    for r in range(task["repeats"]):
+        location = os.path.join(task["work"], f"r{r}")
+        shutil.rmtree(location, ignore_errors=True)
+        memory = joblib.Memory(location, verbose=0, **task["options"])
+        func = memory.cache(produce)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a CacheWarning means the store failed
+            t_write, _ = _timed(func, task["dataset"])
+            # Neither store fsyncs: flushing here keeps the write-back of the
+            # files out of the next timing.
+            os.sync()
+            t_hit, result = _timed(func, task["dataset"])
+        del result
+        output = os.path.join(memory.store_backend.location, func.func_id,
+                              func._get_args_id(task["dataset"]), "output.pkl")
+        size = os.path.getsize(output)
+        writes.append(t_write)
+        hits.append(t_hit)
+        if not task["options"]["compress"]:
+            mapped = joblib.Memory(location, verbose=0, mmap_mode="r", **task["options"]).cache(produce)
+            t_mapped, result = _timed(mapped, task["dataset"])
+            mapped_hits.append(t_mapped)
+            del result
+        shutil.rmtree(location, ignore_errors=True)
+    return {"status": "ok", "write_times": writes, "hit_times": hits, "mapped_times": mapped_hits,
+            "file_bytes": size}
+
+
+def run_memory(out_dir, data, repeats=3, timeout=1800, progress=True):
+    """Cache each object with each store, in fresh processes.
+
+    Parameters
+    ----------
+    out_dir : str
+        Scratch caches go to ``out_dir/_work/memory``.
+    data : dict
+        Dataset name -> ``{"path": pickled object, "size_bytes": ...}`` (what
+        :func:`cpersist.benchmarks.datasets.save_cached` returns).
+    repeats : int
+        Write + hit rounds per store (medians reported).
+    timeout : float
+        Seconds before one (object, store) process is killed.
+    progress : bool
+        Show a tqdm bar.
+
+    Returns
+    -------
+    list of dict
+        Rows with the :data:`MEMORY_COLUMNS` keys.
+    """
+    from ._progress import progress_bar
+
+    work = os.path.join(out_dir, "_work", "memory")
+    os.makedirs(work, exist_ok=True)
+    rows = []
+    bar = progress_bar(None, total=len(data) * len(STORES), desc="joblib.Memory", disable=not progress)
+    try:
+        for name, info in data.items():
+            for label, options in STORES:
+                bar.set_postfix_str(f"{name} | {label}")
+                row = {c: "" for c in MEMORY_COLUMNS}
+                row.update(dataset=name, store=label, backend=options["backend"],
+                           compress=options["compress"], size_bytes=info["size_bytes"], repeats=repeats)
+                task = {"op": "memory", "call": _memory_task, "dataset": name, "data_path": info["path"],
+                        "options": options, "repeats": repeats, "work": os.path.join(work, label.replace(" ", "_"))}
+                res = run_in_subprocess(task, timeout)
+                bar.update(1)
+                if res["status"] != "ok":
+                    rows.append(dict(row, status="failed", reason=res.get("reason", "?")))
+                    continue
+                rows.append(dict(
+                    row, status="ok", file_bytes=res["file_bytes"],
+                    write_s=round(statistics.median(res["write_times"]), 6),
+                    hit_s=round(statistics.median(res["hit_times"]), 6),
+                    hit_mmap_s=round(statistics.median(res["mapped_times"]), 6) if res["mapped_times"] else "",
+                    write_times=";".join(f"{t:.6g}" for t in res["write_times"]),
+                    hit_times=";".join(f"{t:.6g}" for t in res["hit_times"]),
+                ))
+    finally:
+        bar.close()
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def format_memory(rows):
+    """The suite's printed table: milliseconds and MB per dataset and store."""
+    lines = [f"{'dataset':<16} {'store':<22} {'write ms':>10} {'hit ms':>10} {'hit mmap ms':>12} {'file MB':>9}"]
+    for r in rows:
+        if r["status"] != "ok":
+            lines.append(f"{r['dataset']:<16} {r['store']:<22} {r['status']}: {r['reason']}")
+            continue
+        mapped = f"{float(r['hit_mmap_s']) * 1e3:12.1f}" if r["hit_mmap_s"] != "" else f"{'-':>12}"
+        lines.append(f"{r['dataset']:<16} {r['store']:<22} {float(r['write_s']) * 1e3:10.1f} "
+                     f"{float(r['hit_s']) * 1e3:10.1f} {mapped} {int(r['file_bytes']) / 1e6:9.3f}")
+    return "\n".join(lines)

@@ -1,0 +1,261 @@
+"""The newer array formats compared by the benchmark: blosc2's own ``NDArray``
+files, zarr v3, HDF5 through h5py with hdf5plugin's filters, and safetensors.
+
+Each is optional: when its library does not import, the method's
+``available()`` says so and its rows are ``n/a``. The method interface is
+:class:`cpersist.benchmarks.methods.Method`.
+"""
+
+import numpy as np
+
+from .methods import Method, is_dict_of_arrays, is_plain_array
+
+__all__ = ["Blosc2NDArray", "Zarr", "H5py", "Safetensors", "peer_methods"]
+
+_SINGLE_KEY = "__array__"
+# Numeric kinds every one of these formats stores as such (no str, object,
+# datetime or void).
+_NUMERIC = "biufc"
+
+
+def _missing(module, package=None):
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return f"{package or module} not installed"
+    return None
+
+
+def _numeric_reason(obj, lib, kinds=_NUMERIC, allow_dict=True, allow_records=False):
+    """None when ``obj`` is an array (or dict of arrays) ``lib`` stores, else why not."""
+    def ok(dt):
+        if dt.fields is not None:
+            return allow_records
+        return dt.kind in kinds
+
+    if isinstance(obj, np.ndarray):
+        return None if ok(obj.dtype) else f"{lib} cannot hold dtype {obj.dtype}"
+    if allow_dict and is_dict_of_arrays(obj):
+        bad = [(k, v.dtype) for k, v in obj.items() if not ok(v.dtype)]
+        if bad:
+            return f"{lib} cannot hold dtype {bad[0][1]} (key {bad[0][0]!r})"
+        return None
+    what = "arrays or dicts of arrays" if allow_dict else "one array"
+    return f"{lib} stores {what}, not {type(obj).__name__}"
+
+
+# ---------------------------------------------------------------------------
+# blosc2
+# ---------------------------------------------------------------------------
+
+
+class Blosc2NDArray(Method):
+    """``blosc2.asarray(arr, urlpath=path, mode="w", cparams=...)``: one ``.b2nd`` file.
+
+    ``filters=None`` keeps blosc2's defaults (zstd level 5, byte shuffle) and
+    runs at that one level; otherwise zstd at the grid's levels after the
+    given filter.
+    """
+
+    family = "blosc2"
+    codec = "zstd"
+    suffix = ".b2nd"
+
+    def __init__(self, filters=None):
+        self.filters = filters
+        if filters is None:
+            self.name, self.fixed_level = "blosc2", 5
+            self.supported = (5,)
+            self.note = "blosc2.asarray(urlpath=...) with blosc2's default cparams (zstd 5, shuffle)"
+        else:
+            self.name = f"blosc2:zstd+{filters}"
+            self.supported = tuple(range(1, 10))
+            self.note = f"blosc2.asarray(urlpath=...), codec zstd, filters {filters}"
+
+    def available(self):
+        return _missing("blosc2")
+
+    def why_not(self, obj):
+        if isinstance(obj, np.ndarray) and obj.ndim == 0:
+            return "blosc2 NDArray files hold arrays of at least one dimension"
+        return _numeric_reason(obj, "a blosc2 NDArray file", allow_dict=False)
+
+    def _cparams(self, level):
+        import blosc2
+
+        if self.filters is None:
+            return None
+        names = {"shuffle": [blosc2.Filter.SHUFFLE],
+                 "bitshuffle": [blosc2.Filter.BITSHUFFLE],
+                 "bytedelta": [blosc2.Filter.SHUFFLE, blosc2.Filter.BYTEDELTA]}[self.filters]
+        return blosc2.CParams(codec=blosc2.Codec.ZSTD, clevel=level, filters=names,
+                              filters_meta=[0] * len(names))
+
+    def write(self, obj, path, level):
+        import blosc2
+
+        cparams = self._cparams(level)
+        kw = {} if cparams is None else {"cparams": cparams}
+        arr = blosc2.asarray(np.ascontiguousarray(obj), urlpath=path, mode="w", **kw)
+        del arr  # the file is complete once the array object is released
+
+    def read(self, path):
+        import blosc2
+
+        return blosc2.open(path, mode="r")[...]
+
+
+# ---------------------------------------------------------------------------
+# zarr
+# ---------------------------------------------------------------------------
+
+
+class Zarr(Method):
+    """zarr v3 directory store: one array, or a group with one array per key."""
+
+    family = "zarr"
+    suffix = ".zarr"
+    supported = tuple(range(1, 10))
+
+    def __init__(self, codec="zstd"):
+        self.codec = codec
+        self.name = f"zarr:{codec}"
+        self.note = ("zarr v3 directory, default chunks, ZstdCodec(level)" if codec == "zstd" else
+                     "zarr v3 directory, default chunks, BloscCodec(cname='zstd', clevel, shuffle)")
+
+    def available(self):
+        r = _missing("zarr")
+        if r:
+            return r
+        import zarr
+
+        if int(zarr.__version__.split(".")[0]) < 3:
+            return f"zarr {zarr.__version__} is not zarr v3"
+        return None
+
+    def why_not(self, obj):
+        return _numeric_reason(obj, "zarr", kinds="biuf")
+
+    def _compressors(self, level):
+        from zarr.codecs import BloscCodec, ZstdCodec
+
+        if self.codec == "zstd":
+            return ZstdCodec(level=level)
+        return BloscCodec(cname="zstd", clevel=level, shuffle="shuffle")
+
+    def _put(self, store, name, arr, level):
+        import zarr
+
+        z = zarr.create_array(store, name=name, shape=arr.shape, dtype=arr.dtype,
+                              compressors=self._compressors(level), zarr_format=3)
+        z[...] = arr
+
+    def write(self, obj, path, level):
+        import zarr
+
+        group = zarr.open_group(path, mode="w", zarr_format=3)
+        items = {_SINGLE_KEY: obj} if isinstance(obj, np.ndarray) else obj
+        for k, arr in items.items():
+            self._put(group.store, k, arr, level)
+
+    def read(self, path):
+        import zarr
+
+        group = zarr.open_group(path, mode="r")
+        out = {k: node[...] for k, node in group.members(max_depth=None) if isinstance(node, zarr.Array)}
+        return out[_SINGLE_KEY] if list(out) == [_SINGLE_KEY] else out
+
+
+# ---------------------------------------------------------------------------
+# h5py + hdf5plugin
+# ---------------------------------------------------------------------------
+
+
+class H5py(Method):
+    """HDF5 through h5py, chunked, with an hdf5plugin filter (Blosc2 or Zstd)."""
+
+    family = "h5py"
+    suffix = ".h5"
+    supported = tuple(range(1, 10))
+
+    def __init__(self, codec="blosc2"):
+        self.codec = codec
+        self.name = f"h5py:{codec}"
+        self.note = ("h5py chunks=True, hdf5plugin.Blosc2(cname='zstd', clevel, SHUFFLE)"
+                     if codec == "blosc2" else "h5py chunks=True, hdf5plugin.Zstd(clevel)")
+
+    def available(self):
+        return _missing("h5py") or _missing("hdf5plugin")
+
+    def why_not(self, obj):
+        return _numeric_reason(obj, "h5py", allow_records=True)
+
+    def _filter(self, level):
+        import hdf5plugin
+
+        if self.codec == "blosc2":
+            return hdf5plugin.Blosc2(cname="zstd", clevel=level, filters=hdf5plugin.Blosc2.SHUFFLE)
+        return hdf5plugin.Zstd(clevel=level)
+
+    def write(self, obj, path, level):
+        import h5py
+
+        items = {_SINGLE_KEY: obj} if isinstance(obj, np.ndarray) else obj
+        with h5py.File(path, "w") as f:
+            for k, arr in items.items():
+                if arr.ndim == 0 or arr.size == 0:  # chunked layouts need data
+                    f.create_dataset(k, data=arr)
+                else:
+                    f.create_dataset(k, data=arr, chunks=True, **self._filter(level))
+
+    def read(self, path):
+        import h5py
+        import hdf5plugin  # noqa: F401 - registers the filters the file needs
+
+        out = {}
+        with h5py.File(path, "r") as f:
+            f.visititems(lambda k, node: out.__setitem__(k, node[()])
+                         if isinstance(node, h5py.Dataset) else None)
+        return out[_SINGLE_KEY] if list(out) == [_SINGLE_KEY] else out
+
+
+# ---------------------------------------------------------------------------
+# safetensors
+# ---------------------------------------------------------------------------
+
+
+class Safetensors(Method):
+    """``safetensors.numpy.save_file``: a dict of arrays, raw (no compression)."""
+
+    name = "safetensors"
+    family = "safetensors"
+    suffix = ".safetensors"
+    fixed_level = 0
+    note = "safetensors.numpy.save_file / load_file (no compression)"
+
+    def available(self):
+        return _missing("safetensors")
+
+    def why_not(self, obj):
+        return _numeric_reason(obj, "safetensors", kinds="biuf")
+
+    def write(self, obj, path, level):
+        from safetensors.numpy import save_file
+
+        items = {_SINGLE_KEY: obj} if isinstance(obj, np.ndarray) else obj
+        save_file({k: np.ascontiguousarray(v) for k, v in items.items()}, path)
+
+    def read(self, path):
+        from safetensors.numpy import load_file
+
+        out = load_file(path)
+        return out[_SINGLE_KEY] if list(out) == [_SINGLE_KEY] else out
+
+
+def peer_methods():
+    """The methods of this module, in display order."""
+    return ([Blosc2NDArray(None)] + [Blosc2NDArray(f) for f in ("shuffle", "bitshuffle", "bytedelta")]
+            + [Zarr("zstd"), Zarr("blosc"), H5py("blosc2"), H5py("zstd"), Safetensors()])
+

@@ -1,0 +1,221 @@
+"""``cpersist.open``: a cpersist file kept open, its arrays read on demand."""
+
+import pickle
+
+import numpy as np
+
+from . import _format_names as names
+from ._args import _Borrowed, open_source
+from ._files import is_path
+from ._openfile import OpenFile, reference_for
+from ._paths import array_paths
+from ._rebuild import BY_NAME
+from ._threads import check_n_threads
+from .api import _load, _pickle_stream, array_layout
+from .container import ContainerReader
+from .container.sources import SpooledSource
+from .exceptions import CpersistError
+from .lazy import LazyArray, _Bound
+from .unpickler import ArrayUnpickler, normalize_trusted
+
+#: Functions of the format that need real arrays (they call ndarray methods
+#: on them): a lazy load reads the arrays it passes them.
+_NEED_ARRAYS = {BY_NAME[names.split(n)] for n in (names.REBUILD_VIEW, names.REBUILD_MASKED)}
+
+
+def open(source, *, trusted=True, verify=True, n_threads=None):  # noqa: A001
+    """Open a cpersist file to read its arrays, or parts of them, on demand.
+
+    Parameters
+    ----------
+    source : str, os.PathLike, binary file object or ByteSource
+        A path, or a file object read from its current position to its end
+        (a non-seekable one is first copied to a temporary file).
+    trusted : bool or iterable, default True
+        For :meth:`FileHandle.load`, as in :func:`cpersist.load`. Listing
+        :attr:`FileHandle.arrays` never unpickles anything, whatever this is.
+    verify : bool, default True
+        Check the checksum of every chunk read.
+    n_threads : int, optional
+        Threads that read and decode the chunks of one slice; default: all
+        available CPUs.
+
+    Returns
+    -------
+    FileHandle
+        Use it as a context manager, or call its ``close()``.
+
+    Raises
+    ------
+    CorruptFileError
+        If the source is not a cpersist file, or its index is damaged.
+    UnsupportedVersionError
+        If a newer, incompatible version of the format wrote the file.
+
+    Examples
+    --------
+    >>> import numpy as np, cpersist
+    >>> cpersist.dump({"w": np.arange(12.0).reshape(4, 3)}, "open.cp")
+    ['open.cp']
+    >>> with cpersist.open("open.cp") as f:
+    ...     w = f.arrays["obj['w']"]
+    ...     print(w.shape, w[1:3, 0])
+    (4, 3) [3. 6.]
+    """
+    normalized = normalize_trusted(trusted)
+    n_threads = check_n_threads(n_threads)
+    opened = open_source(source, what="source")
+    borrowed = isinstance(opened, _Borrowed)
+    byte_source = opened.source if borrowed else opened
+    try:
+        reader = ContainerReader(byte_source, whole=is_path(source))
+    except BaseException:
+        if not borrowed:
+            byte_source.close()
+        raise
+    owns = not borrowed and (is_path(source) or isinstance(byte_source, SpooledSource))
+    file = OpenFile(reader, reference_for(byte_source), owns)
+    return FileHandle(file, normalized, verify, n_threads)
+
+
+class FileHandle:
+    """An open cpersist file; made by :func:`cpersist.open`.
+
+    Attributes
+    ----------
+    name : str
+        The file's name, as messages give it.
+    """
+
+    def __init__(self, file, trusted, verify, n_threads):
+        self._file = file
+        self.name = file.name
+        self._trusted = trusted
+        self._verify = verify
+        self._n_threads = n_threads
+        self._closed = False
+        self._lazy = {}
+        self._arrays = None
+
+    def __repr__(self):
+        state = "closed" if self._closed else "open"
+        return f"<cpersist.FileHandle {self.name!r} ({state})>"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def close(self):
+        """Close the file. Lazy arrays of a file opened by path stay usable:
+        they reopen it when read."""
+        self._closed = True
+        self._file.close()
+
+    def _reader(self):
+        if self._closed:
+            raise ValueError(f"{self.name}: operation on a closed cpersist file handle")
+        return self._file.reader()
+
+    def _root_stream(self, reader):
+        root = reader.sections[reader.root]
+        if root.meta.get("kind") != "pickle":
+            raise reader.error("damaged index: the root section is not a pickle stream")
+        return _pickle_stream(reader, root, self._verify, self._n_threads)
+
+    def _lazy_array(self, reader, index, path):
+        lazy = self._lazy.get(index)
+        if lazy is None:
+            section = reader.sections[index]
+            layout = array_layout(reader, section)  # checks it matches the bytes stored
+            lazy = self._lazy[index] = LazyArray(
+                self._file, index, path, section.meta, bound=_Bound(reader, section),
+                verify=self._verify, n_threads=self._n_threads, layout=layout)
+        return lazy
+
+    @property
+    def arrays(self):
+        """Every array stored in a section of its own, by its path in the object.
+
+        A dict from the path ``cpersist info`` prints (``"obj['w']"``,
+        ``"obj['layers'][1]['b']"``, ``"obj.coef_"``) to a
+        :class:`~cpersist.LazyArray`, in file order; an array the path
+        finder cannot place is listed as ``"<section N>"``. Built from the
+        index and the pickle stream's opcodes, without unpickling: nothing
+        the file names is imported or called, so listing a file you do not
+        trust is safe. Small arrays a compressed file keeps inside its
+        pickle stream are not listed (``cpersist info`` shows them).
+        """
+        if self._arrays is None:
+            reader = self._reader()
+            paths = array_paths(self._root_stream(reader).getbuffer())
+            arrays = {}
+            for section in reader.sections:
+                if section.index != reader.root:
+                    path = paths.get(section.index, f"<section {section.index}>")
+                    arrays[path] = self._lazy_array(reader, section.index, path)
+            self._arrays = arrays
+        return self._arrays
+
+    def load(self, lazy=False):
+        """The object, as :func:`cpersist.load` gives it, or with lazy arrays.
+
+        Parameters
+        ----------
+        lazy : bool, default False
+            Put a :class:`~cpersist.LazyArray` in the place of every array
+            stored in a section of its own (arrays inside ``np.matrix`` and
+            masked arrays, which need their data, are read). Small arrays a
+            compressed file keeps in its pickle stream are ndarrays.
+
+        Returns
+        -------
+        object
+
+        Raises
+        ------
+        UntrustedObjectError
+            If the handle was opened with ``trusted=False`` (or a list) and
+            the file names a global outside the allowlist.
+        CorruptFileError
+        """
+        restricted, allowed, prefixes = self._trusted
+        reader = self._reader()
+        if not lazy:
+            return _load(reader.source, mmap_mode=None, restricted=restricted,
+                         allowed=allowed, prefixes=prefixes, verify=self._verify,
+                         n_threads=self._n_threads, whole=False)
+        paths = {lazy._index: path for path, lazy in (self._arrays or {}).items()}
+
+        def load_array(index):
+            if (type(index) is not int or not 0 <= index < len(reader.sections)
+                    or index == reader.root):
+                raise reader.error(f"the pickle stream refers to a bad array section {index!r}")
+            return self._lazy_array(reader, index, paths.get(index, f"<section {index}>"))
+
+        unpickler = _LazyUnpickler(self._root_stream(reader), load_array, restricted,
+                                   allowed, prefixes, source=self.name)
+        try:
+            return unpickler.load()
+        except CpersistError:
+            raise
+        except (pickle.UnpicklingError, EOFError) as exc:
+            raise reader.error(f"damaged pickle stream ({exc})") from None
+
+
+class _LazyUnpickler(ArrayUnpickler):
+    """Hands the format's rebuild functions real arrays in a lazy load."""
+
+    def find_class(self, module, name):
+        found = super().find_class(module, name)
+        if any(found is f for f in _NEED_ARRAYS):
+            return _reading(found)
+        return found
+
+
+def _reading(func):
+    def call(*args):
+        return func(*(np.asarray(a) if isinstance(a, LazyArray) else a for a in args))
+
+    return call

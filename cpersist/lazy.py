@@ -1,0 +1,446 @@
+"""LazyArray: an array stored in a cpersist file, read a slice at a time.
+
+Indexing one reads only the chunks holding the elements the index selects
+(:mod:`cpersist._indexing` resolves the index first), on the thread pool:
+a slice whose elements are one contiguous run of the stored bytes is decoded
+straight into the result, chunk by chunk; any other is cut into groups of
+selected elements starting in the same chunk, each group's chunks decoded
+into a buffer and its elements copied out. Chunks are found from their raw
+lengths (:attr:`cpersist.container.Section.chunks`), so this works on every
+file, and cheaply on those whose chunks hold whole rows.
+"""
+
+import itertools
+import json
+import math
+
+import numpy as np
+
+from ._indexing import select
+from ._openfile import shared_file
+from ._threads import run_claimed
+from .arrays import parse_description
+from .container import READ_BUFFERS, checksum
+from .container.sources import ShortReadError
+from .exceptions import FileChangedError
+
+
+#: Groups along an axis of at most this many positions are found by locating
+#: every position's chunk; longer ones from the chunk boundaries they cross,
+#: so that memory stays small however many elements a slice selects.
+LIST_POSITIONS_UP_TO = 4096
+
+
+def section_fingerprint(section):
+    """A checksum of everything the index says of ``section``.
+
+    Chunk offsets, lengths and checksums of their bytes are in it, so a file
+    rewritten with other data, or the same data elsewhere, gives another.
+    """
+    codec = None if section.codec is None else section.codec.get_config()
+    text = json.dumps([section.index, codec, section.meta, [list(c) for c in section.chunks]],
+                      sort_keys=True, separators=(",", ":"))
+    return checksum(text.encode())
+
+
+class _Bound:
+    """A section as one reader of the file describes it, with where each
+    chunk's decoded bytes start (computed on first use)."""
+
+    __slots__ = ("reader", "section", "_starts")
+
+    def __init__(self, reader, section):
+        self.reader = reader
+        self.section = section
+        self._starts = None
+
+    @property
+    def starts(self):
+        if self._starts is None:
+            lengths = [c.raw_length for c in self.section.chunks]
+            self._starts = np.array([0, *itertools.accumulate(lengths)], dtype=np.int64)
+        return self._starts
+
+
+class LazyArray:
+    """An array in a cpersist file, read only where it is indexed.
+
+    Made by :func:`cpersist.open` (``handle.arrays`` and
+    ``handle.load(lazy=True)``), never directly. Indexing with numpy basic
+    indexing (integers, slices of any step, ``...``, ``None``) returns what
+    the same index gives on the array in memory, reading and decoding only
+    the chunks that hold the selected elements. ``numpy.asarray(lazy)`` or
+    :meth:`read` reads all of it.
+
+    A LazyArray stays usable after its handle is closed when the file was
+    opened from a path (it reopens the file), and pickles as a reference to
+    the file (its path, the array's section and a fingerprint of that
+    section), so that another process reads it from the file itself. If the
+    file has meanwhile been replaced by one not holding the same data,
+    reading raises :class:`~cpersist.FileChangedError`.
+
+    Attributes
+    ----------
+    path : str
+        Where the array sits in the object, as ``cpersist info`` prints it
+        (``obj['w']``).
+    shape : tuple of int
+    dtype : numpy.dtype
+    ndim, size, nbytes : int
+    chunks : tuple of tuple of int
+        Block lengths per axis, dask-style, aligned with the stored chunks
+        along the array's slowest axis (the first in C order, the last in
+        Fortran order); whole along the others.
+    """
+
+    def __init__(self, file, index, path, meta, bound=None, fingerprint=None,
+                 verify=True, n_threads=1, layout=None):
+        self._file = file
+        self._index = index
+        self.path = path
+        self._meta = meta
+        self.dtype, self.shape, self._order, self.nbytes = layout or parse_description(meta)
+        rows = meta.get("rows_per_chunk")
+        self._rows_per_chunk = rows if type(rows) is int and rows > 0 else None
+        self._bound = bound
+        self._fingerprint = fingerprint
+        self._verify = verify
+        self._n_threads = n_threads
+
+    # -- description ---------------------------------------------------------
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self):
+        return self.dtype.itemsize
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __repr__(self):
+        codec = self._codec_id()
+        return (f"<LazyArray {self.path} {self.dtype} {self.shape} "
+                f"{codec or 'raw'} in {self._file.name}>")
+
+    def _codec_id(self):
+        bound = self._bound
+        if bound is None or bound.section.codec is None:
+            return None
+        return bound.section.codec.codec_id
+
+    @property
+    def chunks(self):
+        if not self.shape:
+            return ()
+        slow = self.ndim - 1 if self._order == "F" else 0
+        n = self.shape[slow]
+        if self.size == 0 or self.itemsize == 0:
+            blocks = (n,)
+        elif self._rows_per_chunk is not None:
+            rows = self._rows_per_chunk
+            blocks = (rows,) * (n // rows) + ((n % rows,) if n % rows else ())
+        else:
+            row_bytes = self.nbytes // n
+            starts = self._bind().starts
+            edges = sorted({min(n, int(s) // row_bytes) for s in starts[:-1]} | {n})
+            blocks = tuple(b - a for a, b in zip(edges, edges[1:]))
+        return tuple(blocks if axis == slow else (length,)
+                     for axis, length in enumerate(self.shape))
+
+    @property
+    def fingerprint(self):
+        """Checksum of the array's section as the index describes it."""
+        if self._fingerprint is None:
+            self._fingerprint = section_fingerprint(self._bind().section)
+        return self._fingerprint
+
+    # -- the file ------------------------------------------------------------
+
+    def _bind(self):
+        """The section in the file's current reader, checked to be the same."""
+        bound = self._bound
+        reader = self._file.reader()
+        if bound is not None and bound.reader is reader:
+            return bound
+        if bound is not None and self._fingerprint is None:
+            self._fingerprint = section_fingerprint(bound.section)
+        sections = reader.sections
+        section = (sections[self._index]
+                   if 0 <= self._index < len(sections) and self._index != reader.root else None)
+        if section is None or section_fingerprint(section) != self._fingerprint:
+            raise FileChangedError(
+                f"{self._file.name} has changed since the array {self.path} was opened: "
+                f"its section {self._index} no longer holds the same data; open the "
+                f"file again")
+        bound = self._bound = _Bound(reader, section)
+        return bound
+
+    def __reduce__(self):
+        reference = self._file.reference
+        if reference is None:
+            raise TypeError(
+                f"cannot pickle the LazyArray {self.path} of {self._file.name}: it was "
+                f"read from a stream, which another process cannot reopen; open the file "
+                f"by path, or read the array first")
+        return _rebuild, (reference, self._index, self.path, self._meta, self.fingerprint,
+                          self._verify, self._n_threads)
+
+    def __dask_tokenize__(self):
+        reference = self._file.reference
+        where = reference.key if reference is not None else id(self._file)
+        return ("cpersist.LazyArray", where, self._index, self.fingerprint)
+
+    # -- reading -------------------------------------------------------------
+
+    def read(self):
+        """The whole array, as a new ndarray."""
+        out = np.empty(self.shape, dtype=self.dtype, order=self._order)
+        if self.nbytes:
+            bound = self._bind()
+            view = (out.T if self._order == "F" else out).reshape(-1).view(np.uint8)
+            bound.reader.read_into(bound.section, view, verify=self._verify,
+                                   n_threads=self._n_threads)
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.read()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    def to_dask(self):
+        """This array as a :class:`dask.array.Array` of blocks :attr:`chunks`.
+
+        Needs dask (``pip install cpersist[dask]``). Each block is read by
+        indexing this array; on a distributed cluster each worker reopens
+        the file from the pickled reference.
+        """
+        import dask.array as da
+
+        return da.from_array(self, chunks=self.chunks, asarray=False, fancy=False,
+                             meta=np.empty((0,) * self.ndim, dtype=self.dtype))
+
+    def __getitem__(self, index):
+        sel = select(index, self.shape)
+        axes, shape = sel.axes, self.shape
+        if self._order == "F":
+            axes, shape = axes[::-1], shape[::-1]
+        counts = tuple(count for _, _, count in axes)
+        out = np.empty(counts, dtype=self.dtype)
+        if out.size and self.itemsize:
+            if counts == shape and all(step == 1 or n <= 1 for (_, step, _), n in
+                                       zip(axes, shape)):
+                whole = self.read()
+                return _finish(whole, sel)
+            bound = self._bind()
+            strides = _c_strides(shape, self.itemsize)
+            span = _contiguous_span(axes, shape, strides, self.itemsize)
+            if span is not None:
+                self._read_span(bound, span, memoryview(out.reshape(-1).view(np.uint8)))
+            else:
+                self._read_groups(bound, axes, strides, out)
+        if self._order == "F":
+            out = out.T
+        return _finish(out, sel)
+
+    def _read_span(self, bound, span, out):
+        """Fill ``out`` with the stored bytes ``span[0]:span[1]``."""
+        lo, hi = span
+        reader, section, starts = bound.reader, bound.section, bound.starts
+        first = int(np.searchsorted(starts, lo, "right")) - 1
+        last = int(np.searchsorted(starts, hi - 1, "right")) - 1
+        chunks = section.chunks
+        verify = self._verify
+        direct_raw = section.is_raw and not verify
+        stored = max((chunks[i].length for i in range(first, last + 1)), default=0)
+        scratch = max(chunks[first].raw_length, chunks[last].raw_length)
+
+        def task(claims):
+            buffer = scratch_buffer = None
+            try:
+                for k in claims:
+                    i = first + k
+                    start, end = int(starts[i]), int(starts[i + 1])
+                    a, b = max(lo, start), min(hi, end)
+                    target = out[a - lo:b - lo]
+                    if direct_raw:
+                        _read_raw(reader, section, i, a - start, target)
+                        continue
+                    if buffer is None and not section.is_raw:
+                        buffer = READ_BUFFERS.take(stored)
+                    if (a, b) == (start, end):
+                        reader.read_chunk_into(section, i, target, buffer, verify=verify)
+                        continue
+                    if scratch_buffer is None:
+                        scratch_buffer = READ_BUFFERS.take(scratch)
+                    whole = memoryview(scratch_buffer)[:end - start]
+                    reader.read_chunk_into(section, i, whole, buffer, verify=verify)
+                    target[:] = whole[a - start:b - start]
+            finally:
+                for taken in (buffer, scratch_buffer):
+                    if taken is not None:
+                        READ_BUFFERS.give(taken)
+
+        run_claimed(task, last - first + 1, self._n_threads)
+
+    def _read_groups(self, bound, axes, strides, out):
+        """Fill ``out`` with the elements ``axes`` select, group by group."""
+        reader, section, starts = bound.reader, bound.section, bound.starts
+        chunks = section.chunks
+        groups = _groups(axes, strides, self.itemsize, starts,
+                         max(c.raw_length for c in chunks))
+        split = groups.split
+        inner_counts = tuple(count for _, _, count in axes[split + 1:])
+        dest = out.reshape((-1,) + inner_counts)
+        group_strides = tuple(step * strides[k] for k, (_, step, _) in enumerate(axes))[split:]
+        verify = self._verify
+        stored = max((c.length for c in chunks), default=0)
+
+        def task(claims):
+            buffer = READ_BUFFERS.take(stored) if not section.is_raw else None
+            scratch = bytearray(0)
+            try:
+                for g in claims:
+                    position, count, first_byte, c0, c1 = groups.items[g]
+                    origin = int(starts[c0])
+                    need = int(starts[c1 + 1]) - origin
+                    if len(scratch) < need:
+                        scratch = bytearray(need)
+                    view = memoryview(scratch)
+                    for i in range(c0, c1 + 1):
+                        a = int(starts[i]) - origin
+                        reader.read_chunk_into(section, i, view[a:a + chunks[i].raw_length],
+                                               buffer, verify=verify)
+                    selected = np.ndarray((count,) + inner_counts, dtype=self.dtype,
+                                          buffer=scratch, offset=first_byte - origin,
+                                          strides=group_strides)
+                    dest[position:position + count] = selected
+            finally:
+                if buffer is not None:
+                    READ_BUFFERS.give(buffer)
+
+        run_claimed(task, len(groups.items), self._n_threads)
+
+
+def _rebuild(reference, index, path, meta, fingerprint, verify, n_threads):
+    return LazyArray(shared_file(reference), index, path, meta, fingerprint=fingerprint,
+                     verify=verify, n_threads=n_threads)
+
+
+def _finish(arr, sel):
+    # The Ellipsis keeps a 0-d result an array; numpy's rule for scalars is
+    # applied after.
+    result = arr[sel.result_index + (Ellipsis,)]
+    return result[()] if sel.scalar else result
+
+
+def _read_raw(reader, section, i, skip, target):
+    """Read part of verbatim chunk ``i``, from ``skip`` bytes in, unchecked."""
+    try:
+        reader.source.read_into(section.chunks[i].offset + skip, target)
+    except ShortReadError:
+        raise reader.error(f"truncated in section {section.index}, chunk {i}") from None
+
+
+def _c_strides(shape, itemsize):
+    strides = []
+    step = itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def _lowest(start, step, count):
+    return start if step > 0 else start + (count - 1) * step
+
+
+def _contiguous_span(axes, shape, strides, itemsize):
+    """``(lo, hi)`` if the selected elements are stored bytes ``lo:hi`` in
+    the order of the result, else None."""
+    k = len(shape)
+    while k and axes[k - 1][2] == shape[k - 1] and (axes[k - 1][1] == 1 or shape[k - 1] <= 1):
+        k -= 1
+    if k:
+        _, step, count = axes[k - 1]
+        if count > 1 and step != 1 or any(c != 1 for _, _, c in axes[:k - 1]):
+            return None
+    lo = sum(_lowest(*axis) * stride for axis, stride in zip(axes, strides))
+    return lo, lo + math.prod(count for _, _, count in axes) * itemsize
+
+
+class _Groups:
+    __slots__ = ("split", "items")
+
+
+def _groups(axes, strides, itemsize, starts, largest_chunk):
+    """Cut the selection into groups of elements starting in the same chunk.
+
+    The selection is seen as "positions" along the axes up to ``split``, the
+    first axis whose step in the stored bytes is at most a chunk, each
+    position holding the elements the later axes select (a run at most one
+    chunk long). A group is consecutive positions along axis ``split``, with
+    the same indices on the axes before it, that start in one chunk; it is
+    read by decoding the chunks from that one to the one holding its last
+    byte, so a group never needs more than about three chunks.
+
+    Returns
+    -------
+    _Groups
+        ``split``, and ``items``: ``(position, count, first_byte, c0, c1)``
+        per group: its first position in the C-order list of positions,
+        how many, the stored byte of its first selected element, and the
+        range of chunks it reads.
+    """
+    ndim = len(axes)
+    split = next(k for k in range(ndim) if strides[k] <= largest_chunk)
+    inner_lo = sum(_lowest(*axes[k]) * strides[k] for k in range(split + 1, ndim))
+    inner_hi = sum((_lowest(*axes[k]) + (axes[k][2] - 1) * abs(axes[k][1])) * strides[k]
+                   for k in range(split + 1, ndim)) + itemsize
+    first_inner = sum(axes[k][0] * strides[k] for k in range(split + 1, ndim))
+    start_s, step_s, count_s = axes[split]
+    d = step_s * strides[split]
+    n_chunks = len(starts) - 1
+    items = []
+    prefixes = itertools.product(*(range(start, start + count * step, step)
+                                   for start, step, count in axes[:split]))
+    for p, prefix in enumerate(prefixes):
+        base = sum(i * strides[k] for k, i in enumerate(prefix)) + start_s * strides[split]
+        # Byte where the run of position j starts: base + inner_lo + j * d.
+        run0 = base + inner_lo
+        js = np.arange(count_s, dtype=np.int64) if count_s <= LIST_POSITIONS_UP_TO else None
+        if js is not None:
+            chunk_of = np.searchsorted(starts, run0 + js * d, "right") - 1
+            cuts = np.flatnonzero(np.diff(chunk_of)) + 1
+        else:
+            cuts = _cuts(run0, d, count_s, starts)
+        edges = [0, *(int(c) for c in cuts), count_s]
+        for ja, jb in zip(edges, edges[1:]):
+            lo = run0 + min(ja * d, (jb - 1) * d)
+            hi = run0 + max(ja * d, (jb - 1) * d) + (inner_hi - inner_lo)
+            c0 = int(np.searchsorted(starts, lo, "right")) - 1
+            c1 = min(int(np.searchsorted(starts, hi - 1, "right")) - 1, n_chunks - 1)
+            items.append((p * count_s + ja, jb - ja, base + ja * d + first_inner, c0, c1))
+    groups = _Groups()
+    groups.split, groups.items = split, items
+    return groups
+
+
+def _cuts(run0, d, count, starts):
+    """Positions ``j`` in ``1..count-1`` where ``run0 + j * d`` enters a new
+    chunk, computed from the chunk boundaries rather than every position."""
+    last = run0 + (count - 1) * d
+    lo, hi = min(run0, last), max(run0, last)
+    inner = starts[(starts > lo) & (starts <= hi)]
+    if d > 0:
+        js = -((run0 - inner) // d)  # first j with run0 + j * d >= boundary
+    else:
+        js = (run0 - inner) // -d + 1  # first j with run0 + j * d < boundary
+    return np.unique(js[(js > 0) & (js < count)])
