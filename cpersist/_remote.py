@@ -100,7 +100,8 @@ def open_remote(obj, storage_options=None):
     fs, path, name = resolve(obj, storage_options)
     if fs is None:
         return path
-    return FsspecSource(fs, path, name, storage_options if is_url(obj) else None)
+    return FsspecSource(fs, path, name, storage_options if is_url(obj) else None,
+                        url=obj if is_url(obj) else None)
 
 
 def fsspec_file_source(file):

@@ -336,3 +336,24 @@ def test_cli_bad_storage_option():
     result = _cli("info", "memory://x/y.cp", "--storage-option", "novalue")
     assert result.returncode == 2
     assert "expected KEY=VALUE, got 'novalue'" in result.stderr
+
+
+def test_open_url_lazy_array_pickles_and_reopens_from_the_url():
+    import pickle
+
+    url = f"memory://cpersist-lazy-{os.getpid()}/lazy.cp"
+    w = np.arange(60_000, dtype=np.float64).reshape(600, 100)
+    cpersist.dump({"w": w}, url, compress=3, chunk_size=1 << 14)
+    try:
+        with cpersist.open(url) as handle:
+            lazy = handle.arrays["obj['w']"]
+            np.testing.assert_array_equal(lazy[10:20, 5], w[10:20, 5])
+            copy = pickle.loads(pickle.dumps(lazy))
+        # The handle is closed: the unpickled array reopens the object by its URL.
+        assert_same(w[100:300], copy[100:300])
+        cpersist.dump({"w": w + 1}, url)  # the object is replaced
+        again = pickle.loads(pickle.dumps(copy))
+        with pytest.raises(cpersist.RemoteStorageError, match="changed"):
+            again[0:2]
+    finally:
+        fsspec.filesystem("memory").rm(url, recursive=True)

@@ -83,8 +83,9 @@ class FsspecSource(ByteSource):
 
     remote = True
 
-    def __init__(self, fs, path, name=None, storage_options=None, *, file=None):
+    def __init__(self, fs, path, name=None, storage_options=None, *, file=None, url=None):
         self.whole = file is None
+        self._url = url
         self._file = file
         self.fs = fs
         self.path = path
@@ -144,6 +145,14 @@ class FsspecSource(ByteSource):
         """``(url, storage_options, identity)``: what reopens this very object
         elsewhere (another process, a dask worker)."""
         return self.name, dict(self.storage_options), dict(self.identity)
+
+    def reference(self):
+        """What reopens this object in another process (for lazy arrays), or
+        None when it was not opened from a URL (a file system object given
+        by the caller cannot be rebuilt elsewhere)."""
+        if self._url is None:
+            return None
+        return RemoteReference(*self.reopen_spec())
 
     def _call(self, func, *args, **kwargs):
         try:
@@ -236,6 +245,47 @@ class FsspecSource(ByteSource):
         for data in self.read_ranges(pieces):
             view[position:position + len(data)] = data
             position += len(data)
+
+
+class RemoteReference:
+    """A remote object by URL, storage options and version (see
+    :mod:`cpersist._openfile`); opening it refuses a replaced object."""
+
+    __slots__ = ("url", "storage_options", "identity")
+
+    def __init__(self, url, storage_options, identity):
+        self.url = url
+        self.storage_options = storage_options
+        self.identity = identity
+
+    @property
+    def key(self):
+        return ("url", self.url, repr(sorted(self.storage_options.items())),
+                self.identity["etag"], self.identity["size"])
+
+    @property
+    def name(self):
+        return self.url
+
+    def open(self):
+        from ..._remote import reopen
+
+        return reopen(self.url, self.storage_options, self.identity)
+
+    def still_names(self, source):
+        """Whether the URL still names the version ``source`` reads (one
+        request: the object may have been replaced since)."""
+        try:
+            source.check_identity(FsspecSource(source.fs, source.path, self.url).identity)
+        except (OSError, RemoteStorageError):
+            return False
+        return True
+
+    def __reduce__(self):
+        return RemoteReference, (self.url, self.storage_options, self.identity)
+
+    def __repr__(self):
+        return f"RemoteReference({self.url!r})"
 
 
 def _batches(ranges, size):
