@@ -14,9 +14,12 @@ BENCH = ["tables>=3.9", "nibabel>=5.0", "matplotlib>=3.7", "tqdm>=4.60", "joblib
 DOCS = ["sphinx>=7", "numpydoc>=1.6"]
 # Lazy arrays as dask arrays, on threads or a distributed cluster.
 DASK = ["dask[array]>=2023.1", "distributed>=2023.1"]
+# URLs (s3://, gs://, memory://...) go through fsspec; s3fs for S3.
+REMOTE = ["fsspec>=2023.1", "s3fs>=2023.1"]
 # The test suite runs the benchmark in quick mode, builds the docs and runs
-# lazy arrays on dask, so the test extra pulls in all of their dependencies.
-TEST = ["pytest>=7", "hypothesis>=6"] + BENCH + DOCS + DASK
+# lazy arrays on dask, so the test extra pulls in all of their dependencies;
+# remote storage is tested against moto's S3 server.
+TEST = ["pytest>=7", "hypothesis>=6", "moto[server]>=5"] + BENCH + DOCS + DASK + REMOTE
 
 setup(
     name="cpersist",
@@ -33,6 +36,7 @@ setup(
         "test": TEST,
         "docs": DOCS,
         "dask": DASK,
+        "remote": REMOTE,
         "all": TEST,
     },
     entry_points={"console_scripts": ["cpersist=cpersist.cli:main"]},

@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 
 from .codecs import available_codecs  # noqa: E402
 from .exceptions import (CorruptFileError, CpersistError, FileChangedError,  # noqa: E402
-                         UnsupportedVersionError, UntrustedObjectError,
+                         RemoteStorageError, UnsupportedVersionError, UntrustedObjectError,
                          UntrustedPickleError)
 
 # Imported on first access (PEP 562), so that `import cpersist` and the
@@ -42,6 +42,7 @@ __all__ = [
     "FileChangedError",
     "FileHandle",
     "LazyArray",
+    "RemoteStorageError",
     "UnsupportedVersionError",
     "UntrustedObjectError",
     "UntrustedPickleError",

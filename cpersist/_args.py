@@ -5,6 +5,7 @@ import pickle
 import warnings
 
 from ._files import display_name, is_path, is_writable
+from ._remote import fsspec_file_source, is_remote, is_url, open_remote
 from .container import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE
 from .container.sources import ByteSource, LocalFileSource, SpooledSource, source_for
 
@@ -46,13 +47,23 @@ def check_mmap_mode(mmap_mode):
 
 def check_target(target, what="target"):
     """Raise TypeError unless ``target`` is a path or has ``write``."""
-    if not is_path(target) and not hasattr(target, "write"):
+    if not is_path(target) and not hasattr(target, "write") and not is_remote(target):
         raise TypeError(
             f"{what} must be a path or a binary file object, got {type(target).__name__}"
         )
 
 
-def open_source(source, mmap_mode=None, *, what="source", stacklevel=2):
+def check_storage_options(storage_options, target):
+    """Raise unless ``storage_options`` is None, or a dict given with a URL."""
+    if storage_options is None:
+        return
+    if not isinstance(storage_options, dict):
+        raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
+    if storage_options and not is_url(target):
+        raise ValueError(f"storage_options apply to URLs only, not to {display_name(target)}")
+
+
+def open_source(source, mmap_mode=None, *, storage_options=None, what="source", stacklevel=2):
     """The byte source to read ``source`` through; close it when done.
 
     Parameters
@@ -61,11 +72,16 @@ def open_source(source, mmap_mode=None, *, what="source", stacklevel=2):
         A path is opened here (``'r+b'`` for ``mmap_mode='r+'``, so that the
         map is made from the very descriptor whose index is read); a file
         object is read from its position to its end; a non-seekable one
-        (pipe, socket, FIFO) is spooled to a temporary file. A byte source
+        (pipe, socket, FIFO) is spooled to a temporary file. A URL
+        (``s3://...``), a ``(file system, path)`` pair, an
+        :class:`fsspec.core.OpenFile` or an fsspec file open for reading is
+        read by range requests (a ``file://`` URL as a path). A byte source
         is used as it is (and not closed).
     mmap_mode : {None, 'r', 'r+', 'c'}
         What the caller will map: a ``UserWarning`` says so when the source
         cannot be mapped.
+    storage_options : dict, optional
+        Passed to fsspec with a URL.
     what : str
         The argument's name, for the TypeError.
     stacklevel : int
@@ -80,6 +96,20 @@ def open_source(source, mmap_mode=None, *, what="source", stacklevel=2):
     """
     if isinstance(source, ByteSource):
         return _Borrowed(source)
+    check_storage_options(storage_options, source)
+    if is_remote(source):
+        opened = open_remote(source, storage_options)
+        if isinstance(opened, ByteSource):
+            if mmap_mode:
+                _warn_not_mapped(opened.name, "it is in remote storage", stacklevel)
+            return opened
+        source = opened  # the path of a file:// URL
+    else:
+        opened = fsspec_file_source(source)
+        if opened is not None:
+            if mmap_mode:
+                _warn_not_mapped(opened.name, "it is in remote storage", stacklevel)
+            return opened
     name = display_name(source)
     if is_path(source):
         file = open(source, "r+b" if mmap_mode == "r+" else "rb")

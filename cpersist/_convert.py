@@ -17,6 +17,7 @@ see :mod:`cpersist._migrate`.
 from . import __version__, _migrate
 from ._args import check_chunk_size, open_source
 from ._files import display_name, is_path, write_atomically
+from ._remote import is_remote, is_url, write_remote
 from ._threads import check_n_threads
 from .codecs import parse_compress
 from .container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWriter
@@ -24,7 +25,7 @@ from .exceptions import UnsupportedVersionError
 
 
 def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False,
-            trust_pickles=False):
+            trust_pickles=False, storage_options=None):
     """Write a copy of a cpersist file with its sections re-encoded, or
     migrate a joblib file or a pickle to a cpersist file.
 
@@ -35,10 +36,11 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False,
         compressors) or a pickle of protocol 2 or later; a file object is
         read from its current position to the end of the dump there (from a
         non-seekable one, such as a pipe, the bytes are first copied to a
-        temporary file).
-    dst : str or os.PathLike
+        temporary file). A URL is read by range requests (see :doc:`/cloud`).
+    dst : str, os.PathLike or URL
         Where to write the copy, atomically (a temporary file in the same
-        directory renamed onto ``dst``). ``dst`` may be ``src`` itself.
+        directory renamed onto ``dst``). ``dst`` may be ``src`` itself. A
+        URL is written complete or not at all, as by :func:`cpersist.dump`.
     compress : bool, int, str or tuple
         The new encoding, as for :func:`cpersist.dump`: ``0`` for raw (the
         arrays can then be memory-mapped), an int 1–9, a codec name or a
@@ -55,6 +57,8 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False,
         :func:`joblib.load` or :func:`pickle.load`), which runs any code the
         file names, so pass True only for a file you trust. A cpersist file
         is never unpickled, whatever this says.
+    storage_options : dict, optional
+        Passed to fsspec for whichever of ``src`` and ``dst`` is a URL.
 
     Returns
     -------
@@ -96,18 +100,24 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False,
     codec = parse_compress(compress)
     n_threads = check_n_threads(n_threads)
     step = None if chunk_size is None else check_chunk_size(chunk_size)
-    if not is_path(dst):
-        raise TypeError(f"dst must be a path, got {type(dst).__name__}")
-    with open_source(src, what="src") as source:
+    if not is_path(dst) and not is_remote(dst):
+        raise TypeError(f"dst must be a path or a URL, got {type(dst).__name__}")
+    src_options = storage_options if is_url(src) else None
+    dst_options = storage_options if is_url(dst) else None
+    if storage_options and src_options is None and dst_options is None:
+        raise ValueError("storage_options apply to URLs; neither src nor dst is one")
+    with open_source(src, storage_options=src_options, what="src") as source:
         kind = _migrate.detect(source)
         if not kind.is_cpersist:
             return _migrate.convert_pickled(
                 kind, src, source, dst, trust_pickles=trust_pickles, compress=compress,
-                chunk_size=chunk_size, n_threads=n_threads, fsync=fsync)
-        return _convert(source, dst, codec, step, n_threads, fsync, is_path(src))
+                chunk_size=chunk_size, n_threads=n_threads, fsync=fsync,
+                storage_options=dst_options)
+        return _convert(source, dst, codec, step, n_threads, fsync, dst_options,
+                        whole=is_path(src))
 
 
-def _convert(source, dst, codec, step, n_threads, fsync, whole):
+def _convert(source, dst, codec, step, n_threads, fsync, storage_options, whole):
     reader = ContainerReader(source, whole=whole)
     name = reader.name
     if (reader.major, reader.minor) > (FORMAT_MAJOR, FORMAT_MINOR):
@@ -144,8 +154,11 @@ def _convert(source, dst, codec, step, n_threads, fsync, whole):
         info["converted_by"] = f"cpersist {__version__}"
         writer.finish(reader.root, info=info)
 
-    write_atomically(dst, write, fsync)
-    with open_source(dst) as out:
+    if is_remote(dst):
+        write_remote(dst, storage_options, write)
+    else:
+        write_atomically(dst, write, fsync)
+    with open_source(dst, storage_options=storage_options) as out:
         stats["stored_bytes_after"] = sum(s.stored_size for s in ContainerReader(out).sections)
     return stats
 

@@ -204,7 +204,9 @@ def load_pickled(kind, src, source):
         The same bytes, read through when ``src`` is not a path.
     """
     from ._files import is_path
+    from ._remote import is_url
 
+    local = is_path(src) and not is_url(src)  # a URL's object is read through ``source``
     if kind.is_joblib:
         try:
             import joblib
@@ -217,9 +219,9 @@ def load_pickled(kind, src, source):
             # Otherwise joblib swaps non-native arrays to native byte order,
             # and the copy would not hold the arrays that were dumped.
             options["ensure_native_byte_order"] = False
-        if is_path(src) and kind.compressor == "none":
+        if local and kind.compressor == "none":
             options["mmap_mode"] = "r"
-        target = src if is_path(src) else _reader(source)
+        target = src if local else _reader(source)
         return _unpickle(source, kind, joblib.load, target, **options)
     return _unpickle(source, kind, pickle.load, _reader(source))
 
@@ -276,8 +278,9 @@ class _SourceFile(io.RawIOBase):
 
 
 def convert_pickled(kind, src, source, dst, *, trust_pickles, compress, chunk_size,
-                    n_threads, fsync):
-    """Load a joblib file or a pickle and dump its object to ``dst``.
+                    n_threads, fsync, storage_options=None):
+    """Load a joblib file or a pickle and dump its object to ``dst``
+    (a URL with ``storage_options``).
 
     Returns :func:`cpersist.convert`'s statistics; refuses (before loading)
     unless ``trust_pickles``.
@@ -296,9 +299,10 @@ def convert_pickled(kind, src, source, dst, *, trust_pickles, compress, chunk_si
     from .container import ContainerReader
 
     obj = load_pickled(kind, src, source)
-    dump(obj, dst, compress, chunk_size=chunk_size, n_threads=n_threads, fsync=fsync)
+    dump(obj, dst, compress, chunk_size=chunk_size, n_threads=n_threads, fsync=fsync,
+         storage_options=storage_options)
     del obj  # releases the maps of a memory-mapped joblib file
-    with open_source(dst) as out:
+    with open_source(dst, storage_options=storage_options) as out:
         sections = ContainerReader(out).sections
     return {
         "source_kind": kind.label,

@@ -9,9 +9,10 @@ import warnings
 import numpy as np
 
 from . import __version__
-from ._args import (check_chunk_size, check_mmap_mode, check_protocol, check_target,
-                    open_source)
+from ._args import (check_chunk_size, check_mmap_mode, check_protocol, check_storage_options,
+                    check_target, open_source)
 from ._files import display_name, is_path, write_atomically
+from ._remote import is_remote, write_remote
 from ._threads import check_n_threads
 from .arrays import allocate, describe, iter_chunks, parse_description, rows_per_chunk
 from .codecs import parse_compress
@@ -30,7 +31,7 @@ INLINE_BELOW = 64 << 10
 
 
 def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=None,
-         fsync=False):
+         fsync=False, storage_options=None):
     """Persist a Python object and the numpy arrays it holds to one file.
 
     Parameters
@@ -43,7 +44,10 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         A path is written atomically: to a temporary file in the same
         directory, renamed onto the path once complete. A file object
         (seekable or not: a pipe or socket works) is written sequentially
-        from its current position.
+        from its current position. A URL (``s3://bucket/key.cp``,
+        ``memory://...``; see :doc:`/cloud`), a ``(file system, path)``
+        pair or an :class:`fsspec.core.OpenFile` is written through fsspec,
+        complete or not at all.
     compress : bool, int, str or tuple, default 0
         ``0``/``False``: raw (arrays can then be memory-mapped on load).
         ``True``: the default codec (``"zstd-auto"``: Zstandard, with a
@@ -66,6 +70,8 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     fsync : bool, default False
         Flush the data to disk before renaming it onto ``target`` (only for
         paths). Protects the new file against power loss, at a cost.
+    storage_options : dict, optional
+        For a URL: passed to fsspec (credentials, endpoint, ...).
 
     Returns
     -------
@@ -94,11 +100,14 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     chunk_size = check_chunk_size(chunk_size)
     n_threads = check_n_threads(n_threads)
     check_target(target)
+    check_storage_options(storage_options, target)
     name = display_name(target)
 
     def write(file):
         _write(obj, file, name, codec, protocol, chunk_size, n_threads)
 
+    if is_remote(target):
+        return [write_remote(target, storage_options, write)]
     if is_path(target):
         write_atomically(target, write, fsync)
         return [name]
@@ -137,7 +146,8 @@ def _write(obj, file, name, codec, protocol, chunk_size, n_threads):
     writer.finish(root, info={"writer": f"cpersist {__version__}", "protocol": protocol})
 
 
-def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
+def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
+         storage_options=None):
     """Load an object written by :func:`dump`.
 
     Parameters
@@ -148,7 +158,10 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
         left positioned right after it: several dumps written one after
         another to a file, pipe or socket load back one by one. From a
         non-seekable one (pipe, socket), exactly the dump's bytes are read,
-        into a temporary file.
+        into a temporary file. A URL, a ``(file system, path)`` pair or an
+        :class:`fsspec.core.OpenFile` is read by range requests, many chunks
+        per request (see :doc:`/cloud`); like a path, the object must hold
+        one dump, and nothing after it.
     mmap_mode : {None, 'r', 'r+', 'c'}
         Return raw (uncompressed) arrays as :class:`numpy.memmap` views of the
         file instead of reading them: ``'r'`` read-only, ``'r+'`` writes reach
@@ -158,7 +171,7 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
         also behind :func:`tempfile.NamedTemporaryFile`'s wrapper; from any
         other (``io.BytesIO``, ``gzip.GzipFile``, whose
         ``fileno()`` is the compressed file's) a ``UserWarning`` is issued
-        and the arrays are read. Zero-size
+        and the arrays are read, as from remote storage. Zero-size
         arrays come back as plain ndarrays (there is nothing to map).
         Mapping with ``'r+'`` marks the file as edited: its raw arrays may
         change behind their checksums, so later loads and :func:`verify`
@@ -177,6 +190,8 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
         read, so not checked: use :func:`verify` for them.
     n_threads : int, optional
         Threads for decompression and checksums; default: all available CPUs.
+    storage_options : dict, optional
+        For a URL: passed to fsspec (credentials, endpoint, ...).
 
     Returns
     -------
@@ -195,6 +210,9 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
     ValueError
         For a bad ``mmap_mode`` or ``n_threads``, or ``mmap_mode='r+'`` on a
         file object open read-only.
+    FileNotFoundError, PermissionError, RemoteStorageError
+        For a URL naming no object, a denied request, or one that failed
+        (timeout, broken connection, truncated transfer).
 
     Examples
     --------
@@ -206,7 +224,7 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
     check_mmap_mode(mmap_mode)
     restricted, allowed, prefixes = normalize_trusted(trusted)
     n_threads = check_n_threads(n_threads)
-    with open_source(source, mmap_mode) as opened:
+    with open_source(source, mmap_mode, storage_options=storage_options) as opened:
         return _load(opened, mmap_mode=mmap_mode, restricted=restricted, allowed=allowed,
                      prefixes=prefixes, verify=verify, n_threads=n_threads,
                      whole=is_path(source))

@@ -15,6 +15,7 @@ import sys
 
 from . import __version__
 from ._files import TMP_SUFFIX
+from ._remote import is_url
 from .exceptions import CpersistError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -69,7 +70,7 @@ STDIN = "-"
 
 def _check_file(path):
     """Raise a one-line error for a path that cannot be a readable file."""
-    if path == STDIN:
+    if path == STDIN or is_url(path):  # a URL is checked when it is opened
         return
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
@@ -85,13 +86,15 @@ def _source(path):
 
 # -- info -------------------------------------------------------------------
 
-def file_info(path):
+def file_info(path, storage_options=None):
     """Everything ``cpersist info`` shows about a file, without unpickling it.
 
     Parameters
     ----------
     path : str
-        A cpersist file; ``-`` reads standard input.
+        A cpersist file or URL; ``-`` reads standard input.
+    storage_options : dict, optional
+        For a URL: passed to fsspec.
 
     Returns
     -------
@@ -103,11 +106,29 @@ def file_info(path):
     from .inspection import inspect
 
     _check_file(path)
-    report = inspect(_source(path))
+    report = inspect(_source(path), storage_options=_options_for(path, storage_options))
     for entry in report["arrays"]:
         stored, raw = entry["stored_bytes"], entry["raw_bytes"]
         entry["ratio"] = round(raw / stored, 3) if stored and raw is not None else None
     return {"file": path, **report}
+
+
+def parse_storage_option(text):
+    """``KEY=VALUE`` as a pair; VALUE is read as JSON when it parses
+    (``true``, ``3``, ``{"region_name": "eu-west-1"}``), else kept a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        value = json.loads(value)
+    except ValueError:
+        pass
+    return key, value
+
+
+def _options_for(path, options):
+    """The storage options for ``path``: None unless it is a URL."""
+    return dict(options) if options and is_url(path) else None
 
 
 def _format_version(value):
@@ -195,8 +216,8 @@ def _cmd_info(args):
     reports = []
     for path in args.files:
         try:
-            reports.append(file_info(path))
-        except (OSError, CpersistError) as exc:
+            reports.append(file_info(path, args.storage_option))
+        except (OSError, CpersistError, ImportError) as exc:
             _error(exc, path)
             status = EXIT_FAILED
     if args.json:
@@ -226,9 +247,15 @@ def _cmd_verify(args):
             _check_file(path)
             if args.reseal and path == STDIN:
                 raise _UsageError("--reseal rewrites files: it cannot read standard input")
+            if args.reseal and is_url(path):
+                raise _UsageError(f"{path}: --reseal rewrites local files in place, "
+                                  f"not objects in remote storage")
             source = _source(path)
-            result = reseal(source) if args.reseal else verify(source)
-        except (OSError, CpersistError) as exc:
+            if args.reseal:
+                result = reseal(source)
+            else:
+                result = verify(source, storage_options=_options_for(path, args.storage_option))
+        except (OSError, CpersistError, ImportError) as exc:
             message = _message(exc, path)
             for named in (path, _display(source)):
                 if message.startswith(f"{named}: "):
@@ -266,11 +293,13 @@ def _cmd_convert(args):
         ) from None
     _check_file(args.src)
     dst_dir = os.path.dirname(os.path.abspath(args.dst))
-    if not os.path.isdir(dst_dir):
+    if not is_url(args.dst) and not os.path.isdir(dst_dir):
         raise FileNotFoundError(f"{args.dst}: cannot write, no directory {dst_dir}")
+    options = args.storage_option if is_url(args.src) or is_url(args.dst) else None
     try:
         stats = convert(_source(args.src), args.dst, compress, chunk_size=args.chunk_size,
-                        n_threads=args.threads, trust_pickles=args.trust_pickles)
+                        n_threads=args.threads, trust_pickles=args.trust_pickles,
+                        storage_options=dict(options or {}) or None)
     except OSError as exc:
         if str(exc.filename or "").endswith(TMP_SUFFIX):  # the temporary file next to DST
             raise OSError(f"{args.dst}: cannot write ({exc.strerror})") from None
@@ -310,6 +339,15 @@ def _positive_int(text):
     return value
 
 
+def _add_storage_option(parser):
+    parser.add_argument(
+        "--storage-option", action="append", type=parse_storage_option, default=[],
+        metavar="KEY=VALUE",
+        help="an fsspec storage option for URLs (s3://, gs://, https://...), repeatable; "
+             "VALUE is read as JSON when it parses. Credentials and AWS_ENDPOINT_URL "
+             "also come from the environment")
+
+
 def build_parser():
     """The ``cpersist`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -331,10 +369,11 @@ def build_parser():
                     "size, ratio), the pickle stream section and the globals the file "
                     "needs to load.",
     )
-    info.add_argument("files", nargs="+", metavar="FILE", help="cpersist files; - reads "
-                      "standard input")
+    info.add_argument("files", nargs="+", metavar="FILE",
+                      help="cpersist files or URLs; - reads standard input")
     info.add_argument("--json", action="store_true",
                       help="print JSON (one object for one file, a list for several)")
+    _add_storage_option(info)
     info.set_defaults(run=_cmd_info)
 
     verify = verbs.add_parser(
@@ -344,12 +383,13 @@ def build_parser():
                     "line per file, 'FILE: OK' or 'FILE: FAILED: why'; exits with 1 if any "
                     "file failed.",
     )
-    verify.add_argument("files", nargs="+", metavar="FILE", help="cpersist files; - reads "
-                        "standard input")
+    verify.add_argument("files", nargs="+", metavar="FILE",
+                        help="cpersist files or URLs; - reads standard input")
     verify.add_argument("--reseal", action="store_true",
                         help="store new checksums for the raw arrays of files changed "
                              "through a writable map (mmap_mode='r+'), after checking "
                              "everything else")
+    _add_storage_option(verify)
     verify.set_defaults(run=_cmd_verify)
 
     convert = verbs.add_parser(
@@ -361,7 +401,7 @@ def build_parser():
                     "also be a joblib file (any compression) or a pickle, which is loaded "
                     "and dumped to DST. The line printed says which kind SRC is.",
     )
-    convert.add_argument("src", metavar="SRC", help="a cpersist file (or, with "
+    convert.add_argument("src", metavar="SRC", help="a cpersist file or URL (or, with "
                          "--trust-pickles, a joblib file or a pickle); - reads standard input")
     convert.add_argument("dst", metavar="DST")
     # The names come from the registry (built-in, registered and installed
@@ -378,6 +418,7 @@ def build_parser():
                          help="bytes per chunk in DST (default: keep SRC's chunks)")
     convert.add_argument("--threads", type=_positive_int, default=None, metavar="N",
                          help="compression threads (default: all CPUs)")
+    _add_storage_option(convert)
     convert.add_argument(
         "--trust-pickles", action="store_true",
         help="also convert a joblib file or a pickle: this LOADS it, which runs any code "
@@ -455,7 +496,7 @@ def _main(argv):
         return EXIT_USAGE
     except BrokenPipeError:
         raise
-    except (OSError, CpersistError) as exc:
+    except (OSError, CpersistError, ImportError) as exc:
         _error(exc)
         return EXIT_FAILED
     except ValueError as exc:  # bad option values cpersist rejects (e.g. --chunk-size)

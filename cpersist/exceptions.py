@@ -20,6 +20,16 @@ class UnsupportedVersionError(CorruptFileError):
     """The file was written by a newer, incompatible major format version."""
 
 
+class RemoteStorageError(CpersistError, OSError):
+    """A request to remote storage failed: it timed out, the connection
+    broke, the server refused it or the transfer was cut short.
+
+    The message names the URL. A missing object raises
+    :class:`FileNotFoundError` and a denied request :class:`PermissionError`
+    instead, both naming the URL.
+    """
+
+
 class UntrustedObjectError(CpersistError):
     """A restricted load met a global that is not in its allowlist.
 

@@ -23,14 +23,17 @@ from .unpickler import ArrayUnpickler, normalize_trusted
 _NEED_ARRAYS = {BY_NAME[names.split(n)] for n in (names.REBUILD_VIEW, names.REBUILD_MASKED)}
 
 
-def open(source, *, trusted=True, verify=True, n_threads=None):  # noqa: A001
+def open(source, *, trusted=True, verify=True, n_threads=None,  # noqa: A001
+         storage_options=None):
     """Open a cpersist file to read its arrays, or parts of them, on demand.
 
     Parameters
     ----------
     source : str, os.PathLike, binary file object or ByteSource
         A path, or a file object read from its current position to its end
-        (a non-seekable one is first copied to a temporary file).
+        (a non-seekable one is first copied to a temporary file). A URL is
+        read by range requests (see :doc:`/cloud`); its lazy arrays, pickled
+        to another process, reopen it there.
     trusted : bool or iterable, default True
         For :meth:`FileHandle.load`, as in :func:`cpersist.load`. Listing
         :attr:`FileHandle.arrays` never unpickles anything, whatever this is.
@@ -39,6 +42,8 @@ def open(source, *, trusted=True, verify=True, n_threads=None):  # noqa: A001
     n_threads : int, optional
         Threads that read and decode the chunks of one slice; default: all
         available CPUs.
+    storage_options : dict, optional
+        For a URL: passed to fsspec (credentials, endpoint, ...).
 
     Returns
     -------
@@ -64,7 +69,7 @@ def open(source, *, trusted=True, verify=True, n_threads=None):  # noqa: A001
     """
     normalized = normalize_trusted(trusted)
     n_threads = check_n_threads(n_threads)
-    opened = open_source(source, what="source")
+    opened = open_source(source, storage_options=storage_options, what="source")
     borrowed = isinstance(opened, _Borrowed)
     byte_source = opened.source if borrowed else opened
     try:

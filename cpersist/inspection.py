@@ -13,6 +13,7 @@ arrays were edited through a writable map and stores their new checksums.
 from .api import array_layout
 from ._args import open_source
 from ._files import display_name, is_path
+from ._remote import is_url
 # The global through which a pickle stream fetches a stored array is listed
 # under "arrays", not "globals".
 from ._format_names import STORED_ARRAY
@@ -79,7 +80,7 @@ def _globals_of(walked, name):
     }
 
 
-def inspect(source):
+def inspect(source, *, storage_options=None):
     """Describe a cpersist file without unpickling anything.
 
     Reads the index and the pickle stream (checking their checksums) and
@@ -90,6 +91,9 @@ def inspect(source):
     Parameters
     ----------
     source : str, os.PathLike or binary file object
+        A path, a file object or a URL (see :doc:`/cloud`).
+    storage_options : dict, optional
+        For a URL: passed to fsspec (credentials, endpoint, ...).
 
     Returns
     -------
@@ -131,7 +135,7 @@ def inspect(source):
     >>> info["globals"]                                   # doctest: +SKIP
     ['sklearn.ensemble._forest.RandomForestClassifier', ...]
     """
-    with open_source(source) as opened:
+    with open_source(source, storage_options=storage_options) as opened:
         reader = ContainerReader(opened, whole=is_path(source))
         name = reader.name
         root = _root(reader)
@@ -174,7 +178,7 @@ def inspect(source):
         }
 
 
-def verify(source):
+def verify(source, *, storage_options=None):
     """Check every checksum of a cpersist file and that every chunk decodes.
 
     :func:`cpersist.load` checks what it reads, but memory-mapped arrays are
@@ -184,6 +188,9 @@ def verify(source):
     Parameters
     ----------
     source : str, os.PathLike or binary file object
+        A path, a file object or a URL (see :doc:`/cloud`).
+    storage_options : dict, optional
+        For a URL: passed to fsspec (credentials, endpoint, ...).
 
     A file mapped with ``mmap_mode='r+'`` carries an edited flag: its raw
     arrays may have changed behind their checksums. Those whose checksums
@@ -209,7 +216,7 @@ def verify(source):
     >>> cpersist.verify("model.cp")                      # doctest: +SKIP
     {'sections': 3, 'chunks': 5, 'stored_bytes': 1234, 'raw_bytes': 5678, 'unchecked': []}
     """
-    with open_source(source) as opened:
+    with open_source(source, storage_options=storage_options) as opened:
         return _verify(ContainerReader(opened, whole=is_path(source)))
 
 
@@ -278,6 +285,9 @@ def reseal(path):
     """
     if not is_path(path):
         raise TypeError(f"path must be a path, got {type(path).__name__}")
+    if is_url(path):
+        raise ValueError(f"{path}: reseal rewrites a local file in place, not an object "
+                         f"in remote storage")
     name = display_name(path)
     with open(path, "r+b") as file:
         with LocalFileSource(file, name, file.fileno()) as source:

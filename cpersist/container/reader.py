@@ -179,6 +179,9 @@ class ContainerReader:
         chunk is read into a buffer from ``READ_BUFFERS``, given back once it
         is decoded.
         """
+        if self.source.remote:
+            yield from self._fetch_chunks(section, out_view)
+            return
         largest = max((c.length for c in section.chunks if c.flag != VERBATIM), default=0)
         start = 0
         for chunk in section.chunks:
@@ -191,6 +194,32 @@ class ContainerReader:
                 data = memoryview(buffer)[:chunk.length]
             self._read_chunk_into(section, chunk.offset, data)
             yield chunk, data, target, buffer
+            start += chunk.raw_length
+
+    def _stored_chunks(self, section):
+        """Yield (chunk, its stored bytes) in file order; from a remote
+        source, many chunks are fetched per request (:meth:`.ByteSource.iter_ranges`)."""
+        if not self.source.remote:
+            for chunk in section.chunks:
+                yield chunk, self._read_stored(section, chunk)
+            return
+        try:
+            yield from zip(section.chunks, self.source.iter_ranges(
+                [(c.offset, c.length) for c in section.chunks]))
+        except ShortReadError:
+            raise self.error(f"truncated in section {section.index}") from None
+
+    def _fetch_chunks(self, section, out_view):
+        """:meth:`_read_chunks` from a remote source: verbatim chunks are
+        copied into their output slice, encoded ones decoded from the
+        fetched bytes (no read buffer to give back)."""
+        start = 0
+        for chunk, data in self._stored_chunks(section):
+            target = out_view[start:start + chunk.raw_length]
+            if chunk.flag == VERBATIM:
+                target[:] = data
+                data = target
+            yield chunk, data, target, None
             start += chunk.raw_length
 
     def read_into(self, section, out, *, verify=True, n_threads=1):
@@ -227,7 +256,8 @@ class ContainerReader:
                 self._check(section, data, chunk.checksum)
             if chunk.flag != VERBATIM:  # a verbatim chunk was read into place
                 self._decode(section, data, target)
-                READ_BUFFERS.give(buffer)
+                if buffer is not None:
+                    READ_BUFFERS.give(buffer)
 
         ordered_map(work, self._read_chunks(section, out), n_threads, _ignore)
 
@@ -310,6 +340,12 @@ class ContainerReader:
         codec = section.codec
         if section.raw_size <= CHECKED_CLAIM or codec is None or not codec.header_size:
             return
+        if self.source.remote:
+            # A request per chunk header (chunks lie farther apart than
+            # ranges are merged): more than the whole load. Arrays are
+            # allocated uninitialised, so a forged size costs no memory
+            # before the first chunk that does not decode to it.
+            return
         encoded = [c for c in chunks if c.flag == ENCODED]
         heads = self.source.read_ranges(
             [(c.offset, min(c.length, codec.header_size)) for c in encoded])
@@ -341,15 +377,14 @@ class ContainerReader:
         decoded on demand, so memory stays at the chunks the caller holds
         whatever the section's size. Used by :func:`cpersist.convert`.
         """
-        for chunk in section.chunks:
+        for chunk, data in self._stored_chunks(section):
             if chunk.flag == VERBATIM:
-                data = bytearray(chunk.length)
-                self._read_chunk_into(section, chunk.offset, data)
+                if type(data) is not bytearray:  # a view of the source's bytes
+                    data = bytearray(data)
                 if verify:
                     self._check(section, data, chunk.checksum)
                 yield data
                 continue
-            data = self._read_stored(section, chunk)
             if verify:
                 self._check(section, data, chunk.checksum)
             out = bytearray(chunk.raw_length)
@@ -371,8 +406,8 @@ class ContainerReader:
     def verify_section(self, section):
         """Check every chunk's checksum (and that encoded chunks decode)."""
         if section.is_raw:
-            for chunk in section.chunks:
-                self._check(section, self._read_stored(section, chunk), chunk.checksum)
+            for chunk, data in self._stored_chunks(section):
+                self._check(section, data, chunk.checksum)
             return
         # Decoded chunks are dropped as they come: memory stays at one chunk
         # whatever the section's size.

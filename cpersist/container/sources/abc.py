@@ -33,6 +33,9 @@ class ByteSource(ABC):
         and each call runs without waiting for the others (``pread``, memory).
     can_map : bool
         Whether :meth:`map` can return a memory map.
+    remote : bool
+        Whether each request costs a round trip (remote storage): the
+        reader then asks for many ranges at once, through :meth:`iter_ranges`.
     whole : bool
         Whether the source holds one dump and nothing after it (a dump
         spooled from a stream, a remote object): the reader then finds the
@@ -45,6 +48,7 @@ class ByteSource(ABC):
     end = None
     concurrent = False
     can_map = False
+    remote = False
     whole = False
 
     @property
@@ -76,6 +80,16 @@ class ByteSource(ABC):
         concurrently.
         """
         return [self.read(offset, length) for offset, length in ranges]
+
+    def iter_ranges(self, ranges):
+        """Yield the bytes of each ``(offset, length)`` range, in order.
+
+        This default reads them one by one; a remote source fetches them in
+        batches and fetches the next batch while the caller works on this
+        one.
+        """
+        for offset, length in ranges:
+            yield self.read(offset, length)
 
     def map(self, offset, length, mode):
         """Memory-map ``length`` bytes at ``offset``, or return None.

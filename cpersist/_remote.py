@@ -1,0 +1,210 @@
+"""Remote storage through fsspec: telling a URL from a path, resolving it to
+a file system and a path, and writing an object there complete or not at all.
+
+fsspec is optional: it is imported only when a URL is given.
+"""
+
+import errno
+import posixpath
+import re
+import secrets
+
+from ._files import TMP_SUFFIX
+from .exceptions import RemoteStorageError
+
+#: What to install for URLs.
+REMOTE_EXTRA = "pip install 'cpersist[remote]'"
+#: Bytes buffered before a part is uploaded: what a remote write holds in
+#: memory, whatever the object's size (S3 parts are 5 MiB at least).
+PART_SIZE = 16 << 20
+
+# "s3://", "gs://", "https://", chained "simplecache::s3://"; not "C:\\".
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+(://|::)")
+
+
+def is_url(obj):
+    """Whether ``obj`` is a URL string (``s3://...``, ``memory://...``)."""
+    return isinstance(obj, str) and _URL.match(obj) is not None
+
+
+def _is_filesystem(obj):
+    # Checked by name: fsspec need not be installed (nor imported) for paths.
+    return any(cls.__module__ == "fsspec.spec" and cls.__name__ == "AbstractFileSystem"
+               for cls in type(obj).__mro__)
+
+
+def is_remote(obj):
+    """Whether ``obj`` names something fsspec opens: a URL, a ``(file
+    system, path)`` pair or an :class:`fsspec.core.OpenFile`."""
+    if is_url(obj):
+        return True
+    if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[1], str):
+        return _is_filesystem(obj[0])
+    return type(obj).__name__ == "OpenFile" and type(obj).__module__ == "fsspec.core"
+
+
+def _import_fsspec(url):
+    try:
+        import fsspec
+    except ImportError:
+        raise ImportError(
+            f"{url}: reading and writing URLs needs fsspec: {REMOTE_EXTRA}") from None
+    return fsspec
+
+
+def resolve(obj, storage_options=None):
+    """``(fs, path, name)`` of a URL, a ``(fs, path)`` pair or an OpenFile;
+    ``fs`` is None for a local file (``file://``), ``path`` then a local path.
+
+    Raises
+    ------
+    ImportError
+        For a URL when fsspec (or the package of its protocol, such as
+        s3fs) is not installed, naming what to install.
+    ValueError
+        For storage options given with a file system or an OpenFile.
+    """
+    if isinstance(obj, tuple) or not is_url(obj):
+        if storage_options:
+            raise ValueError("storage_options apply to URLs; a file system given "
+                             "already has its options")
+        fs, path = obj if isinstance(obj, tuple) else (obj.fs, obj.path)
+    else:
+        fsspec = _import_fsspec(obj)
+        try:
+            fs, path = fsspec.core.url_to_fs(obj, **(storage_options or {}))
+        except ImportError as exc:
+            raise ImportError(f"{obj}: {exc}; or {REMOTE_EXTRA}") from None
+    if "file" in _protocols(fs):
+        return None, fs._strip_protocol(path), path
+    name = obj if is_url(obj) else fs.unstrip_protocol(path)
+    return fs, path, name
+
+
+def _protocols(fs):
+    protocol = fs.protocol
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+
+
+def open_remote(obj, storage_options=None):
+    """The byte source of a remote object, or the local path of a
+    ``file://`` URL.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no such object (naming it).
+    """
+    from .container.sources.fsspec import FsspecSource
+
+    fs, path, name = resolve(obj, storage_options)
+    if fs is None:
+        return path
+    return FsspecSource(fs, path, name, storage_options if is_url(obj) else None,
+                        url=obj if is_url(obj) else None)
+
+
+def fsspec_file_source(file):
+    """A range-reading source for an fsspec file object open for reading
+    at its start (``fs.open(path)``), or None: read any other through its
+    methods. Its own reads would cost a request per read-ahead block."""
+    if not (getattr(file, "mode", None) == "rb" and hasattr(file, "fs")
+            and isinstance(getattr(file, "path", None), str) and _is_filesystem(file.fs)):
+        return None
+    if "file" in _protocols(file.fs) or file.tell() != 0:
+        return None
+    from .container.sources.fsspec import FsspecSource
+
+    return FsspecSource(file.fs, file.path, file=file)
+
+
+def reopen(url, storage_options, identity):
+    """The byte source of the object a source's ``reopen_spec()`` describes,
+    in another process (a dask worker, say).
+
+    Raises
+    ------
+    RemoteStorageError
+        If the object at ``url`` is not that version any more.
+    """
+    source = open_remote(url, storage_options)
+    try:
+        source.check_identity(identity)
+    except BaseException:
+        source.close()
+        raise
+    return source
+
+
+def write_remote(obj, storage_options, write):
+    """Call ``write(file)`` on a file that becomes the object ``obj`` names
+    only once complete; return that object's name.
+
+    S3 receives the bytes as a multipart upload, in parts of
+    :data:`PART_SIZE`, completed only after ``write`` returns and aborted on
+    any exception, so that the object is replaced whole or not at all.
+    Other stores are written to a temporary object next to the target
+    (``.<name>.<random>.cpersist-tmp``), moved onto it once complete and
+    removed on failure. A ``file://`` URL is written like a local path.
+    """
+    from ._files import write_atomically
+
+    fs, path, name = resolve(obj, storage_options)
+    if fs is None:
+        write_atomically(path, write, fsync=False)
+        return path
+    if "https" in _protocols(fs) or "http" in _protocols(fs):
+        raise ValueError(f"{name}: cannot write over HTTP; HTTP URLs are read-only")
+    if "s3" in _protocols(fs):
+        _write_multipart(fs, path, name, write)
+    else:
+        _write_then_move(fs, path, name, write)
+    return name
+
+
+def _write_multipart(fs, path, name, write):
+    file = _call(name, fs.open, path, "wb", block_size=PART_SIZE, autocommit=False)
+    try:
+        write(file)
+        _call(name, file.close)  # uploads the last part
+        _call(name, file.commit)
+    except BaseException:
+        try:
+            file.discard()  # aborts the multipart upload
+        except Exception:
+            pass
+        file.closed = True  # nothing left to upload when it is collected
+        raise
+
+
+def _write_then_move(fs, path, name, write):
+    parent, base = posixpath.split(path)
+    tmp = posixpath.join(parent, f".{base}.{secrets.token_hex(4)}{TMP_SUFFIX}")
+    try:
+        file = _call(name, fs.open, tmp, "wb", block_size=PART_SIZE)
+        try:
+            write(file)
+        finally:
+            _call(name, file.close)
+        _call(name, fs.mv, tmp, path)
+    except BaseException:
+        try:
+            fs.rm(tmp)
+        except Exception:
+            pass
+        raise
+
+
+def _call(name, func, *args, **kwargs):
+    """``func(*args, **kwargs)``, its errors naming ``name``."""
+    try:
+        return func(*args, **kwargs)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, "no such bucket or directory", name) from None
+    except PermissionError as exc:
+        raise PermissionError(errno.EACCES, f"access denied ({exc})", name) from None
+    except (RemoteStorageError, TypeError, ValueError, NotImplementedError):
+        raise  # already named, or a bad argument rather than a failed request
+    except Exception as exc:
+        raise RemoteStorageError(f"{name}: request failed ({type(exc).__name__}: {exc})") \
+            from exc

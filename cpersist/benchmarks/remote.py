@@ -1,0 +1,230 @@
+"""Reading from object storage: a full load from a loopback S3 server beside
+zarr v3 and a plain download.
+
+moto's S3 server runs in a child process on 127.0.0.1 (port 0), so that
+serving does not share this process's interpreter lock with the readers.
+One array is stored three ways in the same bucket: a compressed cpersist
+object, a zarr v3 array with the same chunk size and codec (Zstandard at the
+same level) read through :class:`zarr.storage.FsspecStore`, and the
+cpersist object's bytes downloaded with s3fs ``cat_file`` (the transfer
+alone: what any reader of that object must at least spend). Each reading is
+timed ``runs`` times with a fresh file system each time; the median is
+reported with throughput in MB/s of array data.
+
+Run ``python -m cpersist.benchmarks.remote --help``.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+__all__ = ["REMOTE_COLUMNS", "run", "format_results", "main"]
+
+#: Keys of each result row.
+REMOTE_COLUMNS = ["method", "what", "median_s", "min_s", "max_s", "runs", "array_mb",
+                  "stored_mb", "mb_per_s", "ratio_vs_cpersist", "status", "reason"]
+
+_SERVER = r"""
+import logging
+from moto.moto_server.werkzeug_app import (DomainDispatcherApplication, MotoRequestHandler,
+                                           create_backend_app)
+from werkzeug.serving import make_server
+server = make_server("127.0.0.1", 0, DomainDispatcherApplication(create_backend_app),
+                     threaded=True, request_handler=MotoRequestHandler)
+print(server.server_address[1], flush=True)
+logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request log
+server.serve_forever()
+"""
+
+_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+                "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def _start_server():
+    process = subprocess.Popen([sys.executable, "-c", _SERVER], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+    port = process.stdout.readline().strip()
+    if not port.isdigit():
+        process.kill()
+        raise RuntimeError("the moto S3 server did not start (pip install 'moto[server]')")
+    return process, f"http://127.0.0.1:{port}"
+
+
+def make_array(mb, seed=0):
+    """float32 data of ``mb`` MB that Zstandard shrinks to about half: a
+    smooth signal plus noise, in steps of 1/32."""
+    n = int(mb * 1e6) // 4
+    rng = np.random.default_rng(seed)
+    signal = np.sin(np.linspace(0, 200 * np.pi, n, dtype=np.float32)) * 100
+    noise = rng.normal(scale=3, size=n).astype(np.float32)
+    data = signal + noise
+    return np.round(data * 32) / 32  # compressible, not trivially
+
+
+def _timed(read, runs):
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        read()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def run(mb=210, runs=3, chunk_size=4 << 20, level=3, progress=print):
+    """Store ``mb`` MB of array data on a loopback S3 server and time full reads.
+
+    Parameters
+    ----------
+    mb : float
+        Size of the array (uncompressed); the default compresses to about
+        100 MB.
+    runs : int
+        Timed reads per method (median reported).
+    chunk_size : int
+        Bytes per chunk, in cpersist and zarr alike.
+    level : int
+        Zstandard level of both.
+    progress : callable
+        Called with a line of text as each step starts.
+
+    Returns
+    -------
+    list of dict
+        Rows with the :data:`REMOTE_COLUMNS` keys: ``cpersist.load``, ``zarr
+        FsspecStore`` and ``s3fs cat_file``; a method that cannot run has
+        status ``n/a`` and the reason.
+    """
+    import s3fs
+
+    import cpersist
+
+    os.environ.update(_CREDENTIALS)
+    process, endpoint = _start_server()
+    try:
+        options = {"endpoint_url": endpoint}
+        fs = s3fs.S3FileSystem(**options)
+        bucket = "cpersist-bench"
+        fs.mkdir(bucket)
+        progress(f"making {mb} MB of float32 data")
+        data = make_array(mb)
+        url = f"s3://{bucket}/array.cp"
+        progress("uploading the cpersist object")
+        cpersist.dump({"data": data}, url, compress=("zstd", level), chunk_size=chunk_size,
+                      storage_options=options)
+        stored = fs.size(url)
+        rows = []
+
+        def row(method, what, read, stored_bytes):
+            progress(f"timing {method}")
+            entry = {"method": method, "what": what, "array_mb": round(data.nbytes / 1e6, 1),
+                     "stored_mb": round(stored_bytes / 1e6, 1) if stored_bytes else None}
+            try:
+                times = _timed(read, runs)
+            except Exception as exc:  # a peer missing or failing: reported, not fatal
+                entry.update(status="n/a", reason=f"{type(exc).__name__}: {exc}"[:200], runs=0)
+                rows.append(entry)
+                return
+            median = statistics.median(times)
+            entry.update(median_s=round(median, 3), min_s=round(min(times), 3),
+                         max_s=round(max(times), 3), runs=len(times),
+                         mb_per_s=round(data.nbytes / 1e6 / median, 1), status="ok",
+                         reason="")
+            rows.append(entry)
+
+        def load_cpersist():
+            out = cpersist.load(url, storage_options=options)["data"]
+            assert out.shape == data.shape
+
+        row("cpersist.load", f"whole object, zstd level {level}, {chunk_size >> 20} MiB "
+            f"chunks", load_cpersist, stored)
+
+        zarr_stored = None
+        try:
+            zarr_url, zarr_read = _zarr_array(data, bucket, options, chunk_size, level)
+            zarr_stored = sum(fs.du(zarr_url, total=False).values())
+        except Exception as exc:
+            zarr_read = _raiser(exc)
+        row("zarr FsspecStore", f"zarr v3 array, ZstdCodec level {level}, same chunks",
+            zarr_read, zarr_stored)
+
+        row("s3fs cat_file", "download of the cpersist object's bytes, no decoding",
+            lambda: s3fs.S3FileSystem(**options).cat_file(url), stored)
+    finally:
+        process.kill()
+        process.wait()
+    base = rows[0].get("median_s")
+    for entry in rows:
+        if entry.get("status") == "ok" and base:
+            # Above 1: cpersist's full load is that many times faster.
+            entry["ratio_vs_cpersist"] = round(entry["median_s"] / base, 2)
+    return rows
+
+
+def _raiser(exc):
+    def read():
+        raise exc
+    return read
+
+
+def _zarr_array(data, bucket, options, chunk_size, level):
+    import zarr
+    from zarr.codecs import ZstdCodec
+    from zarr.storage import FsspecStore
+
+    url = f"s3://{bucket}/array.zarr"
+    store = FsspecStore.from_url(url, storage_options=dict(options, asynchronous=True))
+    array = zarr.create_array(store, shape=data.shape, dtype=data.dtype,
+                              chunks=(chunk_size // data.itemsize,),
+                              compressors=ZstdCodec(level=level), overwrite=True)
+    array[:] = data
+
+    def read():
+        fresh = FsspecStore.from_url(url, storage_options=dict(options, asynchronous=True),
+                                     read_only=True)
+        out = zarr.open_array(fresh, mode="r")[:]
+        assert out.shape == data.shape
+
+    return url, read
+
+
+def format_results(rows):
+    """The table printed by :func:`main`."""
+    head = (f"{'method':<18} {'median s':>8} {'range s':>13} {'MB/s':>7} {'stored MB':>9} "
+            f"{'time / cpersist':>15}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if r.get("status") != "ok":
+            lines.append(f"{r['method']:<18} {r.get('status')}: {r.get('reason')}")
+            continue
+        span = f"{r['min_s']:.2f}-{r['max_s']:.2f}"
+        stored = r["stored_mb"] if r["stored_mb"] is not None else "-"
+        lines.append(f"{r['method']:<18} {r['median_s']:>8.2f} {span:>13} "
+                     f"{r['mb_per_s']:>7.1f} {stored:>9} {r.get('ratio_vs_cpersist', '-'):>15}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    """Command line: ``python -m cpersist.benchmarks.remote [--mb N] [--runs N]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m cpersist.benchmarks.remote",
+        description="Full load of a compressed object from a loopback S3 server (moto), "
+                    "beside zarr v3 (FsspecStore) and an s3fs download of the same bytes.")
+    parser.add_argument("--mb", type=float, default=210,
+                        help="uncompressed array size in MB (default 210, about 100 MB stored)")
+    parser.add_argument("--runs", type=int, default=3, help="timed reads per method")
+    parser.add_argument("--chunk-mib", type=int, default=4, help="chunk size in MiB")
+    parser.add_argument("--level", type=int, default=3, help="Zstandard level")
+    args = parser.parse_args(argv)
+    rows = run(args.mb, args.runs, args.chunk_mib << 20, args.level,
+               progress=lambda text: print(f"... {text}", file=sys.stderr, flush=True))
+    print(format_results(rows))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

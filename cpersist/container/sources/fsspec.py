@@ -1,0 +1,305 @@
+"""An object in remote storage (S3, GCS, Azure, HTTP, ``memory://``) read by
+range requests through an fsspec file system.
+
+Each request costs a round trip, so ranges the reader asks for together are
+merged when the gap between them is small, and the merged ranges are
+fetched concurrently (``cat_ranges``). The module imports nothing from
+fsspec: it only calls the file system it is given.
+"""
+
+import errno
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+from ...exceptions import RemoteStorageError
+from .abc import ByteSource
+
+#: Ranges closer than this are fetched by one request covering the gap too:
+#: reading a gap costs less than a round trip.
+MERGE_GAP = 1 << 20
+#: Largest merged request: larger merged ranges are cut into requests of this
+#: size, fetched concurrently.
+REQUEST_SIZE = 16 << 20
+#: Bytes fetched at each end of the object by the first read, in one
+#: round trip: the header, and the trailer, index and (when small) pickle
+#: stream at the end, which every reader of the file needs.
+END_BYTES = 64 << 10
+#: Requests :meth:`FsspecSource.iter_ranges` keeps in flight: what it holds
+#: in memory is about this many times :data:`REQUEST_SIZE`.
+FETCH_AHEAD = 3
+
+
+def merge_ranges(ranges, gap=MERGE_GAP, limit=REQUEST_SIZE):
+    """Requests covering ``(offset, length)`` ranges, neighbours merged.
+
+    Returns ``(requests, places)``: ``requests`` is a list of ``(start,
+    end)`` byte spans, ``places[i]`` is ``(request number, offset in it)``
+    of range ``i``. Ranges are merged when they are at most ``gap`` bytes
+    apart and the merged span stays within ``limit`` bytes (a range larger
+    than ``limit`` gets a request of its own).
+    """
+    order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
+    requests = []
+    places = [None] * len(ranges)
+    for i in order:
+        offset, length = ranges[i]
+        end = offset + length
+        if requests:
+            start, last_end = requests[-1]
+            if offset - last_end <= gap and max(end, last_end) - start <= limit:
+                requests[-1] = (start, max(end, last_end))
+                places[i] = (len(requests) - 1, offset - start)
+                continue
+        requests.append((offset, end))
+        places[i] = (len(requests) - 1, 0)
+    return requests, places
+
+
+class FsspecSource(ByteSource):
+    """The bytes of one object, read by ranges through an fsspec file system.
+
+    Parameters
+    ----------
+    fs : fsspec.AbstractFileSystem
+    path : str
+        The object's path in ``fs`` (without protocol).
+    name : str, optional
+        How the source is named in messages (default: ``fs.unstrip_protocol(path)``).
+    storage_options : dict, optional
+        The options ``fs`` was made with; kept for :meth:`reopen_spec`.
+    file : fsspec file object, optional
+        The caller's file open on the object at its start, if that is what
+        was given: like any file object, it may hold several dumps one after
+        another, and is left positioned after the dump read. Without it the
+        object, like a path, must hold one dump and nothing after it.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no such object.
+    RemoteStorageError
+        If it cannot be looked up (access denied, timeout).
+    """
+
+    remote = True
+
+    def __init__(self, fs, path, name=None, storage_options=None, *, file=None, url=None):
+        self.whole = file is None
+        self._url = url
+        self._file = file
+        self.fs = fs
+        self.path = path
+        self.name = name or fs.unstrip_protocol(path)
+        self.storage_options = dict(storage_options or {})
+        info = self._call(fs.info, path)
+        if info.get("type", "file") != "file":
+            raise IsADirectoryError(errno.EISDIR, "is a directory, not a cpersist file",
+                                    self.name)
+        self._size = info["size"]
+        etag = info.get("ETag") or info.get("etag")
+        #: What identifies this version of the object: its ETag (when the
+        #: store gives one) and size.
+        self.identity = {"etag": etag.strip('"') if isinstance(etag, str) else None,
+                         "size": self._size}
+
+        self._ends = None  # [(start, bytes)] of both ends, once fetched
+
+    @property
+    def size(self):
+        return self._size
+
+    def close(self):
+        if self._file is not None and self.end is not None:
+            self._file.seek(self.end)
+
+    def check_identity(self, identity):
+        """Raise unless this is the version of the object ``identity``
+        (from :meth:`reopen_spec`) describes.
+
+        Raises
+        ------
+        RemoteStorageError
+            Naming the URL, if the object was replaced meanwhile.
+        """
+        etag = identity.get("etag")
+        if identity.get("size") != self._size or (
+                etag and self.identity["etag"] and etag != self.identity["etag"]):
+            raise RemoteStorageError(
+                f"{self.name}: the object changed since it was first opened "
+                f"(was {identity}, now {self.identity})")
+
+    def _cached(self, offset, length):
+        """The range from the bytes fetched at the object's ends, or None."""
+        if self._ends is None:
+            tail = max(0, self._size - END_BYTES)
+            spans = [(0, min(END_BYTES, tail))] if tail else []
+            spans.append((tail, self._size))
+            self._ends = [(start, memoryview(data))
+                          for (start, _), data in zip(spans, self._fetch(spans))]
+        for start, data in self._ends:
+            if start <= offset and offset + length <= start + len(data):
+                return data[offset - start:offset - start + length]
+        return None
+
+    def reopen_spec(self):
+        """``(url, storage_options, identity)``: what reopens this very object
+        elsewhere (another process, a dask worker)."""
+        return self.name, dict(self.storage_options), dict(self.identity)
+
+    def reference(self):
+        """What reopens this object in another process (for lazy arrays), or
+        None when it was not opened from a URL (a file system object given
+        by the caller cannot be rebuilt elsewhere)."""
+        if self._url is None:
+            return None
+        return RemoteReference(*self.reopen_spec())
+
+    def _call(self, func, *args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "no such object", self.name) from None
+        except PermissionError as exc:
+            raise PermissionError(errno.EACCES, f"access denied ({exc})", self.name) from None
+        except (RemoteStorageError, TypeError, ValueError, NotImplementedError):
+            raise  # already named, or a bad argument rather than a failed request
+        except Exception as exc:  # timeouts, connection and server errors of any client
+            raise RemoteStorageError(
+                f"{self.name}: request failed ({type(exc).__name__}: {exc})") from exc
+
+    def _fetch(self, spans):
+        """The bytes of each ``(start, end)`` span, concurrently."""
+        if len(spans) == 1:
+            start, end = spans[0]
+            data = [self._call(self.fs.cat_file, self.path, start=start, end=end)]
+        else:
+            data = self._call(self.fs.cat_ranges, [self.path] * len(spans),
+                              [s for s, _ in spans], [e for _, e in spans], on_error="raise")
+        for (start, end), got in zip(spans, data):
+            if isinstance(got, BaseException):
+                self._call(_reraise, got)
+            wanted = min(end, self._size) - start
+            if len(got) != wanted:
+                raise RemoteStorageError(
+                    f"{self.name}: truncated transfer: {len(got)} of {wanted} bytes "
+                    f"at offset {start}")
+        return data
+
+    def read_ranges(self, ranges):
+        ranges = list(ranges)
+        for offset, length in ranges:
+            if offset + length > self._size:
+                raise self.short_read(offset, length, max(0, self._size - offset))
+        if len(ranges) == 1:
+            cached = self._cached(*ranges[0])
+            if cached is not None:
+                return [cached]
+        spans, places = merge_ranges([(o, n) for o, n in ranges if n])
+        data = [memoryview(d) for d in self._fetch(spans)] if spans else []
+        out = []
+        nonempty = iter(places)
+        for offset, length in ranges:
+            if not length:
+                out.append(b"")
+                continue
+            request, start = next(nonempty)
+            out.append(data[request][start:start + length])
+        return out
+
+    def iter_ranges(self, ranges):
+        # About one request per batch, FETCH_AHEAD of them in flight: the
+        # caller decodes the first while the next ones arrive.
+        batches = _batches(list(ranges), REQUEST_SIZE)
+        if len(batches) == 1:
+            yield from self.read_ranges(batches[0])
+            return
+        with ThreadPoolExecutor(FETCH_AHEAD, thread_name_prefix="cpersist-fetch") as fetcher:
+            pending = deque(fetcher.submit(self.read_ranges, batch)
+                            for batch in batches[:FETCH_AHEAD])
+            following = iter(batches[FETCH_AHEAD:])
+            try:
+                while pending:
+                    data = pending.popleft().result()
+                    batch = next(following, None)
+                    if batch is not None:
+                        pending.append(fetcher.submit(self.read_ranges, batch))
+                    yield from data
+                    del data
+            finally:
+                for future in pending:  # the caller stopped early, or a fetch failed
+                    future.cancel()
+
+    def read(self, offset, length):
+        if length <= REQUEST_SIZE:
+            return self.read_ranges([(offset, length)])[0]
+        buffer = bytearray(length)
+        self.read_into(offset, buffer)
+        return buffer
+
+    def read_into(self, offset, buffer):
+        view = memoryview(buffer).cast("B")
+        # A large range is fetched as several concurrent requests.
+        pieces = [(offset + p, min(REQUEST_SIZE, len(view) - p))
+                  for p in range(0, len(view), REQUEST_SIZE)]
+        position = 0
+        for data in self.read_ranges(pieces):
+            view[position:position + len(data)] = data
+            position += len(data)
+
+
+class RemoteReference:
+    """A remote object by URL, storage options and version (see
+    :mod:`cpersist._openfile`); opening it refuses a replaced object."""
+
+    __slots__ = ("url", "storage_options", "identity")
+
+    def __init__(self, url, storage_options, identity):
+        self.url = url
+        self.storage_options = storage_options
+        self.identity = identity
+
+    @property
+    def key(self):
+        return ("url", self.url, repr(sorted(self.storage_options.items())),
+                self.identity["etag"], self.identity["size"])
+
+    @property
+    def name(self):
+        return self.url
+
+    def open(self):
+        from ..._remote import reopen
+
+        return reopen(self.url, self.storage_options, self.identity)
+
+    def still_names(self, source):
+        """Whether the URL still names the version ``source`` reads (one
+        request: the object may have been replaced since)."""
+        try:
+            source.check_identity(FsspecSource(source.fs, source.path, self.url).identity)
+        except (OSError, RemoteStorageError):
+            return False
+        return True
+
+    def __reduce__(self):
+        return RemoteReference, (self.url, self.storage_options, self.identity)
+
+    def __repr__(self):
+        return f"RemoteReference({self.url!r})"
+
+
+def _batches(ranges, size):
+    """``ranges`` cut into consecutive lists of about ``size`` bytes."""
+    batches = [[]]
+    total = 0
+    for offset, length in ranges:
+        if total and total + length > size:
+            batches.append([])
+            total = 0
+        batches[-1].append((offset, length))
+        total += length
+    return batches
+
+
+def _reraise(exc):
+    raise exc

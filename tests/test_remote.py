@@ -1,0 +1,359 @@
+"""Remote storage through fsspec: ``memory://`` and a loopback moto S3 server.
+
+Everything here goes through real fsspec file systems and a real S3 server
+(moto's, on 127.0.0.1 with port 0, see :mod:`tests._s3`); requests are
+counted by the server itself.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import warnings
+
+import fsspec
+import numpy as np
+import pytest
+
+import cpersist
+from cpersist._remote import PART_SIZE
+from cpersist.container.sources.fsspec import END_BYTES, REQUEST_SIZE, merge_ranges
+
+from cpersist.container.sources.fsspec import FsspecSource
+
+from ._s3 import CREDENTIALS, s3_server  # noqa: F401 (a fixture)
+from .conftest import assert_same
+
+
+
+def _object(rng, n=1_000_000):
+    return {
+        "smooth": np.cumsum(rng.normal(size=n)).astype(np.float32),
+        "ints": rng.integers(0, 50, (n // 1000, 1000)).astype(np.int16).T,  # Fortran order
+        "small": np.arange(10),
+        "text": "a model",
+        "nested": [np.zeros((0, 3)), {"m": np.eye(3, dtype=">f8")}],
+    }
+
+
+class Unpicklable:
+    def __reduce__(self):
+        raise RuntimeError("cannot pickle this on purpose")
+
+
+# -- memory:// --------------------------------------------------------------
+
+@pytest.fixture
+def memory_dir():
+    fs = fsspec.filesystem("memory")
+    root = f"/cpersist-test-{os.getpid()}-{id(fs)}"
+    yield fs, root
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+
+
+@pytest.mark.parametrize("compress", [0, 3, "lz4"])
+def test_memory_roundtrip(memory_dir, compress):
+    fs, root = memory_dir
+    obj = _object(np.random.default_rng(1))
+    url = f"memory://{root}/obj.cp"
+    assert cpersist.dump(obj, url, compress=compress, chunk_size=1 << 18) == [url]
+    assert_same(obj, cpersist.load(url))
+    assert_same(obj, cpersist.load((fs, f"{root}/obj.cp")))
+    assert_same(obj, cpersist.load(fsspec.open(url)))
+    assert fs.ls(root, detail=False) == [f"{root}/obj.cp"]  # no temporary object left
+
+
+def test_filesystem_pair_and_openfile_as_targets(memory_dir):
+    fs, root = memory_dir
+    obj = _object(np.random.default_rng(2), 10_000)
+    cpersist.dump(obj, (fs, f"{root}/pair.cp"), compress=1)
+    cpersist.dump(obj, fsspec.open(f"memory://{root}/open.cp"))
+    assert_same(obj, cpersist.load(f"memory://{root}/pair.cp"))
+    assert_same(obj, cpersist.load(f"memory://{root}/open.cp"))
+
+
+def test_memory_failed_dump_leaves_old_object(memory_dir):
+    fs, root = memory_dir
+    url = f"memory://{root}/obj.cp"
+    old = {"x": np.arange(1000)}
+    cpersist.dump(old, url)
+    before = fs.cat_file(f"{root}/obj.cp")
+    with pytest.raises(RuntimeError, match="on purpose"):
+        cpersist.dump({"x": np.ones(100_000), "bad": Unpicklable()}, url, compress=3)
+    assert fs.cat_file(f"{root}/obj.cp") == before
+    assert fs.ls(root, detail=False) == [f"{root}/obj.cp"]
+
+
+def test_memory_mmap_mode_warns_once_and_loads(memory_dir):
+    fs, root = memory_dir
+    obj = {"a": np.arange(100_000.0), "b": np.ones(50_000)}
+    url = f"memory://{root}/raw.cp"
+    cpersist.dump(obj, url)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        back = cpersist.load(url, mmap_mode="r")
+    assert [str(w.message) for w in caught] == [
+        f"cpersist: cannot memory-map arrays from {url}: it is in remote storage; "
+        f"loading them into memory"]
+    assert caught[0].filename == __file__
+    assert_same(obj, back)
+
+
+def test_memory_inspect_verify_convert(memory_dir):
+    fs, root = memory_dir
+    obj = _object(np.random.default_rng(3), 100_000)
+    src, dst = f"memory://{root}/src.cp", f"memory://{root}/dst.cp"
+    cpersist.dump(obj, src, compress=0, chunk_size=1 << 16)
+    stats = cpersist.convert(src, dst, compress=("zstd", 5))
+    assert stats["stored_bytes_after"] < stats["stored_bytes_before"]
+    assert_same(obj, cpersist.load(dst))
+    report = cpersist.inspect(dst)
+    assert report["file_bytes"] == fs.size(f"{root}/dst.cp")
+    assert {a["path"] for a in report["arrays"]} >= {"obj['smooth']", "obj['ints']"}
+    assert cpersist.verify(dst)["raw_bytes"] == cpersist.verify(src)["raw_bytes"]
+
+
+def test_memory_missing_object(memory_dir):
+    fs, root = memory_dir
+    url = f"memory://{root}/missing.cp"
+    with pytest.raises(FileNotFoundError) as info:
+        cpersist.load(url)
+    assert info.value.filename == url
+
+
+def test_file_url_is_a_local_path(tmp_path):
+    obj = {"a": np.arange(1000.0)}
+    url = (tmp_path / "local.cp").as_uri()
+    cpersist.dump(obj, url)
+    assert (tmp_path / "local.cp").exists()
+    back = cpersist.load(url, mmap_mode="r")
+    assert type(back["a"]) is np.memmap  # the local fast path: mapped
+    assert_same(obj, back, mmap=True)
+
+
+def test_storage_options_need_a_url(tmp_path):
+    with pytest.raises(ValueError, match="storage_options apply to URLs"):
+        cpersist.dump({}, tmp_path / "x.cp", storage_options={"anon": True})
+    with pytest.raises(TypeError, match="storage_options must be a dict"):
+        cpersist.load("memory://x/y.cp", storage_options="anon")
+
+
+def test_http_is_read_only():
+    with pytest.raises(ValueError, match="HTTP URLs are read-only"):
+        cpersist.dump({}, "http://127.0.0.1:9/x.cp")
+
+
+def test_url_without_fsspec_names_the_extra():
+    code = ("import sys; sys.modules['fsspec'] = None; import cpersist\n"
+            "try:\n    cpersist.load('s3://bucket/key.cp')\n"
+            "except ImportError as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == ("s3://bucket/key.cp: reading and writing URLs needs fsspec: "
+                           "pip install 'cpersist[remote]'")
+
+
+def test_merge_ranges():
+    gap = 1 << 20
+    ranges = [(0, 10), (10, 5), (100, 1), (gap + 50, 3), (10 * gap, 4), (50, 2)]
+    requests, places = merge_ranges(ranges, gap=gap, limit=REQUEST_SIZE)
+    assert requests == [(0, gap + 53), (10 * gap, 10 * gap + 4)]
+    assert places == [(0, 0), (0, 10), (0, 100), (0, gap + 50), (1, 0), (0, 50)]
+    # A gap one byte wider is not merged:
+    assert len(merge_ranges([(0, 1), (gap + 2, 1)], gap=gap)[0]) == 2
+    # The size limit cuts merging:
+    assert merge_ranges([(0, 6), (6, 6)], gap=gap, limit=10)[0] == [(0, 6), (6, 12)]
+
+
+# -- S3 (moto) ----------------------------------------------------------------
+
+@pytest.mark.parametrize("compress", [0, 3, "blosc:lz4"])
+def test_s3_roundtrip(s3_server, compress):
+    obj = _object(np.random.default_rng(4))
+    url = s3_server.url(f"roundtrip-{compress}.cp")
+    options = s3_server.storage_options
+    assert cpersist.dump(obj, url, compress=compress, chunk_size=1 << 18,
+                         storage_options=options) == [url]
+    assert_same(obj, cpersist.load(url, storage_options=options))
+    with FsspecSource(
+            s3_server.filesystem(), url, url, options) as source:
+        again, spec_options, identity = source.reopen_spec()
+    assert again == url and spec_options == options
+    assert identity["size"] == s3_server.filesystem().size(url) and identity["etag"]
+
+
+def test_s3_reopen_checks_identity(s3_server):
+    from cpersist._remote import reopen
+
+    url = s3_server.url("reopened.cp")
+    options = s3_server.storage_options
+    cpersist.dump({"a": np.arange(10)}, url, storage_options=options)
+    with FsspecSource(s3_server.filesystem(), url, url, options) as source:
+        spec = source.reopen_spec()
+    with reopen(*spec) as again:
+        assert again.identity == spec[2]
+    cpersist.dump({"a": np.arange(11)}, url, storage_options=options)  # replaced
+    with pytest.raises(cpersist.RemoteStorageError, match="changed since it was first opened"):
+        reopen(*spec)
+
+
+def test_s3_fsspec_file_object_is_read_by_ranges(s3_server):
+    obj = _object(np.random.default_rng(8))
+    key = "file-object.cp"
+    url = s3_server.url(key)
+    cpersist.dump(obj, url, compress=3, chunk_size=1 << 16,
+                  storage_options=s3_server.storage_options)
+    counts = cpersist.verify(url, storage_options=s3_server.storage_options)
+    s3_server.counter.clear()
+    with s3_server.filesystem().open(url, "rb") as file:
+        assert_same(obj, cpersist.load(file))
+        assert file.tell() == file.size  # left after the dump, as any file object
+    gets = s3_server.counter.gets(key)
+    # A file object may hold several dumps, so its records are walked to find
+    # where this one ends (a request per record not among the bytes fetched at
+    # both ends); then at most one request per array.
+    records = counts["sections"] + counts["chunks"] + 1
+    assert len(gets) <= 2 + records + len(obj)
+
+
+def test_s3_dump_to_missing_bucket(s3_server):
+    url = "s3://no-such-bucket-cpersist/key.cp"
+    with pytest.raises(OSError, match="no-such-bucket-cpersist"):
+        cpersist.dump({"a": np.arange(10)}, url, storage_options=s3_server.storage_options)
+
+
+def test_s3_whole_load_merges_requests(s3_server):
+    rng = np.random.default_rng(5)
+    obj = {"a": rng.normal(size=8_000_000).astype(np.float32),
+           "b": rng.integers(0, 1000, 2_000_000)}
+    key = "many-chunks.cp"
+    url = s3_server.url(key)
+    options = s3_server.storage_options
+    cpersist.dump(obj, url, compress=3, chunk_size=1 << 18, storage_options=options)
+    size = s3_server.filesystem().size(url)
+    info = cpersist.inspect(url, storage_options=options)
+    chunks = cpersist.verify(url, storage_options=options)["chunks"]
+    assert chunks > 100 and size > 2 * REQUEST_SIZE
+    s3_server.counter.clear()
+    assert_same(obj, cpersist.load(url, storage_options=options))
+    gets = s3_server.counter.gets(key)
+    # Both ends (header; index and pickle stream), then each array's chunks
+    # in requests of REQUEST_SIZE.
+    assert len(gets) <= 2 + size // REQUEST_SIZE + len(info["arrays"])
+    assert len(gets) < chunks / 10
+    served = sum(r[3] for r in gets)
+    assert size <= served <= size + 2 * END_BYTES
+    # Opening the object (inspect) costs one HEAD and one round trip of two GETs.
+    s3_server.counter.clear()
+    cpersist.inspect(url, storage_options=options)
+    assert [r[0] for r in s3_server.counter.requests] == ["HEAD", "GET", "GET"]
+
+
+def test_s3_failed_dump_leaves_old_object(s3_server):
+    fs = s3_server.filesystem()
+    url = s3_server.url("replaced.cp")
+    options = s3_server.storage_options
+    old = {"x": np.arange(1000)}
+    cpersist.dump(old, url, storage_options=options)
+    before = fs.cat_file(url)
+    big = np.random.default_rng(6).integers(0, 255, PART_SIZE + (4 << 20), dtype=np.uint8)
+    with pytest.raises(RuntimeError, match="on purpose"):
+        # The array fills more than one part, uploaded before pickling fails.
+        cpersist.dump({"big": big, "bad": Unpicklable()}, url, storage_options=options)
+    assert fs.cat_file(url) == before
+    assert fs.list_multipart_uploads(s3_server.bucket) == []  # aborted, none left
+    assert_same(old, cpersist.load(url, storage_options=options))
+    # A large object that succeeds replaces it whole.
+    cpersist.dump({"big": big}, url, storage_options=options)
+    assert_same({"big": big}, cpersist.load(url, storage_options=options))
+
+
+def test_s3_missing_object_and_bucket(s3_server):
+    options = s3_server.storage_options
+    url = s3_server.url("no-such-key.cp")
+    with pytest.raises(FileNotFoundError) as info:
+        cpersist.load(url, storage_options=options)
+    assert info.value.filename == url
+    with pytest.raises(FileNotFoundError, match="no-such-bucket-cpersist"):
+        cpersist.load("s3://no-such-bucket-cpersist/key.cp", storage_options=options)
+
+
+def test_s3_unreachable_endpoint_names_the_url():
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = "s3://bucket/key.cp"
+    options = {"endpoint_url": f"http://127.0.0.1:{port}", "skip_instance_cache": True,
+               "key": "testing", "secret": "testing",
+               "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 2}}
+    with pytest.raises(cpersist.RemoteStorageError, match=r"^s3://bucket/key\.cp: request failed"):
+        cpersist.load(url, storage_options=options)
+
+
+def test_s3_truncated_object_is_corrupt(s3_server):
+    fs = s3_server.filesystem()
+    url = s3_server.url("truncated.cp")
+    cpersist.dump({"a": np.arange(100_000)}, url, compress=3,
+                  storage_options=s3_server.storage_options)
+    fs.pipe_file(url, fs.cat_file(url)[:-100])
+    with pytest.raises(cpersist.CorruptFileError, match=r"^s3://"):
+        cpersist.load(url, storage_options=s3_server.storage_options)
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "cpersist", *args], capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def test_cli_on_s3_urls(s3_server):
+    obj = _object(np.random.default_rng(7), 200_000)
+    url = s3_server.url("cli.cp")
+    cpersist.dump(obj, url, compress=3, storage_options=s3_server.storage_options)
+    env = {**os.environ, **CREDENTIALS, "AWS_ENDPOINT_URL": s3_server.endpoint,
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    info = _cli("info", url, env=env)
+    assert info.returncode == 0, info.stderr
+    assert info.stdout.startswith(f"{url}: cpersist format ")
+    assert "obj['smooth']" in info.stdout
+    verify = _cli("verify", url, env=env)
+    assert verify.returncode == 0, verify.stderr
+    assert verify.stdout.startswith(f"{url}: OK (")
+    missing = _cli("verify", s3_server.url("nope.cp"), env=env)
+    assert missing.returncode == 1
+    assert missing.stdout.startswith(f"{s3_server.url('nope.cp')}: FAILED: ")
+    # The endpoint as a --storage-option instead of the environment:
+    env.pop("AWS_ENDPOINT_URL")
+    dst = s3_server.url("cli-raw.cp")
+    converted = _cli("convert", url, dst, "--compress", "raw",
+                     "--storage-option", f"endpoint_url={s3_server.endpoint}",
+                     "--storage-option", "skip_instance_cache=true", env=env)
+    assert converted.returncode == 0, converted.stderr
+    assert_same(obj, cpersist.load(dst, storage_options=s3_server.storage_options))
+
+
+def test_cli_bad_storage_option():
+    result = _cli("info", "memory://x/y.cp", "--storage-option", "novalue")
+    assert result.returncode == 2
+    assert "expected KEY=VALUE, got 'novalue'" in result.stderr
+
+
+def test_open_url_lazy_array_pickles_and_reopens_from_the_url():
+    import pickle
+
+    url = f"memory://cpersist-lazy-{os.getpid()}/lazy.cp"
+    w = np.arange(60_000, dtype=np.float64).reshape(600, 100)
+    cpersist.dump({"w": w}, url, compress=3, chunk_size=1 << 14)
+    try:
+        with cpersist.open(url) as handle:
+            lazy = handle.arrays["obj['w']"]
+            np.testing.assert_array_equal(lazy[10:20, 5], w[10:20, 5])
+            copy = pickle.loads(pickle.dumps(lazy))
+        # The handle is closed: the unpickled array reopens the object by its URL.
+        assert_same(w[100:300], copy[100:300])
+        cpersist.dump({"w": w + 1}, url)  # the object is replaced
+        again = pickle.loads(pickle.dumps(copy))
+        with pytest.raises(cpersist.RemoteStorageError, match="changed"):
+            again[0:2]
+    finally:
+        fsspec.filesystem("memory").rm(url, recursive=True)
