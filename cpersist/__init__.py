@@ -17,7 +17,7 @@ from .exceptions import (CorruptFileError, CpersistError,  # noqa: E402
 
 # These need numpy; imported on first access (PEP 562) so that the command
 # line and `import cpersist` stay light.
-_LAZY = {"dump": "api", "load": "api", "inspect": "inspection", "verify": "inspection",
+_LAZY = {"dump": "api", "load": "api", "dumps": "inmemory", "loads": "inmemory", "inspect": "inspection", "verify": "inspection",
          "register_joblib_backend": "joblib_store"}
 
 
@@ -44,8 +44,10 @@ __all__ = [
     "available_codecs",
     "convert",
     "dump",
+    "dumps",
     "inspect",
     "load",
+    "loads",
     "register_joblib_backend",
     "verify",
 ]

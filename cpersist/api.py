@@ -196,7 +196,10 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
                      prefixes=prefixes, verify=verify, n_threads=n_threads)
 
 
-def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads):
+def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads,
+          views=False):
+    """``views``: return raw arrays as views of ``source.read``'s bytes (a
+    :class:`~cpersist.container.sources.MemorySource`, whose reads are views)."""
     reader = ContainerReader(source)
     name = reader.name
     root = reader.sections[reader.root]
@@ -224,6 +227,8 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
                 mapped.append(_memmap(source, mmap_mode))
             start = section.offset
             arr = mapped[0][start:start + nbytes].view(dtype).reshape(shape, order=order)
+        elif views and section.is_raw:
+            arr = _view(reader, section, verify).view(dtype).reshape(shape, order=order)
         else:
             if can_map:
                 not_mapped.append(index)
@@ -250,6 +255,15 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
             UserWarning, stacklevel=3,
         )
     return obj
+
+
+def _view(reader, section, verify):
+    """A raw section as a uint8 array viewing the source's own bytes
+    (read-only when they are), its chunks' checksums checked in place."""
+    if verify:
+        reader.verify_section(section)
+    data = reader.source.read(section.offset, section.raw_size)
+    return np.frombuffer(data, dtype=np.uint8)
 
 
 def _memmap(source, mode):

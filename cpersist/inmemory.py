@@ -1,0 +1,131 @@
+"""``dumps`` and ``loads``: a cpersist dump as a ``bytes`` object, and the raw
+arrays of one loaded as views of the buffer that holds it."""
+
+import io
+
+from ._args import check_chunk_size, check_protocol
+from ._threads import check_n_threads
+from .api import _load, _write
+from .codecs import parse_compress
+from .container.sources import MemorySource
+from .unpickler import normalize_trusted
+
+#: How the buffer is named in messages.
+NAME = "<bytes>"
+
+
+def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
+    """Return ``obj`` as the bytes of a cpersist dump.
+
+    The bytes are those :func:`dump` writes to a file: :func:`loads` reads
+    them back, and so does :func:`load` once they are saved.
+
+    Parameters
+    ----------
+    obj : object
+        Anything picklable; its numpy arrays are stored as in :func:`dump`.
+    compress : bool, int, str or tuple, default 0
+        As for :func:`dump`. Raw (``0``) dumps load as views of the bytes.
+    protocol : int, optional
+        Pickle protocol, 2 to 5; default :data:`pickle.HIGHEST_PROTOCOL`.
+    chunk_size : int, optional
+        Bytes of array data per compressed chunk (default 4 MiB).
+    n_threads : int, optional
+        Threads for compression and checksums; default: all available CPUs.
+
+    Returns
+    -------
+    bytes
+
+    Raises
+    ------
+    ValueError
+        For a bad ``compress``, ``protocol``, ``chunk_size`` or ``n_threads``.
+    pickle.PicklingError, TypeError, AttributeError
+        If ``obj`` holds something that cannot be pickled.
+
+    Examples
+    --------
+    >>> import numpy as np, cpersist
+    >>> data = cpersist.dumps({"x": np.arange(3)})
+    >>> cpersist.loads(data)["x"]
+    array([0, 1, 2])
+    """
+    codec = parse_compress(compress)
+    protocol = check_protocol(protocol)
+    chunk_size = check_chunk_size(chunk_size)
+    n_threads = check_n_threads(n_threads)
+    out = io.BytesIO()
+    _write(obj, out, NAME, codec, protocol, chunk_size, n_threads)
+    # The BytesIO hands over its own buffer: no copy of the dump.
+    return out.getvalue()
+
+
+def loads(data, *, trusted=True, verify=True, n_threads=None, copy=False):
+    """Load an object from the bytes of one cpersist dump.
+
+    Parameters
+    ----------
+    data : bytes-like
+        ``bytes``, ``bytearray``, ``memoryview``, a contiguous numpy
+        ``uint8`` array, an :class:`mmap.mmap`: anything exporting one
+        contiguous buffer, holding exactly one dump.
+    trusted : bool or iterable, default True
+        As for :func:`load`: ``False`` or an allowlist restricts the
+        globals the pickle stream may name.
+    verify : bool, default True
+        Check the checksums of everything read, the arrays viewed in place
+        included.
+    n_threads : int, optional
+        Threads for decompression; default: all available CPUs.
+    copy : bool, default False
+        ``False``: raw arrays are views of ``data``'s buffer, no copy is
+        made; they keep the buffer alive, are read-only when it is, and see
+        any change made to it. ``True``: every array owns its memory.
+        Compressed arrays always own theirs.
+
+    Returns
+    -------
+    object
+
+    Raises
+    ------
+    CorruptFileError
+        If ``data`` is not one whole cpersist dump (bytes after it
+        included), or is truncated or damaged.
+    UnsupportedVersionError
+        If a newer, incompatible version of the format wrote it.
+    UntrustedObjectError
+        In a restricted load, for a global outside the allowlist.
+    TypeError
+        If ``data`` is not a contiguous bytes-like object.
+
+    Examples
+    --------
+    >>> import numpy as np, cpersist
+    >>> data = cpersist.dumps({"x": np.arange(3.0)})
+    >>> x = cpersist.loads(data)["x"]
+    >>> x.flags.writeable, x.base is not None    # a read-only view of data
+    (False, True)
+    >>> cpersist.loads(data, copy=True)["x"].flags.owndata
+    True
+    """
+    source = memory_source(data)
+    restricted, allowed, prefixes = normalize_trusted(trusted)
+    n_threads = check_n_threads(n_threads)
+    return _load(source, mmap_mode=None, restricted=restricted, allowed=allowed,
+                 prefixes=prefixes, verify=verify, n_threads=n_threads, views=not copy)
+
+
+def memory_source(data):
+    """``data`` as a :class:`MemorySource`, or a TypeError saying why not."""
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise TypeError(
+            f"data must be a bytes-like object (bytes, bytearray, memoryview, "
+            f"a numpy uint8 array, an mmap), got {type(data).__name__}"
+        ) from None
+    if not view.c_contiguous:
+        raise TypeError("data must be a contiguous buffer; this memoryview is not")
+    return MemorySource(view, NAME)
