@@ -45,7 +45,7 @@ def test_the_dump_is_a_cpersist_file(tmp_path):
         path.write_bytes(data)
         assert_same(obj, cpersist.load(path))
         assert_same(obj, cpersist.load(io.BytesIO(data)))
-        assert cpersist.verify(path)["raw_bytes"] >= len(pickle.dumps(obj)) - 64
+        assert cpersist.verify(path)["sections"] >= 1
         info = cpersist.inspect(path)
         assert info["file_bytes"] == len(data)
         assert len(info["arrays"]) == (2 if isinstance(obj, dict) and "w" in obj else 0)
