@@ -105,7 +105,19 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
 
 def _write(obj, file, name, codec, protocol, chunk_size, n_threads):
     writer = ContainerWriter(file, n_threads, name)
+    store = _array_store(writer, codec, chunk_size)
 
+    # The pickle stream is encoded chunk by chunk on the pool while pickling
+    # goes on. In a compressed file, small arrays go into it too: they
+    # compress better together, and there is no memmap to lose.
+    stream = EncodedStream(codec, min(chunk_size, PICKLE_CHUNK_SIZE), n_threads)
+    inline_below = 0 if codec is None else min(INLINE_BELOW, chunk_size)
+    ArrayPickler(stream, protocol, store, inline_below).dump(obj)
+    _finish(writer, stream.encoded_chunks(), codec, protocol)
+
+
+def _array_store(writer, codec, chunk_size):
+    """The ``store`` function of :class:`ArrayPickler`: each array a section."""
     def store(arr):
         chunks = iter_chunks(arr, chunk_size)
         if arr.nbytes <= chunk_size:
@@ -118,14 +130,12 @@ def _write(obj, file, name, codec, protocol, chunk_size, n_threads):
             size=arr.nbytes,
         )
 
-    # The pickle stream is encoded chunk by chunk on the pool while pickling
-    # goes on. In a compressed file, small arrays go into it too: they
-    # compress better together, and there is no memmap to lose.
-    stream = EncodedStream(codec, min(chunk_size, PICKLE_CHUNK_SIZE), n_threads)
-    inline_below = 0 if codec is None else min(INLINE_BELOW, chunk_size)
-    ArrayPickler(stream, protocol, store, inline_below).dump(obj)
-    root = writer.add_encoded_section(stream.encoded_chunks(), codec=codec,
-                                      meta={"kind": "pickle"})
+    return store
+
+
+def _finish(writer, encoded, codec, protocol):
+    """Write the pickle stream's encoded chunks as the root section, and the index."""
+    root = writer.add_encoded_section(encoded, codec=codec, meta={"kind": "pickle"})
     writer.finish(root, info={"writer": f"cpersist {__version__}", "protocol": protocol})
 
 

@@ -5,9 +5,11 @@ import io
 
 from ._args import check_chunk_size, check_protocol
 from ._threads import check_n_threads
-from .api import _load, _write
+from .api import PICKLE_CHUNK_SIZE, _array_store, _finish, _load, _write
 from .codecs import parse_compress
+from .container import VERBATIM, ContainerWriter, checksum
 from .container.sources import MemorySource
+from .pickler import ArrayPickler
 from .unpickler import normalize_trusted
 
 #: How the buffer is named in messages.
@@ -54,11 +56,42 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
     codec = parse_compress(compress)
     protocol = check_protocol(protocol)
     chunk_size = check_chunk_size(chunk_size)
-    n_threads = check_n_threads(n_threads)
-    out = io.BytesIO()
-    _write(obj, out, NAME, codec, protocol, chunk_size, n_threads)
-    # The BytesIO hands over its own buffer: no copy of the dump.
+    if n_threads is not None:
+        check_n_threads(n_threads)
+    if codec is not None:
+        out = io.BytesIO()
+        _write(obj, out, NAME, codec, protocol, chunk_size, _threads(n_threads))
+        # The BytesIO hands over its own buffer: no copy of the dump.
+        return out.getvalue()
+    # Raw: the arrays found are kept aside and written once pickling is
+    # over, so that an object without arrays never sets up a writer.
+    arrays = []
+
+    def defer(arr):
+        arrays.append(arr)
+        return len(arrays) - 1
+
+    stream = io.BytesIO()
+    ArrayPickler(stream, protocol, defer).dump(obj)
+    with stream.getbuffer() as pickled:
+        out = io.BytesIO()
+        writer = ContainerWriter(out, _threads(n_threads) if arrays else 1, NAME)
+        store = _array_store(writer, None, chunk_size)
+        for arr in arrays:
+            store(arr)
+        _finish(writer, _raw_chunks(pickled), None, protocol)
     return out.getvalue()
+
+
+def _threads(n_threads):
+    return check_n_threads(n_threads)
+
+
+def _raw_chunks(pickled):
+    """The pickle stream as the raw chunks of the root section."""
+    return [(chunk, len(chunk), checksum(chunk), VERBATIM)
+            for chunk in (pickled[i:i + PICKLE_CHUNK_SIZE]
+                          for i in range(0, len(pickled), PICKLE_CHUNK_SIZE))]
 
 
 def loads(data, *, trusted=True, verify=True, n_threads=None, copy=False):
