@@ -2,18 +2,24 @@
 arrays of one loaded as views of the buffer that holds it."""
 
 import io
+import pickle
 
 from ._args import check_chunk_size, check_protocol
 from ._threads import check_n_threads
 from .api import PICKLE_CHUNK_SIZE, _array_store, _finish, _load, _write
 from .codecs import parse_compress
-from .container import VERBATIM, ContainerWriter, checksum
+from .container import MAX_CHUNK_SIZE, VERBATIM, ContainerWriter, checksum
+from .container.compact import compact_dump, compact_stream
 from .container.sources import MemorySource
+from .exceptions import CorruptFileError
 from .pickler import ArrayPickler
 from .unpickler import normalize_trusted
 
 #: How the buffer is named in messages.
 NAME = "<bytes>"
+#: A ``bytes`` object up to this size has its pickle stream sliced (copied)
+#: rather than viewed: unpickling a small ``bytes`` is quicker.
+SMALL = 1 << 16
 
 
 def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
@@ -73,6 +79,8 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
 
     stream = io.BytesIO()
     ArrayPickler(stream, protocol, defer).dump(obj)
+    if not arrays and stream.tell() <= MAX_CHUNK_SIZE:
+        return compact_dump(stream.getbuffer())
     with stream.getbuffer() as pickled:
         out = io.BytesIO()
         writer = ContainerWriter(out, _threads(n_threads) if arrays else 1, NAME)
@@ -143,15 +151,25 @@ def loads(data, *, trusted=True, verify=True, n_threads=None, copy=False):
     >>> cpersist.loads(data, copy=True)["x"].flags.owndata
     True
     """
-    source = memory_source(data)
+    if trusted is True and n_threads is None:
+        # A compact dump (a small object without arrays): its pickle stream
+        # is checked and unpickled here, without a reader.
+        small = data if type(data) is bytes and len(data) <= SMALL else _byte_view(data)
+        stream = compact_stream(small, verify)
+        if stream is not None:
+            try:
+                return pickle.loads(stream)
+            except (pickle.UnpicklingError, EOFError) as exc:
+                raise CorruptFileError(f"{NAME}: damaged pickle stream ({exc})") from None
+    source = MemorySource(_byte_view(data), NAME)
     restricted, allowed, prefixes = normalize_trusted(trusted)
     n_threads = check_n_threads(n_threads)
     return _load(source, mmap_mode=None, restricted=restricted, allowed=allowed,
                  prefixes=prefixes, verify=verify, n_threads=n_threads, views=not copy)
 
 
-def memory_source(data):
-    """``data`` as a :class:`MemorySource`, or a TypeError saying why not."""
+def _byte_view(data):
+    """``data`` as a memoryview of bytes, or a TypeError saying why not."""
     try:
         view = memoryview(data)
     except TypeError:
@@ -161,4 +179,4 @@ def memory_source(data):
         ) from None
     if not view.c_contiguous:
         raise TypeError("data must be a contiguous buffer; this memoryview is not")
-    return MemorySource(view, NAME)
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
