@@ -13,11 +13,14 @@ from .codecs import available_codecs  # noqa: E402
 # function would be shadowed by the module.
 from .convert import convert  # noqa: E402
 from .exceptions import (CorruptFileError, CpersistError,  # noqa: E402
-                         UnsupportedVersionError, UntrustedObjectError)
+                         UnsupportedVersionError, UntrustedObjectError,
+                         UntrustedPickleError)
 
 # These need numpy; imported on first access (PEP 562) so that the command
 # line and `import cpersist` stay light.
-_LAZY = {"dump": "api", "load": "api", "dumps": "inmemory", "loads": "inmemory", "inspect": "inspection", "verify": "inspection",
+_LAZY = {"dump": "api", "load": "api", "dumps": "inmemory", "loads": "inmemory",
+         "inspect": "inspection", "verify": "inspection",
+         "reseal": "inspection",
          "register_joblib_backend": "joblib_store"}
 
 
@@ -41,6 +44,7 @@ __all__ = [
     "CpersistError",
     "UnsupportedVersionError",
     "UntrustedObjectError",
+    "UntrustedPickleError",
     "available_codecs",
     "convert",
     "dump",
@@ -49,5 +53,6 @@ __all__ = [
     "load",
     "loads",
     "register_joblib_backend",
+    "reseal",
     "verify",
 ]

@@ -3,7 +3,7 @@
 import io
 import os
 import stat
-import tempfile
+import sys
 
 #: Suffix of the temporary files ``dump`` writes next to the target before
 #: renaming them onto it; a killed process may leave one behind.
@@ -59,6 +59,10 @@ def write_atomically(path, write, fsync):
     the directory entry are flushed to disk before returning, so the new
     file survives a power loss.
     """
+    # Imported here: tempfile imports shutil, random and the bz2 and lzma
+    # modules, which only writing to a path needs.
+    import tempfile
+
     path = os.fspath(path)
     name = os.fsdecode(path)
     directory, base = os.path.split(os.path.abspath(path))
@@ -133,7 +137,10 @@ def local_fd(file):
     one. Any other object (a compressing file, a pipe, a socket) is only
     read and written through its methods.
     """
-    if type(file) is tempfile._TemporaryFileWrapper:
+    # Looked up, not imported: a tempfile wrapper exists only once tempfile
+    # has been imported.
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None and type(file) is tempfile._TemporaryFileWrapper:
         file = file.file
     if type(file) not in PLAIN_FILE_TYPES:
         return None

@@ -5,22 +5,21 @@ of arrays are compressed on a thread pool while the calling thread writes
 them in order (:func:`ordered_map`); loads of compressed sections and the
 pickle stream of a dump have every thread, the calling one included, claim
 chunks and do all the work on them (:func:`run_claimed`). xxHash
-holds the GIL: a checksum on the pool runs alongside the calling thread's
-reads and writes, not alongside another checksum (100 MB in 4 MiB pieces:
-3.7 ms on one thread, 3.8 ms on two).
+holds the GIL, so a checksum on the pool overlaps the calling thread's
+reads and writes but never another checksum: spreading checksums alone over
+more threads gains nothing.
 """
 
 import itertools
 import os
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 
 _END = object()
-#: Chunks in flight per worker. With one, a worker that finished idled until
-#: the calling thread had consumed the chunk before it: 2 threads loaded a
-#: 100 MB map in 38.5 ms against 37.5 ms with 1; with two, in 22.0 ms (loads
-#: of compressed sections have since left this pipeline).
+#: Chunks in flight per worker. With one, a worker that has finished idles
+#: until the calling thread has consumed the previous chunk, so the workers
+#: take turns instead of running together; two keep each worker busy while
+#: the calling thread catches up.
 IN_FLIGHT_PER_THREAD = 2
 _pools = {}
 _pools_lock = threading.Lock()
@@ -48,6 +47,11 @@ def get_pool(n_threads):
     with _pools_lock:
         pool = _pools.get(n_threads)
         if pool is None:
+            # Imported here: concurrent.futures imports logging and queue,
+            # which the command line, single-threaded calls and small arrays
+            # never need.
+            from concurrent.futures import ThreadPoolExecutor
+
             pool = _pools[n_threads] = ThreadPoolExecutor(
                 n_threads, thread_name_prefix="cpersist"
             )
@@ -121,7 +125,8 @@ def run_claimed(task, n_items, n_threads):
 
     The calling thread works too, rather than handing items to a pool and
     waiting: a worker that has to take the GIL back from a thread busy in
-    Python code waits a whole switch interval (5 ms) for it.
+    Python code waits a whole switch interval (``sys.getswitchinterval()``)
+    for it, which can be longer than decoding a chunk.
 
     Parameters
     ----------

@@ -15,7 +15,8 @@ from ._files import display_name, is_path, write_atomically
 from ._threads import check_n_threads
 from .arrays import allocate, describe, iter_chunks, parse_description
 from .codecs import parse_compress
-from .container import CHECKED_CLAIM, ContainerReader, ContainerWriter, EncodedStream
+from .container import (CHECKED_CLAIM, EDITED, FLAGS_AT, ContainerReader, ContainerWriter,
+                        EncodedStream)
 from .exceptions import CorruptFileError, CpersistError
 from .pickler import ArrayPickler
 from .unpickler import ArrayUnpickler, normalize_trusted
@@ -50,8 +51,11 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         where it compresses better) at level 3. An int 1–9: the default
         codec at that level. A codec name (``"zlib"``, ``"lz4"``,
         ``"zstd"``, ``"zstd-auto"``, ``"blosc"``, ``"blosc:lz4"``, ``"blosc:zstd"``,
-        ``"blosc:zlib"``, ``"blosc:blosclz"``): that codec at level 3. A
-        ``(name, level)`` tuple; level 0 means raw.
+        ``"blosc:zlib"``, ``"blosc:blosclz"``, and joblib's ``"gzip"``,
+        ``"bz2"``, ``"lzma"``, ``"xz"``): that codec at level 3.
+        ``"max"``: the smallest file cpersist can make, at any cost in time
+        (each chunk tried under several filters with Zstandard 22, LZMA2
+        and bzip2). A ``(name, level)`` tuple; level 0 means raw.
     protocol : int, optional
         Pickle protocol, 2 to 5; default :data:`pickle.HIGHEST_PROTOCOL`.
     chunk_size : int, optional
@@ -145,8 +149,12 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
     Parameters
     ----------
     source : str, os.PathLike or binary file object
-        A file object is read from its current position to its end; a
-        non-seekable one (pipe, socket) is first copied to a temporary file.
+        A path must hold one dump, and nothing after it. A file object is
+        read from its current position to the end of the dump there, and
+        left positioned right after it: several dumps written one after
+        another to a file, pipe or socket load back one by one. From a
+        non-seekable one (pipe, socket), exactly the dump's bytes are read,
+        into a temporary file.
     mmap_mode : {None, 'r', 'r+', 'c'}
         Return raw (uncompressed) arrays as :class:`numpy.memmap` views of the
         file instead of reading them: ``'r'`` read-only, ``'r+'`` writes reach
@@ -158,9 +166,10 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
         ``fileno()`` is the compressed file's) a ``UserWarning`` is issued
         and the arrays are read. Zero-size
         arrays come back as plain ndarrays (there is nothing to map).
-        Writes through ``'r+'`` do not update the checksums stored in the
-        file: load it again with ``mmap_mode`` or ``verify=False``, else
-        the changed chunks are reported as damaged.
+        Mapping with ``'r+'`` marks the file as edited: its raw arrays may
+        change behind their checksums, so later loads and :func:`verify`
+        do not report them as damaged (everything else is still checked);
+        :func:`reseal` computes their checksums again.
     trusted : bool or iterable, default True
         ``True`` unpickles like :func:`pickle.load`, which can run any code
         the file names: only load files you trust. ``False`` resolves only
@@ -182,7 +191,9 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
     Raises
     ------
     CorruptFileError
-        If the source is not a cpersist file, or is truncated or damaged.
+        If the source is not a cpersist file, or is truncated or damaged, or
+        a path holds bytes after its dump (the message says how many, and
+        whether another dump follows).
     UnsupportedVersionError
         If a newer, incompatible version of the format wrote the file.
     UntrustedObjectError
@@ -203,14 +214,15 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None):
     n_threads = check_n_threads(n_threads)
     with open_source(source, mmap_mode) as opened:
         return _load(opened, mmap_mode=mmap_mode, restricted=restricted, allowed=allowed,
-                     prefixes=prefixes, verify=verify, n_threads=n_threads)
+                     prefixes=prefixes, verify=verify, n_threads=n_threads,
+                     whole=is_path(source))
 
 
-def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads,
+def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole,
           views=False):
     """``views``: return raw arrays as views of ``source.read``'s bytes (a
     :class:`~cpersist.container.sources.MemorySource`, whose reads are views)."""
-    reader = ContainerReader(source)
+    reader = ContainerReader(source, whole=whole)
     name = reader.name
     root = reader.sections[reader.root]
     if root.meta.get("kind") != "pickle":
@@ -219,7 +231,6 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
     can_map = mmap_mode is not None and source.can_map
     loaded = {}
     mapped = []
-    not_mapped = []  # compressed sections read although mmap_mode was asked
 
     def load_array(index):
         if type(index) is not int or not 0 <= index < len(reader.sections) or index == reader.root:
@@ -234,14 +245,14 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
             arr, _ = _allocate(reader, index, dtype, shape, order)
         elif can_map and section.is_raw:
             if not mapped:
-                mapped.append(_memmap(source, mmap_mode))
+                mapped.append(_memmap(source, reader.size, mmap_mode))
+                if mmap_mode == "r+":
+                    _mark_edited(mapped[0])
             start = section.offset
             arr = mapped[0][start:start + nbytes].view(dtype).reshape(shape, order=order)
         elif views and section.is_raw:
             arr = _view(reader, section, verify).view(dtype).reshape(shape, order=order)
         else:
-            if can_map:
-                not_mapped.append(index)
             reader.check_claimed_sizes(section)  # before allocating a forged size
             arr, view = _allocate(reader, index, dtype, shape, order)
             reader.read_into(section, view, verify=verify, n_threads=n_threads)
@@ -256,9 +267,11 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
         raise
     except (pickle.UnpicklingError, EOFError) as exc:
         raise reader.error(f"damaged pickle stream ({exc})") from None
-    if not_mapped:
-        # Warned once, here rather than in load_array: the unpickler's call
-        # depth varies, this frame's is fixed (load -> _load).
+    if can_map and any(section.codec is not None for section in reader.sections):
+        # Whether or not any array had a section of its own (small ones are
+        # kept in a compressed pickle stream), nothing of such a file is
+        # mapped. Warned once, here rather than in load_array: the
+        # unpickler's call depth varies, this frame's is fixed (load -> _load).
         warnings.warn(
             f"cpersist: {name} holds compressed arrays, which cannot be "
             f"memory-mapped; they are loaded into memory",
@@ -276,12 +289,12 @@ def _view(reader, section, verify):
     return np.frombuffer(data, dtype=np.uint8)
 
 
-def _memmap(source, mode):
-    """The whole of ``source`` as a :class:`numpy.memmap` of bytes, mapped
-    by the source from the descriptor it reads (as ``numpy.memmap`` would
-    from a file object)."""
-    mm, start = source.map(0, source.size, mode)
-    arr = np.ndarray.__new__(np.memmap, (source.size,), dtype=np.uint8, buffer=mm,
+def _memmap(source, size, mode):
+    """The ``size`` bytes of the dump in ``source`` as a :class:`numpy.memmap`
+    of bytes, mapped by the source from the descriptor it reads (as
+    ``numpy.memmap`` would from a file object)."""
+    mm, start = source.map(0, size, mode)
+    arr = np.ndarray.__new__(np.memmap, (size,), dtype=np.uint8, buffer=mm,
                              offset=start)
     arr._mmap = mm
     arr.offset = source.base
@@ -289,6 +302,19 @@ def _memmap(source, mode):
     path = getattr(source, "path", None)
     arr.filename = os.path.abspath(path) if path is not None else None
     return arr
+
+
+def _mark_edited(mapped):
+    """Set the header's edited flag through a writable map of the dump.
+
+    Writes through the map change raw arrays behind their checksums; with
+    the flag, readers do not report those sections as damaged, and
+    :func:`cpersist.reseal` computes their checksums again.
+    """
+    field = mapped[FLAGS_AT:FLAGS_AT + 4]
+    flags = int.from_bytes(field.tobytes(), "little")
+    if not flags & EDITED:
+        field[:] = np.frombuffer((flags | EDITED).to_bytes(4, "little"), np.uint8)
 
 
 def _pickle_stream(reader, root, verify, n_threads):

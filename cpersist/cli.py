@@ -1,9 +1,10 @@
 """The ``cpersist`` command line: ``info``, ``verify``, ``convert`` and ``bench``.
 
 Run as ``cpersist VERB ...`` (the console script) or ``python -m cpersist
-VERB ...``. No verb executes the pickle stream of a file: ``info`` and
-``verify`` read the index and walk the opcodes, ``convert`` copies the stream
-as it is. Exit codes: 0 success, 1 a file is missing, damaged or fails
+VERB ...``. No verb executes the pickle stream of a cpersist file: ``info``
+and ``verify`` read the index and walk the opcodes, ``convert`` copies the
+stream as it is (only ``convert --trust-pickles`` of a joblib file or a pickle
+loads it, to dump its object again). Exit codes: 0 success, 1 a file is missing, damaged or fails
 verification, 2 bad command-line usage.
 """
 
@@ -216,15 +217,17 @@ def _json_default(value):
 # -- verify -----------------------------------------------------------------
 
 def _cmd_verify(args):
-    from .inspection import verify
+    from .inspection import reseal, verify
 
     status = EXIT_OK
     for path in args.files:
         source = path
         try:
             _check_file(path)
+            if args.reseal and path == STDIN:
+                raise _UsageError("--reseal rewrites files: it cannot read standard input")
             source = _source(path)
-            result = verify(source)
+            result = reseal(source) if args.reseal else verify(source)
         except (OSError, CpersistError) as exc:
             message = _message(exc, path)
             for named in (path, _display(source)):
@@ -234,8 +237,15 @@ def _cmd_verify(args):
             print(f"{path}: FAILED: {message}")
             status = EXIT_FAILED
             continue
+        note = ""
+        if result["unchecked"]:
+            numbers = ", ".join(map(str, result["unchecked"]))
+            note = (f"; raw array sections {numbers} were changed through a writable map "
+                    f"(mmap_mode='r+') and cannot be checked: "
+                    + ("their new checksums are stored (resealed)" if args.reseal
+                       else "'cpersist verify --reseal' stores their new checksums"))
         print(f"{path}: OK ({result['sections']} sections, {result['chunks']} chunks, "
-              f"{_human(result['stored_bytes'])} checked)")
+              f"{_human(result['stored_bytes'])} checked){note}")
     return status
 
 
@@ -260,14 +270,14 @@ def _cmd_convert(args):
         raise FileNotFoundError(f"{args.dst}: cannot write, no directory {dst_dir}")
     try:
         stats = convert(_source(args.src), args.dst, compress, chunk_size=args.chunk_size,
-                        n_threads=args.threads)
+                        n_threads=args.threads, trust_pickles=args.trust_pickles)
     except OSError as exc:
         if str(exc.filename or "").endswith(TMP_SUFFIX):  # the temporary file next to DST
             raise OSError(f"{args.dst}: cannot write ({exc.strerror})") from None
         raise
     before, after = stats["stored_bytes_before"], stats["stored_bytes_after"]
     ratio = f"{stats['raw_bytes'] / after:.2f}" if after else "-"
-    print(f"{args.src} -> {args.dst}: {stats['sections']} sections, "
+    print(f"{args.src} ({stats['source_kind']}) -> {args.dst}: {stats['sections']} sections, "
           f"{_human(stats['raw_bytes'])} of data stored in {_human(before)} -> "
           f"{_human(after)} (ratio {ratio}, compress={args.compress})")
     return EXIT_OK
@@ -305,7 +315,7 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Inspect, check, re-encode and benchmark cpersist files. "
-                    "No verb executes the pickled object.",
+                    "No verb executes the pickled object of a cpersist file.",
         epilog="Exit codes: 0 success, 1 a file is missing, damaged or fails "
                "verification, 2 bad usage. 'cpersist VERB --help' describes each verb.",
     )
@@ -336,6 +346,10 @@ def build_parser():
     )
     verify.add_argument("files", nargs="+", metavar="FILE", help="cpersist files; - reads "
                         "standard input")
+    verify.add_argument("--reseal", action="store_true",
+                        help="store new checksums for the raw arrays of files changed "
+                             "through a writable map (mmap_mode='r+'), after checking "
+                             "everything else")
     verify.set_defaults(run=_cmd_verify)
 
     convert = verbs.add_parser(
@@ -343,9 +357,12 @@ def build_parser():
         description="Write a copy of SRC to DST with every section re-encoded, chunk by "
                     "chunk, without unpickling the object (the pickle stream is copied "
                     "as is). Use --compress raw to make the arrays memory-mappable. DST "
-                    "is written atomically and may be SRC.",
+                    "is written atomically and may be SRC. With --trust-pickles, SRC may "
+                    "also be a joblib file (any compression) or a pickle, which is loaded "
+                    "and dumped to DST. The line printed says which kind SRC is.",
     )
-    convert.add_argument("src", metavar="SRC", help="a cpersist file; - reads standard input")
+    convert.add_argument("src", metavar="SRC", help="a cpersist file (or, with "
+                         "--trust-pickles, a joblib file or a pickle); - reads standard input")
     convert.add_argument("dst", metavar="DST")
     # The names come from the registry (built-in, registered and installed
     # codecs), which lists them without importing any compression library.
@@ -361,6 +378,10 @@ def build_parser():
                          help="bytes per chunk in DST (default: keep SRC's chunks)")
     convert.add_argument("--threads", type=_positive_int, default=None, metavar="N",
                          help="compression threads (default: all CPUs)")
+    convert.add_argument(
+        "--trust-pickles", action="store_true",
+        help="also convert a joblib file or a pickle: this LOADS it, which runs any code "
+             "it names, so only for files you trust (a cpersist SRC is never unpickled)")
     convert.set_defaults(run=_cmd_convert)
 
     verbs.add_parser(

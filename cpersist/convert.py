@@ -1,4 +1,5 @@
-"""Re-encode the sections of a cpersist file without unpickling it.
+"""Re-encode the sections of a cpersist file without unpickling it, or
+migrate a joblib file or a pickle to cpersist.
 
 :func:`convert` reads a file's sections chunk by chunk, checks their
 checksums, decodes them and writes them again with another codec or level
@@ -7,25 +8,33 @@ copied byte for byte: no object is rebuilt and no code in the file runs, so
 converting an untrusted file is safe. Section numbers, array descriptions
 and the order of the sections are kept, so the result loads to the same
 object.
+
+A joblib file or a plain pickle, in contrast, is loaded (which runs the code
+it names, so only when the caller says it trusts the file) and dumped again:
+see :mod:`cpersist._migrate`.
 """
 
-from . import __version__
+from . import __version__, _migrate
 from ._args import check_chunk_size, open_source
 from ._files import display_name, is_path, write_atomically
 from ._threads import check_n_threads
 from .codecs import parse_compress
-from .container import FORMAT_MINOR, ContainerReader, ContainerWriter
+from .container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWriter
 from .exceptions import UnsupportedVersionError
 
 
-def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False):
-    """Write a copy of a cpersist file with its sections re-encoded.
+def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False,
+            trust_pickles=False):
+    """Write a copy of a cpersist file with its sections re-encoded, or
+    migrate a joblib file or a pickle to a cpersist file.
 
     Parameters
     ----------
     src : str, os.PathLike or binary file object
-        A cpersist file; a file object is read from its current position to
-        its end (a non-seekable one, such as a pipe, is first copied to a
+        A cpersist file, a joblib file (uncompressed or with any of joblib's
+        compressors) or a pickle of protocol 2 or later; a file object is
+        read from its current position to the end of the dump there (from a
+        non-seekable one, such as a pipe, the bytes are first copied to a
         temporary file).
     dst : str or os.PathLike
         Where to write the copy, atomically (a temporary file in the same
@@ -41,18 +50,32 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False)
         Threads used to compress and checksum; default: all available CPUs.
     fsync : bool, default False
         Flush the copy to disk before renaming it onto ``dst``.
+    trust_pickles : bool, default False
+        Convert a joblib file or a pickle: this loads it (with
+        :func:`joblib.load` or :func:`pickle.load`), which runs any code the
+        file names, so pass True only for a file you trust. A cpersist file
+        is never unpickled, whatever this says.
 
     Returns
     -------
     dict
-        ``{"sections": n, "raw_bytes": ..., "stored_bytes_before": ...,
-        "stored_bytes_after": ...}`` (sizes of the sections' data).
+        ``{"source_kind": ..., "sections": n, "raw_bytes": ...,
+        "stored_bytes_before": ..., "stored_bytes_after": ...}``: what
+        ``src`` is (``"cpersist format 1.1"``, ``"joblib file
+        (zlib-compressed)"``, ``"pickle protocol 5"``) and sizes of the
+        sections' data (for a joblib file or a pickle, "before" is the size
+        of the whole file).
 
     Raises
     ------
     CorruptFileError
-        If ``src`` is not a cpersist file or a checksum does not match; no
-        file is written then.
+        If ``src`` is none of the files above, or a checksum does not match;
+        no file is written then.
+    UntrustedPickleError
+        If ``src`` is a joblib file or a pickle and ``trust_pickles`` is
+        False; nothing is loaded or written.
+    ImportError
+        For a joblib file when joblib is not installed.
     UnsupportedVersionError
         If ``src`` uses a format version newer than this cpersist writes
         (a newer minor version may hold fields a rewrite would drop).
@@ -76,19 +99,25 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False)
     if not is_path(dst):
         raise TypeError(f"dst must be a path, got {type(dst).__name__}")
     with open_source(src, what="src") as source:
-        return _convert(source, dst, codec, step, n_threads, fsync)
+        kind = _migrate.detect(source)
+        if not kind.is_cpersist:
+            return _migrate.convert_pickled(
+                kind, src, source, dst, trust_pickles=trust_pickles, compress=compress,
+                chunk_size=chunk_size, n_threads=n_threads, fsync=fsync)
+        return _convert(source, dst, codec, step, n_threads, fsync, is_path(src))
 
 
-def _convert(source, dst, codec, step, n_threads, fsync):
-    reader = ContainerReader(source)
+def _convert(source, dst, codec, step, n_threads, fsync, whole):
+    reader = ContainerReader(source, whole=whole)
     name = reader.name
-    if reader.minor > FORMAT_MINOR:
+    if (reader.major, reader.minor) > (FORMAT_MAJOR, FORMAT_MINOR):
         raise UnsupportedVersionError(
             f"{name}: written in cpersist format {reader.major}.{reader.minor}; this "
-            f"version writes {reader.major}.{FORMAT_MINOR} and could drop what the newer "
+            f"version writes {FORMAT_MAJOR}.{FORMAT_MINOR} and could drop what the newer "
             f"minor version added: convert it with an up-to-date cpersist"
         )
     stats = {
+        "source_kind": f"cpersist format {reader.major}.{reader.minor}",
         "sections": len(reader.sections),
         "raw_bytes": sum(s.raw_size for s in reader.sections),
         "stored_bytes_before": sum(s.stored_size for s in reader.sections),
@@ -106,7 +135,7 @@ def _convert(source, dst, codec, step, n_threads, fsync):
                 chunks = _rechunk(chunks, max(1, step // typesize) * typesize)
             number = writer.add_section(
                 (memoryview(c) for c in chunks), codec=codec,
-                typesize=section.typesize, meta=section.meta,
+                typesize=section.typesize, meta=section.meta, size=section.raw_size,
             )
             assert number == section.index
         info = dict(reader.info)

@@ -37,3 +37,10 @@ class UntrustedObjectError(CpersistError):
             f"trusted=[({module!r}, {name!r})] (or a module prefix) if you trust "
             f"this file, after checking it with cpersist.inspect()"
         )
+
+
+class UntrustedPickleError(CpersistError):
+    """:func:`cpersist.convert` was given a joblib file or a pickle without
+    being told to trust it: converting one means loading it, which runs the
+    code it names. Raised before anything is read beyond the file's kind or
+    written."""

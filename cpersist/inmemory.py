@@ -20,6 +20,7 @@ NAME = "<bytes>"
 #: A ``bytes`` object up to this size has its pickle stream sliced (copied)
 #: rather than viewed: unpickling a small ``bytes`` is quicker.
 SMALL = 1 << 16
+_unpickle = pickle.loads
 
 
 def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
@@ -151,21 +152,27 @@ def loads(data, *, trusted=True, verify=True, n_threads=None, copy=False):
     >>> cpersist.loads(data, copy=True)["x"].flags.owndata
     True
     """
-    if trusted is True and n_threads is None:
-        # A compact dump (a small object without arrays): its pickle stream
-        # is checked and unpickled here, without a reader.
-        small = data if type(data) is bytes and len(data) <= SMALL else _byte_view(data)
-        stream = compact_stream(small, verify)
+    if trusted is True:
+        # A compact dump (an object without arrays): its pickle stream is
+        # checked and unpickled here, without a reader; its checksums are
+        # checked whatever ``verify`` says (they are how it is recognised,
+        # at the cost of one pass over a stream unpickling reads anyway).
+        # Anything else, or damage, goes the long way, which says what is wrong.
+        stream = compact_stream(
+            data if type(data) is bytes and len(data) <= SMALL else _byte_view(data))
         if stream is not None:
+            if n_threads is not None:
+                check_n_threads(n_threads)
             try:
-                return pickle.loads(stream)
+                return _unpickle(stream)
             except (pickle.UnpicklingError, EOFError) as exc:
                 raise CorruptFileError(f"{NAME}: damaged pickle stream ({exc})") from None
     source = MemorySource(_byte_view(data), NAME)
     restricted, allowed, prefixes = normalize_trusted(trusted)
     n_threads = check_n_threads(n_threads)
     return _load(source, mmap_mode=None, restricted=restricted, allowed=allowed,
-                 prefixes=prefixes, verify=verify, n_threads=n_threads, views=not copy)
+                 prefixes=prefixes, verify=verify, n_threads=n_threads, whole=True,
+                 views=not copy)
 
 
 def _byte_view(data):

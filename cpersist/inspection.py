@@ -1,20 +1,26 @@
-"""``inspect`` and ``verify``: look into a cpersist file without unpickling it.
+"""``inspect``, ``verify`` and ``reseal``: look into a cpersist file without
+unpickling it.
 
-Neither function imports or calls anything the file names: :func:`inspect`
+None of them imports or calls anything the file names: :func:`inspect`
 reads the index and walks the pickle stream's opcodes with
 :func:`pickletools.genops`, tracking strings through the stack and the memo to
 find the globals ``STACK_GLOBAL`` would resolve; :func:`verify` checks every
-checksum and decodes every chunk.
+checksum and decodes every chunk; :func:`reseal` verifies a file whose raw
+arrays were edited through a writable map and stores their new checksums.
 """
+
 
 from .api import array_layout
 from ._args import open_source
+from ._files import display_name, is_path
 # The global through which a pickle stream fetches a stored array is listed
 # under "arrays", not "globals".
 from ._format_names import STORED_ARRAY
 from ._opcodes import walk
 from ._paths import arrays_of
 from .container import ContainerReader
+from .container.reseal import reseal as _reseal_dump
+from .container.sources import LocalFileSource
 from .exceptions import CorruptFileError
 
 
@@ -126,7 +132,7 @@ def inspect(source):
     ['sklearn.ensemble._forest.RandomForestClassifier', ...]
     """
     with open_source(source) as opened:
-        reader = ContainerReader(opened)
+        reader = ContainerReader(opened, whole=is_path(source))
         name = reader.name
         root = _root(reader)
         arrays = []
@@ -179,11 +185,19 @@ def verify(source):
     ----------
     source : str, os.PathLike or binary file object
 
+    A file mapped with ``mmap_mode='r+'`` carries an edited flag: its raw
+    arrays may have changed behind their checksums. Those whose checksums
+    no longer match are not reported as damaged but listed under
+    ``"unchecked"``; everything else is checked as usual, and
+    :func:`reseal` stores their new checksums.
+
     Returns
     -------
     dict
         ``{"sections", "chunks", "stored_bytes", "raw_bytes"}`` totals of
-        what was checked.
+        what was read; ``"unchecked"``: the numbers of the raw array
+        sections changed through a writable map, which cannot be checked
+        (an empty list for a file never mapped for writing).
 
     Raises
     ------
@@ -193,20 +207,81 @@ def verify(source):
     Examples
     --------
     >>> cpersist.verify("model.cp")                      # doctest: +SKIP
-    {'sections': 3, 'chunks': 5, 'stored_bytes': 1234, 'raw_bytes': 5678}
+    {'sections': 3, 'chunks': 5, 'stored_bytes': 1234, 'raw_bytes': 5678, 'unchecked': []}
     """
     with open_source(source) as opened:
-        reader = ContainerReader(opened)
-        name = reader.name
-        root = _root(reader)
-        chunks = stored = raw = 0
-        for section in reader.sections:
-            if section.index != reader.root:
-                array_layout(reader, section)
+        return _verify(ContainerReader(opened, whole=is_path(source)))
+
+
+def _verify(reader):
+    root = _root(reader)
+    chunks = stored_bytes = raw_bytes = 0
+    unchecked = []
+    for section in reader.sections:
+        if section.index != reader.root:
+            array_layout(reader, section)
+        if reader.unchecked(section) and not reader.matches(section):
+            unchecked.append(section.index)
+        else:
             reader.verify_section(section)
-            chunks += len(section.chunks)
-            stored += section.stored_size
-            raw += section.raw_size
-        scan_pickle(reader.read_bytes(root), name)  # a well-formed opcode stream
-        return {"sections": len(reader.sections), "chunks": chunks,
-                "stored_bytes": stored, "raw_bytes": raw}
+        chunks += len(section.chunks)
+        stored_bytes += section.stored_size
+        raw_bytes += section.raw_size
+    scan_pickle(reader.read_bytes(root), reader.name)  # a well-formed opcode stream
+    return {"sections": len(reader.sections), "chunks": chunks,
+            "stored_bytes": stored_bytes, "raw_bytes": raw_bytes, "unchecked": unchecked}
+
+
+def reseal(path):
+    """Store new checksums for the raw arrays of a file edited through a map.
+
+    Loading a file with ``mmap_mode='r+'`` marks it as edited, since writes
+    through the map change raw arrays behind their checksums (the file still
+    loads, and :func:`verify` lists those arrays as unchecked). This checks
+    everything else as :func:`verify` does, then computes the checksums of
+    the raw array sections again, rewrites the index in place and clears
+    the mark, so that damage to those arrays is detected again from now on.
+    Do not call it while the file is still mapped for writing.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A cpersist file holding one dump.
+
+    Returns
+    -------
+    dict
+        What :func:`verify` returns before resealing, with ``"resealed"``:
+        the numbers of the sections whose checksums were computed again
+        (empty, and the file untouched, if it was never mapped for writing).
+
+    Raises
+    ------
+    CorruptFileError
+        If anything other than the edited arrays is damaged; the file is
+        left as it is.
+
+    Examples
+    --------
+    >>> import numpy as np, cpersist
+    >>> cpersist.dump({"w": np.zeros(100_000)}, "edited.cp")
+    ['edited.cp']
+    >>> w = cpersist.load("edited.cp", mmap_mode="r+")["w"]
+    >>> w[:10] = 1.0
+    >>> w.flush(); del w
+    >>> cpersist.verify("edited.cp")["unchecked"]
+    [0]
+    >>> cpersist.reseal("edited.cp")["resealed"]
+    [0]
+    >>> cpersist.verify("edited.cp")["unchecked"]
+    []
+    """
+    if not is_path(path):
+        raise TypeError(f"path must be a path, got {type(path).__name__}")
+    name = display_name(path)
+    with open(path, "r+b") as file:
+        with LocalFileSource(file, name, file.fileno()) as source:
+            reader = ContainerReader(source, whole=True)
+            result = _verify(reader)
+            result["resealed"] = _reseal_dump(file, reader) if reader.edited else []
+    return result

@@ -9,7 +9,8 @@ import json
 import pickle
 import struct
 
-from cpersist.container import (ALIGN, HEADER, TRAILER, ContainerWriter, checksum)
+from cpersist.container import (ALIGN, HEADER, RECORD_SIZE, TRAILER, ContainerWriter, checksum)
+from cpersist.container.framing import END, parse_record, record_header
 
 
 class Point:
@@ -60,6 +61,28 @@ def split(data, *, keep_totals=False):
     return data[:offset], index
 
 
+def _major(data):
+    return HEADER.unpack(data[:HEADER.size])[1]
+
+
+def _records_end(body):
+    """Where the records of a format-2 ``body`` end, before the header of its
+    end record if that is the last thing in it; None if ``body`` is not
+    whole records."""
+    if len(body) < HEADER.size or _major(body) < 2:
+        return None
+    position = HEADER.size
+    while position < len(body):
+        try:
+            kind, _, end = parse_record(body[position:position + RECORD_SIZE], position, "")
+        except (ValueError, struct.error):
+            return None
+        if kind == END:
+            return position if position + RECORD_SIZE == len(body) else None
+        position = end
+    return position if position == len(body) else None
+
+
 def _encode_tables(index):
     """Put edited chunk tables back as JSON text, with totals that agree with
     them unless the section already has totals."""
@@ -77,17 +100,28 @@ def _encode_tables(index):
 
 
 def with_index(body, index, *, raw_index=None):
-    """Reassemble ``body`` and a (modified) index with a correct trailer."""
-    pad = -len(body) % ALIGN
-    body = body + bytes(pad)
+    """Reassemble ``body`` and a (modified) index with a correct trailer.
+
+    A ``body`` of format-2 records (as :func:`split` returns it, with the
+    header of its end record) gets a new end record; any other (a body
+    built by hand, sections laid out one after another) becomes a format
+    1.1 file, the layout such bodies have.
+    """
     if raw_index is None:
         _encode_tables(index)
     data = raw_index if raw_index is not None else json.dumps(index).encode()
+    end = _records_end(body)
+    if end is not None:
+        body = body[:end] + record_header(END, len(data) + TRAILER.size, end)
+    else:
+        if len(body) >= HEADER.size and _major(body) >= 2:
+            body = set_version(body, 1, 1)
+        body = body + bytes(-len(body) % ALIGN)
     return body + data + TRAILER.pack(len(body), len(data), checksum(data), b"CPSEND\r\n")
 
 
 def forge(data, edit, *, consistent=False):
-    """Apply ``edit(index)`` (in place) to a valid file's index; fix the CRC.
+    """Apply ``edit(index)`` (in place) to a valid file's index; fix its checksum.
 
     The sections keep their original size totals, so an edited chunk table
     disagrees with them, unless ``consistent`` (totals follow the tables).
@@ -97,9 +131,31 @@ def forge(data, edit, *, consistent=False):
     return with_index(body, index)
 
 
+def format_1(data):
+    """A format-2 file's bytes laid out as format 1.1: each section's chunks
+    contiguous at a 64-byte boundary, no records, for the tests of format-1
+    readers."""
+    from cpersist.container import ContainerReader
+
+    reader = ContainerReader(bytes(data))
+    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
+    index = json.loads(data[offset:offset + length])
+    body = bytearray(set_version(data[:HEADER.size], 1, 1))
+    for section, entry in zip(reader.sections, index["sections"]):
+        body += bytes(-len(body) % ALIGN)
+        entry["offset"] = len(body)
+        entry.pop("layout", None)
+        for chunk in section.chunks:
+            body += data[chunk.offset:chunk.offset + chunk.length]
+    index["format"] = [1, 1]
+    body += bytes(-len(body) % ALIGN)
+    raw = json.dumps(index).encode()
+    return bytes(body) + raw + TRAILER.pack(len(body), len(raw), checksum(raw), b"CPSEND\r\n")
+
+
 def set_version(data, major, minor=0):
-    magic, _, _ = HEADER.unpack(data[:HEADER.size])
-    return HEADER.pack(magic, major, minor) + data[HEADER.size:]
+    magic, _, _, flags = HEADER.unpack(data[:HEADER.size])
+    return HEADER.pack(magic, major, minor, flags) + data[HEADER.size:]
 
 
 # -- pickle streams built opcode by opcode -----------------------------------

@@ -9,6 +9,7 @@ import json
 import os
 import pickle
 import socket
+import pathlib
 import struct
 import tempfile
 import warnings
@@ -18,7 +19,8 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist.container import ALIGN, END_MAGIC, MAGIC, TRAILER, BufferPool, ContainerReader
+from cpersist.container import (ALIGN, END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, TRAILER, BufferPool,
+                                ContainerReader)
 
 from .conftest import (COMPRESSIONS, _Thread, assert_same, make_matrix, pipe_bytes, random_array,
                        roundtrip)
@@ -137,8 +139,10 @@ def test_bad_target_and_source_types():
 ACCEPTED = [
     (0, None), (False, None), (True, ("zstd-auto", 3)),
     *[(level, ("zstd-auto", level)) for level in range(1, 10)],
-    *[(name, (name, 3)) for name in cpersist.available_codecs()],
+    *[(name, (name, 9 if name == "max" else 3)) for name in cpersist.available_codecs()],
     ("blosc", ("blosc:lz4", 3)),
+    (("gzip", 9), ("gzip", 9)), (("bz2", 1), ("bz2", 1)), (("lzma", 6), ("lzma", 6)),
+    (("xz", 9), ("xz", 9)), (("max", 5), ("max", 5)), (("max", 0), None),
     (("zlib", 0), None), (("blosc:zstd", 0), None),
     (("zlib", 1), ("zlib", 1)), (("lz4", 9), ("lz4", 9)), (("blosc", 7), ("blosc:lz4", 7)),
     (("blosc:blosclz", 5), ("blosc:blosclz", 5)), (("blosc:zlib", 2), ("blosc:zlib", 2)),
@@ -308,16 +312,17 @@ def test_mmap_r_plus_writes_reach_the_file(tmp_path):
     out["c"].flush()
     del out
     gc.collect()
-    # The chunk checksums now describe the old bytes: reading them back
-    # needs verify=False, or memory mapping (which does not verify).
+    # The chunk checksums describe the old bytes, but the map marked the
+    # file as edited: every way of loading it gives the new values.
     again = cpersist.load(path, mmap_mode="r")
     assert again["c"][0, :3].tolist() == [-1.0, -2.0, -3.0]
     assert again["f"][-1, -1] == 12345
     unverified = cpersist.load(path, verify=False)
     assert unverified["c"][0, :3].tolist() == [-1.0, -2.0, -3.0]
     assert_same(obj["struct"], unverified["struct"])
-    with pytest.raises(cpersist.CorruptFileError, match="checksum"):
-        cpersist.load(path)
+    plain = cpersist.load(path)
+    assert plain["c"][0, :3].tolist() == [-1.0, -2.0, -3.0]
+    assert plain["f"][-1, -1] == 12345
 
 
 def test_mmap_c_writes_stay_private(tmp_path):
@@ -623,12 +628,12 @@ def test_truncated_raw_file_with_mmap(tmp_path):
 def test_newer_major_version(good_file):
     data = bytearray(good_file.read_bytes())
     major, minor = struct.unpack_from("<HH", data, len(MAGIC))
-    assert (major, minor) == (1, 1)
+    assert (major, minor) == (FORMAT_MAJOR, FORMAT_MINOR)
     struct.pack_into("<H", data, len(MAGIC), major + 1)
     good_file.write_bytes(bytes(data))
     for error in _load_each_way(good_file):
         assert type(error) is cpersist.UnsupportedVersionError
-        assert "newer" in str(error) and "2.1" in str(error)
+        assert "newer" in str(error) and f"{major + 1}.{minor}" in str(error)
 
 
 def test_error_classes():
@@ -739,14 +744,16 @@ def test_file_layout(tmp_path):
     cpersist.dump({"a": a, "c": c, "b": b}, path)
     data = path.read_bytes()
     assert data.startswith(MAGIC) and MAGIC == b"\x89CPS\r\n\x1a\n"
-    assert data[8:12] == b"\x01\x00\x01\x00"  # major 1, minor 1, little-endian
-    assert data[12:64] == bytes(52)
+    assert data[8:12] == b"\x02\x00\x00\x00"  # major 2, minor 0, little-endian
+    assert data[12:64] == bytes(52)  # no flags, reserved
     assert data.endswith(END_MAGIC)
-    offset, length, crc, _ = TRAILER.unpack(data[-TRAILER.size:])
-    assert offset % ALIGN == 0 and offset + length == len(data) - TRAILER.size
+    offset, length, checksum, _ = TRAILER.unpack(data[-TRAILER.size:])
+    assert offset + length == len(data) - TRAILER.size
+    # the end record: kind 3, its payload the index and the trailer
+    assert struct.unpack("<Q", data[offset - 8:offset])[0] == 3 << 56 | length + TRAILER.size
     index = json.loads(data[offset:offset + length])
-    assert crc == __import__("xxhash").xxh3_64_intdigest(data[offset:offset + length])
-    assert index["format"] == [1, 1]
+    assert checksum == __import__("xxhash").xxh3_64_intdigest(data[offset:offset + length])
+    assert index["format"] == [2, 0]
     sections = index["sections"]
     for section in sections:  # the chunk table is JSON text, with its totals
         table = json.loads(section["chunks"])
@@ -766,6 +773,25 @@ def test_file_layout(tmp_path):
     assert by_shape[(30, 40)]["meta"]["order"] == "F"
     assert data[by_shape[(1000,)]["offset"]:][:4] == b"\x00\x00\x00\x00"
     assert data[by_shape[(1000,)]["offset"]:][4:8] == b"\x00\x00\x00\x01"  # big-endian 1
+    for arr in (a, b, c):  # each raw array is one aligned record (kind 2)
+        start = by_shape[arr.shape]["offset"]
+        header_end = len(data[:start].rstrip(b"\0"))  # its last byte is the kind
+        assert struct.unpack("<Q", data[header_end - 8:header_end])[0] == (
+            2 << 56 | arr.nbytes)
+        assert start == header_end + -header_end % ALIGN  # zeros up to the boundary
+
+
+def test_file_layout_format_1():
+    # format 1.1 as its released writer wrote it (tests/fixtures/format-1.1)
+    data = (pathlib.Path(__file__).parent / "fixtures" / "format-1.1" / "raw.cp").read_bytes()
+    assert data[8:12] == b"\x01\x00\x01\x00"  # major 1, minor 1, little-endian
+    assert data[12:64] == bytes(52)
+    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
+    assert offset % ALIGN == 0 and offset + length == len(data) - TRAILER.size
+    index = json.loads(data[offset:offset + length])
+    assert index["format"] == [1, 1]
+    for section in index["sections"]:
+        assert section["offset"] % ALIGN == 0 and "layout" not in section
 
 
 def test_layout_with_a_prefix_is_relative(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 import cpersist
 from cpersist.cli import main, parse_compress_spec
-from cpersist.container import ContainerReader
+from cpersist.container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader
 
 from .conftest import assert_same
 
@@ -127,7 +127,7 @@ def test_info_json_matches_what_was_dumped(raw_file):
     assert result.returncode == 0, result.stderr
     info = json.loads(result.stdout)
     assert info["file"] == str(raw_file)
-    assert info["format"] == "1.1"
+    assert info["format"] == f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
     arrays = {a["path"]: a for a in info["arrays"]}
     expected = {
         "obj['weights']": obj["weights"],
@@ -184,7 +184,7 @@ def test_info_text(raw_file, tmp_path):
     result = run("info", raw_file)
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert out.startswith(f"{raw_file}: cpersist format 1.1, written by cpersist ")
+    assert out.startswith(f"{raw_file}: cpersist format {FORMAT_MAJOR}.{FORMAT_MINOR}, written by cpersist ")
     assert "obj['model'].coef_" in out
     assert "(300, 400)" in out and "<f4" in out
     assert "pickle stream:" in out

@@ -14,8 +14,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
-PAGES = ["index", "getting_started", "user_guide", "cli", "safety", "format", "benchmarks",
-         "api", "changelog"]
+PAGES = ["index", "getting_started", "user_guide", "joblib", "cli", "safety", "format",
+         "benchmarks", "benchmark_results", "api", "changelog"]
 
 
 def sphinx(builder, out):

@@ -89,6 +89,13 @@ def test_every_released_format_has_its_fixtures(version):
             assert entry["file"] == objects.file_name(entry["codec"])
 
 
+def test_the_format_written_now_has_its_fixtures():
+    version = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
+    manifest = _manifest(version)
+    assert manifest["format"] == version
+    assert any(os.path.dirname(p).endswith(f"format-{version}") for p in FILES)
+
+
 @fixture_file
 def test_loads_equal(path):
     assert_same(_expected(path), cpersist.load(path))

@@ -38,6 +38,12 @@ def test_small_objects(obj, compress):
     assert_same(obj, cpersist.loads(data, trusted=False, copy=True))
 
 
+@pytest.mark.parametrize("obj", SMALL, ids=range(len(SMALL)))
+def test_an_object_without_arrays_costs_little_space(obj):
+    # The pickle stream, in a dump without a JSON index.
+    assert len(cpersist.dumps(obj)) <= len(pickle.dumps(obj, protocol=5)) + 128
+
+
 def test_the_dump_is_a_cpersist_file(tmp_path):
     for obj in SMALL + [_model()]:
         data = cpersist.dumps(obj)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import cpersist
+from cpersist.container import FORMAT_MAJOR, FORMAT_MINOR
 
 from ._forge import Point, call, proto, s, stack_global, write_container
 
@@ -20,7 +21,7 @@ def test_inspect_lists_arrays_and_globals(tmp_path):
     path = tmp_path / "m.cp"
     cpersist.dump(obj, path, compress=("zstd", 3))
     info = cpersist.inspect(path)
-    assert info["format"] == "1.1"
+    assert info["format"] == f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
     assert info["pickle"]["protocol"] == pickle.HIGHEST_PROTOCOL
     assert 0 < info["pickle"]["stored_bytes"] and info["pickle"]["raw_bytes"] > 0
     arrays = {a["shape"]: a for a in info["arrays"]}

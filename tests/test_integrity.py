@@ -12,9 +12,9 @@ import pytest
 
 import cpersist
 from cpersist import CorruptFileError, UnsupportedVersionError
-from cpersist.container import CHECKED_CLAIM, MAX_CHUNK_SIZE, TRAILER
+from cpersist.container import CHECKED_CLAIM, FORMAT_MAJOR, MAX_CHUNK_SIZE, TRAILER
 
-from ._forge import forge, proto, set_version, split, with_index
+from ._forge import forge, format_1, proto, set_version, split, with_index
 from .conftest import assert_same
 
 
@@ -78,13 +78,13 @@ def test_zero_length(tmp_path):
 
 
 def test_newer_major_version(tmp_path):
-    data = set_version(_dump([1], tmp_path / "a.cp"), 2)
+    data = set_version(_dump([1], tmp_path / "a.cp"), FORMAT_MAJOR + 1)
     with pytest.raises(UnsupportedVersionError, match="upgrade"):
         _load_bytes(tmp_path, data)
 
 
 def test_newer_minor_version_loads(tmp_path):
-    data = set_version(_dump([1, np.arange(3)], tmp_path / "a.cp"), 1, 7)
+    data = set_version(_dump([1, np.arange(3)], tmp_path / "a.cp"), FORMAT_MAJOR, 7)
     out, _ = _load_bytes(tmp_path, data)
     assert out[0] == 1 and np.array_equal(out[1], np.arange(3))
 
@@ -170,7 +170,8 @@ def test_forged_huge_chunk_beyond_codec_expansion(tmp_path, compress):
     def edit(index):
         section = _first_array(index)
         section["chunks"][0][1] = MAX_CHUNK_SIZE
-        section["meta"]["shape"] = [sum(c[1] for c in section["chunks"]) // 8]
+        section["meta"]["shape"] = [sum(raw_length for _, raw_length, _, _ in section["chunks"])
+                                    // 8]
     data = forge(_array_file(tmp_path, compress), edit, consistent=True)
     _expect_corrupt(tmp_path, data, match="more than that codec can produce")
 
@@ -183,16 +184,17 @@ def test_forged_sizes_checked_against_chunk_headers(tmp_path, compress):
     body, index = split(data)
     section = _first_array(index)
     root = index["sections"][index["root"]]
-    stored, _, crc, flag = section["chunks"][0]
+    length, _, checksum, flag = section["chunks"][0]
     assert flag == 0  # encoded
-    chunk = data[section["offset"]:section["offset"] + stored]
-    pickled = data[root["offset"]:root["offset"] + sum(c[0] for c in root["chunks"])]
+    chunk = data[section["offset"]:section["offset"] + length]
+    pickled = data[root["offset"]:root["offset"]
+                   + sum(length for length, _, _, _ in root["chunks"])]
     # A real file holding the chunk 1000 times, each claiming a huge size
     # within what the codec's static bound allows.
     claim = MAX_CHUNK_SIZE if compress.startswith("blosc") else min(
-        MAX_CHUNK_SIZE, 32768 * stored)
+        MAX_CHUNK_SIZE, 32768 * length)
     section["offset"] = 64
-    section["chunks"] = [[stored, claim, crc, 0]] * 1000
+    section["chunks"] = [[length, claim, checksum, 0]] * 1000
     section["meta"]["shape"] = [claim * 1000 // 8]
     new_body = body[:64] + chunk * 1000
     new_body += bytes(-len(new_body) % 64)
@@ -209,8 +211,8 @@ def test_forged_sizes_checked_against_chunk_headers(tmp_path, compress):
 def test_forged_huge_pickle_stream(tmp_path):
     def edit(index):
         root = index["sections"][index["root"]]
-        stored = root["chunks"][0][0]
-        root["chunks"] = [[stored, 32768 * stored, 0, 0]] * 200
+        length = root["chunks"][0][0]
+        root["chunks"] = [[length, 32768 * length, 0, 0]] * 200
     data = forge(_dump({"x": "y" * 1000}, tmp_path / "a.cp", compress="zstd"), edit)
     _expect_corrupt(tmp_path, data)
 
@@ -318,7 +320,7 @@ CHUNK_EDITS = [
     lambda ix: _first_array(ix)["chunks"][0].__setitem__(0, 10**15),
     lambda ix: _first_array(ix)["chunks"][0].__setitem__(1, 0),
     lambda ix: _first_array(ix)["chunks"][0].__setitem__(1, 2**40),
-    lambda ix: _first_array(ix)["chunks"][0].__setitem__(2, "crc"),
+    lambda ix: _first_array(ix)["chunks"][0].__setitem__(2, "not a checksum"),
     lambda ix: _first_array(ix)["chunks"][0].__setitem__(3, 7),
     lambda ix: _first_array(ix)["chunks"].append([1, 2]),
 ]
@@ -363,7 +365,7 @@ def test_chunk_tables_are_parsed_only_when_read(tmp_path):
 def test_format_1_0_files_still_load(tmp_path, compress):
     """Format 1.0 wrote each chunk table as a JSON list and no totals."""
     obj = {"a": np.arange(50_000.0), "b": ["x", 1]}
-    data = _dump(obj, tmp_path / "new.cp", compress=compress, chunk_size=1 << 15)
+    data = format_1(_dump(obj, tmp_path / "new.cp", compress=compress, chunk_size=1 << 15))
     body, index = split(data)  # tables as lists, totals dropped
     index["format"] = [1, 0]
     old = set_version(with_index(body, None, raw_index=json.dumps(index).encode()), 1, 0)

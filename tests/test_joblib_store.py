@@ -61,6 +61,8 @@ def cached(memory, calls):
 @pytest.mark.parametrize("compress, codec, level", [
     (0, None, None), (False, None, None), (3, "zstd-auto", 3), (True, "zstd-auto", 3),
     (("lz4", 5), "lz4", 5), ("zlib", "zlib", 3), (("zstd", 0), None, None),
+    # joblib's own codec names
+    ("gzip", "gzip", 3), (("bz2", 9), "bz2", 9), (("lzma", 6), "lzma", 6), ("xz", "xz", 3),
 ])
 def test_cached_output_is_a_cpersist_file_loaded_on_the_second_call(tmp_path, compress,
                                                                        codec, level):
@@ -86,7 +88,7 @@ def test_cached_output_is_a_cpersist_file_loaded_on_the_second_call(tmp_path, co
     assert sorted(os.listdir(os.path.dirname(path))) == ["metadata.json", "output.pkl"]
 
 
-@pytest.mark.parametrize("compress", ["gzip", 10, ("zstd", 11), "no-such-codec"])
+@pytest.mark.parametrize("compress", ["brotli", 10, ("zstd", 11), "no-such-codec"])
 def test_bad_compress_fails_when_the_memory_is_made(tmp_path, compress):
     with pytest.raises(ValueError, match="invalid compress"):
         joblib.Memory(tmp_path, backend="cpersist", compress=compress, verbose=0)

@@ -47,8 +47,8 @@ def stream_chunks(parts, codec, chunk_size, n_threads):
 def decoded(codec, encoded):
     """The bytes back from encoded chunks, each checked against its checksum."""
     out = bytearray()
-    for stored, raw_len, crc, flag in encoded:
-        assert container.checksum(stored) == crc
+    for stored, raw_len, checksum, flag in encoded:
+        assert container.checksum(stored) == checksum
         if flag == VERBATIM:
             assert len(stored) == raw_len
             out += stored

@@ -173,8 +173,8 @@ def test_array_larger_than_one_chunk_is_split(compress, tmp_path):
     cpersist.dump({"a": arr}, path, compress=compress, chunk_size=1000)
     with open(path, "rb") as file:
         reader = ContainerReader(file, str(path))
-        sizes = [c[2] for s in reader.sections if s.meta.get("kind") == "array"
-                 for c in s.chunks]
+        sizes = [chunk.raw_length for s in reader.sections if s.meta.get("kind") == "array"
+                 for chunk in s.chunks]
     assert sum(sizes) == arr.nbytes
     assert len(sizes) >= 8 and max(sizes) <= 1000
     assert all(size % 8 == 0 for size in sizes)  # chunks end on element boundaries

@@ -34,7 +34,8 @@ def stored_share(path):
     """Share of the largest section's bytes in chunks stored as is."""
     with open(path, "rb") as file:
         section = max(ContainerReader(file, str(path)).sections, key=lambda s: s.raw_size)
-        return sum(c[2] for c in section.chunks if c[4] == VERBATIM) / section.raw_size
+        return sum(chunk.raw_length for chunk in section.chunks
+                   if chunk.flag == VERBATIM) / section.raw_size
 
 
 @pytest.fixture
@@ -158,3 +159,29 @@ def test_a_failure_stops_the_other_threads(tmp_path, monkeypatch):
     time.sleep(0.1)
     assert len(finished) == count  # nothing left running after the load
     assert len(decoded) <= 3  # of 40 chunks: the other thread stopped
+
+
+def test_thread_pool_module_imported_only_when_a_pool_is_made(tmp_path):
+    """``import cpersist`` and one-threaded work leave concurrent.futures (and
+    the logging it imports) unimported; the first pool imports it."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = tmp_path / "a.cp"
+    code = (
+        "import sys, numpy as np, cpersist\n"
+        "seen = ['concurrent.futures' in sys.modules]\n"
+        f"cpersist.dump(np.arange(10**6), {str(path)!r}, compress='zlib', chunk_size=1 << 16,"
+        " n_threads=1)\n"
+        "seen.append('concurrent.futures' in sys.modules)\n"
+        f"back = cpersist.load({str(path)!r}, n_threads=2)\n"
+        "assert (back == np.arange(10**6)).all()\n"
+        "seen.append('concurrent.futures' in sys.modules)\n"
+        "print(seen)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=root), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[False,", "False,", "True]"]

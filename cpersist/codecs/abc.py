@@ -106,31 +106,31 @@ class Codec(ABC):
         """
         return len(self.encode(sample, typesize)), None
 
-    #: Largest ratio of decoded to stored size one chunk can reach, from the
-    #: format's own limits; ``None`` when the format has no such limit (the
-    #: chunk header states its size: see :meth:`check_header`). Readers use it
-    #: to reject an index that claims more data than its chunks can hold,
-    #: before allocating anything.
+    #: Largest ratio of decoded size to encoded length one chunk can reach,
+    #: from the format's own limits; ``None`` when the format has no such
+    #: limit (the chunk header states its size: see :meth:`check_header`).
+    #: Readers use it to reject an index that claims more data than its
+    #: chunks can hold, before allocating anything.
     max_expansion = None
     #: Bytes at the start of a chunk that :meth:`check_header` needs (0: the
     #: format does not state the decoded size).
     header_size = 0
 
-    def max_raw_size(self, stored):
-        """Upper bound of the decoded size of a ``stored``-byte chunk, or None."""
+    def max_raw_size(self, length):
+        """Upper bound of the decoded size of a ``length``-byte chunk, or None."""
         if self.max_expansion is None:
             return None
-        return self.max_expansion * stored + 1024
+        return self.max_expansion * length + 1024
 
-    def check_header(self, head, stored, raw):
+    def check_header(self, head, length, raw_length):
         """Check a chunk's self-declared sizes against the index, decoding nothing.
 
         Parameters
         ----------
         head : bytes
-            The first ``min(header_size, stored)`` bytes of the chunk.
-        stored, raw : int
-            Stored and decoded sizes the index claims for it.
+            The first ``min(header_size, length)`` bytes of the chunk.
+        length, raw_length : int
+            Encoded and decoded sizes the index claims for it.
 
         Raises
         ------

@@ -43,7 +43,7 @@ def shuffles(buf, typesize):
     return 1 < typesize <= _MAX_TYPESIZE and len(buf) % typesize == 0
 
 
-def check_blosc_chunk(codec, head, stored, raw):
+def check_blosc_chunk(codec, head, length, raw_length):
     """Check a Blosc chunk header against the sizes the index claims.
 
     Raises
@@ -55,10 +55,10 @@ def check_blosc_chunk(codec, head, stored, raw):
         nbytes, cbytes, _ = blosc2().get_cbuffer_sizes(head)
     except Exception as exc:  # blosc2 raises bare Exceptions/ValueErrors
         raise codec._invalid(exc) from None
-    if cbytes != stored:
-        raise codec._invalid(f"header says {cbytes} stored bytes, the index {stored}")
-    if nbytes != raw:
-        raise codec._wrong_size(nbytes, raw)
+    if cbytes != length:
+        raise codec._invalid(f"header says {cbytes} stored bytes, the index {length}")
+    if nbytes != raw_length:
+        raise codec._wrong_size(nbytes, raw_length)
 
 
 def decode_blosc_chunk(codec, src, out):
@@ -85,8 +85,8 @@ class _Blosc(Codec):
     max_expansion = None
     header_size = 32
 
-    def check_header(self, head, stored, raw):
-        check_blosc_chunk(self, head, stored, raw)
+    def check_header(self, head, length, raw_length):
+        check_blosc_chunk(self, head, length, raw_length)
 
     def encode(self, buf, typesize=1, hint=None):
         shuffle = shuffles(buf, typesize)

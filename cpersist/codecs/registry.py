@@ -31,11 +31,17 @@ BUILTIN_CODECS = {
     "blosc:zstd": "cpersist.codecs.blosc:BloscZstd",
     "blosc:zlib": "cpersist.codecs.blosc:BloscZlib",
     "blosc:blosclz": "cpersist.codecs.blosc:BloscBloscLZ",
+    "gzip": "cpersist.codecs.gzip:Gzip",
+    "bz2": "cpersist.codecs.bz2:BZ2",
+    "lzma": "cpersist.codecs.lzma:LZMA",
+    "xz": "cpersist.codecs.lzma:XZ",
+    "max": "cpersist.codecs.max:Max",
 }
 #: Short names that stand for a registered codec.
 ALIASES = {"blosc": "blosc:lz4"}
-#: Codec used when ``compress`` is an int or True. Chosen by measurement on
-#: the built-in benchmark datasets (see docs/benchmarks.rst).
+#: Codec used when ``compress`` is an int or True: on the benchmark's
+#: datasets it gives the highest ratio of the built-in codecs and reads
+#: about as fast as the fastest (docs/benchmark_results.rst).
 DEFAULT_CODEC = "zstd-auto"
 #: Level used when ``compress`` is True or a bare codec name.
 DEFAULT_LEVEL = 3
@@ -299,7 +305,9 @@ def parse_compress(compress):
         raise _compress_error(compress)
     if isinstance(compress, str):
         try:
-            return get_codec(compress, DEFAULT_LEVEL)
+            # "max" searches for the smallest chunk, whatever the level;
+            # level 9 only makes a small saving count (see codecs.max).
+            return get_codec(compress, 9 if compress == "max" else DEFAULT_LEVEL)
         except UnknownCodecError:
             raise _compress_error(compress) from None
     if isinstance(compress, tuple) and len(compress) == 2:

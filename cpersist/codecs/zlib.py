@@ -11,12 +11,14 @@ class Zlib(Codec):
     codec_id = "zlib"
     #: DEFLATE's limit: a 258-byte match costs at least 2 bits.
     max_expansion = 1032
+    #: zlib's window and wrapper: 15 is a 32 KiB window in a zlib wrapper.
+    wbits = 15
 
     def encode(self, buf, typesize=1, hint=None):
-        return _zlib.compress(buf, self.level)
+        return _zlib.compress(buf, self.level, self.wbits)
 
     def decode_into(self, src, out):
-        decompressor = _zlib.decompressobj()
+        decompressor = _zlib.decompressobj(self.wbits)
         try:
             # max_length bounds the output: a hostile chunk cannot inflate
             # beyond the slice it is meant to fill.

@@ -43,13 +43,13 @@ class Zstd(Codec):
     def encode(self, buf, typesize=1, hint=None):
         return _compressor(self.level).compress(buf)
 
-    def check_header(self, head, stored, raw):
+    def check_header(self, head, length, raw_length):
         try:
             size = _zstd.frame_content_size(head)
         except _zstd.ZstdError as exc:
             raise self._invalid(exc) from None
-        if size != -1 and size != raw:  # -1: the frame does not say
-            raise self._wrong_size(size, raw)
+        if size != -1 and size != raw_length:  # -1: the frame does not say
+            raise self._wrong_size(size, raw_length)
 
     def decode_into(self, src, out):
         filled = 0

@@ -10,8 +10,9 @@ and keeps the smallest. Each stored chunk says which way it went: a plain
 Zstandard frame, or a Blosc2 chunk (shuffle, byte delta, Zstandard inside)
 that Blosc's own decoder undoes.
 
-How often each form wins on the benchmark's datasets is in the benchmark
-documentation (docs/benchmarks.rst).
+The user guide (docs/user_guide.rst) says when to choose it; the published
+benchmark run (docs/benchmark_results.rst) compares it with plain Zstandard
+on the benchmark's datasets.
 """
 
 from .abc import Codec, middle_sample
@@ -82,24 +83,26 @@ class ZstdAuto(Codec):
     def probe(self, sample, typesize=1):
         # Ties go to the first candidate, plain zstd (the faster to decode).
         return min(((len(encoded), hint) for encoded, hint in
-                    self._candidates(sample, typesize)), key=lambda c: c[0])
+                    self._candidates(sample, typesize)), key=lambda size_hint: size_hint[0])
 
     def encode(self, buf, typesize=1, hint=None):
         if not shuffles(buf, typesize):
             return self._zstd.encode(buf)
         if hint is None and len(buf) <= _WHOLE_CHOICE:
-            return min(self._candidates(buf, typesize), key=lambda c: len(c[0]))[0]
+            encoded, _ = min(self._candidates(buf, typesize),
+                             key=lambda candidate: len(candidate[0]))
+            return encoded
         if hint is None:
             _, hint = self.probe(middle_sample(buf, typesize, _SAMPLE_SIZE), typesize)
         if hint == PLAIN:
             return self._zstd.encode(buf)
         return self._filtered(buf, typesize, hint)
 
-    def check_header(self, head, stored, raw):
+    def check_header(self, head, length, raw_length):
         if bytes(head[:4]) == _ZSTD_MAGIC:
-            self._zstd.check_header(head, stored, raw)
+            self._zstd.check_header(head, length, raw_length)
         else:
-            check_blosc_chunk(self, head, stored, raw)
+            check_blosc_chunk(self, head, length, raw_length)
 
     def decode_into(self, src, out):
         if bytes(src[:4]) == _ZSTD_MAGIC:

@@ -3,11 +3,17 @@ checking its header, trailer and index.
 
 The layout is specified in ``docs/format.rst``::
 
-    header   64 bytes   magic, major and minor format version
-    sections            each starts on a 64-byte boundary; raw sections are
-                        one contiguous run of bytes (so they can be memmapped)
+    header   64 bytes   magic, format version, flags
+    records             8-byte record header (kind, length), then the payload:
+                        a raw section (on a 64-byte boundary, so that it can be
+                        memmapped), a chunk of a compressed section, or the
+                        pickle stream; the last record holds
     index               UTF-8 JSON: every section's offset, codec, chunk table
     trailer  32 bytes   index offset and length, checksum of the index, end magic
+
+Format 1 has no records: sections follow each other on 64-byte boundaries
+and the data runs to the end of the stream. :mod:`.framing` finds where a
+format-2 dump ends.
 
 Nothing here reads a file: the reader hands over the bytes it read.
 """
@@ -23,10 +29,18 @@ from ..exceptions import CorruptFileError, UnsupportedVersionError
 
 MAGIC = b"\x89CPS\r\n\x1a\n"
 END_MAGIC = b"CPSEND\r\n"
-FORMAT_MAJOR = 1
-FORMAT_MINOR = 1
-#: magic, major, minor, then zero padding up to 64 bytes.
-HEADER = struct.Struct("<8sHH52x")
+FORMAT_MAJOR = 2
+FORMAT_MINOR = 0
+#: magic, major, minor, flags, then zero padding up to 64 bytes. In format 1
+#: the bytes after the version are reserved zeros: flags 0.
+HEADER = struct.Struct("<8sHHI48x")
+#: Offset of the header's flags, which a writable map changes.
+FLAGS_AT = 12
+#: Header flag: raw array sections may have been changed through a writable
+#: memory map since their checksums were computed.
+EDITED = 1
+#: Size of a format-2 record header (kind and payload length).
+RECORD_SIZE = 8
 #: index offset, index length, XXH3-64 checksum of the index, end magic.
 TRAILER = struct.Struct("<QQQ8s")
 ALIGN = 64
@@ -79,6 +93,10 @@ class Section:
         Bytes of the section's decoded data.
     stored_size : int
         Bytes its chunks occupy in the file.
+    gap : int
+        Bytes between one chunk and the next: 0 when the chunks are one
+        contiguous run, the size of a record header when each chunk is a
+        record of its own (``"layout": "records"``).
     chunks : list of Chunk
         Checked on first use when the index states the section's totals, so
         that opening a file costs the same whatever its size (a memmapped
@@ -88,7 +106,7 @@ class Section:
     """
 
     __slots__ = ("index", "offset", "codec", "typesize", "raw_size", "stored_size",
-                 "_chunks", "_check_chunks", "meta")
+                 "gap", "_chunks", "_check_chunks", "meta")
 
     @property
     def chunks(self):
@@ -107,7 +125,7 @@ def corrupt(name, what):
 
 
 def parse_header(head, size, name):
-    """``(major, minor)`` from the first bytes of a file of ``size`` bytes."""
+    """``(major, minor, flags)`` from the first bytes of a file of ``size`` bytes."""
     head = bytes(head)
     if not head.startswith(MAGIC[: len(head)]) or len(head) < len(MAGIC):
         if not head:
@@ -115,7 +133,7 @@ def parse_header(head, size, name):
         raise corrupt(name, f"not a cpersist file (it starts with {bytes(head[:8])!r})")
     if len(head) < HEADER.size or size < HEADER.size + TRAILER.size:
         raise corrupt(name, f"truncated: only {size} bytes")
-    _, major, minor = HEADER.unpack(head)
+    _, major, minor, flags = HEADER.unpack(head)
     if major > FORMAT_MAJOR:
         raise UnsupportedVersionError(
             f"{name}: written in cpersist format {major}.{minor}, "
@@ -123,7 +141,7 @@ def parse_header(head, size, name):
         )
     if major < 1:
         raise corrupt(name, f"unknown format version {major}.{minor}")
-    return major, minor
+    return major, minor, flags
 
 
 def parse_trailer(trailer, size, name):
@@ -136,7 +154,7 @@ def parse_trailer(trailer, size, name):
     return offset, length, digest
 
 
-def parse_index(data, digest, end, name):
+def parse_index(data, digest, end, name, major=FORMAT_MAJOR):
     """Check and parse the index: ``(root, info, sections)``.
 
     ``end`` is where the index starts, which no section may pass.
@@ -147,7 +165,8 @@ def parse_index(data, digest, end, name):
         index = json.loads(bytes(data))
         root = index["root"]
         info = index.get("info", {})
-        sections = [_parse_section(i, s, end, name) for i, s in enumerate(index["sections"])]
+        sections = [_parse_section(i, s, end, name, major)
+                    for i, s in enumerate(index["sections"])]
     except CorruptFileError:
         raise
     except Exception as exc:  # malformed JSON, wrong types, bad codec...
@@ -167,13 +186,20 @@ def _uint(value):
     return value
 
 
-def _parse_section(i, s, end, name):
+def _parse_section(i, s, end, name, major):
     section = Section()
     section.index = i
     section.offset = _uint(s["offset"])
-    if section.offset < HEADER.size or section.offset % ALIGN:
-        raise corrupt(name, f"section {i} at a bad offset {section.offset}")
     section.codec = None if s["codec"] is None else codec_from_config(s["codec"])
+    # Format 2 aligns only raw data (the sections a map may view); format 1
+    # aligned every section.
+    aligned = major == 1 or section.codec is None and s.get("raw_size", 1)
+    if section.offset < HEADER.size or aligned and section.offset % ALIGN:
+        raise corrupt(name, f"section {i} at a bad offset {section.offset}")
+    layout = s.get("layout", "run") if major >= 2 else "run"  # format 1 has no records
+    if layout not in ("run", "records") or layout == "records" and section.codec is None:
+        raise corrupt(name, f"section {i} has a bad layout {layout!r}")
+    section.gap = RECORD_SIZE if layout == "records" else 0
     section.typesize = _uint(s["typesize"])
     section.meta = s["meta"]
     if not isinstance(section.meta, dict):
@@ -219,7 +245,7 @@ def _parse_table(section, table, end, name):
     i = section.index
     pos = section.offset
     chunks = []
-    raw_size = 0
+    raw_size = stored_size = 0
     for entry in table:
         length, raw_length, digest, flag = (_uint(v) for v in entry)
         if not 0 < raw_length <= MAX_CHUNK_SIZE or flag not in (ENCODED, VERBATIM):
@@ -235,12 +261,15 @@ def _parse_table(section, table, end, name):
                               f"{length} bytes decodes to {raw_length}, more than that "
                               f"codec can produce ({bound}): forged or damaged index")
         chunks.append(Chunk(pos, length, raw_length, digest, flag))
-        pos += length
+        pos += length + section.gap
         raw_size += raw_length
+        stored_size += length
+    if chunks:
+        pos -= section.gap
     if pos > end:
         raise corrupt(name, f"section {i} runs to offset {pos}, past the data end {end} "
                             f"(truncated?)")
-    return chunks, raw_size, pos - section.offset
+    return chunks, raw_size, stored_size
 
 
 def chunk_table_text(table):

@@ -6,8 +6,10 @@ import itertools
 from .._threads import ordered_map, run_claimed
 from ..exceptions import CorruptFileError
 from .buffers import READ_BUFFERS
-from .layout import (ENCODED, HEADER, TRAILER, VERBATIM, checksum, corrupt, parse_header,
-                     parse_index, parse_trailer)
+from .compact import COMPACT, parse_compact_index
+from .framing import END, parse_record_quietly, walk_records
+from .layout import (EDITED, ENCODED, END_MAGIC, HEADER, MAGIC, RECORD_SIZE, TRAILER, VERBATIM,
+                     checksum, corrupt, parse_header, parse_index, parse_trailer)
 from .sources import ByteSource, ShortReadError, source_for
 
 #: Sections claiming more decoded bytes than this have the sizes stated in
@@ -26,10 +28,24 @@ class ContainerReader:
     Parameters
     ----------
     source : ByteSource, seekable binary file object or bytes-like
-        Where the cpersist data is; a file object is read from its current
-        position to its end (see :func:`.sources.source_for`).
+        Where the cpersist data starts; the dump is read from there to its
+        own end, and the source is told where that is
+        (:meth:`ByteSource.mark_end`).
     name : str, optional
         How the file is named in error messages (default: the source's name).
+    whole : bool, default False
+        Whether the source must hold nothing but the dump (a path; also
+        when the source's own ``whole`` says so): bytes after it are then
+        an error naming them.
+
+    Attributes
+    ----------
+    size : int
+        Bytes of the dump.
+    edited : bool
+        Whether raw sections may have been changed through a writable map
+        (the header's edited flag): their checksums are not held against
+        them (see :meth:`unchecked`).
 
     Raises
     ------
@@ -39,15 +55,21 @@ class ContainerReader:
         If a newer major format version wrote it.
     """
 
-    def __init__(self, source, name=None):
+    def __init__(self, source, name=None, *, whole=False):
         if not isinstance(source, ByteSource):
             source = source_for(source, name or "<file>")
+        self._whole = whole or source.whole
+        self._tail = None
         self.source = source
         self.name = name or source.name
         #: Where the cpersist data starts in the underlying file.
         self.base = source.base
-        self.size = source.size
+        #: Bytes from the start of the dump to the end of the source.
+        self.available = source.size
         self._read_header()
+        if self._whole and self.size < self.available:
+            raise self._trailing_data(self.size)
+        source.mark_end(self.size)
         self._read_index()
 
     def error(self, what):
@@ -55,18 +77,86 @@ class ContainerReader:
         return corrupt(self.name, what)
 
     def _read_header(self):
-        head = self.source.read(0, min(self.size, HEADER.size))
-        self.major, self.minor = parse_header(head, self.size, self.name)
+        head = self.source.read(0, min(self.available, HEADER.size))
+        self.major, self.minor, flags = parse_header(head, self.available, self.name)
+        self.edited = bool(flags & EDITED)
+        self.compact = self.major >= 2 and bool(flags & COMPACT)
+        if self.major == 1:
+            self.size = self.available  # format 1 runs to the end of the stream
+        elif not (self._whole and self._ends_at_end()):
+            self.size = walk_records(self.source.read, self.available, self.name)
+
+    def _ends_at_end(self):
+        """Whether a dump's END record ends the source (one read of its tail,
+        which the index is read from next): then nothing follows the dump
+        and its records need no walk. Otherwise the walk says what is wrong."""
+        self.size = self.available
+        tail_start = max(0, self.size - TAIL_READ)
+        tail = self._tail = (tail_start, self.source.read(tail_start, self.size - tail_start))
+        offset, length, _, end_magic = TRAILER.unpack(tail[1][-TRAILER.size:])
+        start = offset - RECORD_SIZE  # the END record's header
+        if (end_magic != END_MAGIC or offset + length != self.size - TRAILER.size
+                or start < HEADER.size):
+            return False
+        head = tail[1][start - tail_start:offset - tail_start] if start >= tail_start else (
+            self.source.read(start, RECORD_SIZE))
+        return len(head) == RECORD_SIZE and parse_record_quietly(head) == (
+            END, length + TRAILER.size)
+
+    def _trailing_data(self, end):
+        """The error for bytes after a complete dump that ends at ``end``."""
+        extra = self.available - end
+        if bytes(self.source.read(end, min(extra, len(MAGIC)))) == MAGIC:
+            return self.error(
+                f"another dump follows a complete dump at offset {end} ({extra} bytes "
+                f"more): load several dumps one after another from an open file")
+        return self.error(f"trailing data after a complete dump ({extra} bytes after "
+                          f"its {end})")
 
     def _read_index(self):
-        tail_start = max(0, self.size - TAIL_READ)
-        tail = self.source.read(tail_start, self.size - tail_start)
-        offset, length, digest = parse_trailer(tail[-TRAILER.size:], self.size, self.name)
+        if self._tail is not None and self.size == self.available:
+            tail_start, tail = self._tail
+        else:
+            tail_start = max(0, self.size - TAIL_READ)
+            tail = self.source.read(tail_start, self.size - tail_start)
+        try:
+            offset, length, digest = parse_trailer(tail[-TRAILER.size:], self.size, self.name)
+        except CorruptFileError:
+            if self.major == 1:
+                self._diagnose_tail(tail, tail_start)
+            raise
         if offset >= tail_start:
             data = tail[offset - tail_start:-TRAILER.size]
         else:
             data = self.source.read(offset, length)
-        self.root, self.info, self.sections = parse_index(data, digest, offset, self.name)
+        if self.compact:
+            self.root, self.info, self.sections = parse_compact_index(data, digest, offset,
+                                                                      self.name)
+            return
+        self.root, self.info, self.sections = parse_index(data, digest, offset, self.name,
+                                                          self.major)
+
+    def _diagnose_tail(self, tail, tail_start):
+        """Say what follows a complete format-1 dump, if that is what ends
+        the stream: bytes after its trailer, or another dump."""
+        tail = bytes(tail)
+        at = tail.rfind(END_MAGIC)
+        if at >= 0 and tail_start + at + len(END_MAGIC) < self.size:
+            end = tail_start + at + len(END_MAGIC)
+            offset, length, _, _ = TRAILER.unpack(tail[at + len(END_MAGIC) - TRAILER.size:
+                                                       at + len(END_MAGIC)])
+            if offset + length == end - TRAILER.size:
+                raise self._trailing_data(end)
+        offset, length, _, end_magic = TRAILER.unpack(tail[-TRAILER.size:])
+        last = self.size - (offset + length + TRAILER.size)  # where a last dump would start
+        if end_magic == END_MAGIC and HEADER.size <= last < self.size and bytes(
+                self.source.read(last, len(MAGIC))) == MAGIC:
+            raise self._trailing_data(last)
+
+    def unchecked(self, section):
+        """Whether ``section``'s checksums no longer hold: a raw array
+        section of a file mapped for writing (see :attr:`edited`)."""
+        return self.edited and section.is_raw and section.index != self.root
 
     # -- reading sections -------------------------------------------------
 
@@ -77,7 +167,7 @@ class ContainerReader:
             raise self.error(f"truncated in section {section.index}") from None
 
     def _check(self, section, data, digest):
-        if checksum(data) != digest:
+        if checksum(data) != digest and not self.unchecked(section):
             raise self.error(f"checksum mismatch in section {section.index}: damaged data")
 
     def _decode(self, section, data, target):
@@ -250,6 +340,12 @@ class ContainerReader:
             return self.source.read(chunk.offset, chunk.length)
         except ShortReadError:
             raise self.error(f"truncated in section {section.index}") from None
+
+    def matches(self, section):
+        """Whether every chunk of ``section`` has its stored checksum (read
+        one chunk at a time)."""
+        return all(checksum(self._read_stored(section, chunk)) == chunk.checksum
+                   for chunk in section.chunks)
 
     def verify_section(self, section):
         """Check every chunk's checksum (and that encoded chunks decode)."""

@@ -1,5 +1,6 @@
-"""Write a cpersist file sequentially: header, sections of chunks, index and
-trailer (the layout is in :mod:`.layout`)."""
+"""Write a cpersist file sequentially: header, records holding the sections'
+chunks, and the end record with the index and trailer (the layout is in
+:mod:`.layout`, the records in :mod:`.framing`)."""
 
 import json
 import os
@@ -8,8 +9,9 @@ from collections import deque
 from .._files import local_fd
 from .._threads import get_pool, ordered_map
 from .encode import encode_chunk
-from .layout import (ALIGN, END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, TRAILER,
-                     VERBATIM, ZEROS, checksum, chunk_table_text)
+from .framing import ALIGNED, DATA, END, record_header
+from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, TRAILER, VERBATIM,
+                     checksum, chunk_table_text)
 
 #: Writes at least this large reserve their blocks first.
 FALLOCATE_MIN = 1 << 16
@@ -41,7 +43,9 @@ class ContainerWriter:
         self._fd = local_fd(file)
         self._fd_base = file.tell() if self._fd is not None else 0
         self._reserved = 0  # file position up to which blocks are reserved
-        self._write(HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR))
+        # Written once, in order: a dump has the same bytes whatever it is
+        # written to, and its records, not its header, say where it ends.
+        self._write(HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, 0))
 
     def _reserve(self, size):
         """Reserve the file's blocks for the next ``size`` bytes.
@@ -78,10 +82,10 @@ class ContainerWriter:
             raise named_os_error(exc, self._name) from None
         self._pos += total
 
-    def _align(self):
-        pad = -self._pos % ALIGN
-        if pad:
-            self._write(ZEROS[:pad])
+    def _record(self, kind, length):
+        """Open a record of ``length`` payload bytes; return where the payload starts."""
+        self._write(record_header(kind, length, self._pos))
+        return self._pos
 
     def add_section(self, chunks, *, codec=None, typesize=1, meta=None, size=None):
         """Append a section made of ``chunks`` and return its number.
@@ -102,34 +106,52 @@ class ContainerWriter:
             Total length of ``chunks``, if known: a raw section reserves
             its blocks in the file at once.
         """
-        self._align()
-        offset = self._pos
         if codec is None and type(chunks) is tuple and len(chunks) == 1:
             # One raw chunk (every small array): the generic path's layers
             # would cost more than pickling the array does.
             n = len(chunks[0])
             digest = checksum(chunks[0])
+            self._write(record_header(ALIGNED, n, self._pos))
+            offset = self._pos
             self._write(chunks[0])
             return self._add_entry(offset, n, n, None, typesize,
                                    f"[[{n},{n},{digest},{VERBATIM}]]", meta)
         if codec is None:
+            # A raw section is one record, whose header states its length.
+            if size is None:
+                chunks = list(chunks)
+                size = sum(len(c) for c in chunks)
+            offset = self._record(ALIGNED, size)
             if size:
                 self._reserve(size)
-            return self._add_raw_chunks(offset, chunks, typesize, meta)
+            return self._add_raw_chunks(offset, size, chunks, typesize, meta)
+        # Each encoded chunk is a record: its size is known only once it is
+        # encoded, and the section is written as its chunks come.
         table = []
+        first = []
 
         def work(chunk):
             return encode_chunk(codec, chunk, typesize)
 
         def write(chunk, result):
             stored, digest, flag = result
+            first.append(self._record(DATA, len(stored)))
             self._write(stored)
             table.append([len(stored), len(chunk), digest, flag])
 
         ordered_map(work, (c for c in chunks if len(c)), self._n_threads, write)
-        return self._add_table(offset, table, codec, typesize, meta)
+        offset = first[0] if first else self._pos
+        return self._add_table(offset, table, codec, typesize, meta, records=True)
 
-    def _add_raw_chunks(self, offset, chunks, typesize, meta):
+    def _add_raw_chunks(self, offset, size, chunks, typesize, meta):
+        start = self._pos
+        number = self._add_raw_run(offset, chunks, typesize, meta)
+        if self._pos - start != size:
+            raise ValueError(f"a raw section of {size} bytes was given "
+                             f"{self._pos - start} bytes")
+        return number
+
+    def _add_raw_run(self, offset, chunks, typesize, meta):
         table = []
         if self._n_threads <= 1:
             for chunk in chunks:
@@ -165,20 +187,24 @@ class ContainerWriter:
         encoded : iterable of (bytes to store, raw length, checksum, flag)
             What :class:`EncodedStream` collects.
         """
-        self._align()
-        offset = self._pos
+        encoded = list(encoded)
+        # Every chunk is encoded already: one record holds them all. Raw
+        # data is aligned, whatever it holds (the rule readers check).
+        offset = self._record(ALIGNED if codec is None else DATA,
+                              sum(len(stored) for stored, _, _, _ in encoded))
         table = []
         for stored, raw_length, digest, flag in encoded:
             self._write(stored)
             table.append([len(stored), raw_length, digest, flag])
         return self._add_table(offset, table, codec, typesize, meta)
 
-    def _add_table(self, offset, table, codec, typesize, meta):
+    def _add_table(self, offset, table, codec, typesize, meta, records=False):
         return self._add_entry(
             offset, sum(entry[1] for entry in table), sum(entry[0] for entry in table),
-            codec, typesize, chunk_table_text(table), meta)
+            codec, typesize, chunk_table_text(table), meta, records)
 
-    def _add_entry(self, offset, raw_size, stored_size, codec, typesize, table_text, meta):
+    def _add_entry(self, offset, raw_size, stored_size, codec, typesize, table_text, meta,
+                   records=False):
         self._sections.append({
             "offset": offset,
             # Format 1.1: the chunk table is JSON text inside the index, parsed
@@ -193,6 +219,10 @@ class ContainerWriter:
             "chunks": table_text,
             "meta": meta or {},
         })
+        if records:
+            # Format 2: each chunk is a record of its own, so chunk i + 1
+            # starts a record header after the end of chunk i.
+            self._sections[-1]["layout"] = "records"
         return len(self._sections) - 1
 
     def finish(self, root, info=None):
@@ -203,9 +233,8 @@ class ContainerWriter:
             "sections": self._sections,
             "info": info or {},
         }
-        self._align()
         data = json.dumps(index, separators=(",", ":")).encode()
-        offset = self._pos
+        offset = self._record(END, len(data) + TRAILER.size)
         self._write(data)
         self._write(TRAILER.pack(offset, len(data), checksum(data), END_MAGIC))
         return self._pos

@@ -33,12 +33,19 @@ class ByteSource(ABC):
         and each call runs without waiting for the others (``pread``, memory).
     can_map : bool
         Whether :meth:`map` can return a memory map.
+    whole : bool
+        Whether the source holds one dump and nothing after it (a dump
+        spooled from a stream, a remote object): the reader then finds the
+        dump's end at the source's end, without walking its records, and
+        reports any bytes after it as an error.
     """
 
     name = "<bytes>"
     base = 0
+    end = None
     concurrent = False
     can_map = False
+    whole = False
 
     @property
     @abstractmethod
@@ -78,6 +85,15 @@ class ByteSource(ABC):
         ``mmap[start:start + length]``. This default cannot map.
         """
         return None
+
+    def mark_end(self, size):
+        """Note that the dump read through this source ends ``size`` bytes
+        in (the reader finds it in the dump's header or records).
+
+        A source over a caller's file object leaves the file positioned
+        there when closed, so the next read gets what follows the dump.
+        """
+        self.end = size
 
     def close(self):
         """Release what the source holds (not a file object it was given)."""

@@ -10,8 +10,9 @@ from .abc import ByteSource
 class FileObjectSource(ByteSource):
     """The bytes of a seekable binary file object from its position to its end.
 
-    A lock keeps each seek-and-read whole when threads share the source; the
-    file object's position is left wherever the last read ended.
+    A lock keeps each seek-and-read whole when threads share the source;
+    closing it leaves the file object positioned after the dump (see
+    :meth:`mark_end`), or where the last read ended if none was marked.
 
     Parameters
     ----------
@@ -48,3 +49,7 @@ class FileObjectSource(ByteSource):
                 if not n:
                     raise self.short_read(offset, wanted, got)
                 got += n
+
+    def close(self):
+        if self.end is not None:
+            self.file.seek(self.base + self.end)

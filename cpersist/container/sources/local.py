@@ -68,3 +68,6 @@ class LocalFileSource(ByteSource):
     def close(self):
         if self._owned:
             self.file.close()
+        elif self.end is not None:
+            # pread leaves the position alone: put it after the dump.
+            self.file.seek(self.base + self.end)

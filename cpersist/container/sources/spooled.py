@@ -1,19 +1,19 @@
-"""A non-seekable stream (pipe, socket, standard input), copied to an
-anonymous temporary file that is then read as a local file."""
+"""A non-seekable stream (pipe, socket, standard input), whose next dump is
+copied to an anonymous temporary file that is then read as a local file."""
 
-import shutil
 import tempfile
 
 from ..._files import local_fd
+from ..framing import copy_dump
 from .local import LocalFileSource
-
-#: Bytes copied from the stream at a time.
-SPOOL_BLOCK = 1 << 20
 
 
 class SpooledSource(LocalFileSource):
-    """What is left of ``stream``, spooled to a temporary file.
+    """The next dump of ``stream``, spooled to a temporary file.
 
+    Exactly the dump's bytes are read from the stream (see
+    :func:`.framing.copy_dump`), so that it is left at whatever follows:
+    the next dump of a pipe, or a socket whose sender waits for an answer.
     The temporary file has no name and disappears when the source is
     closed; it is not memory-mapped, since writes through a map would
     reach only that copy.
@@ -21,16 +21,17 @@ class SpooledSource(LocalFileSource):
     Parameters
     ----------
     stream : binary file object
-        Read with ``read`` to its end.
+        Read with ``read``.
     name : str
     """
 
     can_map = False
+    whole = True  # copy_dump stops at the end of the dump
 
     def __init__(self, stream, name):
         tmp = tempfile.TemporaryFile()
         try:
-            shutil.copyfileobj(stream, tmp, SPOOL_BLOCK)
+            copy_dump(stream, tmp, name)
             tmp.flush()
             tmp.seek(0)
             fd = local_fd(tmp)

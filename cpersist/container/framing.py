@@ -1,0 +1,147 @@
+"""Where a dump ends: the records of format 2, walked over a random-access
+source or copied out of a stream, so that a reader at the start of a dump
+reads exactly its bytes and leaves whatever follows it.
+
+After the 64-byte header, a format-2 dump is a sequence of records, each an
+8-byte little-endian record header (kind in the top byte, payload length in
+the low 56 bits) and its payload; the END record, whose payload is the
+index and the trailer, is the last. A reader that has read a record header
+knows where the next one is, so it never needs the end of the stream.
+"""
+
+import struct
+
+from ..exceptions import CorruptFileError
+from .layout import ALIGN, FORMAT_MAJOR, HEADER, MAGIC, RECORD_SIZE, TRAILER, corrupt
+
+RECORD = struct.Struct("<Q")
+assert RECORD.size == RECORD_SIZE
+#: Record kinds. DATA: the payload follows the record header. ALIGNED: zero
+#: bytes follow the header up to the next multiple of 64, where the payload
+#: starts (raw arrays, which a memory map views). END: the index and the
+#: trailer, the last record of a dump.
+DATA, ALIGNED, END = 1, 2, 3
+_KINDS = (DATA, ALIGNED, END)
+_LENGTH_BITS = 56
+#: Bytes copied from a stream at a time.
+COPY_BLOCK = 1 << 20
+#: Bytes read at once while walking a random-access source's records: the
+#: record headers of small sections (a model's many small arrays) come
+#: several to a read.
+WALK_BLOCK = 64 << 10
+
+
+#: For each position modulo 64, the struct packing an aligned record's header
+#: and the zeros after it in one call: a file of many small arrays opens a
+#: record per array.
+_ALIGNED_HEADS = [struct.Struct(f"<Q{-(at + RECORD_SIZE) % ALIGN}x") for at in range(ALIGN)]
+
+
+def record_header(kind, length, position):
+    """The bytes that open a record at ``position``: its header, then for an
+    ALIGNED record the zeros up to its payload."""
+    if kind == ALIGNED:
+        return _ALIGNED_HEADS[position % ALIGN].pack(ALIGNED << _LENGTH_BITS | length)
+    return RECORD.pack(kind << _LENGTH_BITS | length)
+
+
+def parse_record(head, position, name):
+    """``(kind, payload start, payload end)`` of the record at ``position``."""
+    kind, length = parse_record_quietly(head)
+    if kind not in _KINDS:
+        raise corrupt(name, f"damaged record header at offset {position} (kind {kind})")
+    start = position + RECORD_SIZE
+    if kind == ALIGNED:
+        start += -start % ALIGN
+    return kind, start, start + length
+
+
+def parse_record_quietly(head):
+    """``(kind, payload length)`` of a record header."""
+    (value,) = RECORD.unpack(head)
+    return value >> _LENGTH_BITS, value & ((1 << _LENGTH_BITS) - 1)
+
+
+def walk_records(read, available, name):
+    """Where the dump ends, found by walking its records from the header.
+
+    ``read(offset, length)`` reads the source; ``available`` is how many
+    bytes it has, from the start of the dump.
+    """
+    position = HEADER.size
+    window, window_at = b"", position
+    while True:
+        if position + RECORD_SIZE > available:
+            raise corrupt(name, f"truncated: the dump's records stop at offset {position} "
+                                f"without an end record (an interrupted write?)")
+        if position + RECORD_SIZE > window_at + len(window):
+            window_at = position
+            window = read(position, min(WALK_BLOCK, available - position))
+        at = position - window_at
+        kind, _, end = parse_record(window[at:at + RECORD_SIZE], position, name)
+        if end > available:
+            raise corrupt(name, f"truncated: a record at offset {position} runs to {end}, "
+                                f"past the {available} bytes there are (an interrupted "
+                                f"write?)")
+        if kind == END:
+            if end - position < RECORD_SIZE + TRAILER.size:
+                raise corrupt(name, f"damaged end record at offset {position}")
+            return end
+        position = end
+
+
+def copy_dump(stream, out, name):
+    """Copy one dump from the non-seekable ``stream`` into ``out``.
+
+    Reads exactly the dump's bytes: the header, then record by record up to
+    the END record, each record's header saying how long it is. Memory
+    stays at one block. A format-1 dump, which has no end of its own, runs
+    to the end of the stream, and so does what is not a cpersist dump, a
+    dump of a newer major version, or one with a damaged record header: all of it is copied, for the reader to
+    report on (as pickle would, for a stream it cannot parse).
+    """
+    head = _read_up_to(stream, HEADER.size)
+    out.write(head)
+    if len(head) < HEADER.size:
+        return
+    major = HEADER.unpack(head)[1]
+    if not head.startswith(MAGIC) or major == 1 or major > FORMAT_MAJOR:
+        _copy(stream, out, None)  # a newer major is refused by the reader
+        return
+    position = HEADER.size
+    while True:
+        head = _read_up_to(stream, RECORD_SIZE)
+        out.write(head)
+        if len(head) < RECORD_SIZE:
+            return
+        try:
+            kind, _, end = parse_record(head, position, name)
+        except CorruptFileError:
+            _copy(stream, out, None)
+            return
+        if _copy(stream, out, end - position - RECORD_SIZE) or kind == END:
+            return
+        position = end
+
+
+def _read_up_to(stream, size):
+    """Up to ``size`` bytes of ``stream``, fewer only at its end."""
+    data = b""
+    while len(data) < size:
+        piece = stream.read(size - len(data))
+        if not piece:
+            break
+        data += piece
+    return data
+
+
+def _copy(stream, out, size):
+    """Copy ``size`` bytes (all, if None); True if the stream ended first."""
+    while size is None or size > 0:
+        piece = stream.read(COPY_BLOCK if size is None else min(size, COPY_BLOCK))
+        if not piece:
+            return size is not None
+        out.write(piece)
+        if size is not None:
+            size -= len(piece)
+    return False

@@ -1,0 +1,359 @@
+"""Format 2: a dump says where it ends, so several share a stream; files
+edited through a writable map stay loadable and can be resealed."""
+
+import gc
+import io
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import cpersist
+from cpersist.container import EDITED, FLAGS_AT, MAGIC, ContainerReader
+
+from ._forge import split
+from .conftest import assert_same, pipe_bytes
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+FIXTURES = os.path.join(HERE, "fixtures")
+
+
+def objects():
+    """Three objects: raw arrays, compressed chunks, no arrays at all."""
+    return [
+        ({"a": np.arange(20_000.0).reshape(100, 200), "s": "first"}, 0),
+        ([np.arange(300_000, dtype=np.int32) % 7, {"n": 2}], ("zstd", 3)),
+        ("third, no arrays", 0),
+    ]
+
+
+def write_dumps(file, gap=b""):
+    """Each object dumped to ``file``, with ``gap`` before, between and after."""
+    file.write(gap)
+    for obj, compress in objects():
+        cpersist.dump(obj, file, compress=compress, chunk_size=1 << 16)
+        file.write(gap)
+
+
+def load_dumps(file, gap=b""):
+    """Load the objects back in order, checking the stream is left after each."""
+    assert file.read(len(gap)) == gap
+    for obj, _ in objects():
+        assert_same(obj, cpersist.load(file))
+        assert file.read(len(gap)) == gap
+
+
+@pytest.mark.parametrize("gap", [b"", b"other bytes\n"], ids=["adjacent", "with_gaps"])
+def test_several_dumps_in_one_bytesio(gap):
+    buf = io.BytesIO()
+    write_dumps(buf, gap)
+    buf.seek(0)
+    load_dumps(buf, gap)
+    assert buf.read() == b""
+
+
+@pytest.mark.parametrize("gap", [b"", b"x" * 13], ids=["adjacent", "with_gaps"])
+def test_several_dumps_in_one_open_file(gap, tmp_path):
+    path = tmp_path / "many.bin"
+    with open(path, "wb") as file:
+        write_dumps(file, gap)
+    with open(path, "rb") as file:
+        load_dumps(file, gap)
+        assert file.read() == b""
+        # memory-mapped from the middle of the file
+        file.seek(len(gap))
+        mapped = cpersist.load(file, mmap_mode="r")
+        assert isinstance(mapped["a"], np.memmap)
+        assert_same(objects()[0][0], mapped, mmap=True)
+        assert file.read(len(gap)) == gap
+
+
+def test_dumps_from_a_subprocess_pipe():
+    code = textwrap.dedent("""
+        import sys
+        from tests.test_streams import write_dumps
+        write_dumps(sys.stdout.buffer, b"--")
+        sys.stdout.buffer.write(b"the end")
+        sys.stdout.buffer.flush()
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, cwd=ROOT,
+                          env=env) as proc:
+        load_dumps(proc.stdout, b"--")
+        assert proc.stdout.read() == b"the end"
+    assert proc.returncode == 0
+
+
+def test_socket_left_open():
+    """The sender keeps the connection open and waits for an answer after
+    each dump: loading must read exactly one dump, never wait for more."""
+    ours, theirs = socket.socketpair()
+    ours.settimeout(60)
+    theirs.settimeout(60)
+    answers = []
+
+    def sender():
+        with theirs.makefile("wb") as out, theirs.makefile("rb") as back:
+            for obj, compress in objects():
+                cpersist.dump(obj, out, compress=compress)
+                out.flush()
+                answers.append(back.readline())
+
+    thread = threading.Thread(target=sender, daemon=True)
+    thread.start()
+    try:
+        with ours.makefile("rb") as stream, ours.makefile("wb") as reply:
+            for i, (obj, _) in enumerate(objects()):
+                assert_same(obj, cpersist.load(stream))
+                reply.write(b"got %d\n" % i)
+                reply.flush()
+        thread.join(60)
+        assert not thread.is_alive()
+        assert answers == [b"got 0\n", b"got 1\n", b"got 2\n"]
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_tcp_socket_left_open():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(60)
+    done = threading.Event()
+
+    def sender():
+        with socket.create_connection(server.getsockname(), timeout=60) as conn:
+            with conn.makefile("wb") as out:
+                write_dumps(out)
+            done.wait(60)  # the connection stays open until the loads are over
+
+    thread = threading.Thread(target=sender, daemon=True)
+    thread.start()
+    try:
+        conn, _ = server.accept()
+        conn.settimeout(60)
+        with conn, conn.makefile("rb") as stream:
+            load_dumps(stream)
+    finally:
+        done.set()
+        thread.join(60)
+        server.close()
+
+
+def test_dump_to_a_pipe_loads_from_path_and_file(tmp_path):
+    """Written to a non-seekable target, then saved: the same bytes."""
+    obj = objects()[0][0]
+    buf = io.BytesIO()
+    cpersist.dump(obj, buf)
+    reader, thread = pipe_bytes(buf.getvalue())
+    with reader:
+        assert_same(obj, cpersist.load(reader))
+    thread.join_checked()
+    path = tmp_path / "a.cp"
+    path.write_bytes(buf.getvalue() * 2)
+    with open(path, "rb") as file:
+        assert_same(obj, cpersist.load(file))
+        assert file.tell() == len(buf.getvalue())
+        assert_same(obj, cpersist.load(file))
+
+
+# -- what follows a complete dump, loaded from a path ---------------------------
+
+def _one_dump(tmp_path, version=None, name="raw.cp"):
+    if version is None:
+        path = tmp_path / "one.cp"
+        cpersist.dump(objects()[0][0], path)
+        return path
+    return os.path.join(FIXTURES, f"format-{version}", name)
+
+
+@pytest.mark.parametrize("version", [None, "1.1", "1.0"], ids=["2.0", "1.1", "1.0"])
+def test_trailing_data_named(version, tmp_path):
+    data = pathlib.Path(_one_dump(tmp_path, version)).read_bytes()
+    path = tmp_path / "appended.cp"
+    path.write_bytes(data + b"12345678")
+    for func in (cpersist.load, cpersist.inspect, cpersist.verify):
+        with pytest.raises(cpersist.CorruptFileError) as info:
+            func(path)
+        message = str(info.value)
+        assert str(path) in message
+        assert "trailing data after a complete dump (8 bytes" in message, message
+    with open(path, "rb") as file:
+        if version is None:  # read from a file object, and left before them
+            cpersist.load(file)
+            assert file.read() == b"12345678"
+        else:  # format 1 runs to the end of the stream: they are named
+            with pytest.raises(cpersist.CorruptFileError, match="trailing data"):
+                cpersist.load(file)
+
+
+@pytest.mark.parametrize("version", [None, "1.1"], ids=["2.0", "1.1"])
+def test_another_dump_follows_named(version, tmp_path):
+    data = pathlib.Path(_one_dump(tmp_path, version)).read_bytes()
+    path = tmp_path / "two.cp"
+    path.write_bytes(data + data)
+    with pytest.raises(cpersist.CorruptFileError,
+                       match=f"another dump follows a complete dump at offset {len(data)}"):
+        cpersist.load(path)
+
+
+def test_truncated_dump_named(tmp_path):
+    data = _one_dump(tmp_path).read_bytes()
+    path = tmp_path / "cut.cp"
+    path.write_bytes(data[:-40])
+    with pytest.raises(cpersist.CorruptFileError, match="truncated"):
+        cpersist.load(path)
+    buf = io.BytesIO(data[:-40])
+    with pytest.raises(cpersist.CorruptFileError, match="truncated"):
+        cpersist.load(buf)
+
+
+def test_damaged_record_header_named(tmp_path):
+    data = bytearray(_one_dump(tmp_path).read_bytes())
+    data[64 + 7] = 0x77  # the first record's kind
+    with pytest.raises(cpersist.CorruptFileError, match="damaged record header at offset 64"):
+        cpersist.load(io.BytesIO(bytes(data)))
+
+
+# -- r+ edits -------------------------------------------------------------------
+
+def _edit(path, key="a"):
+    m = cpersist.load(path, mmap_mode="r+")
+    m[key].reshape(-1)[:3] = [-1.0, -2.0, -3.0]
+    m[key].flush()
+    del m
+    gc.collect()
+
+
+def _flags(path):
+    with open(path, "rb") as file:
+        return int.from_bytes(file.read(FLAGS_AT + 4)[FLAGS_AT:], "little")
+
+
+@pytest.mark.parametrize("version", [None, "1.1"], ids=["2.0", "1.1"])
+def test_r_plus_edit_then_plain_load_verify_and_reseal(version, tmp_path):
+    path = tmp_path / "edited.cp"
+    key = "a" if version is None else "float64_big"
+    shutil.copyfile(_one_dump(tmp_path, version, "mmap.cp"), path)
+    expected = cpersist.load(path)
+    assert _flags(path) == 0
+    _edit(path, key)
+    assert _flags(path) == EDITED
+    expected[key].reshape(-1)[:3] = [-1.0, -2.0, -3.0]
+    assert_same(expected, cpersist.load(path))  # no checksum error: the new values
+    assert_same(expected, cpersist.load(path, trusted=False))
+    report = cpersist.verify(path)
+    section = [a["section"] for a in cpersist.inspect(path)["arrays"]
+               if a["shape"] == expected[key].shape]
+    assert report["unchecked"] == section
+    cli = subprocess.run([sys.executable, "-m", "cpersist", "verify", str(path)],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert cli.returncode == 0, cli.stderr
+    assert f"raw array sections {section[0]} were changed through a writable map" in cli.stdout
+    assert "--reseal" in cli.stdout
+    cli = subprocess.run([sys.executable, "-m", "cpersist", "verify", "--reseal", str(path)],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert cli.returncode == 0, cli.stderr
+    assert "resealed" in cli.stdout
+    assert _flags(path) == 0
+    assert cpersist.verify(path)["unchecked"] == []
+    assert_same(expected, cpersist.load(path))
+    # sealed again: damage to the edited array is detected again
+    data = bytearray(path.read_bytes())
+    start = ContainerReader(bytes(data)).sections[section[0]].offset
+    data[start + 100] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(cpersist.CorruptFileError, match="checksum mismatch"):
+        cpersist.load(path)
+
+
+def test_reseal_function(tmp_path):
+    path = _one_dump(tmp_path)
+    assert cpersist.reseal(path)["resealed"] == []  # never mapped for writing: untouched
+    before = path.read_bytes()
+    assert cpersist.reseal(path)["resealed"] == [] and path.read_bytes() == before
+    _edit(path)
+    result = cpersist.reseal(path)
+    assert result["unchecked"] == [0] and 0 in result["resealed"]
+    assert cpersist.verify(path)["unchecked"] == []
+    assert cpersist.load(path)["a"][0, :3].tolist() == [-1.0, -2.0, -3.0]
+    with pytest.raises(TypeError, match="path"):
+        cpersist.reseal(io.BytesIO(before))
+    assert "reseal" in cpersist.__all__
+
+
+def test_edited_file_still_detects_other_damage(tmp_path):
+    """With the edited flag, only raw array sections go unchecked."""
+    path = tmp_path / "mixed.cp"
+    cpersist.dump({"a": np.arange(20_000.0).reshape(100, 200), "s": "x" * 5000}, path)
+    _edit(path)
+    good = path.read_bytes()
+    body, index = split(good)
+    root = index["sections"][index["root"]]
+    for where, match in ((root["offset"] + 3, "checksum mismatch"),
+                         (len(body) + 5, "index checksum")):
+        damaged = bytearray(good)
+        damaged[where] ^= 1
+        path.write_bytes(bytes(damaged))
+        for func in (cpersist.load, cpersist.verify, cpersist.reseal):
+            with pytest.raises(cpersist.CorruptFileError, match=match):
+                func(path)
+        assert path.read_bytes() == bytes(damaged)  # reseal left it as it was
+
+
+def test_edited_compressed_chunks_still_checked(tmp_path):
+    path = tmp_path / "c.cp"
+    obj = {"raw": np.arange(20_000.0), "z": np.arange(100_000) % 5}
+    cpersist.dump(obj, path, compress=("zstd", 3))
+    data = bytearray(path.read_bytes())
+    data[FLAGS_AT] |= EDITED  # as a writable map of a raw section would leave it
+    reader = ContainerReader(bytes(data))
+    section = next(s for s in reader.sections if s.codec is not None and s.index != reader.root)
+    data[section.chunks[0].offset + 10] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(cpersist.CorruptFileError, match="section"):
+        cpersist.load(path)
+    with pytest.raises(cpersist.CorruptFileError, match="section"):
+        cpersist.verify(path)
+
+
+# -- mmap_mode warnings -----------------------------------------------------------
+
+def _warnings(path, mode="r"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cpersist.load(path, mmap_mode=mode)
+    return [str(w.message) for w in caught]
+
+
+def test_mmap_mode_warns_for_compressed_file_with_only_inlined_arrays(tmp_path):
+    path = tmp_path / "small.cp"
+    cpersist.dump({"a": np.arange(10.0), "b": np.ones(5)}, path, compress=3)
+    assert not cpersist.inspect(path)["arrays"]  # all inlined
+    messages = _warnings(path)
+    assert len(messages) == 1
+    assert str(path) in messages[0] and "cannot be memory-mapped" in messages[0]
+
+
+def test_mmap_mode_never_warns_for_raw_files(tmp_path):
+    for i, obj in enumerate([{"a": np.arange(10.0)}, "no arrays", {"a": np.ones(100_000)}]):
+        path = tmp_path / f"raw{i}.cp"
+        cpersist.dump(obj, path)
+        for mode in ("r", "r+", "c"):
+            assert _warnings(path, mode) == []
+
+
+def test_header_magic_starts_every_dump():
+    buf = io.BytesIO()
+    write_dumps(buf)
+    assert buf.getvalue().count(MAGIC) >= 3 and buf.getvalue().startswith(MAGIC)
