@@ -26,8 +26,10 @@ _unpickle = pickle.loads
 def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
     """Return ``obj`` as the bytes of a cpersist dump.
 
-    The bytes are those :func:`dump` writes to a file: :func:`loads` reads
-    them back, and so does :func:`load` once they are saved.
+    The bytes are a complete cpersist dump: :func:`loads` reads them back,
+    and so does :func:`load` once they are saved or from an
+    :class:`io.BytesIO`. An object without arrays is written as a compact
+    dump, with no JSON index (see the format specification).
 
     Parameters
     ----------
@@ -67,7 +69,7 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
         check_n_threads(n_threads)
     if codec is not None:
         out = io.BytesIO()
-        _write(obj, out, NAME, codec, protocol, chunk_size, _threads(n_threads))
+        _write(obj, out, NAME, codec, protocol, chunk_size, check_n_threads(n_threads))
         # The BytesIO hands over its own buffer: no copy of the dump.
         return out.getvalue()
     # Raw: the arrays found are kept aside and written once pickling is
@@ -84,16 +86,12 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
         return compact_dump(stream.getbuffer())
     with stream.getbuffer() as pickled:
         out = io.BytesIO()
-        writer = ContainerWriter(out, _threads(n_threads) if arrays else 1, NAME)
+        writer = ContainerWriter(out, check_n_threads(n_threads) if arrays else 1, NAME)
         store = _array_store(writer, None, chunk_size)
         for arr in arrays:
             store(arr)
         _finish(writer, _raw_chunks(pickled), None, protocol)
     return out.getvalue()
-
-
-def _threads(n_threads):
-    return check_n_threads(n_threads)
 
 
 def _raw_chunks(pickled):
