@@ -14,7 +14,8 @@ from .exceptions import (CorruptFileError, CpersistError, FileChangedError,  # n
 
 # Imported on first access (PEP 562), so that `import cpersist` and the
 # command line load neither numpy nor the container until they need them.
-_LAZY = {"dump": "api", "load": "api", "convert": "_convert", "inspect": "inspection",
+_LAZY = {"dump": "api", "load": "api", "dumps": "inmemory", "loads": "inmemory",
+         "convert": "_convert", "inspect": "inspection",
          "verify": "inspection", "reseal": "inspection",
          "register_joblib_backend": "joblib_store",
          "open": "handle", "FileHandle": "handle", "LazyArray": "lazy"}
@@ -49,8 +50,10 @@ __all__ = [
     "available_codecs",
     "convert",
     "dump",
+    "dumps",
     "inspect",
     "load",
+    "loads",
     "register_joblib_backend",
     "reseal",
     "verify",

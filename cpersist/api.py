@@ -118,7 +118,19 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
 
 def _write(obj, file, name, codec, protocol, chunk_size, n_threads):
     writer = ContainerWriter(file, n_threads, name)
+    store = _array_store(writer, codec, chunk_size)
 
+    # The pickle stream is encoded chunk by chunk on the pool while pickling
+    # goes on. In a compressed file, small arrays go into it too: they
+    # compress better together, and there is no memmap to lose.
+    stream = EncodedStream(codec, min(chunk_size, PICKLE_CHUNK_SIZE), n_threads)
+    inline_below = 0 if codec is None else min(INLINE_BELOW, chunk_size)
+    ArrayPickler(stream, protocol, store, inline_below).dump(obj)
+    _finish(writer, stream.encoded_chunks(), codec, protocol)
+
+
+def _array_store(writer, codec, chunk_size):
+    """The ``store`` function of :class:`ArrayPickler`: each array a section."""
     def store(arr):
         chunks = iter_chunks(arr, chunk_size)
         if arr.nbytes <= chunk_size:
@@ -135,14 +147,12 @@ def _write(obj, file, name, codec, protocol, chunk_size, n_threads):
             size=arr.nbytes,
         )
 
-    # The pickle stream is encoded chunk by chunk on the pool while pickling
-    # goes on. In a compressed file, small arrays go into it too: they
-    # compress better together, and there is no memmap to lose.
-    stream = EncodedStream(codec, min(chunk_size, PICKLE_CHUNK_SIZE), n_threads)
-    inline_below = 0 if codec is None else min(INLINE_BELOW, chunk_size)
-    ArrayPickler(stream, protocol, store, inline_below).dump(obj)
-    root = writer.add_encoded_section(stream.encoded_chunks(), codec=codec,
-                                      meta={"kind": "pickle"})
+    return store
+
+
+def _finish(writer, encoded, codec, protocol):
+    """Write the pickle stream's encoded chunks as the root section, and the index."""
+    root = writer.add_encoded_section(encoded, codec=codec, meta={"kind": "pickle"})
     writer.finish(root, info={"writer": f"cpersist {__version__}", "protocol": protocol})
 
 
@@ -230,7 +240,10 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
                      whole=is_path(source))
 
 
-def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole):
+def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole,
+          views=False):
+    """``views``: return raw arrays as views of ``source.read``'s bytes (a
+    :class:`~cpersist.container.sources.MemorySource`, whose reads are views)."""
     reader = ContainerReader(source, whole=whole)
     name = reader.name
     root = reader.sections[reader.root]
@@ -259,6 +272,8 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
                     _mark_edited(mapped[0])
             start = section.offset
             arr = mapped[0][start:start + nbytes].view(dtype).reshape(shape, order=order)
+        elif views and section.is_raw:
+            arr = _view(reader, section, verify).view(dtype).reshape(shape, order=order)
         else:
             reader.check_claimed_sizes(section)  # before allocating a forged size
             arr, view = _allocate(reader, index, dtype, shape, order)
@@ -285,6 +300,15 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
             UserWarning, stacklevel=3,
         )
     return obj
+
+
+def _view(reader, section, verify):
+    """A raw section as a uint8 array viewing the source's own bytes
+    (read-only when they are), its chunks' checksums checked in place."""
+    if verify:
+        reader.verify_section(section)
+    data = reader.source.read(section.offset, section.raw_size)
+    return np.frombuffer(data, dtype=np.uint8)
 
 
 def _memmap(source, size, mode):

@@ -270,10 +270,30 @@ def roundtrip(obj, how="bytesio", tmp_path=None, *, load_kwargs=None, **dump_kwa
     raise AssertionError(how)
 
 
-@pytest.fixture
-def rt(tmp_path):
-    """``rt(obj, how='bytesio', **dump_kwargs)``: a :func:`roundtrip` in ``tmp_path``."""
+def roundtrip_bytes(obj, *, load_kwargs=None, **dump_kwargs):
+    """``dumps`` then ``loads`` of a ``bytearray`` (raw arrays are writable
+    views of it), checking that ``loads`` of the ``bytes`` (read-only views)
+    and a copying ``loads`` give the same object: the same dump again.
+    """
+    load_kwargs = load_kwargs or {}
+    data = cpersist.dumps(obj, **dump_kwargs)
+    assert type(data) is bytes
+    out = cpersist.loads(bytearray(data), **load_kwargs)
+    again = cpersist.dumps(out, **dump_kwargs)
+    for other in (cpersist.loads(data, **load_kwargs),
+                  cpersist.loads(data, copy=True, **load_kwargs)):
+        assert cpersist.dumps(other, **dump_kwargs) == again
+    return out
+
+
+@pytest.fixture(params=["file", "bytes"])
+def rt(request, tmp_path):
+    """``rt(obj, how='bytesio', **dump_kwargs)``: a :func:`roundtrip` in
+    ``tmp_path``, and again through ``dumps``/``loads`` (whatever ``how``,
+    unless the case is about memory maps)."""
     def run(obj, how="bytesio", **kwargs):
+        if request.param == "bytes" and "mmap_mode" not in kwargs.get("load_kwargs", {}):
+            return roundtrip_bytes(obj, **kwargs)
         return roundtrip(obj, how, tmp_path, **kwargs)
     return run
 

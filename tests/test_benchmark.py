@@ -162,7 +162,7 @@ def test_quick_serializers(quick_run):
     assert float(by[("pickle0", 16000)]["file_MB"]) > float(by[("pickle5", 16000)]["file_MB"])
     small = _read(out / "small_objects.csv")
     assert {(r["serializer"], r["object"]) for r in small} == {
-        (s, o) for s in SERIALIZERS for o in ("people", "dict100")}
+        (s, o) for s in SERIALIZERS + ["cpersist dumps/loads"] for o in ("people", "dict100")}
     assert all(r["status"] == "ok" and float(r["dumps_us"]) > 0 for r in small)
 
 

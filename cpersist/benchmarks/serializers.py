@@ -121,6 +121,22 @@ def _cpersist_ser(compress):
     return store, load, dumps, loads
 
 
+def _cpersist_in_memory():
+    """``cpersist.dumps``/``loads``, for the small-object table only (on disk
+    they are ``cpersist``)."""
+    def dumps(obj):
+        import cpersist
+
+        return cpersist.dumps(obj)
+
+    def loads(b):
+        import cpersist
+
+        return cpersist.loads(b)
+
+    return None, None, dumps, loads
+
+
 def _serializers():
     s = {f"pickle{p}": _pickle_ser(p) for p in range(6)}
     s["pickle5-fast"] = _pickle_ser(5, fast=True)
@@ -286,7 +302,8 @@ def run_small_objects(number=2000):
 
     rows = []
     missing = _cpersist_missing()
-    for name, (_, _, dumps, loads) in _serializers().items():
+    serializers = dict(_serializers(), **{"cpersist dumps/loads": _cpersist_in_memory()})
+    for name, (_, _, dumps, loads) in serializers.items():
         for oname, make in SMALL_OBJECTS.items():
             row = {c: "" for c in SMALL_COLUMNS}
             row.update(serializer=name, object=oname)

@@ -6,6 +6,7 @@ import itertools
 from .._threads import ordered_map, run_claimed
 from ..exceptions import CorruptFileError
 from .buffers import READ_BUFFERS
+from .compact import COMPACT, parse_compact_index
 from .framing import END, parse_record_quietly, walk_records
 from .layout import (EDITED, ENCODED, END_MAGIC, HEADER, MAGIC, RECORD_SIZE, TRAILER, VERBATIM,
                      checksum, corrupt, parse_header, parse_index, parse_trailer)
@@ -79,6 +80,7 @@ class ContainerReader:
         head = self.source.read(0, min(self.available, HEADER.size))
         self.major, self.minor, flags = parse_header(head, self.available, self.name)
         self.edited = bool(flags & EDITED)
+        self.compact = self.major >= 2 and bool(flags & COMPACT)
         if self.major == 1:
             self.size = self.available  # format 1 runs to the end of the stream
         elif not (self._whole and self._ends_at_end()):
@@ -127,6 +129,10 @@ class ContainerReader:
             data = tail[offset - tail_start:-TRAILER.size]
         else:
             data = self.source.read(offset, length)
+        if self.compact:
+            self.root, self.info, self.sections = parse_compact_index(data, digest, offset,
+                                                                      self.name)
+            return
         self.root, self.info, self.sections = parse_index(data, digest, offset, self.name,
                                                           self.major)
 

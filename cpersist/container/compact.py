@@ -1,0 +1,91 @@
+"""Compact dumps: a dump holding nothing but a raw pickle stream in one chunk,
+described by its place alone rather than by a JSON index.
+
+Small objects without arrays (a message, a request's log record) are the
+case: a JSON index would outweigh the pickle stream several times over, and
+building and parsing it would cost more than pickling. The layout is a
+format-2 dump like any other (``docs/format.rst``)::
+
+    header        64 bytes   flags = COMPACT
+    DATA record   8 + n      the pickle stream, n bytes (one verbatim chunk)
+    END record    8 + 32     an empty index, then the trailer, whose checksum
+                             field holds the XXH3-64 of the pickle stream
+
+The stream is covered by a checksum as in the JSON form; the index, being
+empty, needs none.
+"""
+
+import struct
+
+# The C function itself, not layout.checksum (the same XXH3-64): the quick
+# path below is a handful of calls, and a Python wrapper would add one.
+from xxhash import xxh3_64_intdigest as _xxh3_64
+
+from .framing import DATA, END, RECORD
+from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, RECORD_SIZE,
+                     TRAILER, VERBATIM, Chunk, Section, corrupt)
+
+#: Header flag: the index is empty, the dump holds one raw pickle stream.
+COMPACT = 2
+#: Where the pickle stream starts: after the header and its record header.
+STREAM_AT = HEADER.size + RECORD_SIZE
+#: Bytes a compact dump adds to its pickle stream.
+OVERHEAD = STREAM_AT + RECORD_SIZE + TRAILER.size
+
+_HEAD = HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, COMPACT)
+_HEAD16 = _HEAD[:16]  # magic, version, flags
+_DATA = DATA << 56
+_END = END << 56 | TRAILER.size
+#: What follows the stream: the END record header, then the trailer (index
+#: offset, index length 0, checksum, end magic).
+_BACK = struct.Struct("<QQQQ8s")
+assert _BACK.size == RECORD_SIZE + TRAILER.size
+
+
+def compact_dump(pickled):
+    """The bytes of a compact dump of the pickle stream ``pickled``."""
+    n = len(pickled)
+    return b"".join((_HEAD, RECORD.pack(_DATA | n), pickled,
+                     _BACK.pack(_END, STREAM_AT + n + RECORD_SIZE, 0, _xxh3_64(pickled),
+                                END_MAGIC)))
+
+
+def compact_stream(data):
+    """The pickle stream of ``data`` if it is exactly one intact compact
+    dump (a slice of ``data``), else None.
+
+    The quick path of :func:`cpersist.loads`: the bytes after the stream are
+    compared with those :func:`compact_dump` would write for it, which
+    checks its checksum. (The DATA record's header is not read: its length
+    is implied by the data's.) Anything else, damage included, is left to
+    the container reader, which says what is wrong.
+    """
+    n = len(data) - OVERHEAD
+    if n < 1 or data[:16] != _HEAD16:
+        return None
+    stream = data[STREAM_AT:STREAM_AT + n]
+    if data[STREAM_AT + n:] != _BACK.pack(_END, STREAM_AT + n + RECORD_SIZE, 0,
+                                          _xxh3_64(stream), END_MAGIC):
+        return None
+    return stream
+
+
+def parse_compact_index(data, digest, offset, name):
+    """``(root, info, sections)`` of a compact dump whose (empty) index
+    starts at ``offset``, ``digest`` being the trailer's checksum: one raw
+    section, the pickle stream."""
+    n = offset - RECORD_SIZE - STREAM_AT
+    if len(data) or n < 1:
+        raise corrupt(name, f"damaged trailer: a compact index of {len(data)} bytes at "
+                            f"{offset}")
+    section = Section()
+    section.index = 0
+    section.offset = STREAM_AT
+    section.codec = None
+    section.typesize = 1
+    section.raw_size = section.stored_size = n
+    section.gap = 0
+    section._chunks = [Chunk(STREAM_AT, n, n, digest, VERBATIM)]
+    section._check_chunks = None
+    section.meta = {"kind": "pickle"}
+    return 0, {}, [section]

@@ -1,0 +1,187 @@
+"""``dumps`` and ``loads``: a cpersist dump as a ``bytes`` object, and the raw
+arrays of one loaded as views of the buffer that holds it."""
+
+import io
+import pickle
+
+from ._args import check_chunk_size, check_protocol
+from ._threads import check_n_threads
+from .api import PICKLE_CHUNK_SIZE, _array_store, _finish, _load, _write
+from .codecs import parse_compress
+from .container import MAX_CHUNK_SIZE, VERBATIM, ContainerWriter, checksum
+from .container.compact import compact_dump, compact_stream
+from .container.sources import MemorySource
+from .exceptions import CorruptFileError
+from .pickler import ArrayPickler
+from .unpickler import normalize_trusted
+
+#: How the buffer is named in messages.
+NAME = "<bytes>"
+#: A ``bytes`` object up to this size has its pickle stream sliced (copied)
+#: rather than viewed: unpickling a small ``bytes`` is quicker.
+SMALL = 1 << 16
+_unpickle = pickle.loads
+
+
+def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
+    """Return ``obj`` as the bytes of a cpersist dump.
+
+    The bytes are a complete cpersist dump: :func:`loads` reads them back,
+    and so does :func:`load` once they are saved or from an
+    :class:`io.BytesIO`. An object without arrays is written as a compact
+    dump, with no JSON index (see the format specification).
+
+    Parameters
+    ----------
+    obj : object
+        Anything picklable; its numpy arrays are stored as in :func:`dump`.
+    compress : bool, int, str or tuple, default 0
+        As for :func:`dump`. Raw (``0``) dumps load as views of the bytes.
+    protocol : int, optional
+        Pickle protocol, 2 to 5; default :data:`pickle.HIGHEST_PROTOCOL`.
+    chunk_size : int, optional
+        Bytes of array data per compressed chunk (default 4 MiB).
+    n_threads : int, optional
+        Threads for compression and checksums; default: all available CPUs.
+
+    Returns
+    -------
+    bytes
+
+    Raises
+    ------
+    ValueError
+        For a bad ``compress``, ``protocol``, ``chunk_size`` or ``n_threads``.
+    pickle.PicklingError, TypeError, AttributeError
+        If ``obj`` holds something that cannot be pickled.
+
+    Examples
+    --------
+    >>> import numpy as np, cpersist
+    >>> data = cpersist.dumps({"x": np.arange(3)})
+    >>> cpersist.loads(data)["x"]
+    array([0, 1, 2])
+    """
+    codec = parse_compress(compress)
+    protocol = check_protocol(protocol)
+    chunk_size = check_chunk_size(chunk_size)
+    if n_threads is not None:
+        check_n_threads(n_threads)
+    if codec is not None:
+        out = io.BytesIO()
+        _write(obj, out, NAME, codec, protocol, chunk_size, check_n_threads(n_threads))
+        # The BytesIO hands over its own buffer: no copy of the dump.
+        return out.getvalue()
+    # Raw: the arrays found are kept aside and written once pickling is
+    # over, so that an object without arrays never sets up a writer.
+    arrays = []
+
+    def defer(arr):
+        arrays.append(arr)
+        return len(arrays) - 1
+
+    stream = io.BytesIO()
+    ArrayPickler(stream, protocol, defer).dump(obj)
+    if not arrays and stream.tell() <= MAX_CHUNK_SIZE:
+        return compact_dump(stream.getbuffer())
+    with stream.getbuffer() as pickled:
+        out = io.BytesIO()
+        writer = ContainerWriter(out, check_n_threads(n_threads) if arrays else 1, NAME)
+        store = _array_store(writer, None, chunk_size)
+        for arr in arrays:
+            store(arr)
+        _finish(writer, _raw_chunks(pickled), None, protocol)
+    return out.getvalue()
+
+
+def _raw_chunks(pickled):
+    """The pickle stream as the raw chunks of the root section."""
+    return [(chunk, len(chunk), checksum(chunk), VERBATIM)
+            for chunk in (pickled[i:i + PICKLE_CHUNK_SIZE]
+                          for i in range(0, len(pickled), PICKLE_CHUNK_SIZE))]
+
+
+def loads(data, *, trusted=True, verify=True, n_threads=None, copy=False):
+    """Load an object from the bytes of one cpersist dump.
+
+    Parameters
+    ----------
+    data : bytes-like
+        ``bytes``, ``bytearray``, ``memoryview``, a contiguous numpy
+        ``uint8`` array, an :class:`mmap.mmap`: anything exporting one
+        contiguous buffer, holding exactly one dump.
+    trusted : bool or iterable, default True
+        As for :func:`load`: ``False`` or an allowlist restricts the
+        globals the pickle stream may name.
+    verify : bool, default True
+        Check the checksums of everything read, the arrays viewed in place
+        included.
+    n_threads : int, optional
+        Threads for decompression; default: all available CPUs.
+    copy : bool, default False
+        ``False``: raw arrays are views of ``data``'s buffer, no copy is
+        made; they keep the buffer alive, are read-only when it is, and see
+        any change made to it. ``True``: every array owns its memory.
+        Compressed arrays always own theirs.
+
+    Returns
+    -------
+    object
+
+    Raises
+    ------
+    CorruptFileError
+        If ``data`` is not one whole cpersist dump (bytes after it
+        included), or is truncated or damaged.
+    UnsupportedVersionError
+        If a newer, incompatible version of the format wrote it.
+    UntrustedObjectError
+        In a restricted load, for a global outside the allowlist.
+    TypeError
+        If ``data`` is not a contiguous bytes-like object.
+
+    Examples
+    --------
+    >>> import numpy as np, cpersist
+    >>> data = cpersist.dumps({"x": np.arange(3.0)})
+    >>> x = cpersist.loads(data)["x"]
+    >>> x.flags.writeable, x.base is not None    # a read-only view of data
+    (False, True)
+    >>> cpersist.loads(data, copy=True)["x"].flags.owndata
+    True
+    """
+    if trusted is True:
+        # A compact dump (an object without arrays): its pickle stream is
+        # checked and unpickled here, without a reader; its checksums are
+        # checked whatever ``verify`` says (they are how it is recognised,
+        # at the cost of one pass over a stream unpickling reads anyway).
+        # Anything else, or damage, goes the long way, which says what is wrong.
+        stream = compact_stream(
+            data if type(data) is bytes and len(data) <= SMALL else _byte_view(data))
+        if stream is not None:
+            if n_threads is not None:
+                check_n_threads(n_threads)
+            try:
+                return _unpickle(stream)
+            except (pickle.UnpicklingError, EOFError) as exc:
+                raise CorruptFileError(f"{NAME}: damaged pickle stream ({exc})") from None
+    source = MemorySource(_byte_view(data), NAME)
+    restricted, allowed, prefixes = normalize_trusted(trusted)
+    n_threads = check_n_threads(n_threads)
+    return _load(source, mmap_mode=None, restricted=restricted, allowed=allowed,
+                 prefixes=prefixes, verify=verify, n_threads=n_threads, whole=True,
+                 views=not copy)
+
+
+def _byte_view(data):
+    """``data`` as a memoryview of bytes, or a TypeError saying why not."""
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise TypeError(
+            f"data must be a bytes-like object (bytes, bytearray, memoryview, "
+            f"a numpy uint8 array, an mmap), got {type(data).__name__}"
+        ) from None
+    if not view.c_contiguous:
+        raise TypeError("data must be a contiguous buffer; this memoryview is not")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
