@@ -10,7 +10,7 @@ import re
 import secrets
 
 from ._files import TMP_SUFFIX
-from .exceptions import RemoteStorageError
+from .exceptions import FileChangedError, RemoteStorageError
 
 #: What to install for URLs.
 REMOTE_EXTRA = "pip install 'cpersist[remote]'"
@@ -124,12 +124,18 @@ def reopen(url, storage_options, identity):
 
     Raises
     ------
-    RemoteStorageError
-        If the object at ``url`` is not that version any more.
+    FileChangedError
+        If the object at ``url`` is not that version any more: it was
+        replaced, as a local file rewritten under a lazy array would be.
     """
     source = open_remote(url, storage_options)
     try:
+        # check_identity compares what the source already looked up (no
+        # request), so the error it raises can only mean another version.
         source.check_identity(identity)
+    except RemoteStorageError as exc:
+        source.close()
+        raise FileChangedError(f"{exc}; open it again") from None
     except BaseException:
         source.close()
         raise

@@ -11,6 +11,9 @@ array referenced twice) is asserted by the tests themselves.
 ``roundtrip(obj, how, tmp_path, **dump_kwargs)`` dumps ``obj`` to a path, a
 ``pathlib.Path``, a ``BytesIO``, an open file or a pipe, and loads it back
 from the same kind of source.
+
+``dask_client`` (a module-scoped fixture) is a client of a
+``distributed.LocalCluster`` of two worker processes on 127.0.0.1.
 """
 
 import io
@@ -202,6 +205,16 @@ class _Thread(threading.Thread):
             raise self.error
 
 
+def assert_same_result(expected, actual, where=""):
+    """Type, dtype (with byte order), shape and bytes of an indexing result."""
+    assert type(actual) is type(expected), f"{where}: {type(actual)} != {type(expected)}"
+    if isinstance(expected, np.ndarray):
+        assert actual.shape == expected.shape, f"{where}: shape {actual.shape}"
+    assert actual.dtype == expected.dtype and actual.dtype.str == expected.dtype.str, where
+    assert (np.ascontiguousarray(actual).tobytes()
+            == np.ascontiguousarray(expected).tobytes()), f"{where}: values differ"
+
+
 def dump_to_pipe_and_load(obj, load_kwargs=None, **dump_kwargs):
     """``dump`` into a pipe on a thread while ``load`` reads its other end.
 
@@ -342,3 +355,34 @@ def _fill(arr, rng):
     else:
         data = rng.integers(0, 256, n * dtype.itemsize, dtype=np.uint8)
         arr[...] = np.frombuffer(data.tobytes(), dtype=dtype).reshape(arr.shape)
+
+
+#: What the dask workers' environment lacks: no credentials nor endpoint of
+#: any store, so that a worker reaches one only through the storage options
+#: a lazy array carries.
+_WORKER_ENV_REMOVED = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                       "AWS_ENDPOINT_URL", "AWS_PROFILE")
+
+
+@pytest.fixture(scope="module")
+def dask_client():
+    """A ``distributed.Client`` of a local cluster: two worker processes, one
+    thread each, on 127.0.0.1 (ports chosen by the system, no dashboards)."""
+    import distributed
+
+    with pytest.MonkeyPatch.context() as patch:
+        # The workers are started with the environment as it is here; they
+        # keep it, whatever the tests do to the test process's afterwards.
+        for name in _WORKER_ENV_REMOVED:
+            patch.delenv(name, raising=False)
+        # Nor may they look for credentials in files or on the network.
+        patch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+        patch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+        patch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                           host="127.0.0.1", dashboard_address=None,
+                                           scheduler_port=0, worker_dashboard_address=None)
+    client = distributed.Client(cluster)
+    yield client
+    client.close()
+    cluster.close()

@@ -26,19 +26,9 @@ from cpersist import lazy as lazy_module
 from cpersist._args import open_source
 from cpersist.container import ContainerReader
 
-from .conftest import COMPRESSIONS
+from .conftest import COMPRESSIONS, assert_same_result
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def assert_same_result(expected, actual, where=""):
-    """Type, dtype (with byte order), shape and bytes of an indexing result."""
-    assert type(actual) is type(expected), f"{where}: {type(actual)} != {type(expected)}"
-    if isinstance(expected, np.ndarray):
-        assert actual.shape == expected.shape, f"{where}: shape {actual.shape}"
-    assert actual.dtype == expected.dtype and actual.dtype.str == expected.dtype.str, where
-    assert (np.ascontiguousarray(actual).tobytes()
-            == np.ascontiguousarray(expected).tobytes()), f"{where}: values differ"
 
 
 def _source_array(shape, dtype, layout, seed):
@@ -407,19 +397,6 @@ def test_dask_threaded(tmp_path):
         assert np.allclose(arr[::-2].mean(axis=0), y[::-2].mean(axis=0).compute())
         from dask.base import tokenize
         assert tokenize(lazy) == tokenize(pickle.loads(pickle.dumps(lazy)))
-
-
-@pytest.fixture(scope="module")
-def dask_client():
-    import distributed
-
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       host="127.0.0.1", dashboard_address=None,
-                                       scheduler_port=0, worker_dashboard_address=None)
-    client = distributed.Client(cluster)
-    yield client
-    client.close()
-    cluster.close()
 
 
 def test_dask_distributed(tmp_path, dask_client):

@@ -5,10 +5,13 @@ Everything here goes through real fsspec file systems and a real S3 server
 counted by the server itself.
 """
 
+import io
 import os
+import pickle
 import socket
 import subprocess
 import sys
+import textwrap
 import warnings
 
 import fsspec
@@ -17,13 +20,10 @@ import pytest
 
 import cpersist
 from cpersist._remote import PART_SIZE
-from cpersist.container.sources.fsspec import END_BYTES, REQUEST_SIZE, merge_ranges
-
-from cpersist.container.sources.fsspec import FsspecSource
+from cpersist.container.sources.fsspec import END_BYTES, REQUEST_SIZE, FsspecSource, merge_ranges
 
 from ._s3 import CREDENTIALS, s3_server  # noqa: F401 (a fixture)
-from .conftest import assert_same
-
+from .conftest import assert_same, assert_same_result
 
 
 def _object(rng, n=1_000_000):
@@ -194,7 +194,7 @@ def test_s3_reopen_checks_identity(s3_server):
     with reopen(*spec) as again:
         assert again.identity == spec[2]
     cpersist.dump({"a": np.arange(11)}, url, storage_options=options)  # replaced
-    with pytest.raises(cpersist.RemoteStorageError, match="changed since it was first opened"):
+    with pytest.raises(cpersist.FileChangedError, match="changed since it was first opened"):
         reopen(*spec)
 
 
@@ -338,9 +338,176 @@ def test_cli_bad_storage_option():
     assert "expected KEY=VALUE, got 'novalue'" in result.stderr
 
 
-def test_open_url_lazy_array_pickles_and_reopens_from_the_url():
-    import pickle
+# -- cpersist.open on S3 --------------------------------------------------------
 
+def _without_aws_environment():
+    """The environment of a process that knows no S3 credentials nor endpoint
+    (and looks for none in files or on the network)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update({"AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+                "AWS_EC2_METADATA_DISABLED": "true", "PYTHONPATH": os.pathsep.join(sys.path)})
+    return env
+
+
+def _with_credentials(s3_server):
+    """Storage options naming the endpoint and the credentials themselves."""
+    return {**s3_server.storage_options, "key": CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            "secret": CREDENTIALS["AWS_SECRET_ACCESS_KEY"]}
+
+
+def _nibbles(n_bytes, seed):
+    """``n_bytes`` random 4-bit values, one per byte: compressible to about
+    half, like noisy sensor data, and never repeating."""
+    words = np.random.default_rng(seed).integers(0, 2**63, n_bytes // 16, dtype=np.int64)
+    packed = words.view(np.uint8)
+    out = np.empty((packed.size, 2), dtype=np.uint8)
+    np.bitwise_and(packed, 0x0F, out=out[:, 0])
+    np.right_shift(packed, 4, out=out[:, 1])
+    return out.reshape(-1)
+
+
+def test_s3_slices_of_a_100_mb_object_cost_few_requests(s3_server):
+    a = _nibbles(200 << 20, seed=9).reshape(-1, 2048)  # 102 400 rows of 2 KiB
+    key = "hundred-mb.cp"
+    url = s3_server.url(key)
+    options = s3_server.storage_options
+    cpersist.dump({"samples": a}, url, compress=1, storage_options=options)
+    size = s3_server.filesystem().size(url)
+    assert size >= 100 * 10**6
+    with cpersist.open(url, storage_options=options) as f:
+        lazy = f.arrays["obj['samples']"]
+        rows_per_chunk = lazy.chunks[0][0]
+        chunks = lazy._bind().section.chunks
+        largest = max(c.length for c in chunks)
+    assert len(chunks) >= 25
+
+    def counted(index):
+        """The slice read through a fresh handle, and the requests (all of
+        them: the HEAD, both ends, the chunks) and bytes it cost."""
+        s3_server.counter.clear()
+        with cpersist.open(url, storage_options=options) as f:
+            got = f.arrays["obj['samples']"][index]
+        requests = [r for r in s3_server.counter.requests if r[1].endswith("/" + key)]
+        return got, requests, sum(r[3] for r in requests)
+
+    # Opening costs a HEAD and both ends (header; index and pickle stream),
+    # then each chunk the slice touches a GET of its stored bytes.
+    middle = 20 * rows_per_chunk
+    inside = (slice(middle + 100, middle + 300), slice(5, 900))
+    got, requests, served = counted(inside)
+    assert_same_result(a[inside], got)
+    assert len(requests) <= 4
+    assert served <= 2 * largest + 2 * END_BYTES  # at most 2 chunks, the header and the tail
+    one_percent = a.shape[0] // 100  # half a chunk's rows
+    inside = slice(middle + 512, middle + 512 + one_percent)
+    got, requests, served = counted(inside)
+    assert_same_result(a[inside], got)
+    assert len(requests) <= 4
+    assert served <= 2 * largest + 2 * END_BYTES
+    # Across a chunk boundary: a GET per chunk (adjacent chunks are not yet
+    # fetched together).
+    across = slice(middle - 500, middle - 500 + one_percent)
+    got, requests, served = counted(across)
+    assert_same_result(a[across], got)
+    assert [r[0] for r in requests] == ["HEAD"] + ["GET"] * 4
+    assert served <= 2 * largest + 2 * END_BYTES
+
+
+def test_s3_open_lists_and_slices_lazily(s3_server):
+    obj = _object(np.random.default_rng(10), 300_000)
+    url = s3_server.url("opened.cp")
+    options = s3_server.storage_options
+    cpersist.dump(obj, url, compress=3, chunk_size=1 << 16, storage_options=options)
+    paths = {a["path"] for a in cpersist.inspect(url, storage_options=options)["arrays"]}
+    with cpersist.open(url, storage_options=options) as f:
+        assert f.name == url
+        arrays = f.arrays
+        assert set(arrays) == paths
+        smooth, ints = arrays["obj['smooth']"], arrays["obj['ints']"]
+        assert (smooth.shape, smooth.dtype) == (obj["smooth"].shape, obj["smooth"].dtype)
+        for index in [slice(None), slice(12_345, 67_890, 7), slice(None, None, -1000), -1]:
+            assert_same_result(obj["smooth"][index], smooth[index])
+        for index in [(slice(10, 700), 3), (slice(None), slice(250, 50, -3)), (..., 299)]:
+            assert_same_result(obj["ints"][index], ints[index])
+        lazy = f.load(lazy=True)
+        assert type(lazy["smooth"]) is cpersist.LazyArray and lazy["smooth"] is smooth
+        assert lazy["text"] == "a model"
+        assert_same(obj["nested"], lazy["nested"])  # small arrays come whole
+        assert_same(obj["ints"], np.asarray(lazy["ints"]))
+    # Closed, the handle's arrays reopen the object by its URL.
+    assert_same_result(obj["smooth"][-5:], smooth[-5:])
+
+
+def test_s3_lazy_array_carries_url_options_and_identity(s3_server, tmp_path):
+    w = np.random.default_rng(11).random((3000, 40))
+    url = s3_server.url("carried.cp")
+    options = _with_credentials(s3_server)
+    cpersist.dump({"w": w}, url, compress=3, chunk_size=1 << 16, storage_options=options)
+    with cpersist.open(url, storage_options=options) as f:
+        data = pickle.dumps(f.arrays["obj['w']"])
+    reference = pickle.loads(data)._file.reference
+    assert reference.url == url and reference.storage_options == options
+    assert reference.identity == {"etag": s3_server.filesystem().info(url)["ETag"].strip('"'),
+                                  "size": s3_server.filesystem().size(url)}
+    # Another process, which knows neither the endpoint nor any credentials,
+    # reads it with what the pickle carries.
+    (tmp_path / "lazy.pkl").write_bytes(data)
+    code = textwrap.dedent(f"""
+        import pickle, sys, numpy as np
+        lazy = pickle.load(open({str(tmp_path / 'lazy.pkl')!r}, 'rb'))
+        np.save(sys.stdout.buffer, lazy[2999:5:-7, ::3])
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          env=_without_aws_environment(), timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    assert_same_result(w[2999:5:-7, ::3], np.load(io.BytesIO(done.stdout)))
+    # The same process without the credentials in the options cannot.
+    bare = {k: v for k, v in options.items() if k not in ("key", "secret")}
+    code = f"import cpersist; cpersist.load({url!r}, storage_options={bare!r})"
+    refused = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=_without_aws_environment(), timeout=120)
+    assert refused.returncode == 1 and "Unable to locate credentials" in refused.stderr
+    # The object replaced: reading the pickled array refuses the new one.
+    cpersist.dump({"w": w[::-1]}, url, compress=3, chunk_size=1 << 16, storage_options=options)
+    with pytest.raises(cpersist.FileChangedError,
+                       match=rf"^{url}: the object changed since it was first opened"):
+        pickle.loads(data)[0]
+
+
+def test_s3_dask_cluster_sums_a_lazy_array(s3_server, dask_client):
+    a = np.random.default_rng(12).integers(-10**9, 10**9, (40_000, 25))
+    url = s3_server.url("dask.cp")
+    options = _with_credentials(s3_server)
+    cpersist.dump({"a": a}, url, compress=3, chunk_size=1 << 20, storage_options=options)
+    # The workers know no endpoint nor credentials but the array's.
+    environments = dask_client.run(lambda: {k for k in os.environ if k.startswith("AWS_")})
+    assert all(not names & {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"}
+               for names in environments.values())
+    with cpersist.open(url, storage_options=options) as f:
+        x = f.arrays["obj['a']"].to_dask()
+    assert len(x.chunks[0]) >= 8
+    s3_server.counter.clear()
+    assert dask_client.compute(x.sum()).result() == a.sum()
+    assert_same_result(a[::-3, 7], dask_client.compute(x[::-3, 7]).result())
+    assert s3_server.counter.gets("dask.cp")  # read from the server by the workers
+
+
+def test_cli_storage_options_name_endpoint_and_credentials(s3_server):
+    obj = _object(np.random.default_rng(13), 100_000)
+    url = s3_server.url("cli-options.cp")
+    cpersist.dump(obj, url, compress=3, storage_options=s3_server.storage_options)
+    options = ["--storage-option", f"endpoint_url={s3_server.endpoint}",
+               "--storage-option", f"key={CREDENTIALS['AWS_ACCESS_KEY_ID']}",
+               "--storage-option", f"secret={CREDENTIALS['AWS_SECRET_ACCESS_KEY']}"]
+    info = _cli("info", url, *options, env=_without_aws_environment())
+    assert info.returncode == 0, info.stderr
+    assert info.stdout.startswith(f"{url}: cpersist format ") and "obj['ints']" in info.stdout
+    verify = _cli("verify", url, *options, env=_without_aws_environment())
+    assert verify.returncode == 0, verify.stderr
+    assert verify.stdout.startswith(f"{url}: OK (")
+
+
+def test_open_url_lazy_array_pickles_and_reopens_from_the_url():
     url = f"memory://cpersist-lazy-{os.getpid()}/lazy.cp"
     w = np.arange(60_000, dtype=np.float64).reshape(600, 100)
     cpersist.dump({"w": w}, url, compress=3, chunk_size=1 << 14)
@@ -353,7 +520,8 @@ def test_open_url_lazy_array_pickles_and_reopens_from_the_url():
         assert_same(w[100:300], copy[100:300])
         cpersist.dump({"w": w + 1}, url)  # the object is replaced
         again = pickle.loads(pickle.dumps(copy))
-        with pytest.raises(cpersist.RemoteStorageError, match="changed"):
+        with pytest.raises(cpersist.FileChangedError, match="changed"):
             again[0:2]
     finally:
         fsspec.filesystem("memory").rm(url, recursive=True)
+
