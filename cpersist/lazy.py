@@ -29,6 +29,10 @@ from .exceptions import FileChangedError
 #: every position's chunk; longer ones from the chunk boundaries they cross,
 #: so that memory stays small however many elements a slice selects.
 LIST_POSITIONS_UP_TO = 4096
+#: From remote storage, the stored bytes of the chunks one index touches are
+#: fetched together (neighbours in one request) when they total at most
+#: this; beyond, each chunk is fetched when decoded, so memory stays bounded.
+FETCH_TOGETHER_UP_TO = 16 << 20
 
 
 def section_fingerprint(section):
@@ -262,6 +266,16 @@ class LazyArray:
         stored = max((chunks[i].length for i in range(first, last + 1)), default=0)
         scratch = max(chunks[first].raw_length, chunks[last].raw_length)
 
+        def needed(i):
+            # The bytes of chunk i to fetch: only the part selected of a
+            # verbatim chunk read unchecked, else all of it.
+            if not direct_raw:
+                return chunks[i].offset, chunks[i].length
+            a, b = max(lo, int(starts[i])), min(hi, int(starts[i + 1]))
+            return chunks[i].offset + a - int(starts[i]), b - a
+
+        fetched = _fetch_together(reader, section, range(first, last + 1), needed)
+
         def task(claims):
             buffer = scratch_buffer = None
             try:
@@ -270,18 +284,23 @@ class LazyArray:
                     start, end = int(starts[i]), int(starts[i + 1])
                     a, b = max(lo, start), min(hi, end)
                     target = out[a - lo:b - lo]
+                    got = fetched.get(i)
                     if direct_raw:
-                        _read_raw(reader, section, i, a - start, target)
+                        if got is None:
+                            _read_raw(reader, section, i, a - start, target)
+                        else:
+                            target[:] = got
                         continue
-                    if buffer is None and not section.is_raw:
+                    if buffer is None and not section.is_raw and got is None:
                         buffer = READ_BUFFERS.take(stored)
                     if (a, b) == (start, end):
-                        reader.read_chunk_into(section, i, target, buffer, verify=verify)
+                        reader.read_chunk_into(section, i, target, buffer, verify=verify,
+                                               stored=got)
                         continue
                     if scratch_buffer is None:
                         scratch_buffer = READ_BUFFERS.take(scratch)
                     whole = memoryview(scratch_buffer)[:end - start]
-                    reader.read_chunk_into(section, i, whole, buffer, verify=verify)
+                    reader.read_chunk_into(section, i, whole, buffer, verify=verify, stored=got)
                     target[:] = whole[a - start:b - start]
             finally:
                 for taken in (buffer, scratch_buffer):
@@ -302,9 +321,12 @@ class LazyArray:
         group_strides = tuple(step * strides[k] for k, (_, step, _) in enumerate(axes))[split:]
         verify = self._verify
         stored = max((c.length for c in chunks), default=0)
+        touched = sorted({i for *_, c0, c1 in groups.items for i in range(c0, c1 + 1)})
+        fetched = _fetch_together(reader, section, touched,
+                                  lambda i: (chunks[i].offset, chunks[i].length))
 
         def task(claims):
-            buffer = READ_BUFFERS.take(stored) if not section.is_raw else None
+            buffer = READ_BUFFERS.take(stored) if not section.is_raw and not fetched else None
             scratch = bytearray(0)
             try:
                 for g in claims:
@@ -317,7 +339,7 @@ class LazyArray:
                     for i in range(c0, c1 + 1):
                         a = int(starts[i]) - origin
                         reader.read_chunk_into(section, i, view[a:a + chunks[i].raw_length],
-                                               buffer, verify=verify)
+                                               buffer, verify=verify, stored=fetched.get(i))
                     selected = np.ndarray((count,) + inner_counts, dtype=self.dtype,
                                           buffer=scratch, offset=first_byte - origin,
                                           strides=group_strides)
@@ -339,6 +361,23 @@ def _finish(arr, sel):
     # applied after.
     result = arr[sel.result_index + (Ellipsis,)]
     return result[()] if sel.scalar else result
+
+
+def _fetch_together(reader, section, indices, needed):
+    """``{i: bytes}`` of the chunks ``indices`` of ``section``, ``needed(i)``
+    giving the ``(offset, length)`` to fetch of each, fetched together from
+    a remote source (neighbouring ranges merged into one request), or ``{}``
+    to read each as it is decoded: from a local file, for a single chunk, or
+    for more than :data:`FETCH_TOGETHER_UP_TO` bytes."""
+    if not reader.source.remote or len(indices) < 2:
+        return {}
+    ranges = [needed(i) for i in indices]
+    if sum(length for _, length in ranges) > FETCH_TOGETHER_UP_TO:
+        return {}
+    try:
+        return dict(zip(indices, reader.source.read_ranges(ranges)))
+    except ShortReadError:
+        raise reader.error(f"truncated in section {section.index}") from None
 
 
 def _read_raw(reader, section, i, skip, target):

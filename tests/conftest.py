@@ -379,9 +379,14 @@ def dask_client():
         patch.setenv("AWS_CONFIG_FILE", "/nonexistent")
         patch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
         patch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        # The scheduler's HTTP server (health, metrics) always listens: on a
+        # port chosen by the system, as 8787, its default, may be taken (and
+        # the fallback leaks a socket); no dashboard on it.
         cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                           host="127.0.0.1", dashboard_address=None,
-                                           scheduler_port=0, worker_dashboard_address=None)
+                                           host="127.0.0.1", scheduler_port=0,
+                                           dashboard_address="127.0.0.1:0",
+                                           scheduler_kwargs={"dashboard": False},
+                                           worker_dashboard_address=None)
     client = distributed.Client(cluster)
     yield client
     client.close()

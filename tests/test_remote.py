@@ -391,7 +391,7 @@ def test_s3_slices_of_a_100_mb_object_cost_few_requests(s3_server):
         return got, requests, sum(r[3] for r in requests)
 
     # Opening costs a HEAD and both ends (header; index and pickle stream),
-    # then each chunk the slice touches a GET of its stored bytes.
+    # then the slice one GET for the chunks it touches.
     middle = 20 * rows_per_chunk
     inside = (slice(middle + 100, middle + 300), slice(5, 900))
     got, requests, served = counted(inside)
@@ -404,13 +404,39 @@ def test_s3_slices_of_a_100_mb_object_cost_few_requests(s3_server):
     assert_same_result(a[inside], got)
     assert len(requests) <= 4
     assert served <= 2 * largest + 2 * END_BYTES
-    # Across a chunk boundary: a GET per chunk (adjacent chunks are not yet
-    # fetched together).
+    # Across a chunk boundary: both chunks in one request.
     across = slice(middle - 500, middle - 500 + one_percent)
     got, requests, served = counted(across)
     assert_same_result(a[across], got)
-    assert [r[0] for r in requests] == ["HEAD"] + ["GET"] * 4
+    assert len(requests) <= 4
     assert served <= 2 * largest + 2 * END_BYTES
+    # A column of those rows is read the same way.
+    column = (across, 7)
+    got, requests, served = counted(column)
+    assert_same_result(a[column], got)
+    assert len(requests) <= 4
+    assert served <= 2 * largest + 2 * END_BYTES
+
+
+@pytest.mark.parametrize("compress, verify", [(0, False), (0, True), (3, True)])
+def test_memory_slices_across_chunks_fetched_together(memory_dir, compress, verify):
+    fs, root = memory_dir
+    a = np.random.default_rng(14).random((4000, 30))
+    url = f"memory://{root}/across.cp"
+    cpersist.dump({"a": a}, url, compress=compress, chunk_size=1 << 15)
+    with cpersist.open(url, verify=verify) as f:
+        lazy = f.arrays["obj['a']"]
+        source = lazy._bind().reader.source
+        calls = []
+        real = source.read_ranges
+        source.read_ranges = lambda ranges: calls.append(list(ranges)) or real(ranges)
+        rows = lazy.chunks[0][0]
+        for index in [slice(rows - 3, 5 * rows + 2), (slice(rows - 3, 5 * rows + 2), 4),
+                      (slice(5 * rows, rows - 10, -3), slice(2, 9)), slice(10, 20)]:
+            calls.clear()
+            assert_same_result(a[index], lazy[index], str(index))
+            assert len(calls) == 1  # one call for all the chunks, merged in one request
+            assert len(merge_ranges(calls[0])[0]) == 1
 
 
 def test_s3_open_lists_and_slices_lazily(s3_server):

@@ -300,12 +300,14 @@ class ContainerReader:
 
         run_claimed(task, len(chunks), n_threads)
 
-    def read_chunk_into(self, section, i, out, buffer, *, verify=True):
+    def read_chunk_into(self, section, i, out, buffer, *, verify=True, stored=None):
         """Read chunk ``i`` of ``section``, check it and decode it into ``out``.
 
         ``out`` is writable bytes of the chunk's ``raw_length``; ``buffer``
         holds at least its stored length (an encoded chunk is read there). A
-        verbatim chunk is read straight into ``out``. Errors name the chunk,
+        verbatim chunk is read straight into ``out``. ``stored``, if given,
+        is the chunk's stored bytes already fetched (with its neighbours),
+        checked and decoded instead of reading them. Errors name the chunk,
         for readers of a few chunks of a section.
 
         Raises
@@ -313,15 +315,20 @@ class ContainerReader:
         CorruptFileError
         """
         chunk = section.chunks[i]
-        data = out if chunk.flag == VERBATIM else memoryview(buffer)[:chunk.length]
-        try:
-            self.source.read_into(chunk.offset, data)
-        except ShortReadError:
-            raise self.error(f"truncated in section {section.index}, chunk {i}") from None
+        if stored is not None:
+            data = stored
+        else:
+            data = out if chunk.flag == VERBATIM else memoryview(buffer)[:chunk.length]
+            try:
+                self.source.read_into(chunk.offset, data)
+            except ShortReadError:
+                raise self.error(f"truncated in section {section.index}, chunk {i}") from None
         if verify and checksum(data) != chunk.checksum:
             raise self.error(
                 f"checksum mismatch in section {section.index}, chunk {i}: damaged data")
-        if chunk.flag != VERBATIM:
+        if chunk.flag == VERBATIM and stored is not None:
+            out[:] = data
+        elif chunk.flag != VERBATIM:
             try:
                 section.codec.decode_into(data, out)
             except CorruptFileError as exc:
