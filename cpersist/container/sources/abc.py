@@ -118,6 +118,21 @@ class ByteSource(ABC):
     def __exit__(self, *exc_info):
         self.close()
 
+    def fill(self, offset, buffer, read_some):
+        """Fill ``buffer`` with the bytes at ``offset`` by calling
+        ``read_some(view)`` until it is full; ``read_some`` reads into the
+        memoryview it is given and returns how many bytes it read (0 at the
+        end, which raises :class:`ShortReadError`). ``read_into`` of a
+        source whose reads may come back short is this loop."""
+        view = memoryview(buffer).cast("B")
+        wanted = len(view)
+        got = 0
+        while got < wanted:
+            n = read_some(view[got:])
+            if not n:
+                raise self.short_read(offset, wanted, got)
+            got += n
+
     def short_read(self, offset, wanted, got):
         """The :class:`ShortReadError` for a read that came back short."""
         return ShortReadError(

@@ -33,22 +33,18 @@ class FileObjectSource(ByteSource):
         return self._size
 
     def read_into(self, offset, buffer):
-        view = memoryview(buffer).cast("B")
-        wanted = len(view)
-        got = 0
+        readinto = getattr(self.file, "readinto", None)
+        if readinto is None:
+            read = self.file.read
+
+            def readinto(view):
+                data = read(len(view))
+                view[:len(data)] = data
+                return len(data)
+
         with self._lock:
             self.file.seek(self.base + offset)
-            readinto = getattr(self.file, "readinto", None)
-            while got < wanted:
-                if readinto is not None:
-                    n = readinto(view[got:])
-                else:
-                    data = self.file.read(wanted - got)
-                    n = len(data)
-                    view[got:got + n] = data
-                if not n:
-                    raise self.short_read(offset, wanted, got)
-                got += n
+            self.fill(offset, buffer, readinto)
 
     def close(self):
         if self.end is not None:

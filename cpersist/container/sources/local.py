@@ -47,15 +47,15 @@ class LocalFileSource(ByteSource):
         return self._size
 
     def read_into(self, offset, buffer):
-        view = memoryview(buffer).cast("B")
-        wanted = len(view)
-        got = 0
         position = self.base + offset
-        while got < wanted:
-            n = os.preadv(self.fd, [view[got:]], position + got)
-            if not n:
-                raise self.short_read(offset, wanted, got)
-            got += n
+
+        def read_some(view):
+            nonlocal position
+            n = os.preadv(self.fd, [view], position)
+            position += n
+            return n
+
+        self.fill(offset, buffer, read_some)
 
     def map(self, offset, length, mode):
         # mmap offsets must be multiples of the allocation granularity: map
