@@ -3,8 +3,10 @@ range requests through an fsspec file system.
 
 Each request costs a round trip, so ranges the reader asks for together are
 merged when the gap between them is small, and the merged ranges are
-fetched concurrently (``cat_ranges``). The module imports nothing from
-fsspec: it only calls the file system it is given.
+fetched concurrently (``cat_ranges``). A long run of ranges (a whole
+section) is read by one streamed request where the file system can stream
+(:mod:`.streaming`). The module imports nothing from fsspec: it only calls
+the file system it is given.
 """
 
 import errno
@@ -13,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ...exceptions import RemoteStorageError
 from .abc import ByteSource
+from .streaming import RangeStream, can_stream
 
 #: Ranges closer than this are fetched by one request covering the gap too:
 #: reading a gap costs less than a round trip.
@@ -206,10 +209,53 @@ class FsspecSource(ByteSource):
             out.append(data[request][start:start + length])
         return out
 
+    def _streams(self):
+        return can_stream(self.fs)
+
+    def _stream(self, start, end):
+        return RangeStream(self.fs, self.path, start, end, self.identity["etag"])
+
+    def _streamed(self, ranges, start, end):
+        """Yield the bytes of ``ranges`` (in order, within ``start:end``) read
+        from one streamed request for ``start:end``."""
+        with self._stream(start, end) as stream:
+            for offset, length in ranges:
+                data = self._stream_read(stream, offset, length)
+                if len(data) != length:
+                    raise self._truncated(offset + len(data), stream)
+                yield data
+
+    def _stream_read(self, stream, offset, length, into=None):
+        try:
+            return self._call(stream.read, offset, length, into)
+        except RemoteStorageError as exc:
+            # The request names the version read so far: if it failed
+            # because the object was replaced, say so.
+            try:
+                self.fs.invalidate_cache(self.path)
+                now = FsspecSource(self.fs, self.path, self.name)
+            except (OSError, RemoteStorageError):
+                raise exc from None
+            self.check_identity(now.identity)
+            raise
+
+    def _truncated(self, at, stream):
+        return RemoteStorageError(
+            f"{self.name}: truncated transfer: {at - stream.start} of "
+            f"{stream.end - stream.start} bytes from offset {stream.start}")
+
     def iter_ranges(self, ranges):
+        ranges = list(ranges)
+        span = _one_span(ranges)
+        if span is not None and span[1] - span[0] > REQUEST_SIZE and self._streams():
+            for offset, length in ranges:
+                if offset + length > self._size:
+                    raise self.short_read(offset, length, max(0, self._size - offset))
+            yield from self._streamed(ranges, *span)
+            return
         # About one request per batch, FETCH_AHEAD of them in flight: the
         # caller decodes the first while the next ones arrive.
-        batches = _batches(list(ranges), REQUEST_SIZE)
+        batches = _batches(ranges, REQUEST_SIZE)
         if len(batches) == 1:
             yield from self.read_ranges(batches[0])
             return
@@ -238,6 +284,14 @@ class FsspecSource(ByteSource):
 
     def read_into(self, offset, buffer):
         view = memoryview(buffer).cast("B")
+        if offset + len(view) > self._size:
+            raise self.short_read(offset, len(view), max(0, self._size - offset))
+        if len(view) > REQUEST_SIZE and self._streams():
+            with self._stream(offset, offset + len(view)) as stream:
+                got = len(self._stream_read(stream, offset, len(view), view))
+                if got != len(view):
+                    raise self._truncated(offset + got, stream)
+            return
         # A large range is fetched as several concurrent requests.
         pieces = [(offset + p, min(REQUEST_SIZE, len(view) - p))
                   for p in range(0, len(view), REQUEST_SIZE)]
@@ -299,6 +353,19 @@ def _batches(ranges, size):
         batches[-1].append((offset, length))
         total += length
     return batches
+
+
+def _one_span(ranges):
+    """``(start, end)`` of ``ranges`` if they are in order, none empty, each
+    at most :data:`MERGE_GAP` after the one before; else None."""
+    if not ranges:
+        return None
+    start = end = ranges[0][0]
+    for offset, length in ranges:
+        if not length or offset < end or offset - end > MERGE_GAP:
+            return None
+        end = offset + length
+    return start, end
 
 
 def _reraise(exc):

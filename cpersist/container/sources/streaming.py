@@ -1,0 +1,167 @@
+"""One byte range of a remote object read by a single streamed request.
+
+A whole-section read needs every byte of a long span. Asking for it in one
+GET costs one round trip, and the store serves it at the rate of one
+transfer, where many range requests each cost a round trip and, on some
+servers, a read of the object. The response body is read in the file
+system's event loop into blocks handed to the reading thread, at most
+:data:`READ_AHEAD` bytes ahead of it, so that the caller decodes the first
+chunks while the next ones arrive and memory stays bounded whatever the
+span's length.
+
+Only s3fs exposes a response body to stream from; :func:`open_stream`
+returns None for other file systems, which are read by range requests.
+"""
+
+import asyncio
+import queue
+import threading
+
+#: Most bytes of the response read at once (what the response has
+#: received so far, up to this).
+PIECE_SIZE = 1 << 20
+#: Bytes the stream reads ahead of the reader at most.
+READ_AHEAD = 32 << 20
+
+_END = object()
+
+
+def can_stream(fs):
+    """Whether ``fs`` (an fsspec file system) can stream a range: s3fs,
+    used synchronously (it runs its own event loop)."""
+    return (hasattr(fs, "_call_s3") and hasattr(fs, "split_path")
+            and not getattr(fs, "asynchronous", False)
+            and getattr(fs, "loop", None) is not None)
+
+
+class RangeStream:
+    """The bytes ``[start, end)`` of an object in ``fs``, read in order.
+
+    Parameters
+    ----------
+    fs : s3fs.S3FileSystem
+    path : str
+    start, end : int
+    etag : str or None
+        The version read so far: a request for another version fails
+        rather than mixing two versions' bytes.
+    """
+
+    def __init__(self, fs, path, start, end, etag=None):
+        self.start = self.position = start
+        self.end = end
+        self._blocks = queue.Queue()
+        self._ahead = 0  # bytes queued and not yet taken
+        self._lock = threading.Lock()
+        self._space = None  # asyncio.Event in the loop, once started
+        self._loop = fs.loop
+        self._block = memoryview(b"")
+        self._future = asyncio.run_coroutine_threadsafe(
+            self._pump(fs, path, start, end, etag), fs.loop)
+
+    async def _pump(self, fs, path, start, end, etag):
+        self._space = asyncio.Event()
+        body = None
+        try:
+            bucket, key, version = fs.split_path(path)
+            kwargs = {"Bucket": bucket, "Key": key, "Range": f"bytes={start}-{end - 1}"}
+            if version:
+                kwargs["VersionId"] = version
+            elif etag:
+                kwargs["IfMatch"] = f'"{etag}"'
+            response = await fs._call_s3("get_object", **kwargs)
+            body = response["Body"]
+            remaining = end - start
+            while remaining:
+                piece = await body.read(min(PIECE_SIZE, remaining))
+                if not piece:
+                    break  # ended early: the reader reports the truncation
+                remaining -= len(piece)
+                self._space.clear()
+                with self._lock:
+                    self._ahead += len(piece)
+                    full = self._ahead > READ_AHEAD
+                self._blocks.put(piece)
+                if full:
+                    await self._space.wait()
+            self._blocks.put(_END)
+        except BaseException as exc:  # handed to the reader, which raises it
+            self._blocks.put(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            if body is not None:
+                body.close()
+
+    def _next_block(self):
+        block = self._blocks.get()
+        if block is _END:
+            self._blocks.put(_END)
+            return None
+        if isinstance(block, BaseException):
+            self._blocks.put(block)
+            raise block
+        with self._lock:
+            was_full = self._ahead > READ_AHEAD
+            self._ahead -= len(block)
+            if was_full and self._ahead <= READ_AHEAD:
+                self._loop.call_soon_threadsafe(self._space.set)
+        return memoryview(block)
+
+    def read(self, offset, length, into=None):
+        """The ``length`` bytes at ``offset`` (at or after :attr:`position`),
+        written to ``into`` if given, else returned (a view of one block or
+        a new bytearray). Fewer bytes come back only if the object ended
+        early (a truncated transfer)."""
+        if offset < self.position:
+            raise ValueError(f"stream at {self.position} cannot go back to {offset}")
+        self._skip(offset - self.position)
+        if into is None and len(self._block) >= length:
+            data = self._block[:length]
+            self._block = self._block[length:]
+            self.position += length
+            return data
+        out = memoryview(bytearray(length) if into is None else into).cast("B")
+        filled = 0
+        while filled < length:
+            if not self._block:
+                block = self._next_block()
+                if block is None:
+                    break
+                self._block = block
+            n = min(length - filled, len(self._block))
+            out[filled:filled + n] = self._block[:n]
+            self._block = self._block[n:]
+            filled += n
+        self.position += filled
+        return out[:filled]
+
+    def _skip(self, n):
+        while n:
+            if not self._block:
+                block = self._next_block()
+                if block is None:
+                    return
+                self._block = block
+            step = min(n, len(self._block))
+            self._block = self._block[step:]
+            self.position += step
+            n -= step
+
+    def close(self):
+        """Stop the transfer (if still running) and drop what was read ahead."""
+        self._future.cancel()
+        self._block = memoryview(b"")
+        while True:
+            try:
+                self._blocks.get_nowait()
+            except queue.Empty:
+                break
+        if self._space is not None:
+            self._loop.call_soon_threadsafe(self._space.set)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
