@@ -462,3 +462,39 @@ def test_s3_truncated_large_object_is_corrupt(s3_server, large_object):
         fs.pipe_file(cut, data[:keep])
         with pytest.raises(cpersist.CorruptFileError, match=r"^s3://"):
             cpersist.load(cut, storage_options=s3_server.storage_options)
+
+
+def test_http_full_load_is_one_request_per_section(s3_server, large_object):
+    # The moto server answers plain HTTP range requests too, for an object
+    # written by a multipart upload.
+    obj, _, _ = large_object
+    key = "http-streamed.cp"
+    cpersist.dump(obj, s3_server.url(key), compress=3, chunk_size=1 << 18,
+                  storage_options=s3_server.storage_options)
+    url = f"{s3_server.endpoint}/{s3_server.bucket}/{key}"
+    s3_server.counter.clear()
+    assert_same(obj, cpersist.load(url))
+    gets = s3_server.counter.gets(key)
+    assert len(gets) == 3
+    size = s3_server.filesystem().size(s3_server.url(key))
+    assert size <= sum(r[3] for r in gets) <= size + 2 * END_BYTES
+
+
+def test_http_server_without_range_requests(tmp_path):
+    # Python's http.server ignores Range headers: every answer is the whole file.
+    cpersist.dump({"a": np.arange(100_000)}, tmp_path / "x.cp")  # 800 kB: read by ranges
+    server = subprocess.Popen(
+        [sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1",
+         "--directory", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True)
+    try:
+        line = server.stdout.readline()  # "Serving HTTP on 127.0.0.1 port N ..."
+        port = int(line.split(" port ")[1].split()[0])
+        url = f"http://127.0.0.1:{port}/x.cp"
+        with pytest.raises(cpersist.RemoteStorageError,
+                           match=rf"^{url}: the server does not answer range requests"):
+            cpersist.load(url)
+    finally:
+        server.kill()
+        server.wait()
+        server.stdout.close()

@@ -182,6 +182,10 @@ class FsspecSource(ByteSource):
             if isinstance(got, BaseException):
                 self._call(_reraise, got)
             wanted = min(end, self._size) - start
+            if len(got) > wanted:
+                raise RemoteStorageError(
+                    f"{self.name}: the server does not answer range requests: {len(got)} "
+                    f"bytes came for {wanted} at offset {start}")
             if len(got) != wanted:
                 raise RemoteStorageError(
                     f"{self.name}: truncated transfer: {len(got)} of {wanted} bytes "

@@ -9,8 +9,8 @@ system's event loop into blocks handed to the reading thread, at most
 chunks while the next ones arrive and memory stays bounded whatever the
 span's length.
 
-Only s3fs exposes a response body to stream from; :func:`open_stream`
-returns None for other file systems, which are read by range requests.
+s3fs and fsspec's HTTP file system give a response body to stream from
+(:func:`can_stream`); other file systems are read by range requests.
 """
 
 import asyncio
@@ -27,11 +27,50 @@ _END = object()
 
 
 def can_stream(fs):
-    """Whether ``fs`` (an fsspec file system) can stream a range: s3fs,
-    used synchronously (it runs its own event loop)."""
-    return (hasattr(fs, "_call_s3") and hasattr(fs, "split_path")
-            and not getattr(fs, "asynchronous", False)
-            and getattr(fs, "loop", None) is not None)
+    """Whether ``fs`` (an fsspec file system) can stream a range: s3fs or
+    fsspec's HTTP file system, used synchronously (they run their own event
+    loop)."""
+    if getattr(fs, "asynchronous", False) or getattr(fs, "loop", None) is None:
+        return False
+    return _is_s3(fs) or _is_http(fs)
+
+
+def _is_s3(fs):
+    return hasattr(fs, "_call_s3") and hasattr(fs, "split_path")
+
+
+def _is_http(fs):
+    return (type(fs).__name__ == "HTTPFileSystem" and hasattr(fs, "set_session")
+            and hasattr(fs, "encode_url"))
+
+
+async def _open(fs, path, start, end, etag):
+    """``(read, close)`` of the body of a GET of bytes ``start:end``:
+    ``await read(n)`` returns up to ``n`` bytes, empty at the end."""
+    if _is_s3(fs):
+        bucket, key, version = fs.split_path(path)
+        kwargs = {"Bucket": bucket, "Key": key, "Range": f"bytes={start}-{end - 1}"}
+        if version:
+            kwargs["VersionId"] = version
+        elif etag:
+            kwargs["IfMatch"] = f'"{etag}"'
+        body = (await fs._call_s3("get_object", **kwargs))["Body"]
+        return body.read, body.close
+    kwargs = dict(fs.kwargs)
+    headers = dict(kwargs.pop("headers", None) or {})
+    headers["Range"] = f"bytes={start}-{end - 1}"
+    if etag and not etag.startswith("W/"):  # a weak ETag never matches
+        headers["If-Match"] = f'"{etag}"'
+    session = await fs.set_session()
+    response = await session.get(fs.encode_url(path), headers=headers, **kwargs)
+    if response.status != 206:
+        response.release()
+        if response.status == 404:
+            raise FileNotFoundError(path)
+        response.raise_for_status()
+        # 200: the whole object, the range ignored; not what was asked for.
+        raise OSError(f"a range request was answered with status {response.status}")
+    return response.content.read, response.close
 
 
 class RangeStream:
@@ -39,7 +78,7 @@ class RangeStream:
 
     Parameters
     ----------
-    fs : s3fs.S3FileSystem
+    fs : s3fs.S3FileSystem or fsspec.implementations.http.HTTPFileSystem
     path : str
     start, end : int
     etag : str or None
@@ -61,19 +100,12 @@ class RangeStream:
 
     async def _pump(self, fs, path, start, end, etag):
         self._space = asyncio.Event()
-        body = None
+        close = None
         try:
-            bucket, key, version = fs.split_path(path)
-            kwargs = {"Bucket": bucket, "Key": key, "Range": f"bytes={start}-{end - 1}"}
-            if version:
-                kwargs["VersionId"] = version
-            elif etag:
-                kwargs["IfMatch"] = f'"{etag}"'
-            response = await fs._call_s3("get_object", **kwargs)
-            body = response["Body"]
+            read, close = await _open(fs, path, start, end, etag)
             remaining = end - start
             while remaining:
-                piece = await body.read(min(PIECE_SIZE, remaining))
+                piece = await read(min(PIECE_SIZE, remaining))
                 if not piece:
                     break  # ended early: the reader reports the truncation
                 remaining -= len(piece)
@@ -90,8 +122,8 @@ class RangeStream:
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
-            if body is not None:
-                body.close()
+            if close is not None:
+                close()
 
     def _next_block(self):
         block = self._blocks.get()
