@@ -106,14 +106,55 @@ class FsspecSource(ByteSource):
                          "size": self._size}
 
         self._ends = None  # [(start, bytes)] of both ends, once fetched
+        self._whole_stream = None  # the object from its start, in a load
 
     @property
     def size(self):
         return self._size
 
     def close(self):
+        if self._whole_stream is not None:
+            self._whole_stream.close()
+            self._whole_stream = None
         if self._file is not None and self.end is not None:
             self._file.seek(self.end)
+
+    def will_read_all(self):
+        """Stream the whole object by one request, and fetch its end (the
+        index, read first) beside it: a load then costs these two requests
+        whatever its number of arrays."""
+        if (self._ends is not None or self._whole_stream is not None or not self.whole
+                or self._size <= REQUEST_SIZE or not self._streams()):
+            return
+        self._whole_stream = stream = self._stream(0, self._size)
+        tail = self._size - END_BYTES
+        try:
+            self._ends = [(tail, memoryview(self._fetch([(tail, self._size)])[0]))]
+        except BaseException:
+            self.close()
+            raise
+
+    def _from_stream(self, ranges):
+        """The bytes of ``ranges`` read from the whole object's stream, or
+        None unless they come in file order no farther than
+        :data:`REQUEST_SIZE` after what it has delivered."""
+        stream = self._whole_stream
+        if stream is None or not ranges or not (
+                0 <= ranges[0][0] - stream.position <= REQUEST_SIZE):
+            return None
+        end = 0
+        for offset, length in ranges:
+            if offset < end:
+                return None
+            end = offset + length
+        return self._read_stream(stream, ranges)
+
+    def _read_stream(self, stream, ranges):
+        for offset, length in ranges:
+            data = self._stream_read(stream, offset, length)
+            if len(data) != length:
+                raise self._truncated(offset + len(data), stream)
+            yield data
 
     def check_identity(self, identity):
         """Raise unless this is the version of the object ``identity``
@@ -130,6 +171,16 @@ class FsspecSource(ByteSource):
             raise RemoteStorageError(
                 f"{self.name}: the object changed since it was first opened "
                 f"(was {identity}, now {self.identity})")
+
+    def _cached_ranges(self, ranges):
+        """The ranges from the bytes fetched at the object's ends, or None."""
+        out = []
+        for offset, length in ranges:
+            data = self._cached(offset, length) if length else b""
+            if data is None:
+                return None
+            out.append(data)
+        return out
 
     def _cached(self, offset, length):
         """The range from the bytes fetched at the object's ends, or None."""
@@ -197,10 +248,11 @@ class FsspecSource(ByteSource):
         for offset, length in ranges:
             if offset + length > self._size:
                 raise self.short_read(offset, length, max(0, self._size - offset))
-        if len(ranges) == 1:
-            cached = self._cached(*ranges[0])
-            if cached is not None:
-                return [cached]
+        cached = self._cached_ranges(ranges)
+        if cached is None:
+            cached = self._from_stream(ranges)
+        if cached is not None:
+            return list(cached)
         spans, places = merge_ranges([(o, n) for o, n in ranges if n])
         data = [memoryview(d) for d in self._fetch(spans)] if spans else []
         out = []
@@ -223,11 +275,7 @@ class FsspecSource(ByteSource):
         """Yield the bytes of ``ranges`` (in order, within ``start:end``) read
         from one streamed request for ``start:end``."""
         with self._stream(start, end) as stream:
-            for offset, length in ranges:
-                data = self._stream_read(stream, offset, length)
-                if len(data) != length:
-                    raise self._truncated(offset + len(data), stream)
-                yield data
+            yield from self._read_stream(stream, ranges)
 
     def _stream_read(self, stream, offset, length, into=None):
         try:
@@ -250,11 +298,15 @@ class FsspecSource(ByteSource):
 
     def iter_ranges(self, ranges):
         ranges = list(ranges)
+        for offset, length in ranges:
+            if offset + length > self._size:
+                raise self.short_read(offset, length, max(0, self._size - offset))
+        streamed = self._from_stream(ranges)
+        if streamed is not None:
+            yield from streamed
+            return
         span = _one_span(ranges)
         if span is not None and span[1] - span[0] > REQUEST_SIZE and self._streams():
-            for offset, length in ranges:
-                if offset + length > self._size:
-                    raise self.short_read(offset, length, max(0, self._size - offset))
             yield from self._streamed(ranges, *span)
             return
         # About one request per batch, FETCH_AHEAD of them in flight: the
@@ -290,6 +342,12 @@ class FsspecSource(ByteSource):
         view = memoryview(buffer).cast("B")
         if offset + len(view) > self._size:
             raise self.short_read(offset, len(view), max(0, self._size - offset))
+        stream = self._whole_stream
+        if stream is not None and 0 <= offset - stream.position <= REQUEST_SIZE:
+            got = len(self._stream_read(stream, offset, len(view), view))
+            if got != len(view):
+                raise self._truncated(offset + got, stream)
+            return
         if len(view) > REQUEST_SIZE and self._streams():
             with self._stream(offset, offset + len(view)) as stream:
                 got = len(self._stream_read(stream, offset, len(view), view))
