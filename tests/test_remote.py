@@ -504,3 +504,19 @@ def test_http_server_without_range_requests(tmp_path):
         server.kill()
         server.wait()
         server.stdout.close()
+
+
+def test_s3_load_with_a_large_pickle_stream(s3_server, large_object):
+    # Thousands of small arrays travel in the pickle stream, which then
+    # outgrows the bytes fetched at the end: one more request, no more.
+    rng = np.random.default_rng(11)
+    obj = {"a": large_object[0]["a"], "many": [rng.random(i % 50) for i in range(5_000)]}
+    key = "large-pickle.cp"
+    url = s3_server.url(key)
+    options = s3_server.storage_options
+    cpersist.dump(obj, url, compress=3, chunk_size=1 << 18, storage_options=options)
+    info = cpersist.inspect(url, storage_options=options)
+    assert info["pickle"]["stored_bytes"] > END_BYTES
+    s3_server.counter.clear()
+    assert_same(obj, cpersist.load(url, storage_options=options))
+    assert len(s3_server.counter.gets(key)) == 3
