@@ -249,10 +249,19 @@ class FsspecSource(ByteSource):
             if offset + length > self._size:
                 raise self.short_read(offset, length, max(0, self._size - offset))
         cached = self._cached_ranges(ranges)
-        if cached is None:
-            cached = self._from_stream(ranges)
         if cached is not None:
-            return list(cached)
+            return cached
+        streamed = self._from_stream(ranges)
+        if streamed is not None:
+            return list(streamed)
+        return self._fetch_ranges(ranges)
+
+    def _fetch_ranges(self, ranges):
+        """:meth:`read_ranges` by range requests (safe in several threads at
+        once, unlike reading the stream)."""
+        cached = self._cached_ranges(ranges)
+        if cached is not None:
+            return cached
         spans, places = merge_ranges([(o, n) for o, n in ranges if n])
         data = [memoryview(d) for d in self._fetch(spans)] if spans else []
         out = []
@@ -313,10 +322,10 @@ class FsspecSource(ByteSource):
         # caller decodes the first while the next ones arrive.
         batches = _batches(ranges, REQUEST_SIZE)
         if len(batches) == 1:
-            yield from self.read_ranges(batches[0])
+            yield from self._fetch_ranges(batches[0])
             return
         with ThreadPoolExecutor(FETCH_AHEAD, thread_name_prefix="cpersist-fetch") as fetcher:
-            pending = deque(fetcher.submit(self.read_ranges, batch)
+            pending = deque(fetcher.submit(self._fetch_ranges, batch)
                             for batch in batches[:FETCH_AHEAD])
             following = iter(batches[FETCH_AHEAD:])
             try:
@@ -324,7 +333,7 @@ class FsspecSource(ByteSource):
                     data = pending.popleft().result()
                     batch = next(following, None)
                     if batch is not None:
-                        pending.append(fetcher.submit(self.read_ranges, batch))
+                        pending.append(fetcher.submit(self._fetch_ranges, batch))
                     yield from data
                     del data
             finally:
