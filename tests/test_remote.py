@@ -414,6 +414,10 @@ def test_s3_full_load_is_one_request_per_section(s3_server, large_object):
     assert sorted(r[2] for r in s3_server.counter.gets(key)) == [
         f"bytes=0-{size - 1}", f"bytes={size - END_BYTES}-{size - 1}"]
     assert sum(r[3] for r in s3_server.counter.gets(key)) == size + END_BYTES
+    # verify reads every byte too.
+    s3_server.counter.clear()
+    assert cpersist.verify(url, storage_options=options)["stored_bytes"] < size
+    assert len(s3_server.counter.gets(key)) == 2
 
 
 def test_s3_raw_section_read_whole_is_one_request(s3_server):
