@@ -1,13 +1,13 @@
 """One byte range of a remote object read by a single streamed request.
 
-A whole-section read needs every byte of a long span. Asking for it in one
-GET costs one round trip, and the store serves it at the rate of one
-transfer, where many range requests each cost a round trip and, on some
-servers, a read of the object. The response body is read in the file
-system's event loop into blocks handed to the reading thread, at most
-:data:`READ_AHEAD` bytes ahead of it, so that the caller decodes the first
-chunks while the next ones arrive and memory stays bounded whatever the
-span's length.
+A load, or a read of a whole section, needs every byte of a long span.
+Asking for it in one GET costs one round trip, and the store serves it at
+the rate of one transfer, where many range requests each cost a round trip
+and, on some servers, a read of the object. The response body is read in
+the file system's event loop and its pieces handed to the reading thread, at
+most :data:`READ_AHEAD` bytes ahead of it, so that the caller decodes the
+first chunks while the next ones arrive and memory stays bounded whatever
+the span's length.
 
 s3fs and fsspec's HTTP file system give a response body to stream from
 (:func:`can_stream`); other file systems are read by range requests.
@@ -89,12 +89,12 @@ class RangeStream:
     def __init__(self, fs, path, start, end, etag=None):
         self.start = self.position = start
         self.end = end
-        self._blocks = queue.Queue()
+        self._pieces = queue.Queue()
         self._ahead = 0  # bytes queued and not yet taken
         self._lock = threading.Lock()
         self._space = None  # asyncio.Event in the loop, once started
         self._loop = fs.loop
-        self._block = memoryview(b"")
+        self._piece = memoryview(b"")
         self._future = asyncio.run_coroutine_threadsafe(
             self._pump(fs, path, start, end, etag), fs.loop)
 
@@ -113,80 +113,80 @@ class RangeStream:
                 with self._lock:
                     self._ahead += len(piece)
                     full = self._ahead > READ_AHEAD
-                self._blocks.put(piece)
+                self._pieces.put(piece)
                 if full:
                     await self._space.wait()
-            self._blocks.put(_END)
+            self._pieces.put(_END)
         except BaseException as exc:  # handed to the reader, which raises it
-            self._blocks.put(exc)
+            self._pieces.put(exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
             if close is not None:
                 close()
 
-    def _next_block(self):
-        block = self._blocks.get()
-        if block is _END:
-            self._blocks.put(_END)
+    def _next_piece(self):
+        piece = self._pieces.get()
+        if piece is _END:
+            self._pieces.put(_END)
             return None
-        if isinstance(block, BaseException):
-            self._blocks.put(block)
-            raise block
+        if isinstance(piece, BaseException):
+            self._pieces.put(piece)
+            raise piece
         with self._lock:
             was_full = self._ahead > READ_AHEAD
-            self._ahead -= len(block)
+            self._ahead -= len(piece)
             if was_full and self._ahead <= READ_AHEAD:
                 self._loop.call_soon_threadsafe(self._space.set)
-        return memoryview(block)
+        return memoryview(piece)
 
     def read(self, offset, length, into=None):
         """The ``length`` bytes at ``offset`` (at or after :attr:`position`),
-        written to ``into`` if given, else returned (a view of one block or
-        a new bytearray). Fewer bytes come back only if the object ended
+        written to ``into`` if given, else returned (a view of one piece of
+        the response or a new bytearray). Fewer bytes come back only if the object ended
         early (a truncated transfer)."""
         if offset < self.position:
             raise ValueError(f"stream at {self.position} cannot go back to {offset}")
         self._skip(offset - self.position)
-        if into is None and len(self._block) >= length:
-            data = self._block[:length]
-            self._block = self._block[length:]
+        if into is None and len(self._piece) >= length:
+            data = self._piece[:length]
+            self._piece = self._piece[length:]
             self.position += length
             return data
         out = memoryview(bytearray(length) if into is None else into).cast("B")
         filled = 0
         while filled < length:
-            if not self._block:
-                block = self._next_block()
-                if block is None:
+            if not self._piece:
+                piece = self._next_piece()
+                if piece is None:
                     break
-                self._block = block
-            n = min(length - filled, len(self._block))
-            out[filled:filled + n] = self._block[:n]
-            self._block = self._block[n:]
+                self._piece = piece
+            n = min(length - filled, len(self._piece))
+            out[filled:filled + n] = self._piece[:n]
+            self._piece = self._piece[n:]
             filled += n
         self.position += filled
         return out[:filled]
 
     def _skip(self, n):
         while n:
-            if not self._block:
-                block = self._next_block()
-                if block is None:
+            if not self._piece:
+                piece = self._next_piece()
+                if piece is None:
                     return
-                self._block = block
-            step = min(n, len(self._block))
-            self._block = self._block[step:]
+                self._piece = piece
+            step = min(n, len(self._piece))
+            self._piece = self._piece[step:]
             self.position += step
             n -= step
 
     def close(self):
         """Stop the transfer (if still running) and drop what was read ahead."""
         self._future.cancel()
-        self._block = memoryview(b"")
+        self._piece = memoryview(b"")
         while True:
             try:
-                self._blocks.get_nowait()
+                self._pieces.get_nowait()
             except queue.Empty:
                 break
         if self._space is not None:
