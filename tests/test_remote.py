@@ -524,3 +524,18 @@ def test_s3_load_with_a_large_pickle_stream(s3_server, large_object):
     s3_server.counter.clear()
     assert_same(obj, cpersist.load(url, storage_options=options))
     assert len(s3_server.counter.gets(key)) == 3
+
+
+def test_s3_damaged_chunk_in_a_streamed_load(s3_server, large_object):
+    _, _, url = large_object
+    fs = s3_server.filesystem()
+    data = bytearray(fs.cat_file(url))
+    data[len(data) // 2] ^= 0xFF  # inside a chunk of the one array
+    damaged = s3_server.url("streamed-damaged.cp")
+    fs.pipe_file(damaged, bytes(data))
+    for n_threads in (1, 2):
+        # The load stops at that chunk: the stream is closed, nothing waits.
+        with pytest.raises(cpersist.CorruptFileError,
+                           match=rf"^{damaged}: checksum mismatch in section"):
+            cpersist.load(damaged, storage_options=s3_server.storage_options,
+                          n_threads=n_threads)
