@@ -133,9 +133,6 @@ def reopen(url, storage_options, identity):
         # check_identity compares what the source already looked up (no
         # request), so the error it raises can only mean another version.
         source.check_identity(identity)
-    except RemoteStorageError as exc:
-        source.close()
-        raise FileChangedError(f"{exc}; open it again") from None
     except BaseException:
         source.close()
         raise

@@ -244,6 +244,7 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
           views=False):
     """``views``: return raw arrays as views of ``source.read``'s bytes (a
     :class:`~cpersist.container.sources.MemorySource`, whose reads are views)."""
+    source.will_read_all()
     reader = ContainerReader(source, whole=whole)
     name = reader.name
     root = reader.sections[reader.root]

@@ -217,6 +217,7 @@ def verify(source, *, storage_options=None):
     {'sections': 3, 'chunks': 5, 'stored_bytes': 1234, 'raw_bytes': 5678, 'unchecked': []}
     """
     with open_source(source, storage_options=storage_options) as opened:
+        opened.will_read_all()
         return _verify(ContainerReader(opened, whole=is_path(source)))
 
 

@@ -83,13 +83,20 @@ class ContainerReader:
         self.compact = self.major >= 2 and bool(flags & COMPACT)
         if self.major == 1:
             self.size = self.available  # format 1 runs to the end of the stream
-        elif not (self._whole and self._ends_at_end()):
+        elif not ((self._whole or self.source.remote) and self._ends_at_end()):
             self.size = walk_records(self.source.read, self.available, self.name)
 
     def _ends_at_end(self):
         """Whether a dump's END record ends the source (one read of its tail,
         which the index is read from next): then nothing follows the dump
-        and its records need no walk. Otherwise the walk says what is wrong."""
+        and its records need no walk. Otherwise the walk says what is wrong,
+        or, in a source that may hold several dumps, where this one ends.
+
+        A remote source is checked this way even when it may hold several
+        dumps (an fsspec file object), since a walk costs a request per
+        record there: the trailer's offsets count from the start of its own
+        dump, so a trailer at the end matches only when this dump, the
+        first, ends there."""
         self.size = self.available
         tail_start = max(0, self.size - TAIL_READ)
         tail = self._tail = (tail_start, self.source.read(tail_start, self.size - tail_start))

@@ -100,6 +100,14 @@ class ByteSource(ABC):
         """
         return None
 
+    def will_read_all(self):
+        """Note that the caller is about to read the whole dump, roughly in
+        file order (a load), before anything has been read.
+
+        A remote source may then fetch the object by one streamed request
+        rather than range by range. This default does nothing.
+        """
+
     def mark_end(self, size):
         """Note that the dump read through this source ends ``size`` bytes
         in (the reader finds it in the dump's header or records).

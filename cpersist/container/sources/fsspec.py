@@ -3,16 +3,19 @@ range requests through an fsspec file system.
 
 Each request costs a round trip, so ranges the reader asks for together are
 merged when the gap between them is small, and the merged ranges are
-fetched concurrently (``cat_ranges``). The module imports nothing from
-fsspec: it only calls the file system it is given.
+fetched concurrently (``cat_ranges``). A long run of ranges (a whole
+section) is read by one streamed request where the file system can stream
+(:mod:`.streaming`). The module imports nothing from fsspec: it only calls
+the file system it is given.
 """
 
 import errno
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
-from ...exceptions import RemoteStorageError
+from ...exceptions import FileChangedError, RemoteStorageError
 from .abc import ByteSource
+from .streaming import RangeStream, can_stream
 
 #: Ranges closer than this are fetched by one request covering the gap too:
 #: reading a gap costs less than a round trip.
@@ -103,14 +106,55 @@ class FsspecSource(ByteSource):
                          "size": self._size}
 
         self._ends = None  # [(start, bytes)] of both ends, once fetched
+        self._whole_stream = None  # the object from its start, in a load
 
     @property
     def size(self):
         return self._size
 
     def close(self):
+        if self._whole_stream is not None:
+            self._whole_stream.close()
+            self._whole_stream = None
         if self._file is not None and self.end is not None:
             self._file.seek(self.end)
+
+    def will_read_all(self):
+        """Stream the whole object by one request, and fetch its end (the
+        index, read first) beside it: a load then costs these two requests
+        whatever its number of arrays."""
+        if (self._ends is not None or self._whole_stream is not None or not self.whole
+                or self._size <= REQUEST_SIZE or not self._streams()):
+            return
+        self._whole_stream = stream = self._stream(0, self._size)
+        tail = self._size - END_BYTES
+        try:
+            self._ends = [(tail, memoryview(self._fetch([(tail, self._size)])[0]))]
+        except BaseException:
+            self.close()
+            raise
+
+    def _from_stream(self, ranges):
+        """The bytes of ``ranges`` read from the whole object's stream, or
+        None unless they come in file order no farther than
+        :data:`REQUEST_SIZE` after what it has delivered."""
+        stream = self._whole_stream
+        if stream is None or not ranges or not (
+                0 <= ranges[0][0] - stream.position <= REQUEST_SIZE):
+            return None
+        end = 0
+        for offset, length in ranges:
+            if offset < end:
+                return None
+            end = offset + length
+        return self._read_stream(stream, ranges)
+
+    def _read_stream(self, stream, ranges):
+        for offset, length in ranges:
+            data = self._stream_read(stream, offset, length)
+            if len(data) != length:
+                raise self._truncated(offset + len(data), stream)
+            yield data
 
     def check_identity(self, identity):
         """Raise unless this is the version of the object ``identity``
@@ -118,15 +162,25 @@ class FsspecSource(ByteSource):
 
         Raises
         ------
-        RemoteStorageError
+        FileChangedError
             Naming the URL, if the object was replaced meanwhile.
         """
         etag = identity.get("etag")
         if identity.get("size") != self._size or (
                 etag and self.identity["etag"] and etag != self.identity["etag"]):
-            raise RemoteStorageError(
+            raise FileChangedError(
                 f"{self.name}: the object changed since it was first opened "
-                f"(was {identity}, now {self.identity})")
+                f"(was {identity}, now {self.identity}); open it again")
+
+    def _cached_ranges(self, ranges):
+        """The ranges from the bytes fetched at the object's ends, or None."""
+        out = []
+        for offset, length in ranges:
+            data = self._cached(offset, length) if length else b""
+            if data is None:
+                return None
+            out.append(data)
+        return out
 
     def _cached(self, offset, length):
         """The range from the bytes fetched at the object's ends, or None."""
@@ -169,6 +223,8 @@ class FsspecSource(ByteSource):
 
     def _fetch(self, spans):
         """The bytes of each ``(start, end)`` span, concurrently."""
+        if self._streams() and self.identity["etag"]:
+            return self._fetch_pinned(spans)
         if len(spans) == 1:
             start, end = spans[0]
             data = [self._call(self.fs.cat_file, self.path, start=start, end=end)]
@@ -179,21 +235,54 @@ class FsspecSource(ByteSource):
             if isinstance(got, BaseException):
                 self._call(_reraise, got)
             wanted = min(end, self._size) - start
+            if len(got) > wanted:
+                raise RemoteStorageError(
+                    f"{self.name}: the server does not answer range requests: {len(got)} "
+                    f"bytes came for {wanted} at offset {start}")
             if len(got) != wanted:
                 raise RemoteStorageError(
                     f"{self.name}: truncated transfer: {len(got)} of {wanted} bytes "
                     f"at offset {start}")
         return data
 
+    def _fetch_pinned(self, spans):
+        """:meth:`_fetch` by requests that name the version read so far
+        (``If-Match``), so that a replaced object is refused rather than
+        read through the old index: each stream starts its request at once,
+        so the spans arrive concurrently."""
+        spans = [(start, min(end, self._size)) for start, end in spans]
+        streams = [self._stream(start, end) for start, end in spans]
+        try:
+            data = []
+            for stream, (start, end) in zip(streams, spans):
+                got = self._stream_read(stream, start, end - start)
+                if len(got) != end - start:
+                    raise self._truncated(start + len(got), stream)
+                data.append(got)
+            return data
+        finally:
+            for stream in streams:
+                stream.close()
+
     def read_ranges(self, ranges):
         ranges = list(ranges)
         for offset, length in ranges:
             if offset + length > self._size:
                 raise self.short_read(offset, length, max(0, self._size - offset))
-        if len(ranges) == 1:
-            cached = self._cached(*ranges[0])
-            if cached is not None:
-                return [cached]
+        cached = self._cached_ranges(ranges)
+        if cached is not None:
+            return cached
+        streamed = self._from_stream(ranges)
+        if streamed is not None:
+            return list(streamed)
+        return self._fetch_ranges(ranges)
+
+    def _fetch_ranges(self, ranges):
+        """:meth:`read_ranges` by range requests (safe in several threads at
+        once, unlike reading the stream)."""
+        cached = self._cached_ranges(ranges)
+        if cached is not None:
+            return cached
         spans, places = merge_ranges([(o, n) for o, n in ranges if n])
         data = [memoryview(d) for d in self._fetch(spans)] if spans else []
         out = []
@@ -206,15 +295,58 @@ class FsspecSource(ByteSource):
             out.append(data[request][start:start + length])
         return out
 
+    def _streams(self):
+        return can_stream(self.fs)
+
+    def _stream(self, start, end):
+        return RangeStream(self.fs, self.path, start, end, self.identity["etag"])
+
+    def _streamed(self, ranges, start, end):
+        """Yield the bytes of ``ranges`` (in order, within ``start:end``) read
+        from one streamed request for ``start:end``."""
+        with self._stream(start, end) as stream:
+            yield from self._read_stream(stream, ranges)
+
+    def _stream_read(self, stream, offset, length, into=None):
+        try:
+            return self._call(stream.read, offset, length, into)
+        except RemoteStorageError as exc:
+            # The request names the version read so far: if it failed
+            # because the object was replaced, say so.
+            try:
+                self.fs.invalidate_cache(self.path)
+                now = FsspecSource(self.fs, self.path, self.name)
+            except (OSError, RemoteStorageError):
+                raise exc from None
+            self.check_identity(now.identity)
+            raise
+
+    def _truncated(self, at, stream):
+        return RemoteStorageError(
+            f"{self.name}: truncated transfer: {at - stream.start} of "
+            f"{stream.end - stream.start} bytes from offset {stream.start}")
+
     def iter_ranges(self, ranges):
+        ranges = list(ranges)
+        for offset, length in ranges:
+            if offset + length > self._size:
+                raise self.short_read(offset, length, max(0, self._size - offset))
+        streamed = self._from_stream(ranges)
+        if streamed is not None:
+            yield from streamed
+            return
+        span = _one_span(ranges)
+        if span is not None and span[1] - span[0] > REQUEST_SIZE and self._streams():
+            yield from self._streamed(ranges, *span)
+            return
         # About one request per batch, FETCH_AHEAD of them in flight: the
         # caller decodes the first while the next ones arrive.
-        batches = _batches(list(ranges), REQUEST_SIZE)
+        batches = _batches(ranges, REQUEST_SIZE)
         if len(batches) == 1:
-            yield from self.read_ranges(batches[0])
+            yield from self._fetch_ranges(batches[0])
             return
         with ThreadPoolExecutor(FETCH_AHEAD, thread_name_prefix="cpersist-fetch") as fetcher:
-            pending = deque(fetcher.submit(self.read_ranges, batch)
+            pending = deque(fetcher.submit(self._fetch_ranges, batch)
                             for batch in batches[:FETCH_AHEAD])
             following = iter(batches[FETCH_AHEAD:])
             try:
@@ -222,7 +354,7 @@ class FsspecSource(ByteSource):
                     data = pending.popleft().result()
                     batch = next(following, None)
                     if batch is not None:
-                        pending.append(fetcher.submit(self.read_ranges, batch))
+                        pending.append(fetcher.submit(self._fetch_ranges, batch))
                     yield from data
                     del data
             finally:
@@ -238,6 +370,20 @@ class FsspecSource(ByteSource):
 
     def read_into(self, offset, buffer):
         view = memoryview(buffer).cast("B")
+        if offset + len(view) > self._size:
+            raise self.short_read(offset, len(view), max(0, self._size - offset))
+        stream = self._whole_stream
+        if stream is not None and 0 <= offset - stream.position <= REQUEST_SIZE:
+            got = len(self._stream_read(stream, offset, len(view), view))
+            if got != len(view):
+                raise self._truncated(offset + got, stream)
+            return
+        if len(view) > REQUEST_SIZE and self._streams():
+            with self._stream(offset, offset + len(view)) as stream:
+                got = len(self._stream_read(stream, offset, len(view), view))
+                if got != len(view):
+                    raise self._truncated(offset + got, stream)
+            return
         # A large range is fetched as several concurrent requests.
         pieces = [(offset + p, min(REQUEST_SIZE, len(view) - p))
                   for p in range(0, len(view), REQUEST_SIZE)]
@@ -277,7 +423,7 @@ class RemoteReference:
         request: the object may have been replaced since)."""
         try:
             source.check_identity(FsspecSource(source.fs, source.path, self.url).identity)
-        except (OSError, RemoteStorageError):
+        except (OSError, RemoteStorageError, FileChangedError):
             return False
         return True
 
@@ -299,6 +445,19 @@ def _batches(ranges, size):
         batches[-1].append((offset, length))
         total += length
     return batches
+
+
+def _one_span(ranges):
+    """``(start, end)`` of ``ranges`` if they are in order, none empty, each
+    at most :data:`MERGE_GAP` after the one before; else None."""
+    if not ranges:
+        return None
+    start = end = ranges[0][0]
+    for offset, length in ranges:
+        if not length or offset < end or offset - end > MERGE_GAP:
+            return None
+        end = offset + length
+    return start, end
 
 
 def _reraise(exc):
