@@ -24,7 +24,7 @@ target, where the index is a negligible part of the file.
 import io
 
 from .api import INLINE_BELOW, _finish, write_sections
-from .container import ContainerWriter, encode_chunk
+from .container import ENCODED, VERBATIM, ContainerWriter, checksum, encode_chunk
 from .container.writer import named_os_error
 from .pickler import ArrayPickler
 
@@ -61,10 +61,19 @@ def whole_stream(obj, protocol, fortran_as_c=False):
 
 
 def _one_chunk_dump(stream, name, codec, protocol):
-    """A dump whose only section is ``stream``, encoded as one chunk."""
+    """A dump whose only section is ``stream``, encoded as one chunk.
+
+    Encoded even where a sample of it shows no saving: a sample cannot see
+    data repeated further apart than it is long, which the whole stream
+    may hold (the same array twice).
+    """
     out = io.BytesIO()
     writer = ContainerWriter(out, 1, name)
     stored, digest, flag = encode_chunk(codec, memoryview(stream))
+    if flag == VERBATIM:
+        encoded = codec.encode(memoryview(stream), 1)
+        if len(encoded) < len(stream):
+            stored, digest, flag = encoded, checksum(encoded), ENCODED
     _finish(writer, [(stored, len(stream), digest, flag)], codec, protocol)
     return out.getvalue()
 

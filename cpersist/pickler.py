@@ -38,7 +38,7 @@ class ArrayPickler(pickle.Pickler):
         compressed file many small arrays compress better together.
     fortran_as_c : bool
         Store each Fortran-ordered array (of 2 or more dimensions, not also
-        C-contiguous) as a C-ordered copy, rebuilt on load by
+        C-contiguous, not of a structured dtype) as a C-ordered copy, rebuilt on load by
         ``numpy.asfortranarray``: the ``max`` codec tries this layout, in
         which the values along the last axis (the frames of a volume
         series) are neighbours and often compress better.
@@ -64,9 +64,10 @@ class ArrayPickler(pickle.Pickler):
     def _reduce_plain(self, arr):
         if arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous:
             self.saw_fortran = True
-            if self._fortran_as_c:
-                # The pickler memoizes ``arr``: an array referenced twice
-                # is copied and stored once.
+            if self._fortran_as_c and arr.dtype.names is None:
+                # Not a structured dtype: copies lose the bytes between its
+                # fields. The pickler memoizes ``arr``: an array referenced
+                # twice is copied and stored once.
                 return np.asfortranarray, (np.ascontiguousarray(arr),)
         if arr.nbytes < self._inline_below:
             self.inlined += 1
