@@ -59,7 +59,10 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         ``"bz2"``, ``"lzma"``, ``"xz"``): that codec at level 3.
         ``"max"``: the smallest file cpersist can make, at any cost in time
         (each chunk tried under several filters with Zstandard 22, LZMA2
-        and bzip2). A ``(name, level)`` tuple; level 0 means raw.
+        and bzip2; an object whose pickle stream, arrays inside, is at most
+        16 MiB is written in several layouts in memory, the smallest kept:
+        see :ref:`choosing-codec`). A ``(name, level)`` tuple; level 0
+        means raw.
     protocol : int, optional
         Pickle protocol, 2 to 5; default :data:`pickle.HIGHEST_PROTOCOL`.
     chunk_size : int, optional

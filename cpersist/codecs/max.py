@@ -5,8 +5,9 @@ byte delta, integer delta, zigzag integer delta + byte shuffle, split of the
 most common item, byte reversal) and three
 back ends (Zstandard 22, LZMA2 at preset 9 extreme, bzip2 9). Every pair is
 run on a sample of the chunk; the best two, and the best of each back end,
-are run on the whole chunk and the smallest kept. Each stored chunk starts with a 12-byte header naming what
-won (layout in docs/format.rst), so decoding needs no search.
+are run on the whole chunk and the smallest kept. Each stored chunk starts
+with a 12-byte header naming what won (layout in docs/format.rst), so
+decoding needs no search.
 """
 
 import struct
@@ -221,7 +222,9 @@ class Max(Codec):
     level : int
         1–9, default 9. Every level searches the same ways; the level only
         sets the saving a chunk's sample must show to be compressed at all
-        (as for every codec: 15% below level 6, 5% from 6 on).
+        (as for every codec: 15% below level 6, 5% from 6 on). A whole
+        object written as one chunk (see :func:`cpersist.dump`) is
+        compressed whatever its sample shows.
     """
 
     codec_id = "max"
