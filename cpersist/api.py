@@ -59,7 +59,10 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         ``"bz2"``, ``"lzma"``, ``"xz"``): that codec at level 3.
         ``"max"``: the smallest file cpersist can make, at any cost in time
         (each chunk tried under several filters with Zstandard 22, LZMA2
-        and bzip2). A ``(name, level)`` tuple; level 0 means raw.
+        and bzip2; an object whose pickle stream, arrays inside, is at most
+        16 MiB is written in several layouts in memory, the smallest kept:
+        see :ref:`choosing-codec`). A ``(name, level)`` tuple; level 0
+        means raw.
     protocol : int, optional
         Pickle protocol, 2 to 5; default :data:`pickle.HIGHEST_PROTOCOL`.
     chunk_size : int, optional
@@ -117,16 +120,32 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
 
 
 def _write(obj, file, name, codec, protocol, chunk_size, n_threads):
+    if codec is not None and codec.codec_id == "max":
+        from ._smallest import write_smallest
+
+        write_smallest(obj, file, name, codec, protocol, chunk_size, n_threads)
+        return
+    write_sections(obj, file, name, codec, protocol, chunk_size, n_threads)
+
+
+def write_sections(obj, file, name, codec, protocol, chunk_size, n_threads,
+                   pickle_chunk_size=PICKLE_CHUNK_SIZE, fortran_as_c=False,
+                   inline_below=INLINE_BELOW):
+    """Write ``obj`` with each array a section (in a compressed file, those
+    under ``inline_below`` bytes in the pickle stream); return the
+    :class:`ArrayPickler` (see it for ``fortran_as_c``)."""
     writer = ContainerWriter(file, n_threads, name)
     store = _array_store(writer, codec, chunk_size)
 
     # The pickle stream is encoded chunk by chunk on the pool while pickling
     # goes on. In a compressed file, small arrays go into it too: they
     # compress better together, and there is no memmap to lose.
-    stream = EncodedStream(codec, min(chunk_size, PICKLE_CHUNK_SIZE), n_threads)
-    inline_below = 0 if codec is None else min(INLINE_BELOW, chunk_size)
-    ArrayPickler(stream, protocol, store, inline_below).dump(obj)
+    stream = EncodedStream(codec, min(chunk_size, pickle_chunk_size), n_threads)
+    inline_below = 0 if codec is None else min(inline_below, chunk_size)
+    pickler = ArrayPickler(stream, protocol, store, inline_below, fortran_as_c)
+    pickler.dump(obj)
     _finish(writer, stream.encoded_chunks(), codec, protocol)
+    return pickler
 
 
 def _array_store(writer, codec, chunk_size):

@@ -36,16 +36,41 @@ class ArrayPickler(pickle.Pickler):
         Arrays of fewer bytes are kept inside the pickle stream instead: a
         section costs a fixed amount of work and index space, and in a
         compressed file many small arrays compress better together.
+    fortran_as_c : bool
+        Store each Fortran-ordered array (of 2 or more dimensions, not also
+        C-contiguous, not of a structured dtype) as a C-ordered copy, rebuilt on load by
+        ``numpy.asfortranarray``: the ``max`` codec tries this layout, in
+        which the values along the last axis (the frames of a volume
+        series) are neighbours and often compress better.
+
+    Attributes
+    ----------
+    saw_fortran : bool
+        Whether a Fortran-ordered array of 2 or more dimensions (not also
+        C-contiguous) was pickled.
+    inlined : int
+        How many arrays were kept inside the pickle stream.
     """
 
-    def __init__(self, file, protocol, store, inline_below=0):
+    def __init__(self, file, protocol, store, inline_below=0, fortran_as_c=False):
         super().__init__(file, protocol)
         self._protocol = protocol
         self._store = store
         self._inline_below = inline_below
+        self._fortran_as_c = fortran_as_c
+        self.saw_fortran = False
+        self.inlined = 0
 
     def _reduce_plain(self, arr):
+        if arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous:
+            self.saw_fortran = True
+            if self._fortran_as_c and arr.dtype.names is None:
+                # Not a structured dtype: copies lose the bytes between its
+                # fields. The pickler memoizes ``arr``: an array referenced
+                # twice is copied and stored once.
+                return np.asfortranarray, (np.ascontiguousarray(arr),)
         if arr.nbytes < self._inline_below:
+            self.inlined += 1
             data, order = to_inline(arr, self._protocol)
             return inline_array, (data, arr.dtype, arr.shape, order)
         return stored_array, (self._store(arr),)

@@ -37,6 +37,9 @@ SAFE_GLOBALS = frozenset(
     + [("numpy.ma.core", n) for n in ("MaskedArray", "_mareconstruct", "MaskedConstant")]
     # numpy >= 2 sets MaskedArray.__module__ to "numpy.ma", so pickle names it so.
     + [("numpy.ma", "MaskedArray")]
+    # The max codec may store a Fortran-ordered array in C order and rebuild
+    # it with this (see ArrayPickler's fortran_as_c).
+    + [("numpy", "asfortranarray")]
     + [("numpy", "matrix"), ("numpy.matrixlib.defmatrix", "matrix"),
        ("numpy", "recarray"), ("numpy", "record"), ("numpy.rec", "recarray"),
        ("numpy.rec", "record")]

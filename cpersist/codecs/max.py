@@ -4,9 +4,10 @@ Each chunk is tried under several filters (none, byte shuffle, byte shuffle +
 byte delta, integer delta, zigzag integer delta + byte shuffle, split of the
 most common item, byte reversal) and three
 back ends (Zstandard 22, LZMA2 at preset 9 extreme, bzip2 9). Every pair is
-run on a sample of the chunk; the best two are run on the whole chunk and
-the smaller kept. Each stored chunk starts with a 12-byte header naming what
-won (layout in docs/format.rst), so decoding needs no search.
+run on a sample of the chunk; the best two, and the best of each back end,
+are run on the whole chunk and the smallest kept. Each stored chunk starts
+with a 12-byte header naming what won (layout in docs/format.rst), so
+decoding needs no search.
 """
 
 import struct
@@ -26,7 +27,8 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 #: Chunks up to this size are compressed every way in full to choose.
 _WHOLE_CHOICE = 256 << 10
 #: Sample every way is tried on for larger chunks, and how many of the best
-#: ways are then run on the whole chunk (a sample ranks close ways unreliably).
+#: ways are then run on the whole chunk (a sample ranks close ways
+#: unreliably), besides the best way of each back end.
 _SAMPLE_SIZE = 256 << 10
 _FINALISTS = 2
 _ZSTD_LEVEL = 22
@@ -220,7 +222,9 @@ class Max(Codec):
     level : int
         1–9, default 9. Every level searches the same ways; the level only
         sets the saving a chunk's sample must show to be compressed at all
-        (as for every codec: 15% below level 6, 5% from 6 on).
+        (as for every codec: 15% below level 6, 5% from 6 on). A whole
+        object written as one chunk (see :func:`cpersist.dump`) is
+        compressed whatever its sample shows.
     """
 
     codec_id = "max"
@@ -250,8 +254,17 @@ class Max(Codec):
         # ranks close ways less reliably than this codec's larger one.
         if len(buf) <= _WHOLE_CHOICE:
             return self._rank(buf, typesize)[0][0]
-        ranked = self._rank(middle_sample(buf, typesize, _SAMPLE_SIZE), typesize)
-        return min((self._encode_with(buf, way) for _, way in ranked[:_FINALISTS]), key=len)
+        ranked = [way for _, way in self._rank(middle_sample(buf, typesize, _SAMPLE_SIZE),
+                                               typesize)]
+        # The best way of each back end too: what a sample cannot show (data
+        # repeated further apart than the sample is long, which only LZMA2's
+        # and Zstandard's windows reach) can reverse their order.
+        finalists = ranked[:_FINALISTS]
+        for backend in _BACKENDS:
+            way = next(w for w in ranked if w[0] == backend)
+            if way not in finalists:
+                finalists.append(way)
+        return min((self._encode_with(buf, way) for way in finalists), key=len)
 
     def check_header(self, head, stored, raw):
         if len(head) < HEADER.size:
