@@ -6,10 +6,14 @@ would resolve (the globals named by ``GLOBAL``, ``INST`` and ``STACK_GLOBAL``,
 copyreg extension codes, the protocol) and a tree of the containers and calls
 that hold the format's array calls, from which :mod:`cpersist._paths` tells
 where each array sits. Literals (numbers, strings, short bytes) sit on the
-stack as themselves; everything else is a :class:`Node`.
+stack as themselves, and tuples as Python tuples of what they hold (a dump
+makes one per array call, so they are kept as cheap as they can be);
+everything else is a :class:`Node`.
 """
 
+import io
 import pickletools
+import struct
 
 from . import _format_names as names
 
@@ -38,17 +42,23 @@ class Node:
     __slots__ = ("kind", "value", "children", "count", "items", "state")
 
     def __init__(self, kind, value=None):
-        self.kind = kind          # global, dict, list, tuple, set, call, array, inline, other
+        self.kind = kind          # global, dict, list, set, call, array, inline, other
         self.value = value        # global: (module, name); call: its callable;
         #                           array: section number; inline: its args tuple
         self.children = []        # (label, node) for children that may hold arrays
         self.count = 0            # list: items appended so far
-        self.items = ()           # tuple and call: the members / arguments
+        self.items = ()           # call: the arguments
         self.state = None         # call: what BUILD gave it
 
     def add(self, label, child):
-        if type(child) is Node:
+        if type(child) is Node or type(child) is tuple:
             self.children.append((label, child))
+
+
+def tuple_children(members):
+    """``(label, member)`` of the members of a tuple that may hold arrays."""
+    return [(f"[{i}]", member) for i, member in enumerate(members)
+            if type(member) is Node or type(member) is tuple]
 
 
 class Walk:
@@ -93,31 +103,115 @@ def walk(data):
     result = Walk()
     stack = []
     memo = {}
-    if not isinstance(data, (bytes, bytearray)):
+    if type(data) is not bytes:
         data = bytes(data)
-    handlers = _HANDLERS
-    literals = _LITERALS
-    push = stack.append
     try:
-        for op, arg, _ in pickletools.genops(data):
-            name = op.name
-            if name in literals:
-                push(arg)
-            elif name == "MEMOIZE":
-                memo[len(memo)] = _top(stack)
-            elif name == "BINGET" or name == "LONG_BINGET" or name == "GET":
-                push(memo.get(arg) if arg in memo else Node("other"))
-            else:
-                handler = handlers.get(name)
-                if handler is None:
-                    _generic(op, stack)
-                else:
-                    handler(result, stack, memo, arg)
-    except (ValueError, EOFError) as exc:  # genops' errors on malformed streams
+        _run(data, result, stack, memo)
+    except (ValueError, EOFError) as exc:  # the errors genops gives on malformed streams
         result.error = str(exc)
-    if result.top is None and stack and type(stack[-1]) is Node:
+    if result.top is None and stack and type(stack[-1]) in (Node, tuple):
         result.top = stack[-1]  # a stream ending early: what was built so far
     return result
+
+
+def step(result, stack, memo, name, arg):
+    """Apply one opcode, named as :mod:`pickletools` names it, with its argument."""
+    if name in _LITERALS:
+        stack.append(arg)
+    elif name == "MEMOIZE":
+        memo[len(memo)] = _top(stack)
+    elif name == "BINGET" or name == "LONG_BINGET" or name == "GET":
+        stack.append(memo[arg] if arg in memo else Node("other"))
+    else:
+        handler = _HANDLERS.get(name)
+        if handler is None:
+            _generic(pickletools.opcodes[_OPCODE_INDEX[name]], stack)
+        else:
+            handler(result, stack, memo, arg)
+
+
+def _run(data, result, stack, memo):
+    """Decode ``data``'s opcodes and :func:`step` through them.
+
+    The opcodes dumps write most often are decoded here, with no object
+    made per opcode; any other, and any opcode whose argument runs past the
+    end, is read by :mod:`pickletools`' own argument readers (whose errors
+    are the walk's errors), so both decode a stream identically.
+    """
+    push = stack.append
+    end = len(data)
+    no_arg = _NO_ARG
+    pos = 0
+    while True:
+        if pos >= end:
+            raise ValueError("pickle exhausted before seeing STOP")
+        code = data[pos]
+        if code == 0x94:  # MEMOIZE
+            memo[len(memo)] = stack[-1] if stack and stack[-1] is not _MARK else Node("other")
+            pos += 1
+        elif code == 0x8C and pos + 1 < end and pos + 2 + data[pos + 1] <= end:
+            # SHORT_BINUNICODE
+            start = pos + 2
+            pos = start + data[pos + 1]
+            push(data[start:pos].decode("utf-8", "surrogatepass"))
+        elif code == 0x68 and pos + 1 < end:  # BINGET
+            key = data[pos + 1]
+            push(memo[key] if key in memo else Node("other"))
+            pos += 2
+        elif code == 0x4B and pos + 1 < end:  # BININT1
+            push(data[pos + 1])
+            pos += 2
+        elif code == 0x4A and pos + 5 <= end:  # BININT
+            push(_INT4(data, pos + 1)[0])
+            pos += 5
+        elif code == 0x6A and pos + 5 <= end:  # LONG_BINGET
+            key = _UINT4(data, pos + 1)[0]
+            push(memo[key] if key in memo else Node("other"))
+            pos += 5
+        elif code == 0x4D and pos + 3 <= end:  # BININT2
+            push(data[pos + 1] | data[pos + 2] << 8)
+            pos += 3
+        elif code == 0x58 and pos + 5 <= end and pos + 5 + _UINT4(data, pos + 1)[0] <= end:
+            # BINUNICODE
+            start = pos + 5
+            pos = start + _UINT4(data, pos + 1)[0]
+            push(data[start:pos].decode("utf-8", "surrogatepass"))
+        elif code == 0x95 and pos + 9 <= end:  # FRAME: frames change no opcode
+            pos += 9
+        elif code == 0x71 and pos + 1 < end:  # BINPUT
+            memo[data[pos + 1]] = _top(stack)
+            pos += 2
+        elif no_arg[code] is not None:
+            no_arg[code](result, stack, memo, None)
+            pos += 1
+            if code == 0x2E:  # STOP
+                return
+        else:
+            pos = _decoded_step(data, pos, result, stack, memo)
+            if code == 0x2E:
+                return
+
+
+def _decoded_step(data, pos, result, stack, memo):
+    """Read the opcode at ``pos`` with :mod:`pickletools` and step; its end."""
+    code = data[pos:pos + 1]
+    op = pickletools.code2op.get(code.decode("latin-1"))
+    if op is None:
+        raise ValueError(f"at position {pos}, opcode {code!r} unknown")
+    if op.arg is None:
+        arg, pos = None, pos + 1
+    else:
+        stream = io.BytesIO(data)
+        stream.seek(pos + 1)
+        arg = op.arg.reader(stream)
+        pos = stream.tell()
+    step(result, stack, memo, op.name, arg)
+    return pos
+
+
+_INT4 = struct.Struct("<i").unpack_from
+_UINT4 = struct.Struct("<I").unpack_from
+_OPCODE_INDEX = {op.name: i for i, op in enumerate(pickletools.opcodes)}
 
 
 def _top(stack):
@@ -208,7 +302,7 @@ def _bytes(result, stack, memo, arg):
     stack.append(arg if kept else _OPAQUE)
 
 
-def _bool(value):
+def _bool(value):  # and None, and the empty tuple
     def push(result, stack, memo, arg):
         stack.append(value)
     return push
@@ -230,27 +324,27 @@ def _dict(result, stack, memo, arg):
 
 def _sequence(kind):
     def build(result, stack, memo, arg):
-        node = Node(kind)
         items = _pop_mark(stack)
+        if kind == "tuple":
+            stack.append(tuple(items))
+            return
+        node = Node(kind)
         for i, item in enumerate(items):
             node.add(f"[{i}]", item)
         node.count = len(items)
-        if kind == "tuple":
-            node.items = items
         stack.append(node)
     return build
 
 
 def _tuple_n(size):
     def build(result, stack, memo, arg):
-        start = max(0, len(stack) - size)
-        items = [Node("other") for _ in range(size - len(stack) + start)] + stack[start:]
-        del stack[start:]
-        node = Node("tuple")
-        node.items = items
-        for i, item in enumerate(items):
-            node.add(f"[{i}]", item)
-        stack.append(node)
+        if len(stack) >= size:
+            items = tuple(stack[-size:])
+            del stack[-size:]
+        else:
+            items = tuple(Node("other") for _ in range(size - len(stack))) + tuple(stack)
+            del stack[:]
+        stack.append(items)
     return build
 
 
@@ -340,8 +434,8 @@ def _build(result, stack, memo, arg):
     obj.state = state
     # ``obj.__setstate__(state)``: a dict state (or (dict, slots)) sets attributes.
     parts = [state]
-    if type(state) is Node and state.kind == "tuple" and len(state.children) <= 2:
-        parts = [child for _, child in state.children]
+    if type(state) is tuple and len(tuple_children(state)) <= 2:
+        parts = [child for _, child in tuple_children(state)]
     for part in parts:
         if type(part) is Node and part.kind == "dict":
             for label, child in part.children:
@@ -362,27 +456,27 @@ def _ext(result, stack, memo, arg):
 def _call(func, args):
     """The node of ``func(*args)``; the format's own calls become array nodes."""
     target = func.value if type(func) is Node and func.kind == "global" else None
-    is_tuple = type(args) is Node and args.kind == "tuple"
+    is_tuple = type(args) is tuple
     if target == _STORED_ARRAY:
-        section = args.items[0] if is_tuple and args.items else None
+        section = args[0] if is_tuple and args else None
         if type(section) is int:
             return Node("array", section)
     if target == _INLINE_ARRAY:
         return Node("inline", args)
     node = Node("call", func)
-    node.items = args.items if is_tuple else ()  # a dtype's are read back
+    node.items = args if is_tuple else ()  # a dtype's are read back
     if not is_tuple:
         node.add("<args>", args)
     elif target == _REBUILD_VIEW:
         # (base, cls, state): the subclass instance is its base array.
-        for label, child in args.children:
+        for label, child in tuple_children(args):
             node.add("" if label == "[0]" else f"<arg{label[1:-1]}>", child)
     elif target == _REBUILD_MASKED:
         # (cls, data, mask, fill_value, hard_mask)
-        for label, child in args.children:
+        for label, child in tuple_children(args):
             node.add({"[1]": "", "[2]": ".mask"}.get(label, f"<arg{label[1:-1]}>"), child)
     else:
-        for label, child in args.children:
+        for label, child in tuple_children(args):
             node.add(f"<arg{label[1:-1]}>", child)
     return node
 
@@ -393,7 +487,8 @@ _HANDLERS = {
     "POP": _pop_one, "POP_MARK": _pop_to_mark, "DUP": _dup,
     "NEWTRUE": _bool(True), "NEWFALSE": _bool(False),
     **{name: _bytes for name in _BYTES},
-    **{f"EMPTY_{kind.upper()}": _empty(kind) for kind in ("dict", "list", "tuple", "set")},
+    **{f"EMPTY_{kind.upper()}": _empty(kind) for kind in ("dict", "list", "set")},
+    "EMPTY_TUPLE": _bool(()),
     "DICT": _dict, "LIST": _sequence("list"), "TUPLE": _sequence("tuple"),
     "FROZENSET": _sequence("set"),
     "TUPLE1": _tuple_n(1), "TUPLE2": _tuple_n(2), "TUPLE3": _tuple_n(3),
@@ -403,3 +498,12 @@ _HANDLERS = {
     "REDUCE": _reduce, "NEWOBJ": _reduce, "NEWOBJ_EX": _newobj_ex, "BUILD": _build,
     "EXT1": _ext, "EXT2": _ext, "EXT4": _ext,
 }
+
+_HANDLERS["NONE"] = _bool(None)
+
+#: Handlers of the opcodes that take no argument, by opcode byte (None for
+#: the others, and for those modelled only by :func:`_generic`).
+_NO_ARG = [None] * 256
+for _op in pickletools.opcodes:
+    if _op.arg is None and _op.name in _HANDLERS:
+        _NO_ARG[ord(_op.code)] = _HANDLERS[_op.name]
