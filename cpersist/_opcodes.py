@@ -16,6 +16,7 @@ import pickletools
 import struct
 
 from . import _format_names as names
+from ._gc import collector_paused
 
 _MARK = object()    # a MARK on the stack
 _OPAQUE = object()  # a literal not kept: long bytes (inline array data) would stay in memory
@@ -106,7 +107,8 @@ def walk(data):
     if type(data) is not bytes:
         data = bytes(data)
     try:
-        _run(data, result, stack, memo)
+        with collector_paused():
+            _run(data, result, stack, memo)
     except (ValueError, EOFError) as exc:  # the errors genops gives on malformed streams
         result.error = str(exc)
     if result.top is None and stack and type(stack[-1]) in (Node, tuple):
