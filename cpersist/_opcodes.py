@@ -151,18 +151,32 @@ def _run(data, result, stack, memo):
         if code == 0x94:  # MEMOIZE
             memo[len(memo)] = stack[-1] if stack and stack[-1] is not _MARK else Node("other")
             pos += 1
+        elif code == 0x68 and pos + 1 < end:  # BINGET
+            key = data[pos + 1]
+            push(memo[key] if key in memo else Node("other"))
+            pos += 2
         elif code == 0x8C and pos + 1 < end and pos + 2 + data[pos + 1] <= end:
             # SHORT_BINUNICODE
             start = pos + 2
             pos = start + data[pos + 1]
             push(data[start:pos].decode("utf-8", "surrogatepass"))
-        elif code == 0x68 and pos + 1 < end:  # BINGET
-            key = data[pos + 1]
-            push(memo[key] if key in memo else Node("other"))
-            pos += 2
         elif code == 0x4B and pos + 1 < end:  # BININT1
             push(data[pos + 1])
             pos += 2
+        elif code == 0x85 and stack:  # TUPLE1
+            stack[-1] = (stack[-1],)
+            pos += 1
+        elif code == 0x28:  # MARK
+            push(_MARK)
+            pos += 1
+        elif code == 0x7D:  # EMPTY_DICT
+            push(Node("dict"))
+            pos += 1
+        elif no_arg[code] is not None:
+            no_arg[code](result, stack, memo, None)
+            pos += 1
+            if code == 0x2E:  # STOP
+                return
         elif code == 0x4A and pos + 5 <= end:  # BININT
             push(_INT4(data, pos + 1)[0])
             pos += 5
@@ -183,11 +197,6 @@ def _run(data, result, stack, memo):
         elif code == 0x71 and pos + 1 < end:  # BINPUT
             memo[data[pos + 1]] = _top(stack)
             pos += 2
-        elif no_arg[code] is not None:
-            no_arg[code](result, stack, memo, None)
-            pos += 1
-            if code == 0x2E:  # STOP
-                return
         else:
             pos = _decoded_step(data, pos, result, stack, memo)
             if code == 0x2E:
@@ -259,8 +268,8 @@ def _generic(op, stack):
 
 
 def _key_label(key):
-    if isinstance(key, (str, bytes)) and len(key) > MAX_KEPT_BYTES:
-        return "[?]"
+    if type(key) is str or type(key) is bytes:
+        return f"[{key!r}]" if len(key) <= MAX_KEPT_BYTES else "[?]"
     if isinstance(key, (str, int, float, bytes, bool)):
         return f"[{key!r}]"
     return "[?]"
@@ -369,15 +378,19 @@ def _appends(result, stack, memo, arg):
 def _setitem(result, stack, memo, arg):
     value = _pop(stack)
     key = _pop(stack)
-    target = _target(stack)
-    target.add(_key_label(key), value)
+    target = stack[-1] if stack else None
+    # Labelled only when it is kept: most values of a big dict are literals.
+    if type(target) is Node and (type(value) is Node or type(value) is tuple):
+        target.children.append((_key_label(key), value))
 
 
 def _setitems(result, stack, memo, arg):
     items = _pop_mark(stack)
-    target = _target(stack)
-    for key, value in zip(items[0::2], items[1::2]):
-        target.add(_key_label(key), value)
+    target = stack[-1] if stack else None
+    if type(target) is Node:
+        for key, value in zip(items[0::2], items[1::2]):
+            if type(value) is Node or type(value) is tuple:
+                target.children.append((_key_label(key), value))
 
 
 def _additems(result, stack, memo, arg):
@@ -420,9 +433,12 @@ def _obj_call(func, args, stack):
 
 
 def _reduce(result, stack, memo, arg):
-    args = _pop(stack)
-    func = _pop(stack)
-    stack.append(_call(func, args))
+    if len(stack) > 1:
+        args = stack.pop()
+        stack[-1] = _call(stack[-1], args)
+    else:
+        args = _pop(stack)
+        stack.append(_call(_pop(stack), args))
 
 
 def _newobj_ex(result, stack, memo, arg):
