@@ -155,9 +155,9 @@ class FileHandle:
         """
         if self._arrays is None:
             reader = self._reader()
-            paths = array_paths(self._root_stream(reader).getbuffer())
-            arrays = {}
             with collector_paused():
+                paths = array_paths(self._root_stream(reader).getbuffer())
+                arrays = {}
                 for section in reader.sections:
                     if section.index != reader.root:
                         path = paths.get(section.index, f"<section {section.index}>")
