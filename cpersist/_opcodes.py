@@ -172,6 +172,17 @@ def _run(data, result, stack, memo):
         elif code == 0x7D:  # EMPTY_DICT
             push(Node("dict"))
             pos += 1
+        elif code == 0x52 and len(stack) > 1:  # REDUCE, as _reduce
+            args = stack.pop()
+            stack[-1] = _call(stack[-1], args)
+            pos += 1
+        elif code == 0x73 and len(stack) > 2:  # SETITEM, as _setitem
+            value = stack.pop()
+            key = stack.pop()
+            target = stack[-1]
+            if type(target) is Node and (type(value) is Node or type(value) is tuple):
+                target.children.append((_key_label(key), value))
+            pos += 1
         elif no_arg[code] is not None:
             no_arg[code](result, stack, memo, None)
             pos += 1
