@@ -10,7 +10,8 @@ taking a non-dict state) get no path.
 
 from collections import deque
 
-from ._opcodes import Node, tuple_children, walk
+from ._opcodes import walk
+from ._symbolic import Node, tuple_children
 
 
 def scan_arrays(pickled, root="obj"):

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cpersist
-from cpersist import _format_names, _opcodes, _rebuild
+from cpersist import _format_names, _opcodes, _rebuild, _symbolic
 from cpersist._opcodes import walk
 from cpersist._paths import scan_arrays
 from cpersist.container import ContainerReader
@@ -204,17 +204,17 @@ def _reference_walk(data):
     stack, memo = [], {}
     try:
         for op, arg, _ in pickletools.genops(bytes(data)):
-            _opcodes.step(result, stack, memo, op.name, arg)
+            _symbolic.step(result, stack, memo, op.name, arg)
     except (ValueError, EOFError) as exc:
         result.error = str(exc)
-    if result.top is None and stack and type(stack[-1]) in (_opcodes.Node, tuple):
+    if result.top is None and stack and type(stack[-1]) in (_symbolic.Node, tuple):
         result.top = stack[-1]
     return result
 
 
 def _tree(value, seen):
     """A walk's value as nested lists: equal for equal trees, sharing included."""
-    if type(value) is _opcodes.Node:
+    if type(value) is _symbolic.Node:
         if id(value) in seen:
             return ["seen", seen[id(value)]]
         seen[id(value)] = len(seen)
@@ -223,8 +223,8 @@ def _tree(value, seen):
                 value.count, _tree(value.items, seen), _tree(value.state, seen)]
     if type(value) in (tuple, list):
         return [type(value).__name__, [_tree(v, seen) for v in value]]
-    if value is _opcodes._MARK or value is _opcodes._OPAQUE:
-        return ["marker", value is _opcodes._MARK]
+    if value is _symbolic._MARK or value is _symbolic._OPAQUE:
+        return ["marker", value is _symbolic._MARK]
     return ["literal", type(value).__name__, repr(value)]
 
 
