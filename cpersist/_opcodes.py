@@ -106,6 +106,9 @@ def _run(data, result, stack, memo):
         elif code == 0x4B and pos + 1 < end:  # BININT1
             push(data[pos + 1])
             pos += 2
+        elif code == 0x4D and pos + 3 <= end:  # BININT2
+            push(data[pos + 1] | data[pos + 2] << 8)
+            pos += 3
         elif code == 0x85 and stack:  # TUPLE1
             stack[-1] = (stack[-1],)
             pos += 1
@@ -138,9 +141,6 @@ def _run(data, result, stack, memo):
             key = _UINT4(data, pos + 1)[0]
             push(memo[key] if key in memo else Node("other"))
             pos += 5
-        elif code == 0x4D and pos + 3 <= end:  # BININT2
-            push(data[pos + 1] | data[pos + 2] << 8)
-            pos += 3
         elif code == 0x58 and pos + 5 <= end and pos + 5 + _UINT4(data, pos + 1)[0] <= end:
             # BINUNICODE
             start = pos + 5
