@@ -10,7 +10,8 @@ taking a non-dict state) get no path.
 
 from collections import deque
 
-from ._opcodes import Node, walk
+from ._opcodes import walk
+from ._symbolic import Node, tuple_children
 
 
 def scan_arrays(pickled, root="obj"):
@@ -50,19 +51,23 @@ def arrays_of(walked, root="obj"):
     paths = {}
     inline = []
     top = walked.top
-    if type(top) is not Node:
+    if type(top) is not Node and type(top) is not tuple:
         return {"paths": paths, "inline": inline}
     seen = {id(top)}
     queue = deque([(top, root)])
     while queue:
         node, path = queue.popleft()
-        if node.kind == "array":
+        if type(node) is tuple:
+            children = tuple_children(node)
+        elif node.kind == "array":
             paths.setdefault(node.value, path)
             continue
-        if node.kind == "inline":
+        elif node.kind == "inline":
             inline.append({"path": path, **_inline_description(node.value)})
             continue
-        for label, child in node.children:
+        else:
+            children = node.children
+        for label, child in children:
             if id(child) not in seen:
                 seen.add(id(child))
                 queue.append((child, path + label))
@@ -72,16 +77,14 @@ def arrays_of(walked, root="obj"):
 def _inline_description(args):
     """dtype, shape and order of an ``inline_array(data, dtype, shape, order)`` call."""
     desc = {"dtype": "?", "shape": None, "order": "?", "raw_bytes": None}
-    items = args.items if type(args) is Node and args.kind == "tuple" else ()
+    items = args if type(args) is tuple else ()
     if len(items) != 4:
         return desc
     _, dtype, shape, order = items
     if order in ("C", "F"):
         desc["order"] = order
-    if type(shape) is Node and shape.kind == "tuple" and all(
-        type(i) is int for i in shape.items
-    ):
-        desc["shape"] = list(shape.items)
+    if type(shape) is tuple and all(type(i) is int for i in shape):
+        desc["shape"] = list(shape)
     dt = _dtype_of(dtype)
     if dt is not None:
         desc["dtype"] = dt.str if dt.fields is None else str(dt.descr)
@@ -107,7 +110,7 @@ def _dtype_of(node):
             return None
         typestr = node.items[0] if node.items else None
         state = node.state
-        state = state.items if type(state) is Node and state.kind == "tuple" else ()
+        state = state if type(state) is tuple else ()
         byteorder = state[1] if len(state) > 1 and isinstance(state[1], str) else "="
         fields = state[3] if len(state) > 3 and type(state[3]) is not Node else "?"
         if fields is not None or not isinstance(typestr, str) or typestr[:1] in ("M", "m", "V"):

@@ -7,6 +7,7 @@ import numpy as np
 from . import _format_names as names
 from ._args import _Borrowed, open_source
 from ._files import is_path
+from ._gc import collector_paused
 from ._openfile import OpenFile, reference_for
 from ._paths import array_paths
 from ._rebuild import BY_NAME
@@ -154,12 +155,13 @@ class FileHandle:
         """
         if self._arrays is None:
             reader = self._reader()
-            paths = array_paths(self._root_stream(reader).getbuffer())
-            arrays = {}
-            for section in reader.sections:
-                if section.index != reader.root:
-                    path = paths.get(section.index, f"<section {section.index}>")
-                    arrays[path] = self._lazy_array(reader, section.index, path)
+            with collector_paused():
+                paths = array_paths(self._root_stream(reader).getbuffer())
+                arrays = {}
+                for section in reader.sections:
+                    if section.index != reader.root:
+                        path = paths.get(section.index, f"<section {section.index}>")
+                        arrays[path] = self._lazy_array(reader, section.index, path)
             self._arrays = arrays
         return self._arrays
 

@@ -327,7 +327,8 @@ def test_damaged_chunk(tmp_path, compress):
             assert not np.array_equal(got, arr[400:700])
 
 
-def test_listing_untrusted_file_runs_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("compress", [0, 3])
+def test_listing_untrusted_file_runs_nothing(tmp_path, monkeypatch, compress):
     module_dir = tmp_path / "mods"
     module_dir.mkdir()
     (module_dir / "lazy_victim_mod.py").write_text(textwrap.dedent("""
@@ -340,11 +341,16 @@ def test_listing_untrusted_file_runs_nothing(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(module_dir))
     import lazy_victim_mod
 
-    cpersist.dump({"model": lazy_victim_mod.Holder()}, tmp_path / "u.cp", compress=3)
+    cpersist.dump({"model": lazy_victim_mod.Holder()}, tmp_path / "u.cp", compress=compress)
     del sys.modules["lazy_victim_mod"]
     (module_dir / "lazy_victim_mod.py").unlink()
+    cpersist.dump({"x": np.ones(100000)}, tmp_path / "warm.cp", compress=compress)
+    with cpersist.open(tmp_path / "warm.cp") as f:
+        assert list(f.arrays) == ["obj['x']"]  # cpersist's own lazy imports done
+    imported = set(sys.modules)
     with cpersist.open(tmp_path / "u.cp", trusted=False) as f:
         arrays = f.arrays
+        assert set(sys.modules) == imported  # listing imports nothing
         assert sorted(arrays) == ["obj['model'].bias", "obj['model'].weights"]
         assert_same_result(np.arange(100000.0)[10:20], arrays["obj['model'].weights"][10:20])
         with pytest.raises(cpersist.UntrustedObjectError, match="lazy_victim_mod"):

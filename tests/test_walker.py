@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cpersist
-from cpersist import _format_names, _rebuild
+from cpersist import _format_names, _opcodes, _rebuild, _symbolic
 from cpersist._opcodes import walk
 from cpersist._paths import scan_arrays
 from cpersist.container import ContainerReader
@@ -193,3 +193,144 @@ def test_walk_never_raises_on_damaged_real_streams(tmp_path):
         walked = walk(damaged)
         assert walked.error is not None or walked.top is not None
         scan_arrays(damaged)
+
+
+# -- the walker's decoding against pickletools, its paths against the object --
+
+def _reference_walk(data):
+    """The walk driven by :func:`pickletools.genops`, the reference decoder:
+    every opcode goes through the walker's one ``step``."""
+    result = _opcodes.Walk()
+    stack, memo = [], {}
+    try:
+        for op, arg, _ in pickletools.genops(bytes(data)):
+            _symbolic.step(result, stack, memo, op.name, arg)
+    except (ValueError, EOFError) as exc:
+        result.error = str(exc)
+    if result.top is None and stack and type(stack[-1]) in (_symbolic.Node, tuple):
+        result.top = stack[-1]
+    return result
+
+
+def _tree(value, seen):
+    """A walk's value as nested lists: equal for equal trees, sharing included."""
+    if type(value) is _symbolic.Node:
+        if id(value) in seen:
+            return ["seen", seen[id(value)]]
+        seen[id(value)] = len(seen)
+        return [value.kind, _tree(value.value, seen),
+                [[label, _tree(child, seen)] for label, child in value.children],
+                value.count, _tree(value.items, seen), _tree(value.state, seen)]
+    if type(value) in (tuple, list):
+        return [type(value).__name__, [_tree(v, seen) for v in value]]
+    if value is _symbolic._MARK or value is _symbolic._OPAQUE:
+        return ["marker", value is _symbolic._MARK]
+    return ["literal", type(value).__name__, repr(value)]
+
+
+def _same_walk(data):
+    got, expected = walk(data), _reference_walk(data)
+    assert (got.protocol, got.globals, got.unresolved, got.extension_codes, got.error) == (
+        expected.protocol, expected.globals, expected.unresolved, expected.extension_codes,
+        expected.error)
+    assert _tree(got.top, {}) == _tree(expected.top, {})
+
+
+class Holder:
+    """A plain object whose attributes hold parts of the tree."""
+
+
+def _holder(attrs):
+    obj = Holder()
+    obj.__dict__.update(attrs)
+    return obj
+
+
+_ARRAYS = st.builds(lambda n, seed, dtype: np.random.default_rng(seed).random(n).astype(dtype),
+                    st.integers(1, 6), st.integers(0, 2**16),
+                    st.sampled_from(["<f8", "<f4", ">i4", "u1"]))
+_LEAVES = _ARRAYS | st.integers(-2**40, 2**40) | st.text(max_size=5) | st.none() | st.floats(
+    allow_nan=False) | st.binary(max_size=5)
+_KEYS = st.text(max_size=6) | st.integers(-300, 70000)
+_ATTRS = st.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True)
+_TREES = st.recursive(_LEAVES, lambda children: (
+    st.lists(children, max_size=4)
+    | st.tuples(children) | st.tuples(children, children, children)
+    | st.lists(children, min_size=4, max_size=5).map(tuple)
+    | st.dictionaries(_KEYS, children, max_size=4)
+    | st.dictionaries(_ATTRS, children, max_size=3).map(_holder)
+), max_leaves=14)
+
+
+def _expected_paths(obj):
+    """``{id(array): path}``: breadth-first over the object itself, each array
+    at the first shortest path reaching it, labelled as ``cpersist info`` does."""
+    paths, seen, queue = {}, set(), [(obj, "obj")]
+    for node, path in queue:
+        if isinstance(node, np.ndarray):
+            paths.setdefault(id(node), (path, node))
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, dict):
+            queue += [(v, f"{path}[{k!r}]") for k, v in node.items()]
+        elif isinstance(node, (list, tuple)):
+            queue += [(v, f"{path}[{i}]") for i, v in enumerate(node)]
+        elif isinstance(node, Holder):
+            queue += [(v, f"{path}.{k}") for k, v in vars(node).items()]
+    return dict(paths.values())
+
+
+def _first_array(obj):
+    for path, arr in _expected_paths(obj).items():
+        return arr
+    return np.zeros(2)
+
+
+@settings(max_examples=150, deadline=None)
+@given(tree=_TREES, protocol=st.sampled_from([2, 3, 4, 5]))
+def test_listing_and_walk_agree_with_the_object_and_pickletools(tmp_path_factory, tree,
+                                                                protocol):
+    # The same array twice (memo reuse) under two names: listed once, at its
+    # first shortest path.
+    again = _first_array(tree)
+    obj = {"tree": tree, "again": [again, (again,)], "tail": Holder()}
+    obj["tail"].same = again
+    path = tmp_path_factory.mktemp("w") / "t.cp"
+    cpersist.dump(obj, path, protocol=protocol)
+    expected = _expected_paths(obj)
+    with cpersist.open(path) as f:
+        listed = f.arrays
+        assert list(listed) == [p for p in sorted(expected, key=lambda p: listed[p]._index)]
+        assert sorted(listed) == sorted(expected)
+        for p, lazy in listed.items():
+            assert_same(expected[p], lazy[...])
+    stream = _pickle_stream(path)
+    _same_walk(stream)
+    # A plain pickle of the tree, every protocol: the walk decodes it as
+    # pickletools does.
+    for plain_protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        _same_walk(pickle.dumps(tree, protocol=plain_protocol))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_walk_decodes_any_bytes_as_pickletools(data):
+    _same_walk(data)
+    _same_walk(b"\x80\x05\x95" + data)
+
+
+def test_walk_decodes_damaged_streams_as_pickletools(tmp_path):
+    path = tmp_path / "d.cp"
+    cpersist.dump(_every_kind_of_array() | {"m": Model(), "l": [1, "x", None, 2**70, 1.5],
+                                            "k": {"\udcff": 1, "long": "y" * 300}},
+                  path, compress=3)
+    stream = _pickle_stream(path)
+    _same_walk(stream)
+    rng = np.random.default_rng(1)
+    for _ in range(400):
+        damaged = bytearray(stream[:int(rng.integers(1, len(stream) + 1))])
+        for pos in rng.integers(0, len(damaged), size=2):
+            damaged[pos] = int(rng.integers(0, 256))
+        _same_walk(damaged)

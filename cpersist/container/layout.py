@@ -24,6 +24,7 @@ from collections import namedtuple
 
 from xxhash import xxh3_64_intdigest as _xxh3_64
 
+from .._gc import collector_paused
 from ..codecs import codec_from_config
 from ..exceptions import CorruptFileError, UnsupportedVersionError
 
@@ -111,7 +112,7 @@ class Section:
     @property
     def chunks(self):
         if self._chunks is None:
-            self._chunks = self._check_chunks()
+            self._chunks = _checked_chunks(self, *self._check_chunks)
         return self._chunks
 
     @property
@@ -162,11 +163,12 @@ def parse_index(data, digest, end, name, major=FORMAT_MAJOR):
     if checksum(data) != digest:
         raise corrupt(name, "index checksum mismatch: the file is damaged")
     try:
-        index = json.loads(bytes(data))
-        root = index["root"]
-        info = index.get("info", {})
-        sections = [_parse_section(i, s, end, name, major)
-                    for i, s in enumerate(index["sections"])]
+        with collector_paused():
+            index = json.loads(bytes(data))
+            root = index["root"]
+            info = index.get("info", {})
+            sections = [_parse_section(i, s, end, name, major)
+                        for i, s in enumerate(index["sections"])]
     except CorruptFileError:
         raise
     except Exception as exc:  # malformed JSON, wrong types, bad codec...
@@ -187,57 +189,73 @@ def _uint(value):
 
 
 def _parse_section(i, s, end, name, major):
+    # Run once per section of the index (a model may hold thousands): the
+    # checks are inline, with _uint called only to word a failure.
     section = Section()
     section.index = i
-    section.offset = _uint(s["offset"])
-    section.codec = None if s["codec"] is None else codec_from_config(s["codec"])
+    section.offset = offset = s["offset"]
+    if type(offset) is not int or offset < 0:
+        _uint(offset)
+    config = s["codec"]
+    section.codec = codec = None if config is None else codec_from_config(config)
     # Format 2 aligns only raw data (the sections a map may view); format 1
     # aligned every section.
-    aligned = major == 1 or section.codec is None and s.get("raw_size", 1)
-    if section.offset < HEADER.size or aligned and section.offset % ALIGN:
-        raise corrupt(name, f"section {i} at a bad offset {section.offset}")
+    aligned = major == 1 or codec is None and s.get("raw_size", 1)
+    if offset < HEADER.size or aligned and offset % ALIGN:
+        raise corrupt(name, f"section {i} at a bad offset {offset}")
     layout = s.get("layout", "run") if major >= 2 else "run"  # format 1 has no records
-    if layout not in ("run", "records") or layout == "records" and section.codec is None:
+    if layout == "run":
+        section.gap = 0
+    elif layout == "records" and codec is not None:
+        section.gap = RECORD_SIZE
+    else:
         raise corrupt(name, f"section {i} has a bad layout {layout!r}")
-    section.gap = RECORD_SIZE if layout == "records" else 0
-    section.typesize = _uint(s["typesize"])
-    section.meta = s["meta"]
-    if not isinstance(section.meta, dict):
+    section.typesize = typesize = s["typesize"]
+    if type(typesize) is not int or typesize < 0:
+        _uint(typesize)
+    section.meta = meta = s["meta"]
+    if type(meta) is not dict:
         raise corrupt(name, f"section {i} meta is not a mapping")
     table = s["chunks"]
-    if isinstance(table, list):  # format 1.0: a plain list, checked now
+    if type(table) is list:  # format 1.0: a plain list, checked now
         section._chunks, section.raw_size, section.stored_size = _parse_table(
             section, table, end, name)
         return section
-    if not isinstance(table, str):
+    if type(table) is not str:
         raise corrupt(name, f"section {i} has no chunk table")
-    section.raw_size = _uint(s["raw_size"])
-    section.stored_size = _uint(s["stored_size"])
-    if section.codec is None and section.raw_size != section.stored_size:
+    section.raw_size = raw_size = s["raw_size"]
+    if type(raw_size) is not int or raw_size < 0:
+        _uint(raw_size)
+    section.stored_size = stored_size = s["stored_size"]
+    if type(stored_size) is not int or stored_size < 0:
+        _uint(stored_size)
+    if codec is None and raw_size != stored_size:
         raise corrupt(name,
-                      f"section {i} is inconsistent: raw, yet {section.raw_size} bytes "
-                      f"stored in {section.stored_size}")
-    if section.offset + section.stored_size > end:
+                      f"section {i} is inconsistent: raw, yet {raw_size} bytes "
+                      f"stored in {stored_size}")
+    if offset + stored_size > end:
         raise corrupt(name,
-                      f"section {i} runs to offset {section.offset + section.stored_size}, "
+                      f"section {i} runs to offset {offset + stored_size}, "
                       f"past the data end {end} (truncated?)")
-
-    def check_chunks():
-        try:
-            chunks, raw_size, stored_size = _parse_table(section, json.loads(table), end, name)
-        except CorruptFileError:
-            raise
-        except Exception as exc:  # wrong types in the table
-            raise _damaged_index(name, exc) from None
-        if (raw_size, stored_size) != (section.raw_size, section.stored_size):
-            raise corrupt(name,
-                          f"damaged index: section {i}'s chunks hold {raw_size} bytes in "
-                          f"{stored_size}, its totals say {section.raw_size} in "
-                          f"{section.stored_size}")
-        return chunks
-
-    section._chunks, section._check_chunks = None, check_chunks
+    section._chunks = None
+    section._check_chunks = (table, end, name)
     return section
+
+
+def _checked_chunks(section, table, end, name):
+    """The chunks of a section whose table was left as text: checked now."""
+    try:
+        chunks, raw_size, stored_size = _parse_table(section, json.loads(table), end, name)
+    except CorruptFileError:
+        raise
+    except Exception as exc:  # wrong types in the table
+        raise _damaged_index(name, exc) from None
+    if (raw_size, stored_size) != (section.raw_size, section.stored_size):
+        raise corrupt(name,
+                      f"damaged index: section {section.index}'s chunks hold {raw_size} "
+                      f"bytes in {stored_size}, its totals say {section.raw_size} in "
+                      f"{section.stored_size}")
+    return chunks
 
 
 def _parse_table(section, table, end, name):
