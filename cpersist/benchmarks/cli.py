@@ -350,15 +350,14 @@ def _lazy_suite(args, scale, extra):
 
 def _remote_suite(args, scale, extra):
     """``--suite remote``: writes remote.csv, remote_targets.csv and remote.txt."""
-    import importlib.util
-
     from . import remote
+    from .lazy import optional
     from .bounds import TARGET_COLUMNS, format_targets, remote_targets
     from .report import write_csv
 
     runs = args.repeat if args.repeat is not None else 1 if args.quick else 3
     mb = max(1.0, 210 * scale)
-    missing = [name for name in ("s3fs", "moto") if importlib.util.find_spec(name) is None]
+    missing = [name for name in ("s3fs", "moto") if optional(name) is None]
     if missing:
         rows = [{"method": "cpersist.load", "status": "not installed",
                  "reason": f"needs {' and '.join(missing)} (pip install "

@@ -200,13 +200,15 @@ def measure_dask(nbytes, directory, repeats):
     del arr
     # One decoding thread per block: the parallelism is dask's, one block
     # per worker process (or the one thread of the baseline).
-    lazy = cpersist.open(path, n_threads=1).arrays["obj['a']"]
-    x = lazy.to_dask()
+    with cpersist.open(path, n_threads=1) as handle:
+        x = handle.arrays["obj['a']"].to_dask()
+    # Closed: the arrays reopen the file from its path, as they do on the workers.
     z = da.from_zarr(zpath) if zarr is not None else None
     with dask.config.set(scheduler="synchronous"):
         t_one = _median_time(lambda: x.sum(dtype=np.int64).compute(), 1)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+                      scheduler_port=0, dashboard_address=None,
+                      worker_dashboard_address=None) as cluster, Client(cluster) as client:
         assert int(client.compute(x.sum(dtype=np.int64)).result()) == expected
         t_cp = _median_time(lambda: client.compute(x.sum(dtype=np.int64)).result(), repeats)
         t_zarr = None
