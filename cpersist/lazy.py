@@ -296,9 +296,10 @@ class LazyArray:
                         continue
                     if scratch_buffer is None:
                         scratch_buffer = READ_BUFFERS.take(scratch)
-                    whole = memoryview(scratch_buffer)[:end - start]
-                    reader.read_chunk_into(section, i, whole, buffer, verify=verify)
-                    target[:] = whole[a - start:b - start]
+                    # Part of a chunk: the codec decodes no more than it must.
+                    reader.read_chunk_into(section, i, target, buffer, verify=verify,
+                                           skip=a - start,
+                                           whole=memoryview(scratch_buffer)[:end - start])
             finally:
                 for taken in (buffer, scratch_buffer):
                     if taken is not None:

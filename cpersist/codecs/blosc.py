@@ -75,6 +75,28 @@ def decode_blosc_chunk(codec, src, out):
         raise codec._invalid(exc) from None
 
 
+def decode_blosc_part(codec, src, skip, out, whole):
+    """Decode bytes ``skip:skip + len(out)`` of a Blosc chunk into ``out``,
+    decompressing only the Blosc blocks that hold them."""
+    check_blosc_chunk(codec, src, len(src), len(whole))
+    typesize = src[3]
+    if skip % typesize or len(out) % typesize:  # Blosc reads whole items
+        decode_blosc_chunk(codec, src, whole)
+        out[:] = whole[skip:skip + len(out)]
+        return
+    blosc = blosc2()
+    try:
+        # A one-chunk super-chunk, the only Python interface to Blosc's
+        # getitem (which decodes the blocks a range of items needs).
+        schunk = blosc.SChunk(chunksize=len(whole), cparams={"typesize": typesize},
+                              dparams={"nthreads": 1})
+        schunk.insert_chunk(0, bytes(src))
+        schunk.get_slice(skip // typesize, (skip + len(out)) // typesize,
+                         out=memoryview(out).cast("B"))
+    except Exception as exc:  # blosc2 raises bare Exceptions/ValueErrors
+        raise codec._invalid(exc) from None
+
+
 class _Blosc(Codec):
     """Blosc with byte shuffle; ``inner`` names the compressor behind it."""
 
@@ -104,6 +126,9 @@ class _Blosc(Codec):
 
     def decode_into(self, src, out):
         decode_blosc_chunk(self, src, out)
+
+    def decode_part_into(self, src, skip, out, whole):
+        decode_blosc_part(self, src, skip, out, whole)
 
 
 class BloscLZ4(_Blosc):
