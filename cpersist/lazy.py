@@ -305,7 +305,12 @@ class LazyArray:
                     if taken is not None:
                         READ_BUFFERS.give(taken)
 
-        run_claimed(task, last - first + 1, self._n_threads)
+        # Parts of chunks only (a slice within one or two chunks): decoded on
+        # this thread, since Blosc decodes a part holding the GIL and a
+        # second thread would only wait for it.
+        whole_chunks = last - first > 1 or any(
+            lo <= int(starts[i]) and int(starts[i + 1]) <= hi for i in (first, last))
+        run_claimed(task, last - first + 1, self._n_threads if whole_chunks else 1)
 
     def _read_groups(self, bound, axes, strides, out):
         """Fill ``out`` with the elements ``axes`` select, group by group."""

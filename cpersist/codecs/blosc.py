@@ -6,6 +6,8 @@ numeric arrays), then compresses with one of several inner codecs, exposed
 here as ``blosc:lz4``, ``blosc:zstd``, ``blosc:zlib`` and ``blosc:blosclz``.
 """
 
+import threading
+
 from .abc import Codec
 
 _blosc2 = None
@@ -75,6 +77,29 @@ def decode_blosc_chunk(codec, src, out):
         raise codec._invalid(exc) from None
 
 
+_local = threading.local()
+
+
+def _one_chunk(chunksize, typesize, src):
+    """A super-chunk holding only ``src``: the only Python interface to
+    Blosc's getitem, which decodes just the blocks a range of items needs.
+    One per thread and shape is kept, its chunk replaced each time (making
+    one costs about as much as decoding a block)."""
+    cache = getattr(_local, "schunks", None)
+    if cache is None:
+        cache = _local.schunks = {}
+    schunk = cache.get((chunksize, typesize))
+    if schunk is None:
+        schunk = blosc2().SChunk(chunksize=chunksize, cparams={"typesize": typesize},
+                                 dparams={"nthreads": 1})
+        schunk.append_data(bytes(chunksize))
+        if len(cache) > 4:
+            cache.clear()
+        cache[(chunksize, typesize)] = schunk
+    schunk.update_chunk(0, bytes(src))
+    return schunk
+
+
 def decode_blosc_part(codec, src, skip, out, whole):
     """Decode bytes ``skip:skip + len(out)`` of a Blosc chunk into ``out``,
     decompressing only the Blosc blocks that hold them."""
@@ -84,13 +109,8 @@ def decode_blosc_part(codec, src, skip, out, whole):
         decode_blosc_chunk(codec, src, whole)
         out[:] = whole[skip:skip + len(out)]
         return
-    blosc = blosc2()
     try:
-        # A one-chunk super-chunk, the only Python interface to Blosc's
-        # getitem (which decodes the blocks a range of items needs).
-        schunk = blosc.SChunk(chunksize=len(whole), cparams={"typesize": typesize},
-                              dparams={"nthreads": 1})
-        schunk.insert_chunk(0, bytes(src))
+        schunk = _one_chunk(len(whole), typesize, src)
         schunk.get_slice(skip // typesize, (skip + len(out)) // typesize,
                          out=memoryview(out).cast("B"))
     except Exception as exc:  # blosc2 raises bare Exceptions/ValueErrors
