@@ -6,6 +6,7 @@ numeric arrays), then compresses with one of several inner codecs, exposed
 here as ``blosc:lz4``, ``blosc:zstd``, ``blosc:zlib`` and ``blosc:blosclz``.
 """
 
+import os
 import threading
 
 from .abc import Codec
@@ -78,6 +79,10 @@ def decode_blosc_chunk(codec, src, out):
 
 
 _local = threading.local()
+#: Blosc's own threads for the blocks of a part: a reader decodes parts of
+#: at most two chunks of a slice on one thread of its own (Blosc holds the
+#: GIL while it decodes a part), so Blosc's threads are the only parallelism.
+_PART_THREADS = min(8, os.cpu_count() or 1)
 
 
 def _one_chunk(chunksize, typesize, src):
@@ -91,7 +96,7 @@ def _one_chunk(chunksize, typesize, src):
     schunk = cache.get((chunksize, typesize))
     if schunk is None:
         schunk = blosc2().SChunk(chunksize=chunksize, cparams={"typesize": typesize},
-                                 dparams={"nthreads": 1})
+                                 dparams={"nthreads": _PART_THREADS})
         schunk.append_data(bytes(chunksize))
         if len(cache) > 4:
             cache.clear()
