@@ -207,7 +207,7 @@ def measure_dask(nbytes, directory, repeats):
     with dask.config.set(scheduler="synchronous"):
         t_one = _median_time(lambda: x.sum(dtype=np.int64).compute(), 1)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      scheduler_port=0, dashboard_address=None,
+                      scheduler_port=0, dashboard_address="127.0.0.1:0",
                       worker_dashboard_address=None) as cluster, Client(cluster) as client:
         assert int(client.compute(x.sum(dtype=np.int64)).result()) == expected
         t_cp = _median_time(lambda: client.compute(x.sum(dtype=np.int64)).result(), repeats)
