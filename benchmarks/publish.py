@@ -235,6 +235,30 @@ def serializer_table(rows):
                      out)
 
 
+def bounds_table(rows):
+    """Target rows of ``lazy.csv`` or ``remote_targets.csv``: each ratio beside its bound."""
+    out = []
+    for r in rows:
+        if r["status"] != "ok":
+            out.append([r["target"], r["status"], "-", "-", r["reason"]])
+            continue
+        out.append([r["target"], f"{float(r['ratio']):.3g}", r["bound"] or "-",
+                    r["met"] or "-", r["measured"]])
+    return rst_table(["Target", "Ratio", "Bound", "Met", "Measured"], out)
+
+
+def remote_table(rows):
+    """The full loads from S3 of ``remote.csv``."""
+    out = []
+    for r in rows:
+        if r["status"] != "ok":
+            out.append([r["method"], r["status"], "-", "-", r["reason"]])
+            continue
+        out.append([r["method"], f"{float(r['median_s']):.2f}", f"{float(r['mb_per_s']):.1f}",
+                    r["stored_mb"] or "-", r["what"]])
+    return rst_table(["Method", "Median s", "MB/s", "Stored MB", "What"], out)
+
+
 def targets_table(targets_dir):
     """The performance targets over the rounds in ``targets_dir`` (RST list-table).
 
@@ -295,7 +319,8 @@ def machine_lines(machine):
     return lines
 
 
-def page_lines(rows, machine, datasets, figures, imports, serializers, targets):
+def page_lines(rows, machine, datasets, figures, imports, serializers, targets, lazy=(),
+               remote=(), remote_targets=()):
     """The lines of ``docs/benchmark_results.rst``."""
     lines = [GENERATED, "", ".. _benchmark-results:", "", "Benchmark results", "=" * 17, "",
              "One run of the bundled benchmark (:doc:`benchmarks` says how it measures and how "
@@ -328,6 +353,19 @@ def page_lines(rows, machine, datasets, figures, imports, serializers, targets):
                   "the largest dict it reached:", "", *serializer_table(serializers), ""]
         if "serializers.png" in figures:
             lines += [".. figure:: /_static/bench/serializers.png", "   :width: 100%", ""]
+    if lazy:
+        lines += ["Lazy access", "-----------", "",
+                  "Slices of arrays opened with ``cpersist.open`` beside zarr v3 and blosc2 "
+                  "holding the same array, and a dask sum on a local cluster of 2 worker "
+                  "processes (``--suite lazy``); each ratio beside the bound it must meet:",
+                  "", *bounds_table(lazy), ""]
+    if remote:
+        lines += ["Object storage", "--------------", "",
+                  "A full load from a loopback S3 server (moto) beside zarr v3 and a plain "
+                  "download of the same bytes (``--suite remote``):", "",
+                  *remote_table(remote), ""]
+        if remote_targets:
+            lines += [*bounds_table(remote_targets), ""]
     if targets:
         lines += ["Performance targets", "-------------------", "",
                   "Ratios to peers measured side by side within rounds by "
@@ -424,6 +462,8 @@ def publish(run_dir, datasets=DEFAULT_FIGURES, targets_dir=None, page=PAGE, stat
 
     rows, imports, serializers = (optional("results.csv"), optional("import_time.csv"),
                                   optional("serializers.csv"))
+    lazy, remote = optional("lazy.csv"), optional("remote.csv")
+    remote_targets = optional("remote_targets.csv")
     present = {r["dataset"] for r in rows}
     missing = [d for d in datasets if d not in present]
     if missing:
@@ -444,8 +484,8 @@ def publish(run_dir, datasets=DEFAULT_FIGURES, targets_dir=None, page=PAGE, stat
             shutil.copyfile(src, os.path.join(static, name))
             figures.append(name)
     with open(page, "w", encoding="utf-8") as f:
-        f.write("\n".join(page_lines(rows, machine, datasets, figures, imports,
-                                     serializers, targets)).rstrip() + "\n")
+        f.write("\n".join(page_lines(rows, machine, datasets, figures, imports, serializers,
+                                     targets, lazy, remote, remote_targets)).rstrip() + "\n")
     if new_readme is not None:
         with open(readme, "w", encoding="utf-8") as f:
             f.write(new_readme)

@@ -157,7 +157,11 @@ def run_claimed(task, n_items, n_threads):
     try:
         run()
         for helper in helpers:
-            helper.exception()
+            # A helper not started yet has nothing left to claim: cancelled,
+            # it is not waited for (on a busy machine a pool thread can take
+            # longer to be scheduled than the work took).
+            if not helper.cancel():
+                helper.exception()
     except BaseException as exc:  # interrupted while waiting
         errors.append(exc)  # the helpers stop at their next item
         raise

@@ -80,7 +80,7 @@ def open(source, *, trusted=True, verify=True, n_threads=None,  # noqa: A001
             byte_source.close()
         raise
     owns = not borrowed and (is_path(source) or isinstance(byte_source, SpooledSource))
-    file = OpenFile(reader, reference_for(byte_source), owns)
+    file = OpenFile(reader, reference_for(byte_source, whole=is_path(source)), owns)
     return FileHandle(file, normalized, verify, n_threads)
 
 

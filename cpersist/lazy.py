@@ -180,7 +180,8 @@ class LazyArray:
         sections = reader.sections
         section = (sections[self._index]
                    if 0 <= self._index < len(sections) and self._index != reader.root else None)
-        if section is None or section_fingerprint(section) != self._fingerprint:
+        if section is None or (self._file.fingerprint(reader, section, section_fingerprint)
+                               != self._fingerprint):
             raise FileChangedError(
                 f"{self._file.name} has changed since the array {self.path} was opened: "
                 f"its section {self._index} no longer holds the same data; open the "
@@ -219,16 +220,31 @@ class LazyArray:
         arr = self.read()
         return arr if dtype is None else arr.astype(dtype, copy=False)
 
-    def to_dask(self):
-        """This array as a :class:`dask.array.Array` of blocks :attr:`chunks`.
+    def to_dask(self, chunks=None):
+        """This array as a :class:`dask.array.Array`.
 
         Needs dask (``pip install cpersist[dask]``). Each block is read by
         indexing this array; on a distributed cluster each worker reopens
         the file from the pickled reference.
-        """
-        import dask.array as da
 
-        return da.from_array(self, chunks=self.chunks, asarray=False, fancy=False,
+        Parameters
+        ----------
+        chunks : optional
+            Any ``chunks`` :func:`dask.array.from_array` takes. By default,
+            blocks of whole stored chunks (:attr:`chunks`) along the slowest
+            axis, each about a sixteenth of the array but at most dask's
+            ``array.chunk-size``: enough blocks to keep a cluster's workers
+            busy, and few enough that dask's cost per task stays small
+            beside reading one.
+        """
+        import dask
+        import dask.array as da
+        from dask.utils import parse_bytes
+
+        if chunks is None:
+            limit = min(parse_bytes(dask.config.get("array.chunk-size")), self.nbytes // 16)
+            chunks = _merged_blocks(self.chunks, self.shape, self.nbytes, limit)
+        return da.from_array(self, chunks=chunks, asarray=False, fancy=False,
                              meta=np.empty((0,) * self.ndim, dtype=self.dtype))
 
     def __getitem__(self, index):
@@ -299,15 +315,21 @@ class LazyArray:
                         continue
                     if scratch_buffer is None:
                         scratch_buffer = READ_BUFFERS.take(scratch)
-                    whole = memoryview(scratch_buffer)[:end - start]
-                    reader.read_chunk_into(section, i, whole, buffer, verify=verify, stored=got)
-                    target[:] = whole[a - start:b - start]
+                    # Part of a chunk: the codec decodes no more than it must.
+                    reader.read_chunk_into(section, i, target, buffer, verify=verify,
+                                           stored=got, skip=a - start,
+                                           whole=memoryview(scratch_buffer)[:end - start])
             finally:
                 for taken in (buffer, scratch_buffer):
                     if taken is not None:
                         READ_BUFFERS.give(taken)
 
-        run_claimed(task, last - first + 1, self._n_threads)
+        # Parts of chunks only (a slice within one or two chunks): decoded on
+        # this thread, since Blosc decodes a part holding the GIL and a
+        # second thread would only wait for it.
+        whole_chunks = last - first > 1 or any(
+            lo <= int(starts[i]) and int(starts[i + 1]) <= hi for i in (first, last))
+        run_claimed(task, last - first + 1, self._n_threads if whole_chunks else 1)
 
     def _read_groups(self, bound, axes, strides, out):
         """Fill ``out`` with the elements ``axes`` select, group by group."""
@@ -354,6 +376,25 @@ class LazyArray:
 def _rebuild(reference, index, path, meta, fingerprint, verify, n_threads):
     return LazyArray(shared_file(reference), index, path, meta, fingerprint=fingerprint,
                      verify=verify, n_threads=n_threads)
+
+
+def _merged_blocks(chunks, shape, nbytes, limit):
+    """``chunks`` with consecutive blocks along the axis cut into several
+    merged while a block stays within ``limit`` bytes."""
+    out = []
+    for axis, blocks in enumerate(chunks):
+        if len(blocks) <= 1 or not shape[axis]:
+            out.append(blocks)
+            continue
+        slice_bytes = nbytes // shape[axis]
+        merged = [blocks[0]]
+        for block in blocks[1:]:
+            if (merged[-1] + block) * slice_bytes <= limit:
+                merged[-1] += block
+            else:
+                merged.append(block)
+        out.append(tuple(merged))
+    return tuple(out)
 
 
 def _finish(arr, sel):

@@ -90,8 +90,19 @@ def test_publish_writes_page_figures_and_readme_table(quick_run, tmp_path):
     assert machine["date_utc"] in text and machine["started_utc"] in text
     assert f"numpy {machine['versions']['numpy']}" in text and ":RAM:" in text and ":OS:" in text
     assert ":Load average:" in text and len(machine["load_average_start"]) == 3
-    for section in ("Start-up", "Codecs", "Methods compared", "Serializers"):
+    for section in ("Start-up", "Codecs", "Methods compared", "Serializers", "Lazy access",
+                    "Object storage"):
         assert f"\n{section}\n" in text
+    # The lazy and remote suites' targets, each ratio beside its bound.
+    assert "speed-up over 1 thread" in text and ">= 1.5" in text
+    assert "cpersist.load speed / zarr v3 (FsspecStore)" in text and ">= 0.8" in text
+    import docutils.core
+    import docutils.utils
+
+    # Those sections are valid RST (the rest uses Sphinx's roles, unknown to docutils).
+    docutils.core.publish_doctree(text[text.index("Lazy access\n"):], settings_overrides={
+        "report_level": docutils.utils.Reporter.ERROR_LEVEL, "halt_level":
+        docutils.utils.Reporter.ERROR_LEVEL})
     assert "``python -c 'import numpy; import cpersist'``" in text
     assert "**atlas_c**" in text and "**random_forest**" in text
     # Figures: the page's, and nothing left from an earlier run.

@@ -656,3 +656,87 @@ def test_interrupt_keeps_rows_and_resume_completes(tmp_path):
             for m in mt.select_methods(["cpersist*", "np.save", "joblib"], mt.all_methods())}
     assert {(d, m) for d, m, _ in keys} == full
     assert all(r["status"] in ("ok", "n/a") for r in rows)
+
+
+def test_quick_lazy_suite(quick_run):
+    """--suite all runs the lazy suite: every target a ratio beside its bound."""
+    _, out = quick_run
+    rows = _read(out / "lazy.csv")
+    targets = [r["target"] for r in rows]
+    for kind in ("compressible", "incompressible"):
+        for what in ("bytes read", "time / blosc2.open()[slice]", "time / zarr v3",
+                     "time / full load"):
+            assert sum(f"MB {kind}:" in t and what in t for t in targets) == 1, (kind, what)
+    assert any(t.startswith("0.1% slice") for t in targets)
+    assert any(t.startswith("open().arrays of") for t in targets)
+    assert sum(t.startswith("dask sum") for t in targets) == 2
+    for r in rows:
+        assert r["suite"] == "lazy" and r["status"] == "ok", r
+        assert float(r["ratio"]) > 0
+        if r["bound"]:
+            op, limit = r["bound"].split()
+            met = float(r["ratio"]) <= float(limit) if op == "<=" else float(r["ratio"]) >= float(limit)
+            assert r["met"] == ("yes" if met else "no"), r
+    dask = {r["target"].split(": ", 1)[1]: r["bound"] for r in rows if r["target"].startswith("dask")}
+    assert dask == {"time / zarr v3": "<= 1.25", "speed-up over 1 thread": ">= 1.5"}
+    slices = {r["target"].split(": ", 1)[1]: r["bound"] for r in rows if r["target"].startswith("1%")}
+    assert slices["time / blosc2.open()[slice]"] == "<= 1" and slices["time / full load"] == ""
+    text = (out / "lazy.txt").read_text()
+    assert "targets as ratios beside their bounds" in text and "speed-up over 1 thread" in text
+    raw = json.loads((out / "lazy.json").read_text())
+    assert raw["scale"] == 0.01 and len(raw["slice"]) == 2 and raw["dask"]["blocks"] >= 1
+    info = json.loads((out / "machine.json").read_text())
+    assert info["lazy"]["scale"] == 0.01 and info["lazy"]["failed"] == 0
+
+
+def test_quick_remote_suite(quick_run):
+    """--suite all runs the remote suite against a loopback moto server."""
+    _, out = quick_run
+    rows = _read(out / "remote.csv")
+    assert [r["method"] for r in rows] == ["cpersist.load", "zarr FsspecStore", "s3fs cat_file"]
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert float(r["median_s"]) > 0 and float(r["mb_per_s"]) > 0 and r["runs"] == "1"
+    targets = _read(out / "remote_targets.csv")
+    assert len(targets) == 2
+    by = {r["method"]: float(r["median_s"]) for r in rows}
+    for t, peer in zip(targets, ("zarr FsspecStore", "s3fs cat_file")):
+        assert t["status"] == "ok" and t["bound"] == ">= 0.8", t
+        assert float(t["ratio"]) == pytest.approx(by[peer] / by["cpersist.load"], rel=0.05)
+    assert "cpersist.load speed / zarr" in (out / "remote.txt").read_text()
+
+
+def test_lazy_and_remote_suites_without_optional_libraries(tmp_path, monkeypatch, capsys):
+    """A peer's library not installed makes its rows 'not installed', not a failure."""
+    import sys
+
+    for name in ("zarr", "s3fs"):
+        monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
+    rc = main(["--suite", "lazy", "--scale", "0.003", "--repeat", "1", "--import-runs", "0",
+               "--out", str(tmp_path), "--no-progress"])
+    assert rc == 0
+    rows = {r["target"]: r for r in _read(tmp_path / "lazy.csv")}
+    zarr_rows = [r for t, r in rows.items() if "zarr" in t]
+    assert len(zarr_rows) == 3
+    for r in zarr_rows:
+        assert r["status"] == "not installed" and "zarr" in r["reason"] and r["ratio"] == ""
+    others = [r for t, r in rows.items() if "zarr" not in t]
+    assert others and all(r["status"] == "ok" for r in others)
+    rc = main(["--suite", "remote", "--import-runs", "0", "--out", str(tmp_path),
+               "--no-progress"])
+    assert rc == 0
+    assert [r["status"] for r in _read(tmp_path / "remote.csv")] == ["not installed"]
+    targets = _read(tmp_path / "remote_targets.csv")
+    assert len(targets) == 2
+    assert all(t["status"] == "not installed" and "s3fs" in t["reason"] for t in targets)
+    assert "not installed" in capsys.readouterr().out
+
+
+def test_lazy_and_remote_entry_points_still_run(tmp_path, capsys):
+    from cpersist.benchmarks import lazy, remote
+
+    assert lazy.main(["--out", str(tmp_path), "--scale", "0.002", "--repeats", "1",
+                      "--only", "slice,listing"]) == 0
+    assert "1% row slice" in capsys.readouterr().out
+    assert remote.main(["--mb", "1", "--runs", "1"]) == 0
+    assert "cpersist.load" in capsys.readouterr().out

@@ -6,6 +6,7 @@ non-contiguous arrays of 0 to 5 dimensions, raw and with every codec.
 """
 
 import glob
+import gc
 import io
 import os
 import pickle
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import cpersist
+from cpersist import _smallest
 from cpersist import lazy as lazy_module
 from cpersist._args import open_source
 from cpersist.container import ContainerReader
@@ -51,6 +53,14 @@ def _dump_one(arr, compress, chunk_size, directory):
     os.close(fd)
     cpersist.dump({"a": arr}, path, compress=compress, chunk_size=chunk_size)
     return path
+
+
+@pytest.fixture(autouse=True)
+def _max_writes_sections(monkeypatch):
+    # "max" may keep a small object's arrays in its pickle stream (or a
+    # Fortran array in C order); these tests read arrays from sections, as
+    # "max" writes them for a large object.
+    monkeypatch.setattr(_smallest, "WHOLE_STREAM_UP_TO", -1)
 
 
 @pytest.fixture(scope="module")
@@ -277,6 +287,70 @@ def test_usable_after_close_and_pickled_as_reference(tmp_path):
             old[0]
 
 
+def test_unpickled_arrays_share_one_open_file_until_it_is_replaced(tmp_path):
+    """Arrays unpickled in a process (a dask worker's) share the file they
+    reopen, kept open after they are gone, and a replaced file is still
+    reported."""
+    from cpersist import _openfile
+
+    arr = np.arange(60000.0).reshape(600, 100)
+    path = tmp_path / "s.cp"
+    cpersist.dump({"a": arr}, path, compress=3, chunk_size=8000)
+    with cpersist.open(path) as f:
+        data = pickle.dumps(f.arrays["obj['a']"])
+    first = pickle.loads(data)
+    assert_same_result(arr[3:9], first[3:9])
+    file, reader = first._file, first._file.reader()
+    assert file.reference.whole  # opened by path: reopened from the index at its end
+    del first
+    gc.collect()
+    again = pickle.loads(data)
+    assert again._file is file and again._file.reader() is reader  # not reopened
+    assert_same_result(arr[::-7, 2], again[::-7, 2])
+    # Threads unpickling and reading at once share it too.
+    got, errors = [], []
+
+    def work(k):
+        try:
+            lazy = pickle.loads(data)
+            got.append(lazy._file)
+            assert_same_result(arr[k::11], lazy[k::11])
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert all(g is file for g in got)
+    del again, got
+    gc.collect()
+    # Replaced (a new dump to the same path), rewritten in place with other
+    # data of the same size, or deleted: reported, never read as the old one.
+    cpersist.dump({"a": arr + 1}, path, compress=3, chunk_size=8000)
+    with pytest.raises(cpersist.FileChangedError, match="has changed"):
+        pickle.loads(data)[0]
+    cpersist.dump({"a": arr}, path, compress=3, chunk_size=8000)
+    assert_same_result(arr[5], pickle.loads(data)[5])  # the same data again: readable
+    cpersist.dump({"a": arr}, path, compress=0)
+    with cpersist.open(path) as f:
+        data = pickle.dumps(f.arrays["obj['a']"])
+    assert_same_result(arr[7], pickle.loads(data)[7])
+    other = tmp_path / "other.cp"
+    cpersist.dump({"a": arr[::-1].copy()}, other, compress=0)
+    assert other.stat().st_size == path.stat().st_size
+    with open(path, "r+b") as out:
+        out.write(other.read_bytes())
+    with pytest.raises(cpersist.FileChangedError, match="has changed"):
+        pickle.loads(data)[0]
+    os.unlink(path)
+    with pytest.raises(FileNotFoundError):
+        pickle.loads(data)[0]
+    assert len(_openfile._RECENT) <= _openfile.RECENT_FILES
+
+
 def test_file_object_source(tmp_path):
     arr = np.arange(5000.0).reshape(50, 100)
     cpersist.dump({"a": arr}, tmp_path / "f.cp", compress=3, chunk_size=4000)
@@ -398,7 +472,12 @@ def test_dask_threaded(tmp_path):
         x = da.from_array(lazy, chunks=lazy.chunks)
         assert np.isclose(x.sum().compute(scheduler="threads"), arr.sum())
         y = lazy.to_dask()
-        assert y.chunks == lazy.chunks
+        # Blocks of whole stored chunks, each within a sixteenth of the array.
+        edges = set(np.cumsum(lazy.chunks[0]).tolist())
+        assert set(np.cumsum(y.chunks[0]).tolist()) <= edges and y.chunks[1] == lazy.chunks[1]
+        assert 16 <= len(y.chunks[0]) < len(lazy.chunks[0])
+        assert max(y.chunks[0]) * arr[0].nbytes <= arr.nbytes // 16
+        assert lazy.to_dask(chunks=lazy.chunks).chunks == lazy.chunks
         assert_same_result(arr[100:4000:3, 5:], y[100:4000:3, 5:].compute(scheduler="threads"))
         assert np.allclose(arr[::-2].mean(axis=0), y[::-2].mean(axis=0).compute())
         from dask.base import tokenize

@@ -28,6 +28,10 @@ FILE_LEVELS = (0, 3)
 #: ``--full``: every dataset at 100 MB, every level, three repeats.
 FULL_SIZE = "medium"
 FULL_REPEATS = 3
+#: The suites ``--suite`` chooses from (``all`` runs each).
+SUITES = ("storage", "serializers", "memory", "lazy", "remote")
+#: ``--quick``: the lazy and remote suites' sizes are multiplied by this.
+QUICK_SCALE = 0.01
 #: Exit code after Ctrl-C (128 + SIGINT, what shells report).
 EXIT_INTERRUPTED = 130
 
@@ -62,9 +66,12 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                    help="your own files to benchmark (.npy .npz .nii .nii.gz .h5 .hdf5 .cp, "
                         "and pickle/joblib with --trust-pickles); when given, only these run "
                         "unless --datasets is also given")
-    p.add_argument("--suite", choices=("storage", "serializers", "memory", "all"), default="storage",
+    p.add_argument("--suite", choices=SUITES + ("all",), default="storage",
                    help="storage (default): datasets x methods x levels; serializers: picklebench; "
-                        "memory: joblib.Memory's default store vs backend='cpersist'; all: every suite")
+                        "memory: joblib.Memory's default store vs backend='cpersist'; lazy: "
+                        "slices of cpersist.open arrays and dask beside zarr and blosc2; remote: "
+                        "a full load from a loopback S3 server beside zarr and a download; "
+                        "all: every suite")
     p.add_argument("--full", action="store_true",
                    help="the complete grid: every dataset at 100 MB, levels 0,1,3,6,9, three "
                         "repeats (hours); default: built-in data at 1 MB, levels 0,3,6 (0,3 on "
@@ -110,6 +117,10 @@ def build_parser(prog="python -m cpersist.benchmarks"):
     p.add_argument("--import-runs", type=int, default=None, metavar="N",
                    help="fresh interpreters timing 'import cpersist', 'import joblib' and "
                         "'cpersist --help' (median reported; default 5, --full: 21; 0 skips)")
+    p.add_argument("--scale", type=float, default=None, metavar="X",
+                   help="lazy and remote suites: multiply their array sizes (default 1, the "
+                        "sizes their targets name: 200 MB slices, 1 GB for dask, 210 MB from "
+                        "S3; --quick: 0.01)")
     p.add_argument("--list", action="store_true", help="list datasets and methods, then exit")
     return p
 
@@ -283,6 +294,14 @@ def _run(parser, args, argv):
 
             shutil.rmtree(os.path.join(args.out, "_work"), ignore_errors=True)
 
+    scale = args.scale if args.scale is not None else QUICK_SCALE if args.quick else 1.0
+    if args.suite in ("lazy", "all"):
+        written += _lazy_suite(args, scale, extra)
+        failed += extra["lazy"]["failed"]
+    if args.suite in ("remote", "all"):
+        written += _remote_suite(args, scale, extra)
+        failed += extra["remote"]["failed"]
+
     import_runs = args.import_runs if args.import_runs is not None else (21 if args.full else 5)
     if import_runs > 0:
         from .importtime import IMPORT_COLUMNS, format_import_times, run_import_times
@@ -300,6 +319,74 @@ def _run(parser, args, argv):
     if failed:
         print(f"{failed} measurement(s) FAILED; see the 'reason' column", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _lazy_suite(args, scale, extra):
+    """``--suite lazy``: writes lazy.json, lazy.csv (the targets) and lazy.txt."""
+    from . import lazy
+    from .bounds import TARGET_COLUMNS, format_targets, lazy_targets
+    from .report import write_csv
+
+    repeats = args.repeat if args.repeat is not None else 1 if args.quick else 5
+    try:
+        results = lazy.run(args.out, scale=scale, repeats=repeats)
+        rows, text = lazy_targets(results), lazy.format_results(results)
+    except Exception as exc:  # reported as a failed row; the other suites go on
+        rows = [{"suite": "lazy", "target": "lazy access", "status": "failed",
+                 "reason": f"{type(exc).__name__}: {exc}"[:300]}]
+        text = ""
+    table = "Lazy access: targets as ratios beside their bounds\n" + format_targets(rows)
+    print("\n" + table)
+    paths = [write_csv(os.path.join(args.out, "lazy.csv"), rows, TARGET_COLUMNS),
+             _write_text(os.path.join(args.out, "lazy.txt"), table + "\n\n" + text)]
+    if os.path.exists(os.path.join(args.out, "lazy.json")):
+        paths.append(os.path.join(args.out, "lazy.json"))
+    extra["lazy"] = {"scale": scale, "repeats": repeats,
+                     "failed": sum(r["status"] == "failed" for r in rows),
+                     "units": "ratios of medians over the repeats, warm page cache; MB = 2**20 "
+                              "bytes in lazy.json"}
+    return paths
+
+
+def _remote_suite(args, scale, extra):
+    """``--suite remote``: writes remote.csv, remote_targets.csv and remote.txt."""
+    from . import remote
+    from .lazy import optional
+    from .bounds import TARGET_COLUMNS, format_targets, remote_targets
+    from .report import write_csv
+
+    runs = args.repeat if args.repeat is not None else 1 if args.quick else 3
+    mb = max(1.0, 210 * scale)
+    missing = [name for name in ("s3fs", "moto") if optional(name) is None]
+    if missing:
+        rows = [{"method": "cpersist.load", "status": "not installed",
+                 "reason": f"needs {' and '.join(missing)} (pip install "
+                           f"'cpersist[remote]' 'moto[server]')"}]
+    else:
+        try:
+            rows = remote.run(mb=mb, runs=runs, progress=lambda text: None)
+        except Exception as exc:  # reported as a failed row; the other suites go on
+            rows = [{"method": "cpersist.load", "status": "failed",
+                     "reason": f"{type(exc).__name__}: {exc}"[:300]}]
+    targets = remote_targets(rows)
+    if missing:
+        for row in targets:
+            row.update(status="not installed", reason=rows[0]["reason"])
+    table = ("Reading from S3 (moto on 127.0.0.1)\n" + remote.format_results(rows)
+             + "\n\nTargets as ratios beside their bounds\n" + format_targets(targets))
+    print("\n" + table)
+    extra["remote"] = {"mb": mb, "runs": runs,
+                       "failed": sum(r.get("status") == "failed" for r in rows + targets),
+                       "units": "seconds, median of the runs; MB = 1e6 bytes"}
+    return [write_csv(os.path.join(args.out, "remote.csv"), rows, remote.REMOTE_COLUMNS),
+            write_csv(os.path.join(args.out, "remote_targets.csv"), targets, TARGET_COLUMNS),
+            _write_text(os.path.join(args.out, "remote.txt"), table)]
+
+
+def _write_text(path, text):
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(text.rstrip() + "\n")
+    return path
 
 
 def _say_interrupted(exc, csv_path, given):

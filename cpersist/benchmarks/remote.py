@@ -157,6 +157,7 @@ def run(mb=210, runs=3, chunk_size=4 << 20, level=3, progress=print):
     finally:
         process.kill()
         process.wait()
+        process.stdout.close()
     base = rows[0].get("median_s")
     for entry in rows:
         if entry.get("status") == "ok" and base:

@@ -88,6 +88,32 @@ class Codec(ABC):
             ``len(out)`` bytes.
         """
 
+    def decode_part_into(self, src, skip, out, whole):
+        """Decompress the part of one chunk a reader of a slice needs.
+
+        Fills ``out`` with the decoded bytes ``skip:skip + len(out)`` of the
+        chunk. This default decodes all of it into ``whole`` and copies the
+        part; codecs that can stop early or decode blocks of a chunk
+        override it to do less.
+
+        Parameters
+        ----------
+        src : bytes-like
+            A chunk produced by :meth:`encode`.
+        skip : int
+        out : memoryview
+            Writable contiguous bytes to fill exactly.
+        whole : memoryview
+            Writable bytes of the chunk's decoded size, free to overwrite.
+
+        Raises
+        ------
+        CorruptFileError
+            As :meth:`decode_into`.
+        """
+        self.decode_into(src, whole)
+        out[:] = whole[skip:skip + len(out)]
+
     def probe(self, sample, typesize=1):
         """Compress a sample of a chunk, to see whether compressing pays.
 

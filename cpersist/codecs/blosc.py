@@ -6,6 +6,9 @@ numeric arrays), then compresses with one of several inner codecs, exposed
 here as ``blosc:lz4``, ``blosc:zstd``, ``blosc:zlib`` and ``blosc:blosclz``.
 """
 
+import os
+import threading
+
 from .abc import Codec
 
 _blosc2 = None
@@ -75,6 +78,50 @@ def decode_blosc_chunk(codec, src, out):
         raise codec._invalid(exc) from None
 
 
+_local = threading.local()
+#: Blosc's own threads for the blocks of a part: a reader decodes parts of
+#: at most two chunks of a slice on one thread of its own (Blosc holds the
+#: GIL while it decodes a part), so Blosc's threads are the only parallelism.
+_PART_THREADS = min(8, os.cpu_count() or 1)
+
+
+def _one_chunk(chunksize, typesize, src):
+    """A super-chunk holding only ``src``: the only Python interface to
+    Blosc's getitem, which decodes just the blocks a range of items needs.
+    One per thread and shape is kept, its chunk replaced each time (making
+    one costs about as much as decoding a block)."""
+    cache = getattr(_local, "schunks", None)
+    if cache is None:
+        cache = _local.schunks = {}
+    schunk = cache.get((chunksize, typesize))
+    if schunk is None:
+        schunk = blosc2().SChunk(chunksize=chunksize, cparams={"typesize": typesize},
+                                 dparams={"nthreads": _PART_THREADS})
+        schunk.append_data(bytes(chunksize))
+        if len(cache) > 4:
+            cache.clear()
+        cache[(chunksize, typesize)] = schunk
+    schunk.update_chunk(0, bytes(src))
+    return schunk
+
+
+def decode_blosc_part(codec, src, skip, out, whole):
+    """Decode bytes ``skip:skip + len(out)`` of a Blosc chunk into ``out``,
+    decompressing only the Blosc blocks that hold them."""
+    check_blosc_chunk(codec, src, len(src), len(whole))
+    typesize = src[3]
+    if skip % typesize or len(out) % typesize:  # Blosc reads whole items
+        decode_blosc_chunk(codec, src, whole)
+        out[:] = whole[skip:skip + len(out)]
+        return
+    try:
+        schunk = _one_chunk(len(whole), typesize, src)
+        schunk.get_slice(skip // typesize, (skip + len(out)) // typesize,
+                         out=memoryview(out).cast("B"))
+    except Exception as exc:  # blosc2 raises bare Exceptions/ValueErrors
+        raise codec._invalid(exc) from None
+
+
 class _Blosc(Codec):
     """Blosc with byte shuffle; ``inner`` names the compressor behind it."""
 
@@ -104,6 +151,9 @@ class _Blosc(Codec):
 
     def decode_into(self, src, out):
         decode_blosc_chunk(self, src, out)
+
+    def decode_part_into(self, src, skip, out, whole):
+        decode_blosc_part(self, src, skip, out, whole)
 
 
 class BloscLZ4(_Blosc):

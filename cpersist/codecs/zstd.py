@@ -67,3 +67,22 @@ class Zstd(Codec):
             raise self._invalid(exc) from None
         if filled != len(out) or extra:
             raise self._wrong_size(filled + len(extra), len(out))
+
+    def decode_part_into(self, src, skip, out, whole):
+        # A frame decodes from its start: the bytes up to ``skip`` are decoded
+        # into ``whole`` and dropped, and decoding stops at the part's end.
+        # Past half the chunk, decoding all of it in one call is as fast.
+        if 2 * (skip + len(out)) > len(whole):
+            super().decode_part_into(src, skip, out, whole)
+            return
+        try:
+            with _decompressor().stream_reader(src, read_across_frames=False) as reader:
+                for target in (whole[:skip], out):
+                    filled = 0
+                    while filled < len(target):
+                        n = reader.readinto(target[filled:])
+                        if n == 0:
+                            raise self._wrong_size(skip + filled, len(whole))
+                        filled += n
+        except _zstd.ZstdError as exc:
+            raise self._invalid(exc) from None

@@ -16,7 +16,7 @@ on the benchmark's datasets.
 """
 
 from .abc import Codec, middle_sample
-from .blosc import blosc2, check_blosc_chunk, decode_blosc_chunk, shuffles
+from .blosc import blosc2, check_blosc_chunk, decode_blosc_chunk, decode_blosc_part, shuffles
 from .zstd import Zstd
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -109,3 +109,9 @@ class ZstdAuto(Codec):
             self._zstd.decode_into(src, out)
             return
         decode_blosc_chunk(self, src, out)
+
+    def decode_part_into(self, src, skip, out, whole):
+        if bytes(src[:4]) == _ZSTD_MAGIC:
+            self._zstd.decode_part_into(src, skip, out, whole)
+            return
+        decode_blosc_part(self, src, skip, out, whole)

@@ -307,7 +307,8 @@ class ContainerReader:
 
         run_claimed(task, len(chunks), n_threads)
 
-    def read_chunk_into(self, section, i, out, buffer, *, verify=True, stored=None):
+    def read_chunk_into(self, section, i, out, buffer, *, verify=True, stored=None, skip=0,
+                        whole=None):
         """Read chunk ``i`` of ``section``, check it and decode it into ``out``.
 
         ``out`` is writable bytes of the chunk's ``raw_length``; ``buffer``
@@ -317,15 +318,21 @@ class ContainerReader:
         checked and decoded instead of reading them. Errors name the chunk,
         for readers of a few chunks of a section.
 
+        With ``whole`` (writable bytes of the chunk's ``raw_length``, free
+        to overwrite), ``out`` receives only the decoded bytes ``skip:skip +
+        len(out)``, and the codec decodes no more of the chunk than it must.
+
         Raises
         ------
         CorruptFileError
         """
         chunk = section.chunks[i]
+        part = whole is not None
         if stored is not None:
             data = stored
         else:
-            data = out if chunk.flag == VERBATIM else memoryview(buffer)[:chunk.length]
+            data = (out if chunk.flag == VERBATIM and not part
+                    else memoryview(whole if chunk.flag == VERBATIM else buffer)[:chunk.length])
             try:
                 self.source.read_into(chunk.offset, data)
             except ShortReadError:
@@ -333,13 +340,19 @@ class ContainerReader:
         if verify and checksum(data) != chunk.checksum:
             raise self.error(
                 f"checksum mismatch in section {section.index}, chunk {i}: damaged data")
-        if chunk.flag == VERBATIM and stored is not None:
-            out[:] = data
-        elif chunk.flag != VERBATIM:
-            try:
+        if chunk.flag == VERBATIM:
+            if part:
+                out[:] = data[skip:skip + len(out)]
+            elif stored is not None:
+                out[:] = data
+            return
+        try:
+            if part:
+                section.codec.decode_part_into(data, skip, out, whole)
+            else:
                 section.codec.decode_into(data, out)
-            except CorruptFileError as exc:
-                raise self.error(f"section {section.index}, chunk {i}: {exc}") from None
+        except CorruptFileError as exc:
+            raise self.error(f"section {section.index}, chunk {i}: {exc}") from None
 
     def check_claimed_sizes(self, section):
         """Check a section's claimed decoded size before allocating for it.
