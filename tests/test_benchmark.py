@@ -696,17 +696,24 @@ def test_quick_remote_suite(quick_run):
     """--suite all runs the remote suite against a loopback moto server."""
     _, out = quick_run
     rows = _read(out / "remote.csv")
-    assert [r["method"] for r in rows] == ["cpersist.load", "zarr FsspecStore", "s3fs cat_file"]
+    assert [r["method"] for r in rows] == ["cpersist.load", "zarr FsspecStore", "s3fs cat_file",
+                                           "cpersist.open slice"]
     for r in rows:
         assert r["status"] == "ok", r
         assert float(r["median_s"]) > 0 and float(r["mb_per_s"]) > 0 and r["runs"] == "1"
     targets = _read(out / "remote_targets.csv")
-    assert len(targets) == 2
+    assert len(targets) == 3
     by = {r["method"]: float(r["median_s"]) for r in rows}
     for t, peer in zip(targets, ("zarr FsspecStore", "s3fs cat_file")):
         assert t["status"] == "ok" and t["bound"] == ">= 0.8", t
         assert float(t["ratio"]) == pytest.approx(by[peer] / by["cpersist.load"], rel=0.05)
-    assert "cpersist.load speed / zarr" in (out / "remote.txt").read_text()
+    # The server counted the slice's requests: the lookup and a GET at least.
+    requests = int(rows[-1]["requests"])
+    assert requests >= 2 and float(rows[-1]["served_mb"]) > 0
+    assert targets[2]["target"].startswith("1% row slice from S3")
+    assert targets[2]["bound"] == "<= 1" and float(targets[2]["ratio"]) == requests / 4
+    text = (out / "remote.txt").read_text()
+    assert "cpersist.load speed / zarr" in text and f"{requests} requests" in text
 
 
 def test_lazy_and_remote_suites_without_optional_libraries(tmp_path, monkeypatch, capsys):

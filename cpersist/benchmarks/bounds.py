@@ -19,6 +19,8 @@ LISTING_S_PER_10000 = 0.050
 SLICE_OVER_LOAD = 0.05
 #: Slicing 0.1% of a 400 MB array raises the RSS by at most this many MB.
 PEAK_ABOVE_RSS_MB = 64
+#: Requests (the object's lookup and every GET) for a 1% row slice from S3.
+SLICE_REQUESTS = 4
 
 
 def _row(suite, target, ratio=None, bound=None, measured="", missing=None):
@@ -113,6 +115,11 @@ def remote_targets(rows):
             continue
         out.append(_row("remote", target, peer["median_s"] / base["median_s"], (">=", 0.8),
                         f"{base['median_s']:.2f} s / {peer['median_s']:.2f} s"))
+    part = by.get("cpersist.open slice", {})
+    if part.get("status") == "ok":
+        out.append(_row("remote", f"1% row slice from S3 after a fresh open: requests / "
+                        f"{SLICE_REQUESTS}", part["requests"] / SLICE_REQUESTS, ("<=", 1),
+                        f"{part['requests']} requests, {part['served_mb']} MB served"))
     return out
 
 

@@ -25,17 +25,45 @@ import numpy as np
 
 __all__ = ["REMOTE_COLUMNS", "run", "format_results", "main"]
 
-#: Keys of each result row.
+#: Keys of each result row (``requests`` and ``served_mb``: what one read of
+#: the slice row asks of the server).
 REMOTE_COLUMNS = ["method", "what", "median_s", "min_s", "max_s", "runs", "array_mb",
-                  "stored_mb", "mb_per_s", "ratio_vs_cpersist", "status", "reason"]
+                  "stored_mb", "mb_per_s", "ratio_vs_cpersist", "requests", "served_mb",
+                  "status", "reason"]
+#: The slice row's method.
+SLICE = "cpersist.open slice"
 
 _SERVER = r"""
 import logging
 from moto.moto_server.werkzeug_app import (DomainDispatcherApplication, MotoRequestHandler,
                                            create_backend_app)
 from werkzeug.serving import make_server
-server = make_server("127.0.0.1", 0, DomainDispatcherApplication(create_backend_app),
-                     threaded=True, request_handler=MotoRequestHandler)
+import json, threading
+app = DomainDispatcherApplication(create_backend_app)
+counts = {"requests": 0, "bytes": 0}
+lock = threading.Lock()
+
+def counting(environ, start_response):
+    # GET /__requests__ answers the requests and body bytes served since the
+    # last time it was asked (itself not counted).
+    if environ.get("PATH_INFO") == "/__requests__":
+        with lock:
+            body = json.dumps(counts).encode()
+            counts.update(requests=0, bytes=0)
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [body]
+    with lock:
+        counts["requests"] += 1
+    return counted(app(environ, start_response))
+
+def counted(body):
+    for piece in body:
+        with lock:
+            counts["bytes"] += len(piece)
+        yield piece
+
+server = make_server("127.0.0.1", 0, counting, threaded=True,
+                     request_handler=MotoRequestHandler)
 print(server.server_address[1], flush=True)
 logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request log
 server.serve_forever()
@@ -154,16 +182,43 @@ def run(mb=210, runs=3, chunk_size=4 << 20, level=3, progress=print):
 
         row("s3fs cat_file", "download of the cpersist object's bytes, no decoding",
             lambda: s3fs.S3FileSystem(**options).cat_file(url), stored)
+
+        # 1% of the rows from the middle, from a fresh open: the requests
+        # (HEAD and GETs) and bytes the server answers for the open, the
+        # listing and the slice.
+        lo = len(data) // 2
+        hi = lo + len(data) // 100
+
+        def read_slice():
+            with cpersist.open(url, storage_options=options) as handle:
+                part = handle.arrays["obj['data']"][lo:hi]
+            assert np.array_equal(part, data[lo:hi])
+
+        _served(endpoint)
+        read_slice()
+        asked = _served(endpoint)
+        row(SLICE, f"1% of the rows (elements {lo}:{hi}) after a fresh open", read_slice,
+            None)
+        rows[-1].update(requests=asked["requests"], served_mb=round(asked["bytes"] / 1e6, 2))
     finally:
         process.kill()
         process.wait()
         process.stdout.close()
     base = rows[0].get("median_s")
     for entry in rows:
-        if entry.get("status") == "ok" and base:
+        if entry.get("status") == "ok" and base and entry["method"] != SLICE:
             # Above 1: cpersist's full load is that many times faster.
             entry["ratio_vs_cpersist"] = round(entry["median_s"] / base, 2)
     return rows
+
+
+def _served(endpoint):
+    """Requests and bytes the server answered since the last call."""
+    import json
+    from urllib.request import urlopen
+
+    with urlopen(f"{endpoint}/__requests__") as answer:
+        return json.loads(answer.read())
 
 
 def _raiser(exc):
@@ -195,16 +250,20 @@ def _zarr_array(data, bucket, options, chunk_size, level):
 
 def format_results(rows):
     """The table printed by :func:`main`."""
-    head = (f"{'method':<18} {'median s':>8} {'range s':>13} {'MB/s':>7} {'stored MB':>9} "
+    head = (f"{'method':<20} {'median s':>8} {'range s':>13} {'MB/s':>7} {'stored MB':>9} "
             f"{'time / cpersist':>15}")
     lines = [head, "-" * len(head)]
     for r in rows:
         if r.get("status") != "ok":
-            lines.append(f"{r['method']:<18} {r.get('status')}: {r.get('reason')}")
+            lines.append(f"{r['method']:<20} {r.get('status')}: {r.get('reason')}")
             continue
         span = f"{r['min_s']:.2f}-{r['max_s']:.2f}"
         stored = r["stored_mb"] if r["stored_mb"] is not None else "-"
-        lines.append(f"{r['method']:<18} {r['median_s']:>8.2f} {span:>13} "
+        if r["method"] == SLICE:
+            lines.append(f"{r['method']:<20} {r['median_s']:>8.3f} {span:>13} "
+                         f"{r['requests']} requests, {r['served_mb']} MB served")
+            continue
+        lines.append(f"{r['method']:<20} {r['median_s']:>8.2f} {span:>13} "
                      f"{r['mb_per_s']:>7.1f} {stored:>9} {r.get('ratio_vs_cpersist', '-'):>15}")
     return "\n".join(lines)
 
