@@ -6,11 +6,9 @@ the tests through a module-scoped fixture; the rest are small and direct.
 """
 
 import csv
-import gc
 import json
 import os
 import pickle
-import threading
 
 import numpy as np
 import pytest

@@ -8,7 +8,7 @@ Each is optional: when its library does not import, the method's
 
 import numpy as np
 
-from .methods import Method, is_dict_of_arrays, is_plain_array
+from .methods import Method, is_dict_of_arrays
 
 __all__ = ["Blosc2NDArray", "Zarr", "H5py", "Safetensors", "peer_methods"]
 
