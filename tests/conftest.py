@@ -200,9 +200,19 @@ class _Thread(threading.Thread):
 
     def join_checked(self):
         self.join(60)
-        assert not self.is_alive(), "pipe thread hung"
+        assert not self.is_alive(), "thread hung"
         if self.error is not None:
             raise self.error
+
+
+def run_threads(work, args):
+    """Run ``work(arg)`` for each of ``args`` on threads at once; re-raise
+    the first failure on the test's thread."""
+    threads = [_Thread(lambda arg=arg: work(arg)) for arg in args]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join_checked()
 
 
 def assert_same_result(expected, actual, where=""):

@@ -28,7 +28,7 @@ from cpersist import lazy as lazy_module
 from cpersist._args import open_source
 from cpersist.container import ContainerReader
 
-from .conftest import COMPRESSIONS, assert_same_result
+from .conftest import COMPRESSIONS, assert_same_result, run_threads
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -225,27 +225,18 @@ def test_threads_slicing_one_array(tmp_path):
     rng = np.random.default_rng(1)
     arr = rng.random((3000, 40))
     cpersist.dump({"a": arr}, tmp_path / "t.cp", compress=3, chunk_size=20000)
-    errors = []
     with cpersist.open(tmp_path / "t.cp", n_threads=2) as f:
         lazy = f.arrays["obj['a']"]
 
         def work(seed):
             r = np.random.default_rng(seed)
-            try:
-                for _ in range(40):
-                    a, b = sorted(r.integers(0, 3000, 2))
-                    step = int(r.integers(1, 5)) * (1 if r.random() < 0.5 else -1)
-                    index = (slice(a, b, step), slice(int(r.integers(0, 40)), None))
-                    assert_same_result(arr[index], lazy[index], str(index))
-            except BaseException as exc:  # pragma: no cover - reported below
-                errors.append(exc)
+            for _ in range(40):
+                a, b = sorted(r.integers(0, 3000, 2))
+                step = int(r.integers(1, 5)) * (1 if r.random() < 0.5 else -1)
+                index = (slice(a, b, step), slice(int(r.integers(0, 40)), None))
+                assert_same_result(arr[index], lazy[index], str(index))
 
-        threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    assert not errors, errors[0]
+        run_threads(work, range(6))
 
 
 def test_usable_after_close_and_pickled_as_reference(tmp_path):
@@ -308,22 +299,14 @@ def test_unpickled_arrays_share_one_open_file_until_it_is_replaced(tmp_path):
     assert again._file is file and again._file.reader() is reader  # not reopened
     assert_same_result(arr[::-7, 2], again[::-7, 2])
     # Threads unpickling and reading at once share it too.
-    got, errors = [], []
+    got = []
 
     def work(k):
-        try:
-            lazy = pickle.loads(data)
-            got.append(lazy._file)
-            assert_same_result(arr[k::11], lazy[k::11])
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        lazy = pickle.loads(data)
+        got.append(lazy._file)
+        assert_same_result(arr[k::11], lazy[k::11])
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    run_threads(work, range(8))
     assert all(g is file for g in got)
     del again, got
     gc.collect()

@@ -264,11 +264,16 @@ class FsspecSource(ByteSource):
             for stream in streams:
                 stream.close()
 
-    def read_ranges(self, ranges):
+    def _within(self, ranges):
+        """``ranges`` as a list, each checked to end within the object."""
         ranges = list(ranges)
         for offset, length in ranges:
             if offset + length > self._size:
                 raise self.short_read(offset, length, max(0, self._size - offset))
+        return ranges
+
+    def read_ranges(self, ranges):
+        ranges = self._within(ranges)
         cached = self._cached_ranges(ranges)
         if cached is not None:
             return cached
@@ -327,10 +332,7 @@ class FsspecSource(ByteSource):
             f"{stream.end - stream.start} bytes from offset {stream.start}")
 
     def iter_ranges(self, ranges):
-        ranges = list(ranges)
-        for offset, length in ranges:
-            if offset + length > self._size:
-                raise self.short_read(offset, length, max(0, self._size - offset))
+        ranges = self._within(ranges)
         streamed = self._from_stream(ranges)
         if streamed is not None:
             yield from streamed
@@ -370,8 +372,7 @@ class FsspecSource(ByteSource):
 
     def read_into(self, offset, buffer):
         view = memoryview(buffer).cast("B")
-        if offset + len(view) > self._size:
-            raise self.short_read(offset, len(view), max(0, self._size - offset))
+        self._within([(offset, len(view))])
         stream = self._whole_stream
         if stream is not None and 0 <= offset - stream.position <= REQUEST_SIZE:
             got = len(self._stream_read(stream, offset, len(view), view))
