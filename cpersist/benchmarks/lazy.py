@@ -31,11 +31,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 import cpersist
+
+from .measure import time_runs
 
 MB = 1 << 20
 
@@ -75,12 +76,7 @@ def optional(name):
 
 
 def _median_time(func, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        func()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(time_runs(func, repeats))
 
 
 def _slice_of(arr, fraction):

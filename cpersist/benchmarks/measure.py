@@ -54,9 +54,20 @@ __all__ = [
     "write_task",
     "read_task",
     "preload_modules",
+    "time_runs",
 ]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def time_runs(func, runs):
+    """Wall times in seconds of ``runs`` calls of ``func()``, in order."""
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        func()
+        times.append(time.perf_counter() - t0)
+    return times
 
 
 def rss_bytes():

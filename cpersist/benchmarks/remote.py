@@ -19,9 +19,10 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 import numpy as np
+
+from .measure import time_runs
 
 __all__ = ["REMOTE_COLUMNS", "run", "format_results", "main"]
 
@@ -94,15 +95,6 @@ def make_array(mb, seed=0):
     return np.round(data * 32) / 32  # compressible, not trivially
 
 
-def _timed(read, runs):
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        read()
-        times.append(time.perf_counter() - t0)
-    return times
-
-
 def run(mb=210, runs=3, chunk_size=4 << 20, level=3, progress=print):
     """Store ``mb`` MB of array data on a loopback S3 server and time full reads.
 
@@ -152,7 +144,7 @@ def run(mb=210, runs=3, chunk_size=4 << 20, level=3, progress=print):
             entry = {"method": method, "what": what, "array_mb": round(data.nbytes / 1e6, 1),
                      "stored_mb": round(stored_bytes / 1e6, 1) if stored_bytes else None}
             try:
-                times = _timed(read, runs)
+                times = time_runs(read, runs)
             except Exception as exc:  # a peer missing or failing: reported, not fatal
                 entry.update(status="n/a", reason=f"{type(exc).__name__}: {exc}"[:200], runs=0)
                 rows.append(entry)
