@@ -15,6 +15,7 @@ import pickle
 import zlib
 
 from .container import MAGIC
+from .container.tiny import TINY_MAGIC
 from .exceptions import CorruptFileError
 
 #: Bytes read to recognise a file: enough for every magic number, and for
@@ -91,7 +92,8 @@ def detect(source):
         protocol 2 or later; the message names the file.
     """
     head = bytes(source.read(0, min(HEAD_BYTES, source.size)))
-    if head[:1] == MAGIC[:1] and head[: len(MAGIC)] == MAGIC[: len(head)]:
+    if head[:1] == MAGIC[:1] and (head[: len(MAGIC)] == MAGIC[: len(head)]
+                                  or head.startswith(TINY_MAGIC)):
         return CPERSIST  # the container reader reports a truncated header
     protocol = _pickle_protocol(head)
     if protocol is not None:

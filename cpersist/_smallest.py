@@ -10,7 +10,10 @@ smallest file is kept:
 * the whole pickle stream with every array inside it, compressed as one
   chunk: one stream finds what repeats across arrays (the same data held
   twice) and what many small arrays share (a fitted model's trees), and
-  costs one index entry instead of one per array;
+  costs one index entry instead of one per array; and, for a stream of at
+  most :data:`TINY_UP_TO` bytes, as a tiny dump
+  (:mod:`cpersist.container.tiny`), whose 13 bytes of framing and built-in
+  dictionary suit objects of a few hundred bytes;
 * when the object holds Fortran-ordered arrays, both again with those
   arrays stored in C order (see :class:`~cpersist.pickler.ArrayPickler`).
 
@@ -25,11 +28,15 @@ import io
 
 from .api import INLINE_BELOW, _finish, write_sections
 from .container import ENCODED, VERBATIM, ContainerWriter, checksum, encode_chunk
+from .container.tiny import MAX_STREAM, tiny_dump
 from .container.writer import named_os_error
 from .pickler import ArrayPickler
 
-#: Largest pickle stream (arrays inside) written as one chunk.
-WHOLE_STREAM_UP_TO = 16 << 20
+#: Largest pickle stream (arrays inside) written as one chunk, or as a tiny dump.
+WHOLE_STREAM_UP_TO = MAX_STREAM
+#: Largest pickle stream also tried as a tiny dump: a tiny dump saves about
+#: a hundred bytes of framing, which only a small file notices.
+TINY_UP_TO = 64 << 10
 
 
 class _TooLarge(Exception):
@@ -98,12 +105,16 @@ def write_smallest(obj, file, name, codec, protocol, chunk_size, n_threads):
                        pickle_chunk_size=chunk_size)
         return
     candidates = [_one_chunk_dump(stream, name, codec, protocol)]
+    if len(stream) <= TINY_UP_TO:
+        candidates.append(tiny_dump(stream))
     del stream
     for fortran_as_c in (False, True) if fortran else (False,):
         if fortran_as_c:
             transposed, _ = whole_stream(obj, protocol, fortran_as_c=True)
             if transposed is not None:
                 candidates.append(_one_chunk_dump(transposed, name, codec, protocol))
+                if len(transposed) <= TINY_UP_TO:
+                    candidates.append(tiny_dump(transposed))
             del transposed
         dump, inlined = _sections_dump(obj, name, codec, protocol, chunk_size, n_threads,
                                        fortran_as_c, INLINE_BELOW)

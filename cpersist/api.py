@@ -309,7 +309,8 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
         raise
     except (pickle.UnpicklingError, EOFError) as exc:
         raise reader.error(f"damaged pickle stream ({exc})") from None
-    if can_map and any(section.codec is not None for section in reader.sections):
+    if can_map and (reader.tiny or any(section.codec is not None
+                                       for section in reader.sections)):
         # Whether or not any array had a section of its own (small ones are
         # kept in a compressed pickle stream), nothing of such a file is
         # mapped. Warned once, here rather than in load_array: the

@@ -163,6 +163,8 @@ def _shape(shape):
 def format_info(info):
     """The human-readable text of ``cpersist info`` for a :func:`file_info` dict."""
     head = f"{info['file']}: cpersist format {_format_version(info.get('format'))}"
+    if info.get("layout") == "tiny":
+        head += f", tiny dump of {_human(info.get('file_bytes'))}"
     writer_info = info.get("info") if isinstance(info.get("info"), dict) else {}
     if writer_info.get("writer"):
         head += f", written by {writer_info['writer']}"

@@ -163,11 +163,13 @@ def inspect(source, *, storage_options=None):
             entry["path"] = found["paths"].get(entry["section"], "?")
         return {
             "format": f"{reader.major}.{reader.minor}",
+            "layout": "tiny" if reader.tiny else "compact" if reader.compact else "indexed",
             "info": dict(reader.info) if isinstance(reader.info, dict) else {},
             "file_bytes": reader.size,
             "arrays": arrays,
             "pickle": {
-                "stored_bytes": root.stored_size,
+                # A tiny dump stores its stream compressed in the whole file.
+                "stored_bytes": reader.size if reader.tiny else root.stored_size,
                 "raw_bytes": root.raw_size,
                 "protocol": scan["protocol"],
             },

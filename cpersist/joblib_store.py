@@ -18,6 +18,7 @@ from ._args import MMAP_MODES
 from .api import dump, load
 from .codecs import parse_compress
 from .container import MAGIC
+from .container.tiny import TINY_MAGIC
 
 #: Name registered with :func:`joblib.register_store_backend`.
 BACKEND_NAME = "cpersist"
@@ -88,7 +89,8 @@ def _import_joblib():
 
 def _is_cpersist_file(path):
     with open(path, "rb") as file:
-        return file.read(len(MAGIC)) == MAGIC
+        head = file.read(len(MAGIC))
+        return head == MAGIC or head.startswith(TINY_MAGIC)
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,6 +13,7 @@ import struct
 
 from ..exceptions import CorruptFileError
 from .layout import ALIGN, FORMAT_MAJOR, HEADER, MAGIC, RECORD_SIZE, TRAILER, corrupt
+from .tiny import TINY_MAGIC, head_bytes_needed, tiny_size
 
 RECORD = struct.Struct("<Q")
 assert RECORD.size == RECORD_SIZE
@@ -100,7 +101,11 @@ def copy_dump(stream, out, name):
     dump of a newer major version, or one with a damaged record header: all of it is copied, for the reader to
     report on (as pickle would, for a stream it cannot parse).
     """
-    head = _read_up_to(stream, HEADER.size)
+    head = _read_up_to(stream, len(TINY_MAGIC))
+    if head == TINY_MAGIC:
+        _copy_tiny(stream, out, head, name)
+        return
+    head += _read_up_to(stream, HEADER.size - len(head))
     out.write(head)
     if len(head) < HEADER.size:
         return
@@ -122,6 +127,23 @@ def copy_dump(stream, out, name):
         if _copy(stream, out, end - position - RECORD_SIZE) or kind == END:
             return
         position = end
+
+
+def _copy_tiny(stream, out, head, name):
+    """Copy the rest of a tiny dump whose magic, ``head``, was read: its
+    length is read byte by byte, so that nothing after it is."""
+    while len(head) < head_bytes_needed():
+        byte = _read_up_to(stream, 1)
+        head += byte
+        if not byte or len(head) > len(TINY_MAGIC) + 1 and not byte[0] & 0x80:
+            break
+    out.write(head)
+    try:
+        size = tiny_size(head, name)
+    except CorruptFileError:
+        _copy(stream, out, None)  # for the reader to report on
+        return
+    _copy(stream, out, size - len(head))
 
 
 def _read_up_to(stream, size):

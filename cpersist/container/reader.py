@@ -6,11 +6,12 @@ import itertools
 from .._threads import ordered_map, run_claimed
 from ..exceptions import CorruptFileError
 from .buffers import READ_BUFFERS
-from .compact import COMPACT, parse_compact_index
+from .compact import COMPACT, compact_dump, parse_compact_index
 from .framing import END, parse_record_quietly, walk_records
 from .layout import (EDITED, ENCODED, END_MAGIC, HEADER, MAGIC, RECORD_SIZE, TRAILER, VERBATIM,
                      checksum, corrupt, parse_header, parse_index, parse_trailer)
-from .sources import ByteSource, ShortReadError, source_for
+from .sources import ByteSource, MemorySource, ShortReadError, source_for
+from .tiny import TINY_MAGIC, tiny_size, tiny_stream
 
 #: Sections claiming more decoded bytes than this have the sizes stated in
 #: their chunks' headers checked against the index before anything is
@@ -20,6 +21,22 @@ CHECKED_CLAIM = 64 << 20
 #: one read, rather than the trailer and then the index, keeps opening a
 #: file from a cold cache as fast whatever the file's size.
 TAIL_READ = 16 << 10
+
+
+class _DecodedSource(MemorySource):
+    """The compact dump a tiny dump's stream makes, in memory, standing for
+    the file: what identifies the file (its path, descriptor, reference) and
+    closing it are the file's."""
+
+    def __init__(self, data, file):
+        super().__init__(data, file.name)
+        self._file = file
+
+    def close(self):
+        self._file.close()
+
+    def __getattr__(self, name):
+        return getattr(self._file, name)
 
 
 class ContainerReader:
@@ -78,6 +95,10 @@ class ContainerReader:
 
     def _read_header(self):
         head = self.source.read(0, min(self.available, HEADER.size))
+        self.tiny = bytes(head[:len(TINY_MAGIC)]) == TINY_MAGIC
+        if self.tiny:
+            self._read_tiny(head)
+            return
         self.major, self.minor, flags = parse_header(head, self.available, self.name)
         self.edited = bool(flags & EDITED)
         self.compact = self.major >= 2 and bool(flags & COMPACT)
@@ -85,6 +106,15 @@ class ContainerReader:
             self.size = self.available  # format 1 runs to the end of the stream
         elif not ((self._whole or self.source.remote) and self._ends_at_end()):
             self.size = walk_records(self.source.read, self.available, self.name)
+
+    def _read_tiny(self, head):
+        """Read a tiny dump whole: its pickle stream, checked, is then read
+        as the root of a compact dump made in memory (see :meth:`_read_index`)."""
+        self.major, self.minor, self.edited, self.compact = 2, 0, False, True
+        self.size = tiny_size(head, self.name)
+        if self.size > self.available:
+            raise self.error(f"truncated tiny dump: {self.available} bytes of {self.size}")
+        self._tiny_stream = tiny_stream(self.source.read(0, self.size), self.name)
 
     def _ends_at_end(self):
         """Whether a dump's END record ends the source (one read of its tail,
@@ -113,7 +143,8 @@ class ContainerReader:
     def _trailing_data(self, end):
         """The error for bytes after a complete dump that ends at ``end``."""
         extra = self.available - end
-        if bytes(self.source.read(end, min(extra, len(MAGIC)))) == MAGIC:
+        follows = bytes(self.source.read(end, min(extra, len(MAGIC))))
+        if follows == MAGIC or follows[:len(TINY_MAGIC)] == TINY_MAGIC:
             return self.error(
                 f"another dump follows a complete dump at offset {end} ({extra} bytes "
                 f"more): load several dumps one after another from an open file")
@@ -121,6 +152,15 @@ class ContainerReader:
                           f"its {end})")
 
     def _read_index(self):
+        if self.tiny:
+            # The sections are read from the compact dump of the stream: the
+            # file's own bytes hold it compressed.
+            stream, self._tiny_stream = self._tiny_stream, None
+            data = compact_dump(stream)
+            self.source = _DecodedSource(data, self.source)
+            self.root, self.info, self.sections = parse_compact_index(
+                b"", checksum(stream), len(data) - TRAILER.size, self.name)
+            return
         if self._tail is not None and self.size == self.available:
             tail_start, tail = self._tail
         else:
