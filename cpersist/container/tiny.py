@@ -15,9 +15,9 @@ A tiny dump is self-delimiting like a format-2 dump. Readers turn its pickle
 stream into a compact dump in memory (:mod:`.compact`) and read that.
 """
 
+import functools
 import io
 
-import zstandard
 from xxhash import xxh3_64_intdigest as _xxh3_64
 
 from .layout import corrupt
@@ -32,17 +32,27 @@ MAX_STREAM = 16 << 20
 _LENGTH_BYTES = 4  # LEB128 of a length below 2**28
 _CHECKSUM_SIZE = 8
 
-_DICT = zstandard.ZstdCompressionDict(DICTIONARY, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+
+
+@functools.lru_cache(maxsize=None)
+def _zstd():
+    """zstandard and the dictionary: imported on first use, as the codecs'
+    libraries are, so that a raw dump imports no compression library."""
+    import zstandard
+
+    return zstandard, zstandard.ZstdCompressionDict(
+        DICTIONARY, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
 
 
 def tiny_dump(pickled):
     """The bytes of a tiny dump of the pickle stream ``pickled``."""
     if len(pickled) > MAX_STREAM:
         raise ValueError(f"a tiny dump holds at most {MAX_STREAM} bytes of pickle stream")
+    zstandard, dictionary = _zstd()
     params = zstandard.ZstdCompressionParameters.from_level(
         22, source_size=len(pickled), format=zstandard.FORMAT_ZSTD1_MAGICLESS,
         write_checksum=0, write_content_size=1, write_dict_id=0)
-    payload = zstandard.ZstdCompressor(dict_data=_DICT, compression_params=params).compress(
+    payload = zstandard.ZstdCompressor(dict_data=dictionary, compression_params=params).compress(
         bytes(pickled))
     head = TINY_MAGIC + bytes((ZSTD_DICTIONARY_1,)) + _leb128(len(payload))
     body = head + payload
@@ -102,9 +112,10 @@ def tiny_stream(data, name):
     body = bytes(data[:end])
     if _xxh3_64(body) != int.from_bytes(data[end:end + _CHECKSUM_SIZE], "little"):
         raise corrupt(name, "checksum mismatch in a tiny dump: the file is damaged")
+    zstandard, dictionary = _zstd()
     try:
         reader = zstandard.ZstdDecompressor(
-            dict_data=_DICT, format=zstandard.FORMAT_ZSTD1_MAGICLESS).stream_reader(
+            dict_data=dictionary, format=zstandard.FORMAT_ZSTD1_MAGICLESS).stream_reader(
                 io.BytesIO(body[start:]))
         stream = reader.read(MAX_STREAM + 1)
     except zstandard.ZstdError as exc:
