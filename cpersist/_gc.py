@@ -4,7 +4,12 @@ Reading the index or the pickle stream of a file of thousands of arrays
 allocates tens of thousands of small containers, none of them garbage until
 the caller is done; each allocation threshold crossed would otherwise scan
 all of them again (CPython's collector is generational, so a growing heap of
-live objects is rescanned by every older-generation pass).
+live objects is rescanned by every older-generation pass). When the block
+ends, what it built is moved straight to the oldest generation (``gc.freeze``
+then ``gc.unfreeze``), so that the youngest-generation pass the pause put
+off does not scan it all at the next allocation. That move is skipped when
+the application keeps objects frozen itself (a pre-fork server), since
+``gc.unfreeze`` would thaw them too.
 """
 
 import contextlib
@@ -21,4 +26,7 @@ def collector_paused():
     try:
         yield
     finally:
+        if not gc.get_freeze_count():
+            gc.freeze()
+            gc.unfreeze()
         gc.enable()

@@ -12,7 +12,8 @@ import pickletools
 import struct
 
 from ._gc import collector_paused
-from ._symbolic import _MARK, _NO_ARG, Node, _call, _key_label, _top, step
+from ._symbolic import (_MARK, _NO_ARG, _STORED_ARRAY, MAX_KEPT_BYTES, Node, _call, _key_label,
+                        _top, step)
 
 __all__ = ["Node", "Walk", "step", "walk"]
 
@@ -86,6 +87,7 @@ def _run(data, result, stack, memo):
     push = stack.append
     end = len(data)
     no_arg = _NO_ARG
+    stored = _STORED_ARRAY
     pos = 0
     while True:
         if pos >= end:
@@ -96,13 +98,21 @@ def _run(data, result, stack, memo):
             pos += 1
         elif code == 0x68 and pos + 1 < end:  # BINGET
             key = data[pos + 1]
-            push(memo[key] if key in memo else Node("other"))
+            value = memo[key] if key in memo else Node("other")
             pos += 2
+            if type(value) is Node and value.value == stored and value.kind == "global":
+                pos = _stored_array_call(data, pos, end, memo, push, value)
+            else:
+                push(value)
         elif code == 0x8C and pos + 1 < end and pos + 2 + data[pos + 1] <= end:
-            # SHORT_BINUNICODE
+            # SHORT_BINUNICODE, and the MEMOIZE that mostly follows
             start = pos + 2
             pos = start + data[pos + 1]
-            push(data[start:pos].decode("utf-8", "surrogatepass"))
+            value = data[start:pos].decode("utf-8", "surrogatepass")
+            push(value)
+            if pos < end and data[pos] == 0x94:
+                memo[len(memo)] = value
+                pos += 1
         elif code == 0x4B and pos + 1 < end:  # BININT1
             push(data[pos + 1])
             pos += 2
@@ -115,9 +125,13 @@ def _run(data, result, stack, memo):
         elif code == 0x28:  # MARK
             push(_MARK)
             pos += 1
-        elif code == 0x7D:  # EMPTY_DICT
-            push(Node("dict"))
+        elif code == 0x7D:  # EMPTY_DICT, and the MEMOIZE that mostly follows
+            value = Node("dict")
+            push(value)
             pos += 1
+            if pos < end and data[pos] == 0x94:
+                memo[len(memo)] = value
+                pos += 1
         elif code == 0x52 and len(stack) > 1:  # REDUCE, as _reduce
             args = stack.pop()
             stack[-1] = _call(stack[-1], args)
@@ -127,7 +141,11 @@ def _run(data, result, stack, memo):
             key = stack.pop()
             target = stack[-1]
             if type(target) is Node and (type(value) is Node or type(value) is tuple):
-                target.children.append((_key_label(key), value))
+                if type(key) is str and len(key) <= MAX_KEPT_BYTES:
+                    label = f"[{key!r}]"  # as _key_label
+                else:
+                    label = _key_label(key)
+                target.children.append((label, value))
             pos += 1
         elif no_arg[code] is not None:
             no_arg[code](result, stack, memo, None)
@@ -139,8 +157,12 @@ def _run(data, result, stack, memo):
             pos += 5
         elif code == 0x6A and pos + 5 <= end:  # LONG_BINGET
             key = _UINT4(data, pos + 1)[0]
-            push(memo[key] if key in memo else Node("other"))
+            value = memo[key] if key in memo else Node("other")
             pos += 5
+            if type(value) is Node and value.value == stored and value.kind == "global":
+                pos = _stored_array_call(data, pos, end, memo, push, value)
+            else:
+                push(value)
         elif code == 0x58 and pos + 5 <= end and pos + 5 + _UINT4(data, pos + 1)[0] <= end:
             # BINUNICODE
             start = pos + 5
@@ -155,6 +177,44 @@ def _run(data, result, stack, memo):
             pos = _decoded_step(data, pos, result, stack, memo)
             if code == 0x2E:
                 return
+
+
+def _stored_array_call(data, pos, end, memo, push, func):
+    """Push ``func``, the ``stored_array`` global just fetched from the memo,
+    and step through the call a dump writes after it, all at once.
+
+    A dump calls it as ``BININT1``/``BININT2`` n, ``TUPLE1``, ``REDUCE``
+    (protocol 4 and later memoize the tuple and the result): when exactly
+    those bytes follow, the stack and memo end as the opcodes one by one
+    would leave them, with an array node pushed. Otherwise only ``func`` is
+    pushed, and the walk goes on from ``pos``. Returns where it goes on.
+    """
+    if pos + 3 < end:
+        code = data[pos]
+        if code == 0x4B:  # BININT1
+            section = data[pos + 1]
+            tuple1 = pos + 2
+        elif code == 0x4D:  # BININT2
+            section = data[pos + 1] | data[pos + 2] << 8
+            tuple1 = pos + 3
+        else:
+            tuple1 = end
+        if tuple1 + 1 < end and data[tuple1] == 0x85:
+            reduce = tuple1 + 1
+            memoize_args = data[reduce] == 0x94
+            reduce += memoize_args
+            if reduce < end and data[reduce] == 0x52:
+                if memoize_args:
+                    memo[len(memo)] = (section,)
+                node = Node("array", section)
+                push(node)
+                pos = reduce + 1
+                if pos < end and data[pos] == 0x94:
+                    memo[len(memo)] = node
+                    pos += 1
+                return pos
+    push(func)
+    return pos
 
 
 def _decoded_step(data, pos, result, stack, memo):

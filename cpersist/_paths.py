@@ -55,8 +55,10 @@ def arrays_of(walked, root="obj"):
         return {"paths": paths, "inline": inline}
     seen = {id(top)}
     queue = deque([(top, root)])
+    pop = queue.popleft
+    push = queue.append
     while queue:
-        node, path = queue.popleft()
+        node, path = pop()
         if type(node) is tuple:
             children = tuple_children(node)
         elif node.kind == "array":
@@ -70,7 +72,13 @@ def arrays_of(walked, root="obj"):
         for label, child in children:
             if id(child) not in seen:
                 seen.add(id(child))
-                queue.append((child, path + label))
+                if type(child) is Node and child.kind == "array":
+                    # A leaf: recorded now, as it would be when popped (the
+                    # queue pops in the order it is filled).
+                    if child.value not in paths:
+                        paths[child.value] = path + label
+                else:
+                    push((child, path + label))
     return {"paths": paths, "inline": inline}
 
 

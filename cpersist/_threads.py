@@ -42,6 +42,16 @@ def check_n_threads(n_threads):
     return n_threads
 
 
+_local = threading.local()
+
+
+def thread_share():
+    """Threads the caller may use for its item of :func:`run_claimed`: the
+    threads asked for that have no item of their own (1 outside it). A
+    codec that can spread one chunk over threads uses that many."""
+    return getattr(_local, "share", 1)
+
+
 def get_pool(n_threads):
     """A process-wide pool of ``n_threads`` workers, made on first use."""
     with _pools_lock:
@@ -144,16 +154,23 @@ def run_claimed(task, n_items, n_threads):
                 return
             yield i
 
+    workers = max(1, min(n_threads, n_items))
+    share = max(1, n_threads // workers)
+
     def run():
+        before = getattr(_local, "share", 1)
+        _local.share = share
         try:
             task(claims())
         except BaseException as exc:
             errors.append(exc)
+        finally:
+            _local.share = before
 
     helpers = []
-    if min(n_threads, n_items) > 1:
+    if workers > 1:
         pool = get_pool(n_threads)
-        helpers = [pool.submit(run) for _ in range(min(n_threads, n_items) - 1)]
+        helpers = [pool.submit(run) for _ in range(workers - 1)]
     try:
         run()
         for helper in helpers:

@@ -12,6 +12,7 @@ from . import __version__
 from ._args import (check_chunk_size, check_mmap_mode, check_protocol, check_storage_options,
                     check_target, open_source)
 from ._files import display_name, is_path, write_atomically
+from ._object_paths import object_paths
 from ._remote import is_remote, write_remote
 from ._threads import check_n_threads
 from .arrays import allocate, describe, iter_chunks, parse_description, rows_per_chunk
@@ -28,6 +29,11 @@ PICKLE_CHUNK_SIZE = 1 << 20
 #: In compressed files, arrays smaller than this (and than one chunk) are
 #: kept in the pickle stream.
 INLINE_BELOW = 64 << 10
+#: Files of at least this many array sections record each array's path in
+#: the index (when the object is plain containers around its arrays), so
+#: that listing them need not walk their pickle stream; for fewer, the walk
+#: costs less than a millisecond.
+RECORD_PATHS_FROM = 64
 
 
 def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=None,
@@ -144,6 +150,12 @@ def write_sections(obj, file, name, codec, protocol, chunk_size, n_threads,
     inline_below = 0 if codec is None else min(inline_below, chunk_size)
     pickler = ArrayPickler(stream, protocol, store, inline_below, fortran_as_c)
     pickler.dump(obj)
+    n_sections = writer.n_sections
+    if n_sections >= RECORD_PATHS_FROM and not fortran_as_c:
+        paths = object_paths(obj, pickler.placed, n_sections)
+        if paths is not None:
+            for section, path in paths.items():
+                writer.section_meta(section)["path"] = path
     _finish(writer, stream.encoded_chunks(), codec, protocol)
     return pickler
 

@@ -150,18 +150,35 @@ class FileHandle:
         finder cannot place is listed as ``"<section N>"``. Built from the
         index and the pickle stream's opcodes, without unpickling: nothing
         the file names is imported or called, so listing a file you do not
-        trust is safe. Small arrays a compressed file keeps inside its
+        trust is safe. (A file of many arrays records their paths in its
+        index, which is then all that is read.) Small arrays a compressed file keeps inside its
         pickle stream are not listed (``cpersist info`` shows them).
         """
         if self._arrays is None:
             reader = self._reader()
             with collector_paused():
-                paths = array_paths(self._root_stream(reader).getbuffer())
+                paths = _recorded_paths(reader)
+                if paths is None:
+                    paths = array_paths(self._root_stream(reader).getbuffer())
                 arrays = {}
+                layouts = {}
+                made = self._lazy
+                root = reader.root
                 for section in reader.sections:
-                    if section.index != reader.root:
-                        path = paths.get(section.index, f"<section {section.index}>")
-                        arrays[path] = self._lazy_array(reader, section.index, path)
+                    index = section.index
+                    if index == root:
+                        continue
+                    path = paths.get(index)
+                    if path is None:
+                        path = f"<section {index}>"
+                    lazy = made.get(index)
+                    if lazy is None:
+                        lazy = made[index] = LazyArray(
+                            self._file, index, path, section.meta,
+                            bound=_Bound(reader, section), verify=self._verify,
+                            n_threads=self._n_threads,
+                            layout=_layout(reader, section, layouts))
+                    arrays[path] = lazy
             self._arrays = arrays
         return self._arrays
 
@@ -209,6 +226,49 @@ class FileHandle:
             raise
         except (pickle.UnpicklingError, EOFError) as exc:
             raise reader.error(f"damaged pickle stream ({exc})") from None
+
+
+#: Longest path read from an index (a longer one is not trusted to be ours).
+_MAX_RECORDED_PATH = 4096
+
+
+def _recorded_paths(reader):
+    """``{section: path}`` from the index, where a dump of many arrays
+    records them (:mod:`cpersist._object_paths`), or None.
+
+    Used only if every array section has a path and no two are the same;
+    otherwise the pickle stream is walked. Paths are labels, nothing more:
+    a forged index can only mislabel the arrays it already describes.
+    """
+    paths = {}
+    root = reader.root
+    for section in reader.sections:
+        if section.index != root:
+            path = section.meta.get("path")
+            if type(path) is not str or len(path) > _MAX_RECORDED_PATH:
+                return None
+            paths[section.index] = path
+    if not paths or len(set(paths.values())) != len(paths):
+        return None
+    return paths
+
+
+def _layout(reader, section, layouts):
+    """:func:`cpersist.api.array_layout`, remembered in ``layouts`` by
+    description: a model's thousands of arrays have a few of them."""
+    meta = section.meta
+    try:
+        shape = meta["shape"]
+        # The types of the dimensions are in the key: [4.0] is not [4].
+        key = (meta["dtype"], meta["order"], *shape, *map(type, shape))
+        layout = layouts.get(key)
+    except (KeyError, TypeError):  # array_layout reports what is wrong
+        return array_layout(reader, section)
+    if layout is None or layout[3] != section.raw_size or "aligned" in meta:
+        layout = array_layout(reader, section)
+        if "aligned" not in meta:
+            layouts[key] = layout
+    return layout
 
 
 class _LazyUnpickler(ArrayUnpickler):

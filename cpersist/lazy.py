@@ -97,6 +97,11 @@ class LazyArray:
         Fortran order); whole along the others.
     """
 
+    # Slots: a file of many arrays lists thousands of them.
+    __slots__ = ("_file", "_index", "path", "_meta", "dtype", "shape", "_order", "nbytes",
+                 "_rows_per_chunk", "_bound", "_fingerprint", "_verify", "_n_threads",
+                 "__weakref__")
+
     def __init__(self, file, index, path, meta, bound=None, fingerprint=None,
                  verify=True, n_threads=1, layout=None):
         self._file = file
@@ -324,12 +329,7 @@ class LazyArray:
                     if taken is not None:
                         READ_BUFFERS.give(taken)
 
-        # Parts of chunks only (a slice within one or two chunks): decoded on
-        # this thread, since Blosc decodes a part holding the GIL and a
-        # second thread would only wait for it.
-        whole_chunks = last - first > 1 or any(
-            lo <= int(starts[i]) and int(starts[i + 1]) <= hi for i in (first, last))
-        run_claimed(task, last - first + 1, self._n_threads if whole_chunks else 1)
+        run_claimed(task, last - first + 1, self._n_threads)
 
     def _read_groups(self, bound, axes, strides, out):
         """Fill ``out`` with the elements ``axes`` select, group by group."""

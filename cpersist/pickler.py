@@ -50,6 +50,10 @@ class ArrayPickler(pickle.Pickler):
         C-contiguous) was pickled.
     inlined : int
         How many arrays were kept inside the pickle stream.
+    placed : dict
+        ``{id(array): section}`` for each plain ``np.ndarray`` stored as a
+        section as it is, ``{id(array): None}`` for those kept inside the
+        pickle stream (what :mod:`cpersist._object_paths` needs).
     """
 
     def __init__(self, file, protocol, store, inline_below=0, fortran_as_c=False):
@@ -60,6 +64,7 @@ class ArrayPickler(pickle.Pickler):
         self._fortran_as_c = fortran_as_c
         self.saw_fortran = False
         self.inlined = 0
+        self.placed = {}
 
     def _reduce_plain(self, arr):
         if arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous:
@@ -77,10 +82,19 @@ class ArrayPickler(pickle.Pickler):
 
     def reducer_override(self, obj):
         cls = type(obj)
-        if cls is np.ndarray or cls is np.memmap:
+        if cls is np.ndarray:
             if not is_plain_data(obj):
                 return NotImplemented  # items are Python objects: pickle them
-            return self._reduce_plain(obj if cls is np.ndarray else obj.view(np.ndarray))
+            reduced = self._reduce_plain(obj)
+            if reduced[0] is stored_array:
+                self.placed[id(obj)] = reduced[1][0]
+            elif reduced[0] is inline_array:
+                self.placed[id(obj)] = None
+            return reduced
+        if cls is np.memmap:
+            if not is_plain_data(obj):
+                return NotImplemented
+            return self._reduce_plain(obj.view(np.ndarray))
         if not isinstance(obj, np.ndarray) or not is_plain_data(obj):
             return NotImplemented
         if isinstance(obj, np.ma.MaskedArray):

@@ -154,6 +154,23 @@ def test_inspect_and_verify(path):
 
 
 @fixture_file
+def test_listing_gives_the_walk_s_paths(path):
+    """A file of many arrays lists the paths its index records; others walk
+    their pickle stream: either way, the paths ``cpersist info`` prints."""
+    from cpersist._paths import array_paths
+    from cpersist.handle import _recorded_paths
+
+    with cpersist.open(path) as f:
+        listed = {lazy._index: name for name, lazy in f.arrays.items()}
+        reader = f._reader()
+        walked = array_paths(f._root_stream(reader).getbuffer())
+        recorded = _recorded_paths(reader)
+    assert listed == {i: walked.get(i, f"<section {i}>") for i in listed}
+    assert sorted(a["path"] for a in cpersist.inspect(path)["arrays"]) == sorted(listed.values())
+    assert (recorded is not None) == (_entry(path)[1]["object"] == "many")
+
+
+@fixture_file
 @pytest.mark.parametrize("compress", [0, ("zstd", 3)], ids=["raw", "zstd"])
 def test_convert(path, compress, tmp_path):
     out_path = tmp_path / "converted.cp"

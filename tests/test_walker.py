@@ -1,6 +1,7 @@
 """The pickle-opcode walker, the format's global names, and inspect's array paths."""
 
 import io
+from unittest import mock
 import os
 import pathlib
 import pickle
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 import cpersist
 from cpersist import _format_names, _opcodes, _rebuild, _symbolic
 from cpersist._opcodes import walk
-from cpersist._paths import scan_arrays
+from cpersist._paths import array_paths, scan_arrays
 from cpersist.container import ContainerReader
 from cpersist.exceptions import CorruptFileError
 from cpersist.inspection import scan_pickle
@@ -312,6 +313,94 @@ def test_listing_and_walk_agree_with_the_object_and_pickletools(tmp_path_factory
     # pickletools does.
     for plain_protocol in range(pickle.HIGHEST_PROTOCOL + 1):
         _same_walk(pickle.dumps(tree, protocol=plain_protocol))
+
+
+def _holds_instances(obj, seen=None):
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return False
+    seen.add(id(obj))
+    if isinstance(obj, Holder):
+        return True
+    if isinstance(obj, dict):
+        return any(_holds_instances(v, seen) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(_holds_instances(v, seen) for v in obj)
+    return False
+
+
+def _recorded(path):
+    from cpersist.handle import _recorded_paths
+
+    with open(path, "rb") as file:
+        return _recorded_paths(ContainerReader(file, str(path)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(tree=_TREES, protocol=st.sampled_from([2, 3, 4, 5]))
+def test_paths_recorded_at_dump_are_the_walk_s(tmp_path_factory, tree, protocol):
+    """The paths a dump records in the index (found on the object) are those
+    the walk finds in the stream; objects holding instances record none."""
+    again = _first_array(tree)
+    obj = {"tree": tree, "again": [again, (again,)], "shared": [tree, tree]}
+    path = tmp_path_factory.mktemp("r") / "t.cp"
+    with mock.patch("cpersist.api.RECORD_PATHS_FROM", 1):
+        cpersist.dump(obj, path, protocol=protocol)
+    recorded = _recorded(path)
+    if _holds_instances(tree):
+        assert recorded is None
+        return
+    assert recorded == array_paths(_pickle_stream(path))
+    assert sorted(recorded.values()) == sorted(_expected_paths(obj))
+
+
+def test_paths_recorded_only_for_many_arrays(tmp_path):
+    few = {f"k{i}": np.arange(3.0) + i for i in range(63)}
+    cpersist.dump(few, tmp_path / "few.cp")
+    assert _recorded(tmp_path / "few.cp") is None
+    many = {**few, "last": np.arange(2)}
+    cpersist.dump(many, tmp_path / "many.cp")
+    assert _recorded(tmp_path / "many.cp") == {i: f"obj[{k!r}]" for i, k in enumerate(many)}
+    # Compressed: small arrays are in the stream, not sections, and are not counted.
+    cpersist.dump(many, tmp_path / "many-z.cp", compress=3)
+    assert _recorded(tmp_path / "many-z.cp") is None
+    big = {f"k{i}": np.arange(20000.0) + i for i in range(70)}
+    cpersist.dump(big, tmp_path / "big-z.cp", compress=3, chunk_size=1 << 16)
+    assert len(_recorded(tmp_path / "big-z.cp")) == 70
+    # What the pass does not model records nothing: the stream is walked.
+    for other in ({**many, "m": make_matrix(np.ones((2, 2)))}, [many, {1, 2}],
+                  {**many, "h": Holder()}, {**many, b"bytes": 1},
+                  {**many, "f": np.asfortranarray(np.ones((300, 300)))}):
+        cpersist.dump(other, tmp_path / "other.cp")
+        recorded = _recorded(tmp_path / "other.cp")
+        assert recorded is None or recorded == array_paths(_pickle_stream(tmp_path / "other.cp"))
+    cpersist.dump({**many, "f": np.asfortranarray(np.ones((3, 3)))}, tmp_path / "f.cp",
+                  compress="max")
+    assert _recorded(tmp_path / "f.cp") is None
+
+
+@pytest.mark.parametrize("edit", ["duplicate", "not a string", "missing", "too long"])
+def test_forged_recorded_paths_fall_back_to_the_walk(tmp_path, edit):
+    from ._forge import forge
+
+    obj = {f"k{i}": np.arange(3.0) + i for i in range(70)}
+    cpersist.dump(obj, tmp_path / "m.cp")
+
+    def change(index):
+        metas = [s["meta"] for s in index["sections"] if s["meta"].get("kind") == "array"]
+        if edit == "duplicate":
+            metas[1]["path"] = metas[0]["path"]
+        elif edit == "not a string":
+            metas[5]["path"] = 5
+        elif edit == "missing":
+            del metas[-1]["path"]
+        else:
+            metas[2]["path"] = "x" * 5000
+
+    (tmp_path / "f.cp").write_bytes(forge((tmp_path / "m.cp").read_bytes(), change))
+    assert _recorded(tmp_path / "f.cp") is None
+    with cpersist.open(tmp_path / "f.cp") as f:
+        assert list(f.arrays) == [f"obj[{k!r}]" for k in obj]
 
 
 @settings(max_examples=300, deadline=None)

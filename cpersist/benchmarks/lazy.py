@@ -86,6 +86,16 @@ def _slice_of(arr, fraction):
     return slice(start, start + count)
 
 
+def _interleaved(contenders, rounds):
+    """Median time of each contender, timed in turn round after round, so
+    that a slower or faster spell of a shared machine falls on all of them."""
+    times = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, func in contenders.items():
+            times[name] += time_runs(func, 1)
+    return {name: statistics.median(runs) for name, runs in times.items()}
+
+
 def _lazy_slice(path, index):
     with cpersist.open(path) as f:
         return next(iter(f.arrays.values()))[index]
@@ -122,7 +132,9 @@ def measure_slice(kind, nbytes, directory, repeats):
         assert np.array_equal(blosc2.open(bpath)[index], arr[index])
         peers["blosc2"] = lambda: blosc2.open(bpath, mode="r")[index]
     del arr
-    t_lazy = _median_time(lambda: _lazy_slice(path, index), repeats)
+    times = _interleaved({"cpersist": lambda: _lazy_slice(path, index), **peers},
+                         max(9, 3 * repeats))
+    t_lazy = times["cpersist"]
     t_load = _median_time(lambda: cpersist.load(path), max(1, repeats // 2))
     result = {
         "kind": kind, "array_mb": nbytes / MB, "file_mb": file_bytes / MB,
@@ -132,7 +144,7 @@ def measure_slice(kind, nbytes, directory, repeats):
         "missing": sorted({"zarr", "blosc2"} - set(peers)),
     }
     for name in ("zarr", "blosc2"):
-        t_peer = _median_time(peers[name], repeats) if name in peers else None
+        t_peer = times.get(name)
         result[f"{name}_s"] = t_peer
         result[f"slice_over_{name}"] = None if t_peer is None else t_lazy / t_peer
     return result

@@ -9,7 +9,9 @@ here as ``blosc:lz4``, ``blosc:zstd``, ``blosc:zlib`` and ``blosc:blosclz``.
 import os
 import threading
 
+from .._threads import thread_share
 from .abc import Codec
+from .blosc_blocks import decode_blocks
 
 _blosc2 = None
 _INNER = {}
@@ -72,7 +74,13 @@ def decode_blosc_chunk(codec, src, out):
     truncated buffer would make it read past its end (a segfault).
     """
     check_blosc_chunk(codec, src, len(src), len(out))
+    share = thread_share()
     try:
+        if share > 1:  # a chunk read alone: its blocks spread over the idle threads
+            blocksize = blosc2().get_cbuffer_sizes(src)[2]
+            if blocksize > 0 and len(out) and decode_blocks(
+                    src, out, 0, (len(out) - 1) // blocksize, blocksize, share):
+                return
         blosc2().decompress2(src, dst=out, nthreads=1)
     except Exception as exc:  # blosc2 raises bare Exceptions/ValueErrors
         raise codec._invalid(exc) from None
@@ -107,8 +115,20 @@ def _one_chunk(chunksize, typesize, src):
 
 def decode_blosc_part(codec, src, skip, out, whole):
     """Decode bytes ``skip:skip + len(out)`` of a Blosc chunk into ``out``,
-    decompressing only the Blosc blocks that hold them."""
+    decompressing only the Blosc blocks that hold them: with the GIL released
+    where :mod:`.blosc_blocks` can, else through ``SChunk.get_slice``."""
     check_blosc_chunk(codec, src, len(src), len(whole))
+    blocksize = blosc2().get_cbuffer_sizes(src)[2]
+    if blocksize > 0 and len(out):
+        try:
+            decoded = decode_blocks(src, whole, skip // blocksize,
+                                    (skip + len(out) - 1) // blocksize, blocksize,
+                                    thread_share())
+        except ValueError as exc:
+            raise codec._invalid(exc) from None
+        if decoded:
+            out[:] = whole[skip:skip + len(out)]
+            return
     typesize = src[3]
     if skip % typesize or len(out) % typesize:  # Blosc reads whole items
         decode_blosc_chunk(codec, src, whole)

@@ -258,6 +258,11 @@ def _checked_chunks(section, table, end, name):
     return chunks
 
 
+#: Chunk(...) without the keyword handling of a namedtuple's __new__: a
+#: table lists up to thousands of chunks.
+_new_chunk = tuple.__new__
+
+
 def _parse_table(section, table, end, name):
     """Check a chunk table: ``(chunks, raw_size, stored_size)``."""
     i = section.index
@@ -265,7 +270,11 @@ def _parse_table(section, table, end, name):
     chunks = []
     raw_size = stored_size = 0
     for entry in table:
-        length, raw_length, digest, flag = (_uint(v) for v in entry)
+        length, raw_length, digest, flag = entry
+        # Inline checks (a table may list thousands of chunks); _uint words a failure.
+        if not (type(length) is int and type(raw_length) is int and type(digest) is int
+                and type(flag) is int and length >= 0 and digest >= 0):
+            length, raw_length, digest, flag = (_uint(v) for v in entry)
         if not 0 < raw_length <= MAX_CHUNK_SIZE or flag not in (ENCODED, VERBATIM):
             raise corrupt(name, f"section {i} has a bad chunk entry {entry}")
         if (flag == VERBATIM and length != raw_length
@@ -278,7 +287,7 @@ def _parse_table(section, table, end, name):
                               f"section {i} claims a {section.codec.codec_id} chunk of "
                               f"{length} bytes decodes to {raw_length}, more than that "
                               f"codec can produce ({bound}): forged or damaged index")
-        chunks.append(Chunk(pos, length, raw_length, digest, flag))
+        chunks.append(_new_chunk(Chunk, (pos, length, raw_length, digest, flag)))
         pos += length + section.gap
         raw_size += raw_length
         stored_size += length

@@ -225,6 +225,16 @@ class ContainerWriter:
             self._sections[-1]["layout"] = "records"
         return len(self._sections) - 1
 
+    @property
+    def n_sections(self):
+        """Sections added so far."""
+        return len(self._sections)
+
+    def section_meta(self, section):
+        """The ``meta`` dict of a section added, written with the index:
+        what is added to it before :meth:`finish` is kept."""
+        return self._sections[section]["meta"]
+
     def finish(self, root, info=None):
         """Write the index and trailer; ``root`` names the entry section."""
         index = {

@@ -1,0 +1,143 @@
+"""Decode some blocks of a Blosc chunk, with the GIL released.
+
+python-blosc2 decodes part of a chunk only through ``SChunk.get_slice``,
+which decodes the blocks one after another while holding the GIL, so the
+parts of two chunks a slice needs cannot decode at once. The C library the
+``blosc2`` wheel ships can: ``blosc2_set_maskout`` names the blocks that
+``blosc2_decompress_ctx`` skips. This module calls that library through
+:mod:`ctypes` (which releases the GIL during the call). It is used only when
+the library is there and is a version whose ``blosc2_dparams`` layout is the
+one declared here; otherwise :func:`decode_blocks` returns False and the
+caller decodes through python-blosc2.
+"""
+
+import ctypes
+import os
+import threading
+
+import numpy as np
+
+#: Most threads one chunk's blocks are spread over.
+_MAX_THREADS = 8
+#: Major versions of C-Blosc2 whose ``blosc2_dparams`` starts as declared.
+_KNOWN_MAJORS = ("2", "3")
+
+
+class _DParams(ctypes.Structure):
+    # blosc2.h: typedef struct {int16_t nthreads; void* schunk;
+    # blosc2_postfilter_fn postfilter; blosc2_postfilter_params *postparams;
+    # int32_t typesize;} blosc2_dparams. Versions without the last field read
+    # only the first four (the struct is passed in memory either way).
+    _fields_ = [("nthreads", ctypes.c_int16), ("schunk", ctypes.c_void_p),
+                ("postfilter", ctypes.c_void_p), ("postparams", ctypes.c_void_p),
+                ("typesize", ctypes.c_int32)]
+
+
+_lock = threading.Lock()
+_library = None   # the loaded library, or False when it cannot be used
+_local = threading.local()
+
+
+def _load():
+    global _library
+    with _lock:
+        if _library is not None:
+            return _library
+        _library = False
+        try:
+            import blosc2
+
+            path = os.path.join(os.path.dirname(blosc2.__file__), "lib", "libblosc2.so")
+            if not os.path.exists(path):
+                return False
+            lib = ctypes.CDLL(path)
+            lib.blosc2_get_version_string.restype = ctypes.c_char_p
+            version = lib.blosc2_get_version_string().decode("ascii", "replace")
+            if version.split(".")[0] not in _KNOWN_MAJORS:
+                return False
+            lib.blosc2_init.restype = None
+            lib.blosc2_create_dctx.restype = ctypes.c_void_p
+            lib.blosc2_create_dctx.argtypes = [_DParams]
+            lib.blosc2_set_maskout.restype = ctypes.c_int
+            lib.blosc2_set_maskout.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+            lib.blosc2_decompress_ctx.restype = ctypes.c_int
+            lib.blosc2_decompress_ctx.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                                                  ctypes.c_int32, ctypes.c_void_p,
+                                                  ctypes.c_int32]
+            lib.blosc2_init()  # registers the filters (byte delta) this copy decodes
+        except (OSError, AttributeError, ImportError):
+            return False
+        _library = lib
+        return lib
+
+
+def _context(lib, n_threads):
+    """This thread's decompression context running ``n_threads`` threads,
+    made once (it keeps its threads between calls); freed with the thread."""
+    contexts = getattr(_local, "contexts", None)
+    if contexts is None:
+        contexts = _local.contexts = {}
+    context = contexts.get(n_threads)
+    if context is None:
+        handle = lib.blosc2_create_dctx(_DParams(n_threads, None, None, None, 0))
+        if not handle:
+            raise MemoryError("blosc2_create_dctx failed")
+        context = contexts[n_threads] = _Context(lib, handle)
+    return context.handle
+
+
+class _Context:
+    __slots__ = ("lib", "handle", "pid")
+
+    def __init__(self, lib, handle):
+        self.lib, self.handle, self.pid = lib, handle, os.getpid()
+
+    def __del__(self):
+        # In a forked child the context's threads do not exist: freeing it
+        # would wait for them forever, so it is left alone.
+        if self.pid == os.getpid():
+            self.lib.blosc2_free_ctx(ctypes.c_void_p(self.handle))
+
+
+def _forget_contexts():
+    """In a forked child: the parent's contexts (and their threads) are not
+    usable; every thread makes its own again."""
+    global _local, _lock
+    _local = threading.local()
+    _lock = threading.Lock()  # in case the fork came while another thread held it
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_contexts)
+
+
+def decode_blocks(src, whole, first, last, blocksize, n_threads=1):
+    """Decode blocks ``first`` to ``last`` of the Blosc chunk ``src`` into
+    ``whole`` (writable, the chunk's decoded size), at their own offsets,
+    on ``n_threads`` threads.
+
+    The caller has checked the chunk's header against ``len(src)`` and
+    ``len(whole)``. Returns False, having done nothing, when the library
+    cannot be used here.
+
+    Raises
+    ------
+    ValueError
+        If Blosc reports an error decoding.
+    """
+    lib = _library if _library is not None else _load()
+    if not lib:
+        return False
+    nblocks = -(-len(whole) // blocksize)
+    mask = np.ones(nblocks, dtype=np.bool_)  # True: skipped
+    mask[first:last + 1] = False
+    source = np.frombuffer(src, dtype=np.uint8)
+    target = np.frombuffer(whole, dtype=np.uint8)
+    context = _context(lib, max(1, min(n_threads, last - first + 1, _MAX_THREADS)))
+    if lib.blosc2_set_maskout(context, mask.ctypes.data, nblocks) < 0:
+        raise ValueError("blosc2_set_maskout failed")
+    done = lib.blosc2_decompress_ctx(context, source.ctypes.data, len(source),
+                                     target.ctypes.data, len(target))
+    if done < 0:
+        raise ValueError(f"Blosc error {done} while decoding blocks {first}-{last}")
+    return True

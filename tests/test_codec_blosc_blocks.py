@@ -1,0 +1,188 @@
+"""Decoding some blocks of a Blosc chunk through the shipped C library."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import cpersist
+from cpersist import _threads
+from cpersist.codecs import blosc as blosc_module
+from cpersist.codecs import blosc_blocks, get_codec
+from cpersist.codecs.blosc import blosc2
+
+BLOSC_CODECS = ["zstd-auto", "blosc:lz4", "blosc:zstd", "blosc:zlib"]
+
+
+def _chunks():
+    """(name, raw bytes, typesize) of chunks Blosc stores in different ways."""
+    rng = np.random.default_rng(3)
+    walk = np.cumsum(rng.integers(-2, 3, size=1_000_003), dtype=np.int32)  # ~4 MB, odd tail
+    noise = rng.integers(0, 256, size=1_500_001, dtype=np.uint8)          # stored as is
+    zeros = np.zeros(600_000, np.float64)                                  # a special chunk
+    return [("walk", walk.view(np.uint8), 4), ("noise", noise, 1), ("zeros", zeros.view(np.uint8), 8)]
+
+
+def test_the_shipped_library_is_used():
+    """Otherwise parts of chunks decode one at a time, holding the GIL."""
+    assert blosc_blocks._load()
+
+
+@pytest.mark.parametrize("codec_id", BLOSC_CODECS)
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_blocks_decode_as_a_full_decode(codec_id, n_threads):
+    codec = get_codec(codec_id)
+    for name, raw, typesize in _chunks():
+        encoded = bytes(codec.encode(memoryview(raw), typesize=typesize))
+        if encoded[:4] == b"\x28\xb5\x2f\xfd":
+            continue  # zstd-auto kept a plain zstd frame: no blocks
+        blocksize = blosc2().get_cbuffer_sizes(encoded)[2]
+        nblocks = -(-raw.size // blocksize)
+        for first, last in ((0, 0), (0, nblocks - 1), (nblocks - 1, nblocks - 1),
+                            (1, min(3, nblocks - 1)), (nblocks // 2, nblocks - 1)):
+            whole = bytearray(raw.size)
+            assert blosc_blocks.decode_blocks(encoded, whole, first, last, blocksize, n_threads)
+            lo, hi = first * blocksize, min(raw.size, (last + 1) * blocksize)
+            assert bytes(whole[lo:hi]) == raw[lo:hi].tobytes(), (name, first, last)
+
+
+@pytest.mark.parametrize("codec_id", BLOSC_CODECS)
+def test_parts_without_the_library_are_the_same(codec_id, monkeypatch):
+    """The python-blosc2 path the reader falls back on gives the same bytes."""
+    codec = get_codec(codec_id)
+    for name, raw, typesize in _chunks():
+        encoded = memoryview(bytes(codec.encode(memoryview(raw), typesize=typesize)))
+        for lo, hi in ((0, 8), (262_144 - 4, 262_144 + 4), (raw.size // 3 * 4 // 4, raw.size)):
+            lo -= lo % typesize
+            hi -= hi % typesize
+            got = []
+            for library in (None, False):
+                monkeypatch.setattr(blosc_blocks, "_library", library)
+                out = bytearray(hi - lo)
+                codec.decode_part_into(encoded, lo, memoryview(out), memoryview(bytearray(raw.size)))
+                got.append(bytes(out))
+            assert got[0] == got[1] == raw[lo:hi].tobytes(), (name, lo, hi)
+
+
+def test_damaged_blocks_raise_or_differ_never_crash():
+    """Blosc has no checksum of its own (cpersist's chunk checksums catch
+    damage first); decoding damaged blocks unchecked must still only raise."""
+    codec = get_codec("blosc:zstd")
+    raw = np.cumsum(np.ones(400_000, np.int32)).view(np.uint8)
+    encoded = bytes(codec.encode(memoryview(raw), typesize=4))
+    blocksize = blosc2().get_cbuffer_sizes(encoded)[2]
+    rng = np.random.default_rng(0)
+    errors = 0
+    for position in rng.integers(64, len(encoded), size=200):
+        damaged = bytearray(encoded)
+        damaged[position] ^= 0xFF
+        whole = bytearray(raw.size)
+        try:
+            blosc_blocks.decode_blocks(bytes(damaged), whole, 1, 2, blocksize, 2)
+        except ValueError:
+            errors += 1
+    assert errors > 0
+
+
+def test_a_damaged_chunk_read_in_part_names_it(tmp_path):
+    arr = np.cumsum(np.ones((3000, 500), np.int32), axis=1)
+    path = tmp_path / "d.cp"
+    cpersist.dump({"a": arr}, path, compress="blosc:zstd")
+    with cpersist.open(path, verify=False) as f:
+        lazy = f.arrays["obj['a']"]
+        section = lazy._bind().section
+        chunk = section.chunks[0]
+    data = bytearray(path.read_bytes())
+    data[chunk.offset + 16:chunk.offset + 4096] = b"\xff" * (4096 - 16)  # inside the block data
+    path.write_bytes(data)
+    with cpersist.open(path) as f:
+        with pytest.raises(cpersist.CorruptFileError, match="section 0, chunk 0"):
+            f.arrays["obj['a']"][10:20]
+
+
+def test_thread_share():
+    seen = {}
+
+    def task(claims):
+        for i in claims:
+            seen[i] = _threads.thread_share()
+
+    assert _threads.thread_share() == 1
+    _threads.run_claimed(task, 1, 3)
+    assert seen == {0: 3}
+    seen.clear()
+    _threads.run_claimed(task, 4, 2)
+    assert set(seen.values()) == {1}
+    assert _threads.thread_share() == 1
+
+
+def test_contexts_are_per_thread_and_per_thread_count():
+    raw = np.cumsum(np.ones(300_000, np.int32)).view(np.uint8)
+    encoded = bytes(get_codec("blosc:lz4").encode(memoryview(raw), typesize=4))
+    blocksize = blosc2().get_cbuffer_sizes(encoded)[2]
+    handles = {}
+    both = threading.Barrier(2)
+
+    def work(n, wait=False):
+        blosc_blocks.decode_blocks(encoded, bytearray(raw.size), 0, 1, blocksize, n)
+        handles[(threading.get_ident(), n)] = blosc_blocks._local.contexts[n].handle
+        if wait:
+            both.wait()  # both alive: a freed context's address is not reused
+
+    threads = [threading.Thread(target=work, args=(n, True)) for n in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    work(1)
+    work(2)
+    assert len(set(handles.values())) == 4
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
+def test_a_forked_child_makes_its_own_contexts(tmp_path):
+    """A context with threads made before a fork cannot be used in the child
+    (its threads are not there): the child makes new ones and does not hang."""
+    arr = np.cumsum(np.ones((4000, 500), np.int32), axis=1)
+    path = tmp_path / "f.cp"
+    cpersist.dump({"a": arr}, path, compress="blosc:zstd")
+    script = textwrap.dedent(f"""
+        import os, sys, numpy as np, cpersist
+        with cpersist.open({str(path)!r}, n_threads=2) as f:
+            lazy = f.arrays["obj['a']"]
+            lazy[5:9]            # one chunk, two threads: a context with threads
+            pid = os.fork()
+            if pid == 0:
+                part = lazy[7:30]
+                os._exit(0 if part[0, 0] == 1 and part.shape == (23, 500) else 3)
+            _, status = os.waitpid(pid, 0)
+            sys.exit(os.waitstatus_to_exitcode(status))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], timeout=120)
+    assert done.returncode == 0
+
+
+def test_lazy_slices_use_block_decoding(tmp_path, monkeypatch):
+    """A slice inside one chunk decodes only the blocks holding it, on the
+    threads asked for."""
+    calls = []
+    real = blosc_module.decode_blocks
+
+    def spy(src, whole, first, last, blocksize, n_threads=1):
+        calls.append((first, last, n_threads))
+        return real(src, whole, first, last, blocksize, n_threads)
+
+    monkeypatch.setattr(blosc_module, "decode_blocks", spy)
+    arr = np.cumsum(np.ones((2000, 500), np.int32), axis=1)  # 4 MB: one chunk
+    path = tmp_path / "s.cp"
+    cpersist.dump({"a": arr}, path, compress="blosc:zstd")
+    with cpersist.open(path, n_threads=2) as f:
+        lazy = f.arrays["obj['a']"]
+        np.testing.assert_array_equal(lazy[300:310], arr[300:310])
+        np.testing.assert_array_equal(lazy[:], arr)
+    first, last, n_threads = calls[0]
+    assert last - first <= 1 and n_threads == 2
