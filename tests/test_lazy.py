@@ -537,3 +537,31 @@ def test_convert_keeps_row_geometry(tmp_path, chunk_size):
             assert {c.raw_length for c in section.chunks[:-1]} == {rows * row_bytes}
         assert sum(lazy.chunks[1]) == 700
         assert_same_result(arr[:, 123:456:7], lazy[:, 123:456:7])
+
+
+@pytest.mark.parametrize("where", ["before", "inside", "after"])
+def test_part_of_a_stored_chunk_is_checked_whole(tmp_path, where):
+    """A slice of part of a chunk stored as is reads the part straight into
+    the result and the rest of the chunk beside it: damage anywhere in the
+    chunk is caught, damage outside the part does not reach the result
+    unchecked."""
+    arr = np.arange(40_000, dtype=np.int64).reshape(4000, 10)
+    path = tmp_path / "raw.cp"
+    cpersist.dump({"a": arr}, path, chunk_size=1 << 16)  # 819 rows a chunk
+    with cpersist.open(path) as f:
+        lazy = f.arrays["obj['a']"]
+        chunk = lazy._bind().section.chunks[1]
+        rows = lazy.chunks[0][0]
+    row_bytes = arr[0].nbytes
+    part = slice(rows + 100, rows + 200)
+    offset = {"before": 50, "inside": 150, "after": 600}[where] * row_bytes + 3
+    data = bytearray(path.read_bytes())
+    data[chunk.offset + offset] ^= 0x55
+    path.write_bytes(data)
+    with cpersist.open(path) as f:
+        with pytest.raises(cpersist.CorruptFileError, match="section 0, chunk 1"):
+            f.arrays["obj['a']"][part]
+        assert_same_result(arr[:rows], f.arrays["obj['a']"][:rows])  # chunk 0 is sound
+    with cpersist.open(path, verify=False) as f:
+        got = f.arrays["obj['a']"][part]
+        assert np.array_equal(got, arr[part]) == (where != "inside")

@@ -132,10 +132,13 @@ def measure_slice(kind, nbytes, directory, repeats):
         assert np.array_equal(blosc2.open(bpath)[index], arr[index])
         peers["blosc2"] = lambda: blosc2.open(bpath, mode="r")[index]
     del arr
-    times = _interleaved({"cpersist": lambda: _lazy_slice(path, index), **peers},
+    # The full load is timed in the same rounds: the slice, the load and the
+    # peers each run after another's, on the same caches.
+    times = _interleaved({"cpersist": lambda: _lazy_slice(path, index),
+                          "load": lambda: cpersist.load(path), **peers},
                          max(9, 3 * repeats))
     t_lazy = times["cpersist"]
-    t_load = _median_time(lambda: cpersist.load(path), max(1, repeats // 2))
+    t_load = times["load"]
     result = {
         "kind": kind, "array_mb": nbytes / MB, "file_mb": file_bytes / MB,
         "slice_rows": index.stop - index.start, "bytes_read": read, "bound_bytes": int(bound),

@@ -22,6 +22,7 @@ import json
 import struct
 from collections import namedtuple
 
+from xxhash import xxh3_64 as _xxh3_64_state
 from xxhash import xxh3_64_intdigest as _xxh3_64
 
 from .._gc import collector_paused
@@ -68,6 +69,15 @@ def checksum(data):
     does not hold it.
     """
     return _xxh3_64(data)
+
+
+def checksum_of_parts(parts):
+    """:func:`checksum` of the concatenation of ``parts`` (bytes-like),
+    without concatenating them."""
+    state = _xxh3_64_state()
+    for part in parts:
+        state.update(part)
+    return state.intdigest()
 
 
 #: One chunk of a section, as its chunk table describes it: where its bytes

@@ -9,7 +9,8 @@ from .buffers import READ_BUFFERS
 from .compact import COMPACT, compact_dump, parse_compact_index
 from .framing import END, parse_record_quietly, walk_records
 from .layout import (EDITED, ENCODED, END_MAGIC, HEADER, MAGIC, RECORD_SIZE, TRAILER, VERBATIM,
-                     checksum, corrupt, parse_header, parse_index, parse_trailer)
+                     checksum, checksum_of_parts, corrupt, parse_header, parse_index,
+                     parse_trailer)
 from .sources import ByteSource, MemorySource, ShortReadError, source_for
 from .tiny import TINY_MAGIC, tiny_size, tiny_stream
 
@@ -347,6 +348,24 @@ class ContainerReader:
 
         run_claimed(task, len(chunks), n_threads)
 
+    def _read_verbatim_part(self, section, i, skip, out, whole):
+        """Part of a chunk stored as is, checked: the part is read straight
+        into ``out``, the rest of the chunk into ``whole`` for the checksum."""
+        chunk = section.chunks[i]
+        scratch = memoryview(whole)
+        parts = (scratch[:skip], out, scratch[skip + len(out):chunk.length])
+        position = chunk.offset
+        try:
+            for view in parts:
+                if len(view):
+                    self.source.read_into(position, view)
+                position += len(view)
+        except ShortReadError:
+            raise self.error(f"truncated in section {section.index}, chunk {i}") from None
+        if checksum_of_parts(parts) != chunk.checksum:
+            raise self.error(
+                f"checksum mismatch in section {section.index}, chunk {i}: damaged data")
+
     def read_chunk_into(self, section, i, out, buffer, *, verify=True, stored=None, skip=0,
                         whole=None):
         """Read chunk ``i`` of ``section``, check it and decode it into ``out``.
@@ -368,6 +387,10 @@ class ContainerReader:
         """
         chunk = section.chunks[i]
         part = whole is not None
+        if (part and chunk.flag == VERBATIM and stored is None and verify
+                and not self.source.remote):  # remote: one request, not three
+            self._read_verbatim_part(section, i, skip, out, whole)
+            return
         if stored is not None:
             data = stored
         else:
