@@ -2,16 +2,21 @@
 
 Three measurements, printed as a table::
 
-    python benchmarks/dask_scaling.py [--mb 1024] [--blocks 16,37,64]
+    python benchmarks/dask_scaling.py [--mb 1024] [--blocks 16,37,64] [--malloc glibc]
 
 * ``memory``: a NumPy loop filling and summing 64 MiB (or 16 MiB) arrays, fresh
   or reused, alone and in two processes at once: how much one process slows
-  the other when the work is memory-bound;
+  the other when the work is memory-bound; fresh arrays also without NumPy's
+  advice to back them with huge pages (faulting in 2 MiB pages is faster
+  alone and contends more);
 * ``block``: CPU time per MiB of reading a block of a cpersist array and
   summing it, by block size (glibc reuses blocks under 32 MiB instead of
   faulting fresh pages in);
 * ``cluster``: the sum on a ``distributed.LocalCluster`` of 2 worker processes
-  against one thread, by number of dask blocks.
+  against one thread, by number of dask blocks. distributed's nanny starts
+  workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which keeps glibc from
+  reusing freed blocks; ``--malloc glibc`` starts them with glibc's defaults,
+  as the one-thread baseline runs.
 """
 
 import argparse
@@ -46,21 +51,34 @@ def _child(args, queue):
     queue.put(_fill(*args))
 
 
+def _huge_pages(on):
+    # NumPy asks the kernel for transparent huge pages on large arrays.
+    np._core.multiarray._set_madvise_hugepage(on)
+
+
 def memory():
     rows = []
-    for size, count in ((64 * MB, 10), (16 * MB, 40)):
-        for fresh in (True, False):
+    cases = [(size, count, fresh, True) for size, count in ((64 * MB, 10), (16 * MB, 40))
+             for fresh in (True, False)]
+    cases += [(64 * MB, 10, True, False), (16 * MB, 40, True, False)]
+    try:
+        for size, count, fresh, huge in cases:
+            _huge_pages(huge)
             args = (size, count, fresh)
             alone = min(_fill(*args) for _ in range(3))
             queue = multiprocessing.Queue()
+            # Forked children inherit the huge-page setting.
             procs = [multiprocessing.Process(target=_child, args=(args, queue)) for _ in range(2)]
             for p in procs:
                 p.start()
             pair = max(queue.get() for _ in procs)
             for p in procs:
                 p.join()
-            rows.append((f"{size // MB} MiB {'fresh' if fresh else 'reused'}",
+            name = f"{size // MB} MiB {'fresh' if fresh else 'reused'}"
+            rows.append((name + ("" if huge else ", no huge pages"),
                          f"alone {alone:.3f} s, two at once {pair:.3f} s: {pair / alone:.2f}x"))
+    finally:
+        _huge_pages(True)
     return rows
 
 
@@ -85,17 +103,23 @@ def block(lazy):
     return rows
 
 
-def cluster(lazy, counts):
+def cluster(lazy, counts, malloc="nanny"):
     import dask
     from distributed import Client, LocalCluster
+
+    environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
+    if malloc == "glibc":
+        environ.pop("MALLOC_TRIM_THRESHOLD_", None)
 
     sums = {n: lazy.to_dask(chunks=_merged_blocks(lazy.chunks, lazy.shape, lazy.nbytes,
                                                   lazy.nbytes // n)).sum(dtype=np.int64)
             for n in counts}
     rows = []
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      scheduler_port=0, dashboard_address="127.0.0.1:0",
-                      worker_dashboard_address=None) as cl, Client(cl) as client:
+    config = dask.config.set({"distributed.nanny.pre-spawn-environ": environ})
+    with config, LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                              host="127.0.0.1", scheduler_port=0,
+                              dashboard_address="127.0.0.1:0",
+                              worker_dashboard_address=None) as cl, Client(cl) as client:
         for total in sums.values():
             client.compute(total).result()
         times = {n: ([], []) for n in counts}
@@ -119,6 +143,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=1024, help="array size (default 1024)")
     parser.add_argument("--blocks", default="16,37,64", help="dask block counts to try")
+    parser.add_argument("--malloc", choices=("nanny", "glibc"), default="nanny",
+                        help="workers' malloc settings: distributed's (default) or glibc's")
     args = parser.parse_args()
     rows = memory()
     with tempfile.TemporaryDirectory(prefix="dask_scaling_") as tmp:
@@ -128,7 +154,7 @@ def main():
         with cpersist.open(path, n_threads=1) as handle:
             lazy = handle.arrays["obj['a']"]
         rows += block(lazy)
-        rows += cluster(lazy, [int(n) for n in args.blocks.split(",")])
+        rows += cluster(lazy, [int(n) for n in args.blocks.split(",")], args.malloc)
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name:{width}}  {value}")
