@@ -4,10 +4,12 @@ zlib, LZ4, Zstandard and Blosc release the GIL on large buffers, so chunks
 of arrays are compressed on a thread pool while the calling thread writes
 them in order (:func:`ordered_map`); loads of compressed sections and the
 pickle stream of a dump have every thread, the calling one included, claim
-chunks and do all the work on them (:func:`run_claimed`). xxHash
-holds the GIL, so a checksum on the pool overlaps the calling thread's
-reads and writes but never another checksum: spreading checksums alone over
-more threads gains nothing.
+chunks and do all the work on them (:func:`run_claimed`). A checksum on
+the pool overlaps the calling thread's reads and writes; xxhash releases
+the GIL only on inputs over 64 KiB (from version 4; before, its one-shot
+functions held it), and checksums of data that is not in the CPU's caches
+are bound by memory bandwidth, so spreading checksums alone over more
+threads gains little.
 """
 
 import itertools

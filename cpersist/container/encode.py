@@ -134,8 +134,9 @@ class EncodedStream:
             return stored, len(chunk), digest, flag
 
         if self._n_threads <= 1 or codec is None or len(chunks) < 2:
-            # A raw chunk needs only its checksum, and xxhash holds the GIL:
-            # on the pool it would only pay a round trip.
+            # A raw chunk needs only its checksum, of bytes the pickler has
+            # just written (in the CPU's caches): a pool round trip costs
+            # more than hashing it.
             self._done.extend(encode(pieces) for pieces in chunks)
             return
         encoded = [None] * len(chunks)

@@ -64,9 +64,8 @@ def checksum(data):
 
     Chosen over zlib's CRC-32 because it runs several times faster, so that
     verifying a raw load, otherwise a plain copy from the page cache, stays
-    cheap beside it. It holds the GIL, so it gains nothing from a second
-    worker; on the pool it overlaps the calling thread's file I/O, which
-    does not hold it.
+    cheap beside it. On the pool it overlaps the calling thread's file I/O
+    (see :mod:`cpersist._threads` for when xxhash releases the GIL).
     """
     return _xxh3_64(data)
 
