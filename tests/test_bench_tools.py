@@ -1,8 +1,9 @@
 """Tests of the tools in the top-level benchmarks/ folder (not installed).
 
 They publish results (``publish.py``), compute the performance targets
-(``targets.py``) and measure thread speed-ups beside controls
-(``threads.py``). CI runs them from the repository root, which is where
+(``targets.py``), measure thread speed-ups beside controls
+(``threads.py``) and the cost of recorded array paths
+(``recorded_paths.py``). CI runs them from the repository root, which is where
 ``benchmarks`` is importable from.
 """
 
@@ -21,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import publish, targets, threads  # noqa: E402
+from benchmarks import publish, recorded_paths, targets, threads  # noqa: E402
 from cpersist.benchmarks import main  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -444,3 +445,15 @@ def test_threads_suite_reports_wrong_data(tmp_path, monkeypatch):
     monkeypatch.setattr(cpersist, "load", lambda *a, **k: real_load(*a, **k) + 1)
     bad = _threads_task(dict(task, op="read"))
     assert bad["status"] == "failed" and "wrong data read back at 1 threads" in bad["reason"]
+
+
+def test_recorded_paths_compares_a_dump_with_paths_and_without(capsys):
+    """The script checks that one file records the paths and the other does
+    not; the recorded paths make the file larger by what they spell."""
+    result = recorded_paths.main(["--arrays", "100", "--repeat", "1"])
+    sizes = result["sizes"]
+    # Each path is "obj['layerN']['w']", 16-18 characters, plus its key in the meta.
+    assert 100 * 16 < sizes["recorded"] - sizes["walked"] < 100 * 60
+    assert set(result["times"]) == {"recorded", "walked"}
+    assert all(t > 0 for way in result["times"].values() for t in way.values())
+    assert "recording: dump x" in capsys.readouterr().out
