@@ -68,6 +68,31 @@ def test_parts_without_the_library_are_the_same(codec_id, monkeypatch):
             assert got[0] == got[1] == raw[lo:hi].tobytes(), (name, lo, hi)
 
 
+@pytest.mark.parametrize("codec_id", BLOSC_CODECS)
+def test_whole_chunks_decode_through_kept_contexts(codec_id, monkeypatch):
+    """A whole chunk decodes through this thread's kept context (no mask),
+    and through python-blosc2 where the library cannot be used: the same bytes."""
+    codec = get_codec(codec_id)
+    calls = []
+    real = blosc_module.decode_blocks
+
+    def spy(src, whole, first, last, blocksize, n_threads=1):
+        calls.append((first, last, -(-len(whole) // blocksize)))
+        return real(src, whole, first, last, blocksize, n_threads)
+
+    monkeypatch.setattr(blosc_module, "decode_blocks", spy)
+    for name, raw, typesize in _chunks():
+        encoded = memoryview(bytes(codec.encode(memoryview(raw), typesize=typesize)))
+        got = []
+        for library in (None, False):
+            monkeypatch.setattr(blosc_blocks, "_library", library)
+            out = bytearray(raw.size)
+            codec.decode_into(encoded, memoryview(out))
+            got.append(bytes(out))
+        assert got[0] == got[1] == raw.tobytes(), name
+    assert calls and all(first == 0 and last == nblocks - 1 for first, last, nblocks in calls)
+
+
 def test_damaged_blocks_raise_or_differ_never_crash():
     """Blosc has no checksum of its own (cpersist's chunk checksums catch
     damage first); decoding damaged blocks unchecked must still only raise."""

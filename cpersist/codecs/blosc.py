@@ -74,13 +74,16 @@ def decode_blosc_chunk(codec, src, out):
     truncated buffer would make it read past its end (a segfault).
     """
     check_blosc_chunk(codec, src, len(src), len(out))
-    share = thread_share()
     try:
-        if share > 1:  # a chunk read alone: its blocks spread over the idle threads
-            blocksize = blosc2().get_cbuffer_sizes(src)[2]
-            if blocksize > 0 and len(out) and decode_blocks(
-                    src, out, 0, (len(out) - 1) // blocksize, blocksize, share):
-                return
+        # Through this thread's kept context, which keeps Blosc's work
+        # buffers between chunks (python-blosc2 allocates them at every
+        # call: with distributed's workers' malloc settings, pages faulted in
+        # again at every chunk); a chunk read alone spreads its blocks over
+        # the threads left idle.
+        blocksize = blosc2().get_cbuffer_sizes(src)[2]
+        if blocksize > 0 and len(out) and decode_blocks(
+                src, out, 0, (len(out) - 1) // blocksize, blocksize, thread_share()):
+            return
         blosc2().decompress2(src, dst=out, nthreads=1)
     except Exception as exc:  # blosc2 raises bare Exceptions/ValueErrors
         raise codec._invalid(exc) from None

@@ -129,13 +129,15 @@ def decode_blocks(src, whole, first, last, blocksize, n_threads=1):
     if not lib:
         return False
     nblocks = -(-len(whole) // blocksize)
-    mask = np.ones(nblocks, dtype=np.bool_)  # True: skipped
-    mask[first:last + 1] = False
     source = np.frombuffer(src, dtype=np.uint8)
     target = np.frombuffer(whole, dtype=np.uint8)
     context = _context(lib, max(1, min(n_threads, last - first + 1, _MAX_THREADS)))
-    if lib.blosc2_set_maskout(context, mask.ctypes.data, nblocks) < 0:
-        raise ValueError("blosc2_set_maskout failed")
+    if first > 0 or last < nblocks - 1:
+        # A mask holds for the next decompression only: a whole chunk needs none.
+        mask = np.ones(nblocks, dtype=np.bool_)  # True: skipped
+        mask[first:last + 1] = False
+        if lib.blosc2_set_maskout(context, mask.ctypes.data, nblocks) < 0:
+            raise ValueError("blosc2_set_maskout failed")
     done = lib.blosc2_decompress_ctx(context, source.ctypes.data, len(source),
                                      target.ctypes.data, len(target))
     if done < 0:
