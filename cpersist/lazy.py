@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from ._block_memory import BLOCK_MEMORY
 from ._indexing import select
 from ._openfile import shared_file
 from ._threads import run_claimed
@@ -229,8 +230,10 @@ class LazyArray:
         """This array as a :class:`dask.array.Array`.
 
         Needs dask (``pip install cpersist[dask]``). Each block is read by
-        indexing this array; on a distributed cluster each worker reopens
-        the file from the pickled reference.
+        indexing this array, into memory that blocks already dropped used
+        (up to 256 MiB of it is kept per process for that); on a
+        distributed cluster each worker reopens the file from the pickled
+        reference.
 
         Parameters
         ----------
@@ -250,15 +253,20 @@ class LazyArray:
             limit = min(parse_bytes(dask.config.get("array.chunk-size")), self.nbytes // 16)
             chunks = _merged_blocks(self.chunks, self.shape, self.nbytes, limit)
         return da.from_array(self, chunks=chunks, asarray=False, fancy=False,
+                             getitem=_read_block,
                              meta=np.empty((0,) * self.ndim, dtype=self.dtype))
 
     def __getitem__(self, index):
+        return self._getitem(index, np.empty)
+
+    def _getitem(self, index, empty):
+        """``self[index]``, its result made by ``empty(shape, dtype)``."""
         sel = select(index, self.shape)
         axes, shape = sel.axes, self.shape
         if self._order == "F":
             axes, shape = axes[::-1], shape[::-1]
         counts = tuple(count for _, _, count in axes)
-        out = np.empty(counts, dtype=self.dtype)
+        out = empty(counts, self.dtype)
         if out.size and self.itemsize:
             if counts == shape and all(step == 1 or n <= 1 for (_, step, _), n in
                                        zip(axes, shape)):
@@ -371,6 +379,12 @@ class LazyArray:
                     READ_BUFFERS.give(buffer)
 
         run_claimed(task, len(groups.items), self._n_threads)
+
+
+def _read_block(lazy, index):
+    """dask's ``getitem`` for :meth:`LazyArray.to_dask`: the block in
+    memory that blocks already dropped used (:mod:`cpersist._block_memory`)."""
+    return lazy._getitem(index, BLOCK_MEMORY.empty)
 
 
 def _rebuild(reference, index, path, meta, fingerprint, verify, n_threads):
