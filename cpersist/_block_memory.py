@@ -61,7 +61,12 @@ class BlockMemory:
                     del self._free[i]
                     self._kept_bytes -= len(buffer)
                     return buffer
-        buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        if hasattr(mmap, "MAP_ANONYMOUS"):
+            # Private, as numpy's own memory is: a forked child's writes to a
+            # block stay its own.
+            buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        else:
+            buffer = mmap.mmap(-1, nbytes)
         _advise(buffer, "MADV_HUGEPAGE")  # as numpy does for its large arrays
         return buffer
 

@@ -1,6 +1,7 @@
 """Block memory: arrays whose pages are used again once no view of them is left."""
 
 import gc
+import os
 import threading
 
 import numpy as np
@@ -114,3 +115,19 @@ def test_to_dask_blocks_reuse_memory(tmp_path):
         got = x.compute()
     np.testing.assert_array_equal(got, arr)
     assert got.dtype == arr.dtype and got.flags.writeable
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
+def test_a_forked_child_writes_its_own_copy():
+    memory = BlockMemory(keep_bytes=64 * MB, smallest=MB)
+    block = memory.empty((MB,), np.uint8)
+    block[...] = 1
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        block[...] = 2
+        again = memory.empty((MB,), np.uint8)  # the pool's lock works in the child
+        again[...] = 3
+        os._exit(0 if (block == 2).all() else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert (block == 1).all()
