@@ -266,12 +266,11 @@ class LazyArray:
         if self._order == "F":
             axes, shape = axes[::-1], shape[::-1]
         counts = tuple(count for _, _, count in axes)
+        if (counts == shape and self.size and self.itemsize
+                and all(step == 1 or n <= 1 for (_, step, _), n in zip(axes, shape))):
+            return _finish(self.read(), sel)
         out = empty(counts, self.dtype)
         if out.size and self.itemsize:
-            if counts == shape and all(step == 1 or n <= 1 for (_, step, _), n in
-                                       zip(axes, shape)):
-                whole = self.read()
-                return _finish(whole, sel)
             bound = self._bind()
             strides = _c_strides(shape, self.itemsize)
             span = _contiguous_span(axes, shape, strides, self.itemsize)
