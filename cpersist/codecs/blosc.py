@@ -49,7 +49,8 @@ def shuffles(buf, typesize):
 
 
 def check_blosc_chunk(codec, head, length, raw_length):
-    """Check a Blosc chunk header against the sizes the index claims.
+    """Check a Blosc chunk header against the sizes the index claims;
+    returns the chunk's block size.
 
     Raises
     ------
@@ -57,13 +58,14 @@ def check_blosc_chunk(codec, head, length, raw_length):
         Naming ``codec``, if the header is unreadable or disagrees.
     """
     try:
-        nbytes, cbytes, _ = blosc2().get_cbuffer_sizes(head)
+        nbytes, cbytes, blocksize = blosc2().get_cbuffer_sizes(head)
     except Exception as exc:  # blosc2 raises bare Exceptions/ValueErrors
         raise codec._invalid(exc) from None
     if cbytes != length:
         raise codec._invalid(f"header says {cbytes} stored bytes, the index {length}")
     if nbytes != raw_length:
         raise codec._wrong_size(nbytes, raw_length)
+    return blocksize
 
 
 def decode_blosc_chunk(codec, src, out):
@@ -73,14 +75,13 @@ def decode_blosc_chunk(codec, src, out):
     ``out``: blosc2.decompress trusts the header's compressed size, so a
     truncated buffer would make it read past its end (a segfault).
     """
-    check_blosc_chunk(codec, src, len(src), len(out))
+    blocksize = check_blosc_chunk(codec, src, len(src), len(out))
     try:
         # Through this thread's kept context, which keeps Blosc's work
         # buffers between chunks (python-blosc2 allocates them at every
         # call: with distributed's workers' malloc settings, pages faulted in
         # again at every chunk); a chunk read alone spreads its blocks over
         # the threads left idle.
-        blocksize = blosc2().get_cbuffer_sizes(src)[2]
         if blocksize > 0 and len(out) and decode_blocks(
                 src, out, 0, (len(out) - 1) // blocksize, blocksize, thread_share()):
             return
@@ -120,8 +121,7 @@ def decode_blosc_part(codec, src, skip, out, whole):
     """Decode bytes ``skip:skip + len(out)`` of a Blosc chunk into ``out``,
     decompressing only the Blosc blocks that hold them: with the GIL released
     where :mod:`.blosc_blocks` can, else through ``SChunk.get_slice``."""
-    check_blosc_chunk(codec, src, len(src), len(whole))
-    blocksize = blosc2().get_cbuffer_sizes(src)[2]
+    blocksize = check_blosc_chunk(codec, src, len(src), len(whole))
     if blocksize > 0 and len(out):
         try:
             decoded = decode_blocks(src, whole, skip // blocksize,
