@@ -63,7 +63,6 @@ def main(argv=None):
             api.RECORD_PATHS_FROM = default
         for way, path in paths.items():
             sizes[way] = os.path.getsize(path)
-        for way, path in paths.items():
             with cpersist.open(path) as handle:
                 recorded = _recorded_paths(handle._reader()) is not None
             assert recorded == (way == "recorded"), f"{way}: paths recorded {recorded}"
