@@ -21,7 +21,7 @@ from ._indexing import select
 from ._openfile import shared_file
 from ._threads import run_claimed
 from .arrays import parse_description
-from .container import READ_BUFFERS, checksum
+from .container import READ_BUFFERS, VERBATIM, checksum
 from .container.sources import ShortReadError
 from .exceptions import FileChangedError
 
@@ -319,7 +319,7 @@ class LazyArray:
                         else:
                             target[:] = got
                         continue
-                    if buffer is None and not section.is_raw and got is None:
+                    if buffer is None and chunks[i].flag != VERBATIM and got is None:
                         buffer = READ_BUFFERS.take(stored)
                     if (a, b) == (start, end):
                         reader.read_chunk_into(section, i, target, buffer, verify=verify,

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -48,6 +49,86 @@ def test_blocks_decode_as_a_full_decode(codec_id, n_threads):
             assert blosc_blocks.decode_blocks(encoded, whole, first, last, blocksize, n_threads)
             lo, hi = first * blocksize, min(raw.size, (last + 1) * blocksize)
             assert bytes(whole[lo:hi]) == raw[lo:hi].tobytes(), (name, first, last)
+
+
+def _ranges(size, blocksize, typesize):
+    """(lo, hi) byte ranges on whole items: inside a block, across block
+    edges, from the start, to the end, the whole chunk."""
+    ranges = [(0, typesize), (blocksize - 4 * typesize, blocksize + 4 * typesize),
+              (typesize, size), (size // 3, size - size // 5), (0, size),
+              (size - typesize, size)]
+    return [(lo - lo % typesize, hi - hi % typesize) for lo, hi in ranges
+            if 0 <= lo < hi <= size]
+
+
+@pytest.mark.parametrize("codec_id", BLOSC_CODECS)
+def test_ranges_decode_straight_into_the_result(codec_id):
+    codec = get_codec(codec_id)
+    for name, raw, typesize in _chunks():
+        encoded = bytes(codec.encode(memoryview(raw), typesize=typesize))
+        if encoded[:4] == b"\x28\xb5\x2f\xfd":
+            continue  # zstd-auto kept a plain zstd frame: no blocks
+        blocksize = blosc2().get_cbuffer_sizes(encoded)[2]
+        item = encoded[3]
+        for lo, hi in _ranges(raw.size, blocksize, item):
+            out = bytearray(b"\xee" * (hi - lo))
+            assert blosc_blocks.decode_range(encoded, lo, out), (name, lo, hi)
+            assert bytes(out) == raw[lo:hi].tobytes(), (name, lo, hi)
+        if item > 1:  # a range not on whole items is left to the caller
+            assert not blosc_blocks.decode_range(encoded, 1, bytearray(item))
+            assert not blosc_blocks.decode_range(encoded, 0, bytearray(item + 1))
+
+
+@pytest.mark.parametrize("library", [None, False])
+def test_chunks_with_the_delta_filter_decode_whole(library, monkeypatch):
+    """The delta filter encodes each block against the chunk's first, so
+    Blosc decodes a part of such a chunk without it wrongly: cpersist never
+    writes one, and decodes one it reads whole, with or without the library."""
+    blosc = blosc2()
+    raw = np.cumsum(np.arange(1_000_000, dtype=np.int32) % 7, dtype=np.int32).view(np.uint8)
+    encoded = bytes(blosc.compress2(raw, typesize=4, filters=[blosc.Filter.DELTA],
+                                    codec=blosc.Codec.ZSTD, blocksize=1 << 16))
+    assert encoded[16:22].count(3) == 1  # the header names the delta filter
+    assert not blosc_blocks.decode_range(encoded, 1 << 17, bytearray(4000))
+    monkeypatch.setattr(blosc_blocks, "_library", library)
+    codec = get_codec("blosc:zstd")
+    for lo, hi in _ranges(raw.size, 1 << 16, 4):
+        out = bytearray(hi - lo)
+        codec.decode_part_into(memoryview(encoded), lo, memoryview(out),
+                               memoryview(bytearray(raw.size)))
+        assert bytes(out) == raw[lo:hi].tobytes(), (lo, hi)
+
+
+def test_threads_that_meet_the_library_loading_wait_for_it(monkeypatch):
+    """A thread that finds the library being loaded by another waits for it
+    rather than taking it for missing (and decoding the slow way)."""
+    real = blosc_blocks._open_library
+    started = threading.Event()
+
+    def slow_open():
+        started.set()
+        time.sleep(0.2)
+        return real()
+
+    monkeypatch.setattr(blosc_blocks, "_open_library", slow_open)
+    monkeypatch.setattr(blosc_blocks, "_library", None)
+    raw = np.arange(300_000, dtype=np.int32).view(np.uint8)
+    encoded = bytes(get_codec("blosc:lz4").encode(memoryview(raw), typesize=4))
+    results = []
+
+    def decode():
+        out = bytearray(8000)
+        results.append(blosc_blocks.decode_range(encoded, 4000, out)
+                       and bytes(out) == raw[4000:12000].tobytes())
+
+    first = threading.Thread(target=decode)
+    first.start()
+    started.wait()
+    second = threading.Thread(target=decode)
+    second.start()
+    first.join()
+    second.join()
+    assert results == [True, True]
 
 
 @pytest.mark.parametrize("codec_id", BLOSC_CODECS)
@@ -101,7 +182,7 @@ def test_damaged_blocks_raise_or_differ_never_crash():
     encoded = bytes(codec.encode(memoryview(raw), typesize=4))
     blocksize = blosc2().get_cbuffer_sizes(encoded)[2]
     rng = np.random.default_rng(0)
-    errors = 0
+    errors = range_errors = 0
     for position in rng.integers(64, len(encoded), size=200):
         damaged = bytearray(encoded)
         damaged[position] ^= 0xFF
@@ -110,7 +191,11 @@ def test_damaged_blocks_raise_or_differ_never_crash():
             blosc_blocks.decode_blocks(bytes(damaged), whole, 1, 2, blocksize, 2)
         except ValueError:
             errors += 1
-    assert errors > 0
+        try:
+            blosc_blocks.decode_range(bytes(damaged), blocksize - 40, bytearray(blocksize))
+        except ValueError:
+            range_errors += 1
+    assert errors > 0 and range_errors > 0
 
 
 def test_a_damaged_chunk_read_in_part_names_it(tmp_path):

@@ -27,6 +27,7 @@ from cpersist import _smallest
 from cpersist import lazy as lazy_module
 from cpersist._args import open_source
 from cpersist.container import ContainerReader
+from cpersist.container import reader as reader_module
 
 from .conftest import COMPRESSIONS, assert_same_result, run_threads
 
@@ -539,12 +540,16 @@ def test_convert_keeps_row_geometry(tmp_path, chunk_size):
         assert_same_result(arr[:, 123:456:7], lazy[:, 123:456:7])
 
 
+@pytest.mark.parametrize("pass_through", [None, 4001])
 @pytest.mark.parametrize("where", ["before", "inside", "after"])
-def test_part_of_a_stored_chunk_is_checked_whole(tmp_path, where):
+def test_part_of_a_stored_chunk_is_checked_whole(tmp_path, monkeypatch, where, pass_through):
     """A slice of part of a chunk stored as is reads the part straight into
-    the result and the rest of the chunk beside it: damage anywhere in the
-    chunk is caught, damage outside the part does not reach the result
-    unchecked."""
+    the result and the rest of the chunk beside it (in pieces, when the
+    chunk is larger than the reader's pass-through memory): damage anywhere
+    in the chunk is caught, damage outside the part does not reach the
+    result unchecked."""
+    if pass_through is not None:
+        monkeypatch.setattr(reader_module, "PASS_THROUGH", pass_through)
     arr = np.arange(40_000, dtype=np.int64).reshape(4000, 10)
     path = tmp_path / "raw.cp"
     cpersist.dump({"a": arr}, path, chunk_size=1 << 16)  # 819 rows a chunk
@@ -554,6 +559,8 @@ def test_part_of_a_stored_chunk_is_checked_whole(tmp_path, where):
         rows = lazy.chunks[0][0]
     row_bytes = arr[0].nbytes
     part = slice(rows + 100, rows + 200)
+    with cpersist.open(path) as f:
+        assert_same_result(arr[part], f.arrays["obj['a']"][part])
     offset = {"before": 50, "inside": 150, "after": 600}[where] * row_bytes + 3
     data = bytearray(path.read_bytes())
     data[chunk.offset + offset] ^= 0x55

@@ -11,7 +11,7 @@ import threading
 
 from .._threads import thread_share
 from .abc import Codec
-from .blosc_blocks import decode_blocks
+from .blosc_blocks import blocks_stand_alone, decode_blocks, decode_range
 
 _blosc2 = None
 _INNER = {}
@@ -123,17 +123,23 @@ def decode_blosc_part(codec, src, skip, out, whole):
     where :mod:`.blosc_blocks` can, else through ``SChunk.get_slice``."""
     blocksize = check_blosc_chunk(codec, src, len(src), len(whole))
     if blocksize > 0 and len(out):
+        share = thread_share()
         try:
+            # Alone on the pool: straight into out, block by block. With
+            # idle threads: the blocks spread over them, into whole.
+            if share == 1 and decode_range(src, skip, out):
+                return
             decoded = decode_blocks(src, whole, skip // blocksize,
-                                    (skip + len(out) - 1) // blocksize, blocksize,
-                                    thread_share())
+                                    (skip + len(out) - 1) // blocksize, blocksize, share)
         except ValueError as exc:
             raise codec._invalid(exc) from None
         if decoded:
             out[:] = whole[skip:skip + len(out)]
             return
     typesize = src[3]
-    if skip % typesize or len(out) % typesize:  # Blosc reads whole items
+    # Blosc's getitem reads whole items, and decodes right only blocks that
+    # stand alone.
+    if skip % typesize or len(out) % typesize or not blocks_stand_alone(src):
         decode_blosc_chunk(codec, src, whole)
         out[:] = whole[skip:skip + len(out)]
         return

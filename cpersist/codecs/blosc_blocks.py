@@ -7,8 +7,8 @@ parts of two chunks a slice needs cannot decode at once. The C library the
 ``blosc2_decompress_ctx`` skips. This module calls that library through
 :mod:`ctypes` (which releases the GIL during the call). It is used only when
 the library is there and is a version whose ``blosc2_dparams`` layout is the
-one declared here; otherwise :func:`decode_blocks` returns False and the
-caller decodes through python-blosc2.
+one declared here; otherwise :func:`decode_blocks` and :func:`decode_range`
+return False and the caller decodes through python-blosc2.
 """
 
 import ctypes
@@ -41,34 +41,43 @@ _local = threading.local()
 def _load():
     global _library
     with _lock:
-        if _library is not None:
-            return _library
-        _library = False
-        try:
-            import blosc2
+        # Set once, when known: a thread that finds it None comes here and
+        # waits for the one loading it.
+        if _library is None:
+            _library = _open_library() or False
+        return _library
 
-            path = os.path.join(os.path.dirname(blosc2.__file__), "lib", "libblosc2.so")
-            if not os.path.exists(path):
-                return False
-            lib = ctypes.CDLL(path)
-            lib.blosc2_get_version_string.restype = ctypes.c_char_p
-            version = lib.blosc2_get_version_string().decode("ascii", "replace")
-            if version.split(".")[0] not in _KNOWN_MAJORS:
-                return False
-            lib.blosc2_init.restype = None
-            lib.blosc2_create_dctx.restype = ctypes.c_void_p
-            lib.blosc2_create_dctx.argtypes = [_DParams]
-            lib.blosc2_set_maskout.restype = ctypes.c_int
-            lib.blosc2_set_maskout.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-            lib.blosc2_decompress_ctx.restype = ctypes.c_int
-            lib.blosc2_decompress_ctx.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
-                                                  ctypes.c_int32, ctypes.c_void_p,
-                                                  ctypes.c_int32]
-            lib.blosc2_init()  # registers the filters (byte delta) this copy decodes
-        except (OSError, AttributeError, ImportError):
-            return False
-        _library = lib
-        return lib
+
+def _open_library():
+    """The wheel's libblosc2 with the functions used here declared, or None."""
+    try:
+        import blosc2
+
+        path = os.path.join(os.path.dirname(blosc2.__file__), "lib", "libblosc2.so")
+        if not os.path.exists(path):
+            return None
+        lib = ctypes.CDLL(path)
+        lib.blosc2_get_version_string.restype = ctypes.c_char_p
+        version = lib.blosc2_get_version_string().decode("ascii", "replace")
+        if version.split(".")[0] not in _KNOWN_MAJORS:
+            return None
+        lib.blosc2_init.restype = None
+        lib.blosc2_create_dctx.restype = ctypes.c_void_p
+        lib.blosc2_create_dctx.argtypes = [_DParams]
+        lib.blosc2_set_maskout.restype = ctypes.c_int
+        lib.blosc2_set_maskout.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+        lib.blosc2_decompress_ctx.restype = ctypes.c_int
+        lib.blosc2_decompress_ctx.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                                              ctypes.c_int32, ctypes.c_void_p,
+                                              ctypes.c_int32]
+        lib.blosc2_getitem_ctx.restype = ctypes.c_int
+        lib.blosc2_getitem_ctx.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32,
+                                           ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                           ctypes.c_int32]
+        lib.blosc2_init()  # registers the filters (byte delta) this copy decodes
+    except (OSError, AttributeError, ImportError):
+        return None
+    return lib
 
 
 def _context(lib, n_threads):
@@ -111,10 +120,30 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_contexts)
 
 
+#: Blosc2 chunk header: flags at byte 2, typesize at 3; with both shuffle
+#: flag bits set (byte and bit shuffle) the header is extended, and bytes
+#: 16-21 name its filters.
+_EXTENDED = 0x5
+_FILTERS = slice(16, 22)
+#: Blosc's delta filter encodes every block against the chunk's first: a
+#: part of such a chunk decodes right only with that block.
+_DELTA = 3
+
+
+def blocks_stand_alone(src):
+    """Whether each block of the Blosc chunk ``src`` decodes by itself: an
+    extended header that names no delta filter (cpersist writes no other)."""
+    head = bytes(src[:_FILTERS.stop])
+    return (len(head) == _FILTERS.stop and head[2] & _EXTENDED == _EXTENDED
+            and _DELTA not in head[_FILTERS])
+
+
 def decode_blocks(src, whole, first, last, blocksize, n_threads=1):
     """Decode blocks ``first`` to ``last`` of the Blosc chunk ``src`` into
     ``whole`` (writable, the chunk's decoded size), at their own offsets,
-    on ``n_threads`` threads.
+    on ``n_threads`` threads. A chunk whose blocks do not decode alone (an
+    old header, or the delta filter, which encodes each block against the
+    first) is decoded whole.
 
     The caller has checked the chunk's header against ``len(src)`` and
     ``len(whole)``. Returns False, having done nothing, when the library
@@ -132,8 +161,9 @@ def decode_blocks(src, whole, first, last, blocksize, n_threads=1):
     source = np.frombuffer(src, dtype=np.uint8)
     target = np.frombuffer(whole, dtype=np.uint8)
     context = _context(lib, max(1, min(n_threads, last - first + 1, _MAX_THREADS)))
-    if first > 0 or last < nblocks - 1:
-        # A mask holds for the next decompression only: a whole chunk needs none.
+    if (first > 0 or last < nblocks - 1) and blocks_stand_alone(src):
+        # A mask holds for the next decompression only: a whole chunk needs
+        # none, and a chunk whose blocks depend on its first decodes whole.
         mask = np.ones(nblocks, dtype=np.bool_)  # True: skipped
         mask[first:last + 1] = False
         if lib.blosc2_set_maskout(context, mask.ctypes.data, nblocks) < 0:
@@ -142,4 +172,36 @@ def decode_blocks(src, whole, first, last, blocksize, n_threads=1):
                                      target.ctypes.data, len(target))
     if done < 0:
         raise ValueError(f"Blosc error {done} while decoding blocks {first}-{last}")
+    return True
+
+
+def decode_range(src, skip, out):
+    """Decode bytes ``skip:skip + len(out)`` of the Blosc chunk ``src``
+    straight into ``out``, on this thread: Blosc decodes each block that
+    holds them into its own work memory, which stays in the CPU's cache,
+    and copies the bytes wanted out of it.
+
+    The caller has checked the chunk's header against ``len(src)``. Returns
+    False, having done nothing, when the library cannot be used here, or
+    the range does not fall on whole items, or the chunk's blocks do not
+    decode alone (see :func:`decode_blocks`).
+
+    Raises
+    ------
+    ValueError
+        If Blosc reports an error decoding.
+    """
+    lib = _library if _library is not None else _load()
+    if not lib or not blocks_stand_alone(src):
+        return False
+    typesize = src[3]
+    if not typesize or skip % typesize or len(out) % typesize:
+        return False
+    source = np.frombuffer(src, dtype=np.uint8)
+    target = np.frombuffer(out, dtype=np.uint8)
+    done = lib.blosc2_getitem_ctx(_context(lib, 1), source.ctypes.data, len(source),
+                                  skip // typesize, len(out) // typesize,
+                                  target.ctypes.data, len(target))
+    if done != len(out):
+        raise ValueError(f"Blosc error {done} while decoding bytes {skip}-{skip + len(out)}")
     return True

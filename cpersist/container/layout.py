@@ -70,13 +70,10 @@ def checksum(data):
     return _xxh3_64(data)
 
 
-def checksum_of_parts(parts):
-    """:func:`checksum` of the concatenation of ``parts`` (bytes-like),
-    without concatenating them."""
-    state = _xxh3_64_state()
-    for part in parts:
-        state.update(part)
-    return state.intdigest()
+def checksum_state():
+    """A running :func:`checksum`: ``update(data)`` with each part in turn,
+    then ``intdigest()``, equal to the checksum of the parts joined."""
+    return _xxh3_64_state()
 
 
 #: One chunk of a section, as its chunk table describes it: where its bytes
