@@ -296,11 +296,16 @@ class LazyArray:
 
         def needed(i):
             # The bytes of chunk i to fetch: only the part selected of a
-            # verbatim chunk read unchecked, else all of it.
-            if not direct_raw:
-                return chunks[i].offset, chunks[i].length
+            # verbatim chunk read unchecked, the pieces holding it of one
+            # with piece checksums, else all of it.
             a, b = max(lo, int(starts[i])), min(hi, int(starts[i + 1]))
-            return chunks[i].offset + a - int(starts[i]), b - a
+            if direct_raw:
+                return chunks[i].offset + a - int(starts[i]), b - a
+            if verify and chunks[i].flag == VERBATIM and b - a < chunks[i].raw_length:
+                span = reader.piece_range(section, i, a - int(starts[i]), b - a)
+                if span is not None:
+                    return chunks[i].offset + span[0], span[1] - span[0]
+            return chunks[i].offset, chunks[i].length
 
         fetched = _fetch_together(reader, section, range(first, last + 1), needed)
 

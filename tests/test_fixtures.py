@@ -171,6 +171,27 @@ def test_listing_gives_the_walk_s_paths(path):
 
 
 @fixture_file
+def test_piece_checksums(path):
+    """The file written with piece checksums is sliced through them; the
+    others have none."""
+    expected = _expected(path)
+    with cpersist.open(path) as f:
+        arrays = dict(f.arrays)
+        with_pieces = []
+        for name, lazy in arrays.items():
+            section = lazy._bind().section
+            if any(section.pieces(i) for i in range(len(section.chunks))):
+                with_pieces.append(name)
+    assert bool(with_pieces) == (_entry(path)[1]["object"] == "pieces")
+    if with_pieces:
+        assert with_pieces == ["obj['wide']"]
+        with cpersist.open(path) as f:
+            lazy = f.arrays["obj['wide']"]
+            assert_same(expected["wide"][30_000:30_100], lazy[30_000:30_100])
+        cpersist.verify(path)
+
+
+@fixture_file
 @pytest.mark.parametrize("compress", [0, ("zstd", 3)], ids=["raw", "zstd"])
 def test_convert(path, compress, tmp_path):
     out_path = tmp_path / "converted.cp"

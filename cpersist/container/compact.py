@@ -87,5 +87,6 @@ def parse_compact_index(data, digest, offset, name):
     section.gap = 0
     section._chunks = [Chunk(STREAM_AT, n, n, digest, VERBATIM)]
     section._check_chunks = None
+    section.piece_size = section._pieces = None
     section.meta = {"kind": "pickle"}
     return 0, {}, [section]

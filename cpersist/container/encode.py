@@ -4,7 +4,7 @@ chunk on the thread pool while it is written."""
 
 from .._threads import run_claimed
 from ..codecs.abc import middle_sample
-from .layout import ENCODED, VERBATIM, checksum
+from .layout import ENCODED, VERBATIM, checksum, verbatim_checksums
 
 #: Bytes of each large chunk compressed first to decide whether compressing
 #: the whole chunk pays.
@@ -36,6 +36,20 @@ def encode_chunk(codec, chunk, typesize=1):
     if len(encoded) >= len(chunk):
         return chunk, checksum(chunk), VERBATIM
     return encoded, checksum(encoded), ENCODED
+
+
+def encode_array_chunk(codec, chunk, typesize=1):
+    """:func:`encode_chunk` for a chunk of an array: ``(bytes to store,
+    checksum, flag, pieces)``, ``pieces`` being the checksums of the pieces
+    of a chunk kept verbatim (see :func:`.layout.verbatim_checksums`), or
+    None."""
+    pays, hint = (False, None) if codec is None else _probe(codec, chunk, typesize)
+    if pays:
+        encoded = codec.encode(chunk, typesize, hint)
+        if len(encoded) < len(chunk):
+            return encoded, checksum(encoded), ENCODED, None
+    digest, pieces = verbatim_checksums(chunk)
+    return chunk, digest, VERBATIM, pieces
 
 
 def _probe(codec, chunk, typesize):

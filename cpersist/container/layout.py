@@ -55,6 +55,11 @@ MAX_CHUNK_SIZE = 1 << 31
 #: Bytes of data per chunk when the caller does not choose: large enough that
 #: a chunk's fixed costs vanish, small enough that every thread gets chunks.
 DEFAULT_CHUNK_SIZE = 4 << 20
+#: A chunk of an array kept verbatim and longer than this also has the
+#: checksum of each run of this many of its bytes (its pieces) in the index,
+#: so that reading part of the chunk reads and checks only the pieces it
+#: touches, not the whole chunk.
+PIECE_SIZE = 256 << 10
 
 ZEROS = bytes(ALIGN)
 
@@ -74,6 +79,32 @@ def checksum_state():
     """A running :func:`checksum`: ``update(data)`` with each part in turn,
     then ``intdigest()``, equal to the checksum of the parts joined."""
     return _xxh3_64_state()
+
+
+def verbatim_checksums(data):
+    """``(checksum of data, checksums of its pieces or None)`` for a chunk
+    kept verbatim: pieces of :data:`PIECE_SIZE` bytes (the last may be
+    shorter), when it is longer than one. Each piece is hashed twice, for
+    its own checksum and the chunk's, while it is in the CPU's cache."""
+    view = memoryview(data)
+    n = view.nbytes
+    if n <= PIECE_SIZE:
+        return _xxh3_64(view), None
+    state = _xxh3_64_state()
+    pieces = []
+    for start in range(0, n, PIECE_SIZE):
+        piece = view[start:start + PIECE_SIZE]
+        pieces.append(_xxh3_64(piece))
+        state.update(piece)
+    return state.intdigest(), pieces
+
+
+def pieces_text(pieces):
+    """The ``"pieces"`` index entry of a section: per chunk, the checksums
+    of its pieces as 16 hexadecimal digits each, run together (nothing for
+    a chunk without), the chunks' fields separated by commas. A reader
+    finds one chunk's field without parsing the others'."""
+    return ",".join("" if p is None else "".join(["%016x" % d for d in p]) for p in pieces)
 
 
 #: One chunk of a section, as its chunk table describes it: where its bytes
@@ -110,16 +141,51 @@ class Section:
         load never needs the chunk table).
     meta : dict
         What the writer said the section holds.
+    piece_size : int or None
+        Bytes per piece of the chunks whose pieces have checksums of their
+        own (see :meth:`pieces`); None when none has.
     """
 
     __slots__ = ("index", "offset", "codec", "typesize", "raw_size", "stored_size",
-                 "gap", "_chunks", "_check_chunks", "meta")
+                 "gap", "_chunks", "_check_chunks", "meta", "piece_size", "_pieces")
 
     @property
     def chunks(self):
         if self._chunks is None:
             self._chunks = _checked_chunks(self, *self._check_chunks)
         return self._chunks
+
+    def pieces(self, i):
+        """The checksums of the pieces of chunk ``i`` (each
+        :attr:`piece_size` bytes of its stored bytes, the last maybe
+        shorter), or None if the index gives none. A chunk's entry is
+        decoded and checked against the chunk when asked for: a slice needs
+        one or two of thousands.
+
+        Raises
+        ------
+        CorruptFileError
+        """
+        if self._pieces is None:
+            return None
+        fields, name = self._pieces
+        if type(fields) is str:  # the index's text: not split yet
+            fields = fields.split(",")
+            if len(fields) != len(self.chunks):
+                raise _bad_pieces(self, name)
+            self._pieces = fields, name
+        field = fields[i]
+        if not field:
+            return None
+        chunk = self.chunks[i]
+        n = -(-chunk.length // self.piece_size)
+        try:
+            digests = bytes.fromhex(field)
+        except ValueError:
+            digests = b""
+        if chunk.flag != VERBATIM or len(field) != 16 * n or len(digests) != 8 * n:
+            raise _bad_pieces(self, name)
+        return list(struct.unpack(">%dQ" % n, digests))
 
     @property
     def is_raw(self):
@@ -222,6 +288,7 @@ def _parse_section(i, s, end, name, major):
     section.meta = meta = s["meta"]
     if type(meta) is not dict:
         raise corrupt(name, f"section {i} meta is not a mapping")
+    section.piece_size = section._pieces = None
     table = s["chunks"]
     if type(table) is list:  # format 1.0: a plain list, checked now
         section._chunks, section.raw_size, section.stored_size = _parse_table(
@@ -245,7 +312,19 @@ def _parse_section(i, s, end, name, major):
                       f"past the data end {end} (truncated?)")
     section._chunks = None
     section._check_chunks = (table, end, name)
+    pieces = s.get("pieces")
+    if pieces is None:
+        return section
+    section.piece_size = piece_size = s.get("piece_size")
+    if type(pieces) is not str or type(piece_size) is not int or not 0 < piece_size:
+        raise corrupt(name, f"section {i} has bad piece checksums")
+    section._pieces = (pieces, name)
     return section
+
+
+def _bad_pieces(section, name):
+    return corrupt(name, f"damaged index: section {section.index}'s piece checksums do "
+                         f"not match its chunks")
 
 
 def _checked_chunks(section, table, end, name):

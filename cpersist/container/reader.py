@@ -355,32 +355,78 @@ class ContainerReader:
 
     def _read_verbatim_part(self, section, i, skip, out, whole):
         """Part of a chunk stored as is, checked: the part is read straight
-        into ``out``, the rest of the chunk passes through ``whole``'s first
-        :data:`PASS_THROUGH` bytes for the checksum."""
+        into ``out``. With checksums of the chunk's pieces, only the pieces
+        it touches are read, their bytes outside the part into ``whole``;
+        else the rest of the chunk passes through ``whole`` for the chunk's
+        checksum."""
         chunk = section.chunks[i]
-        scratch = memoryview(whole)
-        state = checksum_state()
+        pieces = section.pieces(i)
         start = chunk.offset
-        wanted = start + skip
-        end = start + chunk.length
-        try:
-            position = start
-            while position < end:
-                if position == wanted and len(out):
-                    view = out
-                else:
-                    stop = min(end, position + PASS_THROUGH)
-                    if position < wanted:
-                        stop = min(stop, wanted)
-                    view = scratch[:stop - position]
+        if pieces is None:
+            runs = [(start, start + chunk.length, chunk.checksum, "")]
+        else:
+            size = section.piece_size
+            runs = [(start + k * size, min(start + (k + 1) * size, start + chunk.length),
+                     pieces[k], f", piece {k}")
+                    for k in range(skip // size, (skip + len(out) - 1) // size + 1)]
+        for lo, hi, digest, piece in runs:
+            try:
+                matches = self._checked_run(lo, hi, digest, out, start + skip, memoryview(whole))
+            except ShortReadError:
+                raise self.error(f"truncated in section {section.index}, chunk {i}") from None
+            if not matches:
+                raise self.error(f"checksum mismatch in section {section.index}, chunk {i}"
+                                 f"{piece}: damaged data")
+
+    def piece_range(self, section, i, skip, n):
+        """``(lo, hi)``: the bytes of verbatim chunk ``i`` (from its start)
+        that the pieces holding its bytes ``skip:skip + n`` span, or None if
+        the chunk has no piece checksums."""
+        if section.pieces(i) is None or n <= 0:
+            return None
+        size = section.piece_size
+        return (skip // size * size,
+                min(section.chunks[i].length, -(-(skip + n) // size) * size))
+
+    def _read_pieces_at_once(self, section, i, span, skip, out, whole, stored):
+        """Part of a verbatim chunk from the pieces that hold it, read in one
+        request into ``whole`` (or given as ``stored``), checked piece by
+        piece."""
+        chunk = section.chunks[i]
+        lo, hi = span
+        data = stored
+        if data is None:
+            data = memoryview(whole)[:hi - lo]
+            try:
+                self.source.read_into(chunk.offset + lo, data)
+            except ShortReadError:
+                raise self.error(f"truncated in section {section.index}, chunk {i}") from None
+        view = memoryview(data)
+        size = section.piece_size
+        pieces = section.pieces(i)
+        for k in range(lo // size, -(-hi // size)):
+            if checksum(view[k * size - lo:(k + 1) * size - lo]) != pieces[k]:
+                raise self.error(f"checksum mismatch in section {section.index}, chunk {i}, "
+                                 f"piece {k}: damaged data")
+        out[:] = view[skip - lo:skip - lo + len(out)]
+
+    def _checked_run(self, lo, hi, digest, out, at, scratch):
+        """Read the bytes ``lo:hi``, those from ``at`` on into ``out`` (as far
+        as it goes), the others through ``scratch``'s first
+        :data:`PASS_THROUGH` bytes; whether their checksum is ``digest``."""
+        state = checksum_state()
+        into_from = min(max(lo, at), hi)
+        into_to = min(max(lo, at + len(out)), hi)
+        for a, b, into_out in ((lo, into_from, False), (into_from, into_to, True),
+                               (into_to, hi, False)):
+            position = a
+            while position < b:
+                view = (out[position - at:b - at] if into_out
+                        else scratch[:min(b, position + PASS_THROUGH) - position])
                 self.source.read_into(position, view)
                 state.update(view)
                 position += len(view)
-        except ShortReadError:
-            raise self.error(f"truncated in section {section.index}, chunk {i}") from None
-        if state.intdigest() != chunk.checksum:
-            raise self.error(
-                f"checksum mismatch in section {section.index}, chunk {i}: damaged data")
+        return state.intdigest() == digest
 
     def read_chunk_into(self, section, i, out, buffer, *, verify=True, stored=None, skip=0,
                         whole=None):
@@ -403,10 +449,14 @@ class ContainerReader:
         """
         chunk = section.chunks[i]
         part = whole is not None
-        if (part and chunk.flag == VERBATIM and stored is None and verify
-                and not self.source.remote):  # remote: one request, not three
-            self._read_verbatim_part(section, i, skip, out, whole)
-            return
+        if part and chunk.flag == VERBATIM and verify:
+            if stored is None and not self.source.remote:  # remote: one request, not three
+                self._read_verbatim_part(section, i, skip, out, whole)
+                return
+            span = self.piece_range(section, i, skip, len(out))
+            if span is not None and (stored is None or len(stored) == span[1] - span[0]):
+                self._read_pieces_at_once(section, i, span, skip, out, whole, stored)
+                return
         if stored is not None:
             data = stored
         else:
@@ -516,15 +566,29 @@ class ContainerReader:
                    for chunk in section.chunks)
 
     def verify_section(self, section):
-        """Check every chunk's checksum (and that encoded chunks decode)."""
+        """Check every chunk's checksum and its pieces' (and that encoded
+        chunks decode)."""
         if section.is_raw:
-            for chunk, data in self._stored_chunks(section):
+            for i, (chunk, data) in enumerate(self._stored_chunks(section)):
                 self._check(section, data, chunk.checksum)
+                self._check_pieces(section, i, data)
             return
         # Decoded chunks are dropped as they come: memory stays at one chunk
-        # whatever the section's size.
-        for _ in self.iter_section_chunks(section, verify=True):
-            pass
+        # whatever the section's size. A verbatim chunk decodes to its bytes.
+        for i, data in enumerate(self.iter_section_chunks(section, verify=True)):
+            self._check_pieces(section, i, data)
+
+    def _check_pieces(self, section, i, data):
+        """Check the checksums of chunk ``i``'s pieces against its bytes."""
+        pieces = section.pieces(i)
+        if pieces is None or self.unchecked(section):
+            return
+        view = memoryview(data)
+        size = section.piece_size
+        for k, digest in enumerate(pieces):
+            if checksum(view[k * size:(k + 1) * size]) != digest:
+                raise self.error(f"checksum mismatch in section {section.index}, chunk {i}, "
+                                 f"piece {k}: the index does not match the data")
 
 
 def _ignore(item, result):

@@ -6,8 +6,8 @@ import json
 import os
 
 from .framing import END, record_header
-from .layout import (EDITED, END_MAGIC, FLAGS_AT, RECORD_SIZE, TRAILER, checksum,
-                     chunk_table_text)
+from .layout import (EDITED, END_MAGIC, FLAGS_AT, PIECE_SIZE, RECORD_SIZE, TRAILER, checksum,
+                     chunk_table_text, pieces_text, verbatim_checksums)
 
 
 def reseal(file, reader):
@@ -35,9 +35,17 @@ def reseal(file, reader):
     for section in reader.sections:
         if not reader.unchecked(section):
             continue
-        table = [[c.length, c.raw_length, checksum(source.read(c.offset, c.length)), c.flag]
-                 for c in section.chunks]
-        index["sections"][section.index]["chunks"] = chunk_table_text(table)
+        entry = index["sections"][section.index]
+        table, pieces = [], []
+        for c in section.chunks:
+            digest, chunk_pieces = verbatim_checksums(source.read(c.offset, c.length))
+            table.append([c.length, c.raw_length, digest, c.flag])
+            pieces.append(chunk_pieces)
+        entry["chunks"] = chunk_table_text(table)
+        entry.pop("pieces", None)
+        entry.pop("piece_size", None)
+        if any(p is not None for p in pieces):
+            entry["piece_size"], entry["pieces"] = PIECE_SIZE, pieces_text(pieces)
         resealed.append(section.index)
     data = json.dumps(index, separators=(",", ":")).encode()
     fd = file.fileno()

@@ -8,10 +8,11 @@ from collections import deque
 
 from .._files import local_fd
 from .._threads import get_pool, ordered_map
-from .encode import encode_chunk
+from .encode import encode_array_chunk
 from .framing import ALIGNED, DATA, END, record_header
-from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, TRAILER, VERBATIM,
-                     checksum, chunk_table_text)
+from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, PIECE_SIZE,
+                     TRAILER, VERBATIM, checksum, chunk_table_text, pieces_text,
+                     verbatim_checksums)
 
 #: Writes at least this large reserve their blocks first.
 FALLOCATE_MIN = 1 << 16
@@ -106,9 +107,10 @@ class ContainerWriter:
             Total length of ``chunks``, if known: a raw section reserves
             its blocks in the file at once.
         """
-        if codec is None and type(chunks) is tuple and len(chunks) == 1:
-            # One raw chunk (every small array): the generic path's layers
-            # would cost more than pickling the array does.
+        if (codec is None and type(chunks) is tuple and len(chunks) == 1
+                and len(chunks[0]) <= PIECE_SIZE):
+            # One small raw chunk (every small array): the generic path's
+            # layers would cost more than pickling the array does.
             n = len(chunks[0])
             digest = checksum(chunks[0])
             self._write(record_header(ALIGNED, n, self._pos))
@@ -128,20 +130,23 @@ class ContainerWriter:
         # Each encoded chunk is a record: its size is known only once it is
         # encoded, and the section is written as its chunks come.
         table = []
+        pieces = []
         first = []
 
         def work(chunk):
-            return encode_chunk(codec, chunk, typesize)
+            return encode_array_chunk(codec, chunk, typesize)
 
         def write(chunk, result):
-            stored, digest, flag = result
+            stored, digest, flag, chunk_pieces = result
             first.append(self._record(DATA, len(stored)))
             self._write(stored)
             table.append([len(stored), len(chunk), digest, flag])
+            pieces.append(chunk_pieces)
 
         ordered_map(work, (c for c in chunks if len(c)), self._n_threads, write)
         offset = first[0] if first else self._pos
-        return self._add_table(offset, table, codec, typesize, meta, records=True)
+        return self._add_table(offset, table, codec, typesize, meta, records=True,
+                               pieces=pieces)
 
     def _add_raw_chunks(self, offset, size, chunks, typesize, meta):
         start = self._pos
@@ -153,31 +158,38 @@ class ContainerWriter:
 
     def _add_raw_run(self, offset, chunks, typesize, meta):
         table = []
+        pieces = []
         if self._n_threads <= 1:
             for chunk in chunks:
                 if len(chunk):
                     # Checksummed just before it is written, the chunk is
                     # still in the CPU cache when write() copies it.
-                    digest = checksum(chunk)
+                    digest, chunk_pieces = verbatim_checksums(chunk)
                     self._write(chunk)
                     table.append([len(chunk), len(chunk), digest, VERBATIM])
-            return self._add_table(offset, table, None, typesize, meta)
+                    pieces.append(chunk_pieces)
+            return self._add_table(offset, table, None, typesize, meta, pieces=pieces)
         # A worker checksums each chunk while this thread writes it: both read
         # it at once, so it crosses from memory once, and nothing waits for a
         # checksum before writing.
         pool = get_pool(self._n_threads)
         pending = deque()
+
+        def done(n, future):
+            digest, chunk_pieces = future.result()
+            table.append([n, n, digest, VERBATIM])
+            pieces.append(chunk_pieces)
+
         for chunk in chunks:
             if len(chunk):
-                future = pool.submit(checksum, chunk)
+                future = pool.submit(verbatim_checksums, chunk)
                 self._write(chunk)
                 pending.append((len(chunk), future))
                 while pending and pending[0][1].done():
-                    n, future = pending.popleft()
-                    table.append([n, n, future.result(), VERBATIM])
+                    done(*pending.popleft())
         for n, future in pending:
-            table.append([n, n, future.result(), VERBATIM])
-        return self._add_table(offset, table, None, typesize, meta)
+            done(n, future)
+        return self._add_table(offset, table, None, typesize, meta, pieces=pieces)
 
     def add_encoded_section(self, encoded, *, codec=None, typesize=1, meta=None):
         """Append a section from chunks already passed through :func:`encode_chunk`.
@@ -198,10 +210,14 @@ class ContainerWriter:
             table.append([len(stored), raw_length, digest, flag])
         return self._add_table(offset, table, codec, typesize, meta)
 
-    def _add_table(self, offset, table, codec, typesize, meta, records=False):
-        return self._add_entry(
+    def _add_table(self, offset, table, codec, typesize, meta, records=False, pieces=None):
+        number = self._add_entry(
             offset, sum(entry[1] for entry in table), sum(entry[0] for entry in table),
             codec, typesize, chunk_table_text(table), meta, records)
+        if pieces and any(p is not None for p in pieces):
+            self._sections[number]["piece_size"] = PIECE_SIZE
+            self._sections[number]["pieces"] = pieces_text(pieces)
+        return number
 
     def _add_entry(self, offset, raw_size, stored_size, codec, typesize, table_text, meta,
                    records=False):
