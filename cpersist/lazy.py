@@ -289,7 +289,9 @@ class LazyArray:
         first = int(np.searchsorted(starts, lo, "right")) - 1
         last = int(np.searchsorted(starts, hi - 1, "right")) - 1
         chunks = section.chunks
-        verify = self._verify
+        # A raw array changed through a writable map is used as it is (see
+        # ContainerReader.unchecked), as a load uses it.
+        verify = self._verify and not reader.unchecked(section)
         direct_raw = section.is_raw and not verify
         stored = max((chunks[i].length for i in range(first, last + 1)), default=0)
         scratch = max(chunks[first].raw_length, chunks[last].raw_length)
@@ -353,7 +355,9 @@ class LazyArray:
         inner_counts = tuple(count for _, _, count in axes[split + 1:])
         dest = out.reshape((-1,) + inner_counts)
         group_strides = tuple(step * strides[k] for k, (_, step, _) in enumerate(axes))[split:]
-        verify = self._verify
+        # A raw array changed through a writable map is used as it is (see
+        # ContainerReader.unchecked), as a load uses it.
+        verify = self._verify and not reader.unchecked(section)
         stored = max((c.length for c in chunks), default=0)
         touched = sorted({i for *_, c0, c1 in groups.items for i in range(c0, c1 + 1)})
         fetched = _fetch_together(reader, section, touched,

@@ -572,3 +572,28 @@ def test_part_of_a_stored_chunk_is_checked_whole(tmp_path, monkeypatch, where, p
     with cpersist.open(path, verify=False) as f:
         got = f.arrays["obj['a']"][part]
         assert np.array_equal(got, arr[part]) == (where != "inside")
+
+
+@pytest.mark.parametrize("rows", [10_000, 300])  # chunks with piece checksums, and without
+def test_slices_of_a_file_edited_through_a_writable_map(tmp_path, rows):
+    """Raw arrays changed through ``mmap_mode='r+'`` are read as they are,
+    by every kind of slice, as a load reads them (not reported as damaged)."""
+    arr = np.random.default_rng(5).integers(0, 256, (rows, 1000), dtype=np.uint8)
+    path = tmp_path / "e.cp"
+    cpersist.dump({"a": arr}, path, chunk_size=None if rows > 1000 else 1 << 16)
+    mapped = cpersist.load(path, mmap_mode="r+")["a"]
+    mapped[rows // 2:rows // 2 + 10] = 7
+    mapped.flush()
+    del mapped
+    expected = arr.copy()
+    expected[rows // 2:rows // 2 + 10] = 7
+    assert_same_result(expected, cpersist.load(path)["a"])
+    with cpersist.open(path) as f:
+        lazy = f.arrays["obj['a']"]
+        rows_per_chunk = lazy.chunks[0][0]
+        chunk = (rows // 2) // rows_per_chunk
+        for index in [np.s_[rows // 2 - 5:rows // 2 + 20],                     # part of a chunk
+                      np.s_[chunk * rows_per_chunk:(chunk + 1) * rows_per_chunk],  # all of it
+                      np.s_[rows // 2 - 5:rows // 2 + 20, ::3],                # groups
+                      np.s_[:]]:
+            assert_same_result(expected[index], lazy[index], str(index))

@@ -449,6 +449,7 @@ class ContainerReader:
         """
         chunk = section.chunks[i]
         part = whole is not None
+        verify = verify and not self.unchecked(section)
         if part and chunk.flag == VERBATIM and verify:
             if stored is None and not self.source.remote:  # remote: one request, not three
                 self._read_verbatim_part(section, i, skip, out, whole)
