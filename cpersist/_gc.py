@@ -4,16 +4,23 @@ Reading the index or the pickle stream of a file of thousands of arrays
 allocates tens of thousands of small containers, none of them garbage until
 the caller is done; each allocation threshold crossed would otherwise scan
 all of them again (CPython's collector is generational, so a growing heap of
-live objects is rescanned by every older-generation pass). When the block
-ends, what it built is moved straight to the oldest generation (``gc.freeze``
-then ``gc.unfreeze``), so that the youngest-generation pass the pause put
-off does not scan it all at the next allocation. That move is skipped when
-the application keeps objects frozen itself (a pre-fork server), since
-``gc.unfreeze`` would thaw them too.
+live objects is rescanned by every older-generation pass). When a block that
+built many objects ends, what it built is moved straight to the oldest
+generation (``gc.freeze`` then ``gc.unfreeze``), so that the
+youngest-generation pass the pause put off does not scan it all at the next
+allocation. That move is skipped when the application keeps objects frozen
+itself (a pre-fork server), since ``gc.unfreeze`` would thaw them too.
 """
 
 import contextlib
 import gc
+
+#: Objects a block must leave in the youngest generation for the move to
+#: pay. Below, the pass it saves is short, while finding out whether the
+#: application keeps objects frozen (``gc.get_freeze_count``) walks every
+#: frozen object: tens of milliseconds in a process that froze a large heap,
+#: on every load.
+MOVE_FROM = 10_000
 
 
 @contextlib.contextmanager
@@ -26,7 +33,7 @@ def collector_paused():
     try:
         yield
     finally:
-        if not gc.get_freeze_count():
+        if gc.get_count()[0] >= MOVE_FROM and not gc.get_freeze_count():
             gc.freeze()
             gc.unfreeze()
         gc.enable()
