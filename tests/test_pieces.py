@@ -1,7 +1,9 @@
 """Checksums of the pieces of chunks kept verbatim: a slice of such a chunk
 reads and checks only the pieces it touches."""
 
+import base64
 import json
+import struct
 import subprocess
 import sys
 
@@ -180,21 +182,26 @@ def _edit_pieces(edit):
     return apply
 
 
+def _digests(field):
+    data = base64.b64decode(field)
+    return list(struct.unpack(">%dQ" % (len(data) // 8), data))
+
+
 def _flipped(fields, size):
     """Every piece checksum with its lowest bit flipped."""
-    return pieces_text([[int(f[k:k + 16], 16) ^ 1 for k in range(0, len(f), 16)]
-                        for f in fields]), size
+    return pieces_text([[d ^ 1 for d in _digests(f)] for f in fields]), size
 
 
 @pytest.mark.parametrize("edit", [
-    lambda fields, size: (",".join(fields[:-1]), size),              # a chunk missing
-    lambda fields, size: (",".join(f[:-16] for f in fields), size),  # a piece missing
-    lambda fields, size: (",".join("zz" + f[2:] for f in fields), size),
+    lambda fields, size: (",".join(fields[:-1]), size),                        # a chunk missing
+    lambda fields, size: (pieces_text([_digests(f)[:-1] for f in fields]), size),  # a piece
+    lambda fields, size: (",".join("!" + f[1:] for f in fields), size),
     lambda fields, size: (",".join(" " + f[1:] for f in fields), size),
-    lambda fields, size: (",".join(fields), size // 2),             # the wrong count
+    lambda fields, size: (",".join(f[:-4] for f in fields), size),             # cut short
+    lambda fields, size: (",".join(fields), size // 2),                       # the wrong count
     lambda fields, size: (",".join(fields), 0),
-    lambda fields, size: (fields, size),                            # not text
-], ids=["chunks", "pieces", "digits", "space", "size", "zero-size", "list"])
+    lambda fields, size: (fields, size),                                      # not text
+], ids=["chunks", "pieces", "alphabet", "space", "short", "size", "zero-size", "list"])
 def test_piece_tables_that_do_not_fit_the_chunks_are_damage(tmp_path, edit):
     arr = _noise(10_000)
     path = tmp_path / "n.cp"

@@ -18,6 +18,7 @@ format-2 dump ends.
 Nothing here reads a file: the reader hands over the bytes it read.
 """
 
+import binascii
 import json
 import struct
 from collections import namedtuple
@@ -101,10 +102,11 @@ def verbatim_checksums(data):
 
 def pieces_text(pieces):
     """The ``"pieces"`` index entry of a section: per chunk, the checksums
-    of its pieces as 16 hexadecimal digits each, run together (nothing for
-    a chunk without), the chunks' fields separated by commas. A reader
-    finds one chunk's field without parsing the others'."""
-    return ",".join("" if p is None else "".join(["%016x" % d for d in p]) for p in pieces)
+    of its pieces as 8-byte big-endian integers in base64 (nothing for a
+    chunk without), the chunks' fields separated by commas. A reader finds
+    one chunk's field without decoding the others'."""
+    return ",".join("" if p is None else binascii.b2a_base64(
+        struct.pack(">%dQ" % len(p), *p), newline=False).decode("ascii") for p in pieces)
 
 
 #: One chunk of a section, as its chunk table describes it: where its bytes
@@ -180,10 +182,10 @@ class Section:
         chunk = self.chunks[i]
         n = -(-chunk.length // self.piece_size)
         try:
-            digests = bytes.fromhex(field)
-        except ValueError:
+            digests = binascii.a2b_base64(field, strict_mode=True)
+        except (binascii.Error, ValueError):
             digests = b""
-        if chunk.flag != VERBATIM or len(field) != 16 * n or len(digests) != 8 * n:
+        if chunk.flag != VERBATIM or len(digests) != 8 * n:
             raise _bad_pieces(self, name)
         return list(struct.unpack(">%dQ" % n, digests))
 
