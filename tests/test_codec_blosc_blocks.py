@@ -28,6 +28,16 @@ def _chunks():
     return [("walk", walk.view(np.uint8), 4), ("noise", noise, 1), ("zeros", zeros.view(np.uint8), 8)]
 
 
+def _block_chunks(codec):
+    """(name, raw bytes, encoded chunk, block size) of the chunks of
+    :func:`_chunks` that ``codec`` stores as Blosc chunks."""
+    for name, raw, typesize in _chunks():
+        encoded = bytes(codec.encode(memoryview(raw), typesize=typesize))
+        if encoded[:4] == b"\x28\xb5\x2f\xfd":
+            continue  # zstd-auto kept a plain zstd frame: no blocks
+        yield name, raw, encoded, blosc2().get_cbuffer_sizes(encoded)[2]
+
+
 def test_the_shipped_library_is_used():
     """Otherwise parts of chunks decode one at a time, holding the GIL."""
     assert blosc_blocks._load()
@@ -36,12 +46,7 @@ def test_the_shipped_library_is_used():
 @pytest.mark.parametrize("codec_id", BLOSC_CODECS)
 @pytest.mark.parametrize("n_threads", [1, 2, 3])
 def test_blocks_decode_as_a_full_decode(codec_id, n_threads):
-    codec = get_codec(codec_id)
-    for name, raw, typesize in _chunks():
-        encoded = bytes(codec.encode(memoryview(raw), typesize=typesize))
-        if encoded[:4] == b"\x28\xb5\x2f\xfd":
-            continue  # zstd-auto kept a plain zstd frame: no blocks
-        blocksize = blosc2().get_cbuffer_sizes(encoded)[2]
+    for name, raw, encoded, blocksize in _block_chunks(get_codec(codec_id)):
         nblocks = -(-raw.size // blocksize)
         for first, last in ((0, 0), (0, nblocks - 1), (nblocks - 1, nblocks - 1),
                             (1, min(3, nblocks - 1)), (nblocks // 2, nblocks - 1)):
@@ -63,12 +68,7 @@ def _ranges(size, blocksize, typesize):
 
 @pytest.mark.parametrize("codec_id", BLOSC_CODECS)
 def test_ranges_decode_straight_into_the_result(codec_id):
-    codec = get_codec(codec_id)
-    for name, raw, typesize in _chunks():
-        encoded = bytes(codec.encode(memoryview(raw), typesize=typesize))
-        if encoded[:4] == b"\x28\xb5\x2f\xfd":
-            continue  # zstd-auto kept a plain zstd frame: no blocks
-        blocksize = blosc2().get_cbuffer_sizes(encoded)[2]
+    for name, raw, encoded, blocksize in _block_chunks(get_codec(codec_id)):
         item = encoded[3]
         for lo, hi in _ranges(raw.size, blocksize, item):
             out = bytearray(b"\xee" * (hi - lo))
