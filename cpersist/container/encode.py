@@ -29,11 +29,8 @@ def encode_chunk(codec, chunk, typesize=1):
     a probe says compressing will not pay, or when the result does not
     shrink: reading it back is then a plain copy.
     """
-    pays, hint = (False, None) if codec is None else _probe(codec, chunk, typesize)
-    if not pays:
-        return chunk, checksum(chunk), VERBATIM
-    encoded = codec.encode(chunk, typesize, hint)
-    if len(encoded) >= len(chunk):
+    encoded = _compressed(codec, chunk, typesize)
+    if encoded is None:
         return chunk, checksum(chunk), VERBATIM
     return encoded, checksum(encoded), ENCODED
 
@@ -43,13 +40,20 @@ def encode_array_chunk(codec, chunk, typesize=1):
     checksum, flag, pieces)``, ``pieces`` being the checksums of the pieces
     of a chunk kept verbatim (see :func:`.layout.verbatim_checksums`), or
     None."""
+    encoded = _compressed(codec, chunk, typesize)
+    if encoded is None:
+        digest, pieces = verbatim_checksums(chunk)
+        return chunk, digest, VERBATIM, pieces
+    return encoded, checksum(encoded), ENCODED, None
+
+
+def _compressed(codec, chunk, typesize):
+    """``chunk`` encoded with ``codec``, or None if it is to be kept verbatim."""
     pays, hint = (False, None) if codec is None else _probe(codec, chunk, typesize)
-    if pays:
-        encoded = codec.encode(chunk, typesize, hint)
-        if len(encoded) < len(chunk):
-            return encoded, checksum(encoded), ENCODED, None
-    digest, pieces = verbatim_checksums(chunk)
-    return chunk, digest, VERBATIM, pieces
+    if not pays:
+        return None
+    encoded = codec.encode(chunk, typesize, hint)
+    return encoded if len(encoded) < len(chunk) else None
 
 
 def _probe(codec, chunk, typesize):
