@@ -5,11 +5,10 @@ of arrays are compressed on a thread pool while the calling thread writes
 them in order (:func:`ordered_map`); loads of compressed sections and the
 pickle stream of a dump have every thread, the calling one included, claim
 chunks and do all the work on them (:func:`run_claimed`). A checksum on
-the pool overlaps the calling thread's reads and writes; xxhash releases
-the GIL only on inputs over 64 KiB (from version 4; before, its one-shot
-functions held it), and checksums of data that is not in the CPU's caches
-are bound by memory bandwidth, so spreading checksums alone over more
-threads gains little.
+the pool overlaps the calling thread's reads and writes; xxhash 4 and later
+release the GIL only on inputs over 64 KiB (xxhash 3 holds it), and
+checksums of data that is not in the CPU's caches are bound by memory
+bandwidth, so spreading checksums alone over more threads gains little.
 """
 
 import itertools

@@ -289,8 +289,8 @@ class LazyArray:
         first = int(np.searchsorted(starts, lo, "right")) - 1
         last = int(np.searchsorted(starts, hi - 1, "right")) - 1
         chunks = section.chunks
-        # A raw array changed through a writable map is used as it is (see
-        # ContainerReader.unchecked), as a load uses it.
+        # A raw array changed through a writable map has no checksums to hold
+        # (ContainerReader.unchecked): only its selected bytes are read.
         verify = self._verify and not reader.unchecked(section)
         direct_raw = section.is_raw and not verify
         stored = max((chunks[i].length for i in range(first, last + 1)), default=0)
@@ -355,9 +355,7 @@ class LazyArray:
         inner_counts = tuple(count for _, _, count in axes[split + 1:])
         dest = out.reshape((-1,) + inner_counts)
         group_strides = tuple(step * strides[k] for k, (_, step, _) in enumerate(axes))[split:]
-        # A raw array changed through a writable map is used as it is (see
-        # ContainerReader.unchecked), as a load uses it.
-        verify = self._verify and not reader.unchecked(section)
+        verify = self._verify
         stored = max((c.length for c in chunks), default=0)
         touched = sorted({i for *_, c0, c1 in groups.items for i in range(c0, c1 + 1)})
         fetched = _fetch_together(reader, section, touched,
