@@ -18,8 +18,8 @@ import gc
 #: Objects a block must leave in the youngest generation for the move to
 #: pay. Below, the pass it saves is short, while finding out whether the
 #: application keeps objects frozen (``gc.get_freeze_count``) walks every
-#: frozen object: tens of milliseconds in a process that froze a large heap,
-#: on every load.
+#: frozen object, which in a process that froze a large heap costs more than
+#: a small load itself.
 MOVE_FROM = 10_000
 
 
