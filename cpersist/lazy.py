@@ -285,106 +285,143 @@ class LazyArray:
     def _read_span(self, bound, span, out):
         """Fill ``out`` with the stored bytes ``span[0]:span[1]``."""
         lo, hi = span
-        reader, section, starts = bound.reader, bound.section, bound.starts
+        starts = bound.starts
         first = int(np.searchsorted(starts, lo, "right")) - 1
         last = int(np.searchsorted(starts, hi - 1, "right")) - 1
-        chunks = section.chunks
-        # A raw array changed through a writable map has no checksums to hold
-        # (ContainerReader.unchecked): only its selected bytes are read.
-        verify = self._verify and not reader.unchecked(section)
-        direct_raw = section.is_raw and not verify
-        stored = max((chunks[i].length for i in range(first, last + 1)), default=0)
-        scratch = max(chunks[first].raw_length, chunks[last].raw_length)
-
-        def needed(i):
-            # The bytes of chunk i to fetch: only the part selected of a
-            # verbatim chunk read unchecked, the pieces holding it of one
-            # with piece checksums, else all of it.
-            a, b = max(lo, int(starts[i])), min(hi, int(starts[i + 1]))
-            if direct_raw:
-                return chunks[i].offset + a - int(starts[i]), b - a
-            if verify and chunks[i].flag == VERBATIM and b - a < chunks[i].raw_length:
-                span = reader.piece_range(section, i, a - int(starts[i]), b - a)
-                if span is not None:
-                    return chunks[i].offset + span[0], span[1] - span[0]
-            return chunks[i].offset, chunks[i].length
-
-        fetched = _fetch_together(reader, section, range(first, last + 1), needed)
+        parts = _ChunkParts(bound, self._verify, {
+            i: (max(lo, int(starts[i])), min(hi, int(starts[i + 1])))
+            for i in range(first, last + 1)})
 
         def task(claims):
-            buffer = scratch_buffer = None
+            held = parts.buffers()
             try:
                 for k in claims:
-                    i = first + k
-                    start, end = int(starts[i]), int(starts[i + 1])
-                    a, b = max(lo, start), min(hi, end)
-                    target = out[a - lo:b - lo]
-                    got = fetched.get(i)
-                    if direct_raw:
-                        if got is None:
-                            _read_raw(reader, section, i, a - start, target)
-                        else:
-                            target[:] = got
-                        continue
-                    if buffer is None and chunks[i].flag != VERBATIM and got is None:
-                        buffer = READ_BUFFERS.take(stored)
-                    if (a, b) == (start, end):
-                        reader.read_chunk_into(section, i, target, buffer, verify=verify,
-                                               stored=got)
-                        continue
-                    if scratch_buffer is None:
-                        scratch_buffer = READ_BUFFERS.take(scratch)
-                    # Part of a chunk: the codec decodes no more than it must.
-                    reader.read_chunk_into(section, i, target, buffer, verify=verify,
-                                           stored=got, skip=a - start,
-                                           whole=memoryview(scratch_buffer)[:end - start])
+                    a, b = parts.spans[first + k]
+                    parts.read(first + k, a, b, out[a - lo:b - lo], held)
             finally:
-                for taken in (buffer, scratch_buffer):
-                    if taken is not None:
-                        READ_BUFFERS.give(taken)
+                parts.give_back(held)
 
         run_claimed(task, last - first + 1, self._n_threads)
 
     def _read_groups(self, bound, axes, strides, out):
         """Fill ``out`` with the elements ``axes`` select, group by group."""
-        reader, section, starts = bound.reader, bound.section, bound.starts
-        chunks = section.chunks
+        starts = bound.starts
         groups = _groups(axes, strides, self.itemsize, starts,
-                         max(c.raw_length for c in chunks))
+                         max(c.raw_length for c in bound.section.chunks))
         split = groups.split
         inner_counts = tuple(count for _, _, count in axes[split + 1:])
         dest = out.reshape((-1,) + inner_counts)
         group_strides = tuple(step * strides[k] for k, (_, step, _) in enumerate(axes))[split:]
-        verify = self._verify
-        stored = max((c.length for c in chunks), default=0)
-        touched = sorted({i for *_, c0, c1 in groups.items for i in range(c0, c1 + 1)})
-        fetched = _fetch_together(reader, section, touched,
-                                  lambda i: (chunks[i].offset, chunks[i].length))
+        spans = {}
+        for *_, lo, hi, c0, c1 in groups.items:
+            for i in range(c0, c1 + 1):
+                a, b = max(lo, int(starts[i])), min(hi, int(starts[i + 1]))
+                if i in spans:  # read by several groups: fetched once for all
+                    a, b = min(a, spans[i][0]), max(b, spans[i][1])
+                spans[i] = a, b
+        parts = _ChunkParts(bound, self._verify, spans)
 
         def task(claims):
-            buffer = READ_BUFFERS.take(stored) if not section.is_raw and not fetched else None
+            held = parts.buffers()
             scratch = bytearray(0)
             try:
                 for g in claims:
-                    position, count, first_byte, c0, c1 = groups.items[g]
-                    origin = int(starts[c0])
-                    need = int(starts[c1 + 1]) - origin
-                    if len(scratch) < need:
-                        scratch = bytearray(need)
+                    position, count, first_byte, lo, hi, c0, c1 = groups.items[g]
+                    if len(scratch) < hi - lo:
+                        scratch = bytearray(hi - lo)
                     view = memoryview(scratch)
                     for i in range(c0, c1 + 1):
-                        a = int(starts[i]) - origin
-                        reader.read_chunk_into(section, i, view[a:a + chunks[i].raw_length],
-                                               buffer, verify=verify, stored=fetched.get(i))
+                        a, b = max(lo, int(starts[i])), min(hi, int(starts[i + 1]))
+                        parts.read(i, a, b, view[a - lo:b - lo], held)
                     selected = np.ndarray((count,) + inner_counts, dtype=self.dtype,
-                                          buffer=scratch, offset=first_byte - origin,
+                                          buffer=scratch, offset=first_byte - lo,
                                           strides=group_strides)
                     dest[position:position + count] = selected
             finally:
-                if buffer is not None:
-                    READ_BUFFERS.give(buffer)
+                parts.give_back(held)
 
         run_claimed(task, len(groups.items), self._n_threads)
+
+
+class _ChunkParts:
+    """Reads parts of the chunks of one section for one slice.
+
+    ``spans`` maps each chunk to read to the stored bytes ``(a, b)`` of the
+    section wanted from it (the union, if several parts of it are read).
+    From a remote source, what those need of each chunk is fetched at once
+    (neighbouring ranges in one request); each part is then checked and
+    decoded with no more of its chunk than the codec must decode.
+    """
+
+    def __init__(self, bound, verify, spans):
+        reader, section = self.reader, self.section = bound.reader, bound.section
+        self.starts = bound.starts
+        self.spans = spans
+        # A raw array changed through a writable map has no checksums to hold
+        # (ContainerReader.unchecked): only its selected bytes are read.
+        self.verify = verify and not reader.unchecked(section)
+        self.direct_raw = section.is_raw and not self.verify
+        chunks = section.chunks
+        self._stored = max(chunks[i].length for i in spans)
+        self._whole = max(chunks[i].raw_length for i in spans)
+        ranges = {i: self._stored_range(i, a, b) for i, (a, b) in spans.items()}
+        got = _fetch_together(reader, section, sorted(spans),
+                              lambda i: (chunks[i].offset + ranges[i][0],
+                                         ranges[i][1] - ranges[i][0]))
+        self._fetched = {i: (ranges[i][0], data) for i, data in got.items()}
+
+    def _stored_range(self, i, a, b):
+        """``(lo, hi)``, from the chunk's start: the stored bytes of chunk
+        ``i`` that reading the section's bytes ``a:b`` needs. Only those of
+        a verbatim chunk read unchecked, the pieces holding them of one with
+        piece checksums, else all of it."""
+        start = int(self.starts[i])
+        chunk = self.section.chunks[i]
+        if self.direct_raw:
+            return a - start, b - start
+        if self.verify and chunk.flag == VERBATIM and b - a < chunk.raw_length:
+            span = self.reader.piece_range(self.section, i, a - start, b - a)
+            if span is not None:
+                return span
+        return 0, chunk.length
+
+    def buffers(self):
+        """A thread's buffers for :meth:`read`: taken when first needed."""
+        return [None, None]
+
+    def give_back(self, held):
+        for buffer in held:
+            if buffer is not None:
+                READ_BUFFERS.give(buffer)
+
+    def read(self, i, a, b, target, held):
+        """Read the section's stored bytes ``a:b``, all in chunk ``i``, into
+        ``target``, with the calling thread's buffers ``held``."""
+        reader, section = self.reader, self.section
+        start, end = int(self.starts[i]), int(self.starts[i + 1])
+        got = self._fetched.get(i)
+        if got is not None:
+            # What the part needs lies within what was fetched for the chunk
+            # (the ranges grow with the part).
+            origin, data = got
+            lo, hi = self._stored_range(i, a, b)
+            got = memoryview(data)[lo - origin:hi - origin]
+        if self.direct_raw:
+            if got is None:
+                _read_raw(reader, section, i, a - start, target)
+            else:
+                target[:] = got
+            return
+        if held[0] is None and section.chunks[i].flag != VERBATIM and got is None:
+            held[0] = READ_BUFFERS.take(self._stored)
+        if (a, b) == (start, end):
+            reader.read_chunk_into(section, i, target, held[0], verify=self.verify, stored=got)
+            return
+        if held[1] is None:
+            held[1] = READ_BUFFERS.take(self._whole)
+        # Part of a chunk: the codec decodes no more than it must.
+        reader.read_chunk_into(section, i, target, held[0], verify=self.verify, stored=got,
+                               skip=a - start, whole=memoryview(held[1])[:end - start])
 
 
 def _read_block(lazy, index):
@@ -488,16 +525,17 @@ def _groups(axes, strides, itemsize, starts, largest_chunk):
     position holding the elements the later axes select (a run at most one
     chunk long). A group is consecutive positions along axis ``split``, with
     the same indices on the axes before it, that start in one chunk; it is
-    read by decoding the chunks from that one to the one holding its last
-    byte, so a group never needs more than about three chunks.
+    read as the stored bytes from its lowest selected byte to its highest,
+    which lie in about three chunks at most.
 
     Returns
     -------
     _Groups
-        ``split``, and ``items``: ``(position, count, first_byte, c0, c1)``
-        per group: its first position in the C-order list of positions,
-        how many, the stored byte of its first selected element, and the
-        range of chunks it reads.
+        ``split``, and ``items``: ``(position, count, first_byte, lo, hi,
+        c0, c1)`` per group: its first position in the C-order list of
+        positions, how many, the stored byte of its first selected element,
+        the stored bytes ``lo:hi`` its elements lie in, and the range of
+        chunks those are in.
     """
     ndim = len(axes)
     split = next(k for k in range(ndim) if strides[k] <= largest_chunk)
@@ -527,7 +565,7 @@ def _groups(axes, strides, itemsize, starts, largest_chunk):
             hi = run0 + max(ja * d, (jb - 1) * d) + (inner_hi - inner_lo)
             c0 = int(np.searchsorted(starts, lo, "right")) - 1
             c1 = min(int(np.searchsorted(starts, hi - 1, "right")) - 1, n_chunks - 1)
-            items.append((p * count_s + ja, jb - ja, base + ja * d + first_inner, c0, c1))
+            items.append((p * count_s + ja, jb - ja, base + ja * d + first_inner, lo, hi, c0, c1))
     groups = _Groups()
     groups.split, groups.items = split, items
     return groups

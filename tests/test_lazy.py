@@ -121,6 +121,31 @@ def test_larger_arrays_every_codec(tmp_path, compress, layout):
                 assert_same_result(arr[index], lazy[index], f"{chunk_size} {index}")
 
 
+@pytest.mark.parametrize("compress", COMPRESSIONS)
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_selections_of_parts_of_large_chunks_every_codec(tmp_path, compress, order):
+    """Non-contiguous selections of a few rows read only part of each chunk
+    (a codec decodes what holds the rows): chunks of many Blosc blocks, a
+    part inside a chunk and a part across two, on one thread and two."""
+    rng = np.random.default_rng(5)
+    arr = np.cumsum(rng.integers(-2, 3, size=(6000, 250)), axis=1).astype(np.int32)  # 6 MB
+    if order == "F":
+        arr = np.asfortranarray(arr.T)
+    path = tmp_path / "p.cp"
+    cpersist.dump({"a": arr}, path, compress=compress)
+    for n_threads in (1, 2):
+        with cpersist.open(path, n_threads=n_threads) as f:
+            lazy = f.arrays["obj['a']"]
+            rows = lazy.chunks[0 if order == "C" else 1][0]
+            assert rows < 6000  # several chunks
+            for a, b in [(rows // 3, rows // 3 + 400), (rows - 150, rows + 250)]:
+                for index in [np.s_[a:b, 5:10], np.s_[a:b:3, ::-2], np.s_[b:a:-1, 7],
+                              np.s_[a:b:2]]:
+                    if order == "F":  # the same rows, the slowest axis being the last
+                        index = index[::-1] if isinstance(index, tuple) else (slice(None), index)
+                    assert_same_result(arr[index], lazy[index], f"{n_threads} {index}")
+
+
 def test_rows_per_chunk_geometry(tmp_path):
     """Chunks hold whole rows of the slowest axis; lazy.chunks follows them."""
     for arr in (np.zeros((1000, 7)), np.asfortranarray(np.zeros((7, 1000))),

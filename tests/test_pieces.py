@@ -24,6 +24,15 @@ from .conftest import assert_same_result
 
 ROW = 1000  # bytes per row of the arrays below
 
+#: Selections of the rows ``part`` of the arrays below: contiguous in the
+#: stored bytes, or not (read group by group).
+SELECTIONS = {
+    "rows": lambda part: part,
+    "columns": lambda part: (part, slice(5, 10)),
+    "reversed columns": lambda part: (part, slice(None, None, -3)),
+    "every other row": lambda part: slice(part.start, part.stop, 2),
+}
+
 
 def _noise(rows, seed=0):
     """Random bytes: kept verbatim even when compression is asked for."""
@@ -95,7 +104,13 @@ def test_slices_through_pieces_equal_numpy(tmp_path_factory, compress, order, da
     n = arr.shape[axis]
     start = data.draw(st.integers(0, n - 1))
     stop = data.draw(st.integers(start + 1, min(n, start + 3000)))
-    index = (slice(start, stop),) if axis == 0 else (slice(None), slice(start, stop))
+    # A step, or a part of the other axis, makes the selection
+    # non-contiguous in the stored bytes.
+    step = data.draw(st.sampled_from([1, 1, 2, 7, -1, -3]))
+    slow = slice(start, stop, step) if step > 0 else slice(stop - 1, start - 1 or None, step)
+    other = data.draw(st.sampled_from([slice(None), slice(5, 10), slice(None, None, -3),
+                                       slice(400, 300, -1), 17]))
+    index = (slow, other) if axis == 0 else (other, slow)
     with cpersist.open(path) as f:
         assert_same_result(arr[index], f.arrays["obj['a']"][index])
 
@@ -114,14 +129,15 @@ def _reads(monkeypatch):
 
 
 @pytest.mark.parametrize("compress", [0, 3])
-def test_a_slice_reads_only_the_pieces_it_touches(tmp_path, monkeypatch, compress):
+@pytest.mark.parametrize("selection", SELECTIONS)
+def test_a_slice_reads_only_the_pieces_it_touches(tmp_path, monkeypatch, compress, selection):
     arr, path, chunk = _noise_file(tmp_path, compress)
     with cpersist.open(path) as f:
         lazy = f.arrays["obj['a']"]
         rows = lazy.chunks[0][0]
-        part = slice(rows + 1234, rows + 1234 + 600)  # 600 KB inside chunk 1
+        index = SELECTIONS[selection](slice(rows + 1234, rows + 1234 + 600))  # 600 KB, chunk 1
         reads = _reads(monkeypatch)
-        assert_same_result(arr[part], lazy[part])
+        assert_same_result(arr[index], lazy[index])
     in_chunk = sum(length for offset, length in reads
                    if chunk.offset <= offset < chunk.offset + chunk.length)
     assert 600 * ROW <= in_chunk <= 600 * ROW + 2 * PIECE_SIZE
@@ -135,11 +151,12 @@ def _flip(path, offset):
 
 
 @pytest.mark.parametrize("compress", [0, 3])
-def test_damage_in_a_piece_read_is_caught_and_named(tmp_path, compress):
+@pytest.mark.parametrize("selection", SELECTIONS)
+def test_damage_in_a_piece_read_is_caught_and_named(tmp_path, compress, selection):
     arr, path, chunk = _noise_file(tmp_path, compress)
     with cpersist.open(path) as f:
         rows = f.arrays["obj['a']"].chunks[0][0]
-    part = slice(rows + 1000, rows + 1100)  # bytes 1,000,000-1,100,000 of chunk 1
+    part = SELECTIONS[selection](slice(rows + 1000, rows + 1100))  # bytes 1.0-1.1 MB of chunk 1
     # Outside the part, inside piece 3 (786,432-1,048,575), which the slice reads.
     _flip(path, chunk.offset + 900_000)
     with cpersist.open(path) as f:
@@ -151,7 +168,8 @@ def test_damage_in_a_piece_read_is_caught_and_named(tmp_path, compress):
 
 
 @pytest.mark.parametrize("compress", [0, 3])
-def test_damage_in_a_piece_not_read_is_left_to_whole_reads(tmp_path, compress):
+@pytest.mark.parametrize("selection", SELECTIONS)
+def test_damage_in_a_piece_not_read_is_left_to_whole_reads(tmp_path, compress, selection):
     """A slice vouches for the pieces it reads; a load, a whole chunk and
     verify check the rest."""
     arr, path, chunk = _noise_file(tmp_path, compress)
@@ -159,7 +177,8 @@ def test_damage_in_a_piece_not_read_is_left_to_whole_reads(tmp_path, compress):
     with cpersist.open(path) as f:
         lazy = f.arrays["obj['a']"]
         rows = lazy.chunks[0][0]
-        assert_same_result(arr[rows + 10:rows + 20], lazy[rows + 10:rows + 20])
+        index = SELECTIONS[selection](slice(rows + 10, rows + 20))
+        assert_same_result(arr[index], lazy[index])
         with pytest.raises(cpersist.CorruptFileError, match="chunk 1: damaged|chunk 1, piece"):
             lazy[rows:2 * rows]
     with pytest.raises(cpersist.CorruptFileError, match="checksum mismatch"):
@@ -270,7 +289,8 @@ def memory_url():
 
 @pytest.mark.parametrize("compress", [0, 3])
 @pytest.mark.parametrize("where", ["inside", "across"])
-def test_remote_slices_fetch_only_the_pieces(memory_url, compress, where):
+@pytest.mark.parametrize("selection", SELECTIONS)
+def test_remote_slices_fetch_only_the_pieces(memory_url, compress, where, selection):
     """From remote storage, a slice of verbatim chunks fetches the pieces
     holding it (in one request per run of them), not the whole chunks."""
     arr = _noise(10_000)
@@ -278,8 +298,8 @@ def test_remote_slices_fetch_only_the_pieces(memory_url, compress, where):
     with cpersist.open(memory_url) as f:
         lazy = f.arrays["obj['a']"]
         rows = lazy.chunks[0][0]
-        part = {"inside": slice(rows + 1234, rows + 1834),
-                "across": slice(2 * rows - 300, 2 * rows + 300)}[where]
+        part = SELECTIONS[selection]({"inside": slice(rows + 1234, rows + 1834),
+                                      "across": slice(2 * rows - 300, 2 * rows + 300)}[where])
         source = lazy._bind().reader.source
         fetched = []
         real_into, real_ranges = source.read_into, source.read_ranges
@@ -294,7 +314,8 @@ def test_remote_slices_fetch_only_the_pieces(memory_url, compress, where):
 
 
 @pytest.mark.parametrize("where", ["inside", "across"])
-def test_remote_damage_in_a_piece_fetched_is_caught(memory_url, where):
+@pytest.mark.parametrize("selection", SELECTIONS)
+def test_remote_damage_in_a_piece_fetched_is_caught(memory_url, where, selection):
     import fsspec
 
     arr = _noise(10_000)
@@ -303,8 +324,8 @@ def test_remote_damage_in_a_piece_fetched_is_caught(memory_url, where):
         lazy = f.arrays["obj['a']"]
         rows = lazy.chunks[0][0]
         chunk = lazy._bind().section.chunks[1]
-    part = {"inside": slice(rows + 1000, rows + 1100),
-            "across": slice(rows - 100, rows + 1100)}[where]
+    part = SELECTIONS[selection]({"inside": slice(rows + 1000, rows + 1100),
+                                  "across": slice(rows - 100, rows + 1100)}[where])
     fs = fsspec.filesystem("memory")
     path = memory_url[len("memory://"):]
     data = bytearray(fs.cat_file(path))
