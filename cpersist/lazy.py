@@ -346,11 +346,12 @@ class LazyArray:
 class _ChunkParts:
     """Reads parts of the chunks of one section for one slice.
 
-    ``spans`` maps each chunk to read to the stored bytes ``(a, b)`` of the
-    section wanted from it (the union, if several parts of it are read).
-    From a remote source, what those need of each chunk is fetched at once
-    (neighbouring ranges in one request); each part is then checked and
-    decoded with no more of its chunk than the codec must decode.
+    ``spans`` maps each chunk to read to the array's bytes ``(a, b)``,
+    counted in stored order, wanted from it (their union, if several parts
+    of it are read). From a remote source, what those need of each chunk's
+    bytes in the file is fetched at once (neighbouring ranges in one
+    request); each part is then checked and decoded with no more of its
+    chunk than the codec must decode.
     """
 
     def __init__(self, bound, verify, spans):
@@ -371,9 +372,9 @@ class _ChunkParts:
         self._fetched = {i: (ranges[i][0], data) for i, data in got.items()}
 
     def _stored_range(self, i, a, b):
-        """``(lo, hi)``, from the chunk's start: the stored bytes of chunk
-        ``i`` that reading the section's bytes ``a:b`` needs. Only those of
-        a verbatim chunk read unchecked, the pieces holding them of one with
+        """``(lo, hi)``: the bytes of chunk ``i`` in the file, from its
+        start, that reading the array's bytes ``a:b`` needs. Only those of a
+        verbatim chunk read unchecked, the pieces holding them of one with
         piece checksums, else all of it."""
         start = int(self.starts[i])
         chunk = self.section.chunks[i]
@@ -395,7 +396,7 @@ class _ChunkParts:
                 READ_BUFFERS.give(buffer)
 
     def read(self, i, a, b, target, held):
-        """Read the section's stored bytes ``a:b``, all in chunk ``i``, into
+        """Read the array's bytes ``a:b``, all in chunk ``i``, into
         ``target``, with the calling thread's buffers ``held``."""
         reader, section = self.reader, self.section
         start, end = int(self.starts[i]), int(self.starts[i + 1])
