@@ -1,8 +1,9 @@
 """Where each array of a dump sits in the object, found on the object itself.
 
-A file of many arrays records each array's path in its section's ``meta``
-(``"path"``), so that listing the file (``cpersist.open(...).arrays``) reads
-the paths from the index instead of walking the pickle stream. They are
+A file of arrays in plain containers records each array's path in its
+section's ``meta`` (``"path"``), so that listing the file
+(``cpersist.open(...).arrays``) reads the paths from the index instead of
+walking the pickle stream. They are
 found at dump time by a breadth-first pass over the object, which gives the
 paths :mod:`cpersist._paths` would find in the stream only when the object
 is made of plain dicts, lists and tuples around the arrays and literals: for

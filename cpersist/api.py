@@ -31,9 +31,10 @@ PICKLE_CHUNK_SIZE = 1 << 20
 INLINE_BELOW = 64 << 10
 #: Files of at least this many array sections record each array's path in
 #: the index (when the object is plain containers around its arrays), so
-#: that listing them need not walk their pickle stream; for fewer, the walk
-#: costs less than a millisecond.
-RECORD_PATHS_FROM = 64
+#: that listing them reads no more than the index: reading and walking the
+#: pickle stream would cost about as much again as opening the file, a
+#: large share of a small slice of a file opened for it.
+RECORD_PATHS_FROM = 1
 
 
 def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=None,

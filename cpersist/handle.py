@@ -150,8 +150,9 @@ class FileHandle:
         finder cannot place is listed as ``"<section N>"``. Built from the
         index and the pickle stream's opcodes, without unpickling: nothing
         the file names is imported or called, so listing a file you do not
-        trust is safe. (A file of many arrays records their paths in its
-        index, which is then all that is read.) Small arrays a compressed file keeps inside its
+        trust is safe. (A dump of plain dicts, lists and tuples around its
+        arrays records their paths in its index, which is then all that is
+        read.) Small arrays a compressed file keeps inside its
         pickle stream are not listed (``cpersist info`` shows them).
         """
         if self._arrays is None:
@@ -233,8 +234,8 @@ _MAX_RECORDED_PATH = 4096
 
 
 def _recorded_paths(reader):
-    """``{section: path}`` from the index, where a dump of many arrays
-    records them (:mod:`cpersist._object_paths`), or None.
+    """``{section: path}`` from the index, where a dump records them
+    (:mod:`cpersist._object_paths`), or None.
 
     Used only if every array section has a path and no two are the same;
     otherwise the pickle stream is walked. Paths are labels, nothing more:

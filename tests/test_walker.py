@@ -354,14 +354,16 @@ def test_paths_recorded_at_dump_are_the_walk_s(tmp_path_factory, tree, protocol)
     assert sorted(recorded.values()) == sorted(_expected_paths(obj))
 
 
-def test_paths_recorded_only_for_many_arrays(tmp_path):
-    few = {f"k{i}": np.arange(3.0) + i for i in range(63)}
-    cpersist.dump(few, tmp_path / "few.cp")
-    assert _recorded(tmp_path / "few.cp") is None
-    many = {**few, "last": np.arange(2)}
+def test_paths_recorded_for_arrays_in_plain_containers(tmp_path):
+    one = {"w": np.arange(3.0)}
+    cpersist.dump(one, tmp_path / "one.cp")
+    assert _recorded(tmp_path / "one.cp") == {0: "obj['w']"}
+    cpersist.dump(np.arange(4), tmp_path / "bare.cp")
+    assert _recorded(tmp_path / "bare.cp") == {0: "obj"}
+    many = {f"k{i}": np.arange(3.0) + i for i in range(64)}
     cpersist.dump(many, tmp_path / "many.cp")
     assert _recorded(tmp_path / "many.cp") == {i: f"obj[{k!r}]" for i, k in enumerate(many)}
-    # Compressed: small arrays are in the stream, not sections, and are not counted.
+    # Compressed: small arrays are in the stream, not sections: nothing to record.
     cpersist.dump(many, tmp_path / "many-z.cp", compress=3)
     assert _recorded(tmp_path / "many-z.cp") is None
     big = {f"k{i}": np.arange(20000.0) + i for i in range(70)}
@@ -370,7 +372,8 @@ def test_paths_recorded_only_for_many_arrays(tmp_path):
     # What the pass does not model records nothing: the stream is walked.
     for other in ({**many, "m": make_matrix(np.ones((2, 2)))}, [many, {1, 2}],
                   {**many, "h": Holder()}, {**many, b"bytes": 1},
-                  {**many, "f": np.asfortranarray(np.ones((300, 300)))}):
+                  {**many, "f": np.asfortranarray(np.ones((300, 300)))},
+                  Holder(), [one, {1, 2}]):
         cpersist.dump(other, tmp_path / "other.cp")
         recorded = _recorded(tmp_path / "other.cp")
         assert recorded is None or recorded == array_paths(_pickle_stream(tmp_path / "other.cp"))
