@@ -402,8 +402,8 @@ class _ChunkParts:
         start, end = int(self.starts[i]), int(self.starts[i + 1])
         got = self._fetched.get(i)
         if got is not None:
-            # What the part needs lies within what was fetched for the chunk
-            # (the ranges grow with the part).
+            # The fetch covered the union of the chunk's parts, so it holds
+            # the range this part needs.
             origin, data = got
             lo, hi = self._stored_range(i, a, b)
             got = memoryview(data)[lo - origin:hi - origin]
