@@ -100,6 +100,15 @@ def verbatim_checksums(data):
     return state.intdigest(), pieces
 
 
+def piece_fields(pieces):
+    """The index keys of a section whose chunks have the checksums
+    ``pieces`` (a list per chunk, or None): ``piece_size`` and ``pieces``,
+    or none at all when no chunk has any."""
+    if not any(p is not None for p in pieces):
+        return {}
+    return {"piece_size": PIECE_SIZE, "pieces": pieces_text(pieces)}
+
+
 def pieces_text(pieces):
     """The ``"pieces"`` index entry of a section: per chunk, the checksums
     of its pieces as 8-byte big-endian integers in base64 (nothing for a

@@ -403,11 +403,10 @@ class ContainerReader:
                 raise self.error(f"truncated in section {section.index}, chunk {i}") from None
         view = memoryview(data)
         size = section.piece_size
-        pieces = section.pieces(i)
-        for k in range(lo // size, -(-hi // size)):
-            if checksum(view[k * size - lo:(k + 1) * size - lo]) != pieces[k]:
-                raise self.error(f"checksum mismatch in section {section.index}, chunk {i}, "
-                                 f"piece {k}: damaged data")
+        bad = _bad_piece(section.pieces(i), size, view, lo, range(lo // size, -(-hi // size)))
+        if bad is not None:
+            raise self.error(f"checksum mismatch in section {section.index}, chunk {i}, "
+                             f"piece {bad}: damaged data")
         out[:] = view[skip - lo:skip - lo + len(out)]
 
     def _checked_run(self, lo, hi, digest, out, at, scratch):
@@ -584,12 +583,20 @@ class ContainerReader:
         pieces = section.pieces(i)
         if pieces is None or self.unchecked(section):
             return
-        view = memoryview(data)
-        size = section.piece_size
-        for k, digest in enumerate(pieces):
-            if checksum(view[k * size:(k + 1) * size]) != digest:
-                raise self.error(f"checksum mismatch in section {section.index}, chunk {i}, "
-                                 f"piece {k}: the index does not match the data")
+        bad = _bad_piece(pieces, section.piece_size, memoryview(data), 0, range(len(pieces)))
+        if bad is not None:
+            raise self.error(f"checksum mismatch in section {section.index}, chunk {i}, "
+                             f"piece {bad}: the index does not match the data")
+
+
+def _bad_piece(pieces, size, view, origin, numbers):
+    """The first of the pieces ``numbers`` whose bytes in ``view`` (which
+    starts at byte ``origin`` of the chunk) do not have the checksum
+    ``pieces`` gives, or None."""
+    for k in numbers:
+        if checksum(view[k * size - origin:(k + 1) * size - origin]) != pieces[k]:
+            return k
+    return None
 
 
 def _ignore(item, result):

@@ -6,8 +6,8 @@ import json
 import os
 
 from .framing import END, record_header
-from .layout import (EDITED, END_MAGIC, FLAGS_AT, PIECE_SIZE, RECORD_SIZE, TRAILER, checksum,
-                     chunk_table_text, pieces_text, verbatim_checksums)
+from .layout import (EDITED, END_MAGIC, FLAGS_AT, RECORD_SIZE, TRAILER, checksum,
+                     chunk_table_text, piece_fields, verbatim_checksums)
 
 
 def reseal(file, reader):
@@ -44,8 +44,7 @@ def reseal(file, reader):
         entry["chunks"] = chunk_table_text(table)
         entry.pop("pieces", None)
         entry.pop("piece_size", None)
-        if any(p is not None for p in pieces):
-            entry["piece_size"], entry["pieces"] = PIECE_SIZE, pieces_text(pieces)
+        entry.update(piece_fields(pieces))
         resealed.append(section.index)
     data = json.dumps(index, separators=(",", ":")).encode()
     fd = file.fileno()

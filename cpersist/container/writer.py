@@ -11,7 +11,7 @@ from .._threads import get_pool, ordered_map
 from .encode import encode_array_chunk
 from .framing import ALIGNED, DATA, END, record_header
 from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, PIECE_SIZE,
-                     TRAILER, VERBATIM, checksum, chunk_table_text, pieces_text,
+                     TRAILER, VERBATIM, checksum, chunk_table_text, piece_fields,
                      verbatim_checksums)
 
 #: Writes at least this large reserve their blocks first.
@@ -214,9 +214,8 @@ class ContainerWriter:
         number = self._add_entry(
             offset, sum(entry[1] for entry in table), sum(entry[0] for entry in table),
             codec, typesize, chunk_table_text(table), meta, records)
-        if pieces and any(p is not None for p in pieces):
-            self._sections[number]["piece_size"] = PIECE_SIZE
-            self._sections[number]["pieces"] = pieces_text(pieces)
+        if pieces:
+            self._sections[number].update(piece_fields(pieces))
         return number
 
     def _add_entry(self, offset, raw_size, stored_size, codec, typesize, table_text, meta,
