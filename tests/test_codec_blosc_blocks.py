@@ -1,5 +1,6 @@
 """Decoding some blocks of a Blosc chunk through the shipped C library."""
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -182,7 +183,7 @@ def test_damaged_blocks_raise_or_differ_never_crash():
     encoded = bytes(codec.encode(memoryview(raw), typesize=4))
     blocksize = blosc2().get_cbuffer_sizes(encoded)[2]
     rng = np.random.default_rng(0)
-    errors = range_errors = 0
+    errors = range_errors = spread_errors = 0
     for position in rng.integers(64, len(encoded), size=200):
         damaged = bytearray(encoded)
         damaged[position] ^= 0xFF
@@ -195,7 +196,11 @@ def test_damaged_blocks_raise_or_differ_never_crash():
             blosc_blocks.decode_range(bytes(damaged), blocksize - 40, bytearray(blocksize))
         except ValueError:
             range_errors += 1
-    assert errors > 0 and range_errors > 0
+        try:  # spread over threads: an error in any run is raised
+            blosc_blocks.decode_range(bytes(damaged), 40, bytearray(raw.size - 80), 2)
+        except ValueError:
+            spread_errors += 1
+    assert errors > 0 and range_errors > 0 and spread_errors > 0
 
 
 def test_a_damaged_chunk_read_in_part_names_it(tmp_path):
@@ -276,23 +281,105 @@ def test_a_forked_child_makes_its_own_contexts(tmp_path):
     assert done.returncode == 0
 
 
-def test_lazy_slices_use_block_decoding(tmp_path, monkeypatch):
-    """A slice inside one chunk decodes only the blocks holding it, on the
-    threads asked for."""
-    calls = []
-    real = blosc_module.decode_blocks
+class _GetitemSpy:
+    """The shipped library, with each ``blosc2_getitem_ctx`` call recorded
+    as ``(thread, first byte, last byte + 1)`` of the chunk. With ``meet``,
+    the first call of each of that many threads waits for the others, so
+    that a range spread over threads is seen decoding on each of them (a
+    thread that never came would break the barrier: no silent pass)."""
 
-    def spy(src, whole, first, last, blocksize, n_threads=1):
-        calls.append((first, last, n_threads))
-        return real(src, whole, first, last, blocksize, n_threads)
+    def __init__(self, lib, meet=0):
+        self._lib = lib
+        self.calls = []
+        self._met = set()
+        self._barrier = threading.Barrier(meet, timeout=30) if meet else None
 
-    monkeypatch.setattr(blosc_module, "decode_blocks", spy)
-    arr = np.cumsum(np.ones((2000, 500), np.int32), axis=1)  # 4 MB: one chunk
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    def blosc2_getitem_ctx(self, context, src, srcsize, start, nitems, dest, destsize):
+        typesize = ctypes.string_at(src, 4)[3]
+        thread = threading.get_ident()
+        if self._barrier is not None and thread not in self._met:
+            self._met.add(thread)
+            self._barrier.wait()
+        self.calls.append((thread, start * typesize, (start + nitems) * typesize))
+        return self._lib.blosc2_getitem_ctx(context, src, srcsize, start, nitems, dest, destsize)
+
+
+def _check_runs(calls, lo, hi, blocksize):
+    """The recorded ranges cover ``lo:hi`` once, each inside one run of
+    whole blocks that a thread claims."""
+    run = blocksize * max(1, blosc_blocks._CLAIM_BYTES // blocksize)
+    covered = sorted((a, b) for _, a, b in calls)
+    assert covered[0][0] == lo and covered[-1][1] == hi
+    assert all(b == c for (_, b), (c, _) in zip(covered, covered[1:]))  # no gap, no overlap
+    assert all(a // run == (b - 1) // run for a, b in covered)
+
+
+@pytest.mark.parametrize("codec_id", BLOSC_CODECS)
+@pytest.mark.parametrize("n_threads", [2, 3])
+def test_ranges_spread_over_threads_decode_straight_into_the_result(codec_id, n_threads,
+                                                                     monkeypatch):
+    """Each run of blocks is decoded once, by one of the threads, into its
+    own part of the result."""
+    spy = _GetitemSpy(blosc_blocks._load())
+    monkeypatch.setattr(blosc_blocks, "_library", spy)
+    for name, raw, encoded, blocksize in _block_chunks(get_codec(codec_id)):
+        item = encoded[3]
+        for lo, hi in _ranges(raw.size, blocksize, item):
+            spy.calls.clear()
+            out = bytearray(b"\xee" * (hi - lo))
+            assert blosc_blocks.decode_range(encoded, lo, out, n_threads), (name, lo, hi)
+            assert bytes(out) == raw[lo:hi].tobytes(), (name, lo, hi)
+            _check_runs(spy.calls, lo, hi, blocksize)
+
+
+def test_a_range_of_many_blocks_decodes_on_every_thread_asked_for(monkeypatch):
+    raw = np.cumsum(np.ones(2_000_000, np.int32)).view(np.uint8)  # 8 MB
+    encoded = bytes(get_codec("blosc:lz4").encode(memoryview(raw), typesize=4))
+    blocksize = blosc2().get_cbuffer_sizes(encoded)[2]
+    spy = _GetitemSpy(blosc_blocks._load(), meet=3)
+    monkeypatch.setattr(blosc_blocks, "_library", spy)
+    lo, hi = 1000, raw.size - 1000
+    out = bytearray(hi - lo)
+    assert blosc_blocks.decode_range(encoded, lo, out, 3)
+    assert bytes(out) == raw[lo:hi].tobytes()
+    assert len({thread for thread, _, _ in spy.calls}) == 3
+    _check_runs(spy.calls, lo, hi, blocksize)
+
+
+def test_lazy_slices_decode_only_their_blocks_on_the_threads_asked_for(tmp_path, monkeypatch):
+    """A slice inside one chunk decodes only the blocks holding it, straight
+    into the result; the blocks of a slice of several are spread over the
+    threads asked for, which a slice of one chunk leaves idle."""
+    arr = np.cumsum(np.ones((2000, 500), np.int32), axis=1, dtype=np.int32)  # 4 MB: one chunk
     path = tmp_path / "s.cp"
     cpersist.dump({"a": arr}, path, compress="blosc:zstd")
+    whole_chunk_calls = []
+    real = blosc_module.decode_blocks
+
+    def spy_blocks(src, whole, first, last, blocksize, n_threads=1):
+        whole_chunk_calls.append((first, last, -(-len(whole) // blocksize)))
+        return real(src, whole, first, last, blocksize, n_threads)
+
+    monkeypatch.setattr(blosc_module, "decode_blocks", spy_blocks)
     with cpersist.open(path, n_threads=2) as f:
         lazy = f.arrays["obj['a']"]
+        section = lazy._bind().section
+        blocksize = blosc2().get_cbuffer_sizes(
+            path.read_bytes()[section.chunks[0].offset:][:32])[2]
+        assert len(section.chunks) == 1
+        row = arr.shape[1] * arr.itemsize
+        spy = _GetitemSpy(blosc_blocks._load())
+        monkeypatch.setattr(blosc_blocks, "_library", spy)
         np.testing.assert_array_equal(lazy[300:310], arr[300:310])
+        assert [(a, b) for _, a, b in spy.calls] == [(300 * row, 310 * row)]
+        spy = _GetitemSpy(blosc_blocks._load(), meet=2)
+        monkeypatch.setattr(blosc_blocks, "_library", spy)
+        np.testing.assert_array_equal(lazy[10:1990], arr[10:1990])
+        assert len({thread for thread, _, _ in spy.calls}) == 2
+        _check_runs(spy.calls, 10 * row, 1990 * row, blocksize)
         np.testing.assert_array_equal(lazy[:], arr)
-    first, last, n_threads = calls[0]
-    assert last - first <= 1 and n_threads == 2
+    # Only the whole chunk went through a scratch-free full decode.
+    assert whole_chunk_calls == [(0, whole_chunk_calls[0][2] - 1, whole_chunk_calls[0][2])]

@@ -125,9 +125,8 @@ def decode_blosc_part(codec, src, skip, out, whole):
     if blocksize > 0 and len(out):
         share = thread_share()
         try:
-            # Alone on the pool: straight into out, block by block. With
-            # idle threads: the blocks spread over them, into whole.
-            if share == 1 and decode_range(src, skip, out):
+            # Straight into out, the blocks spread over the idle threads.
+            if decode_range(src, skip, out, share):
                 return
             decoded = decode_blocks(src, whole, skip // blocksize,
                                     (skip + len(out) - 1) // blocksize, blocksize, share)

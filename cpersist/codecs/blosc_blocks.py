@@ -17,8 +17,14 @@ import threading
 
 import numpy as np
 
+from .._threads import run_claimed
+
 #: Most threads one chunk's blocks are spread over.
 _MAX_THREADS = 8
+#: Bytes of a range a thread decodes at a time when the range is spread
+#: over threads: whole blocks, enough that handing them out costs little
+#: beside decoding them.
+_CLAIM_BYTES = 1 << 18
 #: Major versions of C-Blosc2 whose ``blosc2_dparams`` starts as declared.
 _KNOWN_MAJORS = ("2", "3")
 
@@ -125,6 +131,7 @@ if hasattr(os, "register_at_fork"):
 #: 16-21 name its filters.
 _EXTENDED = 0x5
 _FILTERS = slice(16, 22)
+_BLOCKSIZE = slice(8, 12)
 #: Blosc's delta filter encodes every block against the chunk's first: a
 #: part of such a chunk decodes right only with that block.
 _DELTA = 3
@@ -175,11 +182,14 @@ def decode_blocks(src, whole, first, last, blocksize, n_threads=1):
     return True
 
 
-def decode_range(src, skip, out):
+def decode_range(src, skip, out, n_threads=1):
     """Decode bytes ``skip:skip + len(out)`` of the Blosc chunk ``src``
-    straight into ``out``, on this thread: Blosc decodes each block that
-    holds them into its own work memory, which stays in the CPU's cache,
-    and copies the bytes wanted out of it.
+    straight into ``out``: Blosc decodes each block that holds them into its
+    own work memory, which stays in the CPU's cache, and copies the bytes
+    wanted out of it. With ``n_threads`` above 1, the range is cut on block
+    boundaries and its runs of blocks decode on that many threads, each
+    into its own part of ``out`` (no block is decoded twice, and nothing is
+    copied from a scratch buffer).
 
     The caller has checked the chunk's header against ``len(src)``. Returns
     False, having done nothing, when the library cannot be used here, or
@@ -198,10 +208,26 @@ def decode_range(src, skip, out):
     if not typesize or skip % typesize or len(out) % typesize:
         return False
     source = np.frombuffer(src, dtype=np.uint8)
-    target = np.frombuffer(out, dtype=np.uint8)
-    done = lib.blosc2_getitem_ctx(_context(lib, 1), source.ctypes.data, len(source),
-                                  skip // typesize, len(out) // typesize,
-                                  target.ctypes.data, len(target))
-    if done != len(out):
-        raise ValueError(f"Blosc error {done} while decoding bytes {skip}-{skip + len(out)}")
+    address = np.frombuffer(out, dtype=np.uint8).ctypes.data
+    end = skip + len(out)
+
+    def decode(lo, hi):
+        done = lib.blosc2_getitem_ctx(_context(lib, 1), source.ctypes.data, len(source),
+                                      lo // typesize, (hi - lo) // typesize,
+                                      address + (lo - skip), hi - lo)
+        if done != hi - lo:
+            raise ValueError(f"Blosc error {done} while decoding bytes {lo}-{hi}")
+
+    blocksize = int.from_bytes(bytes(src[_BLOCKSIZE]), "little")
+    run = blocksize * max(1, _CLAIM_BYTES // blocksize) if blocksize else 0
+    if n_threads <= 1 or not run or run % typesize or end - skip <= run - skip % run:
+        decode(skip, end)
+        return True
+    first = skip // run
+
+    def task(claims):
+        for k in claims:
+            decode(max(skip, (first + k) * run), min(end, (first + k + 1) * run))
+
+    run_claimed(task, (end - 1) // run - first + 1, n_threads)
     return True
