@@ -124,7 +124,7 @@ def ordered_map(func, items, n_threads, consume):
                     pass
 
 
-def run_claimed(task, n_items, n_threads):
+def run_claimed(task, n_items, n_threads, helping=False):
     """Run ``task(claims)`` on this thread and up to ``n_threads - 1`` workers.
 
     ``claims`` is one iterator shared by every thread: each ``next()`` hands
@@ -145,6 +145,11 @@ def run_claimed(task, n_items, n_threads):
         ``task(claims)``; it processes the indices it draws from ``claims``.
     n_items : int
     n_threads : int
+    helping : bool
+        A thread that runs out of items helps the others with the work
+        their items hand out through :func:`spread`, until every thread is
+        done: items of uneven sizes (the parts of two chunks a slice
+        covers, one of them hardly) keep every thread busy.
     """
     unclaimed = iter(range(n_items))
     errors = []
@@ -157,16 +162,23 @@ def run_claimed(task, n_items, n_threads):
 
     workers = max(1, min(n_threads, n_items))
     share = max(1, n_threads // workers)
+    group = _Group() if helping and workers > 1 else None
 
     def run():
-        before = getattr(_local, "share", 1)
-        _local.share = share
+        before = getattr(_local, "share", 1), getattr(_local, "group", None)
+        _local.share, _local.group = share, group
+        if group is not None:
+            group.enter()
         try:
             task(claims())
         except BaseException as exc:
             errors.append(exc)
         finally:
-            _local.share = before
+            _local.share, _local.group = before
+            if group is not None:
+                group.leave()
+        if group is not None:
+            group.help()
 
     helpers = []
     if workers > 1:
@@ -185,3 +197,125 @@ def run_claimed(task, n_items, n_threads):
         raise
     if errors:
         raise errors[0]
+
+
+def others_can_help():
+    """Whether :func:`spread` may run calls on other threads than this one."""
+    return getattr(_local, "group", None) is not None or getattr(_local, "share", 1) > 1
+
+
+def spread(func, n_items):
+    """Call ``func(i)`` for every ``i`` in ``range(n_items)``, in any order,
+    on this thread and on the threads free to help it: those its item of
+    :func:`run_claimed` leaves idle (:func:`thread_share`), and, with
+    ``helping``, the workers of that call that have run out of items.
+    Returns when every call has returned; raises the first error.
+
+    ``func`` must not itself wait for other threads.
+    """
+    group = getattr(_local, "group", None)
+    share = getattr(_local, "share", 1)
+    if n_items <= 1 or group is None and share <= 1:
+        for i in range(n_items):
+            func(i)
+        return
+    job = _Job(func, n_items)
+    extra = []
+    if group is not None:
+        group.publish(job)
+    if share > 1:
+        pool = get_pool(share)
+        extra = [pool.submit(job.run_items, True) for _ in range(min(share, n_items) - 1)]
+    try:
+        job.run_items(False)
+    finally:
+        if group is not None:
+            group.withdraw(job)
+        for helper in extra:
+            helper.cancel()
+        job.wait()  # for the calls helpers are still making: they write our output
+    if job.errors:
+        raise job.errors[0]
+
+
+class _Job:
+    """The calls of one :func:`spread`, claimed one at a time by any thread."""
+
+    __slots__ = ("func", "items", "busy", "errors", "done")
+
+    def __init__(self, func, n_items):
+        self.func = func
+        self.items = iter(range(n_items))
+        self.busy = 0  # calls made by helpers, not returned yet
+        self.errors = []
+        self.done = threading.Condition(threading.Lock())
+
+    def run_items(self, helper):
+        """Make calls until none is left; returns once none is left."""
+        done = self.done
+        while True:
+            with done:
+                i = None if self.errors else next(self.items, None)
+                if i is None:
+                    return
+                if helper:
+                    self.busy += 1
+            try:
+                self.func(i)
+            except BaseException as exc:
+                self.errors.append(exc)
+            finally:
+                if helper:
+                    with done:
+                        self.busy -= 1
+                        if not self.busy:
+                            done.notify_all()
+
+    def wait(self):
+        with self.done:
+            while self.busy:
+                self.done.wait()
+
+
+class _Group:
+    """The workers of one :func:`run_claimed` with ``helping``: those done
+    with their items run the calls the others :func:`spread`."""
+
+    __slots__ = ("changed", "jobs", "active")
+
+    def __init__(self):
+        self.changed = threading.Condition(threading.Lock())
+        self.jobs = []
+        self.active = 0  # workers still on their own items
+
+    def enter(self):
+        with self.changed:
+            self.active += 1
+
+    def leave(self):
+        with self.changed:
+            self.active -= 1
+            if not self.active:
+                self.changed.notify_all()
+
+    def publish(self, job):
+        with self.changed:
+            self.jobs.append(job)
+            self.changed.notify_all()
+
+    def withdraw(self, job):
+        with self.changed:
+            if job in self.jobs:
+                self.jobs.remove(job)
+
+    def help(self):
+        """Run others' calls until every worker is done with its items."""
+        while True:
+            with self.changed:
+                while not self.jobs and self.active:
+                    self.changed.wait()
+                if not self.jobs:
+                    return
+                job = self.jobs[0]
+            job.run_items(True)
+            self.withdraw(job)  # none of its calls is left to claim

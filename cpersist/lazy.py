@@ -301,7 +301,7 @@ class LazyArray:
             finally:
                 parts.give_back(held)
 
-        run_claimed(task, last - first + 1, self._n_threads)
+        run_claimed(task, last - first + 1, self._n_threads, helping=True)
 
     def _read_groups(self, bound, axes, strides, out):
         """Fill ``out`` with the elements ``axes`` select, group by group."""
@@ -340,7 +340,7 @@ class LazyArray:
             finally:
                 parts.give_back(held)
 
-        run_claimed(task, len(groups.items), self._n_threads)
+        run_claimed(task, len(groups.items), self._n_threads, helping=True)
 
 
 class _ChunkParts:

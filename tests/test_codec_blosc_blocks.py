@@ -197,7 +197,7 @@ def test_damaged_blocks_raise_or_differ_never_crash():
         except ValueError:
             range_errors += 1
         try:  # spread over threads: an error in any run is raised
-            blosc_blocks.decode_range(bytes(damaged), 40, bytearray(raw.size - 80), 2)
+            _with_threads(2, blosc_blocks.decode_range, bytes(damaged), 40, bytearray(raw.size - 80))
         except ValueError:
             spread_errors += 1
     assert errors > 0 and range_errors > 0 and spread_errors > 0
@@ -281,6 +281,15 @@ def test_a_forked_child_makes_its_own_contexts(tmp_path):
     assert done.returncode == 0
 
 
+def _with_threads(n_threads, func, *args):
+    """``func(*args)`` with ``n_threads`` threads free to help it, as the
+    one item of a :func:`~cpersist._threads.run_claimed` of that many."""
+    results = []
+    _threads.run_claimed(lambda claims: [results.append(func(*args)) for _ in claims], 1,
+                         n_threads)
+    return results[0]
+
+
 class _GetitemSpy:
     """The shipped library, with each ``blosc2_getitem_ctx`` call recorded
     as ``(thread, first byte, last byte + 1)`` of the chunk. With ``meet``,
@@ -288,11 +297,12 @@ class _GetitemSpy:
     that a range spread over threads is seen decoding on each of them (a
     thread that never came would break the barrier: no silent pass)."""
 
-    def __init__(self, lib, meet=0):
+    def __init__(self, lib, meet=0, meet_below=None):
         self._lib = lib
         self.calls = []
         self._met = set()
         self._barrier = threading.Barrier(meet, timeout=30) if meet else None
+        self._meet_below = meet_below  # only calls for bytes before this one meet
 
     def __getattr__(self, name):
         return getattr(self._lib, name)
@@ -300,7 +310,8 @@ class _GetitemSpy:
     def blosc2_getitem_ctx(self, context, src, srcsize, start, nitems, dest, destsize):
         typesize = ctypes.string_at(src, 4)[3]
         thread = threading.get_ident()
-        if self._barrier is not None and thread not in self._met:
+        if (self._barrier is not None and thread not in self._met
+                and (self._meet_below is None or start * typesize < self._meet_below)):
             self._met.add(thread)
             self._barrier.wait()
         self.calls.append((thread, start * typesize, (start + nitems) * typesize))
@@ -322,7 +333,7 @@ def _check_runs(calls, lo, hi, blocksize):
 def test_ranges_spread_over_threads_decode_straight_into_the_result(codec_id, n_threads,
                                                                      monkeypatch):
     """Each run of blocks is decoded once, by one of the threads, into its
-    own part of the result."""
+    own part of the result; alone, one call decodes the whole range."""
     spy = _GetitemSpy(blosc_blocks._load())
     monkeypatch.setattr(blosc_blocks, "_library", spy)
     for name, raw, encoded, blocksize in _block_chunks(get_codec(codec_id)):
@@ -330,9 +341,14 @@ def test_ranges_spread_over_threads_decode_straight_into_the_result(codec_id, n_
         for lo, hi in _ranges(raw.size, blocksize, item):
             spy.calls.clear()
             out = bytearray(b"\xee" * (hi - lo))
-            assert blosc_blocks.decode_range(encoded, lo, out, n_threads), (name, lo, hi)
+            assert _with_threads(n_threads, blosc_blocks.decode_range, encoded, lo, out)
             assert bytes(out) == raw[lo:hi].tobytes(), (name, lo, hi)
             _check_runs(spy.calls, lo, hi, blocksize)
+            spy.calls.clear()
+            out = bytearray(b"\xee" * (hi - lo))
+            assert blosc_blocks.decode_range(encoded, lo, out)
+            assert bytes(out) == raw[lo:hi].tobytes(), (name, lo, hi)
+            assert [(a, b) for _, a, b in spy.calls] == [(lo, hi)]
 
 
 def test_a_range_of_many_blocks_decodes_on_every_thread_asked_for(monkeypatch):
@@ -343,7 +359,7 @@ def test_a_range_of_many_blocks_decodes_on_every_thread_asked_for(monkeypatch):
     monkeypatch.setattr(blosc_blocks, "_library", spy)
     lo, hi = 1000, raw.size - 1000
     out = bytearray(hi - lo)
-    assert blosc_blocks.decode_range(encoded, lo, out, 3)
+    assert _with_threads(3, blosc_blocks.decode_range, encoded, lo, out)
     assert bytes(out) == raw[lo:hi].tobytes()
     assert len({thread for thread, _, _ in spy.calls}) == 3
     _check_runs(spy.calls, lo, hi, blocksize)
@@ -383,3 +399,27 @@ def test_lazy_slices_decode_only_their_blocks_on_the_threads_asked_for(tmp_path,
         np.testing.assert_array_equal(lazy[:], arr)
     # Only the whole chunk went through a scratch-free full decode.
     assert whole_chunk_calls == [(0, whole_chunk_calls[0][2] - 1, whole_chunk_calls[0][2])]
+
+
+def test_a_slice_mostly_in_one_of_two_chunks_keeps_both_threads_busy(tmp_path, monkeypatch):
+    """The thread whose part of the slice is small helps decode the other
+    part's blocks."""
+    arr = np.cumsum(np.ones((3000, 500), np.int32), axis=1, dtype=np.int32)
+    path = tmp_path / "u.cp"
+    cpersist.dump({"a": arr}, path, compress="blosc:lz4", chunk_size=1 << 21)
+    with cpersist.open(path, n_threads=2) as f:
+        lazy = f.arrays["obj['a']"]
+        rows = lazy.chunks[0][0]
+        row = arr.shape[1] * arr.itemsize
+        # 4 rows at the end of chunk 0, all but 4 rows of chunk 1.
+        spy = _GetitemSpy(blosc_blocks._load(), meet=2, meet_below=rows * row // 2)
+        monkeypatch.setattr(blosc_blocks, "_library", spy)
+        index = slice(rows - 4, 2 * rows - 4)
+        np.testing.assert_array_equal(lazy[index], arr[index])
+    # The parts are bytes 0:(rows - 4) * row of chunk 1 and the rest of chunk 0.
+    large = [call for call in spy.calls if call[2] <= (rows - 4) * row]
+    assert [(a, b) for _, a, b in spy.calls if b > (rows - 4) * row] == [
+        ((rows - 4) * row, rows * row)]
+    assert len({thread for thread, _, _ in large}) == 2
+    _check_runs(large, 0, (rows - 4) * row, blosc2().get_cbuffer_sizes(
+        path.read_bytes()[lazy._bind().section.chunks[1].offset:][:32])[2])

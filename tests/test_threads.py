@@ -3,13 +3,14 @@ way gives back the same bytes or the same error."""
 
 import gzip
 import io
+import threading
 import time
 
 import numpy as np
 import pytest
 
 import cpersist
-from cpersist import CorruptFileError
+from cpersist import CorruptFileError, _threads
 from cpersist._files import local_fd
 from cpersist.codecs import get_codec
 from cpersist.container import VERBATIM, ContainerReader
@@ -185,3 +186,83 @@ def test_thread_pool_module_imported_only_when_a_pool_is_made(tmp_path):
                          env=dict(os.environ, PYTHONPATH=root), timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["[False,", "False,", "True]"]
+
+
+def _spread_calls(n_calls, meet=0, fail=None, slow=None):
+    """``(calls, func)``: ``func(i)`` records ``(i, thread)`` in ``calls``.
+    With ``meet``, each of that many threads' first call waits for the
+    others' (a thread that never comes breaks the barrier: the test fails
+    rather than passes by luck); ``fail`` is a call that raises, ``slow`` a
+    call that sleeps first."""
+    calls = []
+    met = set()
+    barrier = threading.Barrier(meet, timeout=30) if meet else None
+
+    def func(i):
+        thread = threading.get_ident()
+        if barrier is not None and thread not in met:
+            met.add(thread)
+            barrier.wait()
+        if i == slow:
+            time.sleep(0.2)
+        if i == fail:
+            raise ValueError(f"call {i} fails")
+        calls.append((i, thread))
+    return calls, func
+
+
+def test_spread_alone_calls_in_order_on_this_thread():
+    calls, func = _spread_calls(5)
+    _threads.spread(func, 5)
+    assert calls == [(i, threading.get_ident()) for i in range(5)]
+
+
+@pytest.mark.parametrize("n_threads", [2, 3])
+def test_spread_uses_the_threads_an_item_leaves_idle(n_threads):
+    calls, func = _spread_calls(12, meet=n_threads)
+    _threads.run_claimed(lambda claims: [_threads.spread(func, 12) for _ in claims], 1,
+                         n_threads)
+    assert sorted(i for i, _ in calls) == list(range(12))
+    assert len({thread for _, thread in calls}) == n_threads
+
+
+def test_workers_out_of_items_help_the_others():
+    """With ``helping``, the worker whose item was small runs calls of the
+    other's; without, it does not."""
+    for helping in (True, False):
+        calls, func = _spread_calls(12, meet=2 if helping else 0)
+        owners = {}
+
+        def task(claims):
+            for item in claims:
+                owners[item] = threading.get_ident()
+                if item == 1:
+                    _threads.spread(func, 12)
+
+        _threads.run_claimed(task, 2, 2, helping=helping)
+        assert sorted(i for i, _ in calls) == list(range(12))
+        threads = {thread for _, thread in calls}
+        # The helper may be a worker that found no item left at all.
+        assert owners[1] in threads and len(threads) == (2 if helping else 1)
+
+
+def test_spread_returns_after_every_call_and_raises_the_first_error():
+    """The spreading thread waits for calls other threads are making (they
+    write into its output), then raises a failed call's error."""
+    for fail in (None, 7):
+        calls, func = _spread_calls(12, meet=2, fail=fail, slow=3)
+
+        def task(claims):
+            for _ in claims:
+                _threads.spread(func, 12)
+                task.returned = len(calls)
+
+        if fail is None:
+            _threads.run_claimed(task, 1, 2)
+            assert task.returned == len(calls) == 12
+        else:
+            with pytest.raises(ValueError, match="call 7 fails"):
+                _threads.run_claimed(task, 1, 2)
+            done = len(calls)
+            time.sleep(0.3)
+            assert len(calls) == done and 3 in [i for i, _ in calls]

@@ -125,8 +125,8 @@ def decode_blosc_part(codec, src, skip, out, whole):
     if blocksize > 0 and len(out):
         share = thread_share()
         try:
-            # Straight into out, the blocks spread over the idle threads.
-            if decode_range(src, skip, out, share):
+            # Straight into out, the blocks spread over the threads free to help.
+            if decode_range(src, skip, out):
                 return
             decoded = decode_blocks(src, whole, skip // blocksize,
                                     (skip + len(out) - 1) // blocksize, blocksize, share)

@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from .._threads import run_claimed
+from .._threads import others_can_help, spread
 
 #: Most threads one chunk's blocks are spread over.
 _MAX_THREADS = 8
@@ -182,14 +182,14 @@ def decode_blocks(src, whole, first, last, blocksize, n_threads=1):
     return True
 
 
-def decode_range(src, skip, out, n_threads=1):
+def decode_range(src, skip, out):
     """Decode bytes ``skip:skip + len(out)`` of the Blosc chunk ``src``
     straight into ``out``: Blosc decodes each block that holds them into its
     own work memory, which stays in the CPU's cache, and copies the bytes
-    wanted out of it. With ``n_threads`` above 1, the range is cut on block
-    boundaries and its runs of blocks decode on that many threads, each
-    into its own part of ``out`` (no block is decoded twice, and nothing is
-    copied from a scratch buffer).
+    wanted out of it. A range of several blocks is cut on block boundaries
+    and its runs of blocks are decoded on the threads free to help
+    (:func:`cpersist._threads.spread`), each into its own part of ``out``:
+    no block is decoded twice, and nothing is copied from scratch memory.
 
     The caller has checked the chunk's header against ``len(src)``. Returns
     False, having done nothing, when the library cannot be used here, or
@@ -220,14 +220,14 @@ def decode_range(src, skip, out, n_threads=1):
 
     blocksize = int.from_bytes(bytes(src[_BLOCKSIZE]), "little")
     run = blocksize * max(1, _CLAIM_BYTES // blocksize) if blocksize else 0
-    if n_threads <= 1 or not run or run % typesize or end - skip <= run - skip % run:
+    if (not run or run % typesize or end - skip <= run - skip % run
+            or not others_can_help()):
         decode(skip, end)
         return True
     first = skip // run
 
-    def task(claims):
-        for k in claims:
-            decode(max(skip, (first + k) * run), min(end, (first + k + 1) * run))
+    def decode_run(k):
+        decode(max(skip, (first + k) * run), min(end, (first + k + 1) * run))
 
-    run_claimed(task, (end - 1) // run - first + 1, n_threads)
+    spread(decode_run, (end - 1) // run - first + 1)
     return True
