@@ -4,11 +4,13 @@ zlib, LZ4, Zstandard and Blosc release the GIL on large buffers, so chunks
 of arrays are compressed on a thread pool while the calling thread writes
 them in order (:func:`ordered_map`); loads of compressed sections and the
 pickle stream of a dump have every thread, the calling one included, claim
-chunks and do all the work on them (:func:`run_claimed`). A checksum on
-the pool overlaps the calling thread's reads and writes; xxhash 4 and later
-release the GIL only on inputs over 64 KiB (xxhash 3 holds it), and
-checksums of data that is not in the CPU's caches are bound by memory
-bandwidth, so spreading checksums alone over more threads gains little.
+chunks and do all the work on them (:func:`run_claimed`); a thread of a
+slice that is done with its chunks helps decode the blocks of another's
+(:func:`spread`). A checksum on the pool overlaps the calling thread's
+reads and writes; xxhash 4 and later release the GIL only on inputs over
+64 KiB (xxhash 3 holds it), and checksums of data that is not in the CPU's
+caches are bound by memory bandwidth, so spreading checksums alone over
+more threads gains little.
 """
 
 import itertools
