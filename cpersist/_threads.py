@@ -201,25 +201,25 @@ def run_claimed(task, n_items, n_threads, helping=False):
         raise errors[0]
 
 
-def others_can_help():
-    """Whether :func:`spread` may run calls on other threads than this one."""
-    return getattr(_local, "group", None) is not None or getattr(_local, "share", 1) > 1
-
-
 def spread(func, n_items):
-    """Call ``func(i)`` for every ``i`` in ``range(n_items)``, in any order,
-    on this thread and on the threads free to help it: those its item of
-    :func:`run_claimed` leaves idle (:func:`thread_share`), and, with
-    ``helping``, the workers of that call that have run out of items.
-    Returns when every call has returned; raises the first error.
+    """Call ``func(start, stop)`` on runs of ``range(n_items)`` that cover
+    it once, in any order, on this thread and on the threads free to help
+    it: those its item of :func:`run_claimed` leaves idle
+    (:func:`thread_share`), and, with ``helping``, the workers of that call
+    that have run out of items. Returns when every call has returned;
+    raises the first error.
 
+    Alone, this thread makes one call for everything. Otherwise it takes
+    half of what is left at each call and a helper one item at a time:
+    few calls (each is a return to Python, where the threads contend for
+    the GIL), and small ones at the end, where they even out the finish.
     ``func`` must not itself wait for other threads.
     """
     group = getattr(_local, "group", None)
     share = getattr(_local, "share", 1)
     if n_items <= 1 or group is None and share <= 1:
-        for i in range(n_items):
-            func(i)
+        if n_items:
+            func(0, n_items)
         return
     job = _Job(func, n_items)
     extra = []
@@ -241,29 +241,31 @@ def spread(func, n_items):
 
 
 class _Job:
-    """The calls of one :func:`spread`, claimed one at a time by any thread."""
+    """The calls of one :func:`spread`, claimed run by run by any thread."""
 
-    __slots__ = ("func", "items", "busy", "errors", "done")
+    __slots__ = ("func", "n_items", "next", "busy", "errors", "done")
 
     def __init__(self, func, n_items):
         self.func = func
-        self.items = iter(range(n_items))
+        self.n_items = n_items
+        self.next = 0  # the first item not claimed yet
         self.busy = 0  # calls made by helpers, not returned yet
         self.errors = []
         self.done = threading.Condition(threading.Lock())
 
     def run_items(self, helper):
-        """Make calls until none is left; returns once none is left."""
+        """Make calls until no item is left; returns once none is left."""
         done = self.done
         while True:
             with done:
-                i = None if self.errors else next(self.items, None)
-                if i is None:
+                start, left = self.next, self.n_items - self.next
+                if left <= 0 or self.errors:
                     return
+                stop = self.next = start + (1 if helper else (left + 1) // 2)
                 if helper:
                     self.busy += 1
             try:
-                self.func(i)
+                self.func(start, stop)
             except BaseException as exc:
                 self.errors.append(exc)
             finally:

@@ -188,49 +188,61 @@ def test_thread_pool_module_imported_only_when_a_pool_is_made(tmp_path):
     assert out.stdout.split() == ["[False,", "False,", "True]"]
 
 
-def _spread_calls(n_calls, meet=0, fail=None, slow=None):
-    """``(calls, func)``: ``func(i)`` records ``(i, thread)`` in ``calls``.
-    With ``meet``, each of that many threads' first call waits for the
-    others' (a thread that never comes breaks the barrier: the test fails
-    rather than passes by luck); ``fail`` is a call that raises, ``slow`` a
-    call that sleeps first."""
+def _spread_calls(meet=0, fail=None, slow=None):
+    """``(calls, func)``: ``func(start, stop)`` records ``(i, thread, start)``
+    in ``calls`` for each item of its run. With ``meet``, each of that many
+    threads' first call waits for the others' (a thread that never comes
+    breaks the barrier: the test fails rather than passes by luck);
+    ``fail`` is an item whose call raises, ``slow`` one whose call sleeps
+    first."""
     calls = []
     met = set()
     barrier = threading.Barrier(meet, timeout=30) if meet else None
 
-    def func(i):
+    def func(start, stop):
         thread = threading.get_ident()
         if barrier is not None and thread not in met:
             met.add(thread)
             barrier.wait()
-        if i == slow:
+        if slow in range(start, stop):
             time.sleep(0.2)
-        if i == fail:
-            raise ValueError(f"call {i} fails")
-        calls.append((i, thread))
+        if fail in range(start, stop):
+            raise ValueError(f"item {fail} fails")
+        calls.extend((i, thread, start) for i in range(start, stop))
     return calls, func
 
 
-def test_spread_alone_calls_in_order_on_this_thread():
-    calls, func = _spread_calls(5)
+def _covered_once(calls, n_items):
+    return sorted(i for i, _, _ in calls) == list(range(n_items))
+
+
+def test_spread_alone_makes_one_call_on_this_thread():
+    calls, func = _spread_calls()
     _threads.spread(func, 5)
-    assert calls == [(i, threading.get_ident()) for i in range(5)]
+    assert calls == [(i, threading.get_ident(), 0) for i in range(5)]
+    _threads.run_claimed(lambda claims: [_threads.spread(func, 3) for _ in claims], 4, 1,
+                         helping=True)
+    assert len(calls) == 5 + 4 * 3
 
 
 @pytest.mark.parametrize("n_threads", [2, 3])
 def test_spread_uses_the_threads_an_item_leaves_idle(n_threads):
-    calls, func = _spread_calls(12, meet=n_threads)
-    _threads.run_claimed(lambda claims: [_threads.spread(func, 12) for _ in claims], 1,
+    calls, func = _spread_calls(meet=n_threads)
+    _threads.run_claimed(lambda claims: [_threads.spread(func, 40) for _ in claims], 1,
                          n_threads)
-    assert sorted(i for i, _ in calls) == list(range(12))
-    assert len({thread for _, thread in calls}) == n_threads
+    assert _covered_once(calls, 40)
+    assert len({thread for _, thread, _ in calls}) == n_threads
+    # The spreading thread takes half of what is left at a time, so that
+    # few calls return to Python; helpers take one item at a time.
+    starts = sorted({start for _, _, start in calls})
+    assert len(starts) < 40
 
 
 def test_workers_out_of_items_help_the_others():
-    """With ``helping``, the worker whose item was small runs calls of the
-    other's; without, it does not."""
+    """With ``helping``, a worker out of items runs calls of another's
+    spread; without, it does not."""
     for helping in (True, False):
-        calls, func = _spread_calls(12, meet=2 if helping else 0)
+        calls, func = _spread_calls(meet=2 if helping else 0)
         owners = {}
 
         def task(claims):
@@ -240,8 +252,8 @@ def test_workers_out_of_items_help_the_others():
                     _threads.spread(func, 12)
 
         _threads.run_claimed(task, 2, 2, helping=helping)
-        assert sorted(i for i, _ in calls) == list(range(12))
-        threads = {thread for _, thread in calls}
+        assert _covered_once(calls, 12)
+        threads = {thread for _, thread, _ in calls}
         # The helper may be a worker that found no item left at all.
         assert owners[1] in threads and len(threads) == (2 if helping else 1)
 
@@ -249,20 +261,20 @@ def test_workers_out_of_items_help_the_others():
 def test_spread_returns_after_every_call_and_raises_the_first_error():
     """The spreading thread waits for calls other threads are making (they
     write into its output), then raises a failed call's error."""
-    for fail in (None, 7):
-        calls, func = _spread_calls(12, meet=2, fail=fail, slow=3)
+    for fail in (None, 30):
+        calls, func = _spread_calls(meet=2, fail=fail, slow=20)
 
         def task(claims):
             for _ in claims:
-                _threads.spread(func, 12)
+                _threads.spread(func, 40)
                 task.returned = len(calls)
 
         if fail is None:
             _threads.run_claimed(task, 1, 2)
-            assert task.returned == len(calls) == 12
+            assert task.returned == len(calls) == 40
         else:
-            with pytest.raises(ValueError, match="call 7 fails"):
+            with pytest.raises(ValueError, match="item 30 fails"):
                 _threads.run_claimed(task, 1, 2)
             done = len(calls)
             time.sleep(0.3)
-            assert len(calls) == done and 3 in [i for i, _ in calls]
+            assert len(calls) == done and 20 in [i for i, _, _ in calls]

@@ -17,13 +17,12 @@ import threading
 
 import numpy as np
 
-from .._threads import others_can_help, spread
+from .._threads import spread
 
 #: Most threads one chunk's blocks are spread over.
 _MAX_THREADS = 8
-#: Bytes of a range a thread decodes at a time when the range is spread
-#: over threads: whole blocks, enough that handing them out costs little
-#: beside decoding them.
+#: Bytes of the smallest run of a range that threads share out: whole
+#: blocks, enough that handing one out costs little beside decoding it.
 _CLAIM_BYTES = 1 << 18
 #: Major versions of C-Blosc2 whose ``blosc2_dparams`` starts as declared.
 _KNOWN_MAJORS = ("2", "3")
@@ -207,27 +206,27 @@ def decode_range(src, skip, out):
     typesize = src[3]
     if not typesize or skip % typesize or len(out) % typesize:
         return False
-    source = np.frombuffer(src, dtype=np.uint8)
-    address = np.frombuffer(out, dtype=np.uint8).ctypes.data
+    # Addresses of the buffers, which the caller keeps until this returns.
+    stored = np.frombuffer(src, dtype=np.uint8)
+    source, size = stored.ctypes.data, stored.size
+    target = np.frombuffer(out, dtype=np.uint8).ctypes.data - skip
     end = skip + len(out)
 
     def decode(lo, hi):
-        done = lib.blosc2_getitem_ctx(_context(lib, 1), source.ctypes.data, len(source),
-                                      lo // typesize, (hi - lo) // typesize,
-                                      address + (lo - skip), hi - lo)
+        done = lib.blosc2_getitem_ctx(_context(lib, 1), source, size, lo // typesize,
+                                      (hi - lo) // typesize, target + lo, hi - lo)
         if done != hi - lo:
             raise ValueError(f"Blosc error {done} while decoding bytes {lo}-{hi}")
 
     blocksize = int.from_bytes(bytes(src[_BLOCKSIZE]), "little")
     run = blocksize * max(1, _CLAIM_BYTES // blocksize) if blocksize else 0
-    if (not run or run % typesize or end - skip <= run - skip % run
-            or not others_can_help()):
+    if not run or run % typesize:
         decode(skip, end)
         return True
     first = skip // run
 
-    def decode_run(k):
-        decode(max(skip, (first + k) * run), min(end, (first + k + 1) * run))
+    def decode_runs(start, stop):
+        decode(max(skip, (first + start) * run), min(end, (first + stop) * run))
 
-    spread(decode_run, (end - 1) // run - first + 1)
+    spread(decode_runs, (end - 1) // run - first + 1)
     return True
