@@ -150,11 +150,10 @@ def test_parts_without_the_library_are_the_same(codec_id, monkeypatch):
             assert got[0] == got[1] == raw[lo:hi].tobytes(), (name, lo, hi)
 
 
-@pytest.mark.parametrize("codec_id", BLOSC_CODECS)
-def test_whole_chunks_decode_through_kept_contexts(codec_id, monkeypatch):
-    """A whole chunk decodes through this thread's kept context (no mask),
-    and through python-blosc2 where the library cannot be used: the same bytes."""
-    codec = get_codec(codec_id)
+@pytest.fixture
+def block_decodes(monkeypatch):
+    """``(first, last, blocks in the chunk)`` of each call of the codecs'
+    ``decode_blocks`` (Blosc's threads decoding blocks into scratch memory)."""
     calls = []
     real = blosc_module.decode_blocks
 
@@ -163,6 +162,15 @@ def test_whole_chunks_decode_through_kept_contexts(codec_id, monkeypatch):
         return real(src, whole, first, last, blocksize, n_threads)
 
     monkeypatch.setattr(blosc_module, "decode_blocks", spy)
+    return calls
+
+
+@pytest.mark.parametrize("codec_id", BLOSC_CODECS)
+def test_whole_chunks_decode_through_kept_contexts(codec_id, block_decodes, monkeypatch):
+    """A whole chunk decodes through this thread's kept context (no mask),
+    and through python-blosc2 where the library cannot be used: the same bytes."""
+    codec = get_codec(codec_id)
+    calls = block_decodes
     for name, raw, typesize in _chunks():
         encoded = memoryview(bytes(codec.encode(memoryview(raw), typesize=typesize)))
         got = []
@@ -365,21 +373,15 @@ def test_a_range_of_many_blocks_decodes_on_every_thread_asked_for(monkeypatch):
     _check_runs(spy.calls, lo, hi, blocksize)
 
 
-def test_lazy_slices_decode_only_their_blocks_on_the_threads_asked_for(tmp_path, monkeypatch):
+def test_lazy_slices_decode_only_their_blocks_on_the_threads_asked_for(tmp_path, block_decodes,
+                                                                       monkeypatch):
     """A slice inside one chunk decodes only the blocks holding it, straight
     into the result; the blocks of a slice of several are spread over the
     threads asked for, which a slice of one chunk leaves idle."""
     arr = np.cumsum(np.ones((2000, 500), np.int32), axis=1, dtype=np.int32)  # 4 MB: one chunk
     path = tmp_path / "s.cp"
     cpersist.dump({"a": arr}, path, compress="blosc:zstd")
-    whole_chunk_calls = []
-    real = blosc_module.decode_blocks
-
-    def spy_blocks(src, whole, first, last, blocksize, n_threads=1):
-        whole_chunk_calls.append((first, last, -(-len(whole) // blocksize)))
-        return real(src, whole, first, last, blocksize, n_threads)
-
-    monkeypatch.setattr(blosc_module, "decode_blocks", spy_blocks)
+    whole_chunk_calls = block_decodes
     with cpersist.open(path, n_threads=2) as f:
         lazy = f.arrays["obj['a']"]
         section = lazy._bind().section
