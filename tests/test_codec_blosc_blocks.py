@@ -73,11 +73,11 @@ def test_ranges_decode_straight_into_the_result(codec_id):
         item = encoded[3]
         for lo, hi in _ranges(raw.size, blocksize, item):
             out = bytearray(b"\xee" * (hi - lo))
-            assert blosc_blocks.decode_range(encoded, lo, out), (name, lo, hi)
+            assert blosc_blocks.decode_range(encoded, lo, out, blocksize), (name, lo, hi)
             assert bytes(out) == raw[lo:hi].tobytes(), (name, lo, hi)
         if item > 1:  # a range not on whole items is left to the caller
-            assert not blosc_blocks.decode_range(encoded, 1, bytearray(item))
-            assert not blosc_blocks.decode_range(encoded, 0, bytearray(item + 1))
+            assert not blosc_blocks.decode_range(encoded, 1, bytearray(item), blocksize)
+            assert not blosc_blocks.decode_range(encoded, 0, bytearray(item + 1), blocksize)
 
 
 @pytest.mark.parametrize("library", [None, False])
@@ -90,7 +90,7 @@ def test_chunks_with_the_delta_filter_decode_whole(library, monkeypatch):
     encoded = bytes(blosc.compress2(raw, typesize=4, filters=[blosc.Filter.DELTA],
                                     codec=blosc.Codec.ZSTD, blocksize=1 << 16))
     assert encoded[16:22].count(3) == 1  # the header names the delta filter
-    assert not blosc_blocks.decode_range(encoded, 1 << 17, bytearray(4000))
+    assert not blosc_blocks.decode_range(encoded, 1 << 17, bytearray(4000), 1 << 16)
     monkeypatch.setattr(blosc_blocks, "_library", library)
     codec = get_codec("blosc:zstd")
     for lo, hi in _ranges(raw.size, 1 << 16, 4):
@@ -115,11 +115,12 @@ def test_threads_that_meet_the_library_loading_wait_for_it(monkeypatch):
     monkeypatch.setattr(blosc_blocks, "_library", None)
     raw = np.arange(300_000, dtype=np.int32).view(np.uint8)
     encoded = bytes(get_codec("blosc:lz4").encode(memoryview(raw), typesize=4))
+    blocksize = blosc2().get_cbuffer_sizes(encoded)[2]
     results = []
 
     def decode():
         out = bytearray(8000)
-        results.append(blosc_blocks.decode_range(encoded, 4000, out)
+        results.append(blosc_blocks.decode_range(encoded, 4000, out, blocksize)
                        and bytes(out) == raw[4000:12000].tobytes())
 
     first = threading.Thread(target=decode)
@@ -201,11 +202,12 @@ def test_damaged_blocks_raise_or_differ_never_crash():
         except ValueError:
             errors += 1
         try:
-            blosc_blocks.decode_range(bytes(damaged), blocksize - 40, bytearray(blocksize))
+            blosc_blocks.decode_range(bytes(damaged), blocksize - 40, bytearray(blocksize), blocksize)
         except ValueError:
             range_errors += 1
         try:  # spread over threads: an error in any run is raised
-            _with_threads(2, blosc_blocks.decode_range, bytes(damaged), 40, bytearray(raw.size - 80))
+            _with_threads(2, blosc_blocks.decode_range, bytes(damaged), 40, bytearray(raw.size - 80),
+                          blocksize)
         except ValueError:
             spread_errors += 1
     assert errors > 0 and range_errors > 0 and spread_errors > 0
@@ -349,12 +351,12 @@ def test_ranges_spread_over_threads_decode_straight_into_the_result(codec_id, n_
         for lo, hi in _ranges(raw.size, blocksize, item):
             spy.calls.clear()
             out = bytearray(b"\xee" * (hi - lo))
-            assert _with_threads(n_threads, blosc_blocks.decode_range, encoded, lo, out)
+            assert _with_threads(n_threads, blosc_blocks.decode_range, encoded, lo, out, blocksize)
             assert bytes(out) == raw[lo:hi].tobytes(), (name, lo, hi)
             _check_runs(spy.calls, lo, hi, blocksize)
             spy.calls.clear()
             out = bytearray(b"\xee" * (hi - lo))
-            assert blosc_blocks.decode_range(encoded, lo, out)
+            assert blosc_blocks.decode_range(encoded, lo, out, blocksize)
             assert bytes(out) == raw[lo:hi].tobytes(), (name, lo, hi)
             assert [(a, b) for _, a, b in spy.calls] == [(lo, hi)]
 
@@ -367,7 +369,7 @@ def test_a_range_of_many_blocks_decodes_on_every_thread_asked_for(monkeypatch):
     monkeypatch.setattr(blosc_blocks, "_library", spy)
     lo, hi = 1000, raw.size - 1000
     out = bytearray(hi - lo)
-    assert _with_threads(3, blosc_blocks.decode_range, encoded, lo, out)
+    assert _with_threads(3, blosc_blocks.decode_range, encoded, lo, out, blocksize)
     assert bytes(out) == raw[lo:hi].tobytes()
     assert len({thread for thread, _, _ in spy.calls}) == 3
     _check_runs(spy.calls, lo, hi, blocksize)

@@ -126,7 +126,7 @@ def decode_blosc_part(codec, src, skip, out, whole):
         share = thread_share()
         try:
             # Straight into out, the blocks spread over the threads free to help.
-            if decode_range(src, skip, out):
+            if decode_range(src, skip, out, blocksize):
                 return
             decoded = decode_blocks(src, whole, skip // blocksize,
                                     (skip + len(out) - 1) // blocksize, blocksize, share)

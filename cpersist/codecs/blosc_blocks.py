@@ -130,7 +130,6 @@ if hasattr(os, "register_at_fork"):
 #: 16-21 name its filters.
 _EXTENDED = 0x5
 _FILTERS = slice(16, 22)
-_BLOCKSIZE = slice(8, 12)
 #: Blosc's delta filter encodes every block against the chunk's first: a
 #: part of such a chunk decodes right only with that block.
 _DELTA = 3
@@ -181,7 +180,7 @@ def decode_blocks(src, whole, first, last, blocksize, n_threads=1):
     return True
 
 
-def decode_range(src, skip, out):
+def decode_range(src, skip, out, blocksize):
     """Decode bytes ``skip:skip + len(out)`` of the Blosc chunk ``src``
     straight into ``out``: Blosc decodes each block that holds them into its
     own work memory, which stays in the CPU's cache, and copies the bytes
@@ -190,10 +189,11 @@ def decode_range(src, skip, out):
     (:func:`cpersist._threads.spread`), each into its own part of ``out``:
     no block is decoded twice, and nothing is copied from scratch memory.
 
-    The caller has checked the chunk's header against ``len(src)``. Returns
-    False, having done nothing, when the library cannot be used here, or
-    the range does not fall on whole items, or the chunk's blocks do not
-    decode alone (see :func:`decode_blocks`).
+    The caller has checked the chunk's header against ``len(src)``, and
+    read its ``blocksize`` there. Returns False, having done nothing, when
+    the library cannot be used here, or the range does not fall on whole
+    items, or the chunk's blocks do not decode alone (see
+    :func:`decode_blocks`).
 
     Raises
     ------
@@ -218,7 +218,6 @@ def decode_range(src, skip, out):
         if done != hi - lo:
             raise ValueError(f"Blosc error {done} while decoding bytes {lo}-{hi}")
 
-    blocksize = int.from_bytes(bytes(src[_BLOCKSIZE]), "little")
     run = blocksize * max(1, _CLAIM_BYTES // blocksize) if blocksize else 0
     if not run or run % typesize:
         decode(skip, end)
