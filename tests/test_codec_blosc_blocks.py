@@ -202,12 +202,13 @@ def test_damaged_blocks_raise_or_differ_never_crash():
         except ValueError:
             errors += 1
         try:
-            blosc_blocks.decode_range(bytes(damaged), blocksize - 40, bytearray(blocksize), blocksize)
+            blosc_blocks.decode_range(bytes(damaged), blocksize - 40, bytearray(blocksize),
+                                      blocksize)
         except ValueError:
             range_errors += 1
         try:  # spread over threads: an error in any run is raised
-            _with_threads(2, blosc_blocks.decode_range, bytes(damaged), 40, bytearray(raw.size - 80),
-                          blocksize)
+            _with_threads(2, blosc_blocks.decode_range, bytes(damaged), 40,
+                          bytearray(raw.size - 80), blocksize)
         except ValueError:
             spread_errors += 1
     assert errors > 0 and range_errors > 0 and spread_errors > 0
@@ -328,6 +329,13 @@ class _GetitemSpy:
         return self._lib.blosc2_getitem_ctx(context, src, srcsize, start, nitems, dest, destsize)
 
 
+def _file_blocksize(path, chunk):
+    """The Blosc block size of ``chunk``, a chunk of the file ``path``."""
+    with open(path, "rb") as file:
+        file.seek(chunk.offset)
+        return blosc2().get_cbuffer_sizes(file.read(32))[2]
+
+
 def _check_runs(calls, lo, hi, blocksize):
     """The recorded ranges cover ``lo:hi`` once, cut only between runs of
     whole blocks that a thread claims."""
@@ -387,8 +395,7 @@ def test_lazy_slices_decode_only_their_blocks_on_the_threads_asked_for(tmp_path,
     with cpersist.open(path, n_threads=2) as f:
         lazy = f.arrays["obj['a']"]
         section = lazy._bind().section
-        blocksize = blosc2().get_cbuffer_sizes(
-            path.read_bytes()[section.chunks[0].offset:][:32])[2]
+        blocksize = _file_blocksize(path, section.chunks[0])
         assert len(section.chunks) == 1
         row = arr.shape[1] * arr.itemsize
         spy = _GetitemSpy(blosc_blocks._load())
@@ -425,5 +432,4 @@ def test_a_slice_mostly_in_one_of_two_chunks_keeps_both_threads_busy(tmp_path, m
     assert [(a, b) for _, a, b in spy.calls if b > (rows - 4) * row] == [
         ((rows - 4) * row, rows * row)]
     assert len({thread for thread, _, _ in large}) == 2
-    _check_runs(large, 0, (rows - 4) * row, blosc2().get_cbuffer_sizes(
-        path.read_bytes()[lazy._bind().section.chunks[1].offset:][:32])[2])
+    _check_runs(large, 0, (rows - 4) * row, _file_blocksize(path, lazy._bind().section.chunks[1]))

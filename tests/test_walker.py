@@ -1,7 +1,6 @@
 """The pickle-opcode walker, the format's global names, and inspect's array paths."""
 
 import io
-from unittest import mock
 import os
 import pathlib
 import pickle
@@ -344,8 +343,7 @@ def test_paths_recorded_at_dump_are_the_walk_s(tmp_path_factory, tree, protocol)
     again = _first_array(tree)
     obj = {"tree": tree, "again": [again, (again,)], "shared": [tree, tree]}
     path = tmp_path_factory.mktemp("r") / "t.cp"
-    with mock.patch("cpersist.api.RECORD_PATHS_FROM", 1):
-        cpersist.dump(obj, path, protocol=protocol)
+    cpersist.dump(obj, path, protocol=protocol)
     recorded = _recorded(path)
     if _holds_instances(tree):
         assert recorded is None
