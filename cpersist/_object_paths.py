@@ -3,13 +3,12 @@
 A file of arrays in plain containers records each array's path in its
 section's ``meta`` (``"path"``), so that listing the file
 (``cpersist.open(...).arrays``) reads the paths from the index instead of
-walking the pickle stream. They are
-found at dump time by a breadth-first pass over the object, which gives the
-paths :mod:`cpersist._paths` would find in the stream only when the object
-is made of plain dicts, lists and tuples around the arrays and literals: for
-anything else (an instance, a subclass, a set) the stream's opcodes describe
-the object in a way this pass does not model, and it finds nothing, leaving
-readers to walk the stream.
+walking the pickle stream. They are found at dump time by a breadth-first
+pass over the object, which gives the paths :mod:`cpersist._paths` would
+find in the stream only when the object is made of plain dicts, lists and
+tuples around the arrays and literals: for anything else (an instance, a
+subclass, a set) the stream's opcodes describe the object in a way this pass
+does not model, and it finds nothing, leaving readers to walk the stream.
 """
 
 from collections import deque

@@ -152,8 +152,8 @@ class FileHandle:
         the file names is imported or called, so listing a file you do not
         trust is safe. (A dump of plain dicts, lists and tuples around its
         arrays records their paths in its index, which is then all that is
-        read.) Small arrays a compressed file keeps inside its
-        pickle stream are not listed (``cpersist info`` shows them).
+        read.) Small arrays a compressed file keeps inside its pickle stream
+        are not listed (``cpersist info`` shows them).
         """
         if self._arrays is None:
             reader = self._reader()
