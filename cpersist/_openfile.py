@@ -195,6 +195,16 @@ RECENT_FILES = 8
 _SHARED_LOCK = threading.Lock()
 
 
+def _after_fork():
+    global _SHARED_LOCK
+    # The fork may have come while another thread held the lock.
+    _SHARED_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 def shared_file(reference):
     """The :class:`OpenFile` of ``reference`` in this process, reopened if the
     reference now names another file than the one open (a replaced file)."""

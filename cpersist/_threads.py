@@ -71,6 +71,19 @@ def get_pool(n_threads):
         return pool
 
 
+def _forget_pools():
+    """In a forked child: the parent's pools have no threads here (a fork
+    copies only the thread that called it), so work handed to them would
+    never run; the child makes its own pools on first use."""
+    global _pools, _pools_lock
+    _pools = {}
+    _pools_lock = threading.Lock()  # in case the fork came while another thread held it
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools)
+
+
 def ordered_map(func, items, n_threads, consume):
     """Apply ``func`` to ``items`` on a pool and ``consume`` results in order.
 

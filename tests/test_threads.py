@@ -3,6 +3,10 @@ way gives back the same bytes or the same error."""
 
 import gzip
 import io
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -278,3 +282,54 @@ def test_spread_returns_after_every_call_and_raises_the_first_error():
             done = len(calls)
             time.sleep(0.3)
             assert len(calls) == done and 20 in [i for i, _, _ in calls]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
+def test_a_forked_child_has_its_own_pool_and_locks(tmp_path):
+    """A fork copies only the thread that calls it: the parent's pool has no
+    threads in the child, and a lock another thread held stays held there.
+    A child (multiprocessing's workers, a DataLoader's) dumps, loads and
+    slices on threads of its own, and waits for nothing that cannot come."""
+    path, child_path = tmp_path / "parent.cp", tmp_path / "child.cp"
+    script = textwrap.dedent(f"""
+        import os, pickle, signal, sys, threading, numpy as np, cpersist
+        from cpersist import _openfile
+        from cpersist._threads import get_pool
+        from cpersist.codecs import registry
+        from cpersist.container.buffers import READ_BUFFERS
+
+        arr = np.cumsum(np.ones((20000, 500), np.int32), axis=1)  # 40 MB: several chunks
+        cpersist.dump({{"a": arr}}, {str(path)!r}, compress=3, n_threads=2)  # the pool's threads
+        held, forked = threading.Event(), threading.Event()
+
+        def hold():  # another thread holds the locks while the fork is made
+            with READ_BUFFERS._lock, _openfile._SHARED_LOCK, registry._lock:
+                held.set()
+                forked.wait()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(60)  # a child that waits forever ends, and fails
+            code = 3
+            try:
+                worker = get_pool(2).submit(threading.get_ident).result(timeout=20)
+                cpersist.dump({{"a": arr}}, {str(child_path)!r}, compress=3, n_threads=2)
+                back = cpersist.load({str(child_path)!r}, n_threads=2)["a"]
+                with cpersist.open({str(path)!r}, n_threads=2) as f:
+                    lazy = pickle.loads(pickle.dumps(f.arrays["obj['a']"]))
+                part = lazy[100:5000]
+                if (worker != threading.get_ident() and np.array_equal(back, arr)
+                        and np.array_equal(part, arr[100:5000])):
+                    code = 0
+            finally:
+                os._exit(code)
+        forked.set()
+        holder.join()
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], timeout=120)
+    assert done.returncode == 0

@@ -12,6 +12,7 @@ Three sources of codecs, looked up in this order:
 """
 
 import importlib
+import os
 import re
 import threading
 
@@ -57,6 +58,17 @@ _registry = {}
 # Held while a codec is looked up and registered, so that threads decoding
 # chunks of a new file agree on one class per name.
 _lock = threading.RLock()
+
+
+def _after_fork():
+    global _lock
+    # The fork may have come while another thread held the lock (importing
+    # a codec's module, say).
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 class UnknownCodecError(ValueError):
