@@ -75,7 +75,8 @@ class LazyArray:
     indexing (integers, slices of any step, ``...``, ``None``) returns what
     the same index gives on the array in memory, reading and decoding only
     the chunks that hold the selected elements. ``numpy.asarray(lazy)`` or
-    :meth:`read` reads all of it.
+    :meth:`read` reads all of it, into a new array (so ``numpy.array(lazy,
+    copy=False)`` raises ValueError, as for zarr and h5py arrays).
 
     A LazyArray stays usable after its handle is closed when the file was
     opened from a path (it reopens the file), and pickles as a reference to
@@ -223,6 +224,12 @@ class LazyArray:
         return out
 
     def __array__(self, dtype=None, copy=None):
+        # numpy 2's copy=False asks for no copy, which reading cannot give.
+        if copy is False:
+            raise ValueError(
+                f"the LazyArray {self.path} cannot become an ndarray without a copy "
+                f"(copy=False): it is read from the file; use numpy.asarray(lazy) or "
+                f"lazy.read()")
         arr = self.read()
         return arr if dtype is None else arr.astype(dtype, copy=False)
 

@@ -249,6 +249,20 @@ def test_index_errors_as_numpy(tmp_path):
         assert lazy.chunks == ()
 
 
+def test_conversion_to_numpy_as_zarr_and_h5py_do(tmp_path):
+    """numpy 2's ``copy=False`` asks for no copy, which reading cannot give:
+    a ValueError, as zarr and h5py raise; a dtype converts."""
+    arr = np.arange(24000, dtype="<i4").reshape(4000, 6)  # large enough for a section
+    cpersist.dump({"a": arr}, tmp_path / "c.cp", compress=3)
+    with cpersist.open(tmp_path / "c.cp") as f:
+        lazy = f.arrays["obj['a']"]
+        with pytest.raises(ValueError, match=r"obj\['a'\] cannot become an ndarray without a copy"):
+            np.array(lazy, copy=False)
+        assert_same_result(arr, np.array(lazy, copy=True), "copy=True")
+        assert_same_result(arr.astype(np.float64), np.asarray(lazy, dtype=np.float64), "dtype")
+        assert_same_result(arr + 1, np.add(lazy, 1), "ufunc")
+
+
 def test_threads_slicing_one_array(tmp_path):
     rng = np.random.default_rng(1)
     arr = rng.random((3000, 40))
