@@ -107,6 +107,12 @@ class FileHandle:
         state = "closed" if self._closed else "open"
         return f"<cpersist.FileHandle {self.name!r} ({state})>"
 
+    def __reduce__(self):
+        raise TypeError(
+            f"cannot pickle the cpersist file handle of {self.name}: pickle its arrays "
+            f"(handle.arrays[path]), which pickle as references to the file, or open the "
+            f"file in the other process")
+
     def __enter__(self):
         return self
 

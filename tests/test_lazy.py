@@ -320,6 +320,17 @@ def test_usable_after_close_and_pickled_as_reference(tmp_path):
             old[0]
 
 
+def test_a_handle_does_not_pickle_its_arrays_do(tmp_path):
+    arr = np.arange(24000, dtype="<i4").reshape(4000, 6)
+    cpersist.dump({"a": arr}, tmp_path / "h.cp", compress=3)
+    with cpersist.open(tmp_path / "h.cp") as f:
+        with pytest.raises(TypeError, match=r"cannot pickle the cpersist file handle of .*h\.cp: "
+                                            r"pickle its arrays"):
+            pickle.dumps(f)
+        lazy = pickle.loads(pickle.dumps(f.arrays["obj['a']"]))
+    assert_same_result(arr[5:9], lazy[5:9])
+
+
 def test_unpickled_arrays_share_one_open_file_until_it_is_replaced(tmp_path):
     """Arrays unpickled in a process (a dask worker's) share the file they
     reopen, kept open after they are gone, and a replaced file is still
