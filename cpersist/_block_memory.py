@@ -20,6 +20,8 @@ import weakref
 
 import numpy as np
 
+from .container.buffers import private_map
+
 
 class BlockMemory:
     """Anonymous memory maps handed out as arrays and taken back when unused.
@@ -61,12 +63,7 @@ class BlockMemory:
                     del self._free[i]
                     self._kept_bytes -= len(buffer)
                     return buffer
-        if hasattr(mmap, "MAP_ANONYMOUS"):
-            # Private, as numpy's own memory is: a forked child's writes to a
-            # block stay its own.
-            buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        else:
-            buffer = mmap.mmap(-1, nbytes)
+        buffer = private_map(nbytes)  # private, as numpy's own memory is
         _advise(buffer, "MADV_HUGEPAGE")  # as numpy does for its large arrays
         return buffer
 

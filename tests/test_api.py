@@ -708,6 +708,54 @@ def test_read_buffer_pool_reuses_and_caps():
     assert pool.take(1) is not a
 
 
+def test_read_buffer_pool_hands_out_the_smallest_that_fits():
+    pool = BufferPool(keep_bytes=1000)
+    small, large = pool.take(100), pool.take(300)
+    pool.give(small)
+    pool.give(large)
+    assert pool.take(90) is small  # not the one given back last
+    assert pool.take(250) is large
+
+
+def _resident_bytes():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
+def test_large_read_buffers_cost_no_memory_until_used():
+    """A large buffer is an anonymous map, rounded up so that a slightly
+    longer chunk fits it next time: the pages a reader never touches (the
+    scratch space a Blosc part does not need) are never backed."""
+    from cpersist.container.buffers import MAP_FROM
+
+    pool = BufferPool(keep_bytes=1 << 30)
+    before = _resident_bytes()
+    buffer = pool.take(256 * MAP_FROM + 1)
+    assert len(buffer) == 257 * MAP_FROM
+    assert _resident_bytes() - before < 16 * MAP_FROM  # a bytearray: all 64 MiB
+    memoryview(buffer)[:MAP_FROM] = b"x" * MAP_FROM
+    pool.give(buffer)
+    assert pool.take(256 * MAP_FROM + 2) is buffer
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
+def test_a_forked_child_writes_its_own_read_buffers():
+    from cpersist.container.buffers import MAP_FROM
+
+    pool = BufferPool(keep_bytes=1 << 30)
+    buffer = pool.take(4 * MAP_FROM)
+    view = memoryview(buffer)
+    view[:4] = b"mine"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        view[:4] = b"kids"
+        os._exit(0 if bytes(view[:4]) == b"kids" else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert bytes(view[:4]) == b"mine"
+
+
 def test_concurrent_loads_share_read_buffers_safely(tmp_path):
     """Loads on several user threads at once, each on a pool of 2, take and
     give back the shared read buffers; each must get exactly its own data."""

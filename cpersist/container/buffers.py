@@ -1,7 +1,25 @@
 """Reusable byte buffers that the reader reads encoded chunks into."""
 
+import mmap
 import os
 import threading
+
+#: Buffers of this many bytes or more are anonymous maps: the kernel hands
+#: out their pages zeroed when first touched, where a bytearray is written
+#: with zeros whole first. A buffer used only in part (the scratch space a
+#: Blosc part never needs) costs no memory and no time.
+MAP_FROM = 1 << 18
+
+
+def private_map(nbytes):
+    """Anonymous memory of ``nbytes``, its pages backed when first touched.
+
+    Private, as malloc's memory is: after a fork, the child's writes to it
+    stay its own (a shared map would be written by both processes).
+    """
+    if hasattr(mmap, "MAP_ANONYMOUS"):
+        return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return mmap.mmap(-1, nbytes)
 
 
 class BufferPool:
@@ -24,15 +42,29 @@ class BufferPool:
         self._lock = threading.Lock()
 
     def take(self, size):
-        """A bytearray of at least ``size`` bytes, the caller's until given back."""
+        """Writable bytes (a bytearray, or an anonymous map of :data:`MAP_FROM`
+        bytes or more) of at least ``size`` bytes, the caller's until given
+        back."""
         with self._lock:
-            while self._free:
-                buffer = self._free.pop()
+            free = self._free
+            # The smallest that fits: a lazy slice takes buffers of two sizes
+            # (a chunk's stored bytes and its decoded size).
+            best = None
+            for k, buffer in enumerate(free):
+                if len(buffer) >= size and (best is None or len(buffer) < len(free[best])):
+                    best = k
+            if best is not None:
+                buffer = free.pop(best)
                 self._kept_bytes -= len(buffer)
-                if len(buffer) >= size:
-                    return buffer
-                # Too small (left by a section of smaller chunks): dropped.
-        return bytearray(size)
+                return buffer
+            # All too small (left by a section of smaller chunks): dropped.
+            free.clear()
+            self._kept_bytes = 0
+        if size < MAP_FROM:
+            return bytearray(size)
+        # Rounded up, so that the next chunk, a little longer, fits too: pages
+        # never touched are never backed.
+        return private_map(-(-size // MAP_FROM) * MAP_FROM)
 
     def give(self, buffer):
         """Return a buffer from :meth:`take`; kept if there is room."""
