@@ -45,6 +45,46 @@ def test_the_shipped_library_is_used():
 
 
 @pytest.mark.parametrize("codec_id", BLOSC_CODECS)
+def test_headers_read_by_the_library_as_python_blosc2_reads_them(codec_id):
+    codec = get_codec(codec_id)
+    for name, raw, encoded, blocksize in _block_chunks(codec):
+        sizes = blosc_blocks.cbuffer_sizes(encoded)
+        assert sizes == blosc2().get_cbuffer_sizes(encoded), name
+        assert sizes[0] == raw.size and sizes[1] == len(encoded) and sizes[2] == blocksize
+        assert blosc_blocks.cbuffer_sizes(memoryview(encoded)[:32]) == sizes  # the header alone
+    with pytest.raises(ValueError, match="16-byte header, got 15 bytes"):
+        blosc_blocks.cbuffer_sizes(encoded[:15])
+    rejected = bytearray(encoded[:32])
+    rejected[8:12] = bytes(4)  # blocks of 0 bytes
+    with pytest.raises(ValueError, match="Blosc error -?[0-9]+ reading the chunk header"):
+        blosc_blocks.cbuffer_sizes(rejected)
+
+
+@pytest.mark.parametrize("codec_id", ["zstd-auto", "blosc:lz4"])
+def test_loading_and_slicing_blosc_chunks_never_imports_python_blosc2(tmp_path, codec_id):
+    """python-blosc2's import pulls in an HTTP client and more: reading goes
+    through the shipped library alone (writing still needs the package)."""
+    arr = np.cumsum(np.ones((4000, 500), np.int32), axis=1)
+    path = tmp_path / "b.cp"
+    cpersist.dump({"a": arr}, path, compress=codec_id)
+    with cpersist.open(path) as f, open(path, "rb") as file:
+        chunks = f.arrays["obj['a']"]._bind().section.chunks
+        # Blosc's chunks, not zstd-auto's plain Zstandard frames.
+        assert all(os.pread(file.fileno(), 4, c.offset) != b"\x28\xb5\x2f\xfd" for c in chunks)
+    script = textwrap.dedent(f"""
+        import sys, numpy as np, cpersist
+        arr = np.cumsum(np.ones((4000, 500), np.int32), axis=1)
+        assert np.array_equal(cpersist.load({str(path)!r})["a"], arr)
+        with cpersist.open({str(path)!r}) as f:
+            assert np.array_equal(f.arrays["obj['a']"][1000:3000:3], arr[1000:3000:3])
+        cpersist.verify({str(path)!r})  # every chunk's header and blocks
+        sys.exit(3 if "blosc2" in sys.modules else 0)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], timeout=120)
+    assert done.returncode == 0
+
+
+@pytest.mark.parametrize("codec_id", BLOSC_CODECS)
 @pytest.mark.parametrize("n_threads", [1, 2, 3])
 def test_blocks_decode_as_a_full_decode(codec_id, n_threads):
     for name, raw, encoded, blocksize in _block_chunks(get_codec(codec_id)):

@@ -11,7 +11,7 @@ import threading
 
 from .._threads import thread_share
 from .abc import Codec
-from .blosc_blocks import blocks_stand_alone, decode_blocks, decode_range
+from .blosc_blocks import blocks_stand_alone, cbuffer_sizes, decode_blocks, decode_range
 
 _blosc2 = None
 _INNER = {}
@@ -22,7 +22,8 @@ def blosc2():
 
     Imported here rather than at module level because ``import blosc2`` pulls
     in far more than compression (an HTTP client, numexpr...), a cost only
-    files that use Blosc should pay.
+    writing Blosc chunks should pay: reading goes through the library
+    itself (:mod:`.blosc_blocks`) wherever it can.
     """
     global _blosc2
     if _blosc2 is None:
@@ -58,7 +59,9 @@ def check_blosc_chunk(codec, head, length, raw_length):
         Naming ``codec``, if the header is unreadable or disagrees.
     """
     try:
-        nbytes, cbytes, blocksize = blosc2().get_cbuffer_sizes(head)
+        sizes = cbuffer_sizes(head)
+        # python-blosc2 only where the library cannot be used directly.
+        nbytes, cbytes, blocksize = sizes or blosc2().get_cbuffer_sizes(head)
     except Exception as exc:  # blosc2 raises bare Exceptions/ValueErrors
         raise codec._invalid(exc) from None
     if cbytes != length:

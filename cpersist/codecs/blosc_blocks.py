@@ -1,17 +1,21 @@
-"""Decode some blocks of a Blosc chunk, with the GIL released.
+"""Read Blosc chunks through the C library the ``blosc2`` wheel ships: their
+headers, and all or some of their blocks, with the GIL released.
 
 python-blosc2 decodes part of a chunk only through ``SChunk.get_slice``,
 which decodes the blocks one after another while holding the GIL, so the
-parts of two chunks a slice needs cannot decode at once. The C library the
-``blosc2`` wheel ships can: ``blosc2_set_maskout`` names the blocks that
-``blosc2_decompress_ctx`` skips. This module calls that library through
-:mod:`ctypes` (which releases the GIL during the call). It is used only when
-the library is there and is a version whose ``blosc2_dparams`` layout is the
-one declared here; otherwise :func:`decode_blocks` and :func:`decode_range`
-return False and the caller decodes through python-blosc2.
+parts of two chunks a slice needs cannot decode at once. The C library can:
+``blosc2_set_maskout`` names the blocks that ``blosc2_decompress_ctx``
+skips. This module calls that library through :mod:`ctypes` (which releases
+the GIL during the call), and finds it without importing python-blosc2, so
+reading never pays for that import. It is used only when the library is
+there and is a version whose ``blosc2_dparams`` layout is the one declared
+here; otherwise :func:`cbuffer_sizes` returns None, :func:`decode_blocks`
+and :func:`decode_range` return False, and the caller goes through
+python-blosc2.
 """
 
 import ctypes
+import importlib.util
 import os
 import threading
 
@@ -54,11 +58,17 @@ def _load():
 
 
 def _open_library():
-    """The wheel's libblosc2 with the functions used here declared, or None."""
-    try:
-        import blosc2
+    """The wheel's libblosc2 with the functions used here declared, or None.
 
-        path = os.path.join(os.path.dirname(blosc2.__file__), "lib", "libblosc2.so")
+    Found without importing python-blosc2, whose import pulls in far more
+    than decompression (an HTTP client, a terminal formatter...): a load
+    decodes through this library alone.
+    """
+    try:
+        spec = importlib.util.find_spec("blosc2")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        path = os.path.join(spec.submodule_search_locations[0], "lib", "libblosc2.so")
         if not os.path.exists(path):
             return None
         lib = ctypes.CDLL(path)
@@ -75,12 +85,14 @@ def _open_library():
         lib.blosc2_decompress_ctx.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
                                               ctypes.c_int32, ctypes.c_void_p,
                                               ctypes.c_int32]
+        lib.blosc2_cbuffer_sizes.restype = ctypes.c_int
+        lib.blosc2_cbuffer_sizes.argtypes = [ctypes.c_void_p] + 3 * [ctypes.POINTER(ctypes.c_int32)]
         lib.blosc2_getitem_ctx.restype = ctypes.c_int
         lib.blosc2_getitem_ctx.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32,
                                            ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                                            ctypes.c_int32]
         lib.blosc2_init()  # registers the filters (byte delta) this copy decodes
-    except (OSError, AttributeError, ImportError):
+    except (OSError, AttributeError, ImportError, ValueError):
         return None
     return lib
 
@@ -133,6 +145,39 @@ _FILTERS = slice(16, 22)
 #: Blosc's delta filter encodes every block against the chunk's first: a
 #: part of such a chunk decodes right only with that block.
 _DELTA = 3
+
+
+#: Bytes of a Blosc chunk header: 16, extended to 32 in Blosc2's chunks.
+_HEADER_MIN, _HEADER_MAX = 16, 32
+
+
+def cbuffer_sizes(head):
+    """``(nbytes, cbytes, blocksize)`` that the Blosc chunk header ``head``
+    (the chunk's first bytes) states, as the library reads them; None when
+    the library cannot be used here.
+
+    Raises
+    ------
+    ValueError
+        If the header is too short or Blosc rejects it.
+    """
+    lib = _library if _library is not None else _load()
+    if not lib:
+        return None
+    header = bytes(head[:_HEADER_MAX])
+    if len(header) < _HEADER_MIN:
+        raise ValueError(f"a Blosc chunk starts with a {_HEADER_MIN}-byte header, "
+                         f"got {len(header)} bytes")
+    sizes = getattr(_local, "sizes", None)
+    if sizes is None:  # made once per thread: this runs for every chunk read
+        values = [ctypes.c_int32() for _ in range(3)]
+        sizes = _local.sizes = values, [ctypes.byref(value) for value in values]
+    values, pointers = sizes
+    # Padded: the library reads an extended header's 32 bytes whatever we hold.
+    done = lib.blosc2_cbuffer_sizes(header.ljust(_HEADER_MAX, b"\0"), *pointers)
+    if done < 0:
+        raise ValueError(f"Blosc error {done} reading the chunk header")
+    return values[0].value, values[1].value, values[2].value
 
 
 def blocks_stand_alone(src):
