@@ -131,14 +131,20 @@ def test_quick_outputs_written(quick_run):
 
 
 def test_quick_import_times(quick_run):
-    """The start-up rows: cpersist's import and command line beside joblib's."""
+    """The start-up rows: cpersist's import, first load and command line
+    beside joblib's."""
     _, out = quick_run
     rows = {r["what"]: r for r in _read(out / "import_time.csv")}
-    assert set(rows) == {"import cpersist", "import joblib", "cpersist --help", "python -c pass"}
+    assert set(rows) == {"import cpersist", "import joblib", "cpersist.load", "joblib.load",
+                         "cpersist --help", "python -c pass"}
     for r in rows.values():
         assert r["status"] == "ok" and r["runs"] == "5"
         assert 0 < float(r["min_ms"]) <= float(r["median_ms"]) <= float(r["max_ms"])
     assert "import numpy; import cpersist" in rows["import cpersist"]["command"]
+    assert 'cpersist.load("model.cp")' in rows["cpersist.load"]["command"]
+    assert 'joblib.load("model.joblib")' in rows["joblib.load"]["command"]
+    # A load imports what the import left for first use: it cannot take less.
+    assert float(rows["cpersist.load"]["min_ms"]) > float(rows["import cpersist"]["min_ms"])
     assert rows["cpersist --help"]["command"].endswith("--help")
     machine = json.loads((out / "machine.json").read_text())
     assert machine["import_time"]["runs"] == 5

@@ -115,8 +115,9 @@ def build_parser(prog="python -m cpersist.benchmarks"):
     p.add_argument("--mem-budget", type=float, default=4096.0, metavar="MB",
                    help="picklebench: stop growing before this peak RSS (default 4096 MB)")
     p.add_argument("--import-runs", type=int, default=None, metavar="N",
-                   help="fresh interpreters timing 'import cpersist', 'import joblib' and "
-                        "'cpersist --help' (median reported; default 5, --full: 21; 0 skips)")
+                   help="fresh interpreters timing 'import cpersist', 'import joblib', each "
+                        "with a first load of a small model, and 'cpersist --help' (median "
+                        "reported; default 5, --full: 21; 0 skips)")
     p.add_argument("--scale", type=float, default=None, metavar="X",
                    help="lazy and remote suites: multiply their array sizes (default 1, the "
                         "sizes their targets name: 200 MB slices, 1 GB for dask, 210 MB from "

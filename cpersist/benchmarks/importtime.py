@@ -1,12 +1,16 @@
-"""Start-up cost: ``import cpersist`` and ``cpersist --help`` beside joblib.
+"""Start-up cost: ``import cpersist``, a first ``load`` and ``cpersist --help``
+beside joblib.
 
 Every figure is the median over fresh interpreters, each started by
 ``subprocess`` with the same Python and environment as the benchmark. The
 imports are timed inside the interpreter, after ``import numpy`` (every
 user of cpersist or joblib has numpy loaded already, so its import is not
-counted against either). ``cpersist --help`` is timed from outside, wall
-clock from process start to exit, beside an interpreter that runs nothing
-(``python -c pass``): the difference is what cpersist's command line adds.
+counted against either). So is the import followed by the first ``load``
+of a small model (a 4 MB float32 matrix and a vector, ``compress=3``): what
+a script that loads a model once pays, modules imported on first use
+included. ``cpersist --help`` is timed from outside, wall clock from process
+start to exit, beside an interpreter that runs nothing (``python -c
+pass``): the difference is what cpersist's command line adds.
 """
 
 import os
@@ -23,6 +27,8 @@ IMPORT_COLUMNS = ["what", "kind", "command", "median_ms", "min_ms", "max_ms", "r
 
 _TIMED_IMPORT = ("import time, numpy; t0 = time.perf_counter(); import {module}; "
                  "print(time.perf_counter() - t0)")
+_TIMED_LOAD = ("import time, numpy; t0 = time.perf_counter(); import {module}; "
+               "{module}.load({path!r}); print(time.perf_counter() - t0)")
 
 
 def _cli_command():
@@ -34,9 +40,11 @@ def _cli_command():
     return [found] if found else [sys.executable, "-m", "cpersist"]
 
 
-def _inside(module, runs):
-    """Seconds of ``import module`` measured inside ``runs`` fresh interpreters."""
-    code = _TIMED_IMPORT.format(module=module)
+def _inside(module, runs, load=None):
+    """Seconds of ``import module`` (then ``module.load(load)``, if given)
+    measured inside ``runs`` fresh interpreters."""
+    code = (_TIMED_IMPORT.format(module=module) if load is None else
+            _TIMED_LOAD.format(module=module, path=load))
     times = []
     for _ in range(runs):
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -77,8 +85,30 @@ def _row(what, kind, command, measure):
     return row
 
 
+def _small_model(directory):
+    """Paths of one small model written by cpersist and by joblib, both at
+    ``compress=3`` (without joblib, its row fails at ``import joblib``)."""
+    import numpy as np
+
+    import cpersist
+
+    rng = np.random.default_rng(0)
+    model = {"coef": np.cumsum(rng.standard_normal((1000, 1000)), axis=1).astype(np.float32),
+             "intercept": rng.standard_normal(1000)}
+    paths = {"cpersist": os.path.join(directory, "model.cp"),
+             "joblib": os.path.join(directory, "model.joblib")}
+    cpersist.dump(model, paths["cpersist"], compress=3)
+    try:
+        import joblib
+    except ImportError:
+        pass
+    else:
+        joblib.dump(model, paths["joblib"], compress=3)
+    return paths
+
+
 def run_import_times(runs=11):
-    """Time the imports and the command line in fresh interpreters.
+    """Time the imports, a first load and the command line in fresh interpreters.
 
     Parameters
     ----------
@@ -89,25 +119,37 @@ def run_import_times(runs=11):
     -------
     list of dict
         One row per measurement with the :data:`IMPORT_COLUMNS` keys: ``import
-        cpersist`` and ``import joblib`` (the peer), timed inside the
-        interpreter after ``import numpy``; ``cpersist --help`` and ``python
-        -c pass``, wall time of the whole process. A row whose command fails
-        (joblib not installed, say) has status ``n/a`` and the reason.
+        cpersist`` and ``import joblib`` (the peer), and each import followed
+        by the first load of a small model, timed inside the interpreter
+        after ``import numpy``; ``cpersist --help`` and ``python -c pass``,
+        wall time of the whole process. A row whose command fails (joblib
+        not installed, say) has status ``n/a`` and the reason.
     """
+    import tempfile
+
     python = os.path.basename(sys.executable)
     cli = _cli_command()
     cli_text = " ".join([python] + cli[1:] if cli[0] == sys.executable else
                         [os.path.basename(cli[0])] + cli[1:]) + " --help"
-    return [
-        _row("import cpersist", "import, numpy already imported",
-             f"{python} -c 'import numpy; import cpersist'", lambda: _inside("cpersist", runs)),
-        _row("import joblib", "import, numpy already imported",
-             f"{python} -c 'import numpy; import joblib'", lambda: _inside("joblib", runs)),
-        _row("cpersist --help", "wall time of the process", cli_text,
-             lambda: _wall(cli + ["--help"], runs)),
-        _row("python -c pass", "wall time of the process", f"{python} -c pass",
-             lambda: _wall([sys.executable, "-c", "pass"], runs)),
-    ]
+    loaded = "import and first load of a 4 MB model, numpy already imported"
+    with tempfile.TemporaryDirectory(prefix="cpersist-startup-") as directory:
+        models = _small_model(directory)
+        return [
+            _row("import cpersist", "import, numpy already imported",
+                 f"{python} -c 'import numpy; import cpersist'", lambda: _inside("cpersist", runs)),
+            _row("import joblib", "import, numpy already imported",
+                 f"{python} -c 'import numpy; import joblib'", lambda: _inside("joblib", runs)),
+            _row("cpersist.load", loaded,
+                 f"{python} -c 'import numpy; import cpersist; cpersist.load(\"model.cp\")'",
+                 lambda: _inside("cpersist", runs, models["cpersist"])),
+            _row("joblib.load", loaded,
+                 f"{python} -c 'import numpy; import joblib; joblib.load(\"model.joblib\")'",
+                 lambda: _inside("joblib", runs, models["joblib"])),
+            _row("cpersist --help", "wall time of the process", cli_text,
+                 lambda: _wall(cli + ["--help"], runs)),
+            _row("python -c pass", "wall time of the process", f"{python} -c pass",
+                 lambda: _wall([sys.executable, "-c", "pass"], runs)),
+        ]
 
 
 def format_import_times(rows):
