@@ -7,7 +7,6 @@ fsspec is optional: it is imported only when a URL is given.
 import errno
 import posixpath
 import re
-import secrets
 
 from ._files import TMP_SUFFIX
 from .exceptions import FileChangedError, RemoteStorageError
@@ -181,6 +180,9 @@ def _write_multipart(fs, path, name, write):
 
 
 def _write_then_move(fs, path, name, write):
+    # Imported here: secrets imports hashlib and hmac, which reading never needs.
+    import secrets
+
     parent, base = posixpath.split(path)
     tmp = posixpath.join(parent, f".{base}.{secrets.token_hex(4)}{TMP_SUFFIX}")
     try:

@@ -9,6 +9,7 @@ container section and the pickle stream only records a call
 """
 
 import pickle
+import sys
 
 import numpy as np
 
@@ -18,7 +19,13 @@ from .arrays import is_plain_data, to_inline
 from ._rebuild import inline_array, rebuild_masked, rebuild_view, stored_array  # noqa: F401
 
 _plain_reduce = (np.ndarray.__reduce__, np.ndarray.__reduce_ex__)
-_masked_reduce = (np.ma.MaskedArray.__reduce__, np.ma.MaskedArray.__reduce_ex__)
+
+
+def _numpy_ma():
+    """``numpy.ma`` if it is imported, else None. No object is a masked
+    array before it is; and ``np.ma`` would import it, a cost every load
+    would pay (loading imports this module)."""
+    return sys.modules.get("numpy.ma")
 
 
 class ArrayPickler(pickle.Pickler):
@@ -97,8 +104,10 @@ class ArrayPickler(pickle.Pickler):
             return self._reduce_plain(obj.view(np.ndarray))
         if not isinstance(obj, np.ndarray) or not is_plain_data(obj):
             return NotImplemented
-        if isinstance(obj, np.ma.MaskedArray):
-            if (cls.__reduce__, cls.__reduce_ex__) != _masked_reduce:
+        ma = _numpy_ma()
+        if ma is not None and isinstance(obj, ma.MaskedArray):
+            if (cls.__reduce__, cls.__reduce_ex__) != (ma.MaskedArray.__reduce__,
+                                                       ma.MaskedArray.__reduce_ex__):
                 # A subclass with its own pickling, e.g. the np.ma.masked
                 # singleton (MaskedConstant), which must load as itself.
                 return NotImplemented
@@ -106,7 +115,7 @@ class ArrayPickler(pickle.Pickler):
             return rebuild_masked, (
                 cls,
                 obj.view(np.ndarray),
-                mask if mask is np.ma.nomask else mask.view(np.ndarray),
+                mask if mask is ma.nomask else mask.view(np.ndarray),
                 obj._fill_value,
                 bool(obj._hardmask),
             )

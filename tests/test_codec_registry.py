@@ -339,6 +339,24 @@ def test_raw_dump_and_load_import_no_codec_library(tmp_path):
     assert imported_after(code) == {"numpy"}
 
 
+def test_a_load_imports_only_what_reading_needs(tmp_path):
+    """A script that loads a model once pays for every module the load
+    imports: not python-blosc2 (reading goes through its C library), nor
+    numpy.ma, secrets or tempfile, which only writing or other sources need."""
+    path = tmp_path / "model.cp"
+    model = {"coef": np.cumsum(np.ones((1000, 1000), np.float32), axis=1), "n": 3}
+    cpersist.dump(model, path, compress="zstd-auto")
+    code = (f"import sys, numpy as np, cpersist\n"
+            f"back = cpersist.load({str(path)!r})\n"
+            f"assert np.array_equal(back['coef'], np.cumsum(np.ones((1000, 1000), np.float32), 1))\n"
+            f"print('MODULES:', *sorted({{'blosc2', 'numpy.ma', 'secrets', 'tempfile'}} & "
+            f"set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["MODULES:"]
+
+
 @pytest.mark.parametrize("codec, libraries", [
     ("zlib", set()), ("zstd", {"zstandard"}), ("lz4", {"lz4"}), ("blosc:zstd", {"blosc2"}),
 ])

@@ -1,8 +1,6 @@
 """A non-seekable stream (pipe, socket, standard input), whose next dump is
 copied to an anonymous temporary file that is then read as a local file."""
 
-import tempfile
-
 from ..._files import local_fd
 from ..framing import copy_dump
 from .local import LocalFileSource
@@ -29,6 +27,10 @@ class SpooledSource(LocalFileSource):
     whole = True  # copy_dump stops at the end of the dump
 
     def __init__(self, stream, name):
+        # Imported here: tempfile imports shutil, random and the bz2 and lzma
+        # modules, which only reading from a stream needs.
+        import tempfile
+
         tmp = tempfile.TemporaryFile()
         try:
             copy_dump(stream, tmp, name)
