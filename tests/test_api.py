@@ -717,23 +717,19 @@ def test_read_buffer_pool_hands_out_the_smallest_that_fits():
     assert pool.take(250) is large
 
 
-def _resident_bytes():
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
 def test_large_read_buffers_cost_no_memory_until_used():
     """A large buffer is an anonymous map, rounded up so that a slightly
     longer chunk fits it next time: the pages a reader never touches (the
     scratch space a Blosc part does not need) are never backed."""
+    from cpersist.benchmarks.measure import rss_bytes
     from cpersist.container.buffers import MAP_FROM
 
     pool = BufferPool(keep_bytes=1 << 30)
-    before = _resident_bytes()
+    before = rss_bytes()[0]
     buffer = pool.take(256 * MAP_FROM + 1)
     assert len(buffer) == 257 * MAP_FROM
-    assert _resident_bytes() - before < 16 * MAP_FROM  # a bytearray: all 64 MiB
+    assert rss_bytes()[0] - before < 16 * MAP_FROM  # a bytearray: all 64 MiB
     memoryview(buffer)[:MAP_FROM] = b"x" * MAP_FROM
     pool.give(buffer)
     assert pool.take(256 * MAP_FROM + 2) is buffer

@@ -25,10 +25,8 @@ __all__ = ["IMPORT_COLUMNS", "run_import_times", "format_import_times"]
 IMPORT_COLUMNS = ["what", "kind", "command", "median_ms", "min_ms", "max_ms", "runs", "status",
                   "reason"]
 
-_TIMED_IMPORT = ("import time, numpy; t0 = time.perf_counter(); import {module}; "
-                 "print(time.perf_counter() - t0)")
-_TIMED_LOAD = ("import time, numpy; t0 = time.perf_counter(); import {module}; "
-               "{module}.load({path!r}); print(time.perf_counter() - t0)")
+_TIMED = ("import time, numpy; t0 = time.perf_counter(); import {module}; {then}"
+          "print(time.perf_counter() - t0)")
 
 
 def _cli_command():
@@ -43,8 +41,8 @@ def _cli_command():
 def _inside(module, runs, load=None):
     """Seconds of ``import module`` (then ``module.load(load)``, if given)
     measured inside ``runs`` fresh interpreters."""
-    code = (_TIMED_IMPORT.format(module=module) if load is None else
-            _TIMED_LOAD.format(module=module, path=load))
+    then = "" if load is None else f"{module}.load({load!r}); "
+    code = _TIMED.format(module=module, then=then)
     times = []
     for _ in range(runs):
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
