@@ -42,7 +42,8 @@ def open(source, *, trusted=True, verify=True, n_threads=None,  # noqa: A001
         Check the checksum of every chunk read.
     n_threads : int, optional
         Threads that read and decode the chunks of one slice; default: all
-        available CPUs.
+        available CPUs. A slice that only copies a few MiB (raw chunks, or
+        chunks stored as they are) is read by the calling thread alone.
     storage_options : dict, optional
         For a URL: passed to fsspec (credentials, endpoint, ...).
 

@@ -34,6 +34,11 @@ LIST_POSITIONS_UP_TO = 4096
 #: fetched together (neighbours in one request) when they total at most
 #: this; beyond, each chunk is fetched when decoded, so memory stays bounded.
 FETCH_TOGETHER_UP_TO = 16 << 20
+#: An index whose chunks need no decoding (kept verbatim, or raw), and are
+#: local or already fetched, is read on the calling thread alone when it
+#: reads fewer bytes than this: copying them takes less time than waking a
+#: pool thread and passing the GIL back and forth with it.
+COPY_ALONE_BELOW = 4 << 20
 
 
 def section_fingerprint(section):
@@ -308,7 +313,7 @@ class LazyArray:
             finally:
                 parts.give_back(held)
 
-        run_claimed(task, last - first + 1, self._n_threads, helping=True)
+        run_claimed(task, last - first + 1, parts.threads(self._n_threads), helping=True)
 
     def _read_groups(self, bound, axes, strides, out):
         """Fill ``out`` with the elements ``axes`` select, group by group."""
@@ -347,7 +352,7 @@ class LazyArray:
             finally:
                 parts.give_back(held)
 
-        run_claimed(task, len(groups.items), self._n_threads, helping=True)
+        run_claimed(task, len(groups.items), parts.threads(self._n_threads), helping=True)
 
 
 class _ChunkParts:
@@ -377,6 +382,17 @@ class _ChunkParts:
                               lambda i: (chunks[i].offset + ranges[i][0],
                                          ranges[i][1] - ranges[i][0]))
         self._fetched = {i: (ranges[i][0], data) for i, data in got.items()}
+        self._copy_only = ((self.direct_raw or all(chunks[i].flag == VERBATIM for i in spans))
+                           and (not reader.source.remote or len(got) == len(spans)))
+        self._read_bytes = sum(hi - lo for lo, hi in ranges.values())
+
+    def threads(self, n_threads):
+        """How many threads to read with, at most ``n_threads``: one when
+        the reading is only copying fewer than :data:`COPY_ALONE_BELOW`
+        bytes."""
+        if self._copy_only and self._read_bytes < COPY_ALONE_BELOW:
+            return 1
+        return n_threads
 
     def _stored_range(self, i, a, b):
         """``(lo, hi)``: the bytes of chunk ``i`` in the file, from its

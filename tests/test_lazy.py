@@ -15,6 +15,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -218,6 +219,55 @@ def test_slice_reads_only_its_chunks(tmp_path, monkeypatch, compress):
         counter[0] = 0
         assert_same_result(arr[5050, 10:20], lazy[5050, 10:20])
         assert counter[0] <= largest
+
+
+def _reading_threads(monkeypatch):
+    """The threads that read from every byte source (the real sources,
+    wrapped); the first read waits 0.2 s, long enough for any pool thread
+    the reading started to claim work."""
+    from cpersist.container.sources import LocalFileSource
+
+    threads, first = set(), threading.Lock()
+    real = LocalFileSource.read_into
+
+    def read_into(self, offset, buffer):
+        threads.add(threading.get_ident())
+        if first.acquire(blocking=False):
+            time.sleep(0.2)
+        return real(self, offset, buffer)
+
+    monkeypatch.setattr(LocalFileSource, "read_into", read_into)
+    return threads
+
+
+@pytest.mark.parametrize("compress", [0, 3])
+def test_copying_a_few_mib_stays_on_the_calling_thread(tmp_path, monkeypatch, compress):
+    """Chunks that need no decoding (raw, or kept verbatim because random
+    bytes do not compress) are read by the calling thread alone when the
+    slice copies less than COPY_ALONE_BELOW: handing part of it to a pool
+    thread takes longer. More to copy, or chunks to decode, are shared."""
+    from cpersist.lazy import COPY_ALONE_BELOW
+
+    rows = 2 * COPY_ALONE_BELOW // 1000
+    noise = np.random.default_rng(1).integers(0, 256, (rows, 1000), dtype=np.uint8)
+    smooth = np.arange(rows // 8 * 1000, dtype=np.int64).reshape(rows // 8, 1000) // 7
+    for name, arr in (("noise", noise), ("smooth", smooth)):
+        cpersist.dump({"a": arr}, tmp_path / f"{name}.cp", compress=compress, chunk_size=1 << 20)
+    small = slice(100, 100 + COPY_ALONE_BELOW // 4000)  # a quarter of the limit, 2 chunks
+    large = slice(100, 100 + 5 * COPY_ALONE_BELOW // 4000)
+    cases = [("noise", small, 1), ("noise", (small, slice(None, None, 2)), 1), ("noise", large, 2)]
+    if compress:
+        cases.append(("smooth", slice(10, 10 + COPY_ALONE_BELOW // 32000), 2))
+    for name, index, n_threads in cases:
+        with cpersist.open(tmp_path / f"{name}.cp", n_threads=2) as f:
+            lazy = f.arrays["obj['a']"]
+            threads = _reading_threads(monkeypatch)
+            got = lazy[index]
+            monkeypatch.undo()
+            arr = noise if name == "noise" else smooth
+            assert_same_result(arr[index], got, f"{name} {index}")
+            assert len(threads) == n_threads, (name, index)
+            assert threading.get_ident() in threads
 
 
 def test_index_errors_as_numpy(tmp_path):
