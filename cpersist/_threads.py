@@ -24,6 +24,11 @@ _END = object()
 #: take turns instead of running together; two keep each worker busy while
 #: the calling thread catches up.
 IN_FLIGHT_PER_THREAD = 2
+#: Work that is only copying bytes (raw chunks, or chunks kept verbatim,
+#: with their checksums) is done by the calling thread alone below this
+#: many bytes: waking a pool thread and passing the GIL back and forth with
+#: it take longer than copying them.
+COPY_ALONE_BELOW = 4 << 20
 _pools = {}
 _pools_lock = threading.Lock()
 

@@ -19,7 +19,7 @@ import numpy as np
 from ._block_memory import BLOCK_MEMORY
 from ._indexing import select
 from ._openfile import shared_file
-from ._threads import run_claimed
+from ._threads import COPY_ALONE_BELOW, run_claimed
 from .arrays import parse_description
 from .container import READ_BUFFERS, VERBATIM, checksum
 from .container.sources import ShortReadError
@@ -34,11 +34,6 @@ LIST_POSITIONS_UP_TO = 4096
 #: fetched together (neighbours in one request) when they total at most
 #: this; beyond, each chunk is fetched when decoded, so memory stays bounded.
 FETCH_TOGETHER_UP_TO = 16 << 20
-#: An index whose chunks need no decoding (kept verbatim, or raw), and are
-#: local or already fetched, is read on the calling thread alone when it
-#: reads fewer bytes than this: copying them takes less time than waking a
-#: pool thread and passing the GIL back and forth with it.
-COPY_ALONE_BELOW = 4 << 20
 
 
 def section_fingerprint(section):
@@ -388,8 +383,8 @@ class _ChunkParts:
 
     def threads(self, n_threads):
         """How many threads to read with, at most ``n_threads``: one when
-        the reading is only copying fewer than :data:`COPY_ALONE_BELOW`
-        bytes."""
+        the reading is only copying (chunks local or already fetched) fewer
+        than :data:`~cpersist._threads.COPY_ALONE_BELOW` bytes."""
         if self._copy_only and self._read_bytes < COPY_ALONE_BELOW:
             return 1
         return n_threads

@@ -3,7 +3,7 @@ byte source (:mod:`.sources`)."""
 
 import itertools
 
-from .._threads import ordered_map, run_claimed
+from .._threads import COPY_ALONE_BELOW, ordered_map, run_claimed
 from ..exceptions import CorruptFileError
 from .buffers import READ_BUFFERS
 from .compact import COMPACT, compact_dump, parse_compact_index
@@ -292,7 +292,9 @@ class ContainerReader:
         into their slice of ``out``, and the pool checksums them and decodes
         the encoded ones into place. Reading in one thread in order keeps
         the kernel's readahead streaming on a cold file where reading is the
-        work.
+        work. A section of verbatim chunks only, of fewer than
+        :data:`~cpersist._threads.COPY_ALONE_BELOW` bytes, is read and
+        checked by this thread alone.
         """
         out = memoryview(out).cast("B")
         if len(out) != section.raw_size:
@@ -303,6 +305,8 @@ class ContainerReader:
         if section.is_raw and not verify:
             self._read_chunk_into(section, section.offset, out)
             return
+        if section.raw_size < COPY_ALONE_BELOW and all(c.flag == VERBATIM for c in section.chunks):
+            n_threads = 1
         if n_threads > 1 and self.source.concurrent and len(section.chunks) > 1 and (
                 2 * sum(c.raw_length for c in section.chunks if c.flag == VERBATIM)
                 < section.raw_size):
