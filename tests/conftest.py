@@ -12,6 +12,9 @@ array referenced twice) is asserted by the tests themselves.
 ``pathlib.Path``, a ``BytesIO``, an open file or a pipe, and loads it back
 from the same kind of source.
 
+``spy_reads(monkeypatch)`` records every read from local files, through the
+real source.
+
 ``dask_client`` (a module-scoped fixture) is a client of a
 ``distributed.LocalCluster`` of two worker processes on 127.0.0.1.
 """
@@ -19,7 +22,9 @@ from the same kind of source.
 import io
 import os
 import threading
+import time
 import warnings
+from collections import namedtuple
 
 import numpy as np
 import pytest
@@ -213,6 +218,30 @@ def run_threads(work, args):
         thread.start()
     for thread in threads:
         thread.join_checked()
+
+
+#: One read of :func:`spy_reads`: where, how many bytes, and on which thread.
+Read = namedtuple("Read", "offset length thread")
+
+
+def spy_reads(monkeypatch, first_waits=0.0):
+    """Every read from local files from now on, a :class:`Read` each, made
+    through the real source. With ``first_waits``, the first read sleeps
+    that many seconds first: long enough for any pool thread the reading
+    started to claim work."""
+    from cpersist.container.sources import LocalFileSource
+
+    reads, first = [], threading.Lock()
+    real = LocalFileSource.read_into
+
+    def read_into(self, offset, buffer):
+        reads.append(Read(offset, memoryview(buffer).nbytes, threading.get_ident()))
+        if first_waits and first.acquire(blocking=False):
+            time.sleep(first_waits)
+        return real(self, offset, buffer)
+
+    monkeypatch.setattr(LocalFileSource, "read_into", read_into)
+    return reads
 
 
 def assert_same_result(expected, actual, where=""):

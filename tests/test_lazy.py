@@ -15,7 +15,6 @@ import sys
 import tempfile
 import textwrap
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -30,7 +29,7 @@ from cpersist._args import open_source
 from cpersist.container import ContainerReader
 from cpersist.container import reader as reader_module
 
-from .conftest import COMPRESSIONS, assert_same_result, run_threads
+from .conftest import COMPRESSIONS, assert_same_result, run_threads, spy_reads
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -190,21 +189,6 @@ def test_files_of_earlier_versions(fixture):
     assert type(loaded) is type(obj)
 
 
-def _counting_reads(monkeypatch):
-    """Count the bytes every byte source reads (the real sources, wrapped)."""
-    from cpersist.container.sources import LocalFileSource
-
-    counter = [0]
-    real = LocalFileSource.read_into
-
-    def read_into(self, offset, buffer):
-        counter[0] += memoryview(buffer).nbytes
-        return real(self, offset, buffer)
-
-    monkeypatch.setattr(LocalFileSource, "read_into", read_into)
-    return counter
-
-
 @pytest.mark.parametrize("compress", [0, 3])
 def test_slice_reads_only_its_chunks(tmp_path, monkeypatch, compress):
     rng = np.random.default_rng(0)
@@ -213,31 +197,12 @@ def test_slice_reads_only_its_chunks(tmp_path, monkeypatch, compress):
     with cpersist.open(tmp_path / "s.cp") as f:
         lazy = f.arrays["obj['a']"]
         largest = max(c.length for c in lazy._bind().section.chunks)
-        counter = _counting_reads(monkeypatch)
+        reads = spy_reads(monkeypatch)
         assert_same_result(arr[5000:5100], lazy[5000:5100])
-        assert counter[0] <= 100 * 400 + 2 * largest
-        counter[0] = 0
+        assert sum(r.length for r in reads) <= 100 * 400 + 2 * largest
+        reads.clear()
         assert_same_result(arr[5050, 10:20], lazy[5050, 10:20])
-        assert counter[0] <= largest
-
-
-def _reading_threads(monkeypatch):
-    """The threads that read from every byte source (the real sources,
-    wrapped); the first read waits 0.2 s, long enough for any pool thread
-    the reading started to claim work."""
-    from cpersist.container.sources import LocalFileSource
-
-    threads, first = set(), threading.Lock()
-    real = LocalFileSource.read_into
-
-    def read_into(self, offset, buffer):
-        threads.add(threading.get_ident())
-        if first.acquire(blocking=False):
-            time.sleep(0.2)
-        return real(self, offset, buffer)
-
-    monkeypatch.setattr(LocalFileSource, "read_into", read_into)
-    return threads
+        assert sum(r.length for r in reads) <= largest
 
 
 @pytest.mark.parametrize("compress", [0, 3])
@@ -261,9 +226,10 @@ def test_copying_a_few_mib_stays_on_the_calling_thread(tmp_path, monkeypatch, co
     for name, index, n_threads in cases:
         with cpersist.open(tmp_path / f"{name}.cp", n_threads=2) as f:
             lazy = f.arrays["obj['a']"]
-            threads = _reading_threads(monkeypatch)
+            reads = spy_reads(monkeypatch, first_waits=0.2)
             got = lazy[index]
             monkeypatch.undo()
+            threads = {r.thread for r in reads}
             arr = noise if name == "noise" else smooth
             assert_same_result(arr[index], got, f"{name} {index}")
             assert len(threads) == n_threads, (name, index)

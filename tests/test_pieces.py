@@ -17,10 +17,9 @@ import cpersist
 from cpersist._args import open_source
 from cpersist.container import ContainerReader
 from cpersist.container.layout import PIECE_SIZE, pieces_text
-from cpersist.container.sources import local as local_module
 
 from ._forge import forge
-from .conftest import assert_same_result
+from .conftest import assert_same_result, spy_reads
 
 ROW = 1000  # bytes per row of the arrays below
 
@@ -116,19 +115,6 @@ def test_slices_through_pieces_equal_numpy(tmp_path_factory, compress, order, da
         assert_same_result(arr[index], f.arrays["obj['a']"][index])
 
 
-def _reads(monkeypatch):
-    """Every (offset, length) read from local files from now on."""
-    reads = []
-    real = local_module.LocalFileSource.read_into
-
-    def read_into(self, offset, buffer):
-        reads.append((offset, memoryview(buffer).nbytes))
-        return real(self, offset, buffer)
-
-    monkeypatch.setattr(local_module.LocalFileSource, "read_into", read_into)
-    return reads
-
-
 @pytest.mark.parametrize("compress", [0, 3])
 @pytest.mark.parametrize("selection", SELECTIONS)
 def test_a_slice_reads_only_the_pieces_it_touches(tmp_path, monkeypatch, compress, selection):
@@ -137,10 +123,10 @@ def test_a_slice_reads_only_the_pieces_it_touches(tmp_path, monkeypatch, compres
         lazy = f.arrays["obj['a']"]
         rows = lazy.chunks[0][0]
         index = SELECTIONS[selection](slice(rows + 1234, rows + 1234 + 600))  # 600 KB, chunk 1
-        reads = _reads(monkeypatch)
+        reads = spy_reads(monkeypatch)
         assert_same_result(arr[index], lazy[index])
-    in_chunk = sum(length for offset, length in reads
-                   if chunk.offset <= offset < chunk.offset + chunk.length)
+    in_chunk = sum(r.length for r in reads
+                   if chunk.offset <= r.offset < chunk.offset + chunk.length)
     assert 600 * ROW <= in_chunk <= 600 * ROW + 2 * PIECE_SIZE
     assert in_chunk < chunk.length // 2
 
