@@ -62,3 +62,28 @@ class FileChangedError(CpersistError):
     The file was replaced or rewritten after the array was opened (or
     pickled); the message names the file and the array. Open the file again.
     """
+
+
+class LimitExceededError(CpersistError):
+    """Reading a pickle stream would cost more than a limit allows.
+
+    Raised by a restricted load (``trusted=False`` or an allowlist) and by
+    the tools that read a file without loading it (:func:`cpersist.inspect`,
+    :func:`cpersist.verify`, :attr:`cpersist.FileHandle.arrays`) before the
+    memory or time is spent. The message names the limit and how to raise
+    it: pass ``limits=cpersist.Limits(...)`` for a file you trust more.
+
+    Attributes
+    ----------
+    limit : str
+        The name of the :class:`cpersist.Limits` field exceeded.
+    """
+
+    def __init__(self, limit, value, allowed, source=None, what=""):
+        self.limit = limit
+        where = f"{source}: " if source else ""
+        super().__init__(
+            f"{where}the pickle stream {what or 'needs'} {value:,}, over "
+            f"limits.{limit}={allowed:,}; if you trust this file, pass "
+            f"limits=cpersist.Limits({limit}=...) with a larger value"
+        )

@@ -7,14 +7,12 @@ decides on every other global by its name alone, against an allowlist
 """
 
 import _compat_pickle
-import copyreg
 import pickle
 import types
 
 import numpy as np
 
 from . import _format_names as names
-from ._opcodes import walk
 from ._rebuild import BY_NAME
 from .exceptions import CorruptFileError, UntrustedObjectError
 
@@ -25,7 +23,7 @@ _STORED_ARRAY = names.split(names.STORED_ARRAY)
 SAFE_GLOBALS = frozenset(
     [("builtins", n) for n in (
         "bool", "bytearray", "bytes", "complex", "dict", "float", "frozenset", "int",
-        "list", "range", "set", "slice", "str", "tuple",
+        "list", "object", "range", "set", "slice", "str", "tuple",
     )]
     + [("collections", n) for n in ("OrderedDict", "defaultdict", "deque", "Counter")]
     + [("datetime", n) for n in ("date", "datetime", "time", "timedelta", "timezone")]
@@ -183,12 +181,15 @@ class ArrayUnpickler(pickle.Unpickler):
     prefixes : tuple of str
     source : str
         Name of the file, for error messages.
+    limits : cpersist.Limits, optional
+        What a restricted load may cost (default: :class:`~cpersist.Limits`).
     """
 
     def __init__(self, file, load_array, restricted=False, allowed=SAFE_GLOBALS,
-                 prefixes=(), source=None):
+                 prefixes=(), source=None, limits=None):
         super().__init__(file)
         self._file = file
+        self._limits = limits
         self._load_array = load_array
         self._restricted = restricted
         self._allowed = allowed
@@ -234,18 +235,28 @@ class ArrayUnpickler(pickle.Unpickler):
         return any(module == p or module.startswith(p + ".") for p in self._prefixes)
 
     def load(self):
-        """Unpickle; in restricted mode also guard extension codes and globals."""
+        """Unpickle; in restricted mode with :mod:`cpersist._restricted`'s checks.
+
+        A restricted load runs the stream on a machine that decides on each
+        opcode (the C unpickler serves extension codes from a process-wide
+        cache, mutates what ``BUILD`` names and trusts numpy's pickled
+        states). What it changed of a class or function it resolved is
+        undone and reported all the same.
+        """
         if not self._restricted:
             return super().load()
-        self._check_extensions()
+        from . import _restricted
+        from ._limits import as_limits
+
+        try:
+            data = self._file.read()
+        except (AttributeError, OSError, ValueError) as exc:
+            raise CorruptFileError(f"{self._source}: cannot read the pickle stream "
+                                   f"({exc})") from None
         self._watched = {}
         try:
-            result = super().load()
-        except ValueError as exc:
-            self._restore_watched()
-            if "extension code" in str(exc):
-                raise CorruptFileError(f"{self._source}: damaged pickle stream ({exc})") from None
-            raise
+            result = _restricted.run(bytes(data), self.find_class, self.persistent_load,
+                                     as_limits(self._limits), self._source)
         except BaseException:
             self._restore_watched()
             raise
@@ -268,35 +279,6 @@ class ArrayUnpickler(pickle.Unpickler):
                 changed.append((where, names))
         self._watched = {}
         return changed
-
-    def _check_extensions(self):
-        """Refuse copyreg extension codes when some are registered.
-
-        The C unpickler resolves an extension code from a process-wide cache
-        without calling ``find_class`` once any load resolved it, so a
-        restricted load cannot let them through. With no code registered
-        they fail anyway ("unregistered extension code").
-        """
-        if not (copyreg._inverted_registry or copyreg._extension_cache):
-            return
-        try:
-            pos = self._file.tell()
-            data = self._file.read()
-            self._file.seek(pos)
-        except (AttributeError, OSError, ValueError):
-            raise UntrustedObjectError(
-                "copyreg", "extension codes", self._source,
-                reason="extension codes are registered in this process and the "
-                       "stream cannot be scanned for them",
-            ) from None
-        codes = walk(data).extension_codes  # a malformed stream: the unpickler reports it
-        if codes:
-            module, name = copyreg._inverted_registry.get(codes[0], ("copyreg", f"ext{codes[0]}"))
-            raise UntrustedObjectError(
-                module, name, self._source,
-                reason=f"it is named by copyreg extension code {codes[0]}, which "
-                       f"restricted loads refuse",
-            )
 
     def persistent_load(self, pid):
         raise CorruptFileError(
