@@ -394,7 +394,8 @@ class Machine:
         raise UntrustedObjectError(
             str(module), str(name), self.source,
             reason=f"the pickle stream tried to change it ({action}); restricted loads "
-                   f"only fill in objects the stream made")
+                   f"only fill in objects the stream made",
+            remedy="load it with trusted=True only if you trust this file")
 
     # -- stack ------------------------------------------------------------
     def _fence(self):
@@ -715,7 +716,8 @@ class Machine:
         if self.new_dtypes.pop(id(dtype), None) is not dtype:
             raise UntrustedObjectError(
                 "numpy", "dtype", self.source,
-                reason="the pickle stream tried to change a dtype it did not just make")
+                reason="the pickle stream tried to change a dtype it did not just make",
+                remedy="load it with trusted=True only if you trust this file")
         try:
             dtype.__setstate__(state)
         except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
@@ -726,7 +728,8 @@ class Machine:
         if self._fresh.pop(id(arr), None) is not arr:
             raise UntrustedObjectError(
                 "numpy", "ndarray", self.source,
-                reason="the pickle stream tried to change an array it did not just make")
+                reason="the pickle stream tried to change an array it did not just make",
+                remedy="load it with trusted=True only if you trust this file")
         if type(state) is not tuple:
             raise Refused("an array's state is not a tuple")
         for item in state:
@@ -739,9 +742,14 @@ class Machine:
             raise Refused(f"bad array state: {exc}") from None
 
     def op_ext(self, arg):
+        # Whether or not the code is registered: the C unpickler would serve
+        # a registered one from a process-wide cache, never asking find_class.
+        module, name = copyreg._inverted_registry.get(arg, ("copyreg", f"ext{arg}"))
         raise UntrustedObjectError(
-            "copyreg", f"extension code {arg}", self.source,
-            reason="restricted loads refuse copyreg extension codes")
+            module, name, self.source,
+            reason=f"it is named by copyreg extension code {arg}, which restricted loads "
+                   f"refuse",
+            remedy="load it with trusted=True only if you trust this file")
 
     def op_next_buffer(self, arg):
         raise StreamError("pickle stream refers to out-of-band data but no *buffers* "
@@ -754,6 +762,13 @@ class Machine:
 
     def op_nothing(self, arg):
         pass
+
+    def op_proto(self, arg):
+        self.on_protocol(arg)
+
+    @staticmethod
+    def on_protocol(protocol):
+        """Told each PROTO (the unpickler resolves dotted names from 4 on)."""
 
 
 _INTS = frozenset(("INT", "LONG", "LONG1", "LONG4"))
@@ -781,12 +796,12 @@ _HANDLERS = {
     "ADDITEMS": Machine.op_additems, "BUILD": Machine.op_build,
     "EXT1": Machine.op_ext, "EXT2": Machine.op_ext, "EXT4": Machine.op_ext,
     "NEXT_BUFFER": Machine.op_next_buffer, "READONLY_BUFFER": Machine.op_readonly_buffer,
-    "PROTO": Machine.op_nothing, "FRAME": Machine.op_nothing,
+    "PROTO": Machine.op_proto, "FRAME": Machine.op_nothing,
 }
 # STOP is handled by the loop; literals (numbers, strings, bytes) have no handler.
 
 
-def run(data, find_class, persistent_load, limits, source):
+def run(data, find_class, persistent_load, limits, source, on_protocol=None):
     """Execute the pickle stream ``data`` under the checks; its object.
 
     Raises
@@ -797,6 +812,8 @@ def run(data, find_class, persistent_load, limits, source):
         the stream failing (the message names the cause).
     """
     machine = Machine(data, find_class, persistent_load, limits, source)
+    if on_protocol is not None:
+        machine.on_protocol = on_protocol
     try:
         return machine.run()
     except CpersistError:

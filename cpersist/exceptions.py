@@ -36,17 +36,16 @@ class UntrustedObjectError(CpersistError):
     Raised before the global is imported or called.
     """
 
-    def __init__(self, module, name, source=None, reason=None):
+    def __init__(self, module, name, source=None, reason=None, remedy=None):
         self.module = module
         self.name = name
         where = f" in {source}" if source else ""
         if reason is None:
             reason = "it is not in the allowlist of the restricted load"
-        super().__init__(
-            f"refused to load global {module}.{name}{where}: {reason}; pass "
-            f"trusted=[({module!r}, {name!r})] (or a module prefix) if you trust "
-            f"this file, after checking it with cpersist.inspect()"
-        )
+        if remedy is None:
+            remedy = (f"pass trusted=[({module!r}, {name!r})] (or a module prefix) if you "
+                      f"trust this file, after checking it with cpersist.inspect()")
+        super().__init__(f"refused to load global {module}.{name}{where}: {reason}; {remedy}")
 
 
 class UntrustedPickleError(CpersistError):

@@ -8,13 +8,14 @@ decides on every other global by its name alone, against an allowlist
 
 import _compat_pickle
 import pickle
+import sys
 import types
 
 import numpy as np
 
 from . import _format_names as names
 from ._rebuild import BY_NAME
-from .exceptions import CorruptFileError, UntrustedObjectError
+from .exceptions import CorruptFileError, CpersistError, UntrustedObjectError
 
 _STORED_ARRAY = names.split(names.STORED_ARRAY)
 
@@ -23,7 +24,7 @@ _STORED_ARRAY = names.split(names.STORED_ARRAY)
 SAFE_GLOBALS = frozenset(
     [("builtins", n) for n in (
         "bool", "bytearray", "bytes", "complex", "dict", "float", "frozenset", "int",
-        "list", "object", "range", "set", "slice", "str", "tuple",
+        "list", "range", "set", "slice", "str", "tuple",
     )]
     + [("collections", n) for n in ("OrderedDict", "defaultdict", "deque", "Counter")]
     + [("datetime", n) for n in ("date", "datetime", "time", "timedelta", "timezone")]
@@ -124,6 +125,12 @@ def _restore(obj, saved):
 
 _MISSING = object()
 
+#: What the C unpickler raises for a malformed stream, or one calling a
+#: builtin with bad arguments, beside UnpicklingError and EOFError (which
+#: callers report as damage).
+_STREAM_ERRORS = (UnicodeDecodeError, OverflowError, ValueError, TypeError, MemoryError,
+                  KeyError, IndexError, RecursionError)
+
 
 def normalize_trusted(trusted):
     """Turn ``load``'s ``trusted`` argument into (restricted, globals, prefixes).
@@ -190,6 +197,7 @@ class ArrayUnpickler(pickle.Unpickler):
         super().__init__(file)
         self._file = file
         self._limits = limits
+        self._stream_protocol = 0  # the restricted load's PROTO
         self._load_array = load_array
         self._restricted = restricted
         self._allowed = allowed
@@ -212,7 +220,7 @@ class ArrayUnpickler(pickle.Unpickler):
             and not any(_is_dunder(part) for part in name.split("."))
         ):
             raise UntrustedObjectError(module, name, self._source)
-        obj = BY_NAME.get((module, name)) or super().find_class(module, name)
+        obj = BY_NAME.get((module, name)) or self._resolve(module, name)
         if not exact:
             # A trusted package also exposes what it imports (``os``,
             # ``eval``...): only accept objects it defines.
@@ -231,6 +239,19 @@ class ArrayUnpickler(pickle.Unpickler):
                 self._watched[id(obj)] = (obj, f"{module}.{name}", saved)
         return obj
 
+    def _resolve(self, module, name):
+        """The object ``module.name`` names, as the C unpickler finds it
+        (a dotted name from protocol 4 on)."""
+        sys.audit("pickle.find_class", module, name)
+        __import__(module)
+        obj = sys.modules[module]
+        for part in name.split(".") if self._stream_protocol >= 4 else (name,):
+            try:
+                obj = getattr(obj, part)
+            except AttributeError:
+                raise AttributeError(f"Can't get attribute {name!r} on {obj!r}") from None
+        return obj
+
     def _prefix_trusted(self, module):
         return any(module == p or module.startswith(p + ".") for p in self._prefixes)
 
@@ -244,7 +265,16 @@ class ArrayUnpickler(pickle.Unpickler):
         undone and reported all the same.
         """
         if not self._restricted:
-            return super().load()
+            try:
+                return super().load()
+            except CpersistError:
+                raise
+            except _STREAM_ERRORS as exc:
+                if exc.__traceback__.tb_next is not None:
+                    raise  # from Python code the stream called: the object's own error
+                raise CorruptFileError(
+                    f"{self._source}: damaged pickle stream ({type(exc).__name__}: "
+                    f"{str(exc)[:200]})") from exc
         from . import _restricted
         from ._limits import as_limits
 
@@ -256,7 +286,8 @@ class ArrayUnpickler(pickle.Unpickler):
         self._watched = {}
         try:
             result = _restricted.run(bytes(data), self.find_class, self.persistent_load,
-                                     as_limits(self._limits), self._source)
+                                     as_limits(self._limits), self._source,
+                                     on_protocol=self._set_protocol)
         except BaseException:
             self._restore_watched()
             raise
@@ -270,6 +301,9 @@ class ArrayUnpickler(pickle.Unpickler):
                        f"(undone)",
             )
         return result
+
+    def _set_protocol(self, protocol):
+        self._stream_protocol = protocol
 
     def _restore_watched(self):
         changed = []
