@@ -82,5 +82,5 @@ def as_limits(limits):
                     f"{type(limits).__name__}")
 
 
-def exceeded(limit, value, limits, source=None, what=""):
+def exceeded(limit, value, limits, source=None, what="needs {}"):
     return LimitExceededError(limit, value, getattr(limits, limit), source, what)

@@ -237,9 +237,9 @@ def _stored_array_call(data, pos, end, memo, push, func):
 
 def _check_limits(ops, objects, limits, source):
     if ops > limits.max_opcodes:
-        raise exceeded("max_opcodes", ops, limits, source, "runs more opcodes than")
+        raise exceeded("max_opcodes", ops, limits, source, "runs at least {} opcodes")
     if objects > limits.max_objects:
-        raise exceeded("max_objects", objects, limits, source, "builds")
+        raise exceeded("max_objects", objects, limits, source, "builds at least {} objects")
 
 
 def _decoded_step(data, pos, result, stack, memo):

@@ -276,13 +276,13 @@ def _number(machine, func, args, kwargs, new):
             text = value.decode("latin-1") if not isinstance(value, str) else value
             if len(text) > 2 * machine.limits.max_digits + 64:
                 raise exceeded("max_digits", len(text), machine.limits, machine.source,
-                               "writes a number of")
+                               "writes a number of {} characters")
             match = _EXPONENT.search(text)
-            if match and func is not decimal.Decimal:
-                exponent = len(match.group(1).lstrip("+-0_"))
-                if exponent > len(str(machine.limits.max_digits)):
-                    raise exceeded("max_digits", 10 ** min(exponent, 6), machine.limits,
-                                   machine.source, "writes a number of about")
+            if match and func is not decimal.Decimal:  # a Decimal keeps the exponent as is
+                digits = match.group(1).lstrip("+-").replace("_", "").lstrip("0") or "0"
+                if len(digits) > 18 or int(digits) > machine.limits.max_digits:
+                    raise exceeded("max_digits", int(digits[:18]), machine.limits,
+                                   machine.source, "writes a number of about {} digits")
     return _invoke(func, args, kwargs, new)
 
 
@@ -365,7 +365,7 @@ class Machine:
     def alloc(self, nbytes):
         if nbytes > self.limits.max_alloc_bytes:
             raise exceeded("max_alloc_bytes", nbytes, self.limits, self.source,
-                           "asks one call to allocate")
+                           "asks one call to allocate {} bytes")
 
     def fresh(self, arr):
         self._fresh[id(arr)] = arr
@@ -374,12 +374,12 @@ class Machine:
     def _made(self):
         self._objects += 1
         if self._objects > self.limits.max_objects:
-            raise exceeded("max_objects", self._objects, self.limits, self.source, "builds")
+            raise exceeded("max_objects", self._objects, self.limits, self.source, "builds at least {} objects")
 
     def _check_int(self, value):
         if value.bit_length() > self._max_int_bits:
             raise exceeded("max_digits", int(value.bit_length() / 3.33), self.limits,
-                           self.source, "writes an integer of about")
+                           self.source, "writes an integer of about {} digits")
 
     def _shared(self, target, action):
         """Refuse to change ``target`` unless the stream made it."""
@@ -433,11 +433,11 @@ class Machine:
         for value in args:
             if type(value) is range and _range_len(value) > self.limits.max_objects:
                 raise exceeded("max_objects", _range_len(value), self.limits, self.source,
-                               "asks for a range of")
+                               "asks for a range of {} items")
             if type(value) is decimal.Decimal and value.is_finite() and abs(
                     value.adjusted()) > self.limits.max_digits:
                 raise exceeded("max_digits", abs(value.adjusted()), self.limits, self.source,
-                               "writes a Decimal with an exponent of")
+                               "writes a Decimal with an exponent of {}")
         kwargs = kwargs or {}
         checker = _checker(func)
         if checker is not None:
@@ -470,7 +470,7 @@ class Machine:
             opcodes += 1
             if opcodes > max_opcodes:
                 raise exceeded("max_opcodes", opcodes, self.limits, self.source,
-                               "runs more opcodes than")
+                               "runs at least {} opcodes")
             name, arg, pos = read(data, pos)
             handler = handlers.get(name)
             if handler is not None:

@@ -78,11 +78,11 @@ class LimitExceededError(CpersistError):
         The name of the :class:`cpersist.Limits` field exceeded.
     """
 
-    def __init__(self, limit, value, allowed, source=None, what=""):
+    def __init__(self, limit, value, allowed, source=None, what="needs {}"):
         self.limit = limit
         where = f"{source}: " if source else ""
         super().__init__(
-            f"{where}the pickle stream {what or 'needs'} {value:,}, over "
-            f"limits.{limit}={allowed:,}; if you trust this file, pass "
+            f"{where}the pickle stream {what.format(f'{value:,}')}, more than "
+            f"limits.{limit}={allowed:,} allows; if you trust this file, pass "
             f"limits=cpersist.Limits({limit}=...) with a larger value"
         )

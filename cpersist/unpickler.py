@@ -128,7 +128,7 @@ _MISSING = object()
 #: What the C unpickler raises for a malformed stream, or one calling a
 #: builtin with bad arguments, beside UnpicklingError and EOFError (which
 #: callers report as damage).
-_STREAM_ERRORS = (UnicodeDecodeError, OverflowError, ValueError, TypeError, MemoryError,
+STREAM_ERRORS = (UnicodeDecodeError, OverflowError, ValueError, TypeError, MemoryError,
                   KeyError, IndexError, RecursionError)
 
 
@@ -269,7 +269,7 @@ class ArrayUnpickler(pickle.Unpickler):
                 return super().load()
             except CpersistError:
                 raise
-            except _STREAM_ERRORS as exc:
+            except STREAM_ERRORS as exc:
                 if exc.__traceback__.tb_next is not None:
                     raise  # from Python code the stream called: the object's own error
                 raise CorruptFileError(
