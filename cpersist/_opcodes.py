@@ -12,7 +12,7 @@ import struct
 
 from ._gc import collector_paused
 from ._limits import DEFAULT, exceeded
-from ._pickle_args import read
+from ._pickle_args import FRAME_CROSSED, next_frame_end, read_in_frame, recheck
 from ._symbolic import (_MARK, _NO_ARG, _STORED_ARRAY, MAX_KEPT_BYTES, Node, _call, _key_label,
                         _top, step)
 
@@ -104,9 +104,13 @@ def _run(data, result, stack, memo, limits, source):
     pos = 0
     ops = 0
     first_node = Node.made
+    start = frame_end = 0
     while True:
         if pos >= end:
             raise ValueError("pickle data was truncated")
+        if start < frame_end < pos:
+            recheck(data, start, pos, frame_end)  # read by hand across a frame's end
+        start = pos
         ops += 1
         if not ops & 0x3FFF:
             _check_limits(ops, Node.made - first_node + len(memo), limits, source)
@@ -187,12 +191,17 @@ def _run(data, result, stack, memo, limits, source):
             pos = start + _UINT4(data, pos + 1)[0]
             push(data[start:pos].decode("utf-8", "surrogatepass"))
         elif code == 0x95 and pos + 9 <= end and pos + 9 + _UINT8(data, pos + 1)[0] <= end:
-            pos += 9  # FRAME: frames change no opcode
+            pos += 9  # FRAME: frames change no opcode, only where one may end
+            if pos + _UINT8(data, pos - 8)[0] > frame_end > pos:
+                raise ValueError(FRAME_CROSSED)
+            frame_end = next_frame_end(frame_end, pos, _UINT8(data, pos - 8)[0])
         elif code == 0x71 and pos + 1 < end:  # BINPUT
             memo[data[pos + 1]] = _top(stack)
             pos += 2
         else:
-            pos = _decoded_step(data, pos, result, stack, memo)
+            pos = _decoded_step(data, pos, result, stack, memo, frame_end)
+            if code == 0x95:
+                frame_end = next_frame_end(frame_end, pos, _UINT8(data, pos - 8)[0])
             if code == 0x2E:
                 return
 
@@ -242,8 +251,8 @@ def _check_limits(ops, objects, limits, source):
         raise exceeded("max_objects", objects, limits, source, "builds at least {} objects")
 
 
-def _decoded_step(data, pos, result, stack, memo):
+def _decoded_step(data, pos, result, stack, memo, frame_end):
     """Read the opcode at ``pos`` as the C unpickler does and step; its end."""
-    name, arg, pos = read(data, pos)
+    name, arg, pos = read_in_frame(data, pos, frame_end)
     step(result, stack, memo, name, arg)
     return pos

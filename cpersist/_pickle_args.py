@@ -45,6 +45,13 @@ _F8 = struct.Struct(">d").unpack_from
 _SSIZE_MAX = 2 ** 63 - 1
 
 
+#: Why a stream whose opcode runs past the end of its frame is refused. No
+#: pickler writes one, and the C unpickler reads it one way from bytes and
+#: another from a file (it drops the rest of a frame it cannot finish an
+#: opcode from): the walker and the restricted load refuse it.
+FRAME_CROSSED = "an opcode runs past the end of its frame"
+
+
 class StreamError(ValueError):
     """The stream is one the C unpickler refuses (its words, and where)."""
 
@@ -207,6 +214,80 @@ def read(data, pos):
         return name, None, pos
     arg, pos = reader(data, pos)
     return name, arg, pos
+
+
+_LINE_OPS = frozenset(("FLOAT", "INT", "LONG", "PERSID", "STRING", "UNICODE", "GLOBAL", "INST",
+                       "GET", "PUT"))
+
+
+def read_in_frame(data, pos, frame_end):
+    """:func:`read`, for an opcode at ``pos`` in a stream whose current frame
+    ends at ``frame_end`` (0: none yet).
+
+    The C unpickler reads an opcode as a few reads (the opcode byte, a size,
+    the bytes it counts, a line); one that starts before the frame's end and
+    ends after it is refused with :data:`FRAME_CROSSED`.
+    """
+    try:
+        name, arg, end = read(data, pos)
+    except StreamError:
+        if pos < frame_end and _unreadable_in(data, pos, frame_end):
+            raise StreamError(FRAME_CROSSED) from None
+        raise
+    if pos + 1 < frame_end < end and crosses(data, name, arg, pos, end, frame_end):
+        raise StreamError(FRAME_CROSSED)
+    if name == "FRAME" and end + arg > frame_end > end:
+        raise StreamError(FRAME_CROSSED)  # a frame in a frame, ending after it
+    return name, arg, end
+
+
+def next_frame_end(frame_end, end, arg):
+    """Where the frame ends after a FRAME read up to ``end``: a frame read
+    from inside the current one (and within it) leaves it as it is."""
+    return end + arg if end >= frame_end else frame_end
+
+
+#: Width of the size read before the bytes it counts.
+_SIZE_WIDTH = {"BINSTRING": 4, "SHORT_BINSTRING": 1, "BINUNICODE": 4, "SHORT_BINUNICODE": 1,
+               "BINUNICODE8": 8, "BINBYTES": 4, "SHORT_BINBYTES": 1, "BINBYTES8": 8,
+               "BYTEARRAY8": 8, "LONG1": 1, "LONG4": 4}
+
+
+def crosses(data, name, arg, start, end, frame_end):
+    """Whether one of the reads of the opcode at ``start`` (ending at
+    ``end``) starts before ``frame_end`` and ends after it."""
+    if not start + 1 < frame_end < end:
+        return False
+    if name in _SIZE_WIDTH:
+        return frame_end != start + 1 + _SIZE_WIDTH[name]
+    if name in ("GLOBAL", "INST"):
+        return frame_end != data.index(b"\n", start + 1) + 1
+    return True
+
+
+_LINE_OPS = frozenset(("FLOAT", "INT", "LONG", "PERSID", "STRING", "UNICODE", "GLOBAL", "INST",
+                       "GET", "PUT"))
+
+
+def _unreadable_in(data, pos, frame_end):
+    """Whether the opcode at ``pos`` needs bytes beyond ``frame_end``."""
+    window = data[pos:frame_end]
+    try:
+        name, arg, end = read(window, 0)
+    except StreamError:
+        return True
+    return name in _LINE_OPS and not window[:end].endswith(b"\n")
+
+
+def recheck(data, start, stop, frame_end):
+    """Raise :data:`FRAME_CROSSED` if an opcode from ``start`` to ``stop``
+    (read whole by a faster path) has a read across ``frame_end``."""
+    pos = start
+    while pos < stop:
+        name, arg, end = read(data, pos)
+        if crosses(data, name, arg, pos, end, frame_end):
+            raise StreamError(FRAME_CROSSED)
+        pos = end
 
 
 def _fixed(size, unpack):

@@ -31,7 +31,7 @@ import types
 import numpy as np
 
 from ._limits import exceeded
-from ._pickle_args import StreamError, read
+from ._pickle_args import StreamError, next_frame_end, read_in_frame
 from .exceptions import CorruptFileError, CpersistError, UntrustedObjectError
 
 try:  # numpy >= 2
@@ -303,12 +303,17 @@ CHECKED_CALLS.update({cls: _dtype for cls in vars(np.dtypes).values()
 
 
 def _checker(func):
-    checker = CHECKED_CALLS.get(func) if func.__hash__ is not None else None
+    try:
+        checker = CHECKED_CALLS.get(func)
+    except TypeError:  # an unhashable callable: no checker
+        checker = None
     if checker is None and isinstance(func, type):
         for klass in func.__mro__[1:]:
             checker = CHECKED_CALLS.get(klass)
             if checker is not None:
-                return checker
+                # A subclass with a constructor of its own (np.matrix,
+                # MaskedArray, MaskedConstant's singleton) takes no raw buffer.
+                return checker if func.__new__ is klass.__new__ else None
         if "numpy.ma" in sys.modules and _MARECONSTRUCT[0] is None:
             _register_ma()
     elif checker is None and _MARECONSTRUCT[0] is None and "numpy.ma" in sys.modules:
@@ -464,6 +469,7 @@ class Machine:
         stack = self.stack
         push = stack.append
         handlers = _HANDLERS
+        frame_end = 0
         while True:
             if pos >= end:
                 raise StreamError("pickle data was truncated")
@@ -471,7 +477,9 @@ class Machine:
             if opcodes > max_opcodes:
                 raise exceeded("max_opcodes", opcodes, self.limits, self.source,
                                "runs at least {} opcodes")
-            name, arg, pos = read(data, pos)
+            name, arg, pos = read_in_frame(data, pos, frame_end)
+            if name == "FRAME":
+                frame_end = next_frame_end(frame_end, pos, arg)
             handler = handlers.get(name)
             if handler is not None:
                 handler(self, arg)

@@ -14,7 +14,7 @@ from .container.sources import MemorySource
 from .exceptions import CorruptFileError
 from .pickler import ArrayPickler
 from ._limits import as_limits
-from .unpickler import STREAM_ERRORS, normalize_trusted
+from .unpickler import STREAM_ERRORS, caused_by_stream, normalize_trusted
 
 #: How the buffer is named in messages.
 NAME = "<bytes>"
@@ -169,8 +169,8 @@ def loads(data, *, trusted=True, verify=True, n_threads=None, copy=False, limits
             except (pickle.UnpicklingError, EOFError) as exc:
                 raise CorruptFileError(f"{NAME}: damaged pickle stream ({exc})") from None
             except STREAM_ERRORS as exc:
-                if exc.__traceback__.tb_next is not None:
-                    raise  # from Python code the stream called: the object's own error
+                if not caused_by_stream(exc):
+                    raise  # the object's own error, or a missing global
                 raise CorruptFileError(f"{NAME}: damaged pickle stream "
                                        f"({type(exc).__name__}: {str(exc)[:200]})") from exc
     source = MemorySource(_byte_view(data), NAME)

@@ -129,7 +129,26 @@ _MISSING = object()
 #: builtin with bad arguments, beside UnpicklingError and EOFError (which
 #: callers report as damage).
 STREAM_ERRORS = (UnicodeDecodeError, OverflowError, ValueError, TypeError, MemoryError,
-                  KeyError, IndexError, RecursionError)
+                  KeyError, IndexError, RecursionError, AttributeError, RuntimeError,
+                  SyntaxError)
+#: Modules whose code a forged stream may call in a trusted load: an error
+#: raised there is the stream's, not the object's.
+_LIBRARIES = ("numpy", "ast", "fractions", "decimal", "_pydecimal", "datetime", "collections",
+              "copyreg", "uuid", "cpersist.")
+
+
+def caused_by_stream(exc):
+    """Whether ``exc``, raised by a trusted load, comes from the stream: raised
+    by the unpickler itself, or by library code the stream called, not by an
+    object's own code nor by looking up a global (which raises as pickle does)."""
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+    while tb is not None:
+        frame = tb.tb_frame
+        module = frame.f_globals.get("__name__", "")
+        if frame.f_code.co_name == "find_class" or not module.startswith(_LIBRARIES):
+            return False
+        tb = tb.tb_next
+    return True
 
 
 def normalize_trusted(trusted):
@@ -270,8 +289,8 @@ class ArrayUnpickler(pickle.Unpickler):
             except CpersistError:
                 raise
             except STREAM_ERRORS as exc:
-                if exc.__traceback__.tb_next is not None:
-                    raise  # from Python code the stream called: the object's own error
+                if not caused_by_stream(exc):
+                    raise  # the object's own error, or a missing global
                 raise CorruptFileError(
                     f"{self._source}: damaged pickle stream ({type(exc).__name__}: "
                     f"{str(exc)[:200]})") from exc

@@ -204,12 +204,14 @@ def _reference_walk(data):
     result = _opcodes.Walk()
     stack, memo = [], {}
     data = bytes(data)
-    pos = 0
+    pos = frame_end = 0
     try:
         while True:
             if pos >= len(data):
                 raise ValueError("pickle data was truncated")
-            name, arg, pos = _pickle_args.read(data, pos)
+            name, arg, pos = _pickle_args.read_in_frame(data, pos, frame_end)
+            if name == "FRAME":
+                frame_end = _pickle_args.next_frame_end(frame_end, pos, arg)
             _symbolic.step(result, stack, memo, name, arg)
             if name == "STOP":
                 break
