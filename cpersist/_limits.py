@@ -17,9 +17,9 @@ class Limits:
 
     Parameters
     ----------
-    max_opcodes : int, default 20_000_000
+    max_opcodes : int, default 10_000_000
         Opcodes executed (or walked): bounds the time.
-    max_objects : int, default 5_000_000
+    max_objects : int, default 2_000_000
         Containers and objects built (dicts, lists, sets, tuples, calls):
         bounds the memory, at most a few hundred bytes each.
     max_digits : int, default 4300
@@ -40,7 +40,7 @@ class Limits:
 
     __slots__ = ("max_opcodes", "max_objects", "max_digits", "max_alloc_bytes")
 
-    def __init__(self, max_opcodes=20_000_000, max_objects=5_000_000, max_digits=4300,
+    def __init__(self, max_opcodes=10_000_000, max_objects=2_000_000, max_digits=4300,
                  max_alloc_bytes=256 << 20):
         for name, value in zip(self.__slots__, (max_opcodes, max_objects, max_digits,
                                                 max_alloc_bytes)):

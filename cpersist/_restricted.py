@@ -30,8 +30,10 @@ import types
 
 import numpy as np
 
+from ._gc import collector_paused
 from ._limits import exceeded
-from ._pickle_args import StreamError, next_frame_end, read_in_frame
+from ._pickle_args import _READERS as _READS_ARGUMENT
+from ._pickle_args import NAMES, StreamError, next_frame_end, read_in_frame
 from .exceptions import CorruptFileError, CpersistError, UntrustedObjectError
 
 try:  # numpy >= 2
@@ -469,6 +471,7 @@ class Machine:
         stack = self.stack
         push = stack.append
         handlers = _HANDLERS
+        no_arg = _NO_ARG
         frame_end = 0
         while True:
             if pos >= end:
@@ -477,6 +480,11 @@ class Machine:
             if opcodes > max_opcodes:
                 raise exceeded("max_opcodes", opcodes, self.limits, self.source,
                                "runs at least {} opcodes")
+            handler = no_arg[data[pos]]
+            if handler is not None:  # one byte: nothing to read, no frame to cross
+                pos += 1
+                handler(self, None)
+                continue
             name, arg, pos = read_in_frame(data, pos, frame_end)
             if name == "FRAME":
                 frame_end = next_frame_end(frame_end, pos, arg)
@@ -808,6 +816,12 @@ _HANDLERS = {
 }
 # STOP is handled by the loop; literals (numbers, strings, bytes) have no handler.
 
+#: Handlers of the opcodes without an argument, by opcode byte.
+_NO_ARG = [None] * 256
+for _code, _name in NAMES.items():
+    if _name in _HANDLERS and _name not in _READS_ARGUMENT:
+        _NO_ARG[_code] = _HANDLERS[_name]
+
 
 def run(data, find_class, persistent_load, limits, source, on_protocol=None):
     """Execute the pickle stream ``data`` under the checks; its object.
@@ -823,7 +837,8 @@ def run(data, find_class, persistent_load, limits, source, on_protocol=None):
     if on_protocol is not None:
         machine.on_protocol = on_protocol
     try:
-        return machine.run()
+        with collector_paused():  # a stream makes many objects and frees none
+            return machine.run()
     except CpersistError:
         raise
     except StreamError as exc:

@@ -196,31 +196,32 @@ def _peak_rss_mb():
 READERS = ("load", "loads", "open-load", "load-trusted", "inspect", "verify", "arrays")
 
 
-def read_with(reader, path):
+def read_with(reader, path, limits=None):
     """Read the file ``path`` as ``reader`` (one of :data:`READERS`)."""
     import cpersist
 
     if reader == "load":
-        return cpersist.load(path, trusted=False)
+        return cpersist.load(path, trusted=False, limits=limits)
     if reader == "loads":
         with open(path, "rb") as file:
-            return cpersist.loads(file.read(), trusted=False)
+            return cpersist.loads(file.read(), trusted=False, limits=limits)
     if reader == "open-load":
-        with cpersist.open(path, trusted=False) as handle:
+        with cpersist.open(path, trusted=False, limits=limits) as handle:
             return handle.load()
     if reader == "load-trusted":
         return cpersist.load(path)
     if reader == "inspect":
-        return cpersist.inspect(path)
+        return cpersist.inspect(path, limits=limits)
     if reader == "verify":
-        return cpersist.verify(path)
-    with cpersist.open(path) as handle:
+        return cpersist.verify(path, limits=limits)
+    with cpersist.open(path, limits=limits) as handle:
         return handle.arrays
 
 
 def main(argv):
-    """``python -m tests._hostile MEMORY_MB READERS PATH...``: one JSON line
-    per path and reader."""
+    """``python -m tests._hostile MEMORY_MB READERS LIMITS PATH...``: one
+    JSON line per path and reader; LIMITS is a JSON dict of
+    :class:`cpersist.Limits` fields (``{}``: the defaults)."""
     import resource
     import time
 
@@ -228,11 +229,12 @@ def main(argv):
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     import cpersist
 
-    for path in argv[2:]:
+    limits = json.loads(argv[2])
+    for path in argv[3:]:
         for reader in argv[1].split(","):
             start = time.perf_counter()
             try:
-                read_with(reader, path)
+                read_with(reader, path, limits)
                 outcome = None
             except cpersist.CpersistError as exc:
                 outcome = type(exc).__name__
