@@ -56,8 +56,9 @@ _EXPONENT = re.compile(r"[eE]\s*([+-]?[0-9_]+)")
 _OBJECT_FLAGS = 0x01 | 0x02
 
 
-class Refused(CorruptFileError):
-    """A forged numpy description: the message says what is wrong."""
+class Refused(Exception):
+    """A forged numpy description: the message says what is wrong (raised
+    to the caller as :class:`~cpersist.CorruptFileError`)."""
 
 
 def check_dtype(dtype, depth=0):
@@ -843,6 +844,9 @@ def run(data, find_class, persistent_load, limits, source, on_protocol=None):
         raise
     except StreamError as exc:
         raise CorruptFileError(f"{source}: damaged pickle stream ({exc})") from None
+    except Refused as exc:
+        raise CorruptFileError(f"{source}: the pickle stream forges a numpy object: "
+                               f"{exc}") from None
     except RecursionError:
         raise CorruptFileError(f"{source}: the pickle stream nests objects too deeply") from None
     except Exception as exc:
