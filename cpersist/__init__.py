@@ -9,8 +9,8 @@ __version__ = "0.1.0"
 
 from .codecs import available_codecs  # noqa: E402
 from .exceptions import (CorruptFileError, CpersistError, FileChangedError,  # noqa: E402
-                         RemoteStorageError, UnsupportedVersionError, UntrustedObjectError,
-                         UntrustedPickleError)
+                         LimitExceededError, RemoteStorageError, UnsupportedVersionError,
+                         UntrustedObjectError, UntrustedPickleError)
 
 # Imported on first access (PEP 562), so that `import cpersist` and the
 # command line load neither numpy nor the container until they need them.
@@ -18,7 +18,8 @@ _LAZY = {"dump": "api", "load": "api", "dumps": "inmemory", "loads": "inmemory",
          "convert": "_convert", "inspect": "inspection",
          "verify": "inspection", "reseal": "inspection",
          "register_joblib_backend": "joblib_store",
-         "open": "handle", "FileHandle": "handle", "LazyArray": "lazy"}
+         "open": "handle", "FileHandle": "handle", "LazyArray": "lazy",
+         "Limits": "_limits"}
 
 
 def __getattr__(name):
@@ -43,6 +44,8 @@ __all__ = [
     "FileChangedError",
     "FileHandle",
     "LazyArray",
+    "LimitExceededError",
+    "Limits",
     "RemoteStorageError",
     "UnsupportedVersionError",
     "UntrustedObjectError",

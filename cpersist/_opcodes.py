@@ -3,15 +3,16 @@
 :func:`walk` decodes a stream once and drives :mod:`cpersist._symbolic`'s
 stack machine through its opcodes. The opcodes dumps write most often are
 decoded by hand, with no object made per opcode; any other is read by
-:mod:`pickletools`' own argument readers, so that the walk decodes every
-stream, malformed ones included, as :func:`pickletools.genops` does.
+:func:`cpersist._pickle_args.read`, which reads each argument as the C
+unpickler does, so that the walk sees the opcodes ``pickle.load`` would run.
+Its cost is bounded by :class:`cpersist.Limits` (opcodes and nodes).
 """
 
-import io
-import pickletools
 import struct
 
 from ._gc import collector_paused
+from ._limits import DEFAULT, exceeded
+from ._pickle_args import FRAME_CROSSED, next_frame_end, read_in_frame, recheck
 from ._symbolic import (_MARK, _NO_ARG, _STORED_ARRAY, MAX_KEPT_BYTES, Node, _call, _key_label,
                         _top, step)
 
@@ -19,6 +20,7 @@ __all__ = ["Node", "Walk", "step", "walk"]
 
 _INT4 = struct.Struct("<i").unpack_from
 _UINT4 = struct.Struct("<I").unpack_from
+_UINT8 = struct.Struct("<Q").unpack_from
 
 
 class Walk:
@@ -38,9 +40,8 @@ class Walk:
     top : Node or None
         The object the stream builds, as a tree.
     error : str or None
-        Why decoding stopped early, for a malformed stream, worded as
-        :func:`pickletools.genops` words it;
-        what precedes the problem is recorded.
+        Why decoding stopped early, for a malformed stream (worded as the
+        C unpickler words it); what precedes the problem is recorded.
     """
 
     __slots__ = ("protocol", "globals", "unresolved", "extension_codes", "top", "error")
@@ -54,8 +55,12 @@ class Walk:
         self.error = None
 
 
-def walk(data):
-    """Walk the pickle stream ``data`` (bytes-like) once; never raises on bad input.
+def walk(data, limits=None, source=None):
+    """Walk the pickle stream ``data`` (bytes-like) once.
+
+    Never raises on a malformed stream (see :attr:`Walk.error`), only
+    :class:`~cpersist.LimitExceededError` when ``limits`` (default
+    :class:`~cpersist.Limits`) are exceeded.
 
     Returns
     -------
@@ -66,32 +71,49 @@ def walk(data):
     memo = {}
     if type(data) is not bytes:
         data = bytes(data)
+    limits = DEFAULT if limits is None else limits
+    made = Node.made
     try:
         with collector_paused():
-            _run(data, result, stack, memo)
-    except (ValueError, EOFError) as exc:  # the errors genops gives on malformed streams
+            _run(data, result, stack, memo, limits, source)
+    except ValueError as exc:  # a malformed stream (StreamError, bad UTF-8, ...)
         result.error = str(exc)
+    except (IndexError, KeyError, TypeError, AttributeError) as exc:
+        # An opcode the C unpickler would refuse (a symbolic step found an
+        # impossible stack): recorded as a malformed stream.
+        result.error = f"malformed pickle stream ({type(exc).__name__}: {exc})"
+    finally:
+        Node.made = made
     if result.top is None and stack and type(stack[-1]) in (Node, tuple):
         result.top = stack[-1]  # a stream ending early: what was built so far
     return result
 
 
-def _run(data, result, stack, memo):
+def _run(data, result, stack, memo, limits, source):
     """Decode ``data``'s opcodes and :func:`step` through them.
 
     The opcodes dumps write most often are decoded here, with no object
     made per opcode; any other, and any opcode whose argument runs past the
-    end, is read by :mod:`pickletools`' own argument readers (whose errors
-    are the walk's errors), so both decode a stream identically.
+    end, is read by :func:`cpersist._pickle_args.read` (whose errors are the
+    walk's errors), so both decode a stream identically.
     """
     push = stack.append
     end = len(data)
     no_arg = _NO_ARG
     stored = _STORED_ARRAY
     pos = 0
+    ops = 0
+    first_node = Node.made
+    start = frame_end = 0
     while True:
         if pos >= end:
-            raise ValueError("pickle exhausted before seeing STOP")
+            raise ValueError("pickle data was truncated")
+        if start < frame_end < pos:
+            recheck(data, start, pos, frame_end)  # read by hand across a frame's end
+        start = pos
+        ops += 1
+        if not ops & 0x3FFF:
+            _check_limits(ops, Node.made - first_node + len(memo), limits, source)
         code = data[pos]
         if code == 0x94:  # MEMOIZE
             memo[len(memo)] = stack[-1] if stack and stack[-1] is not _MARK else Node("other")
@@ -168,13 +190,18 @@ def _run(data, result, stack, memo):
             start = pos + 5
             pos = start + _UINT4(data, pos + 1)[0]
             push(data[start:pos].decode("utf-8", "surrogatepass"))
-        elif code == 0x95 and pos + 9 <= end:  # FRAME: frames change no opcode
-            pos += 9
+        elif code == 0x95 and pos + 9 <= end and pos + 9 + _UINT8(data, pos + 1)[0] <= end:
+            pos += 9  # FRAME: frames change no opcode, only where one may end
+            if pos + _UINT8(data, pos - 8)[0] > frame_end > pos:
+                raise ValueError(FRAME_CROSSED)
+            frame_end = next_frame_end(frame_end, pos, _UINT8(data, pos - 8)[0])
         elif code == 0x71 and pos + 1 < end:  # BINPUT
             memo[data[pos + 1]] = _top(stack)
             pos += 2
         else:
-            pos = _decoded_step(data, pos, result, stack, memo)
+            pos = _decoded_step(data, pos, result, stack, memo, frame_end)
+            if code == 0x95:
+                frame_end = next_frame_end(frame_end, pos, _UINT8(data, pos - 8)[0])
             if code == 0x2E:
                 return
 
@@ -217,18 +244,15 @@ def _stored_array_call(data, pos, end, memo, push, func):
     return pos
 
 
-def _decoded_step(data, pos, result, stack, memo):
-    """Read the opcode at ``pos`` with :mod:`pickletools` and step; its end."""
-    code = data[pos:pos + 1]
-    op = pickletools.code2op.get(code.decode("latin-1"))
-    if op is None:
-        raise ValueError(f"at position {pos}, opcode {code!r} unknown")
-    if op.arg is None:
-        arg, pos = None, pos + 1
-    else:
-        stream = io.BytesIO(data)
-        stream.seek(pos + 1)
-        arg = op.arg.reader(stream)
-        pos = stream.tell()
-    step(result, stack, memo, op.name, arg)
+def _check_limits(ops, objects, limits, source):
+    if ops > limits.max_opcodes:
+        raise exceeded("max_opcodes", ops, limits, source, "runs at least {} opcodes")
+    if objects > limits.max_objects:
+        raise exceeded("max_objects", objects, limits, source, "builds at least {} objects")
+
+
+def _decoded_step(data, pos, result, stack, memo, frame_end):
+    """Read the opcode at ``pos`` as the C unpickler does and step; its end."""
+    name, arg, pos = read_in_frame(data, pos, frame_end)
+    step(result, stack, memo, name, arg)
     return pos

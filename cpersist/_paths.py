@@ -14,7 +14,7 @@ from ._opcodes import walk
 from ._symbolic import Node, tuple_children
 
 
-def scan_arrays(pickled, root="obj"):
+def scan_arrays(pickled, root="obj", limits=None, source=None):
     """Find where the arrays of a cpersist pickle stream sit in the object.
 
     Parameters
@@ -33,20 +33,28 @@ def scan_arrays(pickled, root="obj"):
         stream, with ``path``, ``dtype`` (``dtype.str``, or ``"?"``),
         ``shape``, ``order`` and ``raw_bytes`` (None if unknown). Never
         raises on a strange stream: what was understood up to the problem
-        is returned.
+        is returned. Raises only :class:`~cpersist.LimitExceededError`,
+        when walking the stream would exceed ``limits``.
     """
-    return arrays_of(walk(pickled), root)
+    return arrays_of(walk(pickled, limits, source), root)
 
 
-def array_paths(pickled, root="obj"):
+def array_paths(pickled, root="obj", limits=None, source=None):
     """``{section: path}`` of the arrays stored in sections (see :func:`scan_arrays`)."""
-    return scan_arrays(pickled, root)["paths"]
+    return scan_arrays(pickled, root, limits, source)["paths"]
+
+
+#: Longest path given; an array deeper in the object gets ``"?"``.
+MAX_PATH = 4096
 
 
 def arrays_of(walked, root="obj"):
     """:func:`scan_arrays`'s result from a :class:`cpersist._opcodes.Walk`.
 
     Breadth-first, so each array gets the shortest path that reaches it.
+    Each node queued keeps its parent's place and its own label, and a path
+    is spelled out only for an array (at most :data:`MAX_PATH` characters):
+    time stays linear in the stream however deep the nesting.
     """
     paths = {}
     inline = []
@@ -54,18 +62,34 @@ def arrays_of(walked, root="obj"):
     if type(top) is not Node and type(top) is not tuple:
         return {"paths": paths, "inline": inline}
     seen = {id(top)}
-    queue = deque([(top, root)])
+    parents = [-1]   # per place: the place of its parent
+    labels = [root]  # per place: its label
+    queue = deque([(top, 0)])
     pop = queue.popleft
     push = queue.append
+
+    def path_of(place, label):
+        parts = [label]
+        size = len(label)
+        while place >= 0:
+            part = labels[place]
+            size += len(part)
+            if size > MAX_PATH:
+                return "?"
+            parts.append(part)
+            place = parents[place]
+        return "".join(reversed(parts))
+
     while queue:
-        node, path = pop()
+        node, place = pop()
         if type(node) is tuple:
             children = tuple_children(node)
         elif node.kind == "array":
-            paths.setdefault(node.value, path)
+            paths.setdefault(node.value, path_of(parents[place], labels[place]))
             continue
         elif node.kind == "inline":
-            inline.append({"path": path, **_inline_description(node.value)})
+            inline.append({"path": path_of(parents[place], labels[place]),
+                           **_inline_description(node.value)})
             continue
         else:
             children = node.children
@@ -76,9 +100,11 @@ def arrays_of(walked, root="obj"):
                     # A leaf: recorded now, as it would be when popped (the
                     # queue pops in the order it is filled).
                     if child.value not in paths:
-                        paths[child.value] = path + label
+                        paths[child.value] = path_of(place, label)
                 else:
-                    push((child, path + label))
+                    parents.append(place)
+                    labels.append(label)
+                    push((child, len(labels) - 1))
     return {"paths": paths, "inline": inline}
 
 

@@ -39,7 +39,11 @@ class Node:
 
     __slots__ = ("kind", "value", "children", "count", "items", "state")
 
+    #: Nodes made so far in the process (what a walk's limits count).
+    made = 0
+
     def __init__(self, kind, value=None):
+        Node.made += 1
         self.kind = kind          # global, dict, list, set, call, array, inline, other
         self.value = value        # global: (module, name); call: its callable;
         #                           array: section number; inline: its args tuple

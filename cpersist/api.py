@@ -21,6 +21,7 @@ from .container import (CHECKED_CLAIM, EDITED, FLAGS_AT, ContainerReader, Contai
                         EncodedStream)
 from .exceptions import CorruptFileError, CpersistError
 from .pickler import ArrayPickler
+from ._limits import as_limits
 from .unpickler import ArrayUnpickler, normalize_trusted
 
 #: Chunk size of the pickle stream: smaller than array chunks so that its
@@ -189,7 +190,7 @@ def _finish(writer, encoded, codec, protocol):
 
 
 def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
-         storage_options=None):
+         storage_options=None, limits=None):
     """Load an object written by :func:`dump`.
 
     Parameters
@@ -234,6 +235,12 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
         Threads for decompression and checksums; default: all available CPUs.
     storage_options : dict, optional
         For a URL: passed to fsspec (credentials, endpoint, ...).
+    limits : cpersist.Limits or dict, optional
+        What a restricted load (``trusted`` not ``True``) may cost: opcodes,
+        objects, digits of numbers, memory one call allocates (see
+        :class:`~cpersist.Limits`); beyond them
+        :class:`~cpersist.LimitExceededError` is raised. Raise them for a
+        file you trust more. Trusted loads are not limited.
 
     Returns
     -------
@@ -249,6 +256,8 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
         If a newer, incompatible version of the format wrote the file.
     UntrustedObjectError
         In a restricted load, for a global outside the allowlist.
+    LimitExceededError
+        In a restricted load, if the pickle stream would exceed ``limits``.
     ValueError
         For a bad ``mmap_mode`` or ``n_threads``, or ``mmap_mode='r+'`` on a
         file object open read-only.
@@ -266,14 +275,15 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
     check_mmap_mode(mmap_mode)
     restricted, allowed, prefixes = normalize_trusted(trusted)
     n_threads = check_n_threads(n_threads)
+    limits = as_limits(limits)
     with open_source(source, mmap_mode, storage_options=storage_options) as opened:
         return _load(opened, mmap_mode=mmap_mode, restricted=restricted, allowed=allowed,
                      prefixes=prefixes, verify=verify, n_threads=n_threads,
-                     whole=is_path(source))
+                     whole=is_path(source), limits=limits)
 
 
 def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole,
-          views=False):
+          views=False, limits=None):
     """``views``: return raw arrays as views of ``source.read``'s bytes (a
     :class:`~cpersist.container.sources.MemorySource`, whose reads are views)."""
     source.will_read_all()
@@ -315,7 +325,7 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
         return arr
 
     unpickler = ArrayUnpickler(pickled, load_array, restricted, allowed,
-                               prefixes, source=name)
+                               prefixes, source=name, limits=limits)
     try:
         obj = unpickler.load()
     except CpersistError:

@@ -36,17 +36,16 @@ class UntrustedObjectError(CpersistError):
     Raised before the global is imported or called.
     """
 
-    def __init__(self, module, name, source=None, reason=None):
+    def __init__(self, module, name, source=None, reason=None, remedy=None):
         self.module = module
         self.name = name
         where = f" in {source}" if source else ""
         if reason is None:
             reason = "it is not in the allowlist of the restricted load"
-        super().__init__(
-            f"refused to load global {module}.{name}{where}: {reason}; pass "
-            f"trusted=[({module!r}, {name!r})] (or a module prefix) if you trust "
-            f"this file, after checking it with cpersist.inspect()"
-        )
+        if remedy is None:
+            remedy = (f"pass trusted=[({module!r}, {name!r})] (or a module prefix) if you "
+                      f"trust this file, after checking it with cpersist.inspect()")
+        super().__init__(f"refused to load global {module}.{name}{where}: {reason}; {remedy}")
 
 
 class UntrustedPickleError(CpersistError):
@@ -62,3 +61,28 @@ class FileChangedError(CpersistError):
     The file was replaced or rewritten after the array was opened (or
     pickled); the message names the file and the array. Open the file again.
     """
+
+
+class LimitExceededError(CpersistError):
+    """Reading a pickle stream would cost more than a limit allows.
+
+    Raised by a restricted load (``trusted=False`` or an allowlist) and by
+    the tools that read a file without loading it (:func:`cpersist.inspect`,
+    :func:`cpersist.verify`, :attr:`cpersist.FileHandle.arrays`) before the
+    memory or time is spent. The message names the limit and how to raise
+    it: pass ``limits=cpersist.Limits(...)`` for a file you trust more.
+
+    Attributes
+    ----------
+    limit : str
+        The name of the :class:`cpersist.Limits` field exceeded.
+    """
+
+    def __init__(self, limit, value, allowed, source=None, what="needs {}"):
+        self.limit = limit
+        where = f"{source}: " if source else ""
+        super().__init__(
+            f"{where}the pickle stream {what.format(f'{value:,}')}, more than "
+            f"limits.{limit}={allowed:,} allows; if you trust this file, pass "
+            f"limits=cpersist.Limits({limit}=...) with a larger value"
+        )

@@ -17,6 +17,8 @@ from .container import ContainerReader
 from .container.sources import SpooledSource
 from .exceptions import CpersistError
 from .lazy import LazyArray, _Bound
+from ._limits import DEFAULT as _DEFAULT_LIMITS
+from ._limits import as_limits
 from .unpickler import ArrayUnpickler, normalize_trusted
 
 #: Functions of the format that need real arrays (they call ndarray methods
@@ -25,7 +27,7 @@ _NEED_ARRAYS = {BY_NAME[names.split(n)] for n in (names.REBUILD_VIEW, names.REBU
 
 
 def open(source, *, trusted=True, verify=True, n_threads=None,  # noqa: A001
-         storage_options=None):
+         storage_options=None, limits=None):
     """Open a cpersist file to read its arrays, or parts of them, on demand.
 
     Parameters
@@ -46,6 +48,10 @@ def open(source, *, trusted=True, verify=True, n_threads=None,  # noqa: A001
         chunks stored as they are) is read by the calling thread alone.
     storage_options : dict, optional
         For a URL: passed to fsspec (credentials, endpoint, ...).
+    limits : cpersist.Limits or dict, optional
+        What reading the pickle stream may cost, for :attr:`FileHandle.arrays`
+        (whatever ``trusted`` is) and a restricted :meth:`FileHandle.load`
+        (see :class:`~cpersist.Limits`).
 
     Returns
     -------
@@ -71,6 +77,7 @@ def open(source, *, trusted=True, verify=True, n_threads=None,  # noqa: A001
     """
     normalized = normalize_trusted(trusted)
     n_threads = check_n_threads(n_threads)
+    limits = as_limits(limits)
     opened = open_source(source, storage_options=storage_options, what="source")
     borrowed = isinstance(opened, _Borrowed)
     byte_source = opened.source if borrowed else opened
@@ -82,7 +89,9 @@ def open(source, *, trusted=True, verify=True, n_threads=None,  # noqa: A001
         raise
     owns = not borrowed and (is_path(source) or isinstance(byte_source, SpooledSource))
     file = OpenFile(reader, reference_for(byte_source, whole=is_path(source)), owns)
-    return FileHandle(file, normalized, verify, n_threads)
+    handle = FileHandle(file, normalized, verify, n_threads)
+    handle._limits = limits
+    return handle
 
 
 class FileHandle:
@@ -93,6 +102,8 @@ class FileHandle:
     name : str
         The file's name, as messages give it.
     """
+
+    _limits = _DEFAULT_LIMITS
 
     def __init__(self, file, trusted, verify, n_threads):
         self._file = file
@@ -167,7 +178,8 @@ class FileHandle:
             with collector_paused():
                 paths = _recorded_paths(reader)
                 if paths is None:
-                    paths = array_paths(self._root_stream(reader).getbuffer())
+                    paths = array_paths(self._root_stream(reader).getbuffer(),
+                                        limits=self._limits, source=self.name)
                 arrays = {}
                 layouts = {}
                 made = self._lazy
@@ -217,7 +229,7 @@ class FileHandle:
         if not lazy:
             return _load(reader.source, mmap_mode=None, restricted=restricted,
                          allowed=allowed, prefixes=prefixes, verify=self._verify,
-                         n_threads=self._n_threads, whole=False)
+                         n_threads=self._n_threads, whole=False, limits=self._limits)
         paths = {lazy._index: path for path, lazy in (self._arrays or {}).items()}
 
         def load_array(index):
@@ -227,7 +239,7 @@ class FileHandle:
             return self._lazy_array(reader, index, paths.get(index, f"<section {index}>"))
 
         unpickler = _LazyUnpickler(self._root_stream(reader), load_array, restricted,
-                                   allowed, prefixes, source=self.name)
+                                   allowed, prefixes, source=self.name, limits=self._limits)
         try:
             return unpickler.load()
         except CpersistError:

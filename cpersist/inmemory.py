@@ -13,7 +13,8 @@ from .container.compact import compact_dump, compact_stream
 from .container.sources import MemorySource
 from .exceptions import CorruptFileError
 from .pickler import ArrayPickler
-from .unpickler import normalize_trusted
+from ._limits import as_limits
+from .unpickler import STREAM_ERRORS, caused_by_stream, normalize_trusted
 
 #: How the buffer is named in messages.
 NAME = "<bytes>"
@@ -101,7 +102,7 @@ def _raw_chunks(pickled):
                           for i in range(0, len(pickled), PICKLE_CHUNK_SIZE))]
 
 
-def loads(data, *, trusted=True, verify=True, n_threads=None, copy=False):
+def loads(data, *, trusted=True, verify=True, n_threads=None, copy=False, limits=None):
     """Load an object from the bytes of one cpersist dump.
 
     Parameters
@@ -123,6 +124,8 @@ def loads(data, *, trusted=True, verify=True, n_threads=None, copy=False):
         made; they keep the buffer alive, are read-only when it is, and see
         any change made to it. ``True``: every array owns its memory.
         Compressed arrays always own theirs.
+    limits : cpersist.Limits or dict, optional
+        What a restricted load may cost, as for :func:`load`.
 
     Returns
     -------
@@ -165,12 +168,17 @@ def loads(data, *, trusted=True, verify=True, n_threads=None, copy=False):
                 return _unpickle(stream)
             except (pickle.UnpicklingError, EOFError) as exc:
                 raise CorruptFileError(f"{NAME}: damaged pickle stream ({exc})") from None
+            except STREAM_ERRORS as exc:
+                if not caused_by_stream(exc):
+                    raise  # the object's own error, or a missing global
+                raise CorruptFileError(f"{NAME}: damaged pickle stream "
+                                       f"({type(exc).__name__}: {str(exc)[:200]})") from exc
     source = MemorySource(_byte_view(data), NAME)
     restricted, allowed, prefixes = normalize_trusted(trusted)
     n_threads = check_n_threads(n_threads)
     return _load(source, mmap_mode=None, restricted=restricted, allowed=allowed,
                  prefixes=prefixes, verify=verify, n_threads=n_threads, whole=True,
-                 views=not copy)
+                 views=not copy, limits=as_limits(limits))
 
 
 def _byte_view(data):

@@ -17,6 +17,7 @@ from ._remote import is_url
 # The global through which a pickle stream fetches a stored array is listed
 # under "arrays", not "globals".
 from ._format_names import STORED_ARRAY
+from ._limits import as_limits
 from ._opcodes import walk
 from ._paths import arrays_of
 from .container import ContainerReader
@@ -39,7 +40,7 @@ def _codec_fields(section):
     return config.get("id"), config.get("level")
 
 
-def scan_pickle(data, name="<pickle>"):
+def scan_pickle(data, name="<pickle>", limits=None):
     """Globals and protocol of a pickle stream, found without executing it.
 
     Parameters
@@ -65,7 +66,7 @@ def scan_pickle(data, name="<pickle>"):
     CorruptFileError
         If the stream is not a well-formed pickle.
     """
-    return _globals_of(walk(data), name)
+    return _globals_of(walk(data, limits, name), name)
 
 
 def _globals_of(walked, name):
@@ -80,7 +81,7 @@ def _globals_of(walked, name):
     }
 
 
-def inspect(source, *, storage_options=None):
+def inspect(source, *, storage_options=None, limits=None):
     """Describe a cpersist file without unpickling anything.
 
     Reads the index and the pickle stream (checking their checksums) and
@@ -94,6 +95,10 @@ def inspect(source, *, storage_options=None):
         A path, a file object or a URL (see :doc:`/cloud`).
     storage_options : dict, optional
         For a URL: passed to fsspec (credentials, endpoint, ...).
+    limits : cpersist.Limits or dict, optional
+        What walking the pickle stream may cost (opcodes and objects, see
+        :class:`~cpersist.Limits`); beyond them
+        :class:`~cpersist.LimitExceededError` is raised.
 
     Returns
     -------
@@ -156,7 +161,7 @@ def inspect(source, *, storage_options=None):
                 "raw_bytes": section.raw_size,
             })
         # One walk of the stream gives both the globals and the arrays' paths.
-        walked = walk(reader.read_bytes(root))
+        walked = walk(reader.read_bytes(root), as_limits(limits), name)
         scan = _globals_of(walked, name)
         found = arrays_of(walked)
         for entry in arrays:
@@ -180,7 +185,7 @@ def inspect(source, *, storage_options=None):
         }
 
 
-def verify(source, *, storage_options=None):
+def verify(source, *, storage_options=None, limits=None):
     """Check every checksum of a cpersist file and that every chunk decodes.
 
     :func:`cpersist.load` checks what it reads, but memory-mapped arrays are
@@ -193,6 +198,10 @@ def verify(source, *, storage_options=None):
         A path, a file object or a URL (see :doc:`/cloud`).
     storage_options : dict, optional
         For a URL: passed to fsspec (credentials, endpoint, ...).
+    limits : cpersist.Limits or dict, optional
+        What walking the pickle stream may cost (opcodes and objects, see
+        :class:`~cpersist.Limits`); beyond them
+        :class:`~cpersist.LimitExceededError` is raised.
 
     A file mapped with ``mmap_mode='r+'`` carries an edited flag: its raw
     arrays may have changed behind their checksums. Those whose checksums
@@ -220,10 +229,10 @@ def verify(source, *, storage_options=None):
     """
     with open_source(source, storage_options=storage_options) as opened:
         opened.will_read_all()
-        return _verify(ContainerReader(opened, whole=is_path(source)))
+        return _verify(ContainerReader(opened, whole=is_path(source)), as_limits(limits))
 
 
-def _verify(reader):
+def _verify(reader, limits=None):
     root = _root(reader)
     chunks = stored_bytes = raw_bytes = 0
     unchecked = []
@@ -237,7 +246,7 @@ def _verify(reader):
         chunks += len(section.chunks)
         stored_bytes += section.stored_size
         raw_bytes += section.raw_size
-    scan_pickle(reader.read_bytes(root), reader.name)  # a well-formed opcode stream
+    scan_pickle(reader.read_bytes(root), reader.name, limits)  # a well-formed opcode stream
     return {"sections": len(reader.sections), "chunks": chunks,
             "stored_bytes": stored_bytes, "raw_bytes": raw_bytes, "unchecked": unchecked}
 

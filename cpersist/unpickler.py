@@ -7,16 +7,15 @@ decides on every other global by its name alone, against an allowlist
 """
 
 import _compat_pickle
-import copyreg
 import pickle
+import sys
 import types
 
 import numpy as np
 
 from . import _format_names as names
-from ._opcodes import walk
 from ._rebuild import BY_NAME
-from .exceptions import CorruptFileError, UntrustedObjectError
+from .exceptions import CorruptFileError, CpersistError, UntrustedObjectError
 
 _STORED_ARRAY = names.split(names.STORED_ARRAY)
 
@@ -126,6 +125,31 @@ def _restore(obj, saved):
 
 _MISSING = object()
 
+#: What the C unpickler raises for a malformed stream, or one calling a
+#: builtin with bad arguments, beside UnpicklingError and EOFError (which
+#: callers report as damage).
+STREAM_ERRORS = (UnicodeDecodeError, OverflowError, ValueError, TypeError, MemoryError,
+                  KeyError, IndexError, RecursionError, AttributeError, RuntimeError,
+                  SyntaxError)
+#: Modules whose code a forged stream may call in a trusted load: an error
+#: raised there is the stream's, not the object's.
+_LIBRARIES = ("numpy", "ast", "fractions", "decimal", "_pydecimal", "datetime", "collections",
+              "copyreg", "uuid", "cpersist.")
+
+
+def caused_by_stream(exc):
+    """Whether ``exc``, raised by a trusted load, comes from the stream: raised
+    by the unpickler itself, or by library code the stream called, not by an
+    object's own code nor by looking up a global (which raises as pickle does)."""
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+    while tb is not None:
+        frame = tb.tb_frame
+        module = frame.f_globals.get("__name__", "")
+        if frame.f_code.co_name == "find_class" or not module.startswith(_LIBRARIES):
+            return False
+        tb = tb.tb_next
+    return True
+
 
 def normalize_trusted(trusted):
     """Turn ``load``'s ``trusted`` argument into (restricted, globals, prefixes).
@@ -183,12 +207,16 @@ class ArrayUnpickler(pickle.Unpickler):
     prefixes : tuple of str
     source : str
         Name of the file, for error messages.
+    limits : cpersist.Limits, optional
+        What a restricted load may cost (default: :class:`~cpersist.Limits`).
     """
 
     def __init__(self, file, load_array, restricted=False, allowed=SAFE_GLOBALS,
-                 prefixes=(), source=None):
+                 prefixes=(), source=None, limits=None):
         super().__init__(file)
         self._file = file
+        self._limits = limits
+        self._stream_protocol = 0  # the restricted load's PROTO
         self._load_array = load_array
         self._restricted = restricted
         self._allowed = allowed
@@ -211,7 +239,7 @@ class ArrayUnpickler(pickle.Unpickler):
             and not any(_is_dunder(part) for part in name.split("."))
         ):
             raise UntrustedObjectError(module, name, self._source)
-        obj = BY_NAME.get((module, name)) or super().find_class(module, name)
+        obj = BY_NAME.get((module, name)) or self._resolve(module, name)
         if not exact:
             # A trusted package also exposes what it imports (``os``,
             # ``eval``...): only accept objects it defines.
@@ -230,22 +258,55 @@ class ArrayUnpickler(pickle.Unpickler):
                 self._watched[id(obj)] = (obj, f"{module}.{name}", saved)
         return obj
 
+    def _resolve(self, module, name):
+        """The object ``module.name`` names, as the C unpickler finds it
+        (a dotted name from protocol 4 on)."""
+        sys.audit("pickle.find_class", module, name)
+        __import__(module)
+        obj = sys.modules[module]
+        for part in name.split(".") if self._stream_protocol >= 4 else (name,):
+            try:
+                obj = getattr(obj, part)
+            except AttributeError:
+                raise AttributeError(f"Can't get attribute {name!r} on {obj!r}") from None
+        return obj
+
     def _prefix_trusted(self, module):
         return any(module == p or module.startswith(p + ".") for p in self._prefixes)
 
     def load(self):
-        """Unpickle; in restricted mode also guard extension codes and globals."""
+        """Unpickle; in restricted mode with :mod:`cpersist._restricted`'s checks.
+
+        A restricted load runs the stream on a machine that decides on each
+        opcode (the C unpickler serves extension codes from a process-wide
+        cache, mutates what ``BUILD`` names and trusts numpy's pickled
+        states). What it changed of a class or function it resolved is
+        undone and reported all the same.
+        """
         if not self._restricted:
-            return super().load()
-        self._check_extensions()
+            try:
+                return super().load()
+            except CpersistError:
+                raise
+            except STREAM_ERRORS as exc:
+                if not caused_by_stream(exc):
+                    raise  # the object's own error, or a missing global
+                raise CorruptFileError(
+                    f"{self._source}: damaged pickle stream ({type(exc).__name__}: "
+                    f"{str(exc)[:200]})") from exc
+        from . import _restricted
+        from ._limits import as_limits
+
+        try:
+            data = self._file.read()
+        except (AttributeError, OSError, ValueError) as exc:
+            raise CorruptFileError(f"{self._source}: cannot read the pickle stream "
+                                   f"({exc})") from None
         self._watched = {}
         try:
-            result = super().load()
-        except ValueError as exc:
-            self._restore_watched()
-            if "extension code" in str(exc):
-                raise CorruptFileError(f"{self._source}: damaged pickle stream ({exc})") from None
-            raise
+            result = _restricted.run(bytes(data), self.find_class, self.persistent_load,
+                                     as_limits(self._limits), self._source,
+                                     on_protocol=self._set_protocol)
         except BaseException:
             self._restore_watched()
             raise
@@ -260,6 +321,9 @@ class ArrayUnpickler(pickle.Unpickler):
             )
         return result
 
+    def _set_protocol(self, protocol):
+        self._stream_protocol = protocol
+
     def _restore_watched(self):
         changed = []
         for obj, where, saved in self._watched.values():
@@ -268,35 +332,6 @@ class ArrayUnpickler(pickle.Unpickler):
                 changed.append((where, names))
         self._watched = {}
         return changed
-
-    def _check_extensions(self):
-        """Refuse copyreg extension codes when some are registered.
-
-        The C unpickler resolves an extension code from a process-wide cache
-        without calling ``find_class`` once any load resolved it, so a
-        restricted load cannot let them through. With no code registered
-        they fail anyway ("unregistered extension code").
-        """
-        if not (copyreg._inverted_registry or copyreg._extension_cache):
-            return
-        try:
-            pos = self._file.tell()
-            data = self._file.read()
-            self._file.seek(pos)
-        except (AttributeError, OSError, ValueError):
-            raise UntrustedObjectError(
-                "copyreg", "extension codes", self._source,
-                reason="extension codes are registered in this process and the "
-                       "stream cannot be scanned for them",
-            ) from None
-        codes = walk(data).extension_codes  # a malformed stream: the unpickler reports it
-        if codes:
-            module, name = copyreg._inverted_registry.get(codes[0], ("copyreg", f"ext{codes[0]}"))
-            raise UntrustedObjectError(
-                module, name, self._source,
-                reason=f"it is named by copyreg extension code {codes[0]}, which "
-                       f"restricted loads refuse",
-            )
 
     def persistent_load(self, pid):
         raise CorruptFileError(
