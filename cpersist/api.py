@@ -374,15 +374,18 @@ def _mark_edited(mapped):
 
 
 def _pickle_stream(reader, root, verify, n_threads):
-    """The pickle stream as a BytesIO, decoded straight into the BytesIO's buffer.
+    """The pickle stream as a file object, decoded straight into its buffer.
 
-    ``io.BytesIO(bytearray)`` would copy the stream: for an object-heavy file
-    that second copy was as large as the file's whole pickle stream.
+    A BytesIO, or above :data:`~cpersist.container.CHECKED_CLAIM` bytes the
+    anonymous map :meth:`~cpersist.container.ContainerReader.read_bytes`
+    decodes into (a map is a file object too): its pages are backed as
+    chunks decode, so a forged claim costs what its chunks decode to, and a
+    genuine one a single copy of the stream. ``io.BytesIO(data)`` would copy
+    the stream: for an object-heavy file that second copy was as large as
+    the file's whole pickle stream.
     """
-    if root.raw_size > CHECKED_CLAIM and root.codec is not None:
-        # A large claimed size: read_bytes grows its buffer chunk by chunk, so
-        # a forged claim fails before the memory is taken.
-        return io.BytesIO(reader.read_bytes(root, verify=verify, n_threads=n_threads))
+    if root.raw_size > CHECKED_CLAIM:
+        return reader.read_bytes(root, verify=verify, n_threads=n_threads)
     reader.check_claimed_sizes(root)
     stream = io.BytesIO()
     if root.raw_size:
