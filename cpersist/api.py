@@ -17,8 +17,9 @@ from ._remote import is_remote, write_remote
 from ._threads import check_n_threads
 from .arrays import allocate, describe, iter_chunks, parse_description, rows_per_chunk
 from .codecs import parse_compress
-from .container import (CHECKED_CLAIM, EDITED, FLAGS_AT, ContainerReader, ContainerWriter,
-                        EncodedStream)
+from .container import (CHECKED_CLAIM, EDITED, FLAGS_AT, TRAILER, ContainerReader,
+                        ContainerWriter, EncodedStream, checksum)
+from .container.layout import INDEX_EDITED, INDEX_UNEDITED
 from .exceptions import CorruptFileError, CpersistError
 from .pickler import ArrayPickler
 from .unpickler import ArrayUnpickler, normalize_trusted
@@ -302,7 +303,7 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
             if not mapped:
                 mapped.append(_memmap(source, reader.size, mmap_mode))
                 if mmap_mode == "r+":
-                    _mark_edited(mapped[0])
+                    _mark_edited(mapped[0], reader)
             start = section.offset
             arr = mapped[0][start:start + nbytes].view(dtype).reshape(shape, order=order)
         elif views and section.is_raw:
@@ -360,13 +361,26 @@ def _memmap(source, size, mode):
     return arr
 
 
-def _mark_edited(mapped):
-    """Set the header's edited flag through a writable map of the dump.
+def _mark_edited(mapped, reader):
+    """Mark the dump as edited through a writable map of it.
 
     Writes through the map change raw arrays behind their checksums; with
-    the flag, readers do not report those sections as damaged, and
-    :func:`cpersist.reseal` computes their checksums again.
+    the mark, readers do not report those sections as damaged, and
+    :func:`cpersist.reseal` computes their checksums again. From format 2.1
+    the mark is the index's ``"edited"`` field, rewritten in place with the
+    index's checksum in the trailer, so that only a whole index that checks
+    out can turn checking off; the header's flag is set too, for readers of
+    format 2.0.
     """
+    if (reader.major, reader.minor) >= (2, 1) and not reader.edited:
+        at, n = reader.index_at, reader.index_length
+        if mapped[at:at + len(INDEX_UNEDITED)].tobytes() != INDEX_UNEDITED:
+            raise reader.error("damaged index: no edited mark where format 2.1 has it")
+        mapped[at:at + len(INDEX_EDITED)] = np.frombuffer(INDEX_EDITED, np.uint8)
+        digest = checksum(mapped[at:at + n])
+        trailer = reader.size - TRAILER.size
+        mapped[trailer + 16:trailer + 24] = np.frombuffer(digest.to_bytes(8, "little"), np.uint8)
+        reader.edited = True
     field = mapped[FLAGS_AT:FLAGS_AT + 4]
     flags = int.from_bytes(field.tobytes(), "little")
     if not flags & EDITED:

@@ -89,8 +89,9 @@ class ContainerReader:
         Bytes of the dump.
     edited : bool
         Whether raw sections may have been changed through a writable map
-        (the header's edited flag): their checksums are not held against
-        them (see :meth:`unchecked`).
+        (the index's edited mark; in format 2.0 and 1.x files, the header's
+        flag): their checksums are not held against them (see
+        :meth:`unchecked`).
 
     Raises
     ------
@@ -208,8 +209,13 @@ class ContainerReader:
             self.root, self.info, self.sections = parse_compact_index(data, digest, offset,
                                                                       self.name)
             return
-        self.root, self.info, self.sections = parse_index(data, digest, offset, self.name,
-                                                          self.major)
+        self.root, self.info, self.sections, edited = parse_index(
+            data, digest, offset, self.name, self.major)
+        if (self.major, self.minor) >= (2, 1):
+            # The index's mark, covered by its checksum; the header's flag
+            # is there for readers of format 2.0 only.
+            self.edited = edited is True
+        self.index_at, self.index_length = offset, length
 
     def _diagnose_tail(self, tail, tail_start):
         """Say what follows a complete format-1 dump, if that is what ends
