@@ -11,9 +11,11 @@ Peak memory is the kernel's high-water mark (``VmHWM``), reset before each
 tool.
 """
 
+import gc
 import io
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -23,7 +25,11 @@ import pytest
 
 import cpersist
 from cpersist.codecs import codec_from_config
-from cpersist.container import ENCODED, ContainerReader, ContainerWriter, checksum
+from cpersist.container import (EDITED, ENCODED, FLAGS_AT, TRAILER, ContainerReader,
+                                ContainerWriter, checksum)
+from cpersist.container.layout import INDEX_EDITED, INDEX_UNEDITED
+
+from .conftest import assert_same
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MiB = 1 << 20
@@ -231,3 +237,78 @@ def test_claim_beyond_memory_is_a_cpersist_error(tmp_path):
     assert_bounded(results, peak=GiB)
     for tool in ("load", "inspect", "verify"):
         assert "cannot be allocated" in results[tool]["outcome"], (tool, results[tool])
+
+
+# -- the edited mark ------------------------------------------------------------
+
+def _index_start(path):
+    data = path.read_bytes()
+    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
+    return data[offset:offset + len(INDEX_EDITED)]
+
+
+def _edit_through_map(path):
+    obj = cpersist.load(path, mmap_mode="r+")
+    obj["w"][:3] = -1.0
+    obj["w"].flush()
+    del obj
+    gc.collect()
+
+
+def test_one_damaged_header_bit_does_not_turn_checking_off(tmp_path):
+    """The header's edited flag set by damage, and a byte of a raw array
+    changed: every reader reports the damage (format 2.1 goes by the
+    index's mark, which a checksum covers)."""
+    path = tmp_path / "w.cp"
+    cpersist.dump({"w": np.full(1000, 500.0)}, path)
+    data = bytearray(path.read_bytes())
+    data[FLAGS_AT] |= EDITED
+    data[ContainerReader(bytes(data)).sections[0].offset + 7] ^= 0x40
+    path.write_bytes(bytes(data))
+    def sliced(p):
+        with cpersist.open(p) as f:
+            return f.arrays["obj['w']"][:]
+
+    for read in (cpersist.load, lambda p: cpersist.loads(p.read_bytes()), cpersist.verify,
+                 sliced):
+        with pytest.raises(cpersist.CorruptFileError, match="checksum mismatch"):
+            read(path)
+
+
+def test_edit_through_a_writable_map_marks_the_index(tmp_path):
+    """A writable map sets the index's mark (and the header's flag, for
+    readers of format 2.0); the mark holds without the header's flag, and
+    reseal clears both."""
+    path = tmp_path / "w.cp"
+    cpersist.dump({"w": np.full(1000, 500.0)}, path)
+    assert _index_start(path) == INDEX_UNEDITED
+    _edit_through_map(path)
+    assert _index_start(path) == INDEX_EDITED
+    data = bytearray(path.read_bytes())
+    assert data[FLAGS_AT] & EDITED
+    data[FLAGS_AT] &= ~EDITED  # the header's flag lost: the index still says
+    path.write_bytes(bytes(data))
+    assert cpersist.load(path)["w"][:4].tolist() == [-1.0, -1.0, -1.0, 500.0]
+    assert cpersist.verify(path)["unchecked"] == [0]
+    assert cpersist.reseal(path)["resealed"] == [0]
+    assert _index_start(path) == INDEX_UNEDITED
+    assert not path.read_bytes()[FLAGS_AT] & EDITED
+    assert cpersist.verify(path)["unchecked"] == []
+
+
+def test_format_2_0_keeps_its_header_flag(tmp_path):
+    """A format-2.0 file (no mark in its index) edited through a map is
+    marked in its header, as its writer did, and loads with the new values."""
+    path = tmp_path / "old.cp"
+    shutil.copyfile(os.path.join(ROOT, "tests", "fixtures", "format-2.0", "mmap.cp"), path)
+    before = _index_start(path)
+    obj = cpersist.load(path, mmap_mode="r+")
+    key = next(k for k, v in obj.items() if isinstance(v, np.memmap))
+    obj[key].reshape(-1, order="A").view(np.uint8)[0] ^= 0xFF  # a view, in either order
+    obj[key].flush()
+    expected = np.array(obj[key])
+    del obj
+    gc.collect()
+    assert _index_start(path) == before and path.read_bytes()[FLAGS_AT] & EDITED
+    assert_same(expected, cpersist.load(path)[key])
+    assert cpersist.verify(path)["unchecked"]
