@@ -10,7 +10,7 @@ import numpy as np
 
 from . import __version__
 from ._args import (check_chunk_size, check_mmap_mode, check_protocol, check_storage_options,
-                    check_target, open_source)
+                    check_target, check_timeout, open_source)
 from ._files import display_name, is_path, write_atomically
 from ._object_paths import object_paths
 from ._remote import is_remote, write_remote
@@ -39,7 +39,7 @@ RECORD_PATHS_FROM = 1
 
 
 def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=None,
-         fsync=False, storage_options=None):
+         fsync=False, storage_options=None, timeout=None):
     """Persist a Python object and the numpy arrays it holds to one file.
 
     Parameters
@@ -83,6 +83,12 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         paths). Protects the new file against power loss, at a cost.
     storage_options : dict, optional
         For a URL: passed to fsspec (credentials, endpoint, ...).
+    timeout : float, optional
+        For an ``s3://`` URL: seconds each request of the upload may take
+        (each part of 16 MiB, s3fs's retries included; default 120). A
+        server that stops reading or resets the connection ends the dump
+        with :class:`~cpersist.RemoteStorageError` naming the URL; the
+        upload is aborted and the object left as it was.
 
     Returns
     -------
@@ -93,7 +99,10 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     Raises
     ------
     ValueError
-        For a bad ``compress``, ``protocol``, ``chunk_size`` or ``n_threads``.
+        For a bad ``compress``, ``protocol``, ``chunk_size``, ``n_threads``
+        or ``timeout``.
+    RemoteStorageError
+        If a request to remote storage fails or takes longer than ``timeout``.
     pickle.PicklingError, TypeError, AttributeError
         If ``obj`` holds something that cannot be pickled (whichever the
         pickle module raises, e.g. AttributeError for a local function on
@@ -112,13 +121,14 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     n_threads = check_n_threads(n_threads)
     check_target(target)
     check_storage_options(storage_options, target)
+    timeout = check_timeout(timeout)
     name = display_name(target)
 
     def write(file):
         _write(obj, file, name, codec, protocol, chunk_size, n_threads)
 
     if is_remote(target):
-        return [write_remote(target, storage_options, write)]
+        return [write_remote(target, storage_options, write, timeout)]
     if is_path(target):
         write_atomically(target, write, fsync)
         return [name]
