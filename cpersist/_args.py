@@ -5,7 +5,7 @@ import pickle
 import warnings
 
 from ._files import display_name, is_path, is_writable
-from ._remote import fsspec_file_source, is_remote, is_url, open_remote
+from ._remote import WRITE_TIMEOUT, fsspec_file_source, is_remote, is_url, open_remote
 from .container import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE
 from .container.sources import ByteSource, LocalFileSource, SpooledSource, source_for
 
@@ -157,3 +157,13 @@ def _warn_not_mapped(name, why, stacklevel):
     # +1 for this function, +1 for open_source.
     warnings.warn(f"cpersist: cannot memory-map arrays from {name}: {why}; "
                   f"loading them into memory", UserWarning, stacklevel=stacklevel + 2)
+
+
+def check_timeout(timeout):
+    """``timeout`` as seconds (a positive number; None: the default of
+    :data:`cpersist._remote.WRITE_TIMEOUT`)."""
+    if timeout is None:
+        return WRITE_TIMEOUT
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)

@@ -98,7 +98,10 @@ def select(index, shape):
         if isinstance(item, slice):
             start, stop, step = item.indices(n)
             count = len(range(start, stop, step))
-            sel.axes.append((start if count else 0, step, count))
+            # The step of an axis that picks at most one element is never
+            # used: 1 keeps a step beyond numpy's strides (10**20) out of
+            # the strides computed from it, as numpy itself ignores it.
+            sel.axes.append((start if count else 0, step if count > 1 else 1, count))
             sel.dropped.append(False)
             result_index.append(slice(None))
         else:

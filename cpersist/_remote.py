@@ -16,6 +16,9 @@ REMOTE_EXTRA = "pip install 'cpersist[remote]'"
 #: Bytes buffered before a part is uploaded: what a remote write holds in
 #: memory, whatever the object's size (S3 parts are 5 MiB at least).
 PART_SIZE = 16 << 20
+#: Seconds each request of a write to S3 may take by default (a part of
+#: :data:`PART_SIZE` bytes at 1 MB/s takes 17).
+WRITE_TIMEOUT = 120.0
 
 # "s3://", "gs://", "https://", chained "simplecache::s3://"; not "C:\\".
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+(://|::)")
@@ -138,13 +141,17 @@ def reopen(url, storage_options, identity):
     return source
 
 
-def write_remote(obj, storage_options, write):
+def write_remote(obj, storage_options, write, timeout=WRITE_TIMEOUT):
     """Call ``write(file)`` on a file that becomes the object ``obj`` names
     only once complete; return that object's name.
 
     S3 receives the bytes as a multipart upload, in parts of
     :data:`PART_SIZE`, completed only after ``write`` returns and aborted on
-    any exception, so that the object is replaced whole or not at all.
+    any exception, so that the object is replaced whole or not at all. Each
+    of its requests (s3fs's retries included) ends within ``timeout``
+    seconds, else the write fails with a :class:`RemoteStorageError` naming
+    the URL: a server that stops reading, or a connection reset mid-part,
+    cannot make it hang.
     Other stores are written to a temporary object next to the target
     (``.<name>.<random>.cpersist-tmp``), moved onto it once complete and
     removed on failure. A ``file://`` URL is written like a local path.
@@ -158,25 +165,107 @@ def write_remote(obj, storage_options, write):
     if "https" in _protocols(fs) or "http" in _protocols(fs):
         raise ValueError(f"{name}: cannot write over HTTP; HTTP URLs are read-only")
     if "s3" in _protocols(fs):
-        _write_multipart(fs, path, name, write)
+        _write_multipart(fs, path, name, write, timeout)
     else:
         _write_then_move(fs, path, name, write)
     return name
 
 
-def _write_multipart(fs, path, name, write):
-    file = _call(name, fs.open, path, "wb", block_size=PART_SIZE, autocommit=False)
+def _write_multipart(fs, path, name, write, timeout):
+    upload = S3Upload(fs, path, name, timeout)
     try:
-        write(file)
-        _call(name, file.close)  # uploads the last part
-        _call(name, file.commit)
+        write(upload)
+        upload.complete()
     except BaseException:
-        try:
-            file.discard()  # aborts the multipart upload
-        except Exception:
-            pass
-        file.closed = True  # nothing left to upload when it is collected
+        upload.abort()
         raise
+    finally:
+        fs.invalidate_cache(path)
+
+
+class S3Upload:
+    """A write-only file whose bytes become an S3 object once
+    :meth:`complete` is called: one ``PutObject`` if they fit in one part,
+    else a multipart upload of :data:`PART_SIZE` parts.
+
+    Each request goes through s3fs (its credentials, endpoint, retries and
+    extra arguments) with a deadline of ``timeout`` seconds for the whole
+    call: aiobotocore's timeouts bound connecting and waiting for a
+    response, not sending a body to a server that stopped reading it.
+    """
+
+    def __init__(self, fs, path, name, timeout):
+        self._fs = fs
+        self._bucket, self._key, _ = fs.split_path(path)
+        self._name = name
+        self._timeout = timeout
+        self._buffer = bytearray()
+        self._upload_id = None
+        self._parts = []
+
+    def writable(self):
+        return True
+
+    def seekable(self):
+        return False
+
+    def write(self, data):
+        self._buffer += data
+        while len(self._buffer) >= PART_SIZE:
+            self._upload_part(bytes(memoryview(self._buffer)[:PART_SIZE]))
+            del self._buffer[:PART_SIZE]
+        return len(data)
+
+    def flush(self):
+        pass
+
+    def complete(self):
+        """Upload what is left and make the object."""
+        if self._upload_id is None:
+            self._request("put_object", Body=bytes(self._buffer))
+        else:
+            if self._buffer or not self._parts:
+                self._upload_part(bytes(self._buffer))
+            self._request("complete_multipart_upload", UploadId=self._upload_id,
+                          MultipartUpload={"Parts": self._parts})
+            self._upload_id = None
+        self._buffer = bytearray()
+
+    def abort(self):
+        """Abort the multipart upload, if one is open: the object stays as it was."""
+        upload_id, self._upload_id = self._upload_id, None
+        self._buffer = bytearray()
+        if upload_id is not None:
+            try:
+                self._request("abort_multipart_upload", UploadId=upload_id)
+            except Exception:
+                pass  # the store expires what it cannot abort now; the object is intact
+
+    def _upload_part(self, data):
+        if self._upload_id is None:
+            self._upload_id = self._request("create_multipart_upload")["UploadId"]
+        number = len(self._parts) + 1
+        response = self._request("upload_part", UploadId=self._upload_id,
+                                 PartNumber=number, Body=data)
+        self._parts.append({"PartNumber": number, "ETag": response["ETag"]})
+
+    def _request(self, method, **kwargs):
+        fs = self._fs
+        try:
+            return _call(self._name, fs.call_s3, method, fs.s3_additional_kwargs,
+                         Bucket=self._bucket, Key=self._key, timeout=self._timeout, **kwargs)
+        except RemoteStorageError as exc:
+            if _timed_out(exc.__cause__):
+                raise RemoteStorageError(
+                    f"{self._name}: {method} took more than {self._timeout:g} s (the "
+                    f"timeout); nothing was written") from None
+            raise
+
+
+def _timed_out(exc):
+    import asyncio
+
+    return isinstance(exc, (asyncio.TimeoutError, TimeoutError))
 
 
 def _write_then_move(fs, path, name, write):

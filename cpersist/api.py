@@ -10,15 +10,16 @@ import numpy as np
 
 from . import __version__
 from ._args import (check_chunk_size, check_mmap_mode, check_protocol, check_storage_options,
-                    check_target, open_source)
+                    check_target, check_timeout, open_source)
 from ._files import display_name, is_path, write_atomically
 from ._object_paths import object_paths
 from ._remote import is_remote, write_remote
 from ._threads import check_n_threads
 from .arrays import allocate, describe, iter_chunks, parse_description, rows_per_chunk
 from .codecs import parse_compress
-from .container import (CHECKED_CLAIM, EDITED, FLAGS_AT, ContainerReader, ContainerWriter,
-                        EncodedStream)
+from .container import (CHECKED_CLAIM, EDITED, FLAGS_AT, TRAILER, ContainerReader,
+                        ContainerWriter, EncodedStream, checksum)
+from .container.layout import INDEX_EDITED, INDEX_UNEDITED
 from .exceptions import CorruptFileError, CpersistError
 from .pickler import ArrayPickler
 from ._limits import as_limits
@@ -39,7 +40,7 @@ RECORD_PATHS_FROM = 1
 
 
 def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=None,
-         fsync=False, storage_options=None):
+         fsync=False, storage_options=None, timeout=None):
     """Persist a Python object and the numpy arrays it holds to one file.
 
     Parameters
@@ -83,6 +84,12 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         paths). Protects the new file against power loss, at a cost.
     storage_options : dict, optional
         For a URL: passed to fsspec (credentials, endpoint, ...).
+    timeout : float, optional
+        For an ``s3://`` URL: seconds each request of the upload may take
+        (each part of 16 MiB, s3fs's retries included; default 120). A
+        server that stops reading or resets the connection ends the dump
+        with :class:`~cpersist.RemoteStorageError` naming the URL; the
+        upload is aborted and the object left as it was.
 
     Returns
     -------
@@ -93,7 +100,10 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     Raises
     ------
     ValueError
-        For a bad ``compress``, ``protocol``, ``chunk_size`` or ``n_threads``.
+        For a bad ``compress``, ``protocol``, ``chunk_size``, ``n_threads``
+        or ``timeout``.
+    RemoteStorageError
+        If a request to remote storage fails or takes longer than ``timeout``.
     pickle.PicklingError, TypeError, AttributeError
         If ``obj`` holds something that cannot be pickled (whichever the
         pickle module raises, e.g. AttributeError for a local function on
@@ -112,13 +122,14 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     n_threads = check_n_threads(n_threads)
     check_target(target)
     check_storage_options(storage_options, target)
+    timeout = check_timeout(timeout)
     name = display_name(target)
 
     def write(file):
         _write(obj, file, name, codec, protocol, chunk_size, n_threads)
 
     if is_remote(target):
-        return [write_remote(target, storage_options, write)]
+        return [write_remote(target, storage_options, write, timeout)]
     if is_path(target):
         write_atomically(target, write, fsync)
         return [name]
@@ -312,7 +323,7 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
             if not mapped:
                 mapped.append(_memmap(source, reader.size, mmap_mode))
                 if mmap_mode == "r+":
-                    _mark_edited(mapped[0])
+                    _mark_edited(mapped[0], reader)
             start = section.offset
             arr = mapped[0][start:start + nbytes].view(dtype).reshape(shape, order=order)
         elif views and section.is_raw:
@@ -370,13 +381,26 @@ def _memmap(source, size, mode):
     return arr
 
 
-def _mark_edited(mapped):
-    """Set the header's edited flag through a writable map of the dump.
+def _mark_edited(mapped, reader):
+    """Mark the dump as edited through a writable map of it.
 
     Writes through the map change raw arrays behind their checksums; with
-    the flag, readers do not report those sections as damaged, and
-    :func:`cpersist.reseal` computes their checksums again.
+    the mark, readers do not report those sections as damaged, and
+    :func:`cpersist.reseal` computes their checksums again. From format 2.1
+    the mark is the index's ``"edited"`` field, rewritten in place with the
+    index's checksum in the trailer, so that only a whole index that checks
+    out can turn checking off; the header's flag is set too, for readers of
+    format 2.0.
     """
+    if (reader.major, reader.minor) >= (2, 1) and not reader.edited:
+        at, n = reader.index_at, reader.index_length
+        if mapped[at:at + len(INDEX_UNEDITED)].tobytes() != INDEX_UNEDITED:
+            raise reader.error("damaged index: no edited mark where format 2.1 has it")
+        mapped[at:at + len(INDEX_EDITED)] = np.frombuffer(INDEX_EDITED, np.uint8)
+        digest = checksum(mapped[at:at + n])
+        trailer = reader.size - TRAILER.size
+        mapped[trailer + 16:trailer + 24] = np.frombuffer(digest.to_bytes(8, "little"), np.uint8)
+        reader.edited = True
     field = mapped[FLAGS_AT:FLAGS_AT + 4]
     flags = int.from_bytes(field.tobytes(), "little")
     if not flags & EDITED:
@@ -384,15 +408,18 @@ def _mark_edited(mapped):
 
 
 def _pickle_stream(reader, root, verify, n_threads):
-    """The pickle stream as a BytesIO, decoded straight into the BytesIO's buffer.
+    """The pickle stream as a file object, decoded straight into its buffer.
 
-    ``io.BytesIO(bytearray)`` would copy the stream: for an object-heavy file
-    that second copy was as large as the file's whole pickle stream.
+    A BytesIO, or above :data:`~cpersist.container.CHECKED_CLAIM` bytes the
+    anonymous map :meth:`~cpersist.container.ContainerReader.read_bytes`
+    decodes into (a map is a file object too): its pages are backed as
+    chunks decode, so a forged claim costs what its chunks decode to, and a
+    genuine one a single copy of the stream. ``io.BytesIO(data)`` would copy
+    the stream: for an object-heavy file that second copy was as large as
+    the file's whole pickle stream.
     """
-    if root.raw_size > CHECKED_CLAIM and root.codec is not None:
-        # A large claimed size: read_bytes grows its buffer chunk by chunk, so
-        # a forged claim fails before the memory is taken.
-        return io.BytesIO(reader.read_bytes(root, verify=verify, n_threads=n_threads))
+    if root.raw_size > CHECKED_CLAIM:
+        return reader.read_bytes(root, verify=verify, n_threads=n_threads)
     reader.check_claimed_sizes(root)
     stream = io.BytesIO()
     if root.raw_size:

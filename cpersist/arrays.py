@@ -142,6 +142,10 @@ def _realigned(dtype, aligned, path=()):
     return np.dtype(spec)
 
 
+#: numpy's largest array extent in bytes.
+_MAX_INTP = int(np.iinfo(np.intp).max)
+
+
 def parse_description(meta):
     """Return ``(dtype, shape, order, nbytes)`` from :func:`describe` output.
 
@@ -176,6 +180,15 @@ def parse_description(meta):
     nbytes = dtype.itemsize
     for n in shape:
         nbytes *= n
+    # numpy's own limit (an array's extent, zero-length axes left out, must
+    # fit in a signed pointer-sized integer): a shape beyond it is refused
+    # here rather than by numpy's ValueError or OverflowError at first use.
+    extent = max(dtype.itemsize, 1)
+    for n in shape:
+        extent *= n or 1
+    if extent > _MAX_INTP:
+        raise ValueError(f"shape {shape!r} of {dtype} items needs more bytes than numpy "
+                         f"can address")
     return dtype, shape, order, nbytes
 
 

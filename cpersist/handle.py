@@ -178,7 +178,7 @@ class FileHandle:
             with collector_paused():
                 paths = _recorded_paths(reader)
                 if paths is None:
-                    paths = array_paths(self._root_stream(reader).getbuffer(),
+                    paths = array_paths(_stream_bytes(self._root_stream(reader)),
                                         limits=self._limits, source=self.name)
                 arrays = {}
                 layouts = {}
@@ -306,3 +306,9 @@ def _reading(func):
         return func(*(np.asarray(a) if isinstance(a, LazyArray) else a for a in args))
 
     return call
+
+
+def _stream_bytes(stream):
+    """The bytes of what :func:`~cpersist.api._pickle_stream` returns: a
+    BytesIO's buffer, or the anonymous map itself."""
+    return stream.getbuffer() if hasattr(stream, "getbuffer") else stream

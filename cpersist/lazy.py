@@ -215,9 +215,17 @@ class LazyArray:
 
     def read(self):
         """The whole array, as a new ndarray."""
-        out = np.empty(self.shape, dtype=self.dtype, order=self._order)
-        if self.nbytes:
-            bound = self._bind()
+        bound = self._bind() if self.nbytes else None
+        if bound is not None:
+            # The chunks' own headers against the index, before allocating.
+            bound.reader.check_claimed_sizes(bound.section)
+        try:
+            out = np.empty(self.shape, dtype=self.dtype, order=self._order)
+        except MemoryError:
+            raise bound.reader.error(
+                f"section {self._index} claims an array {self.dtype} {self.shape} that "
+                f"cannot be allocated (MemoryError)") from None
+        if bound is not None:
             view = (out.T if self._order == "F" else out).reshape(-1).view(np.uint8)
             bound.reader.read_into(bound.section, view, verify=self._verify,
                                    n_threads=self._n_threads)

@@ -23,6 +23,39 @@ def middle_sample(buf, typesize, size):
     return buf[start:start + size]
 
 
+#: Bytes a streaming decompressor hands over per call in
+#: :func:`fill_stepwise`: output goes to the chunk's slice of the array a
+#: step at a time, so that no chunk is ever held twice, and a chunk that
+#: decodes to more than its slice stops one step past it.
+DECODE_STEP = 1 << 20
+
+
+def fill_stepwise(decode, out):
+    """Fill ``out`` with what ``decode(max_length)`` returns, call after call.
+
+    ``decode`` returns at most ``max_length`` more decoded bytes, and
+    ``b""`` once it has no more to give. It is asked for one byte more than
+    ``out`` has room for, so that a chunk decoding to more is caught
+    without writing past ``out``.
+
+    Returns
+    -------
+    int
+        Bytes decoded: ``len(out)`` when the chunk fits exactly, more
+        (nothing past ``out`` written) or fewer otherwise.
+    """
+    n = len(out)
+    filled = 0
+    while True:
+        piece = decode(min(DECODE_STEP, n - filled + 1))
+        if not piece:
+            return filled
+        if len(piece) > n - filled:
+            return filled + len(piece)
+        out[filled:filled + len(piece)] = piece
+        filled += len(piece)
+
+
 class Codec(ABC):
     """Compress and decompress independent chunks of bytes.
 

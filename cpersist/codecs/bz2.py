@@ -4,7 +4,7 @@ A Burrows–Wheeler transform on blocks of up to 900 kB: slow, but on text and
 on tables of repeated values (NaN-heavy data) it often beats LZ codecs.
 """
 
-from .abc import Codec
+from .abc import Codec, fill_stepwise
 
 
 def _bz2():
@@ -27,11 +27,23 @@ class BZ2(Codec):
 
     def decode_into(self, src, out):
         decompressor = _bz2().BZ2Decompressor()
+        pending = [src]
+
+        def decode(max_length):
+            # max_length bounds each call's output to what the slice has
+            # room for; the decompressor keeps the input it has not used.
+            for _ in range(3):  # a call may only take in input, never more than twice
+                if decompressor.eof or decompressor.needs_input and not pending[0]:
+                    break
+                piece = decompressor.decompress(pending[0], max_length)
+                pending[0] = b""
+                if piece:
+                    return piece
+            return b""
+
         try:
-            # max_length bounds the output to the slice it is meant to fill.
-            data = decompressor.decompress(src, len(out) + 1)
+            filled = fill_stepwise(decode, out)
         except (OSError, ValueError, EOFError) as exc:
             raise self._invalid(exc) from None
-        if len(data) != len(out) or not decompressor.eof or decompressor.unused_data:
-            raise self._wrong_size(len(data), len(out))
-        out[:] = data
+        if filled != len(out) or not decompressor.eof or decompressor.unused_data:
+            raise self._wrong_size(filled, len(out))

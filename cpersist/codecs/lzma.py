@@ -6,7 +6,7 @@ with xz's default CRC-64 check). Both compress better than zlib and far more
 slowly, and decompress at tens of MB/s.
 """
 
-from .abc import Codec
+from .abc import Codec, fill_stepwise
 
 
 def _lzma():
@@ -31,14 +31,26 @@ class _LZMA(Codec):
     def decode_into(self, src, out):
         lzma = _lzma()
         decompressor = lzma.LZMADecompressor(format=getattr(lzma, self.format_name))
+        pending = [src]
+
+        def decode(max_length):
+            # max_length bounds each call's output to what the slice has
+            # room for; the decompressor keeps the input it has not used.
+            for _ in range(3):  # a call may only take in input, never more than twice
+                if decompressor.eof or decompressor.needs_input and not pending[0]:
+                    break
+                piece = decompressor.decompress(pending[0], max_length)
+                pending[0] = b""
+                if piece:
+                    return piece
+            return b""
+
         try:
-            # max_length bounds the output to the slice it is meant to fill.
-            data = decompressor.decompress(src, len(out) + 1)
+            filled = fill_stepwise(decode, out)
         except (lzma.LZMAError, ValueError, EOFError) as exc:
             raise self._invalid(exc) from None
-        if len(data) != len(out) or not decompressor.eof or decompressor.unused_data:
-            raise self._wrong_size(len(data), len(out))
-        out[:] = data
+        if filled != len(out) or not decompressor.eof or decompressor.unused_data:
+            raise self._wrong_size(filled, len(out))
 
 
 class LZMA(_LZMA):

@@ -2,7 +2,7 @@
 
 import zlib as _zlib
 
-from .abc import Codec
+from .abc import Codec, fill_stepwise
 
 
 class Zlib(Codec):
@@ -19,12 +19,25 @@ class Zlib(Codec):
 
     def decode_into(self, src, out):
         decompressor = _zlib.decompressobj(self.wbits)
-        try:
-            # max_length bounds the output: a hostile chunk cannot inflate
+        pending = [src]
+
+        def decode(max_length):
+            # max_length bounds each call's output (the rest of the input
+            # waits in unconsumed_tail): a hostile chunk cannot inflate
             # beyond the slice it is meant to fill.
-            data = decompressor.decompress(src, len(out) + 1)
+            while not decompressor.eof:
+                before = len(pending[0])
+                piece = decompressor.decompress(pending[0], max_length)
+                pending[0] = decompressor.unconsumed_tail
+                if piece:
+                    return piece
+                if len(pending[0]) == before:
+                    break  # no progress: the chunk is cut short
+            return b""
+
+        try:
+            filled = fill_stepwise(decode, out)
         except _zlib.error as exc:
             raise self._invalid(exc) from None
-        if len(data) != len(out) or not decompressor.eof or decompressor.unused_data:
-            raise self._wrong_size(len(data), len(out))
-        out[:] = data
+        if filled != len(out) or not decompressor.eof or decompressor.unused_data:
+            raise self._wrong_size(filled, len(out))

@@ -52,6 +52,8 @@ class Zstd(Codec):
             raise self._wrong_size(size, raw_length)
 
     def decode_into(self, src, out):
+        # A frame stating another size is refused before anything is written.
+        self.check_header(src[:self.header_size], len(src), len(out))
         filled = 0
         try:
             # stream_reader.readinto writes straight into the final array's
@@ -75,6 +77,9 @@ class Zstd(Codec):
         if 2 * (skip + len(out)) > len(whole):
             super().decode_part_into(src, skip, out, whole)
             return
+        # Decoding stops before the frame's end: the size it states is
+        # checked against the chunk's first.
+        self.check_header(src[:self.header_size], len(src), len(whole))
         try:
             with _decompressor().stream_reader(src, read_across_frames=False) as reader:
                 for target in (whole[:skip], out):

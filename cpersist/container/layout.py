@@ -33,15 +33,24 @@ from ..exceptions import CorruptFileError, UnsupportedVersionError
 MAGIC = b"\x89CPS\r\n\x1a\n"
 END_MAGIC = b"CPSEND\r\n"
 FORMAT_MAJOR = 2
-FORMAT_MINOR = 0
+FORMAT_MINOR = 1
 #: magic, major, minor, flags, then zero padding up to 64 bytes. In format 1
 #: the bytes after the version are reserved zeros: flags 0.
 HEADER = struct.Struct("<8sHHI48x")
 #: Offset of the header's flags, which a writable map changes.
 FLAGS_AT = 12
 #: Header flag: raw array sections may have been changed through a writable
-#: memory map since their checksums were computed.
+#: memory map since their checksums were computed. Readers of format 2.0 and
+#: 1.x go by it; from format 2.1 the index's ``"edited"`` field decides
+#: (:data:`INDEX_EDITED`), covered by the index's checksum, so that one
+#: damaged header bit cannot turn checking off. Writers still set it, for
+#: readers of format 2.0.
 EDITED = 1
+#: How a format-2.1 index starts: its ``"edited"`` field comes first, so
+#: that a writable map marks the dump as edited by rewriting these bytes
+#: (with the same length) and the index's checksum in the trailer.
+INDEX_UNEDITED = b'{"edited":false,'
+INDEX_EDITED = b'{"edited":true ,'
 #: Size of a format-2 record header (kind and payload length).
 RECORD_SIZE = 8
 #: index offset, index length, XXH3-64 checksum of the index, end magic.
@@ -239,9 +248,11 @@ def parse_trailer(trailer, size, name):
 
 
 def parse_index(data, digest, end, name, major=FORMAT_MAJOR):
-    """Check and parse the index: ``(root, info, sections)``.
+    """Check and parse the index: ``(root, info, sections, edited)``.
 
     ``end`` is where the index starts, which no section may pass.
+    ``edited`` is the index's ``"edited"`` field (format 2.1), or None for
+    an index without one (format 2.0 and 1.x, whose header says).
     """
     if checksum(data) != digest:
         raise corrupt(name, "index checksum mismatch: the file is damaged")
@@ -250,6 +261,9 @@ def parse_index(data, digest, end, name, major=FORMAT_MAJOR):
             index = json.loads(bytes(data))
             root = index["root"]
             info = index.get("info", {})
+            edited = index.get("edited")
+            if edited not in (None, True, False):
+                raise corrupt(name, f"damaged index: bad edited mark {edited!r}")
             sections = [_parse_section(i, s, end, name, major)
                         for i, s in enumerate(index["sections"])]
     except CorruptFileError:
@@ -258,7 +272,7 @@ def parse_index(data, digest, end, name, major=FORMAT_MAJOR):
         raise _damaged_index(name, exc) from None
     if not (isinstance(root, int) and 0 <= root < len(sections)):
         raise corrupt(name, f"damaged index: bad root section {root!r}")
-    return root, info, sections
+    return root, info, sections, edited
 
 
 def _damaged_index(name, exc):

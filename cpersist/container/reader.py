@@ -5,7 +5,7 @@ import itertools
 
 from .._threads import COPY_ALONE_BELOW, ordered_map, run_claimed
 from ..exceptions import CorruptFileError
-from .buffers import READ_BUFFERS
+from .buffers import READ_BUFFERS, private_map
 from .compact import COMPACT, compact_dump, parse_compact_index
 from .framing import END, parse_record_quietly, walk_records
 from .layout import (EDITED, ENCODED, END_MAGIC, HEADER, MAGIC, RECORD_SIZE, TRAILER, VERBATIM,
@@ -16,7 +16,9 @@ from .tiny import TINY_MAGIC, tiny_size, tiny_stream
 
 #: Sections claiming more decoded bytes than this have the sizes stated in
 #: their chunks' headers checked against the index before anything is
-#: allocated for them (smaller claims are harmless to allocate).
+#: allocated for them (smaller claims are harmless to allocate), and are
+#: decoded into memory whose pages are backed only once written
+#: (:func:`claimed_buffer`).
 CHECKED_CLAIM = 64 << 20
 #: Bytes read at once from the end of a file to find its trailer and index:
 #: one read, rather than the trailer and then the index, keeps opening a
@@ -27,6 +29,26 @@ TAIL_READ = 16 << 10
 #: stays in the CPU's cache to be checksummed there: the bytes not wanted
 #: never go out to main memory.
 PASS_THROUGH = 256 << 10
+
+
+def claimed_buffer(nbytes, reader, section):
+    """Writable bytes of ``nbytes`` that ``section`` of ``reader`` claims to
+    decode to, for decoding into.
+
+    Above :data:`CHECKED_CLAIM` bytes, an anonymous map whose pages are
+    backed only when a decoder writes them: a claim that its chunks do not
+    live up to costs the memory of what they decode to, not of what the
+    index says (a bytearray is zero-filled whole before the first chunk is
+    read). A claim that cannot be allocated at all is a
+    :class:`CorruptFileError` naming it, not a bare ``MemoryError``.
+    """
+    if nbytes <= CHECKED_CLAIM:
+        return bytearray(nbytes)
+    try:
+        return private_map(nbytes)
+    except (MemoryError, OSError, OverflowError) as exc:
+        raise reader.error(f"section {section.index} claims {nbytes} decoded bytes, which "
+                           f"cannot be allocated ({type(exc).__name__}: {exc})") from None
 
 
 class _DecodedSource(MemorySource):
@@ -67,8 +89,9 @@ class ContainerReader:
         Bytes of the dump.
     edited : bool
         Whether raw sections may have been changed through a writable map
-        (the header's edited flag): their checksums are not held against
-        them (see :meth:`unchecked`).
+        (the index's edited mark; in format 2.0 and 1.x files, the header's
+        flag): their checksums are not held against them (see
+        :meth:`unchecked`).
 
     Raises
     ------
@@ -186,8 +209,13 @@ class ContainerReader:
             self.root, self.info, self.sections = parse_compact_index(data, digest, offset,
                                                                       self.name)
             return
-        self.root, self.info, self.sections = parse_index(data, digest, offset, self.name,
-                                                          self.major)
+        self.root, self.info, self.sections, edited = parse_index(
+            data, digest, offset, self.name, self.major)
+        if (self.major, self.minor) >= (2, 1):
+            # The index's mark, covered by its checksum; the header's flag
+            # is there for readers of format 2.0 only.
+            self.edited = edited is True
+        self.index_at, self.index_length = offset, length
 
     def _diagnose_tail(self, tail, tail_start):
         """Say what follows a complete format-1 dump, if that is what ends
@@ -522,27 +550,30 @@ class ContainerReader:
                 raise self.error(f"section {section.index}: {exc}") from None
 
     def read_bytes(self, section, *, verify=True, n_threads=1):
-        """Return the section's bytes as a new bytearray."""
+        """Return the section's bytes as new writable bytes: a bytearray,
+        or above :data:`CHECKED_CLAIM` bytes an anonymous map
+        (:func:`claimed_buffer`), which is also a file object to read.
+
+        The chunks' own headers are checked against the index first; then
+        memory grows with what the chunks decode to, one copy of it, and a
+        chunk that does not decode to its claimed size ends the read.
+        """
         self.check_claimed_sizes(section)
-        if section.raw_size > CHECKED_CLAIM and section.codec is not None:
-            # Grow the buffer chunk by chunk: a forged size is found at the
-            # first chunk that does not decode to it, before that memory is
-            # touched (bytearray(n) would zero-fill all of it first).
-            out = bytearray()
-            for piece in self.iter_section_chunks(section, verify=verify):
-                out += piece
-            return out
-        out = bytearray(section.raw_size)
-        self.read_into(section, out, verify=verify, n_threads=n_threads)
+        out = claimed_buffer(section.raw_size, self, section)
+        if section.raw_size:
+            self.read_into(section, out, verify=verify, n_threads=n_threads)
         return out
 
     def iter_section_chunks(self, section, *, verify=True):
         """Yield the section's decoded bytes one chunk at a time.
 
-        Each chunk is a new ``bytearray`` (the caller may keep it), read and
+        Each chunk is new writable bytes (the caller may keep it), read and
         decoded on demand, so memory stays at the chunks the caller holds
-        whatever the section's size. Used by :func:`cpersist.convert`.
+        whatever the section's size; an encoded chunk's is a
+        :func:`claimed_buffer`, backed as it is decoded. Used by
+        :func:`cpersist.convert` and :func:`cpersist.verify`.
         """
+        self.check_claimed_sizes(section)
         for chunk, data in self._stored_chunks(section):
             if chunk.flag == VERBATIM:
                 if type(data) is not bytearray:  # a view of the source's bytes
@@ -553,7 +584,7 @@ class ContainerReader:
                 continue
             if verify:
                 self._check(section, data, chunk.checksum)
-            out = bytearray(chunk.raw_length)
+            out = claimed_buffer(chunk.raw_length, self, section)
             self._decode(section, data, memoryview(out))
             yield out
 

@@ -1,6 +1,7 @@
 """Re-seal a dump whose raw sections were changed through a writable map:
-compute their chunks' checksums again, rewrite the index and trailer, and
-clear the header's edited flag."""
+compute their chunks' checksums again, rewrite the index (with its edited
+mark cleared, in format 2.1) and trailer, and clear the header's edited
+flag."""
 
 import json
 import os
@@ -46,6 +47,8 @@ def reseal(file, reader):
         entry.pop("piece_size", None)
         entry.update(piece_fields(pieces))
         resealed.append(section.index)
+    if "edited" in index:  # format 2.1: the mark is the index's (INDEX_UNEDITED, first)
+        index["edited"] = False
     data = json.dumps(index, separators=(",", ":")).encode()
     fd = file.fileno()
     base = reader.base

@@ -253,6 +253,9 @@ class ContainerWriter:
     def finish(self, root, info=None):
         """Write the index and trailer; ``root`` names the entry section."""
         index = {
+            # First, at a fixed place (INDEX_UNEDITED): a writable map
+            # rewrites it in place.
+            "edited": False,
             "format": [FORMAT_MAJOR, FORMAT_MINOR],
             "root": root,
             "sections": self._sections,
