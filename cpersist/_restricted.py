@@ -228,8 +228,11 @@ def _dtype(machine, cls, args, kwargs, new):
 
 def _void(machine, cls, args, kwargs, new):
     bound = _bind(("value", "dtype"), args, kwargs)
-    if bound.get("dtype") is not None and _as_dtype(bound["dtype"]).hasobject:
-        raise Refused("a numpy scalar of Python objects over raw bytes")
+    if bound.get("dtype") is not None:
+        dtype = _as_dtype(bound["dtype"])
+        if dtype.hasobject:
+            raise Refused("a numpy scalar of Python objects over raw bytes")
+        machine.alloc(dtype.itemsize)
     if isinstance(bound.get("value"), int):
         machine.alloc(bound["value"])
     return _invoke(cls, args, kwargs, new)
@@ -238,8 +241,20 @@ def _void(machine, cls, args, kwargs, new):
 def _dtype_first(machine, func, args, kwargs, new):
     """``scalar(dtype, data)`` and ``_frombuffer(buffer, dtype, shape, order)``."""
     if args:
-        _as_dtype(args[1] if func is _frombuffer and len(args) > 1 else args[0])
+        dtype = _as_dtype(args[1] if func is _frombuffer and len(args) > 1 else args[0])
+        if func is scalar:
+            machine.alloc(dtype.itemsize)
     return _invoke(func, args, kwargs, new)
+
+
+def _range(machine, func, args, kwargs, new):
+    """A range longer than ``max_objects``: anything expanding it (``list``,
+    ``bytes``, numpy, nested in a list) would make that many objects."""
+    made = _invoke(func, args, kwargs, new)
+    if _range_len(made) > machine.limits.max_objects:
+        raise exceeded("max_objects", _range_len(made), machine.limits, machine.source,
+                       "asks for a range of {} items")
+    return made
 
 
 def _reconstructor(machine, func, args, kwargs, new):
@@ -298,7 +313,7 @@ CHECKED_CALLS = {
     np.void: _void, np.record: _void,
     _reconstruct: _reconstruct_checked, _frombuffer: _dtype_first, scalar: _dtype_first,
     copyreg._reconstructor: _reconstructor,
-    bytes: _sized_text, bytearray: _sized_text, str: _sized_text,
+    bytes: _sized_text, bytearray: _sized_text, str: _sized_text, range: _range,
     int: _number, fractions.Fraction: _number, decimal.Decimal: _number,
 }
 CHECKED_CALLS.update({cls: _dtype for cls in vars(np.dtypes).values()

@@ -60,6 +60,8 @@ EXPECTED = {
     "int-of-long-text": LimitExceededError,
     "long-text": CpersistError,
     "huge-shape": LimitExceededError,
+    "matrix-of-nested-range": LimitExceededError,
+    "void-of-huge-dtype": LimitExceededError,
     "deep-dicts": None,
     "deep-lists": None,
 }
