@@ -397,7 +397,8 @@ class Machine:
     def _made(self):
         self._objects += 1
         if self._objects > self.limits.max_objects:
-            raise exceeded("max_objects", self._objects, self.limits, self.source, "builds at least {} objects")
+            raise exceeded("max_objects", self._objects, self.limits, self.source,
+                           "builds at least {} objects")
 
     def _check_int(self, value):
         if value.bit_length() > self._max_int_bits:

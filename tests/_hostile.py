@@ -8,7 +8,6 @@ per file and reader: what happened, how long it took, the peak RSS.
 
 import json
 import pickle
-import random
 import struct
 import sys
 

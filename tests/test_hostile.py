@@ -14,7 +14,6 @@ import pickle
 import random
 import subprocess
 import sys
-import types
 import warnings
 
 import numpy as np
@@ -260,7 +259,8 @@ def test_hostile_loads_change_nothing():
     assert _snapshot(objects) == before
     assert refused > count // 2  # the generator is hostile enough to matter
     # What the old hole broke: compressed dumps of small arrays still pickle.
-    assert cpersist.loads(cpersist.dumps({"a": np.arange(3)}, compress=3))["a"].tolist() == [0, 1, 2]
+    small = cpersist.dumps({"a": np.arange(3)}, compress=3)
+    assert cpersist.loads(small)["a"].tolist() == [0, 1, 2]
 
 
 # -- one parser decides: the walker, the restricted load and the C unpickler ----
