@@ -321,10 +321,13 @@ CHECKED_CALLS.update({cls: _dtype for cls in vars(np.dtypes).values()
 
 
 def _checker(func):
+    """The checker of calls to ``func``, or None."""
+    if _MARECONSTRUCT[0] is None and "numpy.ma" in sys.modules:
+        _register_ma()
     try:
         checker = CHECKED_CALLS.get(func)
     except TypeError:  # an unhashable callable: no checker
-        checker = None
+        return None
     if checker is None and isinstance(func, type):
         for klass in func.__mro__[1:]:
             checker = CHECKED_CALLS.get(klass)
@@ -332,11 +335,6 @@ def _checker(func):
                 # A subclass with a constructor of its own (np.matrix,
                 # MaskedArray, MaskedConstant's singleton) takes no raw buffer.
                 return checker if func.__new__ is klass.__new__ else None
-        if "numpy.ma" in sys.modules and _MARECONSTRUCT[0] is None:
-            _register_ma()
-    elif checker is None and _MARECONSTRUCT[0] is None and "numpy.ma" in sys.modules:
-        _register_ma()
-        return CHECKED_CALLS.get(func)
     return checker
 
 
@@ -454,10 +452,7 @@ class Machine:
     # -- calls --------------------------------------------------------------
     def call(self, func, args, kwargs=None, new=False):
         self._made()
-        for value in args:
-            if type(value) is range and _range_len(value) > self.limits.max_objects:
-                raise exceeded("max_objects", _range_len(value), self.limits, self.source,
-                               "asks for a range of {} items")
+        for value in args:  # (a range is checked where it is made)
             if type(value) is decimal.Decimal and value.is_finite() and abs(
                     value.adjusted()) > self.limits.max_digits:
                 raise exceeded("max_digits", abs(value.adjusted()), self.limits, self.source,

@@ -285,7 +285,9 @@ class _RecordingUnpickler(pickle.Unpickler):
 def _c_load(stream):
     unpickler = _RecordingUnpickler(io.BytesIO(stream))
     try:
-        return True, unpickler.load(), unpickler.resolved
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # a STRING's bad escape
+            return True, unpickler.load(), unpickler.resolved
     except Exception:
         return False, None, unpickler.resolved
 
