@@ -20,16 +20,18 @@ class Limits:
     max_opcodes : int, default 10_000_000
         Opcodes executed (or walked): bounds the time.
     max_objects : int, default 2_000_000
-        Containers and objects built (dicts, lists, sets, tuples, calls):
-        bounds the memory, at most a few hundred bytes each.
+        Containers and objects built (dicts, lists, sets, tuples, calls,
+        memo entries; the walk of ``inspect`` counts its nodes), and the
+        length of a ``range``: bounds the memory, a few hundred bytes each.
     max_digits : int, default 4300
-        Digits of an integer, and of a number's exponent, built from the
-        stream (``Fraction("1e10000000")`` has 8 exponent digits but means
-        ten million): arithmetic on larger ones takes quadratic time.
+        Digits of an integer built from the stream, and the exponent of a
+        number written as text that ``int`` or ``Fraction`` would expand
+        (``Fraction("1e10000000")`` has ten million digits): arithmetic on
+        larger ones takes quadratic time.
     max_alloc_bytes : int, default 256 MiB
         Memory one call may allocate beyond the stream's own bytes
-        (``bytes(n)``, ``range(n)`` made into a list, an array of a given
-        shape).
+        (``bytes(n)``, an array of a given shape, a numpy scalar of a
+        given dtype).
 
     Examples
     --------

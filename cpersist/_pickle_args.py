@@ -182,9 +182,12 @@ def string_text(line):
     if len(raw) < 2 or raw[0] != raw[-1] or raw[0] not in b"\"'":
         raise StreamError("the STRING opcode argument must be quoted")
     import codecs
+    import warnings
 
     try:
-        raw = codecs.escape_decode(raw[1:-1])[0]
+        with warnings.catch_warnings():  # "invalid escape sequence": a file's, not the caller's
+            warnings.simplefilter("ignore", DeprecationWarning)
+            raw = codecs.escape_decode(raw[1:-1])[0]
     except ValueError as exc:
         raise StreamError(f"bad STRING escape: {exc}") from None
     return _decode(raw, "ascii")

@@ -228,8 +228,11 @@ def _dtype(machine, cls, args, kwargs, new):
 
 def _void(machine, cls, args, kwargs, new):
     bound = _bind(("value", "dtype"), args, kwargs)
-    if bound.get("dtype") is not None and _as_dtype(bound["dtype"]).hasobject:
-        raise Refused("a numpy scalar of Python objects over raw bytes")
+    if bound.get("dtype") is not None:
+        dtype = _as_dtype(bound["dtype"])
+        if dtype.hasobject:
+            raise Refused("a numpy scalar of Python objects over raw bytes")
+        machine.alloc(dtype.itemsize)
     if isinstance(bound.get("value"), int):
         machine.alloc(bound["value"])
     return _invoke(cls, args, kwargs, new)
@@ -238,8 +241,20 @@ def _void(machine, cls, args, kwargs, new):
 def _dtype_first(machine, func, args, kwargs, new):
     """``scalar(dtype, data)`` and ``_frombuffer(buffer, dtype, shape, order)``."""
     if args:
-        _as_dtype(args[1] if func is _frombuffer and len(args) > 1 else args[0])
+        dtype = _as_dtype(args[1] if func is _frombuffer and len(args) > 1 else args[0])
+        if func is scalar:
+            machine.alloc(dtype.itemsize)
     return _invoke(func, args, kwargs, new)
+
+
+def _range(machine, func, args, kwargs, new):
+    """A range longer than ``max_objects``: anything expanding it (``list``,
+    ``bytes``, numpy, nested in a list) would make that many objects."""
+    made = _invoke(func, args, kwargs, new)
+    if _range_len(made) > machine.limits.max_objects:
+        raise exceeded("max_objects", _range_len(made), machine.limits, machine.source,
+                       "asks for a range of {} items")
+    return made
 
 
 def _reconstructor(machine, func, args, kwargs, new):
@@ -298,7 +313,7 @@ CHECKED_CALLS = {
     np.void: _void, np.record: _void,
     _reconstruct: _reconstruct_checked, _frombuffer: _dtype_first, scalar: _dtype_first,
     copyreg._reconstructor: _reconstructor,
-    bytes: _sized_text, bytearray: _sized_text, str: _sized_text,
+    bytes: _sized_text, bytearray: _sized_text, str: _sized_text, range: _range,
     int: _number, fractions.Fraction: _number, decimal.Decimal: _number,
 }
 CHECKED_CALLS.update({cls: _dtype for cls in vars(np.dtypes).values()
@@ -306,10 +321,13 @@ CHECKED_CALLS.update({cls: _dtype for cls in vars(np.dtypes).values()
 
 
 def _checker(func):
+    """The checker of calls to ``func``, or None."""
+    if _MARECONSTRUCT[0] is None and "numpy.ma" in sys.modules:
+        _register_ma()
     try:
         checker = CHECKED_CALLS.get(func)
     except TypeError:  # an unhashable callable: no checker
-        checker = None
+        return None
     if checker is None and isinstance(func, type):
         for klass in func.__mro__[1:]:
             checker = CHECKED_CALLS.get(klass)
@@ -317,11 +335,6 @@ def _checker(func):
                 # A subclass with a constructor of its own (np.matrix,
                 # MaskedArray, MaskedConstant's singleton) takes no raw buffer.
                 return checker if func.__new__ is klass.__new__ else None
-        if "numpy.ma" in sys.modules and _MARECONSTRUCT[0] is None:
-            _register_ma()
-    elif checker is None and _MARECONSTRUCT[0] is None and "numpy.ma" in sys.modules:
-        _register_ma()
-        return CHECKED_CALLS.get(func)
     return checker
 
 
@@ -382,7 +395,8 @@ class Machine:
     def _made(self):
         self._objects += 1
         if self._objects > self.limits.max_objects:
-            raise exceeded("max_objects", self._objects, self.limits, self.source, "builds at least {} objects")
+            raise exceeded("max_objects", self._objects, self.limits, self.source,
+                           "builds at least {} objects")
 
     def _check_int(self, value):
         if value.bit_length() > self._max_int_bits:
@@ -438,10 +452,7 @@ class Machine:
     # -- calls --------------------------------------------------------------
     def call(self, func, args, kwargs=None, new=False):
         self._made()
-        for value in args:
-            if type(value) is range and _range_len(value) > self.limits.max_objects:
-                raise exceeded("max_objects", _range_len(value), self.limits, self.source,
-                               "asks for a range of {} items")
+        for value in args:  # (a range is checked where it is made)
             if type(value) is decimal.Decimal and value.is_finite() and abs(
                     value.adjusted()) > self.limits.max_digits:
                 raise exceeded("max_digits", abs(value.adjusted()), self.limits, self.source,

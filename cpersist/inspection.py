@@ -2,9 +2,9 @@
 unpickling it.
 
 None of them imports or calls anything the file names: :func:`inspect`
-reads the index and walks the pickle stream's opcodes with
-:func:`pickletools.genops`, tracking strings through the stack and the memo to
-find the globals ``STACK_GLOBAL`` would resolve; :func:`verify` checks every
+reads the index and walks the pickle stream's opcodes as the C unpickler
+reads them (:mod:`cpersist._opcodes`), tracking strings through the stack and
+the memo to find the globals ``STACK_GLOBAL`` would resolve; :func:`verify` checks every
 checksum and decodes every chunk; :func:`reseal` verifies a file whose raw
 arrays were edited through a writable map and stores their new checksums.
 """

@@ -8,7 +8,6 @@ per file and reader: what happened, how long it took, the peak RSS.
 
 import json
 import pickle
-import random
 import struct
 import sys
 
@@ -135,6 +134,10 @@ def reproducers(scale=1):
         "int-of-long-text": proto(2, call(glob("builtins", "int"), s("9" * 100_000))),
         "long-text": proto(0, b"L" + b"9" * 100_000 + b"L\n"),
         "huge-shape": proto(2, call(glob("numpy", "ndarray"), tup(integer(2**40)), s("u1"))),
+        "matrix-of-nested-range": proto(2, call(glob("numpy", "matrix"), pickle.EMPTY_LIST + call(
+            glob("builtins", "range"), integer(2**32)) + pickle.APPEND)),
+        "void-of-huge-dtype": proto(2, call(glob("numpy", "void"), binbytes(b"x"),
+                                            dtype("V2000000000"))),
         "deep-dicts": proto(4, deep_dicts(max(1, int(60_000 * scale)))),
         "deep-lists": proto(4, deep_lists(max(1, int(1_000_000 * scale)))),
     }
