@@ -17,9 +17,10 @@ from ._remote import is_remote, write_remote
 from ._threads import check_n_threads
 from .arrays import allocate, describe, iter_chunks, parse_description, rows_per_chunk
 from .codecs import parse_compress
-from .container import (CHECKED_CLAIM, EDITED, FLAGS_AT, TRAILER, ContainerReader,
+from .container import (CHECKED_CLAIM, EDITED, ENCODED, FLAGS_AT, TRAILER, ContainerReader,
                         ContainerWriter, EncodedStream, checksum)
 from .container.layout import INDEX_EDITED, INDEX_UNEDITED
+from .container.reader import claimed_buffer
 from .exceptions import CorruptFileError, CpersistError
 from .pickler import ArrayPickler
 from ._limits import as_limits
@@ -419,7 +420,7 @@ def _pickle_stream(reader, root, verify, n_threads):
     the file's whole pickle stream.
     """
     if root.raw_size > CHECKED_CLAIM:
-        return reader.read_bytes(root, verify=verify, n_threads=n_threads)
+        return read_stream(reader, root, verify=verify, n_threads=n_threads)
     reader.check_claimed_sizes(root)
     stream = io.BytesIO()
     if root.raw_size:
@@ -429,6 +430,38 @@ def _pickle_stream(reader, root, verify, n_threads):
         with stream.getbuffer() as view:
             reader.read_into(root, view, verify=verify, n_threads=n_threads)
     return stream
+
+
+def read_stream(reader, root, *, verify=True, n_threads=1):
+    """The pickle stream of ``root`` as writable bytes
+    (:meth:`~cpersist.container.ContainerReader.read_bytes`).
+
+    Above :data:`~cpersist.container.CHECKED_CLAIM` bytes, the start of its
+    first chunk is decoded and checked first: every stream cpersist writes
+    (protocol 2 to 5) opens with a ``PROTO`` opcode, and a large section
+    that does not (a bomb of zeros) is refused before the rest of it is
+    decoded.
+    """
+    check_stream_start(reader, root, verify)
+    return reader.read_bytes(root, verify=verify, n_threads=n_threads)
+
+
+def check_stream_start(reader, root, verify=True):
+    """Refuse a large encoded pickle stream whose first chunk does not start
+    with a ``PROTO`` opcode, decoding no more of it than its start (see
+    :func:`read_stream`)."""
+    if root.raw_size > CHECKED_CLAIM and root.codec is not None and root.chunks[0].flag == ENCODED:
+        reader.check_claimed_sizes(root)
+        chunk = root.chunks[0]
+        head = bytearray(min(2, chunk.raw_length))
+        whole = claimed_buffer(chunk.raw_length, reader, root)
+        buffer = bytearray(chunk.length)
+        reader.read_chunk_into(root, 0, memoryview(head), buffer, verify=verify, skip=0,
+                               whole=memoryview(whole))
+        del whole, buffer
+        if len(head) < 2 or head[0] != pickle.PROTO[0] or not 2 <= head[1] <= 5:
+            raise reader.error(f"damaged pickle stream (it starts with {bytes(head)!r}, "
+                               f"not a PROTO opcode of protocol 2 to 5)")
 
 
 def array_layout(reader, section):

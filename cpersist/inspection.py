@@ -10,7 +10,7 @@ arrays were edited through a writable map and stores their new checksums.
 """
 
 
-from .api import array_layout
+from .api import array_layout, check_stream_start, read_stream
 from ._args import open_source
 from ._files import display_name, is_path
 from ._remote import is_url
@@ -161,7 +161,7 @@ def inspect(source, *, storage_options=None, limits=None):
                 "raw_bytes": section.raw_size,
             })
         # One walk of the stream gives both the globals and the arrays' paths.
-        walked = walk(reader.read_bytes(root), as_limits(limits), name)
+        walked = walk(read_stream(reader, root), as_limits(limits), name)
         scan = _globals_of(walked, name)
         found = arrays_of(walked)
         for entry in arrays:
@@ -234,6 +234,7 @@ def verify(source, *, storage_options=None, limits=None):
 
 def _verify(reader, limits=None):
     root = _root(reader)
+    check_stream_start(reader, root)  # before decoding a bomb that is no pickle stream
     chunks = stored_bytes = raw_bytes = 0
     unchecked = []
     for section in reader.sections:
@@ -246,7 +247,7 @@ def _verify(reader, limits=None):
         chunks += len(section.chunks)
         stored_bytes += section.stored_size
         raw_bytes += section.raw_size
-    scan_pickle(reader.read_bytes(root), reader.name, limits)  # a well-formed opcode stream
+    scan_pickle(read_stream(reader, root), reader.name, limits)  # a well-formed opcode stream
     return {"sections": len(reader.sections), "chunks": chunks,
             "stored_bytes": stored_bytes, "raw_bytes": raw_bytes, "unchecked": unchecked}
 
