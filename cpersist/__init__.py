@@ -8,7 +8,7 @@
 __version__ = "0.1.0"
 
 from .codecs import available_codecs  # noqa: E402
-from .exceptions import (CorruptFileError, CpersistError, FileChangedError,  # noqa: E402
+from .exceptions import (CodecLibraryError, CorruptFileError, CpersistError, FileChangedError,  # noqa: E402
                          RemoteStorageError, UnsupportedVersionError, UntrustedObjectError,
                          UntrustedPickleError)
 
@@ -38,6 +38,7 @@ def __dir__():
 
 # Not "open": ``from cpersist import *`` would shadow the builtin.
 __all__ = [
+    "CodecLibraryError",
     "CorruptFileError",
     "CpersistError",
     "FileChangedError",

@@ -62,3 +62,8 @@ class FileChangedError(CpersistError):
     The file was replaced or rewritten after the array was opened (or
     pickled); the message names the file and the array. Open the file again.
     """
+
+
+class CodecLibraryError(CpersistError, ImportError):
+    """The compression library a codec needs is missing, or is a version
+    cpersist cannot use; the message names the library and its version."""
