@@ -13,7 +13,7 @@ HEAVY = ("blosc2", "httpx", "rich", "click", "asyncio", "concurrent.futures", "l
 def test_a_compressed_dump_and_its_load_import_no_heavy_module(tmp_path):
     path = tmp_path / "model.cp"
     code = (f"import numpy as np, cpersist\n"
-            f"obj = {{'w': np.cumsum(np.ones(300_000)), 'meta': {{'n': 3}},\n"
+            f"obj = {{'w': np.cumsum(np.ones(3_000_000)), 'meta': {{'n': 3}},  # 6 chunks: the pool\n"
             f"       'counts': np.arange(10**6, dtype=np.int32) % 7}}\n"
             f"cpersist.dump(obj, {str(path)!r}, compress=3)\n"
             f"back = cpersist.load({str(path)!r})\n"
