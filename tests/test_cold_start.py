@@ -23,3 +23,16 @@ def test_a_compressed_dump_and_its_load_import_no_heavy_module(tmp_path):
             f"reader = ContainerReader(MemorySource(memoryview(open({str(path)!r}, 'rb').read()), 'f'))\n"
             f"assert {{s.codec.codec_id for s in reader.sections if s.codec}} == {{'zstd-auto'}}")
     assert imported_after(code, HEAVY) == set()
+
+
+def test_cpersist_info_reads_no_package_metadata(tmp_path):
+    """Listing installed codecs reads every package's entry points: only
+    ``convert --help``, which names them, does."""
+    import numpy as np
+
+    import cpersist
+
+    path = tmp_path / "c.cp"
+    cpersist.dump({"w": np.cumsum(np.ones((300, 1000)), axis=1)}, path, compress=3)
+    code = f"from cpersist.cli import main\nassert main(['info', {str(path)!r}]) == 0"
+    assert imported_after(code, HEAVY + ("importlib.metadata",)) == set()
