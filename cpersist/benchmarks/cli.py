@@ -317,7 +317,8 @@ def _run(parser, args, argv):
         from .bounds import TARGET_COLUMNS, format_targets
         from .coldstart import run_cold_start
 
-        crows = run_cold_start(import_runs, 200 if args.quick else 2000)
+        crows = run_cold_start(min(import_runs, 2) if args.quick else import_runs,
+                               200 if args.quick else 2000)
         written.append(write_csv(os.path.join(args.out, "coldstart.csv"), crows, TARGET_COLUMNS))
         print("\nCold start and small objects: each ratio beside its bound\n"
               + format_targets(crows))
