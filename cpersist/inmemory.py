@@ -22,6 +22,8 @@ NAME = "<bytes>"
 #: rather than viewed: unpickling a small ``bytes`` is quicker.
 SMALL = 1 << 16
 _unpickle = pickle.loads
+#: A pickler that wrote a larger stream is not kept (see :func:`dumps`).
+KEEP_PICKLER_BELOW = 1 << 16
 
 
 def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
@@ -97,6 +99,10 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
         arrays = arrays[:]
         kept.arrays.clear()
     kept.busy = False
+    if len(pickled) > KEEP_PICKLER_BELOW:
+        # Its memo table kept the size this object needed, and clearing it
+        # would cost that much at every later call: the next gets a new one.
+        _kept.picklers.pop(protocol, None)
     if not arrays and len(pickled) <= MAX_CHUNK_SIZE:
         return compact_dump(pickled)
     out = io.BytesIO()

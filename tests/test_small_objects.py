@@ -107,3 +107,37 @@ def test_damaged_or_extended_compact_files_are_reported_by_the_general_reader(tm
     path.write_bytes(good[:-1])
     with pytest.raises(cpersist.CorruptFileError):
         cpersist.load(path)
+
+
+def test_dumps_keeps_a_pickler_per_thread_only_after_small_objects():
+    """Its memo is cleared at every call, at a cost that grows with the
+    largest object it ever pickled: one that pickled a large object is dropped."""
+    from cpersist import inmemory
+
+    cpersist.dumps(SMALL)
+    kept = inmemory._kept.picklers[pickle.HIGHEST_PROTOCOL]
+    shared = [1, 2]
+    assert cpersist.loads(cpersist.dumps([shared, shared])) == [[1, 2], [1, 2]]
+    assert inmemory._kept.picklers[pickle.HIGHEST_PROTOCOL] is kept
+    large = {str(i): i for i in range(20000)}
+    assert cpersist.loads(cpersist.dumps(large)) == large
+    assert pickle.HIGHEST_PROTOCOL not in inmemory._kept.picklers
+    assert cpersist.loads(cpersist.dumps(SMALL)) == SMALL
+
+
+def test_dumps_inside_dumps_and_failed_dumps_leave_it_working():
+    class Nested:
+        def __reduce__(self):
+            return cpersist.loads, (cpersist.dumps([1, np.arange(3)]),)
+
+    class Broken:
+        def __reduce__(self):
+            raise TypeError("cannot pickle Broken")
+
+    back = cpersist.loads(cpersist.dumps({"n": Nested(), "a": np.ones(2)}))
+    assert back["n"][0] == 1 and back["n"][1].tolist() == [0, 1, 2]
+    assert back["a"].tolist() == [1.0, 1.0]
+    with pytest.raises(TypeError, match="cannot pickle Broken"):
+        cpersist.dumps([SMALL, Broken()])
+    assert cpersist.loads(cpersist.dumps(SMALL)) == SMALL
+    assert cpersist.dumps(SMALL) == cpersist.dumps(dict(SMALL))  # no memo left between calls
