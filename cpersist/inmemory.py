@@ -22,6 +22,8 @@ NAME = "<bytes>"
 #: rather than viewed: unpickling a small ``bytes`` is quicker.
 SMALL = 1 << 16
 _unpickle = pickle.loads
+_HIGHEST = check_protocol(None)
+_DEFAULT_CHUNK = check_chunk_size(None)
 #: A pickler that wrote a larger stream is not kept (see :func:`dumps`).
 KEEP_PICKLER_BELOW = 1 << 16
 
@@ -65,9 +67,14 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
     >>> cpersist.loads(data)["x"]
     array([0, 1, 2])
     """
-    codec = parse_compress(compress)
-    protocol = check_protocol(protocol)
-    chunk_size = check_chunk_size(chunk_size)
+    if type(compress) is int and not compress and protocol is None and chunk_size is None:
+        # The defaults, known good: a small object's dumps costs little
+        # more than checking its arguments would.
+        codec, protocol, chunk_size = None, _HIGHEST, _DEFAULT_CHUNK
+    else:
+        codec = parse_compress(compress)
+        protocol = check_protocol(protocol)
+        chunk_size = check_chunk_size(chunk_size)
     if n_threads is not None:
         check_n_threads(n_threads)
     if codec is not None:
