@@ -13,7 +13,8 @@ restyled without measuring again) and writes ``summary.rst`` there; then,
 unless ``--no-publish``:
 
 * rewrites ``docs/benchmark_results.rst``: the machine, the exact command
-  and the date of the run in its header, then start-up time, the codec
+  and the date of the run in its header, then start-up time, cold start and
+  small objects (``coldstart.csv``), the codec
   choice at level 3, every cpersist codec and level, the compared methods on
   the chosen datasets, the serializer suite and, with ``--targets``, the
   performance targets;
@@ -247,6 +248,18 @@ def bounds_table(rows):
     return rst_table(["Target", "Ratio", "Bound", "Met", "Measured"], out)
 
 
+def coldstart_lines(rows):
+    """The section of ``coldstart.csv``: cold start and small objects beside
+    joblib and pickle, each ratio beside its bound."""
+    return ["Cold start and small objects", "----------------------------", "",
+            "What a one-shot script and a first call pay, and what a small object costs, "
+            "beside joblib and pickle: the script (import, ``dump``, ``load`` of a 800 kB "
+            "array and a dict, numpy already imported) and the commands are medians over "
+            "fresh interpreters with bytecode compiled, as an installed package has it; "
+            "the calls in memory and to a file are timed as ``timeit`` times them (best of "
+            "7 clock reads of many calls each):", "", *bounds_table(rows), ""]
+
+
 def remote_table(rows):
     """The full loads from S3 of ``remote.csv``."""
     out = []
@@ -320,7 +333,7 @@ def machine_lines(machine):
 
 
 def page_lines(rows, machine, datasets, figures, imports, serializers, targets, lazy=(),
-               remote=(), remote_targets=()):
+               remote=(), remote_targets=(), coldstart=()):
     """The lines of ``docs/benchmark_results.rst``."""
     lines = [GENERATED, "", ".. _benchmark-results:", "", "Benchmark results", "=" * 17, "",
              "One run of the bundled benchmark (:doc:`benchmarks` says how it measures and how "
@@ -333,6 +346,8 @@ def page_lines(rows, machine, datasets, figures, imports, serializers, targets, 
                   "after ``import numpy``, the commands as wall time of the whole process "
                   "(``python -c pass`` is the interpreter alone).", "",
                   *import_table(imports), ""]
+    if coldstart:
+        lines += coldstart_lines(coldstart)
     if rows:
         lines += ["Codecs", "------", "",
                   f"Every codec at level {HEADLINE_LEVEL} on the generated datasets (the ratio "
@@ -463,6 +478,7 @@ def publish(run_dir, datasets=DEFAULT_FIGURES, targets_dir=None, page=PAGE, stat
     rows, imports, serializers = (optional("results.csv"), optional("import_time.csv"),
                                   optional("serializers.csv"))
     lazy, remote = optional("lazy.csv"), optional("remote.csv")
+    coldstart = optional("coldstart.csv")
     remote_targets = optional("remote_targets.csv")
     present = {r["dataset"] for r in rows}
     missing = [d for d in datasets if d not in present]
@@ -485,7 +501,8 @@ def publish(run_dir, datasets=DEFAULT_FIGURES, targets_dir=None, page=PAGE, stat
             figures.append(name)
     with open(page, "w", encoding="utf-8") as f:
         f.write("\n".join(page_lines(rows, machine, datasets, figures, imports, serializers,
-                                     targets, lazy, remote, remote_targets)).rstrip() + "\n")
+                                     targets, lazy, remote, remote_targets,
+                                     coldstart)).rstrip() + "\n")
     if new_readme is not None:
         with open(readme, "w", encoding="utf-8") as f:
             f.write(new_readme)

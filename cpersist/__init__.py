@@ -8,9 +8,9 @@
 __version__ = "0.1.0"
 
 from .codecs import available_codecs  # noqa: E402
-from .exceptions import (CorruptFileError, CpersistError, FileChangedError,  # noqa: E402
-                         LimitExceededError, RemoteStorageError, UnsupportedVersionError,
-                         UntrustedObjectError, UntrustedPickleError)
+from .exceptions import (CodecLibraryError, CorruptFileError, CpersistError,  # noqa: E402
+                         FileChangedError, LimitExceededError, RemoteStorageError,
+                         UnsupportedVersionError, UntrustedObjectError, UntrustedPickleError)
 
 # Imported on first access (PEP 562), so that `import cpersist` and the
 # command line load neither numpy nor the container until they need them.
@@ -39,6 +39,7 @@ def __dir__():
 
 # Not "open": ``from cpersist import *`` would shadow the builtin.
 __all__ = [
+    "CodecLibraryError",
     "CorruptFileError",
     "CpersistError",
     "FileChangedError",

@@ -47,6 +47,22 @@ def _new_file_mode(path):
 WRITE_BUFFER = 1 << 20
 
 
+def _new_temporary(directory, base):
+    """``(fd, path)`` of a new file ``.<base>.<random>.cpersist-tmp`` in
+    ``directory``, readable and writable by its owner only, as
+    :func:`tempfile.mkstemp` makes one (whose import costs a one-shot script
+    more than the write: shutil, random, bz2, lzma)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) \
+        | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = os.path.join(directory, f".{base}.{os.urandom(6).hex()}{TMP_SUFFIX}")
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name in {directory} for {base}")
+
+
 def write_atomically(path, write, fsync):
     """Call ``write(file)`` on a temporary file, then rename it onto ``path``.
 
@@ -59,14 +75,10 @@ def write_atomically(path, write, fsync):
     the directory entry are flushed to disk before returning, so the new
     file survives a power loss.
     """
-    # Imported here: tempfile imports shutil, random and the bz2 and lzma
-    # modules, which only writing to a path needs.
-    import tempfile
-
     path = os.fspath(path)
     name = os.fsdecode(path)
     directory, base = os.path.split(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.fsdecode(base)}.", suffix=TMP_SUFFIX, dir=directory)
+    fd, tmp = _new_temporary(directory, os.fsdecode(base))
     try:
         file = open(fd, "wb", buffering=WRITE_BUFFER)
     except BaseException:

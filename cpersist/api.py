@@ -14,6 +14,7 @@ from ._args import (check_chunk_size, check_mmap_mode, check_protocol, check_sto
 from ._files import display_name, is_path, write_atomically
 from ._object_paths import object_paths
 from ._remote import is_remote, write_remote
+from ._small import NOT_COMPACT, load_compact_file, write_small
 from ._threads import check_n_threads
 from .arrays import allocate, describe, iter_chunks, parse_description, rows_per_chunk
 from .codecs import parse_compress
@@ -145,6 +146,8 @@ def _write(obj, file, name, codec, protocol, chunk_size, n_threads):
 
         write_smallest(obj, file, name, codec, protocol, chunk_size, n_threads)
         return
+    if write_small(obj, file, name, codec, protocol, _inline_below(codec, chunk_size), _finish):
+        return
     write_sections(obj, file, name, codec, protocol, chunk_size, n_threads)
 
 
@@ -161,7 +164,7 @@ def write_sections(obj, file, name, codec, protocol, chunk_size, n_threads,
     # goes on. In a compressed file, small arrays go into it too: they
     # compress better together, and there is no memmap to lose.
     stream = EncodedStream(codec, min(chunk_size, pickle_chunk_size), n_threads)
-    inline_below = 0 if codec is None else min(inline_below, chunk_size)
+    inline_below = _inline_below(codec, chunk_size, inline_below)
     pickler = ArrayPickler(stream, protocol, store, inline_below, fortran_as_c)
     pickler.dump(obj)
     n_sections = writer.n_sections
@@ -172,6 +175,11 @@ def write_sections(obj, file, name, codec, protocol, chunk_size, n_threads,
                 writer.section_meta(section)["path"] = path
     _finish(writer, stream.encoded_chunks(), codec, protocol)
     return pickler
+
+
+def _inline_below(codec, chunk_size, inline_below=INLINE_BELOW):
+    """Bytes under which an array is kept in the pickle stream."""
+    return 0 if codec is None else min(inline_below, chunk_size)
 
 
 def _array_store(writer, codec, chunk_size):
@@ -288,6 +296,14 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
     restricted, allowed, prefixes = normalize_trusted(trusted)
     n_threads = check_n_threads(n_threads)
     limits = as_limits(limits)
+    if (not restricted and mmap_mode != "r+" and storage_options is None and is_path(source)
+            and not is_remote(source)):
+        # An object without arrays (a compact dump): read in one call and
+        # unpickled, without the container reader; anything else, damage
+        # included, goes the general way, which says what is wrong.
+        obj = load_compact_file(source)
+        if obj is not NOT_COMPACT:
+            return obj
     with open_source(source, mmap_mode, storage_options=storage_options) as opened:
         return _load(opened, mmap_mode=mmap_mode, restricted=restricted, allowed=allowed,
                      prefixes=prefixes, verify=verify, n_threads=n_threads,

@@ -350,6 +350,22 @@ def _add_storage_option(parser):
              "also come from the environment")
 
 
+class _CompressHelp(str):
+    """The help of ``convert --compress``, naming every codec only when the
+    help is shown: listing installed codecs reads every installed package's
+    entry points, which commands other than ``--help`` never need."""
+
+    def __mod__(self, params):
+        # The names come from the registry (built-in, registered and
+        # installed codecs), which lists them without importing any
+        # compression library.
+        from .codecs import ALIASES, DEFAULT_CODEC, DEFAULT_LEVEL, available_codecs
+
+        return (f"raw (or 0); a level 1-9 for the default codec ({DEFAULT_CODEC}); a codec "
+                f"name ({', '.join(available_codecs() + sorted(ALIASES))}) at level "
+                f"{DEFAULT_LEVEL}; or NAME:LEVEL, e.g. zstd:9 or blosc:lz4:5")
+
+
 def build_parser():
     """The ``cpersist`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -406,16 +422,9 @@ def build_parser():
     convert.add_argument("src", metavar="SRC", help="a cpersist file or URL (or, with "
                          "--trust-pickles, a joblib file or a pickle); - reads standard input")
     convert.add_argument("dst", metavar="DST")
-    # The names come from the registry (built-in, registered and installed
-    # codecs), which lists them without importing any compression library.
-    from .codecs import ALIASES, DEFAULT_CODEC, DEFAULT_LEVEL, available_codecs
-
-    convert.add_argument(
-        "--compress", "-c", required=True, metavar="SPEC",
-        help=f"raw (or 0); a level 1-9 for the default codec ({DEFAULT_CODEC}); a codec "
-             f"name ({', '.join(available_codecs() + sorted(ALIASES))}) at level "
-             f"{DEFAULT_LEVEL}; or NAME:LEVEL, e.g. zstd:9 or blosc:lz4:5",
-    )
+    convert.add_argument("--compress", "-c", required=True, metavar="SPEC",
+                         help=_CompressHelp("raw (or 0), a level 1-9, a codec name or "
+                                            "NAME:LEVEL"))
     convert.add_argument("--chunk-size", type=_positive_int, default=None, metavar="BYTES",
                          help="bytes per chunk in DST (default: keep SRC's chunks)")
     convert.add_argument("--threads", type=_positive_int, default=None, metavar="N",

@@ -86,3 +86,8 @@ class LimitExceededError(CpersistError):
             f"limits.{limit}={allowed:,} allows; if you trust this file, pass "
             f"limits=cpersist.Limits({limit}=...) with a larger value"
         )
+
+
+class CodecLibraryError(CpersistError, ImportError):
+    """The compression library a codec needs is missing, or is a version
+    cpersist cannot use; the message names the library and its version."""

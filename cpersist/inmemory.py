@@ -3,6 +3,7 @@ arrays of one loaded as views of the buffer that holds it."""
 
 import io
 import pickle
+import threading
 
 from ._args import check_chunk_size, check_protocol
 from ._threads import check_n_threads
@@ -22,6 +23,10 @@ NAME = "<bytes>"
 #: rather than viewed: unpickling a small ``bytes`` is quicker.
 SMALL = 1 << 16
 _unpickle = pickle.loads
+_HIGHEST = check_protocol(None)
+_DEFAULT_CHUNK = check_chunk_size(None)
+#: A pickler that wrote a larger stream is not kept (see :func:`dumps`).
+KEEP_PICKLER_BELOW = 1 << 16
 
 
 def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
@@ -63,9 +68,14 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
     >>> cpersist.loads(data)["x"]
     array([0, 1, 2])
     """
-    codec = parse_compress(compress)
-    protocol = check_protocol(protocol)
-    chunk_size = check_chunk_size(chunk_size)
+    if type(compress) is int and not compress and protocol is None and chunk_size is None:
+        # The defaults, known good: a small object's dumps costs little
+        # more than checking its arguments would.
+        codec, protocol, chunk_size = None, _HIGHEST, _DEFAULT_CHUNK
+    else:
+        codec = parse_compress(compress)
+        protocol = check_protocol(protocol)
+        chunk_size = check_chunk_size(chunk_size)
     if n_threads is not None:
         check_n_threads(n_threads)
     if codec is not None:
@@ -75,24 +85,80 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
         return out.getvalue()
     # Raw: the arrays found are kept aside and written once pickling is
     # over, so that an object without arrays never sets up a writer.
-    arrays = []
-
-    def defer(arr):
-        arrays.append(arr)
-        return len(arrays) - 1
-
-    stream = io.BytesIO()
-    ArrayPickler(stream, protocol, defer).dump(obj)
-    if not arrays and stream.tell() <= MAX_CHUNK_SIZE:
-        return compact_dump(stream.getbuffer())
-    with stream.getbuffer() as pickled:
-        out = io.BytesIO()
-        writer = ContainerWriter(out, check_n_threads(n_threads) if arrays else 1, NAME)
-        store = _array_store(writer, None, chunk_size)
-        for arr in arrays:
-            store(arr)
-        _finish(writer, _raw_chunks(pickled), None, protocol)
+    kept = getattr(_kept, "picklers", _NO_PICKLERS).get(protocol)
+    if kept is None or kept.busy:  # the first, or a dumps inside a dumps
+        kept = _kept_pickler(protocol)
+    kept.busy = True
+    pieces = kept.pieces
+    try:
+        kept.pickler.dump(obj)
+    except BaseException:
+        # Not reused: a pickler stopped midway may hold state of its own.
+        _kept.picklers.pop(protocol, None)
+        raise
+    finally:
+        kept.pickler.clear_memo()
+    # Joined at once: a piece may be a bytearray of the object itself.
+    pickled = pieces[0] if len(pieces) == 1 and type(pieces[0]) is bytes else b"".join(pieces)
+    pieces.clear()
+    arrays = kept.arrays
+    if arrays:
+        kept.pickler.placed.clear()
+        arrays = arrays[:]
+        kept.arrays.clear()
+    kept.busy = False
+    if len(pickled) > KEEP_PICKLER_BELOW:
+        # Its memo table kept the size this object needed, and clearing it
+        # would cost that much at every later call: the next gets a new one.
+        _kept.picklers.pop(protocol, None)
+    if not arrays and len(pickled) <= MAX_CHUNK_SIZE:
+        return compact_dump(pickled)
+    out = io.BytesIO()
+    writer = ContainerWriter(out, check_n_threads(n_threads) if arrays else 1, NAME)
+    store = _array_store(writer, None, chunk_size)
+    for arr in arrays:
+        store(arr)
+    _finish(writer, _raw_chunks(memoryview(pickled)), None, protocol)
     return out.getvalue()
+
+
+class _KeptPickler:
+    """A pickler kept by a thread between ``dumps`` calls (making one costs
+    several times what pickling a small object does), writing into a list:
+    the C pickler calls ``write`` once per frame, here ``list.append``."""
+
+    def __init__(self, protocol):
+        self.pieces = []
+        self.arrays = []
+        self.pickler = ArrayPickler(_Sink(self.pieces.append), protocol, self._defer)
+        self.busy = False
+
+    def _defer(self, arr):
+        self.arrays.append(arr)
+        return len(self.arrays) - 1
+
+
+class _Sink:
+    __slots__ = ("write",)
+
+    def __init__(self, write):
+        self.write = write
+
+
+_kept = threading.local()
+_NO_PICKLERS = {}
+
+
+def _kept_pickler(protocol):
+    """This thread's kept pickler for ``protocol``, made if there is none;
+    a new one, not kept, while that one is in use."""
+    picklers = getattr(_kept, "picklers", None)
+    if picklers is None:
+        picklers = _kept.picklers = {}
+    kept = picklers.get(protocol)
+    if kept is None:
+        kept = picklers[protocol] = _KeptPickler(protocol)
+    return _KeptPickler(protocol) if kept.busy else kept
 
 
 def _raw_chunks(pickled):

@@ -14,12 +14,18 @@ import pytest
 import cpersist
 from cpersist import _threads
 from cpersist.codecs import blosc as blosc_module
-from cpersist.codecs import blosc_blocks, get_codec
-from cpersist.codecs.blosc import blosc2
+from cpersist.codecs import blosc_blocks, get_codec, libblosc2
 
 from .test_codec_registry import imported_after
 
 BLOSC_CODECS = ["zstd-auto", "blosc:lz4", "blosc:zstd", "blosc:zlib"]
+
+
+def blosc2():
+    """python-blosc2, the reference the shipped library's results are checked against."""
+    import blosc2 as module
+
+    return module
 
 
 def _chunks():
@@ -43,7 +49,7 @@ def _block_chunks(codec):
 
 def test_the_shipped_library_is_used():
     """Otherwise parts of chunks decode one at a time, holding the GIL."""
-    assert blosc_blocks._load()
+    assert libblosc2.library().version == blosc2().blosclib_version.split()[0]
 
 
 @pytest.mark.parametrize("codec_id", BLOSC_CODECS)
@@ -65,7 +71,7 @@ def test_headers_read_by_the_library_as_python_blosc2_reads_them(codec_id):
 @pytest.mark.parametrize("codec_id", ["zstd-auto", "blosc:lz4"])
 def test_loading_and_slicing_blosc_chunks_never_imports_python_blosc2(tmp_path, codec_id):
     """python-blosc2's import pulls in an HTTP client and more: reading goes
-    through the shipped library alone (writing still needs the package)."""
+    through the shipped library alone."""
     arr = np.cumsum(np.ones((4000, 500), np.int32), axis=1)
     path = tmp_path / "b.cp"
     cpersist.dump({"a": arr}, path, compress=codec_id)
@@ -92,7 +98,7 @@ def test_blocks_decode_as_a_full_decode(codec_id, n_threads):
         for first, last in ((0, 0), (0, nblocks - 1), (nblocks - 1, nblocks - 1),
                             (1, min(3, nblocks - 1)), (nblocks // 2, nblocks - 1)):
             whole = bytearray(raw.size)
-            assert blosc_blocks.decode_blocks(encoded, whole, first, last, blocksize, n_threads)
+            blosc_blocks.decode_blocks(encoded, whole, first, last, blocksize, n_threads)
             lo, hi = first * blocksize, min(raw.size, (last + 1) * blocksize)
             assert bytes(whole[lo:hi]) == raw[lo:hi].tobytes(), (name, first, last)
 
@@ -120,18 +126,16 @@ def test_ranges_decode_straight_into_the_result(codec_id):
             assert not blosc_blocks.decode_range(encoded, 0, bytearray(item + 1), blocksize)
 
 
-@pytest.mark.parametrize("library", [None, False])
-def test_chunks_with_the_delta_filter_decode_whole(library, monkeypatch):
+def test_chunks_with_the_delta_filter_decode_whole():
     """The delta filter encodes each block against the chunk's first, so
     Blosc decodes a part of such a chunk without it wrongly: cpersist never
-    writes one, and decodes one it reads whole, with or without the library."""
+    writes one, and decodes one it reads whole."""
     blosc = blosc2()
     raw = np.cumsum(np.arange(1_000_000, dtype=np.int32) % 7, dtype=np.int32).view(np.uint8)
     encoded = bytes(blosc.compress2(raw, typesize=4, filters=[blosc.Filter.DELTA],
                                     codec=blosc.Codec.ZSTD, blocksize=1 << 16))
     assert encoded[16:22].count(3) == 1  # the header names the delta filter
     assert not blosc_blocks.decode_range(encoded, 1 << 17, bytearray(4000), 1 << 16)
-    monkeypatch.setattr(blosc_blocks, "_library", library)
     codec = get_codec("blosc:zstd")
     for lo, hi in _ranges(raw.size, 1 << 16, 4):
         out = bytearray(hi - lo)
@@ -143,7 +147,7 @@ def test_chunks_with_the_delta_filter_decode_whole(library, monkeypatch):
 def test_threads_that_meet_the_library_loading_wait_for_it(monkeypatch):
     """A thread that finds the library being loaded by another waits for it
     rather than taking it for missing (and decoding the slow way)."""
-    real = blosc_blocks._open_library
+    real = libblosc2._open
     started = threading.Event()
 
     def slow_open():
@@ -151,8 +155,8 @@ def test_threads_that_meet_the_library_loading_wait_for_it(monkeypatch):
         time.sleep(0.2)
         return real()
 
-    monkeypatch.setattr(blosc_blocks, "_open_library", slow_open)
-    monkeypatch.setattr(blosc_blocks, "_library", None)
+    monkeypatch.setattr(libblosc2, "_open", slow_open)
+    monkeypatch.setattr(libblosc2, "_library", None)
     raw = np.arange(300_000, dtype=np.int32).view(np.uint8)
     encoded = bytes(get_codec("blosc:lz4").encode(memoryview(raw), typesize=4))
     blocksize = blosc2().get_cbuffer_sizes(encoded)[2]
@@ -174,21 +178,22 @@ def test_threads_that_meet_the_library_loading_wait_for_it(monkeypatch):
 
 
 @pytest.mark.parametrize("codec_id", BLOSC_CODECS)
-def test_parts_without_the_library_are_the_same(codec_id, monkeypatch):
-    """The python-blosc2 path the reader falls back on gives the same bytes."""
+def test_parts_decode_as_python_blosc2_decodes_the_chunk(codec_id):
+    """Parts on whole items decode straight into the result, others through
+    the whole chunk: both give python-blosc2's bytes."""
     codec = get_codec(codec_id)
     for name, raw, typesize in _chunks():
         encoded = memoryview(bytes(codec.encode(memoryview(raw), typesize=typesize)))
-        for lo, hi in ((0, 8), (262_144 - 4, 262_144 + 4), (raw.size // 3 * 4 // 4, raw.size)):
-            lo -= lo % typesize
-            hi -= hi % typesize
-            got = []
-            for library in (None, False):
-                monkeypatch.setattr(blosc_blocks, "_library", library)
-                out = bytearray(hi - lo)
-                codec.decode_part_into(encoded, lo, memoryview(out), memoryview(bytearray(raw.size)))
-                got.append(bytes(out))
-            assert got[0] == got[1] == raw[lo:hi].tobytes(), (name, lo, hi)
+        if encoded[:4] == b"\x28\xb5\x2f\xfd":
+            continue  # zstd-auto kept a plain zstd frame
+        reference = bytes(blosc2().decompress2(encoded))
+        assert reference == raw.tobytes(), name
+        ranges = [(lo - lo % typesize, hi - hi % typesize) for lo, hi in
+                  ((0, 8), (262_144 - 4, 262_144 + 4), (raw.size // 3, raw.size))]
+        for lo, hi in ranges + [(1, 3 * typesize + 2)]:
+            out = bytearray(hi - lo)
+            codec.decode_part_into(encoded, lo, memoryview(out), memoryview(bytearray(raw.size)))
+            assert bytes(out) == reference[lo:hi], (name, lo, hi)
 
 
 @pytest.fixture
@@ -207,20 +212,15 @@ def block_decodes(monkeypatch):
 
 
 @pytest.mark.parametrize("codec_id", BLOSC_CODECS)
-def test_whole_chunks_decode_through_kept_contexts(codec_id, block_decodes, monkeypatch):
-    """A whole chunk decodes through this thread's kept context (no mask),
-    and through python-blosc2 where the library cannot be used: the same bytes."""
+def test_whole_chunks_decode_through_kept_contexts(codec_id, block_decodes):
+    """A whole chunk decodes through this thread's kept context (no mask)."""
     codec = get_codec(codec_id)
     calls = block_decodes
     for name, raw, typesize in _chunks():
         encoded = memoryview(bytes(codec.encode(memoryview(raw), typesize=typesize)))
-        got = []
-        for library in (None, False):
-            monkeypatch.setattr(blosc_blocks, "_library", library)
-            out = bytearray(raw.size)
-            codec.decode_into(encoded, memoryview(out))
-            got.append(bytes(out))
-        assert got[0] == got[1] == raw.tobytes(), name
+        out = bytearray(raw.size)
+        codec.decode_into(encoded, memoryview(out))
+        assert bytes(out) == raw.tobytes(), name
     assert calls and all(first == 0 and last == nblocks - 1 for first, last, nblocks in calls)
 
 
@@ -392,8 +392,8 @@ def test_ranges_spread_over_threads_decode_straight_into_the_result(codec_id, n_
                                                                      monkeypatch):
     """Each run of blocks is decoded once, by one of the threads, into its
     own part of the result; alone, one call decodes the whole range."""
-    spy = _GetitemSpy(blosc_blocks._load())
-    monkeypatch.setattr(blosc_blocks, "_library", spy)
+    spy = _GetitemSpy(libblosc2.library())
+    monkeypatch.setattr(blosc_blocks, "library", lambda: spy)
     for name, raw, encoded, blocksize in _block_chunks(get_codec(codec_id)):
         item = encoded[3]
         for lo, hi in _ranges(raw.size, blocksize, item):
@@ -413,8 +413,8 @@ def test_a_range_of_many_blocks_decodes_on_every_thread_asked_for(monkeypatch):
     raw = np.cumsum(np.ones(2_000_000, np.int32)).view(np.uint8)  # 8 MB
     encoded = bytes(get_codec("blosc:lz4").encode(memoryview(raw), typesize=4))
     blocksize = blosc2().get_cbuffer_sizes(encoded)[2]
-    spy = _GetitemSpy(blosc_blocks._load(), meet=3)
-    monkeypatch.setattr(blosc_blocks, "_library", spy)
+    spy = _GetitemSpy(libblosc2.library(), meet=3)
+    monkeypatch.setattr(blosc_blocks, "library", lambda: spy)
     lo, hi = 1000, raw.size - 1000
     out = bytearray(hi - lo)
     assert _with_threads(3, blosc_blocks.decode_range, encoded, lo, out, blocksize)
@@ -438,12 +438,12 @@ def test_lazy_slices_decode_only_their_blocks_on_the_threads_asked_for(tmp_path,
         blocksize = _file_blocksize(path, section.chunks[0])
         assert len(section.chunks) == 1
         row = arr.shape[1] * arr.itemsize
-        spy = _GetitemSpy(blosc_blocks._load())
-        monkeypatch.setattr(blosc_blocks, "_library", spy)
+        spy = _GetitemSpy(libblosc2.library())
+        monkeypatch.setattr(blosc_blocks, "library", lambda: spy)
         np.testing.assert_array_equal(lazy[300:310], arr[300:310])
         assert [(a, b) for _, a, b in spy.calls] == [(300 * row, 310 * row)]
-        spy = _GetitemSpy(blosc_blocks._load(), meet=2)
-        monkeypatch.setattr(blosc_blocks, "_library", spy)
+        spy = _GetitemSpy(libblosc2.library(), meet=2)
+        monkeypatch.setattr(blosc_blocks, "library", lambda: spy)
         np.testing.assert_array_equal(lazy[10:1990], arr[10:1990])
         assert len({thread for thread, _, _ in spy.calls}) == 2
         _check_runs(spy.calls, 10 * row, 1990 * row, blocksize)
@@ -463,8 +463,8 @@ def test_a_slice_mostly_in_one_of_two_chunks_keeps_both_threads_busy(tmp_path, m
         rows = lazy.chunks[0][0]
         row = arr.shape[1] * arr.itemsize
         # 4 rows at the end of chunk 0, all but 4 rows of chunk 1.
-        spy = _GetitemSpy(blosc_blocks._load(), meet=2, meet_below=(rows - 4) * row)
-        monkeypatch.setattr(blosc_blocks, "_library", spy)
+        spy = _GetitemSpy(libblosc2.library(), meet=2, meet_below=(rows - 4) * row)
+        monkeypatch.setattr(blosc_blocks, "library", lambda: spy)
         index = slice(rows - 4, 2 * rows - 4)
         np.testing.assert_array_equal(lazy[index], arr[index])
     # The parts are bytes 0:(rows - 4) * row of chunk 1 and the rest of chunk 0.
@@ -473,3 +473,59 @@ def test_a_slice_mostly_in_one_of_two_chunks_keeps_both_threads_busy(tmp_path, m
         ((rows - 4) * row, rows * row)]
     assert len({thread for thread, _, _ in large}) == 2
     _check_runs(large, 0, (rows - 4) * row, _file_blocksize(path, lazy._bind().section.chunks[1]))
+
+
+# -- the library itself --------------------------------------------------------------
+
+@pytest.mark.parametrize("codec_id, level", [("blosc:lz4", 3), ("blosc:zstd", 9),
+                                             ("blosc:zlib", 1), ("blosc:blosclz", 5),
+                                             ("zstd-auto", 3), ("zstd-auto", 9)])
+def test_chunks_are_those_python_blosc2_makes(codec_id, level):
+    """Files written through the shipped library are byte for byte those
+    python-blosc2 wrote with the same parameters."""
+    module = blosc2()
+    codec = get_codec(codec_id, level)
+    inner = {"blosc:lz4": module.Codec.LZ4, "blosc:zstd": module.Codec.ZSTD,
+             "blosc:zlib": module.Codec.ZLIB, "blosc:blosclz": module.Codec.BLOSCLZ}
+    for name, raw, typesize in _chunks():
+        buf = memoryview(raw)
+        if codec_id == "zstd-auto":
+            got = codec._filtered(buf, typesize, 2)
+            want = module.compress2(buf, typesize=typesize, clevel=2, codec=module.Codec.ZSTD,
+                                    filters=[module.Filter.SHUFFLE, module.Filter.BYTEDELTA],
+                                    blocksize=256 << 10, nthreads=1)
+        else:
+            got = codec.encode(buf, typesize=typesize)
+            shuffle = typesize > 1
+            want = module.compress2(buf, typesize=typesize, clevel=level, codec=inner[codec_id],
+                                    filters=[module.Filter.SHUFFLE if shuffle
+                                             else module.Filter.NOFILTER], nthreads=1)
+        assert bytes(got) == bytes(want), name
+    # A small sample first does not change how the next chunk is cut in blocks.
+    walk = _chunks()[0][1]
+    first = bytes(codec.encode(memoryview(walk), typesize=4))
+    codec.encode(memoryview(walk)[:65536], typesize=4)
+    assert bytes(codec.encode(memoryview(walk), typesize=4)) == first
+
+
+@pytest.mark.parametrize("version", ["2.6.1", "4.0.0", "1.21.5", "unknown"])
+def test_a_library_of_another_version_is_refused_naming_it(version):
+    with pytest.raises(cpersist.CodecLibraryError, match=rf"/x/libblosc2.so is C-Blosc2 "
+                       rf"{version.replace('.', '[.]')}; cpersist .* C-Blosc2 2[.]7 to 3[.]x"):
+        libblosc2.check_version(version, "/x/libblosc2.so")
+    libblosc2.check_version("2.7.0")
+    libblosc2.check_version("3.3.5")
+
+
+def test_without_the_library_blosc_files_raise_an_error_naming_it(tmp_path, monkeypatch):
+    """Neither a corrupt-file error on load nor a half-written file on dump."""
+    arr = np.cumsum(np.ones((300, 500), np.int32), axis=1)
+    path = tmp_path / "b.cp"
+    cpersist.dump(arr, path, compress="blosc:lz4")
+    monkeypatch.setattr(libblosc2, "_library", None)
+    monkeypatch.setattr(libblosc2.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(cpersist.CodecLibraryError, match="need the blosc2 package"):
+        cpersist.load(path)
+    with pytest.raises(cpersist.CodecLibraryError, match="need the blosc2 package"):
+        cpersist.dump(arr, tmp_path / "c.cp", compress="blosc:zstd")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.cp"]

@@ -135,7 +135,8 @@ def test_index_larger_than_the_tail_read(tmp_path):
 
 
 def test_damaged_pickle_stream_and_index(tmp_path):
-    data = _dump({"key": "value" * 50}, tmp_path / "a.cp", compress=0)
+    # An array: an object without any would be a compact dump, with no JSON index.
+    data = _dump({"key": "value" * 50, "a": np.arange(3)}, tmp_path / "a.cp", compress=0)
     body, index = split(data)
     root = index["sections"][index["root"]]
     damaged = bytearray(data)

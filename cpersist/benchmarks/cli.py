@@ -116,7 +116,8 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                    help="picklebench: stop growing before this peak RSS (default 4096 MB)")
     p.add_argument("--import-runs", type=int, default=None, metavar="N",
                    help="fresh interpreters timing 'import cpersist', 'import joblib', each "
-                        "with a first load of a small model, and 'cpersist --help' (median "
+                        "with a first load of a small model, and 'cpersist --help'; and the "
+                        "cold-start and small-object targets, coldstart.csv (median "
                         "reported; default 5, --full: 21; 0 skips)")
     p.add_argument("--scale", type=float, default=None, metavar="X",
                    help="lazy and remote suites: multiply their array sizes (default 1, the "
@@ -313,6 +314,15 @@ def _run(parser, args, argv):
                                 "units": "milliseconds; imports timed inside a fresh interpreter "
                                          "after 'import numpy', commands as wall time"}
         print("\n" + format_import_times(irows))
+        from .bounds import TARGET_COLUMNS, format_targets
+        from .coldstart import run_cold_start
+
+        crows = run_cold_start(min(import_runs, 2) if args.quick else import_runs,
+                               200 if args.quick else 2000)
+        written.append(write_csv(os.path.join(args.out, "coldstart.csv"), crows, TARGET_COLUMNS))
+        print("\nCold start and small objects: each ratio beside its bound\n"
+              + format_targets(crows))
+        failed += sum(r["status"] == "failed" for r in crows)
 
     extra["elapsed_s"] = round(time.perf_counter() - t_start, 2)
     written.append(write_machine_json(os.path.join(args.out, "machine.json"), extra))

@@ -1,100 +1,31 @@
-"""Read Blosc chunks through the C library the ``blosc2`` wheel ships: their
-headers, and all or some of their blocks, with the GIL released.
+"""Read Blosc chunks through the C library the ``blosc2`` wheel ships
+(:mod:`.libblosc2`): their headers, and all or some of their blocks, with
+the GIL released.
 
 python-blosc2 decodes part of a chunk only through ``SChunk.get_slice``,
 which decodes the blocks one after another while holding the GIL, so the
 parts of two chunks a slice needs cannot decode at once. The C library can:
 ``blosc2_set_maskout`` names the blocks that ``blosc2_decompress_ctx``
-skips. This module calls that library through :mod:`ctypes` (which releases
-the GIL during the call), and finds it without importing python-blosc2, so
-reading never pays for that import. It is used only when the library is
-there and is a version whose ``blosc2_dparams`` layout is the one declared
-here; otherwise :func:`cbuffer_sizes` returns None, :func:`decode_blocks`
-and :func:`decode_range` return False, and the caller goes through
-python-blosc2.
+skips, and ``blosc2_getitem_ctx`` decodes a range of items. Functions here
+raise :class:`~cpersist.CodecLibraryError` when the library cannot be used.
 """
 
 import ctypes
-import importlib.util
 import os
 import threading
 
 import numpy as np
 
 from .._threads import spread
+from .libblosc2 import Context, DParams, library
 
 #: Most threads one chunk's blocks are spread over.
 _MAX_THREADS = 8
 #: Bytes of the smallest run of a range that threads share out: whole
 #: blocks, enough that handing one out costs little beside decoding it.
 _CLAIM_BYTES = 1 << 18
-#: Major versions of C-Blosc2 whose ``blosc2_dparams`` starts as declared.
-_KNOWN_MAJORS = ("2", "3")
 
-
-class _DParams(ctypes.Structure):
-    # blosc2.h: typedef struct {int16_t nthreads; void* schunk;
-    # blosc2_postfilter_fn postfilter; blosc2_postfilter_params *postparams;
-    # int32_t typesize;} blosc2_dparams. Versions without the last field read
-    # only the first four (the struct is passed in memory either way).
-    _fields_ = [("nthreads", ctypes.c_int16), ("schunk", ctypes.c_void_p),
-                ("postfilter", ctypes.c_void_p), ("postparams", ctypes.c_void_p),
-                ("typesize", ctypes.c_int32)]
-
-
-_lock = threading.Lock()
-_library = None   # the loaded library, or False when it cannot be used
 _local = threading.local()
-
-
-def _load():
-    global _library
-    with _lock:
-        # Set once, when known: a thread that finds it None comes here and
-        # waits for the one loading it.
-        if _library is None:
-            _library = _open_library() or False
-        return _library
-
-
-def _open_library():
-    """The wheel's libblosc2 with the functions used here declared, or None.
-
-    Found without importing python-blosc2, whose import pulls in far more
-    than decompression (an HTTP client, a terminal formatter...): a load
-    decodes through this library alone.
-    """
-    try:
-        spec = importlib.util.find_spec("blosc2")
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        path = os.path.join(spec.submodule_search_locations[0], "lib", "libblosc2.so")
-        if not os.path.exists(path):
-            return None
-        lib = ctypes.CDLL(path)
-        lib.blosc2_get_version_string.restype = ctypes.c_char_p
-        version = lib.blosc2_get_version_string().decode("ascii", "replace")
-        if version.split(".")[0] not in _KNOWN_MAJORS:
-            return None
-        lib.blosc2_init.restype = None
-        lib.blosc2_create_dctx.restype = ctypes.c_void_p
-        lib.blosc2_create_dctx.argtypes = [_DParams]
-        lib.blosc2_set_maskout.restype = ctypes.c_int
-        lib.blosc2_set_maskout.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-        lib.blosc2_decompress_ctx.restype = ctypes.c_int
-        lib.blosc2_decompress_ctx.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
-                                              ctypes.c_int32, ctypes.c_void_p,
-                                              ctypes.c_int32]
-        lib.blosc2_cbuffer_sizes.restype = ctypes.c_int
-        lib.blosc2_cbuffer_sizes.argtypes = [ctypes.c_void_p] + 3 * [ctypes.POINTER(ctypes.c_int32)]
-        lib.blosc2_getitem_ctx.restype = ctypes.c_int
-        lib.blosc2_getitem_ctx.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32,
-                                           ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                                           ctypes.c_int32]
-        lib.blosc2_init()  # registers the filters (byte delta) this copy decodes
-    except (OSError, AttributeError, ImportError, ValueError):
-        return None
-    return lib
 
 
 def _context(lib, n_threads):
@@ -105,32 +36,16 @@ def _context(lib, n_threads):
         contexts = _local.contexts = {}
     context = contexts.get(n_threads)
     if context is None:
-        handle = lib.blosc2_create_dctx(_DParams(n_threads, None, None, None, 0))
-        if not handle:
-            raise MemoryError("blosc2_create_dctx failed")
-        context = contexts[n_threads] = _Context(lib, handle)
+        handle = lib.blosc2_create_dctx(DParams(n_threads, None, None, None, 0))
+        context = contexts[n_threads] = Context(lib, handle)
     return context.handle
-
-
-class _Context:
-    __slots__ = ("lib", "handle", "pid")
-
-    def __init__(self, lib, handle):
-        self.lib, self.handle, self.pid = lib, handle, os.getpid()
-
-    def __del__(self):
-        # In a forked child the context's threads do not exist: freeing it
-        # would wait for them forever, so it is left alone.
-        if self.pid == os.getpid():
-            self.lib.blosc2_free_ctx(ctypes.c_void_p(self.handle))
 
 
 def _forget_contexts():
     """In a forked child: the parent's contexts (and their threads) are not
     usable; every thread makes its own again."""
-    global _local, _lock
+    global _local
     _local = threading.local()
-    _lock = threading.Lock()  # in case the fork came while another thread held it
 
 
 if hasattr(os, "register_at_fork"):
@@ -153,17 +68,14 @@ _HEADER_MIN, _HEADER_MAX = 16, 32
 
 def cbuffer_sizes(head):
     """``(nbytes, cbytes, blocksize)`` that the Blosc chunk header ``head``
-    (the chunk's first bytes) states, as the library reads them; None when
-    the library cannot be used here.
+    (the chunk's first bytes) states, as the library reads them.
 
     Raises
     ------
     ValueError
         If the header is too short or Blosc rejects it.
     """
-    lib = _library if _library is not None else _load()
-    if not lib:
-        return None
+    lib = library()
     header = bytes(head[:_HEADER_MAX])
     if len(header) < _HEADER_MIN:
         raise ValueError(f"a Blosc chunk starts with a {_HEADER_MIN}-byte header, "
@@ -196,17 +108,14 @@ def decode_blocks(src, whole, first, last, blocksize, n_threads=1):
     first) is decoded whole.
 
     The caller has checked the chunk's header against ``len(src)`` and
-    ``len(whole)``. Returns False, having done nothing, when the library
-    cannot be used here.
+    ``len(whole)``.
 
     Raises
     ------
     ValueError
         If Blosc reports an error decoding.
     """
-    lib = _library if _library is not None else _load()
-    if not lib:
-        return False
+    lib = library()
     nblocks = -(-len(whole) // blocksize)
     source = np.frombuffer(src, dtype=np.uint8)
     target = np.frombuffer(whole, dtype=np.uint8)
@@ -222,7 +131,6 @@ def decode_blocks(src, whole, first, last, blocksize, n_threads=1):
                                      target.ctypes.data, len(target))
     if done < 0:
         raise ValueError(f"Blosc error {done} while decoding blocks {first}-{last}")
-    return True
 
 
 def decode_range(src, skip, out, blocksize):
@@ -236,18 +144,17 @@ def decode_range(src, skip, out, blocksize):
 
     The caller has checked the chunk's header against ``len(src)``, and
     read its ``blocksize`` there. Returns False, having done nothing, when
-    the library cannot be used here, or the range does not fall on whole
-    items, or the chunk's blocks do not decode alone (see
-    :func:`decode_blocks`).
+    the range does not fall on whole items, or the chunk's blocks do not
+    decode alone (see :func:`decode_blocks`).
 
     Raises
     ------
     ValueError
         If Blosc reports an error decoding.
     """
-    lib = _library if _library is not None else _load()
-    if not lib or not blocks_stand_alone(src):
+    if not blocks_stand_alone(src):
         return False
+    lib = library()
     typesize = src[3]
     if not typesize or skip % typesize or len(out) % typesize:
         return False

@@ -16,7 +16,8 @@ on the benchmark's datasets.
 """
 
 from .abc import Codec, middle_sample
-from .blosc import blosc2, check_blosc_chunk, decode_blosc_chunk, decode_blosc_part, shuffles
+from .blosc import check_blosc_chunk, decode_blosc_chunk, decode_blosc_part, shuffles
+from .libblosc2 import BYTEDELTA, SHUFFLE, compress
 from .zstd import Zstd
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -61,17 +62,8 @@ class ZstdAuto(Codec):
         self._clevels = sorted({1, (_FILTERED_ZSTD_LEVEL[level] + 1) // 2})
 
     def _filtered(self, buf, typesize, clevel):
-        blosc = blosc2()
-        return blosc.compress2(
-            buf,
-            typesize=typesize,
-            clevel=clevel,
-            filters=[blosc.Filter.SHUFFLE, blosc.Filter.BYTEDELTA],
-            codec=blosc.Codec.ZSTD,
-            blocksize=_BLOCK_SIZE,
-            # cpersist already runs one chunk per core.
-            nthreads=1,
-        )
+        # On this thread: cpersist already runs one chunk per core.
+        return compress(buf, typesize, clevel, "zstd", [SHUFFLE, BYTEDELTA], _BLOCK_SIZE)
 
     def _candidates(self, buf, typesize):
         """(encoded, hint) of ``buf`` in every form this codec may choose."""

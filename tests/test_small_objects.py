@@ -1,0 +1,143 @@
+"""Objects with nothing to store as sections: compact dumps written by
+``dump`` as by ``dumps``, and read by ``load`` without the container reader."""
+
+import io
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+import cpersist
+from cpersist import _small
+from cpersist.container import ContainerReader
+from cpersist.container.compact import OVERHEAD
+from cpersist.container.sources import MemorySource
+
+SMALL = {"people": [{"name": "Alice", "age": 31}], "ok": True, "scores": (1.5, None)}
+
+
+def _reader(data):
+    return ContainerReader(MemorySource(memoryview(data), "<test>"))
+
+
+@pytest.mark.parametrize("compress", [0, 3, "zstd", "blosc:lz4", "lz4", "zlib"])
+def test_a_small_object_is_a_compact_dump_near_pickles_size(tmp_path, compress):
+    path = tmp_path / "small.cp"
+    cpersist.dump(SMALL, path, compress=compress)
+    data = path.read_bytes()
+    stream = pickle.dumps(SMALL, protocol=pickle.HIGHEST_PROTOCOL)
+    assert len(data) == len(stream) + OVERHEAD <= len(stream) + 128
+    assert data == cpersist.dumps(SMALL)
+    back = cpersist.load(path)
+    assert back == SMALL and type(back["scores"]) is tuple
+    assert _reader(data).sections[0].meta == {"kind": "pickle"}  # the general reader agrees
+
+
+def test_a_compact_file_loads_without_the_container_reader(tmp_path, monkeypatch):
+    path = tmp_path / "small.cp"
+    cpersist.dump(SMALL, path)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the general reader was used")
+
+    monkeypatch.setattr("cpersist.api.ContainerReader", refuse)
+    assert cpersist.load(path) == SMALL
+    assert cpersist.load(str(path), mmap_mode="r") == SMALL
+    with pytest.raises(AssertionError):  # a restricted load checks every global
+        cpersist.load(path, trusted=False)
+
+
+def test_small_arrays_kept_in_a_compressed_stream_pickle_once(tmp_path, monkeypatch):
+    """Written the general way (the file says it is compressed), from the
+    stream pickled once."""
+    obj = {"coef": np.arange(12.0).reshape(3, 4, order="F"), "classes": np.array([0, 1])}
+    path = tmp_path / "m.cp"
+    calls = []
+    monkeypatch.setattr("cpersist.api.write_sections", lambda *args, **kw: calls.append(args))
+    cpersist.dump(obj, path, compress=3)
+    assert calls == []
+    back = cpersist.load(path)
+    for key in obj:
+        assert back[key].dtype == obj[key].dtype and back[key].shape == obj[key].shape
+        assert back[key].tobytes("A") == obj[key].tobytes("A")
+    assert back["coef"].flags.f_contiguous
+    sections = _reader(path.read_bytes()).sections
+    assert len(sections) == 1 and sections[0].codec.codec_id == "zstd-auto"
+
+
+def test_what_compresses_well_or_needs_a_section_is_written_the_general_way(tmp_path):
+    path = tmp_path / "g.cp"
+    table = {i: "value %d" % (i % 10) for i in range(3000)}
+    cpersist.dump(table, path, compress=3)
+    assert os.path.getsize(path) < len(pickle.dumps(table)) / 3
+    assert cpersist.load(path) == table
+    arr = np.arange(10.0)  # raw: every array is a section
+    cpersist.dump({"a": arr}, path)
+    assert len(_reader(path.read_bytes()).sections) == 2
+    np.testing.assert_array_equal(cpersist.load(path, mmap_mode="r")["a"], arr)
+    large = ["x" * 100] * 1000 + [str(i) for i in range(_small.SMALL_STREAM // 4)]
+    cpersist.dump(large, path)
+    assert len(path.read_bytes()) > _small.SMALL_STREAM
+    assert cpersist.load(path) == large
+
+
+def test_a_small_object_to_a_file_object_is_compact_too():
+    out = io.BytesIO()
+    cpersist.dump(SMALL, out, compress=3)
+    cpersist.dump([1, 2], out)
+    out.seek(0)
+    assert cpersist.load(out) == SMALL and cpersist.load(out) == [1, 2]
+    assert out.tell() == len(out.getvalue()) == 2 * OVERHEAD + len(pickle.dumps(SMALL)) + len(
+        pickle.dumps([1, 2]))
+
+
+def test_damaged_or_extended_compact_files_are_reported_by_the_general_reader(tmp_path):
+    path = tmp_path / "d.cp"
+    cpersist.dump(SMALL, path)
+    good = path.read_bytes()
+    damaged = bytearray(good)
+    damaged[OVERHEAD - 40] ^= 1  # in the pickle stream
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(cpersist.CorruptFileError, match="checksum"):
+        cpersist.load(path)
+    path.write_bytes(good + b"\0" * 5)
+    with pytest.raises(cpersist.CorruptFileError, match="5 bytes"):
+        cpersist.load(path)
+    path.write_bytes(good[:-1])
+    with pytest.raises(cpersist.CorruptFileError):
+        cpersist.load(path)
+
+
+def test_dumps_keeps_a_pickler_per_thread_only_after_small_objects():
+    """Its memo is cleared at every call, at a cost that grows with the
+    largest object it ever pickled: one that pickled a large object is dropped."""
+    from cpersist import inmemory
+
+    cpersist.dumps(SMALL)
+    kept = inmemory._kept.picklers[pickle.HIGHEST_PROTOCOL]
+    shared = [1, 2]
+    assert cpersist.loads(cpersist.dumps([shared, shared])) == [[1, 2], [1, 2]]
+    assert inmemory._kept.picklers[pickle.HIGHEST_PROTOCOL] is kept
+    large = {str(i): i for i in range(20000)}
+    assert cpersist.loads(cpersist.dumps(large)) == large
+    assert pickle.HIGHEST_PROTOCOL not in inmemory._kept.picklers
+    assert cpersist.loads(cpersist.dumps(SMALL)) == SMALL
+
+
+def test_dumps_inside_dumps_and_failed_dumps_leave_it_working():
+    class Nested:
+        def __reduce__(self):
+            return cpersist.loads, (cpersist.dumps([1, np.arange(3)]),)
+
+    class Broken:
+        def __reduce__(self):
+            raise TypeError("cannot pickle Broken")
+
+    back = cpersist.loads(cpersist.dumps({"n": Nested(), "a": np.ones(2)}))
+    assert back["n"][0] == 1 and back["n"][1].tolist() == [0, 1, 2]
+    assert back["a"].tolist() == [1.0, 1.0]
+    with pytest.raises(TypeError, match="cannot pickle Broken"):
+        cpersist.dumps([SMALL, Broken()])
+    assert cpersist.loads(cpersist.dumps(SMALL)) == SMALL
+    assert cpersist.dumps(SMALL) == cpersist.dumps(dict(SMALL))  # no memo left between calls
