@@ -11,6 +11,7 @@ from .codecs import available_codecs  # noqa: E402
 from .exceptions import (CorruptFileError, CpersistError, FileChangedError,  # noqa: E402
                          RemoteStorageError, UnsupportedVersionError, UntrustedObjectError,
                          UntrustedPickleError)
+from .exceptions import UnpicklableError, UnwritableTargetError  # noqa: E402
 
 # Imported on first access (PEP 562), so that `import cpersist` and the
 # command line load neither numpy nor the container until they need them.
@@ -47,6 +48,8 @@ __all__ = [
     "UnsupportedVersionError",
     "UntrustedObjectError",
     "UntrustedPickleError",
+    "UnpicklableError",
+    "UnwritableTargetError",
     "available_codecs",
     "convert",
     "dump",

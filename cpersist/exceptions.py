@@ -4,6 +4,8 @@ Every error cpersist raises on purpose derives from :class:`CpersistError`, so
 ``except cpersist.CpersistError`` catches all of them.
 """
 
+import pickle
+
 
 class CpersistError(Exception):
     """Base class of every error raised by cpersist."""
@@ -62,3 +64,26 @@ class FileChangedError(CpersistError):
     The file was replaced or rewritten after the array was opened (or
     pickled); the message names the file and the array. Open the file again.
     """
+
+
+class UnwritableTargetError(CpersistError, TypeError):
+    """:func:`cpersist.dump` was given a file object that cannot take its
+    bytes: one open in text mode, or one open for reading only. Raised
+    before anything is written; open the file with ``"wb"``."""
+
+
+class UnpicklableError(CpersistError, pickle.PicklingError):
+    """Something inside the object to dump cannot be pickled (a lambda, a
+    local function, an open file, a lock...). The message names where it
+    sits in the object, as :func:`cpersist.inspect` names arrays
+    (``obj['callbacks'][2]``), and the pickle module's own reason.
+
+    Attributes
+    ----------
+    path : str
+        Where the object sits, from ``obj``.
+    """
+
+    def __init__(self, message, path):
+        super().__init__(message)
+        self.path = path
