@@ -287,9 +287,10 @@ def _compress_error(compress):
 
 
 def _level_error(compress, level):
+    general = str(_compress_error(compress)).split(": ", 1)[1]
     return ValueError(
         f"invalid compress={compress!r}: level {level} is out of range; levels are 1-9 "
-        f"(0 = raw), whatever the codec (cpersist maps them onto the codec's own scale)"
+        f"(0 = raw) whatever the codec, mapped onto the codec's own scale. Use {general}"
     )
 
 
