@@ -57,3 +57,17 @@ def foreign_file_error(source, exc):
         f"{name}: a {label}, not a cpersist file: load it with {reader} if you trust it "
         f"(loading it runs the code it names), or convert it once: "
         f"cpersist convert {name} out.cp --trust-pickles")
+
+
+def read_container(source, whole):
+    """:class:`~cpersist.container.ContainerReader` of ``source``; a file of
+    another kind raises the error of :func:`foreign_file_error`."""
+    from .container import ContainerReader
+
+    try:
+        return ContainerReader(source, whole=whole)
+    except CorruptFileError as exc:
+        foreign = foreign_file_error(source, exc)
+        if foreign is None:
+            raise
+        raise foreign from None

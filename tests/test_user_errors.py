@@ -97,7 +97,7 @@ def test_load_of_other_files_says_what_they_are_and_what_to_run(tmp_path):
     np.savez(tmp_path / "z.npz", a=np.zeros(3))
     for name, expected in files.items():
         path = str(tmp_path / name)
-        for reader in (cpersist.load, cpersist.open):
+        for reader in (cpersist.load, cpersist.open, cpersist.inspect, cpersist.verify):
             with pytest.raises(cpersist.CorruptFileError) as info:
                 reader(path)
             message = str(info.value)

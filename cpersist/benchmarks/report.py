@@ -553,7 +553,10 @@ def format_recommendations(rows, source=None):
             if own is not None and own is not best:
                 lines.append(f"  {'':<14} {_setting(own):<30} {_figures(own)}")
             if rec["compress"]:
-                lines.append(f"  {'':<14} {'':<30} {rec['compress']}")
+                kept = _f(own.get("kept_raw"))
+                hint = ("  (most chunks kept raw: about the size of compress=0)"
+                        if kept is not None and kept >= 0.5 else "")
+                lines.append(f"  {'':<14} {'':<30} {rec['compress']}{hint}")
     return "\n".join(lines)
 
 
