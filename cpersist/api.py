@@ -100,7 +100,8 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     UnpicklableError
         If ``obj`` holds something that cannot be pickled (a lambda, an open
         file...): the message names where it sits (``obj['callbacks'][2]``)
-        and why; no file is left. A subclass of :class:`pickle.PicklingError`.
+        and why; no file is left. A subclass of :class:`pickle.PicklingError`
+        and :class:`TypeError`.
     IsADirectoryError, NotADirectoryError, FileNotFoundError
         For a path naming a directory (or ending with ``/``), or whose
         directory does not exist: checked before anything is written.

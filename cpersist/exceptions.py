@@ -72,11 +72,13 @@ class UnwritableTargetError(CpersistError, TypeError):
     before anything is written; open the file with ``"wb"``."""
 
 
-class UnpicklableError(CpersistError, pickle.PicklingError):
+class UnpicklableError(CpersistError, pickle.PicklingError, TypeError):
     """Something inside the object to dump cannot be pickled (a lambda, a
     local function, an open file, a lock...). The message names where it
     sits in the object, as :func:`cpersist.inspect` names arrays
-    (``obj['callbacks'][2]``), and the pickle module's own reason.
+    (``obj['callbacks'][2]``), and the pickle module's own reason. Also a
+    :class:`TypeError`, which the pickle module raises for most such
+    objects.
 
     Attributes
     ----------

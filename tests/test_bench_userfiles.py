@@ -129,6 +129,10 @@ def test_recommendations_name_cpersist_settings():
     balance = next(ln for ln in lines if ln.startswith("  best balance"))
     assert "cpersist L3" in balance  # 3.0/4 * 600/900 * 800/1000, the highest product
     assert "compress=3)" in lines[lines.index(balance) + 1]
+    # A codec that kept its chunks raw is not what cpersist advises.
+    rows.append(dict(row("cpersist:lz4", "cpersist", 3, 1.0, 2000, 2000), kept_raw=1.0))
+    text = format_recommendations(rows, source="file")
+    assert "cpersist:lz4" not in text
 
 
 def test_figures_order_levels_and_mark_failed_methods(tmp_path):
