@@ -16,10 +16,17 @@ DOCS = ["sphinx>=7", "numpydoc>=1.6"]
 DASK = ["dask[array]>=2023.1", "distributed>=2023.1"]
 # URLs (s3://, gs://, memory://...) go through fsspec; s3fs for S3.
 REMOTE = ["fsspec>=2023.1", "s3fs>=2023.1"]
+# Remote storage is tested against moto's S3 server. moto needs boto3, s3fs
+# needs aiobotocore, and each aiobotocore release accepts only the few
+# botocore releases it was made for, while each boto3 release needs its own
+# botocore or newer: left free, pip tries the newest boto3 first and then
+# every older one until it meets aiobotocore's botocore. Bounding them to one
+# release line that fits together lets pip resolve at once.
+S3_TEST = ["moto[server]>=5.2.5", "s3fs>=2026.9.0", "aiobotocore>=3.10.0,<3.11",
+           "boto3>=1.43.115,<1.43.118"]
 # The test suite runs the benchmark in quick mode, builds the docs and runs
-# lazy arrays on dask, so the test extra pulls in all of their dependencies;
-# remote storage is tested against moto's S3 server.
-TEST = ["pytest>=7", "hypothesis>=6", "moto[server]>=5"] + BENCH + DOCS + DASK + REMOTE
+# lazy arrays on dask, so the test extra pulls in all of their dependencies.
+TEST = ["pytest>=7", "hypothesis>=6"] + S3_TEST + BENCH + DOCS + DASK + REMOTE
 
 setup(
     name="cpersist",

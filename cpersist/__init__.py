@@ -10,7 +10,8 @@ __version__ = "0.1.0"
 from .codecs import available_codecs  # noqa: E402
 from .exceptions import (CodecLibraryError, CorruptFileError, CpersistError,  # noqa: E402
                          FileChangedError, LimitExceededError, RemoteStorageError,
-                         UnsupportedVersionError, UntrustedObjectError, UntrustedPickleError)
+                         UnpicklableError, UnsupportedVersionError, UntrustedObjectError,
+                         UntrustedPickleError, UnwritableTargetError)
 
 # Imported on first access (PEP 562), so that `import cpersist` and the
 # command line load neither numpy nor the container until they need them.
@@ -51,6 +52,8 @@ __all__ = [
     "UnsupportedVersionError",
     "UntrustedObjectError",
     "UntrustedPickleError",
+    "UnpicklableError",
+    "UnwritableTargetError",
     "available_codecs",
     "convert",
     "dump",

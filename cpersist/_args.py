@@ -4,7 +4,7 @@ that ``load``, ``inspect``, ``verify`` and ``convert`` read."""
 import pickle
 import warnings
 
-from ._files import display_name, is_path, is_writable
+from ._files import check_writable_file, display_name, is_path, is_writable
 from ._remote import WRITE_TIMEOUT, fsspec_file_source, is_remote, is_url, open_remote
 from .container import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE
 from .container.sources import ByteSource, LocalFileSource, SpooledSource, source_for
@@ -51,6 +51,8 @@ def check_target(target, what="target"):
         raise TypeError(
             f"{what} must be a path or a binary file object, got {type(target).__name__}"
         )
+    if not is_path(target) and not is_remote(target):
+        check_writable_file(target)
 
 
 def check_storage_options(storage_options, target):

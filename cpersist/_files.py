@@ -77,6 +77,7 @@ def write_atomically(path, write, fsync):
     """
     path = os.fspath(path)
     name = os.fsdecode(path)
+    check_file_target(name)
     directory, base = os.path.split(os.path.abspath(path))
     fd, tmp = _new_temporary(directory, os.fsdecode(base))
     try:
@@ -114,6 +115,56 @@ def write_atomically(path, write, fsync):
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def check_file_target(name):
+    """Raise unless a file can be created or replaced at the path ``name``.
+
+    Checked before anything is written, and naming the path as the user
+    gave it (not the temporary file's): a directory, a path ending with a
+    separator, a parent directory that is missing or is not a directory.
+
+    Raises
+    ------
+    IsADirectoryError, NotADirectoryError, FileNotFoundError
+    """
+    import errno
+
+    if os.path.isdir(name):
+        raise IsADirectoryError(
+            errno.EISDIR, f"is a directory; give the path of a file to write, such as "
+            f"{os.path.join(name, 'data.cp')!r}", name)
+    if name.endswith(("/", os.sep)):
+        raise IsADirectoryError(
+            errno.EISDIR, "names a directory (it ends with a separator); give the path of a "
+            "file to write", name)
+    parent = os.path.dirname(os.path.abspath(name))
+    if not os.path.exists(parent):
+        raise FileNotFoundError(
+            errno.ENOENT, f"no directory {os.path.dirname(name) or parent!r} to write into; "
+            f"create it first (os.makedirs)", name)
+    if not os.path.isdir(parent):
+        raise NotADirectoryError(
+            errno.ENOTDIR, f"{os.path.dirname(name)!r} is not a directory", name)
+
+
+def check_writable_file(file):
+    """Raise :class:`~cpersist.UnwritableTargetError` for a file object
+    that cannot take bytes: text mode, or open for reading only."""
+    from .exceptions import UnwritableTargetError
+
+    what = display_name(file)
+    if isinstance(file, io.TextIOBase):
+        raise UnwritableTargetError(
+            f"{what}: a file object open in text mode; cpersist writes bytes: open it "
+            f"with 'wb' (or pass the path)")
+    try:
+        writable = file.writable()
+    except (AttributeError, OSError, ValueError):
+        return  # an object with write() only (a socket file, a custom stream)
+    if writable is False:
+        raise UnwritableTargetError(
+            f"{what}: a file object open for reading only; open it with 'wb' (or pass the path)")
 
 
 def is_seekable(file):

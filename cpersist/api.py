@@ -11,11 +11,13 @@ import numpy as np
 from . import __version__
 from ._args import (check_chunk_size, check_mmap_mode, check_protocol, check_storage_options,
                     check_target, check_timeout, open_source)
+from ._foreign import foreign_file_error
 from ._files import display_name, is_path, write_atomically
 from ._object_paths import object_paths
 from ._remote import is_remote, write_remote
 from ._small import NOT_COMPACT, load_compact_file, write_small
 from ._threads import check_n_threads
+from ._unpicklable import PICKLING_ERRORS, unpicklable_error
 from .arrays import allocate, describe, iter_chunks, parse_description, rows_per_chunk
 from .codecs import parse_compress
 from .container import (CHECKED_CLAIM, EDITED, ENCODED, FLAGS_AT, TRAILER, ContainerReader,
@@ -72,8 +74,10 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         (each chunk tried under several filters with Zstandard 22, LZMA2
         and bzip2; an object whose pickle stream, arrays inside, is at most
         16 MiB is written in several layouts in memory, the smallest kept:
-        see :ref:`choosing-codec`). A ``(name, level)`` tuple; level 0
-        means raw.
+        see :ref:`choosing-codec`). ``"NAME:LEVEL"`` (``"zstd:9"``) or a
+        ``(name, level)`` tuple: that codec at that level 1-9; level 0
+        means raw. The command line's ``--compress`` takes the same
+        spellings.
     protocol : int, optional
         Pickle protocol, 2 to 5; default :data:`pickle.HIGHEST_PROTOCOL`.
     chunk_size : int, optional
@@ -106,10 +110,17 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         or ``timeout``.
     RemoteStorageError
         If a request to remote storage fails or takes longer than ``timeout``.
-    pickle.PicklingError, TypeError, AttributeError
-        If ``obj`` holds something that cannot be pickled (whichever the
-        pickle module raises, e.g. AttributeError for a local function on
-        Python < 3.14); no file is left.
+    UnpicklableError
+        If ``obj`` holds something that cannot be pickled (a lambda, an open
+        file...): the message names where it sits (``obj['callbacks'][2]``)
+        and why; no file is left. A subclass of :class:`pickle.PicklingError`
+        and :class:`TypeError`.
+    IsADirectoryError, NotADirectoryError, FileNotFoundError
+        For a path naming a directory (or ending with ``/``), or whose
+        directory does not exist: checked before anything is written.
+    UnwritableTargetError
+        For a file object open in text mode or for reading only: checked
+        before anything is written.
 
     Examples
     --------
@@ -130,12 +141,18 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     def write(file):
         _write(obj, file, name, codec, protocol, chunk_size, n_threads)
 
-    if is_remote(target):
-        return [write_remote(target, storage_options, write, timeout)]
-    if is_path(target):
-        write_atomically(target, write, fsync)
-        return [name]
-    write(target)
+    try:
+        if is_remote(target):
+            return [write_remote(target, storage_options, write, timeout)]
+        if is_path(target):
+            write_atomically(target, write, fsync)
+            return [name]
+        write(target)
+    except PICKLING_ERRORS as exc:
+        error = unpicklable_error(obj, protocol, exc)
+        if error is None:
+            raise
+        raise error from exc
     name = getattr(target, "name", None)
     return [name] if isinstance(name, str) else []
 
@@ -305,9 +322,15 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
         if obj is not NOT_COMPACT:
             return obj
     with open_source(source, mmap_mode, storage_options=storage_options) as opened:
-        return _load(opened, mmap_mode=mmap_mode, restricted=restricted, allowed=allowed,
-                     prefixes=prefixes, verify=verify, n_threads=n_threads,
-                     whole=is_path(source), limits=limits)
+        try:
+            return _load(opened, mmap_mode=mmap_mode, restricted=restricted, allowed=allowed,
+                         prefixes=prefixes, verify=verify, n_threads=n_threads,
+                         whole=is_path(source), limits=limits)
+        except CorruptFileError as exc:
+            foreign = foreign_file_error(opened, exc)
+            if foreign is None:
+                raise
+            raise foreign from None
 
 
 def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole,

@@ -41,27 +41,22 @@ def _human(n):
 def parse_compress_spec(spec):
     """Turn a ``--compress`` value into :func:`cpersist.dump`'s ``compress``.
 
-    ``raw`` or ``0``: raw; an int ``1``–``9``: the default codec at that
-    level; ``NAME``: that codec at level 3; ``NAME:LEVEL`` (``zstd:9``,
-    ``blosc:lz4:5``): that codec at that level.
+    The spellings are those :func:`cpersist.dump` accepts (one parser,
+    :func:`cpersist.codecs.parse_compress`): ``raw`` or ``0``; a level
+    ``1``–``9`` for the default codec; ``NAME`` (level 3); ``NAME:LEVEL``
+    (``zstd:9``, ``blosc:lz4:5``).
 
     Raises
     ------
     ValueError
-        If ``spec`` is none of these; the message lists the codecs.
+        If ``spec`` is none of these; the message lists the codecs, or the
+        allowed range of levels.
     """
     from .codecs import parse_compress
+    from .codecs.registry import _parse_text
 
-    text = spec.strip().lower()
-    if text in ("raw", "none", "0"):
-        value = 0
-    elif text.isdigit():
-        value = int(text)
-    else:
-        name, sep, level = text.rpartition(":")
-        value = (name, int(level)) if sep and level.isdigit() else text
-    parse_compress(value)  # raises ValueError naming the accepted values
-    return value
+    parse_compress(spec)  # raises ValueError naming the accepted values
+    return _parse_text(spec)
 
 
 #: The FILE argument that names standard input.
@@ -285,14 +280,8 @@ def _cmd_convert(args):
 
     try:
         compress = parse_compress_spec(args.compress)
-    except ValueError:
-        from .codecs import ALIASES, available_codecs
-
-        names = ", ".join(available_codecs() + sorted(ALIASES))
-        raise _UsageError(
-            f"--compress: invalid value {args.compress!r}; use raw (or 0), a level 1-9 "
-            f"for the default codec, a codec name ({names}) or NAME:LEVEL such as zstd:9"
-        ) from None
+    except ValueError as exc:
+        raise _UsageError(f"--compress: {exc}") from None
     _check_file(args.src)
     dst_dir = os.path.dirname(os.path.abspath(args.dst))
     if not is_url(args.dst) and not os.path.isdir(dst_dir):

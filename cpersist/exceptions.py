@@ -4,6 +4,8 @@ Every error cpersist raises on purpose derives from :class:`CpersistError`, so
 ``except cpersist.CpersistError`` catches all of them.
 """
 
+import pickle
+
 
 class CpersistError(Exception):
     """Base class of every error raised by cpersist."""
@@ -91,3 +93,28 @@ class LimitExceededError(CpersistError):
 class CodecLibraryError(CpersistError, ImportError):
     """The compression library a codec needs is missing, or is a version
     cpersist cannot use; the message names the library and its version."""
+
+
+class UnwritableTargetError(CpersistError, TypeError):
+    """:func:`cpersist.dump` was given a file object that cannot take its
+    bytes: one open in text mode, or one open for reading only. Raised
+    before anything is written; open the file with ``"wb"``."""
+
+
+class UnpicklableError(CpersistError, pickle.PicklingError, TypeError):
+    """Something inside the object to dump cannot be pickled (a lambda, a
+    local function, an open file, a lock...). The message names where it
+    sits in the object, as :func:`cpersist.inspect` names arrays
+    (``obj['callbacks'][2]``), and the pickle module's own reason. Also a
+    :class:`TypeError`, which the pickle module raises for most such
+    objects.
+
+    Attributes
+    ----------
+    path : str
+        Where the object sits, from ``obj``.
+    """
+
+    def __init__(self, message, path):
+        super().__init__(message)
+        self.path = path

@@ -7,6 +7,7 @@ import numpy as np
 from . import _format_names as names
 from ._args import _Borrowed, open_source
 from ._files import is_path
+from ._foreign import foreign_file_error
 from ._gc import collector_paused
 from ._openfile import OpenFile, reference_for
 from ._paths import array_paths
@@ -15,7 +16,7 @@ from ._threads import check_n_threads
 from .api import _load, _pickle_stream, array_layout
 from .container import ContainerReader
 from .container.sources import SpooledSource
-from .exceptions import CpersistError
+from .exceptions import CorruptFileError, CpersistError
 from .lazy import LazyArray, _Bound
 from ._limits import DEFAULT as _DEFAULT_LIMITS
 from ._limits import as_limits
@@ -82,7 +83,13 @@ def open(source, *, trusted=True, verify=True, n_threads=None,  # noqa: A001
     borrowed = isinstance(opened, _Borrowed)
     byte_source = opened.source if borrowed else opened
     try:
-        reader = ContainerReader(byte_source, whole=is_path(source))
+        try:
+            reader = ContainerReader(byte_source, whole=is_path(source))
+        except CorruptFileError as exc:
+            foreign = foreign_file_error(byte_source, exc)
+            if foreign is None:
+                raise
+            raise foreign from None
     except BaseException:
         if not borrowed:
             byte_source.close()
@@ -92,6 +99,34 @@ def open(source, *, trusted=True, verify=True, n_threads=None,  # noqa: A001
     handle = FileHandle(file, normalized, verify, n_threads)
     handle._limits = limits
     return handle
+
+
+class _PathKeyError(KeyError):
+    """A KeyError whose message is shown as written (not as a repr)."""
+
+    def __str__(self):
+        return str(self.args[0])
+
+
+class ArrayPaths(dict):
+    """:attr:`FileHandle.arrays`: a dict whose missing keys are explained."""
+
+    def __missing__(self, key):
+        import difflib
+
+        text = str(key)
+        keys = list(self)
+        exact = [k for k in keys if k.endswith((f"[{text!r}]", f".{text}", f"[{text}]"))]
+        near = exact or difflib.get_close_matches(text, keys, n=3, cutoff=0.0)
+        if not keys:
+            listing = "the file stores no array in a section of its own"
+        else:
+            listing = "nearest: " + ", ".join(repr(k) for k in near[:3])
+            if len(keys) > len(near[:3]):
+                listing += f" ({len(keys)} arrays in all: list(handle.arrays))"
+        raise _PathKeyError(
+            f"no array at {key!r}: keys are paths from the object, as cpersist info prints "
+            f"them (e.g. \"obj['w']\" for obj['w'], \"obj.coef_\" for an attribute); {listing}")
 
 
 class FileHandle:
@@ -171,7 +206,9 @@ class FileHandle:
         trust is safe. (A dump of plain dicts, lists and tuples around its
         arrays records their paths in its index, which is then all that is
         read.) Small arrays a compressed file keeps inside its pickle stream
-        are not listed (``cpersist info`` shows them).
+        are not listed (``cpersist info`` shows them). A key that is not a
+        path raises a :class:`KeyError` whose message gives the form of the
+        keys and the nearest ones.
         """
         if self._arrays is None:
             reader = self._reader()
@@ -180,7 +217,7 @@ class FileHandle:
                 if paths is None:
                     paths = array_paths(_stream_bytes(self._root_stream(reader)),
                                         limits=self._limits, source=self.name)
-                arrays = {}
+                arrays = ArrayPaths()
                 layouts = {}
                 made = self._lazy
                 root = reader.root

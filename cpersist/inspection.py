@@ -13,6 +13,7 @@ arrays were edited through a writable map and stores their new checksums.
 from .api import array_layout, check_stream_start, read_stream
 from ._args import open_source
 from ._files import display_name, is_path
+from ._foreign import read_container
 from ._remote import is_url
 # The global through which a pickle stream fetches a stored array is listed
 # under "arrays", not "globals".
@@ -141,7 +142,7 @@ def inspect(source, *, storage_options=None, limits=None):
     ['sklearn.ensemble._forest.RandomForestClassifier', ...]
     """
     with open_source(source, storage_options=storage_options) as opened:
-        reader = ContainerReader(opened, whole=is_path(source))
+        reader = read_container(opened, whole=is_path(source))
         name = reader.name
         root = _root(reader)
         arrays = []
@@ -229,7 +230,7 @@ def verify(source, *, storage_options=None, limits=None):
     """
     with open_source(source, storage_options=storage_options) as opened:
         opened.will_read_all()
-        return _verify(ContainerReader(opened, whole=is_path(source)), as_limits(limits))
+        return _verify(read_container(opened, whole=is_path(source)), as_limits(limits))
 
 
 def _verify(reader, limits=None):

@@ -163,7 +163,7 @@ def test_compress_accepted(compress, expected, tmp_path):
     assert_same(obj, cpersist.load(path))
 
 
-REJECTED = [10, -1, 100, "nope", "ZLIB", "blosc:nope", "", {}, {"zlib": 3}, ("zlib", 10),
+REJECTED = [10, -1, 100, "nope", "blosc:nope", "zlib:10", "", {}, {"zlib": 3}, ("zlib", 10),
             ("zlib", -1), (1, "zlib"), ("zlib",), ("zlib", 3, 1), ["zlib", 3], 1.5,
             ("zlib", 1.5), ("zlib", True), ("nope", 3), b"zlib"]
 

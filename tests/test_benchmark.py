@@ -230,18 +230,6 @@ def test_user_files_each_type(tmp_path):
     assert int(next(r for r in rows if r["dataset"] == npy)["size_bytes"]) == vol.nbytes
 
 
-def test_user_pickle_refused_without_trust(tmp_path):
-    p = tmp_path / "g.pkl"
-    with open(p, "wb") as f:
-        pickle.dump([1, 2], f)
-    out = tmp_path / "out"
-    rc = main(["--quick", "--out", str(out), "--no-progress", "--no-plots", "--methods", "pickle5", str(p)])
-    rows = _read(out / "results.csv")
-    assert rc == 0
-    assert len(rows) == 1 and rows[0]["status"] == "n/a"
-    assert "--trust-pickles" in rows[0]["reason"]
-
-
 def test_load_user_file_loaders(tmp_path):
     paths, vol = _make_user_files(tmp_path)
     assert first_difference(vol, userfiles.load_user_file(str(paths["npy"]))) is None

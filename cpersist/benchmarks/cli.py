@@ -54,9 +54,11 @@ def build_parser(prog="python -m cpersist.benchmarks"):
     """The argument parser (reusable by a ``cpersist bench`` CLI verb)."""
     p = argparse.ArgumentParser(
         prog=prog,
-        description="Benchmark cpersist against PyTables, NIfTI (nibabel), np.savez_compressed, "
-                    "np.save, joblib and pickle: disk size, write/read time and peak memory per "
-                    "dataset, method and compression level. Also the picklebench serializer "
+        description="Benchmark cpersist against np.save, np.savez_compressed, pickle, joblib, "
+                    "PyTables (tables), NIfTI (nibabel), blosc2, zarr, h5py and safetensors "
+                    "(--list names every method): disk size, write/read time and peak memory "
+                    "per dataset, method and compression level. Given your own files, it ends "
+                    "with which setting to use for each. Also the picklebench serializer "
                     "comparison (--suite serializers).",
         epilog="Each write and each read runs in a fresh process; reads are cold-cache "
                "(fsync + POSIX_FADV_DONTNEED) unless --warm-cache. See the CSV 'cache' and "
@@ -118,7 +120,7 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                    help="fresh interpreters timing 'import cpersist', 'import joblib', each "
                         "with a first load of a small model, and 'cpersist --help'; and the "
                         "cold-start and small-object targets, coldstart.csv (median "
-                        "reported; default 5, --full: 21; 0 skips)")
+                        "reported; default 5, --full: 21, a run of your files only: 0; 0 skips)")
     p.add_argument("--scale", type=float, default=None, metavar="X",
                    help="lazy and remote suites: multiply their array sizes (default 1, the "
                         "sizes their targets name: 200 MB slices, 1 GB for dask, 210 MB from "
@@ -175,7 +177,8 @@ def main(argv=None, prog=None):
     for f in args.files:
         if not os.path.exists(f):
             parser.error(f"no such file: {f}")
-        why = userfiles.unsupported_file(f)
+        why = userfiles.unsupported_file(f) or (
+            None if args.trust_pickles else userfiles.untrusted_pickle(f))
         if why:
             parser.error(why)
     try:
@@ -199,6 +202,16 @@ def _grid(args):
             args.repeat if args.repeat is not None else repeats)
 
 
+#: Methods a run of the user's own files leaves out unless asked for by
+#: --methods (or --full): the "max" preset tries several codecs and filters
+#: per chunk, minutes per 100 MB with a peak of several times the data.
+USER_FILE_SKIPPED = ("cpersist max",)
+USER_FILE_SKIP_NOTE = ("note: cpersist max (compress=\"max\") is not measured on your files by "
+                       "default: it tries several codecs per chunk (minutes per 100 MB, peak "
+                       "memory several times the data); add --methods 'cpersist*' or --full to "
+                       "measure it")
+
+
 def _run(parser, args, argv):
     from .report import (format_max_vs_peers, format_table, load_average, max_vs_peers, plot_serializers,
                          plot_storage, write_csv, write_machine_json)
@@ -211,6 +224,7 @@ def _run(parser, args, argv):
         parser.error("--repeat must be >= 1")
     os.makedirs(args.out, exist_ok=True)
     failed = 0
+    refused_files = False
     t_start = time.perf_counter()
     written = []
     given = list(sys.argv[1:] if argv is None else argv)
@@ -232,6 +246,9 @@ def _run(parser, args, argv):
             default_datasets=None if args.full else ds.DEFAULT_DATASETS,
             codec_levels=None if (args.full or args.quick or args.levels) else DEFAULT_CODEC_LEVELS,
         )
+        if _only_files(args) and not args.full and not args.methods:
+            cfg.exclude_methods = list(USER_FILE_SKIPPED)
+            print(USER_FILE_SKIP_NOTE, file=sys.stderr)
         try:
             rows = run_storage(cfg)
         except ValueError as e:  # unknown dataset/method name, or a CSV --resume cannot extend
@@ -254,6 +271,20 @@ def _run(parser, args, argv):
         if not args.no_plots and _can_plot():
             written += plot_storage(rows, args.out)
         print(format_table(rows))
+        if args.files:
+            from .report import format_recommendations
+
+            advice = format_recommendations(rows, source="file")
+            if advice:
+                print("\n" + advice)
+                written.append(_write_text(os.path.join(args.out, "recommendations.txt"), advice))
+        refused = [r for r in rows if r.get("source") == "file" and r.get("status") == "n/a"
+                   and str(r.get("reason", "")).startswith("dataset not loaded: PermissionError")]
+        if refused:
+            for name in dict.fromkeys(r["dataset"] for r in refused):
+                why = next(r["reason"] for r in refused if r["dataset"] == name)
+                print(f"error: {name} was not measured: {why.split(': ', 2)[-1]}", file=sys.stderr)
+            refused_files = True
         extra["max_vs_peers"] = max_vs_peers(rows)
         if extra["max_vs_peers"]:
             print("\n" + format_max_vs_peers(extra["max_vs_peers"]))
@@ -304,7 +335,9 @@ def _run(parser, args, argv):
         written += _remote_suite(args, scale, extra)
         failed += extra["remote"]["failed"]
 
-    import_runs = args.import_runs if args.import_runs is not None else (21 if args.full else 5)
+    # Start-up times say nothing about the user's files: not timed on a run of them.
+    import_runs = args.import_runs if args.import_runs is not None else (
+        0 if _only_files(args) else 21 if args.full else 5)
     if import_runs > 0:
         from .importtime import IMPORT_COLUMNS, format_import_times, run_import_times
 
@@ -329,7 +362,14 @@ def _run(parser, args, argv):
     print(f"\n{len(written)} files written to {os.path.abspath(args.out)} in {extra['elapsed_s']} s")
     if failed:
         print(f"{failed} measurement(s) FAILED; see the 'reason' column", file=sys.stderr)
+    if refused_files:
+        return 2
     return 1 if failed else 0
+
+
+def _only_files(args):
+    """Whether this run measures the user's files alone (no built-in data)."""
+    return bool(args.files) and not args.datasets
 
 
 def _lazy_suite(args, scale, extra):

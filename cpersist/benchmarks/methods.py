@@ -138,6 +138,33 @@ def _cpersist_missing():
     return None
 
 
+def kept_raw_fraction(path):
+    """The fraction of a cpersist file's array bytes stored verbatim
+    (uncompressed), or None for a file with no compressed array section.
+
+    cpersist keeps a chunk verbatim when a probe of it shows the codec
+    would save too little (less than 15% at levels 1-5, 5% at 6-9), or when
+    the codec's output is no smaller: an explicit codec can then store raw.
+    """
+    from cpersist.container import ContainerReader
+    from cpersist.container.layout import VERBATIM
+    from cpersist.container.sources import source_for
+
+    with open(path, "rb") as file:
+        try:
+            reader = ContainerReader(source_for(file, path, owned=False), whole=True)
+        except Exception:  # a file of another layout (a tiny file): nothing to say
+            return None
+        total = kept = 0
+        for section in reader.sections:
+            if section.index == reader.root or section.codec is None:
+                continue
+            for chunk in section.chunks:
+                total += chunk.raw_length
+                kept += chunk.raw_length if chunk.flag == VERBATIM else 0
+    return kept / total if total else None
+
+
 class Cpersist(Method):
     """``cpersist.dump(obj, path, compress=level)``: default codec, 0 = raw."""
 
@@ -166,6 +193,20 @@ class Cpersist(Method):
         import cpersist
 
         return cpersist.load(path, n_threads=self.threads)
+
+    def kept_raw(self, path):
+        """Fraction of the array bytes written raw although compressed (see
+        :func:`kept_raw_fraction`), or None."""
+        return kept_raw_fraction(path)
+
+    def compress_argument(self, level):
+        """What to pass to :func:`cpersist.dump` for this method at ``level``."""
+        value = self._compress(level)
+        return repr(f"{value[0]}:{value[1]}") if isinstance(value, tuple) else repr(value)
+
+    def usage(self, level, extra=""):
+        """The call that writes a file as this method does at ``level``."""
+        return f"cpersist.dump(obj, path, compress={self.compress_argument(level)}{extra})"
 
 
 class CpersistCodec(Cpersist):
@@ -215,6 +256,13 @@ class CpersistMmap(Cpersist):
         import cpersist
 
         return cpersist.load(path, mmap_mode="r")
+
+    def compress_argument(self, level):
+        return "0"
+
+    def usage(self, level, extra=""):
+        return (f"cpersist.dump(obj, path, compress=0{extra}); "
+                f"cpersist.load(path, mmap_mode='r')")
 
 
 # ---------------------------------------------------------------------------

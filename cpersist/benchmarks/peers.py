@@ -98,7 +98,7 @@ class Blosc2NDArray(Method):
 
         cparams = self._cparams(level)
         kw = {} if cparams is None else {"cparams": cparams}
-        arr = blosc2.asarray(np.ascontiguousarray(obj), urlpath=path, mode="w", **kw)
+        arr = blosc2.asarray(np.require(obj, requirements="C"), urlpath=path, mode="w", **kw)
         del arr  # the file is complete once the array object is released
 
     def read(self, path):
@@ -164,7 +164,9 @@ class Zarr(Method):
         import zarr
 
         group = zarr.open_group(path, mode="r")
-        out = {k: node[...] for k, node in group.members(max_depth=None) if isinstance(node, zarr.Array)}
+        # np.asarray: zarr returns a 0-d array's value as a numpy scalar.
+        out = {k: np.asarray(node[...]) for k, node in group.members(max_depth=None)
+               if isinstance(node, zarr.Array)}
         return out[_SINGLE_KEY] if list(out) == [_SINGLE_KEY] else out
 
 
@@ -216,7 +218,8 @@ class H5py(Method):
 
         out = {}
         with h5py.File(path, "r") as f:
-            f.visititems(lambda k, node: out.__setitem__(k, node[()])
+            # np.asarray: h5py returns a 0-d dataset's value as a numpy scalar.
+            f.visititems(lambda k, node: out.__setitem__(k, np.asarray(node[()]))
                          if isinstance(node, h5py.Dataset) else None)
         return out[_SINGLE_KEY] if list(out) == [_SINGLE_KEY] else out
 
@@ -245,7 +248,8 @@ class Safetensors(Method):
         from safetensors.numpy import save_file
 
         items = {_SINGLE_KEY: obj} if isinstance(obj, np.ndarray) else obj
-        save_file({k: np.ascontiguousarray(v) for k, v in items.items()}, path)
+        # np.require, not np.ascontiguousarray, which makes a 0-d array 1-d.
+        save_file({k: np.require(v, requirements="C") for k, v in items.items()}, path)
 
     def read(self, path):
         from safetensors.numpy import load_file

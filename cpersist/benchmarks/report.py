@@ -19,6 +19,8 @@ __all__ = [
     "plot_storage",
     "plot_serializers",
     "format_table",
+    "recommendations",
+    "format_recommendations",
     "max_vs_peers",
     "format_max_vs_peers",
 ]
@@ -179,46 +181,102 @@ def _grouped_bars(plt, rows, key, ylabel, title, path, log):
     return path
 
 
+#: One colour per level, the same in every chart; distinct for the levels
+#: runs use (0 grey: raw; red is kept for failed methods).
+LEVEL_COLORS = {0: "#9e9e9e", 1: "#1f77b4", 2: "#17becf", 3: "#2ca02c", 4: "#bcbd22",
+                5: "#9467bd", 6: "#ff7f0e", 7: "#8c564b", 8: "#e377c2", 9: "#17184b"}
+
+
 def bar_figure(plt, rows, key, ylabel, title, log):
-    """One bar per (method, level) of ``rows``, coloured by level; the legend
-    sits right of the axes, where it cannot cover a bar."""
+    """One horizontal bar per (method, level) of ``rows``, coloured by level
+    (legend in level order); method names whole on the left, one line each.
+    Methods whose rows all failed are listed with a red "failed" mark."""
+    from matplotlib.patches import Patch
+
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    levels = sorted({int(r["level"]) for r in rows})
-    cmap = plt.get_cmap("viridis")
-    colors = {lv: cmap(lv / 9.5) for lv in levels}  # same colour for a level in every chart
-    width = 0.8 / max(1, len(levels))
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(methods) + 2), 4.6))
-    seen = set()
+    ok = [r for r in rows if r.get("status") == "ok"]
+    levels = sorted({int(r["level"]) for r in ok if str(r["level"]) != ""})
+    fig, ax = plt.subplots(figsize=(9.0, 1.3 + 0.22 * len(methods)))
+    failed = []
+    values = [v for v in (_f(r[key]) for r in ok) if v is not None]
     for i, m in enumerate(methods):
-        mrows = [r for r in rows if r["method"] == m]
+        mrows = sorted((r for r in ok if r["method"] == m), key=lambda r: int(r["level"]))
+        if not mrows:
+            failed.append(i)
+            continue
         n = len(mrows)
-        for j, r in enumerate(sorted(mrows, key=lambda r: int(r["level"]))):
+        height = 0.8 / n
+        for j, r in enumerate(mrows):
             v = _f(r[key])
             if v is None:
                 continue
-            lv = int(r["level"])
-            x = i + (j - (n - 1) / 2) * width
-            ax.bar(x, max(v, 1e-9) if log else v, width=width * 0.95, color=colors[lv],
-                   label=f"level {lv}" if lv not in seen else None)
-            seen.add(lv)
-    ax.set_xticks(range(len(methods)))
-    ax.set_xticklabels(methods, rotation=60, ha="right", fontsize=7)
+            y = i + (j - (n - 1) / 2) * height
+            ax.barh(y, max(v, 1e-9) if log else v, height=height * 0.95,
+                    color=LEVEL_COLORS.get(int(r["level"]), "black"))
+    ax.set_yticks(range(len(methods)))
+    ax.set_yticklabels(methods, fontsize=8)
+    for i in failed:
+        ax.get_yticklabels()[i].set_color("tab:red")
+        ax.annotate("failed (see the CSV 'reason')", (0.01, i), xycoords=("axes fraction", "data"),
+                    va="center", fontsize=7, color="tab:red")
+    ax.set_ylim(len(methods) - 0.5, -0.5)  # first method on top
     if log:
         from matplotlib.ticker import FuncFormatter
 
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.yaxis.set_minor_formatter(FuncFormatter(_minor_label))
-        ax.tick_params(axis="y", which="minor", labelsize=6)
-    ax.set_ylabel(ylabel)
+        ax.set_xscale("log")
+        if values:
+            ax.set_xlim(min(values) / 1.5, max(values) * 1.5)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(_minor_label))
+        ax.tick_params(axis="x", which="minor", labelsize=6)
+    ax.set_xlabel(ylabel)
     ax.set_title(title, fontsize=9)
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0)
+    ax.grid(axis="x", alpha=0.3)
+    handles = [Patch(color=LEVEL_COLORS.get(lv, "black"), label=f"level {lv}") for lv in levels]
+    if failed:
+        handles.append(Patch(color="tab:red", label="failed"))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0),
+              borderaxespad=0.0)
     # Fixed margins instead of tight_layout: it measures every tick label
     # and doubles the time per figure (dozens of figures per run).
-    width = fig.get_figwidth()
-    fig.subplots_adjust(left=1.0 / width, right=1.0 - 0.9 / width, top=0.91, bottom=0.36)
+    width, tall = fig.get_figwidth(), fig.get_figheight()
+    longest = max([len(str(m)) for m in methods] + [8])
+    fig.subplots_adjust(left=min(0.45, (0.25 + 0.075 * longest) / width), right=1.0 - 1.0 / width,
+                        top=1.0 - 0.45 / tall, bottom=0.6 / tall)
     return fig
+
+
+def _place_labels(ax, pts, labels, front, fontsize=6):
+    """Label points without overlaps: each label tries a few positions around
+    its point (Pareto-front points first) and takes the first free one; a
+    label with no free position is left out and counted."""
+    fig = ax.figure
+    fig.canvas.draw()
+    to_px = ax.transData.transform
+    char_w, line_h = fontsize * 0.62 * fig.dpi / 72, fontsize * 1.25 * fig.dpi / 72
+    boxes = []
+    skipped = 0
+    order = list(front) + [i for i in range(len(pts)) if i not in set(front)]
+    for i in order:
+        x, y = to_px(pts[i])
+        w = char_w * len(labels[i])
+        placed = False
+        for dx, dy in ((4, 3), (4, -line_h - 2), (-w - 4, 3), (-w - 4, -line_h - 2),
+                       (4, line_h + 4), (4, -2 * line_h - 4), (-w / 2, line_h + 5),
+                       (-w / 2, -2 * line_h - 5)):
+            box = (x + dx, y + dy, x + dx + w, y + dy + line_h)
+            if any(not (box[2] < b[0] or box[0] > b[2] or box[3] < b[1] or box[1] > b[3])
+                   for b in boxes):
+                continue
+            boxes.append(box)
+            ax.annotate(labels[i], pts[i], xytext=(dx * 72 / fig.dpi, dy * 72 / fig.dpi),
+                        textcoords="offset points", fontsize=fontsize,
+                        color="black" if i in front else "dimgray")
+            placed = True
+            break
+        if not placed:
+            skipped += 1
+    return skipped
 
 
 def _pareto_front(points):
@@ -242,7 +300,7 @@ def plot_pareto(rows, path, title=""):
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     ok = [r for r in rows if r.get("status") == "ok"]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5.6), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(15, 7.5), sharey=True)
     fams_seen = []
     for ax, key, label in ((axes[0], "write_MBps", "write"), (axes[1], "read_MBps", "read")):
         pts, labels, fams = [], [], []
@@ -260,20 +318,24 @@ def plot_pareto(rows, path, title=""):
         front = _pareto_front(pts) if pts else []
         if front:
             ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "k--", lw=0.8, alpha=0.6)
-            for i in front:
-                ax.annotate(labels[i], pts[i], fontsize=6, xytext=(3, 3), textcoords="offset points")
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"{label} throughput, MB/s of uncompressed data")
         ax.grid(alpha=0.3)
-        ax.set_title(f"ratio vs {label} speed", fontsize=9)
+        unlabelled = _place_labels(ax, pts, labels, front) if pts else 0
+        ax.set_title(f"ratio vs {label} speed (Pareto front dashed, its labels in black"
+                     + (f"; {unlabelled} crowded points unlabelled" if unlabelled else "") + ")",
+                     fontsize=9)
     axes[0].set_ylabel("compression ratio (in-memory / on-disk)")
     if fams_seen:
         fig.legend(*axes[0].get_legend_handles_labels(), fontsize=7, loc="lower center",
                    ncol=min(len(fams_seen), 10), frameon=False)
+    bad = [f"{r['method']} L{r['level']}" for r in rows if r.get("status") == "failed"]
+    if bad:
+        fig.text(0.01, 0.005, "failed, not shown: " + ", ".join(bad), fontsize=7, color="tab:red")
     fig.suptitle(title or "Pareto view", fontsize=9)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
@@ -285,7 +347,7 @@ def plot_storage(rows, out_dir):
     Parameters
     ----------
     rows : list of dict
-        Storage-suite rows (only ``status == "ok"`` rows are drawn).
+        Storage-suite rows: ``ok`` rows are drawn, ``failed`` ones marked.
     out_dir : str
 
     Returns
@@ -296,11 +358,13 @@ def plot_storage(rows, out_dir):
     plt = _plt()
     os.makedirs(out_dir, exist_ok=True)
     paths = []
-    ok = [r for r in rows if r.get("status") == "ok"]
+    shown = [r for r in rows if r.get("status") in ("ok", "failed")]
     by_ds = {}
-    for r in ok:
+    for r in shown:
         by_ds.setdefault(r["dataset"], []).append(r)
     for name, rs in by_ds.items():
+        if not any(r.get("status") == "ok" for r in rs):
+            continue
         size_mb = (_f(rs[0]["size_bytes"]) or 0) / 1e6
         cache = rs[0].get("cache", "")
         sub = f"{name} ({size_mb:.3g} MB in memory)"
@@ -361,23 +425,149 @@ def _fmt(v, spec):
 
 
 def format_table(rows, max_reason=60):
-    """The end-of-run results table (measured and failed rows; n/a counted)."""
-    head = f"{'dataset':<18} {'method':<22} {'lvl':>3} {'ratio':>7} {'wMB/s':>8} {'rMB/s':>8} " \
+    """The end-of-run results table (measured and failed rows; n/a counted).
+
+    Dataset and method names are printed whole. A ratio marked ``raw`` is a
+    cpersist row whose codec kept at least half of the array bytes
+    uncompressed (the ``kept_raw`` column); a note under the table says why.
+    """
+    shown = [r for r in rows if r.get("status") != "n/a"]
+    dw = max([7] + [len(str(r["dataset"])) for r in shown])
+    mw = max([6] + [len(str(r["method"])) for r in shown])
+    head = f"{'dataset':<{dw}} {'method':<{mw}} {'lvl':>3} {'ratio':>9} {'wMB/s':>8} {'rMB/s':>8} " \
            f"{'wPeakMB':>8} {'rPeakMB':>8} {'status':<7}"
     lines = [head, "-" * len(head)]
-    na = 0
-    for r in rows:
-        if r.get("status") == "n/a":
-            na += 1
-            continue
-        line = (f"{str(r['dataset'])[:18]:<18} {str(r['method'])[:22]:<22} {str(r['level']):>3} "
-                f"{_fmt(r.get('ratio'), '.2f'):>7} {_fmt(r.get('write_MBps'), '.1f'):>8} "
+    kept_any = False
+    for r in shown:
+        ratio = _fmt(r.get("ratio"), ".2f")
+        kept = _f(r.get("kept_raw"))
+        if kept is not None and kept >= 0.5:
+            ratio, kept_any = f"{ratio} raw", True
+        line = (f"{str(r['dataset']):<{dw}} {str(r['method']):<{mw}} {str(r['level']):>3} "
+                f"{ratio:>9} {_fmt(r.get('write_MBps'), '.1f'):>8} "
                 f"{_fmt(r.get('read_MBps'), '.1f'):>8} {_fmt(r.get('write_peak_MB'), '.1f'):>8} "
                 f"{_fmt(r.get('read_peak_MB'), '.1f'):>8} {r.get('status', ''):<7}")
         if r.get("status") != "ok":
             line += " " + str(r.get("reason", ""))[:max_reason]
         lines.append(line)
-    lines.append(f"({na} dataset/method pairs not applicable; see the CSV 'reason' column)")
+    if kept_any:
+        lines.append(KEPT_RAW_NOTE)
+    na = len(rows) - len(shown)
+    if na:
+        lines.append(f"({na} dataset/method pairs not applicable; see the CSV 'reason' column)")
+    return "\n".join(lines)
+
+
+#: Printed under a table where some ratio is marked ``raw``.
+KEPT_RAW_NOTE = (
+    "raw: cpersist kept most chunks uncompressed with this codec: a probe of each chunk showed "
+    "it saving under 15% (levels 1-5; 5% at 6-9), which costs more time than it saves space; "
+    "a stronger codec or level compresses them (see the CSV 'kept_raw' column)")
+
+
+# ---------------------------------------------------------------------------
+# Which setting to use, per file
+# ---------------------------------------------------------------------------
+
+
+def _setting(row):
+    """How to get ``row``'s result: ``method Llevel``."""
+    return f"{row['method']} L{row['level']}"
+
+
+def _cpersist_compress(row):
+    """The ``compress=`` that reproduces a cpersist row, or None for a peer."""
+    if row.get("family") != "cpersist":
+        return None
+    from .methods import all_methods
+
+    name = str(row["method"]).split("@")[0]
+    threads = str(row["method"]).split("@")[1][:-1] if "@" in str(row["method"]) else None
+    for m in all_methods():
+        if m.name == name:
+            return m.usage(int(row["level"]), f", n_threads={threads}" if threads else "")
+    return None
+
+
+def recommendations(rows, source=None):
+    """Per dataset: the fastest write, fastest read, smallest file and best
+    balance, each overall and among cpersist's settings.
+
+    The best balance is the highest geometric mean of the ratio, the write
+    speed and the read speed, each divided by the best of that dataset.
+    cpersist rows whose codec kept most chunks raw are left out of the
+    speed goals (they wrote about what ``compress=0`` writes), unless no
+    other cpersist row ran.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Storage-suite rows (``status == "ok"`` rows are used).
+    source : str, optional
+        Only datasets of this source (``"file"`` for the user's files).
+
+    Returns
+    -------
+    list of dict
+        ``dataset``, ``goal``, ``best`` (row), ``cpersist`` (row or None),
+        ``compress`` (the call that writes the cpersist row's file).
+    """
+    ok = [r for r in rows if r.get("status") == "ok" and (source is None or r.get("source") == source)
+          and all(_f(r.get(k)) for k in ("ratio", "write_MBps", "read_MBps"))]
+    out = []
+    for name in dict.fromkeys(r["dataset"] for r in ok):
+        rs = [r for r in ok if r["dataset"] == name]
+        # A cpersist codec that kept most chunks raw wrote about what
+        # compress=0 writes: its timings differ from that by noise, and
+        # advising it for speed would mislead (its size still counts).
+        kept_raw = [r for r in rs if r.get("family") == "cpersist"
+                    and (_f(r.get("kept_raw")) or 0) >= 0.5]
+        fast = rs
+        if len(kept_raw) < sum(r.get("family") == "cpersist" for r in rs):
+            fast = [r for r in rs if not any(r is k for k in kept_raw)]
+        top = {k: max(_f(r[k]) for r in fast) for k in ("ratio", "write_MBps", "read_MBps")}
+
+        def balance(r):
+            return math.prod(_f(r[k]) / top[k] for k in top) ** (1 / 3)
+
+        goals = (("fastest write", fast, lambda r: _f(r["write_MBps"])),
+                 ("fastest read", fast, lambda r: _f(r["read_MBps"])),
+                 ("smallest file", rs, lambda r: (_f(r["ratio"]), _f(r["write_MBps"]))),
+                 ("best balance", fast, balance))
+        for goal, pool, key in goals:
+            best = max(pool, key=key)
+            mine = [r for r in pool if r.get("family") == "cpersist"]
+            own = max(mine, key=key) if mine else None
+            out.append({"dataset": name, "goal": goal, "best": best, "cpersist": own,
+                        "compress": _cpersist_compress(own) if own else None})
+    return out
+
+
+def _figures(row):
+    return (f"ratio {_fmt(row['ratio'], '.2f')}, write {_fmt(row['write_MBps'], '.0f')} MB/s, "
+            f"read {_fmt(row['read_MBps'], '.0f')} MB/s")
+
+
+def format_recommendations(rows, source=None):
+    """The printed "which setting should I use" table of :func:`recommendations`."""
+    recs = recommendations(rows, source)
+    if not recs:
+        return ""
+    lines = ["Which setting to use, per file (measured on this machine, one run; the best "
+             "balance is the highest geometric mean of ratio, write and read speed, each "
+             "relative to the best for that file)"]
+    for name in dict.fromkeys(r["dataset"] for r in recs):
+        lines.append(f"\n{name}")
+        for rec in (r for r in recs if r["dataset"] == name):
+            best, own = rec["best"], rec["cpersist"]
+            lines.append(f"  {rec['goal']:<14} {_setting(best):<30} {_figures(best)}")
+            if own is not None and own is not best:
+                lines.append(f"  {'':<14} {_setting(own):<30} {_figures(own)}")
+            if rec["compress"]:
+                kept = _f(own.get("kept_raw"))
+                hint = ("  (most array chunks kept raw: see the table's note)"
+                        if kept is not None and kept >= 0.5 else "")
+                lines.append(f"  {'':<14} {'':<30} {rec['compress']}{hint}")
     return "\n".join(lines)
 
 

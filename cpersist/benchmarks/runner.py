@@ -20,7 +20,7 @@ MB = 1e6  # all MB figures in the CSV are 10**6 bytes
 #: above the level before the call (first repeat, fresh process).
 COLUMNS = [
     "dataset", "source", "description", "method", "family", "codec", "level",
-    "size_bytes", "disk_bytes", "ratio", "disk_fraction",
+    "size_bytes", "disk_bytes", "ratio", "disk_fraction", "kept_raw",
     "write_s", "read_s", "read_open_s", "write_MBps", "read_MBps",
     "write_peak_MB", "read_peak_MB", "write_peak_anon_MB", "read_peak_anon_MB",
     "fsync_s", "cache", "resident_frac", "peak_via", "mmap", "repeats", "threads",
@@ -41,6 +41,9 @@ COLUMN_DOCS = {
     "disk_bytes": "file size after the write",
     "ratio": "size_bytes / disk_bytes (higher = smaller file)",
     "disk_fraction": "disk_bytes / size_bytes",
+    "kept_raw": "cpersist with a codec: fraction of the array bytes stored uncompressed, because "
+                "a probe of the chunk showed the codec saving too little (under 15% at levels 1-5, "
+                "5% at 6-9) or its output was no smaller",
     "write_s": "median seconds of the write call (file closed, before fsync)",
     "read_s": "median seconds of the read call; memmapped reads include touching every byte",
     "read_open_s": "memmapped reads only: median seconds of the load call alone",
@@ -108,6 +111,8 @@ class StorageConfig:
     codec_levels : sequence of int, optional
         Levels of the ``cpersist:<codec>`` methods (None: ``levels``); the
         default codec and the peers run at ``levels``.
+    exclude_methods : list of str
+        Method names left out of the run.
     """
 
     out: str = "cpersist-bench"
@@ -128,6 +133,7 @@ class StorageConfig:
     resume: bool = False
     default_datasets: Optional[List[str]] = None
     codec_levels: Optional[Sequence[int]] = None
+    exclude_methods: List[str] = field(default_factory=list)
 
 
 class Interrupted(Exception):
@@ -223,6 +229,7 @@ def measure_cell(name, info, method, level, cfg, work_dir):
         if r["status"] != "ok":
             return _row(name, info, method, level, cfg, status="failed", reason=r.get("reason", "?"),
                         disk_bytes=w["disk_bytes"], cache=r.get("cache", ""))
+        kept = method.kept_raw(fpath) if level and hasattr(method, "kept_raw") else None
     finally:
         if not cfg.keep_files:
             remove_output(fpath)
@@ -233,6 +240,7 @@ def measure_cell(name, info, method, level, cfg, work_dir):
         disk_bytes=disk,
         ratio=float(f"{size / disk:.6g}") if disk else "",
         disk_fraction=float(f"{disk / size:.6g}") if size else "",
+        kept_raw="" if kept is None else round(kept, 4),
         write_s=ws, read_s=rs,
         # Memmapped reads: the load call alone (flat in size), read_s adds the touch.
         read_open_s=median(r["open_times"]) if method.mmap else "",
@@ -316,7 +324,8 @@ def run_storage(cfg):
     os.makedirs(cfg.out, exist_ok=True)
     work = os.path.join(cfg.out, "_work")
     cache_dir = os.path.join(work, "datasets")
-    method_list = mt.select_methods(cfg.methods, mt.all_methods(cfg.threads))
+    method_list = [m for m in mt.select_methods(cfg.methods, mt.all_methods(cfg.threads))
+                   if m.name.split("@")[0] not in cfg.exclude_methods]
     dataset_list = ds.datasets_for_run(cfg.datasets, cfg.files, cfg.trust_pickles,
                                        ds.QUICK_DATASETS if cfg.quick else cfg.default_datasets)
     sink = _CsvSink(cfg.csv_path or os.path.join(cfg.out, "results.csv"), cfg.resume)

@@ -9,6 +9,7 @@ __all__ = [
     "PICKLE_SUFFIXES",
     "USER_SUFFIXES",
     "unsupported_file",
+    "untrusted_pickle",
     "load_user_file",
     "load_nifti_array",
 ]
@@ -26,6 +27,14 @@ def unsupported_file(path):
         return (f"{path}: unsupported file type; the benchmark reads "
                 f"{' '.join(USER_SUFFIXES[:-len(PICKLE_SUFFIXES)])} files, and pickle/joblib files "
                 f"({' '.join(PICKLE_SUFFIXES)}) with --trust-pickles")
+    return None
+
+
+def untrusted_pickle(path):
+    """Why ``path`` cannot be measured without ``--trust-pickles``, or None."""
+    if path.lower().endswith(PICKLE_SUFFIXES):
+        return (f"{path}: a pickle/joblib file; loading it runs the code it names, so the "
+                f"benchmark measures it only with --trust-pickles (only for files you trust)")
     return None
 
 

@@ -279,22 +279,54 @@ def codec_from_config(config):
 
 def _compress_error(compress):
     return ValueError(
-        f"invalid compress={compress!r}: use 0/False (raw), True (default codec "
-        f"{DEFAULT_CODEC} at level {DEFAULT_LEVEL}), an int 0-9, a codec name "
-        f"({_accepted_names()}) or a (name, level) tuple with level 0-9"
+        f"invalid compress={compress!r}: use 0/False/'raw' (raw), True (default codec "
+        f"{DEFAULT_CODEC} at level {DEFAULT_LEVEL}), a level 1-9 for the default codec, a "
+        f"codec name ({_accepted_names()}), 'NAME:LEVEL' such as 'zstd:9' or a (name, level) "
+        f"tuple, with level 0-9 (0 = raw)"
     )
+
+
+def _level_error(compress, level):
+    general = str(_compress_error(compress)).split(": ", 1)[1]
+    return ValueError(
+        f"invalid compress={compress!r}: level {level} is out of range; levels are 1-9 "
+        f"(0 = raw) whatever the codec, mapped onto the codec's own scale. Use {general}"
+    )
+
+
+#: Strings that mean raw, as ``0`` does.
+RAW_NAMES = ("raw", "none", "0")
+
+
+def _parse_text(text):
+    """The int or ``(name, level)`` a ``compress`` string stands for, or the
+    name itself: ``'raw'``, ``'6'``, ``'zstd'``, ``'zstd:9'``, ``'blosc:lz4:5'``."""
+    spec = text.strip().lower()
+    if spec in RAW_NAMES:
+        return 0
+    if spec.isdigit():
+        return int(spec)
+    name, sep, level = spec.rpartition(":")
+    if sep and name and level.isdigit():
+        return (name, int(level))
+    return spec
 
 
 def parse_compress(compress):
     """Turn a user's ``compress`` argument into a codec, or None for raw.
 
+    The one parser of compression settings: :func:`cpersist.dump`,
+    :func:`cpersist.convert`, ``cpersist convert --compress`` and the
+    joblib backend all accept the same spellings.
+
     Parameters
     ----------
     compress : bool, int, str or (str, int)
-        ``0``/``False``: raw. ``True``: the default codec at level 3. An int
-        1–9: the default codec at that level. A codec name: that codec at
-        level 3. A ``(name, level)`` tuple: that codec at that level, where
-        level 0 means raw (as in joblib).
+        ``0``/``False``/``"raw"``: raw. ``True``: the default codec at level
+        3. An int 1–9 (or its digits as a string): the default codec at that
+        level. A codec name: that codec at level 3. ``"NAME:LEVEL"`` (e.g.
+        ``"zstd:9"``, ``"blosc:lz4:5"``) or a ``(name, level)`` tuple: that
+        codec at that level, where level 0 means raw (as in joblib).
 
     Returns
     -------
@@ -303,8 +335,20 @@ def parse_compress(compress):
     Raises
     ------
     ValueError
-        For anything else, naming the accepted values.
+        For anything else, naming the accepted values (and the allowed
+        range, for a level outside 0-9).
+
+    Examples
+    --------
+    >>> from cpersist.codecs import parse_compress
+    >>> parse_compress("zstd:9").level == parse_compress(("zstd", 9)).level == 9
+    True
+    >>> parse_compress("raw") is None
+    True
     """
+    given = compress
+    if isinstance(compress, str):
+        compress = _parse_text(compress)
     if compress is True:
         return get_codec(DEFAULT_CODEC, DEFAULT_LEVEL)
     if compress is False or compress is None:
@@ -314,7 +358,25 @@ def parse_compress(compress):
             return None
         if compress in LEVELS:
             return get_codec(DEFAULT_CODEC, compress)
-        raise _compress_error(compress)
+        raise _level_error(given, compress)
+    if isinstance(compress, str):
+        try:
+            # "max" searches for the smallest chunk, whatever the level;
+            # level 9 only makes a small saving count (see codecs.max).
+            return get_codec(compress, 9 if compress == "max" else DEFAULT_LEVEL)
+        except UnknownCodecError:
+            raise _compress_error(given) from None
+    if isinstance(compress, tuple) and len(compress) == 2:
+        name, level = compress
+        if isinstance(name, str) and isinstance(level, int) and not isinstance(level, bool):
+            if not (level == 0 or level in LEVELS):
+                raise _level_error(given, level)
+            try:
+                codec = get_codec(name, level or DEFAULT_LEVEL)
+            except UnknownCodecError:
+                raise _compress_error(given) from None
+            return codec if level else None
+    raise _compress_error(given)
     if isinstance(compress, str):
         try:
             # "max" searches for the smallest chunk, whatever the level;

@@ -1,0 +1,191 @@
+"""The benchmark on a user's own files: refusals, peers on 0-d arrays, which
+setting to use, codecs that kept chunks raw, readable figures."""
+
+import csv
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+from cpersist.benchmarks import cli
+from cpersist.benchmarks import datasets as ds
+from cpersist.benchmarks.cli import main
+from cpersist.benchmarks.report import (KEPT_RAW_NOTE, bar_figure, format_recommendations,
+                                        format_table, plot_storage)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_pickle_without_trust_is_refused_loudly(tmp_path, capsys):
+    p = tmp_path / "model.joblib"
+    with open(p, "wb") as f:
+        pickle.dump([1, 2], f)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        main(["--out", str(out), "--no-progress", str(p)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{p}: a pickle/joblib file" in err and "--trust-pickles" in err
+    assert not (out / "results.csv").exists()
+
+
+def test_cp_file_needing_trust_stops_the_run(tmp_path, capsys):
+    from sklearn.linear_model import LinearRegression
+
+    import cpersist
+
+    p = tmp_path / "obj.cp"
+    cpersist.dump({"w": np.arange(10.0), "model": LinearRegression()}, p)
+    rc = main(["--out", str(tmp_path / "out"), "--no-progress", "--no-plots",
+               "--methods", "pickle5", str(p)])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "obj.cp was not measured" in err and "--trust-pickles" in err
+
+
+def test_npz_with_a_0d_array_works_with_every_peer(tmp_path, capsys):
+    p = tmp_path / "checkpoint.npz"
+    np.savez(p, w=np.arange(2000, dtype=np.float32).reshape(40, 50), step=np.array(1200),
+             lr=np.array(0.5, dtype=np.float32))
+    out = tmp_path / "out"
+    methods = "cpersist,cpersist:zstd,zarr:zstd,zarr:blosc,h5py:zstd,h5py:blosc2,safetensors,np.save"
+    rc = main(["--out", str(out), "--no-progress", "--no-plots", "--levels", "3",
+               "--methods", methods, str(p)])
+    printed = capsys.readouterr().out
+    rows = _read(out / "results.csv")
+    assert rc == 0, [r["reason"] for r in rows if r["status"] == "failed"]
+    by_method = {r["method"]: r for r in rows}
+    for name in ("zarr:zstd", "zarr:blosc", "h5py:zstd", "h5py:blosc2", "safetensors", "cpersist"):
+        assert by_method[name]["status"] == "ok", by_method[name]
+    assert by_method["np.save"]["status"] == "n/a"
+    # The end of the run answers which setting to use, and what to pass.
+    assert "Which setting to use, per file" in printed
+    block = printed.split("Which setting to use, per file", 1)[1]
+    for goal in ("fastest write", "fastest read", "smallest file", "best balance"):
+        assert f"  {goal}" in block
+    assert "cpersist.dump(obj, path, compress=" in block
+    assert (out / "recommendations.txt").read_text().startswith("Which setting to use")
+    # Start-up timings say nothing about the user's files: not measured.
+    assert "start-up" not in printed and not (out / "import_time.csv").exists()
+    # The dataset name is printed whole, and "(0 ... not applicable)" never.
+    assert "file_checkpoint.npz " in printed
+    assert "(0 dataset/method" not in printed
+
+
+def test_explicit_codec_that_kept_chunks_raw_says_so(tmp_path, capsys):
+    p = tmp_path / "noise.npy"
+    np.save(p, np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8))
+    out = tmp_path / "out"
+    rc = main(["--out", str(out), "--no-progress", "--no-plots", "--levels", "3",
+               "--methods", "cpersist:lz4,cpersist-mmap", str(p)])
+    assert rc == 0
+    rows = {r["method"]: r for r in _read(out / "results.csv")}
+    assert float(rows["cpersist:lz4"]["kept_raw"]) == 1.0
+    assert rows["cpersist-mmap"]["kept_raw"] == ""
+    printed = capsys.readouterr().out
+    line = next(ln for ln in printed.splitlines() if "cpersist:lz4" in ln and "ok" in ln)
+    assert "1.00 raw" in line
+    assert KEPT_RAW_NOTE in printed
+
+
+def test_max_is_left_out_of_user_file_runs_unless_asked(tmp_path, monkeypatch, capsys):
+    p = tmp_path / "v.npy"
+    np.save(p, np.zeros(10))
+    seen = []
+    monkeypatch.setattr("cpersist.benchmarks.runner.run_storage",
+                        lambda cfg: seen.append(cfg) or [])
+    for extra, excluded in (([], ["cpersist max"]), (["--methods", "cpersist*"], []),
+                            (["--full"], []), (["--datasets", "noise"], [])):
+        main(["--out", str(tmp_path / "out"), "--no-progress", "--no-plots",
+              "--import-runs", "0", str(p)] + extra)
+        assert seen[-1].exclude_methods == excluded, extra
+    assert "cpersist max (compress=\"max\") is not measured on your files" in capsys.readouterr().err
+
+
+def test_recommendations_name_cpersist_settings():
+    def row(method, family, level, ratio, w, r, codec=""):
+        return {"dataset": "file_a.npy", "source": "file", "method": method, "family": family,
+                "level": level, "ratio": ratio, "write_MBps": w, "read_MBps": r,
+                "status": "ok", "codec": codec}
+
+    rows = [row("np.save", "numpy", 0, 1.0, 900, 900), row("cpersist", "cpersist", 3, 3.0, 600, 800),
+            row("cpersist:zstd", "cpersist", 9, 4.0, 20, 400),
+            row("cpersist-mmap", "cpersist", 0, 1.0, 800, 1000), row("joblib", "joblib", 3, 2.0, 10, 50)]
+    text = format_recommendations(rows, source="file")
+    lines = text.splitlines()
+    i = lines.index("file_a.npy")
+    assert lines[i + 1].split()[:4] == ["fastest", "write", "np.save", "L0"]
+    assert lines[i + 2].split()[:2] == ["cpersist-mmap", "L0"]
+    assert "compress=0); cpersist.load(path, mmap_mode='r')" in lines[i + 3]
+    smallest = next(ln for ln in lines if ln.startswith("  smallest file"))
+    assert "cpersist:zstd L9" in smallest
+    assert "cpersist.dump(obj, path, compress='zstd:9')" in lines[lines.index(smallest) + 1]
+    balance = next(ln for ln in lines if ln.startswith("  best balance"))
+    assert "cpersist L3" in balance  # 3.0/4 * 600/900 * 800/1000, the highest product
+    assert "compress=3)" in lines[lines.index(balance) + 1]
+    # A codec that kept its chunks raw is not what cpersist advises.
+    rows.append(dict(row("cpersist:lz4", "cpersist", 3, 1.0, 2000, 2000), kept_raw=1.0))
+    text = format_recommendations(rows, source="file")
+    assert "cpersist:lz4" not in text
+
+
+def test_figures_order_levels_and_mark_failed_methods(tmp_path):
+    from cpersist.benchmarks.report import _plt
+
+    def row(method, level, status="ok", value=1.0):
+        return {"dataset": "file_a_long_dataset_name.npy", "method": method, "family": "x",
+                "level": level, "status": status, "write_s": value, "size_bytes": 1e6,
+                "disk_bytes": 5e5, "read_s": value, "ratio": 2.0, "write_MBps": 10.0,
+                "read_MBps": 20.0, "cache": "cold"}
+
+    rows = [row("a", 9), row("a", 0), row("b", 5), row("b", 3), row("c", 6),
+            row("broken", 3, "failed", ""), row("d", 3)]
+    plt = _plt()
+    fig = bar_figure(plt, rows, "write_s", "s", "title", log=True)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "level 0", "level 3", "level 5", "level 6", "level 9", "failed"]
+    labels = ax.get_yticklabels()
+    broken = next(t for t in labels if t.get_text() == "broken")
+    assert broken.get_color() == "tab:red"
+    assert any("failed" in t.get_text() for t in ax.texts)
+    colors = {p.get_facecolor() for p in ax.get_legend().get_patches()}
+    assert len(colors) == 6  # one distinct colour per level
+    plt.close(fig)
+    paths = plot_storage(rows, str(tmp_path))
+    assert sorted(os.path.basename(p) for p in paths) == sorted(
+        f"file_a_long_dataset_name.npy_{k}.png" for k in ("disk", "write", "read", "pareto"))
+
+
+def test_table_prints_whole_names_and_no_empty_na_line():
+    rows = [{"dataset": "file_embeddings.npy", "method": "blosc2:zstd+bitshuffle", "level": 3,
+             "status": "ok", "ratio": 2.0}]
+    text = format_table(rows)
+    assert "file_embeddings.npy blosc2:zstd+bitshuffle" in text
+    assert "not applicable" not in text
+    assert "(1 dataset/method pairs not applicable" in format_table(
+        rows + [dict(rows[0], status="n/a", method="np.save")])
+
+
+def test_bench_help_names_every_peer_family():
+    from cpersist.benchmarks.methods import all_methods
+
+    text = cli.build_parser().format_help().replace("\n", " ")
+    names = {"numpy": "np.save", "pickle": "pickle", "joblib": "joblib", "tables": "PyTables",
+             "nibabel": "nibabel", "blosc2": "blosc2", "zarr": "zarr", "h5py": "h5py",
+             "safetensors": "safetensors"}
+    families = {m.family for m in all_methods()} - {"cpersist"}
+    assert families <= set(names)
+    for family in families:
+        assert names[family] in text, family
+    assert "default 1MB" in text
+    with open(os.path.join(ROOT, "docs", "benchmarks.rst")) as f:
+        docs = f.read()
+    assert "default\n``1MB``" in docs and "medium`` (the\ndefault" not in docs
+    assert ds.parse_size("1MB") == cli.ds.parse_size(cli.DEFAULT_SIZE)
