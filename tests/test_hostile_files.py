@@ -321,3 +321,42 @@ def test_format_2_0_keeps_its_header_flag(tmp_path):
     assert _index_start(path) == before and path.read_bytes()[FLAGS_AT] & EDITED
     assert_same(expected, cpersist.load(path)[key])
     assert cpersist.verify(path)["unchecked"]
+
+
+# -- shapes and steps -------------------------------------------------------------
+
+@pytest.mark.parametrize("compress", [0, 3])
+def test_huge_steps_give_numpy_s_result(tmp_path, compress):
+    """Steps of any size on lazy arrays of either order, as numpy takes them."""
+    for order in "CF":
+        arr = np.arange(24000.0).reshape(40, 600).copy(order=order)  # a section of its own
+        path = tmp_path / f"{order}.cp"
+        cpersist.dump({"a": arr}, path, compress=compress)
+        with cpersist.open(path) as f:
+            lazy = f.arrays["obj['a']"]
+            for index in [np.s_[::10**20], np.s_[:, ::-10**20], np.s_[::10**20, ::-10**20],
+                          np.s_[10**20:-10**20:-10**19], np.s_[1, ::-2**63]]:
+                assert_same(arr[index], lazy[index])
+
+
+def test_shape_beyond_numpy_is_a_damaged_index(tmp_path):
+    """A zero-size array whose other axis numpy cannot address: refused
+    when the file is opened, by every reader."""
+    from ._forge import forge
+
+    path = tmp_path / "shape.cp"
+    cpersist.dump({"a": np.zeros((0, 4))}, path)
+
+    def edit(index):
+        next(s for s in index["sections"] if s["meta"].get("kind") == "array")[
+            "meta"]["shape"] = [0, 2**63]
+
+    path.write_bytes(forge(path.read_bytes(), edit))
+
+    def listed(p):
+        with cpersist.open(p) as f:
+            return f.arrays
+
+    for read in (cpersist.load, cpersist.inspect, listed):
+        with pytest.raises(cpersist.CorruptFileError, match="numpy can address"):
+            read(path)
