@@ -6,7 +6,6 @@ fsspec is optional: it is imported only when a URL is given.
 
 import errno
 import posixpath
-import re
 
 from ._files import TMP_SUFFIX
 from .exceptions import FileChangedError, RemoteStorageError
@@ -20,13 +19,22 @@ PART_SIZE = 16 << 20
 #: :data:`PART_SIZE` bytes at 1 MB/s takes 17).
 WRITE_TIMEOUT = 120.0
 
-# "s3://", "gs://", "https://", chained "simplecache::s3://"; not "C:\\".
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+(://|::)")
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_SCHEME = _LETTERS | frozenset("0123456789+.-")
 
 
 def is_url(obj):
-    """Whether ``obj`` is a URL string (``s3://...``, ``memory://...``)."""
-    return isinstance(obj, str) and _URL.match(obj) is not None
+    """Whether ``obj`` is a URL string (``s3://...``, ``memory://...``).
+
+    A scheme of two or more characters, then ``://`` or ``::`` (chained,
+    ``simplecache::s3://...``); not ``C:\\``. Checked without a regular
+    expression, whose compilation every first dump or load would pay.
+    """
+    if not isinstance(obj, str):
+        return False
+    colon = obj.find(":")
+    return (colon >= 2 and obj[0] in _LETTERS and obj.startswith(("//", ":"), colon + 1)
+            and all(c in _SCHEME for c in obj[1:colon]))
 
 
 def _is_filesystem(obj):

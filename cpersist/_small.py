@@ -3,8 +3,9 @@
 
 ``dump`` writes them as compact dumps (:mod:`.container.compact`: the
 pickle stream behind a fixed header, no JSON index) unless compressing the
-stream saves more than an index costs, or the stream holds arrays; ``load`` of a path holding one reads
-it in one call and unpickles it, without setting up the container reader.
+stream saves more than an index costs, or the stream holds arrays; ``load``
+of a path holding one reads it in one call and unpickles it, without
+setting up the container reader.
 An object is tried this way only while its pickle stream stays under
 :data:`SMALL_STREAM` bytes and no array needs a section of its own: the
 first that does (or the stream's growing past the limit) stops pickling,
