@@ -160,6 +160,25 @@ def _shape(shape):
     return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+def _tensor_lines(info):
+    """``cpersist info``'s lines on torch tensors (see :mod:`cpersist.tensors`)."""
+    lines = []
+    tensors = info.get("tensors") or []
+    if tensors:
+        storages = len({t.get("section") for t in tensors})
+        lines.append(f"torch tensors: {len(tensors)}, viewing {storages} stored storage(s)")
+        rows = [[t.get("path", "?"), _shape(t.get("shape")), t.get("dtype", "?"),
+                 t.get("section", "?"), t.get("offset", "?"), _shape(t.get("stride")),
+                 t.get("kind", "?"), t.get("device") or "cpu"] for t in tensors]
+        lines += _table(rows, ["path", "shape", "dtype", "storage", "offset", "strides",
+                               "kind", "dumped from"], right=(3, 4))
+    pickled = info.get("torch_pickled") or []
+    if pickled:
+        lines.append(f"objects pickled by torch itself (trusted loads only): {len(pickled)}")
+        lines += [f"  {p.get('path', '?')}: {p.get('global', '?')}" for p in pickled]
+    return lines
+
+
 def format_info(info):
     """The human-readable text of ``cpersist info`` for a :func:`file_info` dict."""
     head = f"{info['file']}: cpersist format {_format_version(info.get('format'))}"
@@ -195,6 +214,7 @@ def format_info(info):
         rows = [[a.get("path", "?"), _shape(a.get("shape")), a.get("dtype", "?"),
                  a.get("order", "?"), _human(a.get("raw_bytes"))] for a in inline]
         lines += _table(rows, ["path", "shape", "dtype", "order", "raw"], right=(4,))
+    lines += _tensor_lines(info)
     pickle_info = info.get("pickle") or {}
     if pickle_info:
         lines.append(

@@ -1,0 +1,45 @@
+"""torch stays optional: nothing imports it unless a dump meets a tensor or
+a load rebuilds one; where CI runs, torch must be there."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _modules_after(code):
+    probe = "import sys; print('MODULES:', *sorted(m for m in sys.modules if m == 'torch' " \
+            "or m.startswith(('torch.', 'cpersist.tensors', 'ml_dtypes'))))"
+    out = subprocess.run([sys.executable, "-c", f"{code}\n{probe}"], capture_output=True,
+                         text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+    assert out.returncode == 0, out.stderr
+    return set(out.stdout.split("MODULES:")[-1].split())
+
+
+def test_torch_is_installed_where_ci_runs():
+    # .ci/run sets CI=true and installs torch: its tensor tests must run there.
+    if os.environ.get("CI") == "true":
+        import torch  # noqa: F401
+
+
+def test_non_tensor_paths_import_no_torch(tmp_path):
+    path = str(tmp_path / "a.cp")
+    code = ("import numpy as np, cpersist\n"
+            f"cpersist.dump({{'a': np.arange(10.0), 'b': ['x']}}, {path!r}, compress=3)\n"
+            f"cpersist.load({path!r}); cpersist.load({path!r}, trusted=False)\n"
+            f"cpersist.load({path!r}, mmap_mode='r'); cpersist.inspect({path!r})\n"
+            f"with cpersist.open({path!r}) as f: f.arrays; f.load(lazy=True)")
+    assert _modules_after(code) == set()
+
+
+def test_a_file_of_tensors_imports_torch_when_loaded(tmp_path):
+    pytest.importorskip("torch")
+    path = str(tmp_path / "t.cp")
+    _modules_after(f"import torch, cpersist; cpersist.dump({{'w': torch.ones(3)}}, {path!r})")
+    after = _modules_after(f"import cpersist; assert cpersist.load({path!r})['w'].sum() == 3")
+    assert "torch" in after
+    # Listing needs no torch.
+    assert "torch" not in _modules_after(f"import cpersist; cpersist.inspect({path!r})")
