@@ -12,6 +12,8 @@ import cpersist
 from cpersist import _format_names
 from cpersist._opcodes import walk
 
+from .conftest import spy_reads
+
 torch = pytest.importorskip("torch")
 
 ALL_DTYPES = sorted(
@@ -239,3 +241,65 @@ def test_bytes_io_round_trip():
     cpersist.dump(orig, buf)
     buf.seek(0)
     _check_views(cpersist.load(buf), orig)
+
+
+# -- lazy access ---------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def lazy_file(tmp_path_factory):
+    base = _random(torch.bfloat16, (40, 30), 3)
+    obj = {"model": {"0.weight": base, "0.weight_t": base.t(), "part": base[5:17, 3:29:2],
+                     "f32": torch.randn(50, 6, 7), "flat": base.reshape(-1)[7:600]},
+           "step": 3}
+    path = tmp_path_factory.mktemp("lazy") / "ck.cp"
+    cpersist.dump(obj, path, compress=3, chunk_size=1 << 10)
+    with cpersist.open(path) as f:
+        yield obj, f
+
+
+def _index(ndim):
+    item = st.one_of(
+        st.integers(-5, 45),
+        st.builds(slice, st.none() | st.integers(-50, 50), st.none() | st.integers(-50, 50),
+                  st.none() | st.integers(1, 7)))
+    return st.lists(item, min_size=0, max_size=ndim).map(tuple)
+
+
+@settings(max_examples=60, deadline=None)
+@given(key=st.sampled_from(["0.weight", "0.weight_t", "part", "f32", "flat"]),
+       index=_index(3), ellipsis=st.booleans())
+def test_lazy_slices_equal_torch_indexing(lazy_file, key, index, ellipsis):
+    obj, f = lazy_file
+    orig = obj["model"][key]
+    index = index[:orig.ndim]
+    if ellipsis:
+        index = (Ellipsis,) + index[1:]
+    lazy = f.arrays[f"obj['model'][{key!r}]"]
+    try:
+        expected = orig[index]
+    except IndexError:
+        with pytest.raises(IndexError):
+            lazy[index]
+        return
+    got = lazy[index]
+    assert got.dtype == orig.dtype and got.shape == expected.shape
+    assert _bits(got) == _bits(expected)
+
+
+def test_lazy_listing_reads_only_the_chunks_a_slice_needs(lazy_file, monkeypatch):
+    obj, f = lazy_file
+    assert set(f.arrays) == {f"obj['model'][{k!r}]" for k in obj["model"]}
+    lazy = f.arrays["obj['model']['f32']"]
+    assert lazy.shape == obj["model"]["f32"].shape and lazy.dtype == torch.float32
+    reads = spy_reads(monkeypatch)
+    assert torch.equal(lazy[10:12], obj["model"]["f32"][10:12])
+    total = sum(read.length for read in reads)
+    assert 0 < total < 8 * 1024  # two rows of 168 bytes, one or two 1 KiB chunks
+    back = f.load(lazy=True)
+    assert back["step"] == 3
+    assert _bits(back["model"]["part"][2:5]) == _bits(obj["model"]["part"][2:5])
+    assert _bits(back["model"]["0.weight_t"].read()) == _bits(obj["model"]["0.weight_t"])

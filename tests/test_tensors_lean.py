@@ -36,9 +36,11 @@ def test_non_tensor_paths_import_no_torch(tmp_path):
 
 
 def test_a_file_of_tensors_imports_torch_when_loaded(tmp_path):
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
+    import cpersist
+
     path = str(tmp_path / "t.cp")
-    _modules_after(f"import torch, cpersist; cpersist.dump({{'w': torch.ones(3)}}, {path!r})")
+    cpersist.dump({"w": torch.ones(3)}, path)
     after = _modules_after(f"import cpersist; assert cpersist.load({path!r})['w'].sum() == 3")
     assert "torch" in after
     # Listing needs no torch.
