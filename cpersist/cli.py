@@ -304,7 +304,7 @@ def _cmd_convert(args):
     from ._convert import convert
 
     try:
-        compress = parse_compress_spec(args.compress)
+        compress = None if args.compress is None else parse_compress_spec(args.compress)
     except ValueError:
         from .codecs import ALIASES, available_codecs
 
@@ -330,7 +330,7 @@ def _cmd_convert(args):
     ratio = f"{stats['raw_bytes'] / after:.2f}" if after else "-"
     print(f"{args.src} ({stats['source_kind']}) -> {args.dst}: {stats['sections']} sections, "
           f"{_human(stats['raw_bytes'])} of data stored in {_human(before)} -> "
-          f"{_human(after)} (ratio {ratio}, compress={args.compress})")
+          f"{_human(after)} (ratio {ratio}, compress={args.compress or 'raw'})")
     return EXIT_OK
 
 
@@ -431,10 +431,11 @@ def build_parser():
     from .codecs import ALIASES, DEFAULT_CODEC, DEFAULT_LEVEL, available_codecs
 
     convert.add_argument(
-        "--compress", "-c", required=True, metavar="SPEC",
+        "--compress", "-c", default=None, metavar="SPEC",
         help=f"raw (or 0); a level 1-9 for the default codec ({DEFAULT_CODEC}); a codec "
              f"name ({', '.join(available_codecs() + sorted(ALIASES))}) at level "
-             f"{DEFAULT_LEVEL}; or NAME:LEVEL, e.g. zstd:9 or blosc:lz4:5",
+             f"{DEFAULT_LEVEL}; or NAME:LEVEL, e.g. zstd:9 or blosc:lz4:5. Required for "
+             f"a cpersist SRC; raw by default for a .safetensors or torch.save SRC",
     )
     convert.add_argument("--chunk-size", type=_positive_int, default=None, metavar="BYTES",
                          help="bytes per chunk in DST (default: keep SRC's chunks)")

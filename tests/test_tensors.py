@@ -303,3 +303,50 @@ def test_lazy_listing_reads_only_the_chunks_a_slice_needs(lazy_file, monkeypatch
     assert back["step"] == 3
     assert _bits(back["model"]["part"][2:5]) == _bits(obj["model"]["part"][2:5])
     assert _bits(back["model"]["0.weight_t"].read()) == _bits(obj["model"]["0.weight_t"])
+
+
+# -- conversion ----------------------------------------------------------------
+
+def test_convert_from_safetensors_and_torch_and_back(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from cpersist.cli import main
+
+    sd = {"emb": torch.randn(50, 8), "bf": torch.randn(30).bfloat16(),
+          "mask": torch.rand(7) > 0.5}
+    save_file(sd, tmp_path / "m.safetensors")
+    torch.save({"model": sd, "step": 4}, tmp_path / "m.pt")
+    assert main(["convert", str(tmp_path / "m.safetensors"), str(tmp_path / "a.cp")]) == 0
+    back = cpersist.load(tmp_path / "a.cp", mmap_mode="r", trusted=False)
+    assert back.keys() == sd.keys() and all(torch.equal(back[k], sd[k]) for k in sd)
+    assert main(["convert", str(tmp_path / "m.pt"), str(tmp_path / "b.cp"), "-c", "3"]) == 0
+    back = cpersist.load(tmp_path / "b.cp", trusted=False)
+    assert back["step"] == 4 and all(torch.equal(back["model"][k], sd[k]) for k in sd)
+    # A flat dict of tensors goes to safetensors, ties and views copied apart.
+    tied = dict(sd, tied=sd["emb"], t=sd["emb"].t(), p=torch.nn.Parameter(torch.ones(2)))
+    cpersist.dump(tied, tmp_path / "c.cp")
+    assert main(["convert", str(tmp_path / "c.cp"), str(tmp_path / "c.safetensors")]) == 0
+    out = load_file(tmp_path / "c.safetensors")
+    assert out.keys() == tied.keys() and all(torch.equal(out[k], tied[k]) for k in tied)
+    # Anything else is refused, and nothing is written.
+    with pytest.raises(cpersist.CpersistError, match=r"obj\['model'\] is a dict, not a tensor"):
+        cpersist.convert(tmp_path / "b.cp", tmp_path / "d.safetensors")
+    assert not (tmp_path / "d.safetensors").exists()
+
+
+def test_a_legacy_torch_file_needs_trust(tmp_path):
+    obj = {"w": torch.randn(3, 4), "step": 2}
+    torch.save(obj, tmp_path / "old.pt", _use_new_zipfile_serialization=False)
+    with pytest.raises(cpersist.UntrustedPickleError, match="legacy"):
+        cpersist.convert(tmp_path / "old.pt", tmp_path / "x.cp")
+    assert not (tmp_path / "x.cp").exists()
+    cpersist.convert(tmp_path / "old.pt", tmp_path / "x.cp", trust_pickles=True)
+    assert torch.equal(cpersist.load(tmp_path / "x.cp")["w"], obj["w"])
+
+
+def test_bf16_sections_are_grouped_by_two_bytes(tmp_path):
+    w = torch.randn(512, 512, generator=torch.Generator().manual_seed(1)).bfloat16()
+    cpersist.dump({"w": w}, tmp_path / "w.cp", compress=3)
+    [section] = cpersist.inspect(tmp_path / "w.cp")["arrays"]
+    assert section["dtype"] == "<u2"
+    assert section["raw_bytes"] / section["stored_bytes"] >= 1.3
