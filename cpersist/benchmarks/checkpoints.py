@@ -18,7 +18,8 @@ width 640: 98 MB), or a user's own ``.pt`` / ``.safetensors`` file:
 
 Times are medians of rounds in which every contender runs once in turn,
 warm page cache, in this process, so that a shared machine's slow spells
-fall on all of them. Run ``python -m cpersist.benchmarks.checkpoints --out
+fall on all of them; each dump writes a new file (the previous one is
+removed, untimed, before it). Run ``python -m cpersist.benchmarks.checkpoints --out
 DIR`` (``--quick`` for small checkpoints, or paths of your own files).
 """
 
@@ -93,11 +94,17 @@ def _state_dict(obj):
     return None
 
 
-def _interleaved(contenders, rounds):
+def _interleaved(contenders, rounds, before=None):
+    """Median time of each contender, timed in turn round after round;
+    ``before[name]()`` runs untimed before each of its runs."""
     times = {name: [] for name in contenders}
-    for _ in range(rounds):
+    for warm_up in [True] + [False] * rounds:  # the first round (imports, pools) untimed
         for name, func in contenders.items():
-            times[name] += time_runs(func, 1)
+            if before and name in before:
+                before[name]()
+            run = time_runs(func, 1)
+            if not warm_up:
+                times[name] += run
     return {name: statistics.median(runs) for name, runs in times.items()}
 
 
@@ -122,7 +129,12 @@ def measure(name, obj, directory, rounds):
     }
     if sd is not None:
         dumps["safetensors save_file"] = lambda: st.save_file(sd, p["st"])
-    dump_s = _interleaved(dumps, rounds)
+    # Each dump writes a new file: the time the file system takes to free
+    # the previous one (a rename onto it, or a truncation) is not timed.
+    targets = {"cpersist raw": "cp", "cpersist compress=3": "cp3", "torch.save": "pt",
+               "joblib.dump": "jl", "safetensors save_file": "st"}
+    dump_s = _interleaved(dumps, rounds, {name: _remover(p[key])
+                                          for name, key in targets.items()})
     # Every file checked to hold the checkpoint before its loads are timed.
     _check(obj, cpersist.load(p["cp"], trusted=False))
     _check(obj, cpersist.load(p["cp3"]))
@@ -148,6 +160,13 @@ def measure(name, obj, directory, rounds):
         if os.path.exists(f):
             os.unlink(f)
     return result
+
+
+def _remover(path):
+    def remove():
+        if os.path.exists(path):
+            os.unlink(path)
+    return remove
 
 
 def measure_max(obj, directory):
