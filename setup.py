@@ -16,6 +16,10 @@ DOCS = ["sphinx>=7", "numpydoc>=1.6"]
 DASK = ["dask[array]>=2023.1", "distributed>=2023.1"]
 # URLs (s3://, gs://, memory://...) go through fsspec; s3fs for S3.
 REMOTE = ["fsspec>=2023.1", "s3fs>=2023.1"]
+# Checkpoints of torch tensors (and converting them from/to safetensors).
+# Not in the test extra: an unpinned torch may resolve to a CUDA build of
+# several GB; CI installs the CPU wheel of an exact version first (.ci/run).
+TORCH = ["torch>=2.1,<3", "safetensors>=0.4"]
 # The test suite runs the benchmark in quick mode, builds the docs and runs
 # lazy arrays on dask, so the test extra pulls in all of their dependencies;
 # remote storage is tested against moto's S3 server.
@@ -37,6 +41,7 @@ setup(
         "docs": DOCS,
         "dask": DASK,
         "remote": REMOTE,
+        "torch": TORCH,
         "all": TEST,
     },
     entry_points={"console_scripts": ["cpersist=cpersist.cli:main"]},

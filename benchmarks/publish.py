@@ -320,7 +320,7 @@ def machine_lines(machine):
 
 
 def page_lines(rows, machine, datasets, figures, imports, serializers, targets, lazy=(),
-               remote=(), remote_targets=()):
+               remote=(), remote_targets=(), checkpoints=()):
     """The lines of ``docs/benchmark_results.rst``."""
     lines = [GENERATED, "", ".. _benchmark-results:", "", "Benchmark results", "=" * 17, "",
              "One run of the bundled benchmark (:doc:`benchmarks` says how it measures and how "
@@ -366,6 +366,12 @@ def page_lines(rows, machine, datasets, figures, imports, serializers, targets, 
                   *remote_table(remote), ""]
         if remote_targets:
             lines += [*bounds_table(remote_targets), ""]
+    if checkpoints:
+        lines += ["Model checkpoints", "-----------------", "",
+                  "Generated transformer-shaped checkpoints dumped and loaded by cpersist, "
+                  "``torch.save``/``torch.load``, safetensors and joblib in turn, round after "
+                  "round, warm page cache (``--suite checkpoints``; :doc:`checkpoints`); each "
+                  "ratio beside the bound it must meet:", "", *bounds_table(checkpoints), ""]
     if targets:
         lines += ["Performance targets", "-------------------", "",
                   "Ratios to peers measured side by side within rounds by "
@@ -464,6 +470,7 @@ def publish(run_dir, datasets=DEFAULT_FIGURES, targets_dir=None, page=PAGE, stat
                                   optional("serializers.csv"))
     lazy, remote = optional("lazy.csv"), optional("remote.csv")
     remote_targets = optional("remote_targets.csv")
+    checkpoints = optional("checkpoints.csv")
     present = {r["dataset"] for r in rows}
     missing = [d for d in datasets if d not in present]
     if missing:
@@ -485,7 +492,8 @@ def publish(run_dir, datasets=DEFAULT_FIGURES, targets_dir=None, page=PAGE, stat
             figures.append(name)
     with open(page, "w", encoding="utf-8") as f:
         f.write("\n".join(page_lines(rows, machine, datasets, figures, imports, serializers,
-                                     targets, lazy, remote, remote_targets)).rstrip() + "\n")
+                                     targets, lazy, remote, remote_targets,
+                                     checkpoints)).rstrip() + "\n")
     if new_readme is not None:
         with open(readme, "w", encoding="utf-8") as f:
             f.write(new_readme)

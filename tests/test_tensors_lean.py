@@ -45,3 +45,18 @@ def test_a_file_of_tensors_imports_torch_when_loaded(tmp_path):
     assert "torch" in after
     # Listing needs no torch.
     assert "torch" not in _modules_after(f"import cpersist; cpersist.inspect({path!r})")
+
+
+def test_ci_installs_the_cpu_torch_before_the_test_command():
+    import re
+    from pathlib import Path
+
+    ci = Path(ROOT, ".ci", "run").read_text().splitlines()
+    torch_at = ci.index("pip install torch==2.13.0")
+    tests_at = next(i for i, line in enumerate(ci) if "python -m pytest" in line)
+    assert torch_at < tests_at and "export CI=true" in ci[torch_at:tests_at]
+    setup = Path(ROOT, "setup.py").read_text()
+    low, high = re.search(r'"torch>=([\d.]+),<(\d+)"', setup).groups()
+    assert tuple(map(int, low.split("."))) <= (2, 13, 0) < (int(high),)
+    # The test extra must not pull an unpinned torch (a CUDA build of several GB).
+    assert "TORCH" not in re.search(r"^TEST = .*$", setup, re.M).group(0)
