@@ -166,8 +166,8 @@ class LazyTensor:
                                     (self._storage.nbytes,), "C")
         data = self._bytes[offset * size:end * size] if end > offset else \
             np.empty(0, np.uint8)
-        base = torch.from_numpy(np.array(data, copy=False) if data.flags.writeable
-                                else data.copy())
+        data = np.asarray(data)
+        base = torch.from_numpy(data if data.flags.writeable else data.copy())
         view = base.view(self.dtype).as_strided(shape, stride, 0) if end > offset else \
             torch.empty(shape, dtype=self.dtype)
         result = view[tuple(index)]

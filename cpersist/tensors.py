@@ -178,16 +178,17 @@ def rebuild(data, dtype, offset, shape, stride, requires_grad, kind, state, devi
         _bad(f"requires_grad {requires_grad!r}")
     from .lazy import LazyArray
 
-    if isinstance(data, LazyArray):
-        from ._lazy_tensor import LazyTensor
-
-        return LazyTensor(data, tdtype, dtype, offset, shape, stride, requires_grad, kind,
-                          device)
-    if not isinstance(data, np.ndarray) or data.ndim != 1:
+    lazy = isinstance(data, LazyArray)
+    if not (lazy or isinstance(data, np.ndarray)) or data.ndim != 1:
         _bad("its storage is not a stored array")
     if view_extent(offset, shape, stride) * tdtype.itemsize > data.nbytes:
         _bad(f"the view {shape} (strides {stride}, offset {offset}) reaches past its "
              f"storage of {data.nbytes} bytes")
+    if lazy:
+        from ._lazy_tensor import LazyTensor
+
+        return LazyTensor(data, tdtype, dtype, offset, shape, stride, requires_grad, kind,
+                          device)
     torch = _torch()
     tensor = _empty(torch, tdtype).set_(storage_of(data), offset, shape, stride)
     try:

@@ -350,3 +350,28 @@ def test_bf16_sections_are_grouped_by_two_bytes(tmp_path):
     [section] = cpersist.inspect(tmp_path / "w.cp")["arrays"]
     assert section["dtype"] == "<u2"
     assert section["raw_bytes"] / section["stored_bytes"] >= 1.3
+
+
+def test_the_device_a_tensor_was_dumped_from_is_recorded(tmp_path, monkeypatch, capsys):
+    # No GPU here: the reducer is told the CPU tensor came from "cuda:0",
+    # which is what it records for a tensor stored from a CPU copy.
+    from cpersist.cli import main
+    from cpersist.tensors import TensorReducer
+
+    real = TensorReducer.reduce
+
+    def from_gpu(self, tensor):
+        func, args = real(self, tensor)
+        return func, args[:-1] + ("cuda:0",)
+
+    monkeypatch.setattr(TensorReducer, "reduce", from_gpu)
+    w = torch.randn(3, 2)
+    cpersist.dump({"w": w}, tmp_path / "g.cp")
+    monkeypatch.undo()
+    back = cpersist.load(tmp_path / "g.cp", trusted=False)["w"]
+    assert back.device.type == "cpu" and torch.equal(back, w)
+    assert cpersist.inspect(tmp_path / "g.cp")["tensors"][0]["device"] == "cuda:0"
+    assert main(["info", str(tmp_path / "g.cp")]) == 0
+    assert "tensor  cuda:0" in capsys.readouterr().out
+    with cpersist.open(tmp_path / "g.cp") as f:
+        assert f.arrays["obj['w']"].device == "cuda:0"
