@@ -18,7 +18,8 @@ _LAZY = {"dump": "api", "load": "api", "dumps": "inmemory", "loads": "inmemory",
          "convert": "_convert", "inspect": "inspection",
          "verify": "inspection", "reseal": "inspection",
          "register_joblib_backend": "joblib_store",
-         "open": "handle", "FileHandle": "handle", "LazyArray": "lazy"}
+         "open": "handle", "FileHandle": "handle", "LazyArray": "lazy",
+         "LazyTensor": "_lazy_tensor"}
 
 
 def __getattr__(name):
@@ -43,6 +44,7 @@ __all__ = [
     "FileChangedError",
     "FileHandle",
     "LazyArray",
+    "LazyTensor",
     "RemoteStorageError",
     "UnsupportedVersionError",
     "UntrustedObjectError",

@@ -161,7 +161,7 @@ class FileHandle:
         arrays records their paths in its index, which is then all that is
         read.) Small arrays a compressed file keeps inside its pickle stream
         are not listed (``cpersist info`` shows them). Each torch tensor
-        is listed by its path as a :class:`~cpersist.tensors.LazyTensor`,
+        is listed by its path as a :class:`~cpersist.LazyTensor`,
         whose slices are torch tensors of the stored dtype (several tensors
         may view one stored storage; it is not listed itself).
         """
@@ -278,7 +278,7 @@ def _recorded_paths(reader):
 
 
 def _lazy_tensor(reader, storage, tensor):
-    """The :class:`~cpersist.tensors.LazyTensor` a walk of the stream describes."""
+    """The :class:`~cpersist.LazyTensor` a walk of the stream describes."""
     from .tensors import rebuild
 
     try:
