@@ -2,6 +2,7 @@
 and view, memory maps, restricted loads, and what ``info`` reports."""
 
 import collections
+import os
 import io
 import pickle
 
@@ -375,3 +376,34 @@ def test_the_device_a_tensor_was_dumped_from_is_recorded(tmp_path, monkeypatch, 
     assert "tensor  cuda:0" in capsys.readouterr().out
     with cpersist.open(tmp_path / "g.cp") as f:
         assert f.arrays["obj['w']"].device == "cuda:0"
+
+
+# -- files written before ------------------------------------------------------
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "tensors-2.0")
+
+
+def fixture_object():
+    """What the files under ``fixtures/tensors-2.0`` hold (written by format 2.0)."""
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    lin = torch.nn.Linear(6, 2)
+    with torch.no_grad():
+        lin.weight.copy_(torch.arange(12.0).reshape(2, 6) / 8)
+        lin.bias.copy_(torch.tensor([0.5, -0.5]))
+    state = lin.state_dict()
+    return {"model": state, "tied": state["weight"], "t": base.t(), "rows": base[1:3],
+            "bf16": torch.arange(3000).to(torch.bfloat16), "f8": torch.arange(8).to(
+                torch.float8_e4m3fn), "flag": torch.tensor(True), "param": torch.nn.Parameter(
+                torch.ones(3)), "step": 7}
+
+
+@pytest.mark.parametrize("name", ["raw.cp", "zstd3.cp"])
+def test_files_written_by_format_2_0_load(name):
+    expected = fixture_object()
+    back = cpersist.load(os.path.join(FIXTURES, name), trusted=False)
+    assert back["step"] == 7 and back["model"].keys() == expected["model"].keys()
+    for key in ("t", "rows", "bf16", "f8", "flag", "param", "tied"):
+        assert_same_tensor(back[key], expected[key])
+    for key in expected["model"]:
+        assert_same_tensor(back["model"][key], expected["model"][key])
+    assert _same_storage(back["tied"], back["model"]["weight"])
