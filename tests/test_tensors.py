@@ -18,8 +18,8 @@ from .conftest import spy_reads
 torch = pytest.importorskip("torch")
 
 ALL_DTYPES = sorted(
-    (d for d in vars(torch).values() if isinstance(d, torch.dtype)
-     and not str(d).startswith(("torch.qint", "torch.quint"))), key=str)
+    {d for d in vars(torch).values() if isinstance(d, torch.dtype)
+     and not str(d).startswith(("torch.qint", "torch.quint"))}, key=str)
 
 
 def _bits(t):
