@@ -367,7 +367,7 @@ def _checkpoints_suite(args, extra):
     from .bounds import TARGET_COLUMNS, format_targets
     from .report import write_csv
 
-    rounds = args.repeat if args.repeat is not None else 3 if args.quick else 5
+    rounds = args.repeat if args.repeat is not None else 1 if args.quick else 5
     files = [f for f in args.files if checkpoints.is_checkpoint_file(f)]
     try:
         results = checkpoints.run(args.out, quick=args.quick, rounds=rounds, files=files)
