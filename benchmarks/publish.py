@@ -370,7 +370,7 @@ def page_lines(rows, machine, datasets, figures, imports, serializers, targets, 
         lines += ["Model checkpoints", "-----------------", "",
                   "Generated transformer-shaped checkpoints dumped and loaded by cpersist, "
                   "``torch.save``/``torch.load``, safetensors and joblib in turn, round after "
-                  "round, warm page cache (``--suite checkpoints``; :doc:`checkpoints`); each "
+                  "round, warm page cache (``--suite checkpoints``); each "
                   "ratio beside the bound it must meet:", "", *bounds_table(checkpoints), ""]
     if targets:
         lines += ["Performance targets", "-------------------", "",
