@@ -97,7 +97,6 @@ class TensorReducer:
         self._plain = (self.torch.Tensor, self.torch.nn.Parameter)
         self._store = store
         self._storages = {}
-        self.count = 0
 
     def reduce(self, tensor):
         """``(rebuild_tensor, args)`` for a tensor cpersist stores, else NotImplemented."""
@@ -116,10 +115,9 @@ class TensorReducer:
             on_cpu = storage if device.type == "cpu" else storage.cpu()
             data = torch.empty(0, dtype=torch.uint8).set_(on_cpu).numpy()
             itemsize = tensor.dtype.itemsize
-            if itemsize > 1 and data.nbytes % itemsize == 0:
+            if data.nbytes % itemsize == 0:
                 data = data.view(numpy_dtype(name, itemsize))
             ref = self._storages[key] = _StorageRef(self._store(data), (storage, on_cpu))
-        self.count += 1
         state = tensor.__dict__
         return rebuild_tensor, (
             ref, name, tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()),
