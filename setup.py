@@ -24,6 +24,10 @@ REMOTE = ["fsspec>=2023.1", "s3fs>=2023.1"]
 # release line that fits together lets pip resolve at once.
 S3_TEST = ["moto[server]>=5.2.5", "s3fs>=2026.9.0", "aiobotocore>=3.10.0,<3.11",
            "boto3>=1.43.115,<1.43.118"]
+# Checkpoints of torch tensors (and converting them from/to safetensors).
+# Not in the test extra: an unpinned torch may resolve to a CUDA build of
+# several GB; CI installs the CPU wheel of an exact version first (.ci/run).
+TORCH = ["torch>=2.1,<3", "safetensors>=0.4"]
 # The test suite runs the benchmark in quick mode, builds the docs and runs
 # lazy arrays on dask, so the test extra pulls in all of their dependencies.
 TEST = ["pytest>=7", "hypothesis>=6"] + S3_TEST + BENCH + DOCS + DASK + REMOTE
@@ -44,6 +48,7 @@ setup(
         "docs": DOCS,
         "dask": DASK,
         "remote": REMOTE,
+        "torch": TORCH,
         "all": TEST,
     },
     entry_points={"console_scripts": ["cpersist=cpersist.cli:main"]},

@@ -252,14 +252,14 @@ def comparisons_table(rows):
 
 def coldstart_lines(rows):
     """The section of ``coldstart.csv``: cold start and small objects beside
-    joblib and pickle, each ratio beside its bound."""
+    joblib and pickle, each ratio with what was measured."""
     return ["Cold start and small objects", "----------------------------", "",
             "What a one-shot script and a first call pay, and what a small object costs, "
             "beside joblib and pickle: the script (import, ``dump``, ``load`` of a 800 kB "
             "array and a dict, numpy already imported) and the commands are medians over "
             "fresh interpreters with bytecode compiled, as an installed package has it; "
             "the calls in memory and to a file are timed as ``timeit`` times them (best of "
-            "7 clock reads of many calls each):", "", *bounds_table(rows), ""]
+            "7 clock reads of many calls each):", "", *comparisons_table(rows), ""]
 
 
 def remote_table(rows):
@@ -353,7 +353,7 @@ def machine_lines(machine):
 
 
 def page_lines(rows, machine, datasets, figures, imports, serializers, targets, lazy=(),
-               remote=(), remote_targets=(), coldstart=()):
+               remote=(), remote_targets=(), coldstart=(), checkpoints=()):
     """The lines of ``docs/benchmark_results.rst``."""
     lines = [GENERATED, "", ".. _benchmark-results:", "", "Benchmark results", "=" * 17, "",
              "One run of the bundled benchmark (:doc:`benchmarks` says how it measures and how "
@@ -401,6 +401,12 @@ def page_lines(rows, machine, datasets, figures, imports, serializers, targets, 
                   *remote_table(remote), ""]
         if remote_targets:
             lines += [*comparisons_table(remote_targets), ""]
+    if checkpoints:
+        lines += ["Model checkpoints", "-----------------", "",
+                  "Generated transformer-shaped checkpoints dumped and loaded by cpersist, "
+                  "``torch.save``/``torch.load``, safetensors and joblib in turn, round after "
+                  "round, warm page cache (``--suite checkpoints``); each ratio with what "
+                  "was measured:", "", *comparisons_table(checkpoints), ""]
     if targets:
         lines += ["Performance targets", "-------------------", "",
                   "Ratios to peers measured side by side within rounds by "
@@ -500,6 +506,7 @@ def publish(run_dir, datasets=DEFAULT_FIGURES, targets_dir=None, page=PAGE, stat
     lazy, remote = optional("lazy.csv"), optional("remote.csv")
     coldstart = optional("coldstart.csv")
     remote_targets = optional("remote_targets.csv")
+    checkpoints = optional("checkpoints.csv")
     present = {r["dataset"] for r in rows}
     missing = [d for d in datasets if d not in present]
     if missing:
@@ -522,7 +529,7 @@ def publish(run_dir, datasets=DEFAULT_FIGURES, targets_dir=None, page=PAGE, stat
     with open(page, "w", encoding="utf-8") as f:
         f.write("\n".join(page_lines(rows, machine, datasets, figures, imports, serializers,
                                      targets, lazy, remote, remote_targets,
-                                     coldstart)).rstrip() + "\n")
+                                     coldstart, checkpoints)).rstrip() + "\n")
     if new_readme is not None:
         with open(readme, "w", encoding="utf-8") as f:
             f.write(new_readme)

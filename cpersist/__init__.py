@@ -20,7 +20,8 @@ _LAZY = {"dump": "api", "load": "api", "dumps": "inmemory", "loads": "inmemory",
          "verify": "inspection", "reseal": "inspection",
          "register_joblib_backend": "joblib_store",
          "open": "handle", "FileHandle": "handle", "LazyArray": "lazy",
-         "Limits": "_limits"}
+         "Limits": "_limits",
+         "LazyTensor": "_lazy_tensor"}
 
 
 def __getattr__(name):
@@ -48,6 +49,7 @@ __all__ = [
     "LazyArray",
     "LimitExceededError",
     "Limits",
+    "LazyTensor",
     "RemoteStorageError",
     "UnsupportedVersionError",
     "UntrustedObjectError",

@@ -14,6 +14,8 @@ it names, so only when the caller says it trusts the file) and dumped again:
 see :mod:`cpersist._migrate`.
 """
 
+import os
+
 from . import __version__, _migrate
 from ._args import check_chunk_size, open_source
 from ._files import display_name, is_path, write_atomically
@@ -24,7 +26,7 @@ from .container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWri
 from .exceptions import UnsupportedVersionError
 
 
-def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False,
+def convert(src, dst, compress=None, *, chunk_size=None, n_threads=None, fsync=False,
             trust_pickles=False, storage_options=None):
     """Write a copy of a cpersist file with its sections re-encoded, or
     migrate a joblib file or a pickle to a cpersist file.
@@ -37,14 +39,24 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False,
         read from its current position to the end of the dump there (from a
         non-seekable one, such as a pipe, the bytes are first copied to a
         temporary file). A URL is read by range requests (see :doc:`/cloud`).
+        Also a checkpoint of torch or safetensors (see
+        :doc:`/checkpoints`): a safetensors file, a ``torch.save`` zip
+        file (read with ``torch.load(weights_only=True)``, which runs
+        nothing the file names) or, with ``trust_pickles``, a legacy
+        ``torch.save`` file.
     dst : str, os.PathLike or URL
         Where to write the copy, atomically (a temporary file in the same
         directory renamed onto ``dst``). ``dst`` may be ``src`` itself. A
+        path ending in ``.safetensors`` gets a safetensors file, from a
+        cpersist file whose object is a flat dict of tensors (loaded with
+        ``trusted=False``). A
         URL is written complete or not at all, as by :func:`cpersist.dump`.
     compress : bool, int, str or tuple
         The new encoding, as for :func:`cpersist.dump`: ``0`` for raw (the
         arrays can then be memory-mapped), an int 1–9, a codec name or a
-        ``(name, level)`` tuple.
+        ``(name, level)`` tuple. Required for a cpersist ``src``; raw by
+        default for a torch or safetensors file, ignored for a
+        ``.safetensors`` ``dst``.
     chunk_size : int, optional
         Bytes per chunk in the copy; by default every section keeps the
         chunk boundaries it has in ``src``.
@@ -97,6 +109,12 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False,
     >>> type(cpersist.load("mappable.cp", mmap_mode="r")["x"]).__name__
     'memmap'
     """
+    to_safetensors = is_path(dst) and os.fspath(dst).endswith(".safetensors")
+    if compress is None and not to_safetensors:
+        compress = 0  # a torch or safetensors file: raw, mappable as it was
+        cpersist_needs_compress = True
+    else:
+        cpersist_needs_compress = False
     codec = parse_compress(compress)
     n_threads = check_n_threads(n_threads)
     step = None if chunk_size is None else check_chunk_size(chunk_size)
@@ -107,7 +125,23 @@ def convert(src, dst, compress, *, chunk_size=None, n_threads=None, fsync=False,
     if storage_options and src_options is None and dst_options is None:
         raise ValueError("storage_options apply to URLs; neither src nor dst is one")
     with open_source(src, storage_options=src_options, what="src") as source:
+        from . import _torch_files
+
+        torch_kind = _torch_files.detect(source)
+        if to_safetensors:
+            if torch_kind is not None or not _migrate.detect(source).is_cpersist:
+                raise ValueError(f"{display_name(src)}: only a cpersist file converts to "
+                                 f"a safetensors file")
+            return _torch_files.convert_to_safetensors(source, dst, fsync, is_path(src))
+        if torch_kind is not None:
+            return _torch_files.convert_from(
+                torch_kind, src, source, dst, trust_pickles=trust_pickles, compress=compress,
+                chunk_size=chunk_size, n_threads=n_threads, fsync=fsync,
+                storage_options=dst_options)
         kind = _migrate.detect(source)
+        if kind.is_cpersist and cpersist_needs_compress:
+            raise ValueError(f"{display_name(src)} is a cpersist file: say how to re-encode "
+                             f"it (--compress; compress=0 for raw)")
         if not kind.is_cpersist:
             return _migrate.convert_pickled(
                 kind, src, source, dst, trust_pickles=trust_pickles, compress=compress,

@@ -16,8 +16,13 @@ REBUILD_VIEW = "cpersist.pickler.rebuild_view"
 #: ``rebuild_masked(cls, data, mask, fill_value, hard_mask)``: a masked array.
 REBUILD_MASKED = "cpersist.pickler.rebuild_masked"
 
+#: ``rebuild_tensor(storage, dtype, offset, shape, stride, requires_grad, kind, state,
+#: device)``: a torch tensor viewing a stored storage (see :mod:`cpersist.tensors`).
+REBUILD_TENSOR = "cpersist.pickler.rebuild_tensor"
+
 #: All of them: the only globals of the ``cpersist`` package a stream names.
-FORMAT_GLOBALS = frozenset((STORED_ARRAY, INLINE_ARRAY, REBUILD_VIEW, REBUILD_MASKED))
+FORMAT_GLOBALS = frozenset((STORED_ARRAY, INLINE_ARRAY, REBUILD_VIEW, REBUILD_MASKED,
+                            REBUILD_TENSOR))
 
 
 def split(name):

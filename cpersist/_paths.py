@@ -11,7 +11,10 @@ taking a non-dict state) get no path.
 from collections import deque
 
 from ._opcodes import walk
+from . import _format_names as names
 from ._symbolic import Node, tuple_children
+
+_REBUILD_TENSOR = names.split(names.REBUILD_TENSOR)
 
 
 def scan_arrays(pickled, root="obj", limits=None, source=None):
@@ -31,10 +34,17 @@ def scan_arrays(pickled, root="obj", limits=None, source=None):
         e.g. ``{0: "obj['weights']", 1: "obj.coef_"}`` (sections not found
         are missing); ``"inline"``: one dict per small array kept inside the
         stream, with ``path``, ``dtype`` (``dtype.str``, or ``"?"``),
-        ``shape``, ``order`` and ``raw_bytes`` (None if unknown). Never
-        raises on a strange stream: what was understood up to the problem
-        is returned. Raises only :class:`~cpersist.LimitExceededError`,
-        when walking the stream would exceed ``limits``.
+        ``shape``, ``order`` and ``raw_bytes`` (None if unknown);
+        ``"tensors"``: one dict per torch tensor stored through its storage
+        (``path``, ``section`` of the storage, ``dtype`` torch's name,
+        ``offset``, ``shape``, ``stride``, ``requires_grad``, ``kind``,
+        ``device``), as the stream gives them (not validated);
+        ``"torch_pickled"``: ``path`` and ``global`` of each object torch
+        pickled itself (sparse, quantized and nested tensors, tensor
+        subclasses). Never raises on a strange stream: what was understood
+        up to the problem is returned. Raises only
+        :class:`~cpersist.LimitExceededError`, when walking the stream would
+        exceed ``limits``.
     """
     return arrays_of(walk(pickled, limits, source), root)
 
@@ -58,12 +68,16 @@ def arrays_of(walked, root="obj"):
     """
     paths = {}
     inline = []
+    tensors = []
+    torch_pickled = []
+    found = {"paths": paths, "inline": inline, "tensors": tensors, "torch_pickled": torch_pickled}
     top = walked.top
     if type(top) is not Node and type(top) is not tuple:
-        return {"paths": paths, "inline": inline}
+        return found
     seen = {id(top)}
     parents = [-1]   # per place: the place of its parent
     labels = [root]  # per place: its label
+    under_torch = set()  # places of objects torch pickled itself, and inside them
     queue = deque([(top, 0)])
     pop = queue.popleft
     push = queue.append
@@ -93,6 +107,10 @@ def arrays_of(walked, root="obj"):
             continue
         else:
             children = node.children
+            if node.kind == "call":
+                _note_tensor(node, place,
+                             lambda: path_of(parents[place], labels[place]),  # noqa: B023
+                             tensors, torch_pickled, under_torch)
         for label, child in children:
             if id(child) not in seen:
                 seen.add(id(child))
@@ -104,8 +122,32 @@ def arrays_of(walked, root="obj"):
                 else:
                     parents.append(place)
                     labels.append(label)
+                    if place in under_torch:
+                        under_torch.add(len(labels) - 1)
                     push((child, len(labels) - 1))
-    return {"paths": paths, "inline": inline}
+    return found
+
+
+def _note_tensor(node, place, path_of, tensors, torch_pickled, under_torch):
+    """Record a ``rebuild_tensor`` call in ``tensors``, or the path of a
+    tensor torch pickled itself (a call of a torch global, outside any
+    already recorded: ``under_torch`` holds their places and their
+    descendants') in ``torch_pickled``."""
+    func = node.value
+    if type(func) is not Node or func.kind != "global":
+        return
+    if func.value == _REBUILD_TENSOR:
+        items = node.items
+        if len(items) == 9 and type(items[0]) is Node and items[0].kind == "array":
+            dtype, offset, shape, stride, requires_grad, kind, _, device = items[1:]
+            tensors.append({"path": path_of(), "section": items[0].value, "dtype": dtype,
+                            "offset": offset, "shape": shape, "stride": stride,
+                            "requires_grad": requires_grad, "kind": kind, "device": device})
+        return
+    module = func.value[0]
+    if (module == "torch" or module.startswith("torch.")) and place not in under_torch:
+        under_torch.add(place)
+        torch_pickled.append({"path": path_of(), "global": ".".join(func.value)})
 
 
 def _inline_description(args):

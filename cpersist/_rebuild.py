@@ -72,7 +72,25 @@ def rebuild_masked(cls, data, mask, fill_value, hard_mask):
     return arr
 
 
+@_format_name(names.REBUILD_TENSOR)
+def rebuild_tensor(data, dtype, offset, shape, stride, requires_grad, kind, state, device):
+    """Rebuild a torch tensor as a view of a stored storage (see :mod:`cpersist.tensors`).
+
+    ``data`` is the storage's bytes as a 1-d array (a memory map of the
+    file with ``mmap_mode``; a :class:`~cpersist.LazyArray` in a lazy load,
+    which gives a lazy tensor); ``dtype`` torch's name of the tensor's
+    dtype; ``offset``, ``shape``, ``stride`` the view, in elements;
+    ``kind`` ``"tensor"`` or ``"parameter"`` (``nn.Parameter``); ``state``
+    the tensor's ``__dict__`` or None; ``device`` where it was when dumped
+    (None for the CPU). The tensor comes back on the CPU.
+    """
+    from .tensors import rebuild
+
+    return rebuild(data, dtype, offset, shape, stride, requires_grad, kind, state, device)
+
+
 #: ``(module, name)`` -> function, for unpicklers resolving the format's
 #: names without importing the module they spell.
 BY_NAME = {(func.__module__, func.__qualname__): func
-           for func in (stored_array, inline_array, rebuild_view, rebuild_masked)}
+           for func in (stored_array, inline_array, rebuild_view, rebuild_masked,
+                         rebuild_tensor)}

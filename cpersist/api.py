@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 
 from . import __version__
+from . import _format_names as names
 from ._args import (check_chunk_size, check_mmap_mode, check_protocol, check_storage_options,
                     check_target, check_timeout, open_source)
 from ._foreign import foreign_file_error
@@ -361,17 +362,29 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
             arr, _ = _allocate(reader, index, dtype, shape, order)
         elif can_map and section.is_raw:
             if not mapped:
-                mapped.append(_memmap(source, reader.size, mmap_mode))
+                # torch has no read-only tensors, and a write to a read-only
+                # map kills the process: a file storing tensors is mapped
+                # privately for 'r' (as torch.load(mmap=True) does), its
+                # numpy arrays still handed out read-only.
+                private = mmap_mode == "r" and _stores_tensors(pickled)
+                mapped.append(_memmap(source, reader.size, "c" if private else mmap_mode))
+                mapped.append(private)
                 if mmap_mode == "r+":
                     _mark_edited(mapped[0], reader)
             start = section.offset
             arr = mapped[0][start:start + nbytes].view(dtype).reshape(shape, order=order)
+            if mapped[1]:
+                arr.mode = "r"
+                arr.flags.writeable = False
         elif views and section.is_raw:
             arr = _view(reader, section, verify).view(dtype).reshape(shape, order=order)
         else:
             reader.check_claimed_sizes(section)  # before allocating a forged size
             arr, view = _allocate(reader, index, dtype, shape, order)
-            reader.read_into(section, view, verify=verify, n_threads=n_threads)
+            try:
+                reader.read_into(section, view, verify=verify, n_threads=n_threads)
+            except CorruptFileError as exc:
+                raise _naming_path(exc, pickled, index) from None
         loaded[index] = arr
         return arr
 
@@ -395,6 +408,25 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
             UserWarning, stacklevel=3,
         )
     return obj
+
+
+def _naming_path(exc, pickled, index):
+    """``exc``, naming where the array of section ``index`` sits in the
+    object (a tensor's path for a storage); the stream is walked only now,
+    when something is wrong."""
+    from ._paths import scan_arrays
+
+    path = scan_arrays(pickled.getvalue())["paths"].get(index)
+    if path is None:
+        return exc
+    return type(exc)(f"{exc} (the array at {path})")
+
+
+def _stores_tensors(pickled):
+    """Whether the pickle stream may rebuild torch tensors (it names the
+    format's ``rebuild_tensor``; a string holding that name gives a false
+    positive, which only maps the file privately)."""
+    return names.REBUILD_TENSOR.rpartition(".")[2].encode() in pickled.getvalue()
 
 
 def _view(reader, section, verify):

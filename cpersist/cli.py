@@ -155,6 +155,25 @@ def _shape(shape):
     return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+def _tensor_lines(info):
+    """``cpersist info``'s lines on torch tensors (see :mod:`cpersist.tensors`)."""
+    lines = []
+    tensors = info.get("tensors") or []
+    if tensors:
+        storages = len({t.get("section") for t in tensors})
+        lines.append(f"torch tensors: {len(tensors)}, viewing {storages} stored storage(s)")
+        rows = [[t.get("path", "?"), _shape(t.get("shape")), t.get("dtype", "?"),
+                 t.get("section", "?"), t.get("offset", "?"), _shape(t.get("stride")),
+                 t.get("kind", "?"), t.get("device") or "cpu"] for t in tensors]
+        lines += _table(rows, ["path", "shape", "dtype", "storage", "offset", "strides",
+                               "kind", "dumped from"], right=(3, 4))
+    pickled = info.get("torch_pickled") or []
+    if pickled:
+        lines.append(f"objects pickled by torch itself (trusted loads only): {len(pickled)}")
+        lines += [f"  {p.get('path', '?')}: {p.get('global', '?')}" for p in pickled]
+    return lines
+
+
 def format_info(info):
     """The human-readable text of ``cpersist info`` for a :func:`file_info` dict."""
     head = f"{info['file']}: cpersist format {_format_version(info.get('format'))}"
@@ -190,6 +209,7 @@ def format_info(info):
         rows = [[a.get("path", "?"), _shape(a.get("shape")), a.get("dtype", "?"),
                  a.get("order", "?"), _human(a.get("raw_bytes"))] for a in inline]
         lines += _table(rows, ["path", "shape", "dtype", "order", "raw"], right=(4,))
+    lines += _tensor_lines(info)
     pickle_info = info.get("pickle") or {}
     if pickle_info:
         lines.append(
@@ -279,7 +299,7 @@ def _cmd_convert(args):
     from ._convert import convert
 
     try:
-        compress = parse_compress_spec(args.compress)
+        compress = None if args.compress is None else parse_compress_spec(args.compress)
     except ValueError as exc:
         raise _UsageError(f"--compress: {exc}") from None
     _check_file(args.src)
@@ -299,7 +319,7 @@ def _cmd_convert(args):
     ratio = f"{stats['raw_bytes'] / after:.2f}" if after else "-"
     print(f"{args.src} ({stats['source_kind']}) -> {args.dst}: {stats['sections']} sections, "
           f"{_human(stats['raw_bytes'])} of data stored in {_human(before)} -> "
-          f"{_human(after)} (ratio {ratio}, compress={args.compress})")
+          f"{_human(after)} (ratio {ratio}, compress={args.compress or 'raw'})")
     return EXIT_OK
 
 
@@ -411,9 +431,10 @@ def build_parser():
     convert.add_argument("src", metavar="SRC", help="a cpersist file or URL (or, with "
                          "--trust-pickles, a joblib file or a pickle); - reads standard input")
     convert.add_argument("dst", metavar="DST")
-    convert.add_argument("--compress", "-c", required=True, metavar="SPEC",
+    convert.add_argument("--compress", "-c", default=None, metavar="SPEC",
                          help=_CompressHelp("raw (or 0), a level 1-9, a codec name or "
-                                            "NAME:LEVEL"))
+                                            "NAME:LEVEL; required for a cpersist SRC, raw "
+                                            "by default for a .safetensors or torch.save SRC"))
     convert.add_argument("--chunk-size", type=_positive_int, default=None, metavar="BYTES",
                          help="bytes per chunk in DST (default: keep SRC's chunks)")
     convert.add_argument("--threads", type=_positive_int, default=None, metavar="N",

@@ -10,7 +10,7 @@ from ._files import is_path
 from ._foreign import foreign_file_error
 from ._gc import collector_paused
 from ._openfile import OpenFile, reference_for
-from ._paths import array_paths
+from ._paths import scan_arrays
 from ._rebuild import BY_NAME
 from ._threads import check_n_threads
 from .api import _load, _pickle_stream, array_layout
@@ -206,17 +206,24 @@ class FileHandle:
         trust is safe. (A dump of plain dicts, lists and tuples around its
         arrays records their paths in its index, which is then all that is
         read.) Small arrays a compressed file keeps inside its pickle stream
-        are not listed (``cpersist info`` shows them). A key that is not a
-        path raises a :class:`KeyError` whose message gives the form of the
-        keys and the nearest ones.
+        are not listed (``cpersist info`` shows them). Each torch tensor
+        is listed by its path as a :class:`~cpersist.LazyTensor`,
+        whose slices are torch tensors of the stored dtype (several tensors
+        may view one stored storage; it is not listed itself). A key that is
+        not a path raises a :class:`KeyError` whose message gives the form of
+        the keys and the nearest ones.
         """
         if self._arrays is None:
             reader = self._reader()
             with collector_paused():
                 paths = _recorded_paths(reader)
+                tensors = {}
                 if paths is None:
-                    paths = array_paths(_stream_bytes(self._root_stream(reader)),
+                    found = scan_arrays(_stream_bytes(self._root_stream(reader)),
                                         limits=self._limits, source=self.name)
+                    paths = found["paths"]
+                    for tensor in found["tensors"]:
+                        tensors.setdefault(tensor["section"], []).append(tensor)
                 arrays = ArrayPaths()
                 layouts = {}
                 made = self._lazy
@@ -235,6 +242,11 @@ class FileHandle:
                             bound=_Bound(reader, section), verify=self._verify,
                             n_threads=self._n_threads,
                             layout=_layout(reader, section, layouts))
+                    if index in tensors:
+                        # A torch storage: listed as the tensors viewing it.
+                        for tensor in tensors[index]:
+                            arrays[tensor["path"]] = _lazy_tensor(reader, lazy, tensor)
+                        continue
                     arrays[path] = lazy
             self._arrays = arrays
         return self._arrays
@@ -267,7 +279,11 @@ class FileHandle:
             return _load(reader.source, mmap_mode=None, restricted=restricted,
                          allowed=allowed, prefixes=prefixes, verify=self._verify,
                          n_threads=self._n_threads, whole=False, limits=self._limits)
-        paths = {lazy._index: path for path, lazy in (self._arrays or {}).items()}
+        paths = {}
+        for path, listed in self.arrays.items():
+            # A storage is named by the path of the first tensor viewing it.
+            paths.setdefault(listed._index if isinstance(listed, LazyArray)
+                             else listed._storage._index, path)
 
         def load_array(index):
             if (type(index) is not int or not 0 <= index < len(reader.sections)
@@ -308,6 +324,20 @@ def _recorded_paths(reader):
     if not paths or len(set(paths.values())) != len(paths):
         return None
     return paths
+
+
+def _lazy_tensor(reader, storage, tensor):
+    """The :class:`~cpersist.LazyTensor` a walk of the stream describes."""
+    from .tensors import rebuild
+
+    try:
+        lazy = rebuild(storage, tensor["dtype"], tensor["offset"], tensor["shape"],
+                       tensor["stride"], tensor["requires_grad"], tensor["kind"], None,
+                       tensor["device"])
+    except pickle.UnpicklingError as exc:
+        raise reader.error(f"the tensor at {tensor['path']}: {exc}") from None
+    lazy.path = tensor["path"]
+    return lazy
 
 
 def _layout(reader, section, layouts):

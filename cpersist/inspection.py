@@ -120,7 +120,15 @@ def inspect(source, *, storage_options=None, limits=None):
         ``"inline_arrays"``: one dict per small array a compressed file
         keeps inside its pickle stream, with ``path``, ``dtype``, ``shape``
         (list, or None if unknown), ``order`` and ``raw_bytes`` (None if
-        unknown).
+        unknown);
+        ``"tensors"``: one dict per torch tensor stored through its storage,
+        with ``path``, ``section`` (its storage's), ``dtype`` (torch's
+        name), ``offset``, ``shape``, ``stride``, ``requires_grad``,
+        ``kind`` (``"tensor"`` or ``"parameter"``) and ``device`` (where it
+        was when dumped; None for the CPU);
+        ``"torch_pickled"``: ``path`` and ``global`` of each object torch
+        pickled itself (sparse, quantized, nested tensors, tensor
+        subclasses), which only a trusted load rebuilds.
 
         Each entry of ``"arrays"`` and ``"inline_arrays"`` has a ``"path"``:
         where the array sits in the object, as Python would reach it from
@@ -183,6 +191,8 @@ def inspect(source, *, storage_options=None, limits=None):
             "unresolved_globals": scan["unresolved_globals"],
             "extension_codes": scan["extension_codes"],
             "inline_arrays": found["inline"],
+            "tensors": found["tensors"],
+            "torch_pickled": found["torch_pickled"],
         }
 
 

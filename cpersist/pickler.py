@@ -16,7 +16,8 @@ import numpy as np
 from .arrays import is_plain_data, to_inline
 # The format names these functions "cpersist.pickler.<name>" (see
 # _format_names): the pickler and plain pickle.load look them up here.
-from ._rebuild import inline_array, rebuild_masked, rebuild_view, stored_array  # noqa: F401
+from ._rebuild import (inline_array, rebuild_masked, rebuild_tensor, rebuild_view,  # noqa: F401
+                       stored_array)
 
 _plain_reduce = (np.ndarray.__reduce__, np.ndarray.__reduce_ex__)
 
@@ -72,6 +73,13 @@ class ArrayPickler(pickle.Pickler):
         self.saw_fortran = False
         self.inlined = 0
         self.placed = {}
+        # A tensor exists only once torch is imported: otherwise nothing of
+        # torch is looked at (see cpersist.tensors).
+        self.tensors = None
+        if "torch" in sys.modules:
+            from .tensors import TensorReducer
+
+            self.tensors = TensorReducer(store)
 
     def _reduce_plain(self, arr):
         if arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous:
@@ -102,7 +110,15 @@ class ArrayPickler(pickle.Pickler):
             if not is_plain_data(obj):
                 return NotImplemented
             return self._reduce_plain(obj.view(np.ndarray))
-        if not isinstance(obj, np.ndarray) or not is_plain_data(obj):
+        if not isinstance(obj, np.ndarray):
+            tensors = self.tensors
+            if tensors is not None:
+                if isinstance(obj, tensors.tensor_type):
+                    return tensors.reduce(obj)
+                if cls is tensors.ref_type:
+                    return tensors.reduce_ref(obj)
+            return NotImplemented
+        if not is_plain_data(obj):
             return NotImplemented
         ma = _numpy_ma()
         if ma is not None and isinstance(obj, ma.MaskedArray):

@@ -742,3 +742,18 @@ def test_lazy_and_remote_entry_points_still_run(tmp_path, capsys):
     assert "1% row slice" in capsys.readouterr().out
     assert remote.main(["--mb", "1", "--runs", "1"]) == 0
     assert "cpersist.load" in capsys.readouterr().out
+
+
+def test_quick_checkpoints_suite(quick_run):
+    """--suite all runs the checkpoints suite: every target a ratio, bounds where set."""
+    pytest.importorskip("torch")
+    _, out = quick_run
+    rows = _read(out / "checkpoints.csv")
+    assert all(r["suite"] == "checkpoints" and r["status"] == "ok" for r in rows), rows
+    float32 = {r["target"].split(": ", 1)[1]: r for r in rows if r["target"].startswith("float32")}
+    assert float32["dump speed / torch.save"]["bound"] == ">= 1.2"
+    assert float32["trusted=False load time / trusted"]["bound"] == "<= 1.1"
+    bf16 = {r["target"].split(": ", 1)[1]: r for r in rows if r["target"].startswith("bfloat16")}
+    assert bf16["compress=3 ratio"]["bound"] == ">= 1.3" and bf16["compress=3 ratio"]["met"] == "yes"
+    assert any(r["target"].startswith("compress='max'") for r in rows)
+    assert "torch.load weights_only" in (out / "checkpoints.txt").read_text()

@@ -29,7 +29,7 @@ FILE_LEVELS = (0, 3)
 FULL_SIZE = "medium"
 FULL_REPEATS = 3
 #: The suites ``--suite`` chooses from (``all`` runs each).
-SUITES = ("storage", "serializers", "memory", "lazy", "remote")
+SUITES = ("storage", "serializers", "memory", "lazy", "remote", "checkpoints")
 #: ``--quick``: the lazy and remote suites' sizes are multiplied by this.
 QUICK_SCALE = 0.01
 #: Exit code after Ctrl-C (128 + SIGINT, what shells report).
@@ -66,14 +66,16 @@ def build_parser(prog="python -m cpersist.benchmarks"):
     )
     p.add_argument("files", nargs="*", metavar="PATH",
                    help="your own files to benchmark (.npy .npz .nii .nii.gz .h5 .hdf5 .cp, "
-                        "and pickle/joblib with --trust-pickles); when given, only these run "
-                        "unless --datasets is also given")
+                        "and pickle/joblib with --trust-pickles; .pt .pth .safetensors run the "
+                        "checkpoints suite); when given, only these run unless --datasets is "
+                        "also given")
     p.add_argument("--suite", choices=SUITES + ("all",), default="storage",
                    help="storage (default): datasets x methods x levels; serializers: picklebench; "
                         "memory: joblib.Memory's default store vs backend='cpersist'; lazy: "
                         "slices of cpersist.open arrays and dask beside zarr and blosc2; remote: "
                         "a full load from a loopback S3 server beside zarr and a download; "
-                        "all: every suite")
+                        "checkpoints: torch checkpoints (generated, or your .pt/.safetensors "
+                        "files) beside torch.save, safetensors and joblib; all: every suite")
     p.add_argument("--full", action="store_true",
                    help="the complete grid: every dataset at 100 MB, levels 0,1,3,6,9, three "
                         "repeats (hours); default: built-in data at 1 MB, levels 0,3,6 (0,3 on "
@@ -174,9 +176,15 @@ def main(argv=None, prog=None):
         return 0
     if args.quick and args.full:
         parser.error("--quick and --full are opposites: choose one")
+    from .checkpoints import is_checkpoint_file
+
+    if args.files and args.suite == "storage" and all(map(is_checkpoint_file, args.files)):
+        args.suite = "checkpoints"  # torch and safetensors files: the checkpoints suite
     for f in args.files:
         if not os.path.exists(f):
             parser.error(f"no such file: {f}")
+        if args.suite == "checkpoints" and is_checkpoint_file(f):
+            continue
         why = userfiles.unsupported_file(f) or (
             None if args.trust_pickles else userfiles.untrusted_pickle(f))
         if why:
@@ -335,6 +343,10 @@ def _run(parser, args, argv):
         written += _remote_suite(args, scale, extra)
         failed += extra["remote"]["failed"]
 
+    if args.suite in ("checkpoints", "all"):
+        written += _checkpoints_suite(args, extra)
+        failed += extra["checkpoints"]["failed"]
+
     # Start-up times say nothing about the user's files: not timed on a run of them.
     import_runs = args.import_runs if args.import_runs is not None else (
         0 if _only_files(args) else 21 if args.full else 5)
@@ -396,6 +408,34 @@ def _lazy_suite(args, scale, extra):
                      "failed": sum(r["status"] == "failed" for r in rows),
                      "units": "ratios of medians over the repeats, warm page cache; MB = 2**20 "
                               "bytes in lazy.json"}
+    return paths
+
+
+def _checkpoints_suite(args, extra):
+    """``--suite checkpoints``: writes checkpoints.json, .csv (the targets) and .txt."""
+    from . import checkpoints
+    from .bounds import TARGET_COLUMNS, format_targets
+    from .report import write_csv
+
+    rounds = args.repeat if args.repeat is not None else 1 if args.quick else 5
+    files = [f for f in args.files if checkpoints.is_checkpoint_file(f)]
+    try:
+        results = checkpoints.run(args.out, quick=args.quick, rounds=rounds, files=files)
+        rows, text = checkpoints.targets(results), checkpoints.format_results(results)
+    except Exception as exc:  # reported as a failed row; the other suites go on
+        rows = [{"suite": "checkpoints", "target": "checkpoints", "status": "failed",
+                 "reason": f"{type(exc).__name__}: {exc}"[:300]}]
+        text = ""
+    table = "Model checkpoints: targets as ratios beside their bounds\n" + format_targets(rows)
+    print("\n" + table + "\n" + text)
+    paths = [write_csv(os.path.join(args.out, "checkpoints.csv"), rows, TARGET_COLUMNS),
+             _write_text(os.path.join(args.out, "checkpoints.txt"), table + "\n\n" + text)]
+    if os.path.exists(os.path.join(args.out, "checkpoints.json")):
+        paths.append(os.path.join(args.out, "checkpoints.json"))
+    extra["checkpoints"] = {"rounds": rounds, "files": files,
+                            "failed": sum(r["status"] == "failed" for r in rows),
+                            "units": "ratios of medians over the rounds (every contender once "
+                                     "per round, in this process), warm page cache"}
     return paths
 
 

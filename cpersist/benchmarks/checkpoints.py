@@ -1,0 +1,362 @@
+"""Model checkpoints: cpersist against torch.save, safetensors and joblib.
+
+Measures, side by side in one run and on the same files, what
+:doc:`/checkpoints` promises, on generated transformer-shaped checkpoints
+(a state dict of ``nn.TransformerEncoderLayer`` tensors, 12 per layer,
+random-normal weights, plus step, config and an optimizer dict): one in
+float32 (12 layers of width 768: 340 MB) and one in bfloat16 (10 layers of
+width 640: 98 MB), or a user's own ``.pt`` / ``.safetensors`` file:
+
+* dump time: ``cpersist.dump`` raw and ``compress=3`` against
+  ``torch.save``, safetensors ``save_file`` (the state dict alone, the
+  only thing it stores) and ``joblib.dump``;
+* load time: ``cpersist.load`` (trusted, ``trusted=False``, compressed,
+  ``mmap_mode='r'``) against ``torch.load(weights_only=True)`` and
+  ``torch.load(mmap=True)``, safetensors ``load_file`` and ``joblib.load``;
+* file sizes, and the compression ratio of ``compress=3`` (and of
+  ``compress="max"`` on the weights of one layer: it is slow by design).
+
+Times are medians of rounds in which every contender runs once in turn,
+warm page cache, in this process, so that a shared machine's slow spells
+fall on all of them; each dump writes a new file (the previous one is
+removed, untimed, before it). Run ``python -m cpersist.benchmarks.checkpoints --out
+DIR`` (``--quick`` for small checkpoints, or paths of your own files).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+
+import cpersist
+
+from .bounds import _row
+from .measure import time_runs
+
+MB = 1 << 20
+#: (layers, width) of the generated checkpoints, full size and ``--quick``.
+SHAPES = {"float32": (12, 768), "bfloat16": (10, 640)}
+QUICK_SHAPES = {"float32": (4, 256), "bfloat16": (4, 256)}
+#: Suffixes of users' checkpoint files.
+SUFFIXES = (".pt", ".pth", ".safetensors")
+
+
+def is_checkpoint_file(path):
+    return str(path).endswith(SUFFIXES)
+
+
+def transformer_checkpoint(dtype, layers, width, seed=0):
+    """A checkpoint dict: ``model`` (a state dict of ``layers`` encoder
+    layers of ``width``, feed-forward ``4 * width``), ``optimizer``,
+    ``step`` and ``config``."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    dt = getattr(torch, dtype)
+
+    def w(*shape):
+        return (torch.randn(*shape, generator=g) * 0.02).to(dt)
+
+    sd = {}
+    d, ff = width, 4 * width
+    for i in range(layers):
+        p = f"{i}."
+        sd[p + "self_attn.in_proj_weight"] = w(3 * d, d)
+        sd[p + "self_attn.in_proj_bias"] = w(3 * d)
+        sd[p + "self_attn.out_proj.weight"] = w(d, d)
+        sd[p + "self_attn.out_proj.bias"] = w(d)
+        sd[p + "linear1.weight"] = w(ff, d)
+        sd[p + "linear1.bias"] = w(ff)
+        sd[p + "linear2.weight"] = w(d, ff)
+        sd[p + "linear2.bias"] = w(d)
+        for norm in ("norm1", "norm2"):
+            sd[p + norm + ".weight"] = torch.ones(d, dtype=dt)
+            sd[p + norm + ".bias"] = torch.zeros(d, dtype=dt)
+    optimizer = {"state": {}, "param_groups": [{
+        "lr": 1e-4, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01,
+        "amsgrad": False, "params": list(range(len(sd)))}]}
+    return {"model": sd, "optimizer": optimizer, "step": 1000,
+            "config": {"layers": layers, "width": width, "dtype": dtype}}
+
+
+def _state_dict(obj):
+    """The flat dict of tensors in a checkpoint, for safetensors (or None)."""
+    import torch
+
+    for candidate in (obj, obj.get("model") if isinstance(obj, dict) else None,
+                      obj.get("state_dict") if isinstance(obj, dict) else None):
+        if isinstance(candidate, dict) and candidate and all(
+                isinstance(v, torch.Tensor) for v in candidate.values()):
+            return {k: v.detach().contiguous() for k, v in candidate.items()}
+    return None
+
+
+def _interleaved(contenders, rounds, before=None):
+    """Median time of each contender, timed in turn round after round;
+    ``before[name]()`` runs untimed before each of its runs."""
+    times = {name: [] for name in contenders}
+    for warm_up in [True] + [False] * rounds:  # the first round (imports, pools) untimed
+        for name, func in contenders.items():
+            if before and name in before:
+                before[name]()
+            run = time_runs(func, 1)
+            if not warm_up:
+                times[name] += run
+    return {name: statistics.median(runs) for name, runs in times.items()}
+
+
+def measure(name, obj, directory, rounds):
+    """Times and sizes of every contender on one checkpoint."""
+    import joblib
+    import torch
+
+    peers = {}
+    try:
+        import safetensors.torch as st
+    except ImportError:
+        st = None
+    sd = _state_dict(obj) if st is not None else None
+    p = {k: os.path.join(directory, f"{name}.{k}") for k in
+         ("cp", "cp3", "pt", "st", "jl")}
+    dumps = {
+        "cpersist raw": lambda: cpersist.dump(obj, p["cp"]),
+        "cpersist compress=3": lambda: cpersist.dump(obj, p["cp3"], compress=3),
+        "torch.save": lambda: torch.save(obj, p["pt"]),
+        "joblib.dump": lambda: joblib.dump(obj, p["jl"]),
+    }
+    if sd is not None:
+        dumps["safetensors save_file"] = lambda: st.save_file(sd, p["st"])
+    # Each dump writes a new file: the time the file system takes to free
+    # the previous one (a rename onto it, or a truncation) is not timed.
+    targets = {"cpersist raw": "cp", "cpersist compress=3": "cp3", "torch.save": "pt",
+               "joblib.dump": "jl", "safetensors save_file": "st"}
+    dump_s = _interleaved(dumps, rounds, {name: _remover(p[key])
+                                          for name, key in targets.items()})
+    # Every file checked to hold the checkpoint before its loads are timed.
+    _check(obj, cpersist.load(p["cp"], trusted=False))
+    _check(obj, cpersist.load(p["cp3"]))
+    loads = {
+        "cpersist.load": lambda: cpersist.load(p["cp"]),
+        "cpersist.load trusted=False": lambda: cpersist.load(p["cp"], trusted=False),
+        "cpersist.load mmap_mode='r'": lambda: cpersist.load(p["cp"], mmap_mode="r"),
+        "cpersist.load compress=3": lambda: cpersist.load(p["cp3"]),
+        "torch.load weights_only": lambda: torch.load(p["pt"], weights_only=True),
+        "torch.load mmap": lambda: torch.load(p["pt"], weights_only=True, mmap=True),
+        "joblib.load": lambda: joblib.load(p["jl"]),
+        "joblib.load mmap_mode='r'": lambda: joblib.load(p["jl"], mmap_mode="r"),
+    }
+    if sd is not None:
+        loads["safetensors load_file"] = lambda: st.load_file(p["st"])
+    load_s = _interleaved(loads, rounds)
+    sizes = {k: os.path.getsize(v) for k, v in p.items() if os.path.exists(v)}
+    tensor_bytes = sum(t.numel() * t.dtype.itemsize for t in _tensors(obj))
+    result = {"name": name, "tensor_mb": tensor_bytes / MB, "tensors": len(_tensors(obj)),
+              "dump_s": dump_s, "load_s": load_s, "file_bytes": sizes,
+              "ratio_compress3": tensor_bytes / sizes["cp3"], "missing": sorted(peers)}
+    for f in p.values():
+        if os.path.exists(f):
+            os.unlink(f)
+    return result
+
+
+def _remover(path):
+    def remove():
+        if os.path.exists(path):
+            os.unlink(path)
+    return remove
+
+
+#: ``--quick``: compress="max" on this many elements of the largest weight.
+QUICK_MAX_ELEMENTS = 1 << 14
+
+
+def measure_max(obj, directory, quick=False):
+    """compress='max' on the largest weight of a checkpoint (it is slow by design)."""
+    import torch
+
+    w = max(_tensors(obj), key=lambda t: t.numel())
+    if quick:
+        w = w.reshape(-1)[:QUICK_MAX_ELEMENTS].clone()
+    path = os.path.join(directory, "max.cp")
+    times = time_runs(lambda: cpersist.dump({"w": w}, path, compress="max"), 1)
+    ratio = w.numel() * w.dtype.itemsize / os.path.getsize(path)
+    assert torch.equal(cpersist.load(path)["w"], w)
+    os.unlink(path)
+    return {"dtype": str(w.dtype).rpartition(".")[2], "tensor_mb": w.numel() * w.dtype.itemsize
+            / MB, "ratio": ratio, "dump_s": times[0]}
+
+
+def _tensors(obj):
+    import torch
+
+    found, stack, seen = [], [obj], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, torch.Tensor):
+            found.append(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+    return found
+
+
+def _check(expected, got):
+    import torch
+
+    a, b = _tensors(expected), _tensors(got)
+    assert len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def load_user_checkpoint(path):
+    """A user's ``.pt`` (``torch.load(weights_only=True)``) or ``.safetensors`` file."""
+    import torch
+
+    if str(path).endswith(".safetensors"):
+        from safetensors.torch import load_file
+
+        return load_file(path)
+    return torch.load(path, weights_only=True, map_location="cpu")
+
+
+def run(out_dir, quick=False, rounds=5, files=()):
+    """Run the suite; write ``out_dir/checkpoints.json``; return the results."""
+    os.makedirs(out_dir, exist_ok=True)
+    results = {"quick": quick, "rounds": rounds, "cpus": os.cpu_count(), "checkpoints": [],
+               "missing": missing()}
+    if results["missing"]:
+        return results
+    directory = tempfile.mkdtemp(prefix="cpersist-checkpoints-")
+    try:
+        if files:
+            for path in files:
+                obj = load_user_checkpoint(path)
+                results["checkpoints"].append(
+                    measure(os.path.basename(path), obj, directory, rounds))
+        else:
+            for dtype, (layers, width) in (QUICK_SHAPES if quick else SHAPES).items():
+                obj = transformer_checkpoint(dtype, layers, width)
+                results["checkpoints"].append(
+                    dict(measure(dtype, obj, directory, rounds), generated=True))
+                if dtype == "float32":
+                    results["max"] = measure_max(obj, directory, quick)
+                del obj
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    with open(os.path.join(out_dir, "checkpoints.json"), "w") as file:
+        json.dump(results, file, indent=1)
+    return results
+
+
+#: What the suite needs, as pip names them.
+NEEDS = ("torch", "safetensors", "joblib")
+
+
+def missing():
+    """The first of :data:`NEEDS` not installed, or None."""
+    import importlib.util
+
+    return next((name for name in NEEDS if importlib.util.find_spec(name) is None), None)
+
+
+def targets(results):
+    """Target rows: ratios measured in one run beside their bounds."""
+    if results.get("missing"):
+        return [_row("checkpoints", "model checkpoints", missing=results["missing"])]
+    rows = []
+    for r in results["checkpoints"]:
+        d, lo, size = r["dump_s"], r["load_s"], r["file_bytes"]
+        what = f"{r['name']} ({r['tensor_mb']:.0f} MB, {r['tensors']} tensors)"
+        bf16 = r["name"] == "bfloat16"
+        # The bounds are for the generated checkpoints: a user's file gets
+        # its ratios alone.
+        row = _row if r.get("generated") else _unbounded
+
+        def ms(*names, t):
+            return " / ".join(f"{t[n] * 1e3:.0f} ms" for n in names)
+
+        rows.append(row("checkpoints", f"{what}: dump speed / torch.save",
+                         d["torch.save"] / d["cpersist raw"], None if bf16 else (">=", 1.2),
+                         ms("cpersist raw", "torch.save", t=d)))
+        rows.append(row("checkpoints", f"{what}: load speed / torch.load(weights_only)",
+                         lo["torch.load weights_only"] / lo["cpersist.load"],
+                         None if bf16 else (">=", 1.5),
+                         ms("cpersist.load", "torch.load weights_only", t=lo)))
+        rows.append(row("checkpoints", f"{what}: file size / torch.save's",
+                         size["cp"] / size["pt"], ("<=", 1),
+                         f"{size['cp'] / MB:.1f} MB / {size['pt'] / MB:.1f} MB"))
+        rows.append(row("checkpoints", f"{what}: mmap_mode='r' load time / torch.load(mmap)",
+                         lo["cpersist.load mmap_mode='r'"] / lo["torch.load mmap"],
+                         None if bf16 else ("<=", 1),
+                         ms("cpersist.load mmap_mode='r'", "torch.load mmap", t=lo)))
+        if "safetensors load_file" in lo:
+            rows.append(row("checkpoints", f"{what}: mmap_mode='r' load time / safetensors "
+                             f"load_file", lo["cpersist.load mmap_mode='r'"]
+                             / lo["safetensors load_file"], None if bf16 else ("<=", 2),
+                             ms("cpersist.load mmap_mode='r'", "safetensors load_file", t=lo)))
+        rows.append(row("checkpoints", f"{what}: trusted=False load time / trusted",
+                         lo["cpersist.load trusted=False"] / lo["cpersist.load"],
+                         None if bf16 else ("<=", 1.1),
+                         ms("cpersist.load trusted=False", "cpersist.load", t=lo)))
+        rows.append(row("checkpoints", f"{what}: compress=3 ratio", r["ratio_compress3"],
+                         (">=", 1.3) if bf16 else None,
+                         f"{size['cp3'] / MB:.1f} MB"))
+        rows.append(row("checkpoints", f"{what}: compress=3 dump speed / raw dump's",
+                         d["cpersist raw"] / d["cpersist compress=3"],
+                         (">=", 0.5) if bf16 else None,
+                         ms("cpersist compress=3", "cpersist raw", t=d)))
+        rows.append(row("checkpoints", f"{what}: compress=3 load speed / torch.load's",
+                         lo["torch.load weights_only"] / lo["cpersist.load compress=3"],
+                         (">=", 1) if bf16 else None,
+                         ms("cpersist.load compress=3", "torch.load weights_only", t=lo)))
+    if "max" in results:
+        m = results["max"]
+        rows.append(_row("checkpoints", f"compress='max' ratio on one {m['dtype']} weight "
+                         f"({m['tensor_mb']:.3g} MB)", m["ratio"],
+                         (">=", 1.15) if m["dtype"] == "float32" else None,
+                         f"{m['dump_s']:.1f} s to dump"))
+    return rows
+
+
+def _unbounded(suite, target, ratio, bound, measured):
+    return _row(suite, target, ratio, None, measured)
+
+
+def format_results(results):
+    """Every contender's time and size, per checkpoint."""
+    lines = []
+    for r in results["checkpoints"]:
+        lines.append(f"{r['name']}: {r['tensor_mb']:.0f} MB in {r['tensors']} tensors "
+                     f"(median of {results['rounds']} rounds, warm cache)")
+        for kind in ("dump_s", "load_s"):
+            for method, t in sorted(r[kind].items(), key=lambda kv: kv[1]):
+                lines.append(f"  {kind[:-2]:<5} {method:<30} {t * 1e3:9.1f} ms")
+        for key, n in sorted(r["file_bytes"].items()):
+            lines.append(f"  size  {key:<30} {n / MB:9.1f} MB")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m cpersist.benchmarks.checkpoints",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="*", help="your own .pt / .safetensors files")
+    parser.add_argument("--out", default="bench-checkpoints")
+    parser.add_argument("--quick", action="store_true", help="small checkpoints")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    from .bounds import format_targets
+
+    results = run(args.out, args.quick, args.rounds, args.files)
+    print(format_targets(targets(results)))
+    print(format_results(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""torch stays optional: nothing imports it unless a dump meets a tensor or
+a load rebuilds one; where CI runs, torch must be there."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _modules_after(code):
+    probe = "import sys; print('MODULES:', *sorted(m for m in sys.modules if m == 'torch' " \
+            "or m.startswith(('torch.', 'cpersist.tensors', 'ml_dtypes'))))"
+    out = subprocess.run([sys.executable, "-c", f"{code}\n{probe}"], capture_output=True,
+                         text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+    assert out.returncode == 0, out.stderr
+    return set(out.stdout.split("MODULES:")[-1].split())
+
+
+def test_torch_is_installed_where_ci_runs():
+    # .ci/run sets CI=true and installs torch: its tensor tests must run there.
+    if os.environ.get("CI") == "true":
+        import torch  # noqa: F401
+
+
+def test_non_tensor_paths_import_no_torch(tmp_path):
+    path = str(tmp_path / "a.cp")
+    code = ("import numpy as np, cpersist\n"
+            f"cpersist.dump({{'a': np.arange(10.0), 'b': ['x']}}, {path!r}, compress=3)\n"
+            f"cpersist.load({path!r}); cpersist.load({path!r}, trusted=False)\n"
+            f"cpersist.load({path!r}, mmap_mode='r'); cpersist.inspect({path!r})\n"
+            f"with cpersist.open({path!r}) as f: f.arrays; f.load(lazy=True)")
+    assert _modules_after(code) == set()
+
+
+def test_a_file_of_tensors_imports_torch_when_loaded(tmp_path):
+    torch = pytest.importorskip("torch")
+    import cpersist
+
+    path = str(tmp_path / "t.cp")
+    cpersist.dump({"w": torch.ones(3)}, path)
+    after = _modules_after(f"import cpersist; assert cpersist.load({path!r})['w'].sum() == 3")
+    assert "torch" in after
+    # Listing needs no torch.
+    assert "torch" not in _modules_after(f"import cpersist; cpersist.inspect({path!r})")
+
+
+def test_ci_installs_the_cpu_torch_before_the_test_command():
+    import re
+    from pathlib import Path
+
+    ci = Path(ROOT, ".ci", "run").read_text().splitlines()
+    torch_at = ci.index("pip install torch==2.13.0")
+    tests_at = next(i for i, line in enumerate(ci) if "python -m pytest" in line)
+    assert torch_at < tests_at and "export CI=true" in ci[torch_at:tests_at]
+    setup = Path(ROOT, "setup.py").read_text()
+    low, high = re.search(r'"torch>=([\d.]+),<(\d+)"', setup).groups()
+    assert tuple(map(int, low.split("."))) <= (2, 13, 0) < (int(high),)
+    # The test extra must not pull an unpinned torch (a CUDA build of several GB).
+    assert "TORCH" not in re.search(r"^TEST = .*$", setup, re.M).group(0)
