@@ -380,11 +380,12 @@ def test_the_device_a_tensor_was_dumped_from_is_recorded(tmp_path, monkeypatch, 
 
 # -- files written before ------------------------------------------------------
 
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "tensors-2.0")
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "tensors-2.1")
 
 
 def fixture_object():
-    """What the files under ``fixtures/tensors-2.0`` hold (written by format 2.0)."""
+    """What the files under ``fixtures/tensors-2.1`` hold (written by format 2.1,
+    the first to store tensors)."""
     base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
     lin = torch.nn.Linear(6, 2)
     with torch.no_grad():
@@ -398,7 +399,7 @@ def fixture_object():
 
 
 @pytest.mark.parametrize("name", ["raw.cp", "zstd3.cp"])
-def test_files_written_by_format_2_0_load(name):
+def test_files_written_by_format_2_1_load(name):
     expected = fixture_object()
     back = cpersist.load(os.path.join(FIXTURES, name), trusted=False)
     assert back["step"] == 7 and back["model"].keys() == expected["model"].keys()
