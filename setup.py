@@ -41,7 +41,9 @@ setup(
     license="BSD-3-Clause",
     packages=find_packages(include=["cpersist", "cpersist.*"]),
     python_requires=">=3.9",
-    install_requires=["numpy>=1.23", "blosc2>=2.5", "lz4>=4.0", "zstandard>=0.21", "xxhash>=3.0"],
+    # blosc2 >= 4 ships libblosc2 inside its package, where cpersist loads it
+    # from (earlier wheels put it in a lib64/ folder beside the package).
+    install_requires=["numpy>=1.23", "blosc2>=4.0", "lz4>=4.0", "zstandard>=0.21", "xxhash>=3.0"],
     extras_require={
         "bench": BENCH,
         "test": TEST,

@@ -98,7 +98,7 @@ def _library_path():
     if spec is None or not spec.submodule_search_locations:
         raise CodecLibraryError(
             "Blosc codecs need the blosc2 package (its C library, libblosc2), "
-            "which is not installed: pip install 'blosc2>=2.7'")
+            "which is not installed: pip install 'blosc2>=4.0'")
     name = {"win32": "libblosc2.dll", "darwin": "libblosc2.dylib"}.get(sys.platform,
                                                                        "libblosc2.so")
     for folder in spec.submodule_search_locations:
