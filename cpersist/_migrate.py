@@ -296,14 +296,24 @@ def convert_pickled(kind, src, source, dst, *, trust_pickles, compress, chunk_si
             f"with any arguments). Convert only files you trust: pass --trust-pickles to "
             f"'cpersist convert' or trust_pickles=True to cpersist.convert(). Nothing "
             f"was written.")
+    return dump_loaded([load_pickled(kind, src, source)], kind, source, dst, compress=compress,
+                       chunk_size=chunk_size, n_threads=n_threads, fsync=fsync,
+                       storage_options=storage_options)
+
+
+def dump_loaded(held, kind, source, dst, *, compress, chunk_size, n_threads, fsync,
+                storage_options):
+    """Dump the object loaded from another format, ``held[0]``, to ``dst`` and
+    return :func:`cpersist.convert`'s statistics. The object is dropped once
+    written (held in a list so that no caller's name keeps it): that releases
+    the maps of a memory-mapped source."""
     from .api import dump
     from ._args import open_source
     from .container import ContainerReader
 
-    obj = load_pickled(kind, src, source)
-    dump(obj, dst, compress, chunk_size=chunk_size, n_threads=n_threads, fsync=fsync,
+    dump(held[0], dst, compress, chunk_size=chunk_size, n_threads=n_threads, fsync=fsync,
          storage_options=storage_options)
-    del obj  # releases the maps of a memory-mapped joblib file
+    held.clear()
     with open_source(dst, storage_options=storage_options) as out:
         sections = ContainerReader(out).sections
     return {

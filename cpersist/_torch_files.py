@@ -109,23 +109,11 @@ def _bytes_io(source):
 def convert_from(kind, src, source, dst, *, trust_pickles, compress, chunk_size, n_threads,
                  fsync, storage_options):
     """Load a torch or safetensors file and dump its object to ``dst``."""
-    from .api import dump
-    from ._args import open_source
-    from .container import ContainerReader
+    from ._migrate import dump_loaded
 
-    obj = load_source(kind, src, source, trust_pickles)
-    dump(obj, dst, compress, chunk_size=chunk_size, n_threads=n_threads, fsync=fsync,
-         storage_options=storage_options)
-    del obj
-    with open_source(dst, storage_options=storage_options) as out:
-        sections = ContainerReader(out).sections
-    return {
-        "source_kind": kind.label,
-        "sections": len(sections),
-        "raw_bytes": sum(s.raw_size for s in sections),
-        "stored_bytes_before": source.size,
-        "stored_bytes_after": sum(s.stored_size for s in sections),
-    }
+    return dump_loaded([load_source(kind, src, source, trust_pickles)], kind, source, dst,
+                       compress=compress, chunk_size=chunk_size, n_threads=n_threads,
+                       fsync=fsync, storage_options=storage_options)
 
 
 def flat_tensors(obj, name):

@@ -23,7 +23,6 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from benchmarks import publish, recorded_paths, targets, threads  # noqa: E402
-from cpersist.benchmarks import main  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -34,11 +33,9 @@ def _read(path):
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    """A quick run of the datasets the published page shows, every suite."""
-    out = tmp_path_factory.mktemp("bench_publish")
-    rc = main(["--quick", "--suite", "all", "--datasets", "atlas_c,text,images,random_forest",
-               "--import-runs", "2", "--out", str(out), "--no-progress"])
+def quick_run(quick_bench):
+    """The session's quick run of every suite (the published page's datasets among them)."""
+    rc, out = quick_bench
     assert rc == 0
     return out
 
@@ -87,8 +84,7 @@ def test_publish_writes_page_figures_and_readme_table(quick_run, tmp_path):
     assert text.startswith(publish.GENERATED)
     # The command as a user would type it: no output folder, no terminal options.
     command = publish._command(machine)
-    assert command == ("python -m cpersist.benchmarks --quick --suite all --datasets "
-                       "atlas_c,text,images,random_forest --import-runs 2")
+    assert command == "python -m cpersist.benchmarks --quick --suite all"
     assert f":Command: ``{command}``" in text and "--out" in machine["command"]
     assert machine["cpu"] in text and f"{machine['cpu_count']} logical cores" in text
     assert machine["date_utc"] in text and machine["started_utc"] in text

@@ -29,10 +29,8 @@ def _read(path):
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench_quick")
-    rc = main(["--quick", "--suite", "all", "--out", str(out), "--no-progress"])
-    return rc, out
+def quick_run(quick_bench):
+    return quick_bench
 
 
 # ---------------------------------------------------------------------------

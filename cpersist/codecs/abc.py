@@ -56,6 +56,28 @@ def fill_stepwise(decode, out):
         filled += len(piece)
 
 
+def fill_from_decompressor(decompressor, src, out):
+    """:func:`fill_stepwise` from a :mod:`bz2` / :mod:`lzma` style
+    ``decompressor`` (``decompress(data, max_length)``, ``eof``,
+    ``needs_input``) fed ``src``; returns the bytes decoded. The caller
+    checks ``eof`` and ``unused_data``: a whole chunk, nothing after it."""
+    pending = [src]
+
+    def decode(max_length):
+        # max_length bounds each call's output to what the slice has
+        # room for; the decompressor keeps the input it has not used.
+        for _ in range(3):  # a call may only take in input, never more than twice
+            if decompressor.eof or decompressor.needs_input and not pending[0]:
+                break
+            piece = decompressor.decompress(pending[0], max_length)
+            pending[0] = b""
+            if piece:
+                return piece
+        return b""
+
+    return fill_stepwise(decode, out)
+
+
 class Codec(ABC):
     """Compress and decompress independent chunks of bytes.
 

@@ -4,7 +4,7 @@ A Burrows–Wheeler transform on blocks of up to 900 kB: slow, but on text and
 on tables of repeated values (NaN-heavy data) it often beats LZ codecs.
 """
 
-from .abc import Codec, fill_stepwise
+from .abc import Codec, fill_from_decompressor
 
 
 def _bz2():
@@ -27,22 +27,9 @@ class BZ2(Codec):
 
     def decode_into(self, src, out):
         decompressor = _bz2().BZ2Decompressor()
-        pending = [src]
-
-        def decode(max_length):
-            # max_length bounds each call's output to what the slice has
-            # room for; the decompressor keeps the input it has not used.
-            for _ in range(3):  # a call may only take in input, never more than twice
-                if decompressor.eof or decompressor.needs_input and not pending[0]:
-                    break
-                piece = decompressor.decompress(pending[0], max_length)
-                pending[0] = b""
-                if piece:
-                    return piece
-            return b""
 
         try:
-            filled = fill_stepwise(decode, out)
+            filled = fill_from_decompressor(decompressor, src, out)
         except (OSError, ValueError, EOFError) as exc:
             raise self._invalid(exc) from None
         if filled != len(out) or not decompressor.eof or decompressor.unused_data:

@@ -6,7 +6,7 @@ with xz's default CRC-64 check). Both compress better than zlib and far more
 slowly, and decompress at tens of MB/s.
 """
 
-from .abc import Codec, fill_stepwise
+from .abc import Codec, fill_from_decompressor
 
 
 def _lzma():
@@ -31,22 +31,9 @@ class _LZMA(Codec):
     def decode_into(self, src, out):
         lzma = _lzma()
         decompressor = lzma.LZMADecompressor(format=getattr(lzma, self.format_name))
-        pending = [src]
-
-        def decode(max_length):
-            # max_length bounds each call's output to what the slice has
-            # room for; the decompressor keeps the input it has not used.
-            for _ in range(3):  # a call may only take in input, never more than twice
-                if decompressor.eof or decompressor.needs_input and not pending[0]:
-                    break
-                piece = decompressor.decompress(pending[0], max_length)
-                pending[0] = b""
-                if piece:
-                    return piece
-            return b""
 
         try:
-            filled = fill_stepwise(decode, out)
+            filled = fill_from_decompressor(decompressor, src, out)
         except (lzma.LZMAError, ValueError, EOFError) as exc:
             raise self._invalid(exc) from None
         if filled != len(out) or not decompressor.eof or decompressor.unused_data:
