@@ -37,8 +37,12 @@ class _NotSmall(Exception):
 
 
 class _BoundedBuffer(io.BytesIO):
+    def __init__(self, limit):
+        super().__init__()
+        self._limit = limit
+
     def write(self, data):
-        if self.tell() + memoryview(data).nbytes > SMALL_STREAM:
+        if self.tell() + memoryview(data).nbytes > self._limit:
             raise _NotSmall
         return super().write(data)
 
@@ -47,15 +51,26 @@ def _refuse(arr):
     raise _NotSmall
 
 
+def pickle_within(obj, protocol, limit, inline_below, fortran_as_c=False):
+    """``(BytesIO or None, pickler)``: ``obj`` pickled with every array
+    inside the stream, or None where the stream would pass ``limit`` bytes
+    or holds an array of ``inline_below`` bytes or more (which would need a
+    section of its own)."""
+    stream = _BoundedBuffer(limit)
+    pickler = ArrayPickler(stream, protocol, _refuse, inline_below, fortran_as_c)
+    try:
+        pickler.dump(obj)
+    except _NotSmall:
+        return None, pickler
+    return stream, pickler
+
+
 def pickle_small(obj, protocol, inline_below):
     """``(pickle stream, arrays inlined)`` of ``obj`` if it is small and
     holds no array of ``inline_below`` bytes or more (which would need a
     section), else None."""
-    stream = _BoundedBuffer()
-    pickler = ArrayPickler(stream, protocol, _refuse, inline_below)
-    try:
-        pickler.dump(obj)
-    except _NotSmall:
+    stream, pickler = pickle_within(obj, protocol, SMALL_STREAM, inline_below)
+    if stream is None:
         return None
     return stream.getbuffer(), pickler.inlined
 

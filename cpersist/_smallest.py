@@ -30,7 +30,7 @@ from .api import INLINE_BELOW, _finish, write_sections
 from .container import ENCODED, VERBATIM, ContainerWriter, checksum, encode_chunk
 from .container.tiny import MAX_STREAM, tiny_dump
 from .container.writer import named_os_error
-from .pickler import ArrayPickler
+from ._small import pickle_within
 
 #: Largest pickle stream (arrays inside) written as one chunk, or as a tiny dump.
 WHOLE_STREAM_UP_TO = MAX_STREAM
@@ -39,32 +39,14 @@ WHOLE_STREAM_UP_TO = MAX_STREAM
 TINY_UP_TO = 64 << 10
 
 
-class _TooLarge(Exception):
-    """The object's stream with every array inside passes the bound."""
-
-
-class _BoundedBuffer(io.BytesIO):
-    def write(self, data):
-        if self.tell() + memoryview(data).nbytes > WHOLE_STREAM_UP_TO:
-            raise _TooLarge
-        return super().write(data)
-
-
-def _refuse(arr):
-    raise _TooLarge
-
 
 def whole_stream(obj, protocol, fortran_as_c=False):
     """``(stream, saw_fortran)``: the pickle stream of ``obj`` with every
     array inside it, or None for the stream when it would pass
     :data:`WHOLE_STREAM_UP_TO` bytes."""
-    buf = _BoundedBuffer()
-    pickler = ArrayPickler(buf, protocol, _refuse, WHOLE_STREAM_UP_TO + 1, fortran_as_c)
-    try:
-        pickler.dump(obj)
-    except _TooLarge:
-        return None, pickler.saw_fortran
-    return buf.getvalue(), pickler.saw_fortran
+    buf, pickler = pickle_within(obj, protocol, WHOLE_STREAM_UP_TO, WHOLE_STREAM_UP_TO + 1,
+                                 fortran_as_c)
+    return (None if buf is None else buf.getvalue()), pickler.saw_fortran
 
 
 def _one_chunk_dump(stream, name, codec, protocol):
