@@ -387,55 +387,58 @@ def _only_files(args):
 def _lazy_suite(args, scale, extra):
     """``--suite lazy``: writes lazy.json, lazy.csv (the targets) and lazy.txt."""
     from . import lazy
-    from .bounds import TARGET_COLUMNS, format_targets, lazy_targets
-    from .report import write_csv
+    from .bounds import lazy_targets
 
     repeats = args.repeat if args.repeat is not None else 1 if args.quick else 5
-    try:
+
+    def run():
         results = lazy.run(args.out, scale=scale, repeats=repeats)
-        rows, text = lazy_targets(results), lazy.format_results(results)
-    except Exception as exc:  # reported as a failed row; the other suites go on
-        rows = [{"suite": "lazy", "target": "lazy access", "status": "failed",
-                 "reason": f"{type(exc).__name__}: {exc}"[:300]}]
-        text = ""
-    table = "Lazy access: targets as ratios beside their bounds\n" + format_targets(rows)
-    print("\n" + table)
-    paths = [write_csv(os.path.join(args.out, "lazy.csv"), rows, TARGET_COLUMNS),
-             _write_text(os.path.join(args.out, "lazy.txt"), table + "\n\n" + text)]
-    if os.path.exists(os.path.join(args.out, "lazy.json")):
-        paths.append(os.path.join(args.out, "lazy.json"))
-    extra["lazy"] = {"scale": scale, "repeats": repeats,
-                     "failed": sum(r["status"] == "failed" for r in rows),
-                     "units": "ratios of medians over the repeats, warm page cache; MB = 2**20 "
-                              "bytes in lazy.json"}
-    return paths
+        return lazy_targets(results), lazy.format_results(results)
+
+    return _targets_suite(args, "lazy", "Lazy access", "lazy access", run, extra, {
+        "scale": scale, "repeats": repeats,
+        "units": "ratios of medians over the repeats, warm page cache; MB = 2**20 bytes in "
+                 "lazy.json"})
 
 
 def _checkpoints_suite(args, extra):
     """``--suite checkpoints``: writes checkpoints.json, .csv (the targets) and .txt."""
     from . import checkpoints
-    from .bounds import TARGET_COLUMNS, format_targets
-    from .report import write_csv
 
     rounds = args.repeat if args.repeat is not None else 1 if args.quick else 5
     files = [f for f in args.files if checkpoints.is_checkpoint_file(f)]
-    try:
+
+    def run():
         results = checkpoints.run(args.out, quick=args.quick, rounds=rounds, files=files)
-        rows, text = checkpoints.targets(results), checkpoints.format_results(results)
+        return checkpoints.targets(results), checkpoints.format_results(results)
+
+    return _targets_suite(args, "checkpoints", "Model checkpoints", "checkpoints", run, extra, {
+        "rounds": rounds, "files": files,
+        "units": "ratios of medians over the rounds (every contender once per round, in this "
+                 "process), warm page cache"}, show_text=True)
+
+
+def _targets_suite(args, suite, title, what, run, extra, info, show_text=False):
+    """Run a suite whose results are target rows: ``run()`` gives ``(rows,
+    text)``. Writes SUITE.csv and SUITE.txt (and lists SUITE.json where the
+    suite wrote one); a suite that raises is one failed row, and the other
+    suites go on."""
+    from .bounds import TARGET_COLUMNS, format_targets
+    from .report import write_csv
+
+    try:
+        rows, text = run()
     except Exception as exc:  # reported as a failed row; the other suites go on
-        rows = [{"suite": "checkpoints", "target": "checkpoints", "status": "failed",
+        rows = [{"suite": suite, "target": what, "status": "failed",
                  "reason": f"{type(exc).__name__}: {exc}"[:300]}]
         text = ""
-    table = "Model checkpoints: targets as ratios beside their bounds\n" + format_targets(rows)
-    print("\n" + table + "\n" + text)
-    paths = [write_csv(os.path.join(args.out, "checkpoints.csv"), rows, TARGET_COLUMNS),
-             _write_text(os.path.join(args.out, "checkpoints.txt"), table + "\n\n" + text)]
-    if os.path.exists(os.path.join(args.out, "checkpoints.json")):
-        paths.append(os.path.join(args.out, "checkpoints.json"))
-    extra["checkpoints"] = {"rounds": rounds, "files": files,
-                            "failed": sum(r["status"] == "failed" for r in rows),
-                            "units": "ratios of medians over the rounds (every contender once "
-                                     "per round, in this process), warm page cache"}
+    table = f"{title}: targets as ratios beside their bounds\n" + format_targets(rows)
+    print("\n" + table + ("\n" + text if show_text else ""))
+    paths = [write_csv(os.path.join(args.out, f"{suite}.csv"), rows, TARGET_COLUMNS),
+             _write_text(os.path.join(args.out, f"{suite}.txt"), table + "\n\n" + text)]
+    if os.path.exists(os.path.join(args.out, f"{suite}.json")):
+        paths.append(os.path.join(args.out, f"{suite}.json"))
+    extra[suite] = {**info, "failed": sum(r["status"] == "failed" for r in rows)}
     return paths
 
 
