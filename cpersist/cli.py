@@ -17,6 +17,7 @@ from . import __version__
 from ._files import TMP_SUFFIX
 from ._remote import is_url
 from .exceptions import CpersistError
+from .tools.table import format_table
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PROG = "cpersist"
@@ -138,15 +139,7 @@ def _format_version(value):
 
 
 def _table(rows, headers, right=()):
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
-    lines = []
-    for row in [headers] + rows:
-        cells = [
-            str(x).rjust(w) if i in right else str(x).ljust(w)
-            for i, (x, w) in enumerate(zip(row, widths))
-        ]
-        lines.append("  " + "  ".join(cells).rstrip())
-    return lines
+    return format_table(headers, rows, right=right, gap="  ", indent="  ", rule=None).splitlines()
 
 
 def _shape(shape):

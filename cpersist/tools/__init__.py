@@ -1,0 +1,1 @@
+"""Tools built on the library: text rendering shared by the command line and the benchmark."""
