@@ -462,7 +462,8 @@ def replace_readme_block(text, block):
 
 def redraw(run_dir):
     """Figures and ``summary.rst`` in ``run_dir`` from its CSVs; the figures written."""
-    from cpersist.benchmarks.report import plot_serializers, plot_storage, read_csv
+    from cpersist.benchmarks.figures import plot_serializers, plot_storage
+    from cpersist.benchmarks.output import read_csv
 
     rows = read_csv(os.path.join(run_dir, "results.csv"))
     written = plot_storage(rows, run_dir)

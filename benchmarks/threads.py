@@ -37,7 +37,8 @@ if __name__ == "__main__":  # run as a script: import this file as benchmarks.th
 
 from cpersist.benchmarks import datacache  # noqa: E402
 from cpersist.benchmarks import datasets as ds  # noqa: E402
-from cpersist.benchmarks.measure import median, run_in_subprocess, warm_cache  # noqa: E402
+from cpersist.benchmarks.measure import median, run_in_subprocess  # noqa: E402
+from cpersist.benchmarks.pagecache import warm_cache  # noqa: E402
 
 __all__ = ["THREADS_COLUMNS", "THREADS_DATASETS", "run_threads", "format_threads", "main"]
 
@@ -469,7 +470,7 @@ def main(argv=None):
         0 when every row is correct, 1 when some failed, 2 on bad arguments.
     """
     from cpersist._threads import default_n_threads
-    from cpersist.benchmarks.report import write_csv, write_machine_json
+    from cpersist.benchmarks.output import write_csv, write_machine_json
 
     parser = build_parser()
     args = parser.parse_args(argv)

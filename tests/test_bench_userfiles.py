@@ -11,8 +11,8 @@ import pytest
 from cpersist.benchmarks import cli
 from cpersist.benchmarks import datasets as ds
 from cpersist.benchmarks.cli import main
-from cpersist.benchmarks.report import (KEPT_RAW_NOTE, bar_figure, format_recommendations,
-                                        format_table, plot_storage)
+from cpersist.benchmarks.figures import bar_figure, plot_storage
+from cpersist.benchmarks.report import KEPT_RAW_NOTE, format_recommendations, format_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -136,7 +136,7 @@ def test_recommendations_name_cpersist_settings():
 
 
 def test_figures_order_levels_and_mark_failed_methods(tmp_path):
-    from cpersist.benchmarks.report import _plt
+    from cpersist.benchmarks.figures import _plt
 
     def row(method, level, status="ok", value=1.0):
         return {"dataset": "file_a_long_dataset_name.npy", "method": method, "family": "x",

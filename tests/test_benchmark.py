@@ -590,7 +590,7 @@ def test_progress_bar_shows_cell_and_time_left(capsys):
 
 
 def test_bar_legend_does_not_cover_bars():
-    from cpersist.benchmarks.report import _plt, bar_figure
+    from cpersist.benchmarks.figures import _plt, bar_figure
 
     plt = _plt()
     rows = [{"method": m, "level": lv, "v": 1.0 + lv} for m in ("a", "b") for lv in (0, 3, 9)]

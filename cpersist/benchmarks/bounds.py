@@ -8,6 +8,8 @@ row with status ``not installed``; a ratio measured without a bound (given
 for comparison) has an empty ``bound``.
 """
 
+from ..tools.table import format_table
+
 __all__ = ["TARGET_COLUMNS", "lazy_targets", "remote_targets", "format_targets"]
 
 #: Columns of a target row.
@@ -125,13 +127,7 @@ def remote_targets(rows):
 
 def format_targets(rows):
     """The target rows as a text table."""
-    width = max([len(r["target"]) for r in rows] + [6])
-    head = f"{'target':<{width}} {'ratio':>7} {'bound':>7} {'met':>4}  measured"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        if r["status"] != "ok":
-            lines.append(f"{r['target']:<{width}} {r['status']}: {r['reason']}")
-            continue
-        lines.append(f"{r['target']:<{width}} {r['ratio']:>7.3f} {r['bound'] or '-':>7} "
-                     f"{r['met'] or '-':>4}  {r['measured']}")
-    return "\n".join(lines)
+    return format_table(["target", "ratio", "bound", "met", "measured"], [
+        [r["target"], f"{r['ratio']:.3f}", r["bound"] or "-", r["met"] or "-", r["measured"]]
+        if r["status"] == "ok" else [r["target"], f"{r['status']}: {r['reason']}"]
+        for r in rows], right=(1, 2, 3))

@@ -28,6 +28,7 @@ import tempfile
 
 from .bounds import _row
 from .importtime import _cli_command
+from .measure import best_time
 
 __all__ = ["run_cold_start", "SMALL_OBJECT"]
 
@@ -174,15 +175,6 @@ def _info_command(directory, runs):
     ours, theirs = statistics.median(info), statistics.median(numpy)
     return [_row("coldstart", target, ours / theirs, ("<=", INFO_OVER_IMPORT_NUMPY),
                  f"{ours * 1e3:.1f} ms / {theirs * 1e3:.1f} ms")]
-
-
-def best_time(statement, namespace, number, repeat=7):
-    """Seconds per call of ``statement``, best of ``repeat`` clock reads of
-    ``number`` calls each, as ``python -m timeit`` measures."""
-    import timeit
-
-    timer = timeit.Timer(statement, globals=namespace)
-    return min(timer.repeat(repeat=repeat, number=number)) / number
 
 
 def _in_memory(number):

@@ -19,6 +19,8 @@ import statistics
 import subprocess
 import sys
 
+from ..tools.table import format_table
+
 __all__ = ["IMPORT_COLUMNS", "run_import_times", "format_import_times"]
 
 #: CSV columns of ``import_time.csv``.
@@ -152,12 +154,7 @@ def run_import_times(runs=11):
 
 def format_import_times(rows):
     """The end-of-run table of :func:`run_import_times`."""
-    head = f"{'start-up':<18} {'median ms':>9} {'range ms':>15} {'runs':>4}  measured"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        if r["status"] != "ok":
-            lines.append(f"{r['what']:<18} {r['status']}: {r['reason']}")
-            continue
-        span = f"{r['min_ms']:.1f}-{r['max_ms']:.1f}"
-        lines.append(f"{r['what']:<18} {r['median_ms']:>9.1f} {span:>15} {r['runs']:>4}  {r['kind']}")
-    return "\n".join(lines)
+    return format_table(["start-up", "median ms", "range ms", "runs", "measured"], [
+        [r["what"], f"{r['median_ms']:.1f}", f"{r['min_ms']:.1f}-{r['max_ms']:.1f}", r["runs"], r["kind"]]
+        if r["status"] == "ok" else [r["what"], f"{r['status']}: {r['reason']}"]
+        for r in rows], right=(1, 2, 3))

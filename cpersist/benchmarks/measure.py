@@ -32,7 +32,6 @@ How a measurement is made (this is what the CSV numbers mean):
 
 import contextlib
 import gc
-import mmap
 import os
 import statistics
 import sys
@@ -41,24 +40,21 @@ import time
 import traceback
 import types
 
+from .pagecache import (disk_size, evict_from_cache, files_of, remove_output, resident_fraction,
+                        warm_cache)
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
 __all__ = [
     "rss_bytes",
     "PeakMemory",
-    "evict_from_cache",
-    "warm_cache",
-    "resident_fraction",
     "run_in_subprocess",
-    "files_of",
-    "disk_size",
-    "remove_output",
     "write_task",
     "read_task",
     "preload_modules",
     "time_runs",
+    "best_time",
 ]
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
 
 def time_runs(func, runs):
     """Wall times in seconds of ``runs`` calls of ``func()``, in order."""
@@ -68,6 +64,15 @@ def time_runs(func, runs):
         func()
         times.append(time.perf_counter() - t0)
     return times
+
+
+def best_time(statement, namespace, number, repeat=7):
+    """Seconds per call of ``statement``, best of ``repeat`` clock reads of
+    ``number`` calls each, as ``python -m timeit`` measures."""
+    import timeit
+
+    timer = timeit.Timer(statement, globals=namespace)
+    return min(timer.repeat(repeat=repeat, number=number)) / number
 
 
 def rss_bytes():
@@ -155,93 +160,6 @@ class PeakMemory:
         self.peak = max(0, m_rss - self.base)
         self.peak_anon = max(0, m_anon - self.base_anon)
         return False
-
-
-# ---------------------------------------------------------------------------
-# Outputs: one file, or a directory of files (zarr)
-# ---------------------------------------------------------------------------
-
-
-def files_of(path):
-    """``[path]`` for a file, every file under ``path`` for a directory."""
-    if os.path.isdir(path):
-        return sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs)
-    return [path]
-
-
-def disk_size(path):
-    """Bytes of the file, or of every file under the directory, at ``path``."""
-    return sum(os.path.getsize(f) for f in files_of(path))
-
-
-def remove_output(path):
-    """Delete what a method wrote at ``path`` (file or directory), if anything."""
-    import shutil
-
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    elif os.path.exists(path):
-        os.unlink(path)
-
-
-# ---------------------------------------------------------------------------
-# Page cache
-# ---------------------------------------------------------------------------
-
-
-def evict_from_cache(path):
-    """Flush ``path`` to disk and drop it from the page cache.
-
-    Returns
-    -------
-    bool
-        False when ``posix_fadvise`` is not available (then reads are warm
-        whatever was asked, and the row says so).
-    """
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # dirty pages cannot be dropped
-        if not hasattr(os, "posix_fadvise"):
-            return False
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        return True
-    finally:
-        os.close(fd)
-
-
-def warm_cache(path):
-    """Read ``path`` once so it sits in the page cache."""
-    with open(path, "rb", buffering=0) as f:
-        while f.read(1 << 22):
-            pass
-
-
-def resident_fraction(path):
-    """Fraction of ``path``'s pages in the page cache (``mincore``), or None."""
-    try:
-        import ctypes
-
-        size = os.path.getsize(path)
-        if size == 0:
-            return 0.0
-        libc = ctypes.CDLL(None, use_errno=True)
-        with open(path, "rb") as f:
-            # ACCESS_COPY gives a writable (private) view, which ctypes needs
-            # for an address; nothing is read or written through it.
-            mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
-        try:
-            buf = ctypes.c_char.from_buffer(mm)
-            n = (size + _PAGE - 1) // _PAGE
-            vec = (ctypes.c_ubyte * n)()
-            rc = libc.mincore(ctypes.c_void_p(ctypes.addressof(buf)), ctypes.c_size_t(size), vec)
-            del buf
-            if rc != 0:
-                return None
-            return sum(v & 1 for v in vec) / n
-        finally:
-            mm.close()
-    except Exception:
-        return None
 
 
 # ---------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import statistics
 import time
 import warnings
 
+from ..tools.table import format_table
 from .measure import run_in_subprocess
 
 __all__ = ["MEMORY_COLUMNS", "STORES", "MEMORY_OBJECTS", "run_memory", "format_memory"]
@@ -153,12 +154,13 @@ def run_memory(out_dir, data, repeats=3, timeout=1800, progress=True):
 
 def format_memory(rows):
     """The suite's printed table: milliseconds and MB per dataset and store."""
-    lines = [f"{'dataset':<16} {'store':<22} {'write ms':>10} {'hit ms':>10} {'hit mmap ms':>12} {'file MB':>9}"]
+    table = []
     for r in rows:
         if r["status"] != "ok":
-            lines.append(f"{r['dataset']:<16} {r['store']:<22} {r['status']}: {r['reason']}")
+            table.append([r["dataset"], r["store"], f"{r['status']}: {r['reason']}"])
             continue
-        mapped = f"{float(r['hit_mmap_s']) * 1e3:12.1f}" if r["hit_mmap_s"] != "" else f"{'-':>12}"
-        lines.append(f"{r['dataset']:<16} {r['store']:<22} {float(r['write_s']) * 1e3:10.1f} "
-                     f"{float(r['hit_s']) * 1e3:10.1f} {mapped} {int(r['file_bytes']) / 1e6:9.3f}")
-    return "\n".join(lines)
+        mapped = f"{float(r['hit_mmap_s']) * 1e3:.1f}" if r["hit_mmap_s"] != "" else "-"
+        table.append([r["dataset"], r["store"], f"{float(r['write_s']) * 1e3:.1f}",
+                      f"{float(r['hit_s']) * 1e3:.1f}", mapped, f"{int(r['file_bytes']) / 1e6:.3f}"])
+    return format_table(["dataset", "store", "write ms", "hit ms", "hit mmap ms", "file MB"], table,
+                        right=(2, 3, 4, 5))

@@ -3,12 +3,12 @@ files, zarr v3, HDF5 through h5py with hdf5plugin's filters, and safetensors.
 
 Each is optional: when its library does not import, the method's
 ``available()`` says so and its rows are ``n/a``. The method interface is
-:class:`cpersist.benchmarks.methods.Method`.
+:class:`cpersist.benchmarks.method.Method`.
 """
 
 import numpy as np
 
-from .methods import Method, is_dict_of_arrays
+from .method import Method, is_dict_of_arrays
 
 __all__ = ["Blosc2NDArray", "Zarr", "H5py", "Safetensors", "peer_methods"]
 

@@ -1,7 +1,7 @@
 """The established formats the benchmark compares cpersist with: ``np.save``,
 ``np.savez_compressed``, pickle, joblib, PyTables (HDF5) and nibabel (NIfTI).
 
-The method interface is :class:`cpersist.benchmarks.methods.Method`; the newer
+The method interface is :class:`cpersist.benchmarks.method.Method`; the newer
 array formats are in :mod:`cpersist.benchmarks.peers`.
 """
 
@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-from .methods import Method, is_dict_of_arrays, is_plain_array
+from .method import Method, is_dict_of_arrays, is_plain_array
 
 __all__ = [
     "NpSave",

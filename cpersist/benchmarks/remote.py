@@ -22,6 +22,7 @@ import sys
 
 import numpy as np
 
+from ..tools.table import format_table
 from .measure import time_runs
 
 __all__ = ["REMOTE_COLUMNS", "run", "format_results", "main"]
@@ -242,22 +243,20 @@ def _zarr_array(data, bucket, options, chunk_size, level):
 
 def format_results(rows):
     """The table printed by :func:`main`."""
-    head = (f"{'method':<20} {'median s':>8} {'range s':>13} {'MB/s':>7} {'stored MB':>9} "
-            f"{'time / cpersist':>15}")
-    lines = [head, "-" * len(head)]
+    table = []
     for r in rows:
+        span = f"{r['min_s']:.2f}-{r['max_s']:.2f}" if r.get("status") == "ok" else ""
         if r.get("status") != "ok":
-            lines.append(f"{r['method']:<20} {r.get('status')}: {r.get('reason')}")
-            continue
-        span = f"{r['min_s']:.2f}-{r['max_s']:.2f}"
-        stored = r["stored_mb"] if r["stored_mb"] is not None else "-"
-        if r["method"] == SLICE:
-            lines.append(f"{r['method']:<20} {r['median_s']:>8.3f} {span:>13} "
-                         f"{r['requests']} requests, {r['served_mb']} MB served")
-            continue
-        lines.append(f"{r['method']:<20} {r['median_s']:>8.2f} {span:>13} "
-                     f"{r['mb_per_s']:>7.1f} {stored:>9} {r.get('ratio_vs_cpersist', '-'):>15}")
-    return "\n".join(lines)
+            table.append([r["method"], f"{r.get('status')}: {r.get('reason')}"])
+        elif r["method"] == SLICE:
+            table.append([r["method"], f"{r['median_s']:.3f}", span,
+                          f"{r['requests']} requests, {r['served_mb']} MB served"])
+        else:
+            stored = r["stored_mb"] if r["stored_mb"] is not None else "-"
+            table.append([r["method"], f"{r['median_s']:.2f}", span, f"{r['mb_per_s']:.1f}", stored,
+                          r.get("ratio_vs_cpersist", "-")])
+    return format_table(["method", "median s", "range s", "MB/s", "stored MB", "time / cpersist"],
+                        table, right=(1, 2, 3, 4, 5))
 
 
 def main(argv=None):

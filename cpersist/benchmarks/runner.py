@@ -9,7 +9,8 @@ from typing import List, Optional, Sequence
 from . import datacache
 from . import datasets as ds
 from . import methods as mt
-from .measure import median, remove_output, run_in_subprocess
+from .measure import median, run_in_subprocess
+from .pagecache import remove_output
 
 __all__ = ["StorageConfig", "COLUMNS", "COLUMN_DOCS", "plan", "measure_cell", "run_storage",
            "Interrupted", "row_key"]

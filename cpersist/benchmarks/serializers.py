@@ -37,9 +37,11 @@ import os
 import pickle
 import time
 
-from .measure import PeakMemory, rss_bytes, run_in_subprocess
+from ..tools.table import format_table
+from .measure import PeakMemory, best_time, rss_bytes, run_in_subprocess
 
-__all__ = ["SERIALIZERS", "SER_COLUMNS", "SMALL_COLUMNS", "make_dict", "run_serializers", "run_small_objects"]
+__all__ = ["SERIALIZERS", "SER_COLUMNS", "SMALL_COLUMNS", "make_dict", "run_serializers", "run_small_objects",
+           "format_serializers"]
 
 MB = 1e6
 
@@ -314,8 +316,6 @@ def run_small_objects(number=2000):
     list of dict
         Rows with the :data:`SMALL_COLUMNS` keys; times in microseconds.
     """
-    from .coldstart import best_time
-
     rows = []
     missing = _cpersist_missing()
     serializers = dict(_serializers(), **{"cpersist dumps/loads": _cpersist_in_memory()})
@@ -346,3 +346,19 @@ def run_small_objects(number=2000):
             rows.append(dict(row, dumps_us=round(d * 1e6, 3), loads_us=round(lo * 1e6, 3),
                              bytes=len(data), status="ok"))
     return rows
+
+
+def format_serializers(rows, small):
+    """The printed tables of :func:`run_serializers` and :func:`run_small_objects`."""
+    big = format_table(
+        ["serializer", "entries", "store_s", "load_s", "file_MB", "st MB/s", "ld MB/s", "rssLoad", "rss/MB"],
+        [[r["serializer"], r["entries"], f"{r['store_s']:.4f}", f"{r['load_s']:.4f}", f"{r['file_MB']:.3f}",
+          r["store_MBps"], r["load_MBps"], f"{r['rss_load_MB']:.1f}", r["rss_per_file_MB"]]
+         if r["status"] == "ok" else [r["serializer"], r["entries"], f"{r['status']}: {r['reason']}"]
+         for r in rows], right=range(1, 9))
+    objects = format_table(
+        ["serializer", "object", "dumps_us", "loads_us", "bytes"],
+        [[r["serializer"], r["object"], r["dumps_us"], r["loads_us"], r["bytes"]]
+         if r["status"] == "ok" else [r["serializer"], r["object"], f"{r['status']}: {r['reason']}"]
+         for r in small], right=(2, 3, 4))
+    return big + "\n\n" + objects

@@ -1,0 +1,98 @@
+"""The storage-method interface of the benchmark (:class:`Method`), which
+cpersist's own methods (:mod:`.methods`) and the peers (:mod:`.peers_classic`,
+:mod:`.peers`) implement.
+
+Every method knows
+
+* ``levels(grid)``: how the generic level grid (default 0, 1, 3, 6, 9) maps
+  onto what it supports (``np.save`` only stores raw, so it runs at level 0
+  whatever the grid; ``np.savez_compressed`` has one fixed level, reported as
+  6 because zipfile's ZIP_DEFLATED uses zlib's default level, which is 6);
+* ``why_not(obj)``: None when it can store ``obj``, else the reason (nibabel
+  on a 2-D array, ``np.save`` on a dict, ...), which becomes an ``n/a`` row;
+* ``write(obj, path, level)`` and ``read(path)``.
+
+Methods are plain picklable objects: the parent sends them to the
+measurement subprocesses.
+"""
+
+import numpy as np
+
+__all__ = ["Method", "is_plain_array", "is_dict_of_arrays"]
+
+
+def is_plain_array(obj):
+    return isinstance(obj, np.ndarray) and not obj.dtype.hasobject
+
+
+def is_dict_of_arrays(obj, ok_dtype=lambda dt: True):
+    return (
+        isinstance(obj, dict)
+        and len(obj) > 0
+        and all(isinstance(k, str) and k for k in obj)
+        and all(is_plain_array(v) and ok_dtype(v.dtype) for v in obj.values())
+    )
+
+
+class Method:
+    """Base class of a storage method.
+
+    Attributes
+    ----------
+    name : str
+        Unique id, used by ``--methods`` and in the CSV ``method`` column.
+    family : str
+        Library (``cpersist``, ``tables``, ``joblib`` ...), for colours.
+    codec : str
+        Compressor name, ``"none"`` when raw.
+    suffix : str
+        File name suffix (some libraries insist on theirs).
+    mmap : bool
+        True when the read memory-maps and the benchmark must touch every
+        byte to pay the real cost.
+    supported : tuple of int
+        Levels the method can run at.
+    note : str
+        Anything a reader of the CSV must know (goes to the ``notes`` column).
+    """
+
+    name = "?"
+    family = "?"
+    codec = "none"
+    suffix = ".bin"
+    mmap = False
+    supported = (0,)
+    fixed_level = None
+    note = ""
+    threads = None
+
+    def levels(self, grid):
+        """Levels to run for the generic ``grid``.
+
+        Methods with a single fixed level run at it whatever the grid; the
+        others run at the grid levels they support.
+        """
+        if self.fixed_level is not None:
+            return [self.fixed_level]
+        return [lv for lv in grid if lv in self.supported]
+
+    def available(self):
+        """None when the library imports, else why not."""
+        return None
+
+    def why_not(self, obj):
+        """None when ``obj`` can be stored, else the reason."""
+        return None
+
+    def applies_to(self, obj):
+        """Whether this method can store ``obj`` (see :meth:`why_not`)."""
+        return self.available() is None and self.why_not(obj) is None
+
+    def write(self, obj, path, level):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def read(self, path):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name}>"

@@ -1,0 +1,130 @@
+"""Files of a run: the CSVs and ``machine.json`` (the machine, library
+versions and the exact command, so that every number can be read back in
+context)."""
+
+import csv
+import datetime as _dt
+import importlib
+import json
+import math
+import os
+import platform
+import sys
+
+__all__ = ["write_csv", "read_csv", "as_float", "machine_info", "load_average", "write_machine_json"]
+
+_VERSIONED = (
+    "cpersist", "numpy", "tables", "blosc", "blosc2", "nibabel", "joblib", "lz4", "zstandard",
+    "sklearn", "matplotlib", "tqdm",
+)
+
+
+def write_csv(path, rows, columns):
+    """Write ``rows`` (dicts) to ``path`` with the given column order."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    return path
+
+
+def read_csv(path):
+    """Read a results CSV back (all values as strings)."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def as_float(v):
+    """A CSV cell as a finite float, or None (empty, ``n/a``, NaN)."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _version(mod):
+    try:
+        m = importlib.import_module(mod)
+    except Exception:
+        return None
+    return str(getattr(m, "__version__", "?"))
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def _total_ram():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def load_average():
+    """The 1-, 5- and 15-minute load averages (None where the OS has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def machine_info(extra=None):
+    """Machine description and library versions for the side JSON.
+
+    Parameters
+    ----------
+    extra : dict, optional
+        Merged in (command line, options, measurement notes).
+
+    Returns
+    -------
+    dict
+    """
+    info = {
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "ram_bytes": _total_ram(),
+        "load_average": load_average(),
+        "versions": {m: _version(m) for m in _VERSIONED},
+    }
+    try:
+        import tables
+
+        info["versions"]["hdf5"] = tables.hdf5_version
+        info["tables_complibs"] = [c for c in tables.filters.all_complibs if tables.which_lib_version(c)]
+    except Exception:
+        pass
+    try:
+        from .methods import cpersist_codecs
+
+        info["cpersist_codecs"] = cpersist_codecs()
+    except Exception:
+        pass
+    if extra:
+        info.update(extra)
+    return info
+
+
+def write_machine_json(path, extra=None):
+    """Write :func:`machine_info` as JSON to ``path``."""
+    with open(path, "w") as f:
+        json.dump(machine_info(extra), f, indent=2, default=str)
+    return path

@@ -1,0 +1,325 @@
+"""Running what the benchmark's command line chose: each suite in turn, its
+table printed and its files written to the output folder."""
+
+import datetime as _dt
+import os
+import shlex
+import sys
+import time
+
+from . import datacache
+from . import datasets as ds
+
+__all__ = ["SUITES", "EXIT_INTERRUPTED", "run"]
+
+QUICK_MAX_ENTRIES = 16000
+#: The default run measures each of cpersist's codecs at this level only
+#: (cpersist's default codec and the peers at every level of the grid).
+DEFAULT_CODEC_LEVELS = (3,)
+#: The suites ``--suite`` chooses from (``all`` runs each).
+SUITES = ("storage", "serializers", "memory", "lazy", "remote", "checkpoints")
+#: ``--quick``: the lazy and remote suites' sizes are multiplied by this.
+QUICK_SCALE = 0.01
+#: Exit code after Ctrl-C (128 + SIGINT, what shells report).
+EXIT_INTERRUPTED = 130
+
+
+#: Methods a run of the user's own files leaves out unless asked for by
+#: --methods (or --full): the "max" preset tries several codecs and filters
+#: per chunk, minutes per 100 MB with a peak of several times the data.
+USER_FILE_SKIPPED = ("cpersist max",)
+USER_FILE_SKIP_NOTE = ("note: cpersist max (compress=\"max\") is not measured on your files by "
+                       "default: it tries several codecs per chunk (minutes per 100 MB, peak "
+                       "memory several times the data); add --methods 'cpersist*' or --full to "
+                       "measure it")
+
+
+def run(parser, args, argv, size, levels, repeats):
+    """Run the suites ``args`` choose at this grid, print their tables and
+    write their files to ``args.out``; the exit code of :func:`.cli.main`."""
+    from .figures import plot_serializers, plot_storage
+    from .output import load_average, write_csv, write_machine_json
+    from .report import format_max_vs_peers, format_table, max_vs_peers
+
+    os.makedirs(args.out, exist_ok=True)
+    failed = 0
+    refused_files = False
+    t_start = time.perf_counter()
+    written = []
+    given = list(sys.argv[1:] if argv is None else argv)
+    extra = {"argv": given, "command": " ".join([parser.prog, shlex.join(given)]).strip(),
+             "suite": args.suite, "mode": "quick" if args.quick else "full" if args.full else "default",
+             "started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+             "load_average_start": load_average()}
+
+    if args.suite in ("storage", "all"):
+        from .runner import COLUMN_DOCS, Interrupted, StorageConfig, run_storage
+
+        csv_path = os.path.join(args.out, "results.csv")
+        cfg = StorageConfig(
+            out=args.out, datasets=args.datasets, methods=args.methods, levels=levels,
+            size_bytes=size, repeats=repeats, warm_cache=args.warm_cache, files=list(args.files),
+            trust_pickles=args.trust_pickles, quick=args.quick, threads=args.threads,
+            timeout=args.timeout, keep_files=args.keep_files, progress=not args.no_progress,
+            csv_path=csv_path, resume=args.resume,
+            default_datasets=None if args.full else ds.DEFAULT_DATASETS,
+            codec_levels=None if (args.full or args.quick or args.levels) else DEFAULT_CODEC_LEVELS,
+        )
+        if _only_files(args) and not args.full and not args.methods:
+            cfg.exclude_methods = list(USER_FILE_SKIPPED)
+            print(USER_FILE_SKIP_NOTE, file=sys.stderr)
+        try:
+            rows = run_storage(cfg)
+        except ValueError as e:  # unknown dataset/method name, or a CSV --resume cannot extend
+            parser.error(str(e))
+        except Interrupted as e:
+            _say_interrupted(e, csv_path, given)
+            return EXIT_INTERRUPTED
+        written.append(csv_path)
+        extra["storage"] = {
+            "levels": levels, "size_bytes": size, "repeats": repeats,
+            "cache": "warm" if args.warm_cache else "cold (fsync + POSIX_FADV_DONTNEED before each read)",
+            "threads": args.threads, "quick": args.quick,
+            "units": "MB = 1e6 bytes; times in seconds (median of repeats); peaks = RSS above the "
+                     "level before the call, first repeat, fresh process",
+            "ratio": "size_bytes / disk_bytes (higher is smaller on disk)",
+            "process_model": "one fresh forkserver process per (dataset, method, level, write|read); "
+                             "all repeats of that operation run in it",
+            "columns": COLUMN_DOCS,
+        }
+        if not args.no_plots and _can_plot():
+            written += plot_storage(rows, args.out)
+        print(format_table(rows))
+        if args.files:
+            from .report import format_recommendations
+
+            advice = format_recommendations(rows, source="file")
+            if advice:
+                print("\n" + advice)
+                written.append(_write_text(os.path.join(args.out, "recommendations.txt"), advice))
+        refused = [r for r in rows if r.get("source") == "file" and r.get("status") == "n/a"
+                   and str(r.get("reason", "")).startswith("dataset not loaded: PermissionError")]
+        if refused:
+            for name in dict.fromkeys(r["dataset"] for r in refused):
+                why = next(r["reason"] for r in refused if r["dataset"] == name)
+                print(f"error: {name} was not measured: {why.split(': ', 2)[-1]}", file=sys.stderr)
+            refused_files = True
+        extra["max_vs_peers"] = max_vs_peers(rows)
+        if extra["max_vs_peers"]:
+            print("\n" + format_max_vs_peers(extra["max_vs_peers"]))
+        failed += sum(r["status"] == "failed" for r in rows)
+
+    if args.suite in ("serializers", "all"):
+        from .serializers import (SER_COLUMNS, SMALL_COLUMNS, format_serializers, run_serializers,
+                                  run_small_objects)
+
+        max_entries = args.max_entries or (QUICK_MAX_ENTRIES if args.quick else 4_096_000)
+        srows = run_serializers(args.out, max_entries=max_entries, mem_budget_mb=args.mem_budget,
+                                timeout=args.timeout, progress=not args.no_progress)
+        small = run_small_objects(200 if args.quick else 5000)
+        written.append(write_csv(os.path.join(args.out, "serializers.csv"), srows, SER_COLUMNS))
+        written.append(write_csv(os.path.join(args.out, "small_objects.csv"), small, SMALL_COLUMNS))
+        if not args.no_plots and _can_plot():
+            written.append(plot_serializers(srows, os.path.join(args.out, "serializers.png")))
+        extra["serializers"] = {"max_entries": max_entries, "mem_budget_MB": args.mem_budget}
+        print("\n" + format_serializers(srows, small))
+        failed += sum(r["status"] == "failed" for r in srows + small)
+        try:
+            import shutil
+
+            shutil.rmtree(os.path.join(args.out, "_work"), ignore_errors=True)
+        except OSError:
+            pass
+
+    if args.suite in ("memory", "all"):
+        from .memory import MEMORY_COLUMNS, format_memory, run_memory
+
+        data = _memory_data(args.out, size, args.quick)
+        mrows = run_memory(args.out, data, repeats=max(repeats, 1 if args.quick else 3),
+                           timeout=args.timeout, progress=not args.no_progress)
+        written.append(write_csv(os.path.join(args.out, "memory.csv"), mrows, MEMORY_COLUMNS))
+        extra["memory"] = {"objects": list(data), "units": "seconds, median of the repeats; file_bytes "
+                           "= the cached output file", "repeats": max(repeats, 1 if args.quick else 3)}
+        print("\njoblib.Memory: cache write and hit\n" + format_memory(mrows))
+        failed += sum(r["status"] == "failed" for r in mrows)
+        if not args.keep_files:
+            import shutil
+
+            shutil.rmtree(os.path.join(args.out, "_work"), ignore_errors=True)
+
+    scale = args.scale if args.scale is not None else QUICK_SCALE if args.quick else 1.0
+    if args.suite in ("lazy", "all"):
+        written += _lazy_suite(args, scale, extra)
+        failed += extra["lazy"]["failed"]
+    if args.suite in ("remote", "all"):
+        written += _remote_suite(args, scale, extra)
+        failed += extra["remote"]["failed"]
+
+    if args.suite in ("checkpoints", "all"):
+        written += _checkpoints_suite(args, extra)
+        failed += extra["checkpoints"]["failed"]
+
+    # Start-up times say nothing about the user's files: not timed on a run of them.
+    import_runs = args.import_runs if args.import_runs is not None else (
+        0 if _only_files(args) else 21 if args.full else 5)
+    if import_runs > 0:
+        from .importtime import IMPORT_COLUMNS, format_import_times, run_import_times
+
+        irows = run_import_times(import_runs)
+        written.append(write_csv(os.path.join(args.out, "import_time.csv"), irows, IMPORT_COLUMNS))
+        extra["import_time"] = {"runs": import_runs,
+                                "units": "milliseconds; imports timed inside a fresh interpreter "
+                                         "after 'import numpy', commands as wall time"}
+        print("\n" + format_import_times(irows))
+        from .bounds import TARGET_COLUMNS, format_targets
+        from .coldstart import run_cold_start
+
+        crows = run_cold_start(min(import_runs, 2) if args.quick else import_runs,
+                               200 if args.quick else 2000)
+        written.append(write_csv(os.path.join(args.out, "coldstart.csv"), crows, TARGET_COLUMNS))
+        print("\nCold start and small objects: each ratio beside its bound\n"
+              + format_targets(crows))
+        failed += sum(r["status"] == "failed" for r in crows)
+
+    extra["elapsed_s"] = round(time.perf_counter() - t_start, 2)
+    written.append(write_machine_json(os.path.join(args.out, "machine.json"), extra))
+    print(f"\n{len(written)} files written to {os.path.abspath(args.out)} in {extra['elapsed_s']} s")
+    if failed:
+        print(f"{failed} measurement(s) FAILED; see the 'reason' column", file=sys.stderr)
+    if refused_files:
+        return 2
+    return 1 if failed else 0
+
+
+def _only_files(args):
+    """Whether this run measures the user's files alone (no built-in data)."""
+    return bool(args.files) and not args.datasets
+
+
+def _lazy_suite(args, scale, extra):
+    """``--suite lazy``: writes lazy.json, lazy.csv (the targets) and lazy.txt."""
+    from . import lazy
+    from .bounds import lazy_targets
+
+    repeats = args.repeat if args.repeat is not None else 1 if args.quick else 5
+
+    def run():
+        results = lazy.run(args.out, scale=scale, repeats=repeats)
+        return lazy_targets(results), lazy.format_results(results)
+
+    return _targets_suite(args, "lazy", "Lazy access", "lazy access", run, extra, {
+        "scale": scale, "repeats": repeats,
+        "units": "ratios of medians over the repeats, warm page cache; MB = 2**20 bytes in "
+                 "lazy.json"})
+
+
+def _checkpoints_suite(args, extra):
+    """``--suite checkpoints``: writes checkpoints.json, .csv (the targets) and .txt."""
+    from . import checkpoints
+
+    rounds = args.repeat if args.repeat is not None else 1 if args.quick else 5
+    files = [f for f in args.files if checkpoints.is_checkpoint_file(f)]
+
+    def run():
+        results = checkpoints.run(args.out, quick=args.quick, rounds=rounds, files=files)
+        return checkpoints.targets(results), checkpoints.format_results(results)
+
+    return _targets_suite(args, "checkpoints", "Model checkpoints", "checkpoints", run, extra, {
+        "rounds": rounds, "files": files,
+        "units": "ratios of medians over the rounds (every contender once per round, in this "
+                 "process), warm page cache"}, show_text=True)
+
+
+def _targets_suite(args, suite, title, what, run, extra, info, show_text=False):
+    """Run a suite whose results are target rows: ``run()`` gives ``(rows,
+    text)``. Writes SUITE.csv and SUITE.txt (and lists SUITE.json where the
+    suite wrote one); a suite that raises is one failed row, and the other
+    suites go on."""
+    from .bounds import TARGET_COLUMNS, format_targets
+    from .output import write_csv
+
+    try:
+        rows, text = run()
+    except Exception as exc:  # reported as a failed row; the other suites go on
+        rows = [{"suite": suite, "target": what, "status": "failed",
+                 "reason": f"{type(exc).__name__}: {exc}"[:300]}]
+        text = ""
+    table = f"{title}: targets as ratios beside their bounds\n" + format_targets(rows)
+    print("\n" + table + ("\n" + text if show_text else ""))
+    paths = [write_csv(os.path.join(args.out, f"{suite}.csv"), rows, TARGET_COLUMNS),
+             _write_text(os.path.join(args.out, f"{suite}.txt"), table + "\n\n" + text)]
+    if os.path.exists(os.path.join(args.out, f"{suite}.json")):
+        paths.append(os.path.join(args.out, f"{suite}.json"))
+    extra[suite] = {**info, "failed": sum(r["status"] == "failed" for r in rows)}
+    return paths
+
+
+def _remote_suite(args, scale, extra):
+    """``--suite remote``: writes remote.csv, remote_targets.csv and remote.txt."""
+    from . import remote
+    from .lazy import optional
+    from .bounds import TARGET_COLUMNS, format_targets, remote_targets
+    from .output import write_csv
+
+    runs = args.repeat if args.repeat is not None else 1 if args.quick else 3
+    mb = max(1.0, 210 * scale)
+    missing = [name for name in ("s3fs", "moto") if optional(name) is None]
+    if missing:
+        rows = [{"method": "cpersist.load", "status": "not installed",
+                 "reason": f"needs {' and '.join(missing)} (pip install "
+                           f"'cpersist[remote]' 'moto[server]')"}]
+    else:
+        try:
+            rows = remote.run(mb=mb, runs=runs, progress=lambda text: None)
+        except Exception as exc:  # reported as a failed row; the other suites go on
+            rows = [{"method": "cpersist.load", "status": "failed",
+                     "reason": f"{type(exc).__name__}: {exc}"[:300]}]
+    targets = remote_targets(rows)
+    if missing:
+        for row in targets:
+            row.update(status="not installed", reason=rows[0]["reason"])
+    table = ("Reading from S3 (moto on 127.0.0.1)\n" + remote.format_results(rows)
+             + "\n\nTargets as ratios beside their bounds\n" + format_targets(targets))
+    print("\n" + table)
+    extra["remote"] = {"mb": mb, "runs": runs,
+                       "failed": sum(r.get("status") == "failed" for r in rows + targets),
+                       "units": "seconds, median of the runs; MB = 1e6 bytes"}
+    return [write_csv(os.path.join(args.out, "remote.csv"), rows, remote.REMOTE_COLUMNS),
+            write_csv(os.path.join(args.out, "remote_targets.csv"), targets, TARGET_COLUMNS),
+            _write_text(os.path.join(args.out, "remote.txt"), table)]
+
+
+def _write_text(path, text):
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(text.rstrip() + "\n")
+    return path
+
+
+def _say_interrupted(exc, csv_path, given):
+    import shlex
+
+    again = [a for a in given if a != "--resume"] + ["--resume"]
+    print(f"\ninterrupted: {len(exc.rows)} row(s) kept in {csv_path} ({exc.measured} measured "
+          f"in this run).\nTo measure the rest: python -m cpersist.benchmarks {shlex.join(again)}\n"
+          f"To start again from nothing: the same command without --resume.", file=sys.stderr)
+
+
+def _memory_data(out, size, quick):
+    """The joblib.Memory suite's objects, materialised once (as for the storage suite)."""
+    from .memory import MEMORY_OBJECTS
+
+    cache_dir = os.path.join(out, "_work", "memory_data")
+    os.makedirs(cache_dir, exist_ok=True)
+    data = {}
+    for d in ds.select_datasets(list(MEMORY_OBJECTS), ds.all_datasets()):
+        data[d.name] = datacache.save_cached(d, d.make(size, quick), os.path.join(cache_dir, d.name + ".pkl"))
+    return data
+
+
+def _can_plot():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("matplotlib is not installed: no figures (pip install 'cpersist[bench]')", file=sys.stderr)
+        return False
+    return True
