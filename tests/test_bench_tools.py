@@ -1,7 +1,8 @@
 """Tests of the tools in the top-level benchmarks/ folder (not installed).
 
 They publish results (``publish.py``), compute the performance targets
-(``targets.py``), measure thread speed-ups beside controls
+(``targets.py``), judge the suites' ratios against their bounds
+(``bounds.py``), measure thread speed-ups beside controls
 (``threads.py``) and the cost of recorded array paths
 (``recorded_paths.py``). CI runs them from the repository root, which is where
 ``benchmarks`` is importable from.
@@ -22,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import publish, recorded_paths, targets, threads  # noqa: E402
+from benchmarks import bounds, publish, recorded_paths, targets, threads  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -458,3 +459,65 @@ def test_recorded_paths_compares_a_dump_with_paths_and_without(capsys):
     assert set(result["times"]) == {"recorded", "walked"}
     assert all(t > 0 for way in result["times"].values() for t in way.values())
     assert "recording: dump x" in capsys.readouterr().out
+
+
+def test_bounds_judge_every_keyed_ratio_of_a_run(quick_run, capsys):
+    """The installed suites write ratios with keys; the lab's bounds give each
+    keyed ratio its bound and verdict, and print met or missed for each."""
+    judged = {name: {r["target"]: r for r in bounds.judge(_read(quick_run / name))}
+              for name in bounds.RATIO_FILES}
+    for rows in judged.values():
+        for r in rows.values():
+            assert (r["bound"] != "") == (r["key"] != ""), r
+            if r["bound"] and r["status"] == "ok":
+                op, limit = r["bound"].split()
+                ratio = float(r["ratio"])
+                assert r["met"] == ("yes" if (ratio <= float(limit) if op == "<=" else
+                                              ratio >= float(limit)) else "no"), r
+    dask = {t.split(": ", 1)[1]: r["bound"] for t, r in judged["lazy.csv"].items()
+            if t.startswith("dask")}
+    assert dask == {"time / zarr v3": "<= 1.25", "speed-up over 1 thread": ">= 1.5"}
+    slices = {t.split(": ", 1)[1]: r["bound"] for t, r in judged["lazy.csv"].items()
+              if t.startswith("1%")}
+    assert slices["time / full load"] == "<= 0.05" and slices["time / blosc2.open()[slice]"] == "<= 1"
+    remote = list(judged["remote_targets.csv"].values())
+    assert [r["bound"] for r in remote] == [">= 0.8", ">= 0.8", "<= 1"]
+    coldstart = {t: r["bound"] for t, r in judged["coldstart.csv"].items()}
+    assert coldstart["one-shot script (import, dump, load), compress=3: time / joblib's"] == "<= 0.5"
+    assert coldstart["first compress=3 load of a 48 MB array in a process: time / the second's"] == "<= 1.3"
+    assert coldstart["dumps of 'people': time / pickle.dumps (protocol 5)"] == "<= 3"
+    assert coldstart["loads of 'people': time / pickle.loads (protocol 5)"] == "<= 2"
+    assert judged["coldstart.csv"]["dumps of 'people': bytes beyond pickle's / 128"]["met"] == "yes"
+    if judged["checkpoints.csv"]:
+        ckpt = {t: r for t, r in judged["checkpoints.csv"].items()}
+        f32 = {t.split(": ", 1)[1]: r["bound"] for t, r in ckpt.items() if t.startswith("float32")}
+        assert f32["dump speed / torch.save"] == ">= 1.2" and f32["compress=3 ratio"] == ""
+        assert f32["trusted=False load time / trusted"] == "<= 1.1"
+        bf16 = {t.split(": ", 1)[1]: r for t, r in ckpt.items() if t.startswith("bfloat16")}
+        assert bf16["compress=3 ratio"]["bound"] == ">= 1.3" and bf16["compress=3 ratio"]["met"] == "yes"
+    rc = bounds.main([str(quick_run)])
+    printed = capsys.readouterr().out
+    missed = sum(r["met"] == "no" for rows in judged.values() for r in rows.values())
+    assert rc == (1 if missed else 0)
+    assert printed.count("lazy.csv") == 1 and "coldstart.csv" in printed
+    assert printed.rstrip().endswith(f"{missed} target(s) missed" if missed else
+                                     "every target with a bound met")
+
+
+def test_bounds_apply_at_the_sizes_they_are_made_for(tmp_path):
+    """A full-size peak and listing get a bound; a key without a bound is an
+    error, not a silent pass; a folder without ratio files is refused."""
+    from cpersist.benchmarks.ratios import lazy_ratios
+
+    full = {"peak": {"array_mb": 400, "peak_mb": 80.0, "exact": True},
+            "listing": {"arrays": 10000, "listing_s": 0.01}}
+    small = {"peak": {"array_mb": 4, "peak_mb": 1.0, "exact": True},
+             "listing": {"arrays": 100, "listing_s": 0.0001}}
+    got = bounds.judge(lazy_ratios(full))
+    assert [(r["key"], r["bound"], r["met"]) for r in got] == [
+        ("lazy.slice_peak", "<= 1", "no"), ("lazy.listing", "<= 1", "yes")]
+    assert [(r["bound"], r["met"]) for r in bounds.judge(lazy_ratios(small))] == [("", "")] * 2
+    with pytest.raises(KeyError):
+        bounds.judge([{"key": "lazy.no_such_target", "status": "ok", "ratio": "1"}])
+    with pytest.raises(SystemExit):
+        bounds.main([str(tmp_path)])

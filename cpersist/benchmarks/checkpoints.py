@@ -33,7 +33,7 @@ import tempfile
 
 import cpersist
 
-from .bounds import _row
+from .ratios import ratio_row
 from .measure import time_runs
 
 MB = 1 << 20
@@ -265,67 +265,64 @@ def missing():
     return next((name for name in NEEDS if importlib.util.find_spec(name) is None), None)
 
 
-def targets(results):
-    """Target rows: ratios measured in one run beside their bounds."""
+def ratios(results):
+    """Ratio rows (:data:`.ratios.RATIO_COLUMNS`): each comparison measured in
+    this run, keyed for the maintainers' bounds on the generated checkpoints."""
     if results.get("missing"):
-        return [_row("checkpoints", "model checkpoints", missing=results["missing"])]
+        return [ratio_row("checkpoints", "model checkpoints", missing=results["missing"])]
     rows = []
     for r in results["checkpoints"]:
         d, lo, size = r["dump_s"], r["load_s"], r["file_bytes"]
         what = f"{r['name']} ({r['tensor_mb']:.0f} MB, {r['tensors']} tensors)"
-        bf16 = r["name"] == "bfloat16"
-        # The bounds are for the generated checkpoints: a user's file gets
-        # its ratios alone.
-        row = _row if r.get("generated") else _unbounded
+        # Bounds are held on the generated checkpoints, some on one dtype
+        # only: a user's file gets its ratios alone (no key).
+        dtype = r["name"] if r.get("generated") else None
+
+        def row(target, ratio, measured, key, dtypes=("float32", "bfloat16")):
+            return ratio_row("checkpoints", f"{what}: {target}", ratio, measured,
+                             key=f"checkpoints.{key}" if dtype in dtypes else "")
 
         def ms(*names, t):
             return " / ".join(f"{t[n] * 1e3:.0f} ms" for n in names)
 
-        rows.append(row("checkpoints", f"{what}: dump speed / torch.save",
-                         d["torch.save"] / d["cpersist raw"], None if bf16 else (">=", 1.2),
-                         ms("cpersist raw", "torch.save", t=d)))
-        rows.append(row("checkpoints", f"{what}: load speed / torch.load(weights_only)",
-                         lo["torch.load weights_only"] / lo["cpersist.load"],
-                         None if bf16 else (">=", 1.5),
-                         ms("cpersist.load", "torch.load weights_only", t=lo)))
-        rows.append(row("checkpoints", f"{what}: file size / torch.save's",
-                         size["cp"] / size["pt"], ("<=", 1),
-                         f"{size['cp'] / MB:.1f} MB / {size['pt'] / MB:.1f} MB"))
-        rows.append(row("checkpoints", f"{what}: mmap_mode='r' load time / torch.load(mmap)",
-                         lo["cpersist.load mmap_mode='r'"] / lo["torch.load mmap"],
-                         None if bf16 else ("<=", 1),
-                         ms("cpersist.load mmap_mode='r'", "torch.load mmap", t=lo)))
+        rows.append(row("dump speed / torch.save", d["torch.save"] / d["cpersist raw"],
+                        ms("cpersist raw", "torch.save", t=d), "dump_vs_torch", ("float32",)))
+        rows.append(row("load speed / torch.load(weights_only)",
+                        lo["torch.load weights_only"] / lo["cpersist.load"],
+                        ms("cpersist.load", "torch.load weights_only", t=lo), "load_vs_torch",
+                        ("float32",)))
+        rows.append(row("file size / torch.save's", size["cp"] / size["pt"],
+                        f"{size['cp'] / MB:.1f} MB / {size['pt'] / MB:.1f} MB", "size_vs_torch"))
+        rows.append(row("mmap_mode='r' load time / torch.load(mmap)",
+                        lo["cpersist.load mmap_mode='r'"] / lo["torch.load mmap"],
+                        ms("cpersist.load mmap_mode='r'", "torch.load mmap", t=lo),
+                        "mmap_vs_torch", ("float32",)))
         if "safetensors load_file" in lo:
-            rows.append(row("checkpoints", f"{what}: mmap_mode='r' load time / safetensors "
-                             f"load_file", lo["cpersist.load mmap_mode='r'"]
-                             / lo["safetensors load_file"], None if bf16 else ("<=", 2),
-                             ms("cpersist.load mmap_mode='r'", "safetensors load_file", t=lo)))
-        rows.append(row("checkpoints", f"{what}: trusted=False load time / trusted",
-                         lo["cpersist.load trusted=False"] / lo["cpersist.load"],
-                         None if bf16 else ("<=", 1.1),
-                         ms("cpersist.load trusted=False", "cpersist.load", t=lo)))
-        rows.append(row("checkpoints", f"{what}: compress=3 ratio", r["ratio_compress3"],
-                         (">=", 1.3) if bf16 else None,
-                         f"{size['cp3'] / MB:.1f} MB"))
-        rows.append(row("checkpoints", f"{what}: compress=3 dump speed / raw dump's",
-                         d["cpersist raw"] / d["cpersist compress=3"],
-                         (">=", 0.5) if bf16 else None,
-                         ms("cpersist compress=3", "cpersist raw", t=d)))
-        rows.append(row("checkpoints", f"{what}: compress=3 load speed / torch.load's",
-                         lo["torch.load weights_only"] / lo["cpersist.load compress=3"],
-                         (">=", 1) if bf16 else None,
-                         ms("cpersist.load compress=3", "torch.load weights_only", t=lo)))
+            rows.append(row("mmap_mode='r' load time / safetensors load_file",
+                            lo["cpersist.load mmap_mode='r'"] / lo["safetensors load_file"],
+                            ms("cpersist.load mmap_mode='r'", "safetensors load_file", t=lo),
+                            "mmap_vs_safetensors", ("float32",)))
+        rows.append(row("trusted=False load time / trusted",
+                        lo["cpersist.load trusted=False"] / lo["cpersist.load"],
+                        ms("cpersist.load trusted=False", "cpersist.load", t=lo),
+                        "untrusted_vs_trusted", ("float32",)))
+        rows.append(row("compress=3 ratio", r["ratio_compress3"], f"{size['cp3'] / MB:.1f} MB",
+                        "compress3_ratio", ("bfloat16",)))
+        rows.append(row("compress=3 dump speed / raw dump's",
+                        d["cpersist raw"] / d["cpersist compress=3"],
+                        ms("cpersist compress=3", "cpersist raw", t=d), "compress3_dump_vs_raw",
+                        ("bfloat16",)))
+        rows.append(row("compress=3 load speed / torch.load's",
+                        lo["torch.load weights_only"] / lo["cpersist.load compress=3"],
+                        ms("cpersist.load compress=3", "torch.load weights_only", t=lo),
+                        "compress3_load_vs_torch", ("bfloat16",)))
     if "max" in results:
         m = results["max"]
-        rows.append(_row("checkpoints", f"compress='max' ratio on one {m['dtype']} weight "
-                         f"({m['tensor_mb']:.3g} MB)", m["ratio"],
-                         (">=", 1.15) if m["dtype"] == "float32" else None,
-                         f"{m['dump_s']:.1f} s to dump"))
+        rows.append(ratio_row("checkpoints", f"compress='max' ratio on one {m['dtype']} weight "
+                              f"({m['tensor_mb']:.3g} MB)", m["ratio"],
+                              f"{m['dump_s']:.1f} s to dump",
+                              key="checkpoints.max_ratio" if m["dtype"] == "float32" else ""))
     return rows
-
-
-def _unbounded(suite, target, ratio, bound, measured):
-    return _row(suite, target, ratio, None, measured)
 
 
 def format_results(results):
@@ -350,10 +347,10 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="small checkpoints")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    from .bounds import format_targets
+    from .ratios import format_ratios
 
     results = run(args.out, args.quick, args.rounds, args.files)
-    print(format_targets(targets(results)))
+    print(format_ratios(ratios(results)))
     print(format_results(results))
     return 0
 

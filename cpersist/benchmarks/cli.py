@@ -109,11 +109,11 @@ def build_parser(prog="python -m cpersist.benchmarks"):
     p.add_argument("--import-runs", type=int, default=None, metavar="N",
                    help="fresh interpreters timing 'import cpersist', 'import joblib', each "
                         "with a first load of a small model, and 'cpersist --help'; and the "
-                        "cold-start and small-object targets, coldstart.csv (median "
+                        "cold-start and small-object comparisons, coldstart.csv (median "
                         "reported; default 5, --full: 21, a run of your files only: 0; 0 skips)")
     p.add_argument("--scale", type=float, default=None, metavar="X",
                    help="lazy and remote suites: multiply their array sizes (default 1, the "
-                        "sizes their targets name: 200 MB slices, 1 GB for dask, 210 MB from "
+                        "sizes their comparisons are made for: 200 MB slices, 1 GB for dask, 210 MB from "
                         "S3; --quick: 0.01)")
     p.add_argument("--list", action="store_true", help="list datasets and methods, then exit")
     return p

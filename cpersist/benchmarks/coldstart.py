@@ -1,6 +1,6 @@
 """Cold start and small objects: what a one-shot script, a first call and a
-small object cost, each as a ratio beside its bound (rows of
-``coldstart.csv``, in the columns of :data:`.bounds.TARGET_COLUMNS`).
+small object cost, each as a ratio (rows of ``coldstart.csv``, in the
+columns of :data:`.ratios.RATIO_COLUMNS`).
 
 - **One-shot script**: ``import`` + ``dump`` + ``load`` of ``{'w':
   np.arange(100_000.0), 'meta': {...}}`` in a fresh interpreter (numpy
@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 
-from .bounds import _row
+from .ratios import failed_row, ratio_row
 from .importtime import _cli_command
 from .measure import best_time
 
@@ -34,12 +34,7 @@ __all__ = ["run_cold_start", "SMALL_OBJECT"]
 
 #: The seed posts' small object.
 SMALL_OBJECT = {"people": [{"name": "Alice"}]}
-#: Bounds of the targets.
-ONE_SHOT_OVER_JOBLIB = 0.5
-FIRST_OVER_SECOND = 1.3
-INFO_OVER_IMPORT_NUMPY = 1.5
-DUMPS_OVER_PICKLE, LOADS_OVER_PICKLE = 3, 2
-FILE_OVER_JOBLIB = 1
+#: The bytes a dump adds to pickle's are compared with this many.
 BYTES_OVER_PICKLE = 128
 
 _ONE_SHOT = """
@@ -92,8 +87,7 @@ def _wall(command):
 
 
 def _failed(target, exc):
-    return dict(_row("coldstart", target, 0), ratio="", status="failed",
-                reason=f"{type(exc).__name__}: {exc}"[:200])
+    return failed_row("coldstart", target, f"{type(exc).__name__}: {exc}"[:200])
 
 
 def _has_joblib():
@@ -109,7 +103,7 @@ def _one_shot(directory, runs):
     for compress in (0, 3):
         target = f"one-shot script (import, dump, load), compress={compress}: time / joblib's"
         if not _has_joblib():
-            rows.append(_row("coldstart", target, missing="joblib"))
+            rows.append(ratio_row("coldstart", target, missing="joblib"))
             continue
         try:
             times = {"cpersist": [], "joblib": []}
@@ -119,8 +113,8 @@ def _one_shot(directory, runs):
                     times[lib] += _python(_ONE_SHOT.format(lib=lib, path=path,
                                                            compress=compress))
             ours, theirs = (statistics.median(times[lib]) for lib in ("cpersist", "joblib"))
-            rows.append(_row("coldstart", target, ours / theirs, ("<=", ONE_SHOT_OVER_JOBLIB),
-                             f"{ours * 1e3:.1f} ms / {theirs * 1e3:.1f} ms "
+            rows.append(ratio_row("coldstart", target, ours / theirs, key="coldstart.one_shot",
+                                  measured=f"{ours * 1e3:.1f} ms / {theirs * 1e3:.1f} ms "
                              f"(ranges {min(times['cpersist']) * 1e3:.0f}-"
                              f"{max(times['cpersist']) * 1e3:.0f} / "
                              f"{min(times['joblib']) * 1e3:.0f}-"
@@ -151,8 +145,8 @@ def _first_calls(directory, runs):
         ratio = statistics.median(ratios[what])
         first = statistics.median(t for t, _ in firsts[what])
         second = statistics.median(t for _, t in firsts[what])
-        rows.append(_row("coldstart", target, ratio, ("<=", FIRST_OVER_SECOND),
-                         f"{first * 1e3:.1f} ms / {second * 1e3:.1f} ms (ratios "
+        rows.append(ratio_row("coldstart", target, ratio, key="coldstart.first_call",
+                              measured=f"{first * 1e3:.1f} ms / {second * 1e3:.1f} ms (ratios "
                          f"{min(ratios[what]):.2f}-{max(ratios[what]):.2f})"))
     return rows
 
@@ -173,8 +167,8 @@ def _info_command(directory, runs):
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
         return [_failed(target, exc)]
     ours, theirs = statistics.median(info), statistics.median(numpy)
-    return [_row("coldstart", target, ours / theirs, ("<=", INFO_OVER_IMPORT_NUMPY),
-                 f"{ours * 1e3:.1f} ms / {theirs * 1e3:.1f} ms")]
+    return [ratio_row("coldstart", target, ours / theirs, key="coldstart.info_command",
+                      measured=f"{ours * 1e3:.1f} ms / {theirs * 1e3:.1f} ms")]
 
 
 def _in_memory(number):
@@ -194,17 +188,17 @@ def _in_memory(number):
         times = {stmt: best_time(stmt, space, number) for stmt in (
             "cpersist.dumps(obj)", "pickle.dumps(obj, protocol=5)",
             "cpersist.loads(ours)", "pickle.loads(theirs)")}
-        for what, bound in (("dumps", DUMPS_OVER_PICKLE), ("loads", LOADS_OVER_PICKLE)):
+        for what in ("dumps", "loads"):
             arg = "obj" if what == "dumps" else "ours"
             mine = times[f"cpersist.{what}({arg})"]
             peer = times["pickle.dumps(obj, protocol=5)" if what == "dumps" else
                          "pickle.loads(theirs)"]
-            rows.append(_row("coldstart", f"{what} of {name!r}: time / pickle.{what} "
-                             f"(protocol 5)", mine / peer, ("<=", bound),
-                             f"{mine * 1e6:.2f} us / {peer * 1e6:.2f} us"))
-        rows.append(_row("coldstart", f"dumps of {name!r}: bytes beyond pickle's / "
-                         f"{BYTES_OVER_PICKLE}", (len(ours) - len(theirs)) / BYTES_OVER_PICKLE,
-                         ("<=", 1), f"{len(ours)} B / {len(theirs)} B"))
+            rows.append(ratio_row("coldstart", f"{what} of {name!r}: time / pickle.{what} "
+                                  f"(protocol 5)", mine / peer, key=f"coldstart.{what}_vs_pickle",
+                                  measured=f"{mine * 1e6:.2f} us / {peer * 1e6:.2f} us"))
+        rows.append(ratio_row("coldstart", f"dumps of {name!r}: bytes beyond pickle's / "
+                              f"{BYTES_OVER_PICKLE}", (len(ours) - len(theirs)) / BYTES_OVER_PICKLE,
+                              key="coldstart.dumps_bytes", measured=f"{len(ours)} B / {len(theirs)} B"))
     return rows
 
 
@@ -216,7 +210,7 @@ def _to_a_file(directory, number):
     targets = [f"{what} of {SMALL_OBJECT!r} to a file: time / joblib.{what}"
                for what in ("dump", "load")]
     if not _has_joblib():
-        return [_row("coldstart", target, missing="joblib") for target in targets]
+        return [ratio_row("coldstart", target, missing="joblib") for target in targets]
     import joblib
 
     ours, theirs = os.path.join(directory, "small.cp"), os.path.join(directory, "small.joblib")
@@ -230,12 +224,12 @@ def _to_a_file(directory, number):
         args = "obj, {}" if what == "dump" else "{}"
         mine = best_time(f"cpersist.{what}({args.format('ours')})", space, number)
         peer = best_time(f"joblib.{what}({args.format('theirs')})", space, number)
-        rows.append(_row("coldstart", target, mine / peer, ("<=", FILE_OVER_JOBLIB),
-                         f"{mine * 1e6:.1f} us / {peer * 1e6:.1f} us"))
+        rows.append(ratio_row("coldstart", target, mine / peer, key=f"coldstart.file_{what}",
+                              measured=f"{mine * 1e6:.1f} us / {peer * 1e6:.1f} us"))
     size, pickled = os.path.getsize(ours), len(pickle.dumps(SMALL_OBJECT, protocol=5))
-    rows.append(_row("coldstart", f"dump of {SMALL_OBJECT!r} to a file: bytes beyond "
-                     f"pickle's / {BYTES_OVER_PICKLE}", (size - pickled) / BYTES_OVER_PICKLE,
-                     ("<=", 1), f"{size} B (joblib {os.path.getsize(theirs)} B, "
+    rows.append(ratio_row("coldstart", f"dump of {SMALL_OBJECT!r} to a file: bytes beyond "
+                          f"pickle's / {BYTES_OVER_PICKLE}", (size - pickled) / BYTES_OVER_PICKLE,
+                          key="coldstart.file_bytes", measured=f"{size} B (joblib {os.path.getsize(theirs)} B, "
                      f"pickle {pickled} B)"))
     return rows
 
@@ -254,7 +248,7 @@ def run_cold_start(runs=5, number=2000):
     Returns
     -------
     list of dict
-        Target rows (:data:`.bounds.TARGET_COLUMNS`), suite ``coldstart``.
+        Target rows (:data:`.ratios.RATIO_COLUMNS`), suite ``coldstart``.
     """
     with tempfile.TemporaryDirectory(prefix="cpersist-coldstart-") as directory:
         return (_one_shot(directory, runs) + _first_calls(directory, runs)

@@ -6,8 +6,8 @@ Measures, side by side in one run, what :func:`cpersist.open` promises:
   (compressible and incompressible data), counted as the change of
   ``rchar`` in ``/proc/self/io`` (bytes returned by read system calls,
   ``pread`` included, whether from the disk or the page cache:
-  ``read_bytes`` would miss what the page cache served), against the bound
-  "the rows' share of the file + two chunks + the index";
+  ``read_bytes`` would miss what the page cache served), over the least a
+  reader needs: "the rows' share of the file + two chunks + the index";
 * **time** for that slice (opening the file included) against a full
   :func:`cpersist.load` of the same file, and against zarr v3 and blosc2
   (``blosc2.open(...)[slice]``) holding the same array with their default

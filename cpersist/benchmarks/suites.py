@@ -171,14 +171,14 @@ def run(parser, args, argv, size, levels, repeats):
                                 "units": "milliseconds; imports timed inside a fresh interpreter "
                                          "after 'import numpy', commands as wall time"}
         print("\n" + format_import_times(irows))
-        from .bounds import TARGET_COLUMNS, format_targets
         from .coldstart import run_cold_start
+        from .ratios import RATIO_COLUMNS, format_ratios
 
         crows = run_cold_start(min(import_runs, 2) if args.quick else import_runs,
                                200 if args.quick else 2000)
-        written.append(write_csv(os.path.join(args.out, "coldstart.csv"), crows, TARGET_COLUMNS))
-        print("\nCold start and small objects: each ratio beside its bound\n"
-              + format_targets(crows))
+        written.append(write_csv(os.path.join(args.out, "coldstart.csv"), crows, RATIO_COLUMNS))
+        print("\nCold start and small objects: each comparison as a ratio\n"
+              + format_ratios(crows))
         failed += sum(r["status"] == "failed" for r in crows)
 
     extra["elapsed_s"] = round(time.perf_counter() - t_start, 2)
@@ -197,24 +197,24 @@ def _only_files(args):
 
 
 def _lazy_suite(args, scale, extra):
-    """``--suite lazy``: writes lazy.json, lazy.csv (the targets) and lazy.txt."""
+    """``--suite lazy``: writes lazy.json, lazy.csv (the ratios) and lazy.txt."""
     from . import lazy
-    from .bounds import lazy_targets
+    from .ratios import lazy_ratios
 
     repeats = args.repeat if args.repeat is not None else 1 if args.quick else 5
 
     def run():
         results = lazy.run(args.out, scale=scale, repeats=repeats)
-        return lazy_targets(results), lazy.format_results(results)
+        return lazy_ratios(results), lazy.format_results(results)
 
-    return _targets_suite(args, "lazy", "Lazy access", "lazy access", run, extra, {
+    return _ratios_suite(args, "lazy", "Lazy access", "lazy access", run, extra, {
         "scale": scale, "repeats": repeats,
         "units": "ratios of medians over the repeats, warm page cache; MB = 2**20 bytes in "
                  "lazy.json"})
 
 
 def _checkpoints_suite(args, extra):
-    """``--suite checkpoints``: writes checkpoints.json, .csv (the targets) and .txt."""
+    """``--suite checkpoints``: writes checkpoints.json, .csv (the ratios) and .txt."""
     from . import checkpoints
 
     rounds = args.repeat if args.repeat is not None else 1 if args.quick else 5
@@ -222,31 +222,30 @@ def _checkpoints_suite(args, extra):
 
     def run():
         results = checkpoints.run(args.out, quick=args.quick, rounds=rounds, files=files)
-        return checkpoints.targets(results), checkpoints.format_results(results)
+        return checkpoints.ratios(results), checkpoints.format_results(results)
 
-    return _targets_suite(args, "checkpoints", "Model checkpoints", "checkpoints", run, extra, {
+    return _ratios_suite(args, "checkpoints", "Model checkpoints", "checkpoints", run, extra, {
         "rounds": rounds, "files": files,
         "units": "ratios of medians over the rounds (every contender once per round, in this "
                  "process), warm page cache"}, show_text=True)
 
 
-def _targets_suite(args, suite, title, what, run, extra, info, show_text=False):
-    """Run a suite whose results are target rows: ``run()`` gives ``(rows,
+def _ratios_suite(args, suite, title, what, run, extra, info, show_text=False):
+    """Run a suite whose results are ratio rows: ``run()`` gives ``(rows,
     text)``. Writes SUITE.csv and SUITE.txt (and lists SUITE.json where the
     suite wrote one); a suite that raises is one failed row, and the other
     suites go on."""
-    from .bounds import TARGET_COLUMNS, format_targets
     from .output import write_csv
+    from .ratios import RATIO_COLUMNS, failed_row, format_ratios
 
     try:
         rows, text = run()
     except Exception as exc:  # reported as a failed row; the other suites go on
-        rows = [{"suite": suite, "target": what, "status": "failed",
-                 "reason": f"{type(exc).__name__}: {exc}"[:300]}]
+        rows = [failed_row(suite, what, f"{type(exc).__name__}: {exc}"[:300])]
         text = ""
-    table = f"{title}: targets as ratios beside their bounds\n" + format_targets(rows)
+    table = f"{title}: each comparison as a ratio\n" + format_ratios(rows)
     print("\n" + table + ("\n" + text if show_text else ""))
-    paths = [write_csv(os.path.join(args.out, f"{suite}.csv"), rows, TARGET_COLUMNS),
+    paths = [write_csv(os.path.join(args.out, f"{suite}.csv"), rows, RATIO_COLUMNS),
              _write_text(os.path.join(args.out, f"{suite}.txt"), table + "\n\n" + text)]
     if os.path.exists(os.path.join(args.out, f"{suite}.json")):
         paths.append(os.path.join(args.out, f"{suite}.json"))
@@ -255,11 +254,11 @@ def _targets_suite(args, suite, title, what, run, extra, info, show_text=False):
 
 
 def _remote_suite(args, scale, extra):
-    """``--suite remote``: writes remote.csv, remote_targets.csv and remote.txt."""
+    """``--suite remote``: writes remote.csv, remote_targets.csv (the ratios) and remote.txt."""
     from . import remote
     from .lazy import optional
-    from .bounds import TARGET_COLUMNS, format_targets, remote_targets
     from .output import write_csv
+    from .ratios import RATIO_COLUMNS, format_ratios, remote_ratios
 
     runs = args.repeat if args.repeat is not None else 1 if args.quick else 3
     mb = max(1.0, 210 * scale)
@@ -274,18 +273,18 @@ def _remote_suite(args, scale, extra):
         except Exception as exc:  # reported as a failed row; the other suites go on
             rows = [{"method": "cpersist.load", "status": "failed",
                      "reason": f"{type(exc).__name__}: {exc}"[:300]}]
-    targets = remote_targets(rows)
+    targets = remote_ratios(rows)
     if missing:
         for row in targets:
             row.update(status="not installed", reason=rows[0]["reason"])
     table = ("Reading from S3 (moto on 127.0.0.1)\n" + remote.format_results(rows)
-             + "\n\nTargets as ratios beside their bounds\n" + format_targets(targets))
+             + "\n\nEach comparison as a ratio\n" + format_ratios(targets))
     print("\n" + table)
     extra["remote"] = {"mb": mb, "runs": runs,
                        "failed": sum(r.get("status") == "failed" for r in rows + targets),
                        "units": "seconds, median of the runs; MB = 1e6 bytes"}
     return [write_csv(os.path.join(args.out, "remote.csv"), rows, remote.REMOTE_COLUMNS),
-            write_csv(os.path.join(args.out, "remote_targets.csv"), targets, TARGET_COLUMNS),
+            write_csv(os.path.join(args.out, "remote_targets.csv"), targets, RATIO_COLUMNS),
             _write_text(os.path.join(args.out, "remote.txt"), table)]
 
 

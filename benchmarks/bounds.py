@@ -1,0 +1,127 @@
+"""The bounds the maintainers hold the benchmark's published ratios to, and
+a verdict on a run: met or missed, target by target.
+
+Run from the repository root (it is not installed with cpersist)::
+
+    python -m cpersist.benchmarks --suite all --out RUN    # or any suites
+    python -m benchmarks.bounds RUN [RUN ...]
+
+The installed suites (lazy, remote, checkpoints, cold start) write each
+comparison as a ratio with a ``key`` (``lazy.csv``, ``remote_targets.csv``,
+``checkpoints.csv``, ``coldstart.csv``); this module maps each key to its
+bound. A row without a key (a scaled-down run, a user's own file, a ratio
+given for context) is shown without a verdict. Exits 1 when a target is
+missed or a keyed comparison failed.
+"""
+
+import argparse
+import csv
+import os
+import sys
+
+from cpersist.tools.table import format_table
+
+__all__ = ["BOUNDS", "RATIO_FILES", "judge", "format_verdicts", "main"]
+
+#: Files of a run holding ratio rows.
+RATIO_FILES = ("lazy.csv", "remote_targets.csv", "checkpoints.csv", "coldstart.csv")
+
+#: Ratio key -> (operator, bound).
+BOUNDS = {
+    # cpersist.open: bytes and time of a 1% row slice, peak memory, listing, dask.
+    "lazy.slice_bytes": ("<=", 1),
+    "lazy.slice_vs_blosc2": ("<=", 1),
+    "lazy.slice_vs_zarr": ("<=", 1),
+    "lazy.slice_vs_load": ("<=", 0.05),
+    "lazy.slice_peak": ("<=", 1),
+    "lazy.listing": ("<=", 1),
+    "lazy.dask_vs_zarr": ("<=", 1.25),
+    "lazy.dask_speedup": (">=", 1.5),
+    # Reading from S3.
+    "remote.load_vs_zarr": (">=", 0.8),
+    "remote.load_vs_download": (">=", 0.8),
+    "remote.slice_requests": ("<=", 1),
+    # Model checkpoints (the generated float32 and bfloat16 ones).
+    "checkpoints.dump_vs_torch": (">=", 1.2),
+    "checkpoints.load_vs_torch": (">=", 1.5),
+    "checkpoints.size_vs_torch": ("<=", 1),
+    "checkpoints.mmap_vs_torch": ("<=", 1),
+    "checkpoints.mmap_vs_safetensors": ("<=", 2),
+    "checkpoints.untrusted_vs_trusted": ("<=", 1.1),
+    "checkpoints.compress3_ratio": (">=", 1.3),
+    "checkpoints.compress3_dump_vs_raw": (">=", 0.5),
+    "checkpoints.compress3_load_vs_torch": (">=", 1),
+    "checkpoints.max_ratio": (">=", 1.15),
+    # Cold start and small objects.
+    "coldstart.one_shot": ("<=", 0.5),
+    "coldstart.first_call": ("<=", 1.3),
+    "coldstart.info_command": ("<=", 1.5),
+    "coldstart.dumps_vs_pickle": ("<=", 3),
+    "coldstart.loads_vs_pickle": ("<=", 2),
+    "coldstart.dumps_bytes": ("<=", 1),
+    "coldstart.file_dump": ("<=", 1),
+    "coldstart.file_load": ("<=", 1),
+    "coldstart.file_bytes": ("<=", 1),
+}
+
+
+def judge(rows):
+    """The ratio rows with ``bound`` (e.g. ``"<= 1.3"``) and ``met``
+    (``"yes"``, ``"no"``, or empty: no bound, or not measured) added.
+
+    Raises
+    ------
+    KeyError
+        A row's key has no bound here (a comparison added to a suite
+        without its bound).
+    """
+    out = []
+    for r in rows:
+        r = dict(r, bound="", met="")
+        if r.get("key"):
+            op, limit = BOUNDS[r["key"]]
+            r["bound"] = f"{op} {limit:g}"
+            if r.get("status") == "ok":
+                ratio = float(r["ratio"])
+                r["met"] = "yes" if (ratio <= limit if op == "<=" else ratio >= limit) else "no"
+        out.append(r)
+    return out
+
+
+def format_verdicts(rows):
+    """Judged rows as a text table."""
+    return format_table(["target", "ratio", "bound", "met", "measured"], [
+        [r["target"], f"{float(r['ratio']):.3f}", r["bound"] or "-", r["met"] or "-", r["measured"]]
+        if r["status"] == "ok" else [r["target"], f"{r['status']}: {r['reason']}"]
+        for r in rows], right=(1, 2, 3))
+
+
+def _read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bounds",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="output folders of benchmark runs")
+    args = parser.parse_args(argv)
+    missed = found = 0
+    for run in args.runs:
+        for name in RATIO_FILES:
+            path = os.path.join(run, name)
+            if not os.path.exists(path):
+                continue
+            found += 1
+            rows = judge(_read(path))
+            print(f"{path}\n{format_verdicts(rows)}\n")
+            missed += sum(r["met"] == "no" or (r["bound"] and r["status"] == "failed")
+                          for r in rows)
+    if not found:
+        parser.error(f"no ratio files ({', '.join(RATIO_FILES)}) in {', '.join(args.runs)}")
+    print(f"{missed} target(s) missed" if missed else "every target with a bound met")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
