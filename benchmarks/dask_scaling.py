@@ -32,6 +32,7 @@ import numpy as np
 import cpersist
 from cpersist.benchmarks.lazy import make_array
 from cpersist.lazy import _merged_blocks
+from cpersist.tools.table import format_table
 
 MB = 1 << 20
 
@@ -155,9 +156,7 @@ def main():
             lazy = handle.arrays["obj['a']"]
         rows += block(lazy)
         rows += cluster(lazy, [int(n) for n in args.blocks.split(",")], args.malloc)
-    width = max(len(name) for name, _ in rows)
-    for name, value in rows:
-        print(f"{name:{width}}  {value}")
+    print(format_table(["measurement", "value"], rows, gap="  "))
 
 
 if __name__ == "__main__":

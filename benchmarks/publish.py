@@ -7,6 +7,7 @@ Run from the repository root (it is not installed with cpersist)::
     python benchmarks/publish.py bench-results --targets tgt   # with benchmarks/targets.py's rounds
     python benchmarks/publish.py bench-results --run -- --levels 0,1,3,6   # measure first
     python benchmarks/publish.py bench-results --no-publish    # redraw in the run only
+    python -m benchmarks.bounds bench-results   # each published ratio: its bound, met or missed
 
 From the run's CSVs it redraws every figure in RUN_DIR (so figures can be
 restyled without measuring again) and writes ``summary.rst`` there; then,
@@ -35,6 +36,8 @@ import shlex
 import shutil
 import statistics
 import sys
+
+from cpersist.tools.table import format_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -96,13 +99,7 @@ def rst_table(header, rows):
     -------
     list of str
     """
-    cells = [list(map(str, header))] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    rule = "  ".join("=" * w for w in widths)
-    out = [rule, "  ".join(c.ljust(w) for c, w in zip(cells[0], widths)).rstrip(), rule]
-    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells[1:]]
-    out.append(rule)
-    return out
+    return format_table(header, rows, gap="  ", rule="=").split("\n")
 
 
 # ---------------------------------------------------------------------------
@@ -240,7 +237,8 @@ def serializer_table(rows):
 def comparisons_table(rows):
     """Rows of ``lazy.csv`` or ``remote_targets.csv``: each comparison as a ratio
     with what was measured. The bounds the maintainers hold the project to
-    (``benchmarks/targets.py``) are theirs, not a user's: not shown here."""
+    (``benchmarks/bounds.py``, ``benchmarks/targets.py``) are theirs, not a
+    user's: not shown here."""
     out = []
     for r in rows:
         if r["status"] != "ok":

@@ -26,6 +26,7 @@ import numpy as np
 import cpersist
 from cpersist import api
 from cpersist.handle import _recorded_paths
+from cpersist.tools.table import format_table
 
 
 def _time(func):
@@ -70,10 +71,9 @@ def main(argv=None):
                                 for _ in range(args.repeat))
     median = {way: {k: statistics.median(v) for k, v in t.items()} for way, t in times.items()}
     print(f"{n} arrays of 16 bytes, each in a dict of its own, medians of {args.repeat}")
-    print(f"{'paths':10s} {'dump ms':>9s} {'file bytes':>12s} {'listing ms':>11s}")
-    for way in ways:
-        print(f"{way:10s} {median[way]['dump'] * 1e3:9.1f} {sizes[way]:12,d} "
-              f"{median[way]['listing'] * 1e3:11.1f}")
+    print(format_table(["paths", "dump ms", "file bytes", "listing ms"],
+                       [[way, f"{median[way]['dump'] * 1e3:.1f}", f"{sizes[way]:,d}",
+                         f"{median[way]['listing'] * 1e3:.1f}"] for way in ways], right=(1, 2, 3)))
     r, w = median["recorded"], median["walked"]
     print(f"recording: dump x{r['dump'] / w['dump']:.3f}, file x{sizes['recorded'] / sizes['walked']:.3f} "
           f"(+{sizes['recorded'] - sizes['walked']:,d} B), listing x{r['listing'] / w['listing']:.3f}; "

@@ -39,6 +39,7 @@ from cpersist.benchmarks import datacache  # noqa: E402
 from cpersist.benchmarks import datasets as ds  # noqa: E402
 from cpersist.benchmarks.measure import median, run_in_subprocess  # noqa: E402
 from cpersist.benchmarks.pagecache import warm_cache  # noqa: E402
+from cpersist.tools.table import format_table  # noqa: E402
 
 __all__ = ["THREADS_COLUMNS", "THREADS_DATASETS", "run_threads", "format_threads", "main"]
 
@@ -407,18 +408,19 @@ def format_threads(rows):
     -------
     str
     """
-    head = (f"{'dataset':<18} {'lvl':>3} {'op':<5} {'threads':>7} {'time_s':>8} {'MB/s':>8} "
-            f"{'speedup':>7} {'range':>11} {'compute':>7} {'fresh':>6} {'codec':>6} {'status':<7}")
-    lines = [head, "-" * len(head)]
+    table = []
     for r in rows:
-        line = (f"{str(r['dataset'])[:18]:<18} {r['level']:>3} {r['op']:<5} {r['threads']:>7} ")
+        cells = [r["dataset"], r["level"], r["op"], r["threads"]]
         if r.get("status") != "ok":
-            lines.append(line + f"{r.get('status', '')}: {r.get('reason', '')}")
+            table.append(cells + [f"{r.get('status', '')}: {r.get('reason', '')}"])
             continue
-        lines.append(line + f"{r['time_s']:>8.4f} {r['MBps']:>8.1f} {r['speedup']:>7.2f} "
-                            f"{r['speedup_min']:>5.2f}-{r['speedup_max']:<5.2f} "
-                            f"{r['compute_speedup']:>7.2f} {r['fresh_speedup']:>6.2f} "
-                            f"{_fmt(r['codec_speedup'], '.2f'):>6} ok")
+        table.append(cells + [f"{r['time_s']:.4f}", f"{r['MBps']:.1f}", f"{r['speedup']:.2f}",
+                              f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}",
+                              f"{r['compute_speedup']:.2f}", f"{r['fresh_speedup']:.2f}",
+                              _fmt(r["codec_speedup"], ".2f"), "ok"])
+    lines = [format_table(["dataset", "lvl", "op", "threads", "time_s", "MB/s", "speedup", "range",
+                           "compute", "fresh", "codec", "status"], table,
+                          right=(1, 3, 4, 5, 6, 7, 8, 9, 10))]
     lines.append("compute, fresh: the machine's own speed-up in the same rounds, without "
                  "cpersist (Zstandard in cache; decoding into new memory); codec: the same "
                  "chunks through the codecs alone (no I/O, checksums or pipeline)")

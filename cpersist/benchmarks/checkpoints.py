@@ -33,8 +33,9 @@ import tempfile
 
 import cpersist
 
-from .ratios import ratio_row
+from ..tools.table import format_table
 from .measure import time_runs
+from .ratios import ratio_row
 
 MB = 1 << 20
 #: (layers, width) of the generated checkpoints, full size and ``--quick``.
@@ -331,11 +332,10 @@ def format_results(results):
     for r in results["checkpoints"]:
         lines.append(f"{r['name']}: {r['tensor_mb']:.0f} MB in {r['tensors']} tensors "
                      f"(median of {results['rounds']} rounds, warm cache)")
-        for kind in ("dump_s", "load_s"):
-            for method, t in sorted(r[kind].items(), key=lambda kv: kv[1]):
-                lines.append(f"  {kind[:-2]:<5} {method:<30} {t * 1e3:9.1f} ms")
-        for key, n in sorted(r["file_bytes"].items()):
-            lines.append(f"  size  {key:<30} {n / MB:9.1f} MB")
+        cells = [[kind[:-2], method, f"{t * 1e3:.1f} ms"] for kind in ("dump_s", "load_s")
+                 for method, t in sorted(r[kind].items(), key=lambda kv: kv[1])]
+        cells += [["size", key, f"{n / MB:.1f} MB"] for key, n in sorted(r["file_bytes"].items())]
+        lines.append(format_table(["op", "contender", "time or size"], cells, right=(2,), indent="  "))
     return "\n".join(lines)
 
 

@@ -149,17 +149,18 @@ def format_recommendations(rows, source=None):
              "balance is the highest geometric mean of ratio, write and read speed, each "
              "relative to the best for that file)"]
     for name in dict.fromkeys(r["dataset"] for r in recs):
-        lines.append(f"\n{name}")
+        cells = []
         for rec in (r for r in recs if r["dataset"] == name):
             best, own = rec["best"], rec["cpersist"]
-            lines.append(f"  {rec['goal']:<14} {_setting(best):<30} {_figures(best)}")
+            cells.append([rec["goal"], _setting(best), _figures(best)])
             if own is not None and own is not best:
-                lines.append(f"  {'':<14} {_setting(own):<30} {_figures(own)}")
+                cells.append(["", _setting(own), _figures(own)])
             if rec["compress"]:
                 kept = _f(own.get("kept_raw"))
                 hint = ("  (most array chunks kept raw: see the table's note)"
                         if kept is not None and kept >= 0.5 else "")
-                lines.append(f"  {'':<14} {'':<30} {rec['compress']}{hint}")
+                cells.append(["", "", rec["compress"] + hint])
+        lines += ["", name, _table(None, cells, indent="  ")]
     return "\n".join(lines)
 
 

@@ -14,8 +14,9 @@ def format_table(header, rows, *, right=(), gap=" ", indent="", rule="-"):
 
     Parameters
     ----------
-    header : sequence
-        Column titles.
+    header : sequence or None
+        Column titles; None: rows alone (no header, no rule), as many
+        columns as the longest row.
     rows : iterable of sequence
         Cells, one sequence per row. A row shorter than the header (e.g. a
         name followed by ``"failed: reason"``) is aligned up to its last cell,
@@ -44,8 +45,9 @@ def format_table(header, rows, *, right=(), gap=" ", indent="", rule="-"):
     a     1.5
     bb   10.0
     """
-    header = [str(h) for h in header]
     rows = [[str(c) for c in row] for row in rows]
+    titled = header is not None
+    header = [str(h) for h in header] if titled else [""] * max(map(len, rows), default=0)
     right = set(right)
     widths = [len(h) for h in header]
     for row in rows:
@@ -67,6 +69,8 @@ def format_table(header, rows, *, right=(), gap=" ", indent="", rule="-"):
         return (indent + gap.join(out)).rstrip()
 
     body = [line(row) for row in rows]
+    if not titled:
+        return "\n".join(body)
     if rule == "=":
         border = indent + gap.join("=" * w for w in widths)
         return "\n".join([border, line(header), border] + body + [border])
