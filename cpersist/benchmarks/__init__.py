@@ -10,13 +10,20 @@ Run ``python -m cpersist.benchmarks --help``; from code::
     from cpersist.benchmarks import main
     main(["--quick", "--out", "bench-out"])
 
-Modules: :mod:`.datasets`, :mod:`.methods`, :mod:`.measure` (fresh process
-per measurement, peak RSS, page-cache handling), :mod:`.compare` (checking
-what was read back), :mod:`.report` (CSV, JSON, figures),
-:mod:`.serializers` (picklebench), :mod:`.importtime` (start-up time beside
-joblib), :mod:`.runner` and :mod:`.cli`. Tools that publish results and
-investigate this project's own performance live in the repository's
-top-level ``benchmarks/`` folder and are not installed.
+Modules, by job: :mod:`.cli` (the command line) and :mod:`.suites` (running
+what it chose); the storage suite's :mod:`.datasets` (with
+:mod:`.generated`, :mod:`.userfiles`, :mod:`.datacache`), :mod:`.method`
+(the interface), :mod:`.methods` (cpersist's and the registry),
+:mod:`.peers_classic` and :mod:`.peers`, :mod:`.runner`; :mod:`.measure`
+(fresh process per measurement, time, peak RSS), :mod:`.pagecache`,
+:mod:`.compare` (checking what was read back); the other suites
+(:mod:`.serializers`, :mod:`.memory`, :mod:`.lazy`, :mod:`.remote`,
+:mod:`.checkpoints`, :mod:`.importtime`, :mod:`.coldstart`) and
+:mod:`.ratios` (their comparisons as ratios); the outputs :mod:`.output`
+(CSV, JSON), :mod:`.figures` and :mod:`.report` (the printed text). Tools
+that hold the ratios to bounds, publish results and investigate this
+project's own performance live in the repository's top-level
+``benchmarks/`` folder and are not installed.
 """
 
 from .cli import build_parser, main
