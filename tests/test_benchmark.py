@@ -755,3 +755,29 @@ def test_quick_checkpoints_suite(quick_run):
     assert float(bf16["compress=3 ratio"]["ratio"]) >= 1.3
     assert any(r["target"].startswith("compress='max'") for r in rows)
     assert "torch.load weights_only" in (out / "checkpoints.txt").read_text()
+
+
+def test_benchmark_modules_are_short_and_import_no_cycle():
+    """Each module of the installed benchmark has one job: at most 400 lines,
+    and no two of them import each other, even through a third."""
+    import ast
+    import pathlib
+
+    import cpersist.benchmarks
+
+    folder = pathlib.Path(cpersist.benchmarks.__file__).parent
+    graph = {}
+    for path in folder.glob("*.py"):
+        text = path.read_text()
+        assert text.count("\n") <= 400, path.name
+        deps = set()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                deps |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+        graph[path.stem] = deps
+
+    def reaches(start, goal, seen):
+        return any(dep == goal or (dep in graph and dep not in seen and
+                                   reaches(dep, goal, seen | {dep})) for dep in graph[start])
+
+    assert [m for m in graph if reaches(m, m, {m})] == []
