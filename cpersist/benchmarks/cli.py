@@ -7,6 +7,7 @@ import sys
 from . import datasets as ds
 from . import methods as mt
 from . import userfiles
+from ..tools.table import format_table
 from .suites import EXIT_INTERRUPTED, SUITES, run
 
 __all__ = ["build_parser", "main"]
@@ -131,13 +132,15 @@ def _thread_counts(text):
 
 def _list(threads):
     print("datasets:")
-    for d in ds.all_datasets():
-        print(f"  {d.name:<22} {d.source:<8} {d.description}")
+    print(format_table(["name", "source", "description"],
+                       [[d.name, d.source, d.description] for d in ds.all_datasets()], indent="  "))
     print("methods:")
+    rows = []
     for m in mt.all_methods(threads):
         why = m.available()
         lv = "fixed " + str(m.fixed_level) if m.fixed_level is not None else f"levels {list(m.supported)}"
-        print(f"  {m.name:<22} {m.codec:<14} {lv:<26} {'' if not why else '(unavailable: ' + why + ')'}")
+        rows.append([m.name, m.codec, lv, "unavailable: " + why if why else "available"])
+    print(format_table(["name", "codec", "levels", "here"], rows, indent="  "))
 
 
 def main(argv=None, prog=None):
