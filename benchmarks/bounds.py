@@ -115,7 +115,7 @@ def main(argv=None):
             found += 1
             rows = judge(_read(path))
             print(f"{path}\n{format_verdicts(rows)}\n")
-            missed += sum(r["met"] == "no" or (r["bound"] and r["status"] == "failed")
+            missed += sum(r["met"] == "no" or bool(r["bound"] and r["status"] == "failed")
                           for r in rows)
     if not found:
         parser.error(f"no ratio files ({', '.join(RATIO_FILES)}) in {', '.join(args.runs)}")
