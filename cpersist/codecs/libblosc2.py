@@ -224,9 +224,9 @@ def compress(buf, typesize, clevel, codec, filters, blocksize=0):
 
     Returns
     -------
-    bytes
-        What ``blosc2.compress2(buf, typesize=..., clevel=..., filters=...,
-        codec=..., blocksize=..., nthreads=1)`` returns.
+    memoryview
+        The bytes ``blosc2.compress2(buf, typesize=..., clevel=...,
+        filters=..., codec=..., blocksize=..., nthreads=1)`` returns.
 
     Raises
     ------
@@ -263,7 +263,9 @@ def compress(buf, typesize, clevel, codec, filters, blocksize=0):
         lib.blosc2_free_ctx(context)
     if done <= 0:
         raise ValueError(f"Blosc error {done} compressing {size} bytes")
-    return out[:done].tobytes()
+    # A view, not a copy: the pages of ``out`` past ``done`` are never
+    # touched, so never backed.
+    return memoryview(out)[:done]
 
 
 def _forget_lock():

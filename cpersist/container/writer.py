@@ -7,7 +7,7 @@ import os
 from collections import deque
 
 from .._files import local_fd
-from .._threads import get_pool, ordered_map
+from .._threads import IN_FLIGHT_PER_THREAD, get_pool, ordered_map
 from .encode import encode_array_chunk
 from .framing import ALIGNED, DATA, END, record_header
 from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, PIECE_SIZE,
@@ -44,6 +44,9 @@ class ContainerWriter:
         self._fd = local_fd(file)
         self._fd_base = file.tell() if self._fd is not None else 0
         self._reserved = 0  # file position up to which blocks are reserved
+        # (section, raw length, future of encode_array_chunk) of the chunks
+        # handed to the pool and not yet written, in file order.
+        self._pending = deque()
         # Written once, in order: a dump has the same bytes whatever it is
         # written to, and its records, not its header, say where it ends.
         self._write(HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, 0))
@@ -107,6 +110,9 @@ class ContainerWriter:
             Total length of ``chunks``, if known: a raw section reserves
             its blocks in the file at once.
         """
+        if codec is not None and self._n_threads > 1:
+            return self._add_encoded_later(chunks, codec, typesize, meta)
+        self._write_pending()
         if (codec is None and type(chunks) is tuple and len(chunks) == 1
                 and len(chunks[0]) <= PIECE_SIZE):
             # One small raw chunk (every small array): the generic path's
@@ -147,6 +153,59 @@ class ContainerWriter:
         offset = first[0] if first else self._pos
         return self._add_table(offset, table, codec, typesize, meta, records=True,
                                pieces=pieces)
+
+    def _add_encoded_later(self, chunks, codec, typesize, meta):
+        """:meth:`add_section` on the pool, returning before the chunks are
+        encoded: they are written in order as they come, by this call and
+        the next ones, so that the sections of a model's many one-chunk
+        tensors are encoded side by side rather than one after another.
+        The section's index entry is filled in once its last chunk is
+        written."""
+        number = self._add_entry(None, 0, 0, codec, typesize, None, meta, records=True)
+        section = _PendingSection(number)
+        pool = get_pool(self._n_threads)
+        limit = self._n_threads * IN_FLIGHT_PER_THREAD
+        for chunk in chunks:
+            if len(chunk):
+                self._pending.append((section, len(chunk), pool.submit(
+                    encode_array_chunk, codec, chunk, typesize)))
+                section.count += 1
+                while len(self._pending) > limit:
+                    self._write_oldest()
+        section.submitted = True
+        if section.count == 0:
+            self._write_pending()  # an empty section starts after them
+        if section.written == section.count:
+            self._close_section(section)
+        return number
+
+    def _write_oldest(self):
+        section, raw_length, future = self._pending.popleft()
+        stored, digest, flag, chunk_pieces = future.result()
+        offset = self._record(DATA, len(stored))
+        if section.first is None:
+            section.first = offset
+        self._write(stored)
+        section.table.append([len(stored), raw_length, digest, flag])
+        section.pieces.append(chunk_pieces)
+        section.written += 1
+        if section.submitted and section.written == section.count:
+            self._close_section(section)
+
+    def _write_pending(self):
+        """Write every chunk still being encoded: the next bytes written
+        come after them."""
+        while self._pending:
+            self._write_oldest()
+
+    def _close_section(self, section):
+        entry = self._sections[section.number]
+        table = section.table
+        entry["offset"] = self._pos if section.first is None else section.first
+        entry["raw_size"] = sum(row[1] for row in table)
+        entry["stored_size"] = sum(row[0] for row in table)
+        entry["chunks"] = chunk_table_text(table)
+        entry.update(piece_fields(section.pieces))
 
     def _add_raw_chunks(self, offset, size, chunks, typesize, meta):
         start = self._pos
@@ -200,6 +259,7 @@ class ContainerWriter:
             What :class:`EncodedStream` collects.
         """
         encoded = list(encoded)
+        self._write_pending()
         # Every chunk is encoded already: one record holds them all. Raw
         # data is aligned, whatever it holds (the rule readers check).
         offset = self._record(ALIGNED if codec is None else DATA,
@@ -252,6 +312,7 @@ class ContainerWriter:
 
     def finish(self, root, info=None):
         """Write the index and trailer; ``root`` names the entry section."""
+        self._write_pending()
         index = {
             # First, at a fixed place (INDEX_UNEDITED): a writable map
             # rewrites it in place.
@@ -274,3 +335,17 @@ def named_os_error(exc, name):
     if name is None or exc.filename is not None or exc.errno is None or not exc.strerror:
         return exc
     return OSError(exc.errno, exc.strerror, name)
+
+
+class _PendingSection:
+    """A compressed section whose chunks are being encoded on the pool."""
+
+    __slots__ = ("number", "count", "written", "submitted", "first", "table", "pieces")
+
+    def __init__(self, number):
+        self.number = number
+        self.count = self.written = 0
+        self.submitted = False
+        self.first = None  # where its first chunk's payload starts
+        self.table = []
+        self.pieces = []
