@@ -17,7 +17,7 @@ from ._files import display_name, is_path, write_atomically
 from ._object_paths import object_paths
 from ._remote import is_remote, write_remote
 from ._small import NOT_COMPACT, load_compact_file, write_small
-from ._threads import check_n_threads
+from ._threads import check_n_threads, run_claimed
 from ._unpicklable import PICKLING_ERRORS, unpicklable_error
 from .arrays import allocate, describe, iter_chunks, parse_description, rows_per_chunk
 from .codecs import parse_compress
@@ -378,15 +378,28 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
                 arr.flags.writeable = False
         elif views and section.is_raw:
             arr = _view(reader, section, verify).view(dtype).reshape(shape, order=order)
+        elif section.codec is not None and decode_ahead:
+            if not ahead:
+                ahead.update(_decode_ahead(reader, decode_ahead, verify, n_threads))
+            arr = ahead.pop(index)
+            if isinstance(arr, BaseException):
+                if isinstance(arr, CorruptFileError):
+                    raise _naming_path(arr, pickled, index) from None
+                raise arr
         else:
-            reader.check_claimed_sizes(section)  # before allocating a forged size
-            arr, view = _allocate(reader, index, dtype, shape, order)
-            try:
-                reader.read_into(section, view, verify=verify, n_threads=n_threads)
-            except CorruptFileError as exc:
-                raise _naming_path(exc, pickled, index) from None
+            arr = _read_array(reader, index, dtype, shape, order, verify, n_threads, pickled)
         loaded[index] = arr
         return arr
+
+    # Compressed array sections, decoded side by side on the pool when the
+    # first is asked for: a checkpoint's tensors are each a section of one
+    # or a few chunks, which one after another would leave threads idle.
+    decode_ahead = [i for i, section in enumerate(reader.sections)
+                    if section.codec is not None and i != reader.root
+                    and section.meta.get("kind") == "array"]
+    if n_threads <= 1 or len(decode_ahead) < 2 or not source.concurrent:
+        decode_ahead = []
+    ahead = {}
 
     unpickler = ArrayUnpickler(pickled, load_array, restricted, allowed,
                                prefixes, source=name, limits=limits)
@@ -408,6 +421,43 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
             UserWarning, stacklevel=3,
         )
     return obj
+
+
+def _read_array(reader, index, dtype, shape, order, verify, n_threads, pickled):
+    """The array of section ``index``, read into new memory."""
+    section = reader.sections[index]
+    reader.check_claimed_sizes(section)  # before allocating a forged size
+    arr, view = _allocate(reader, index, dtype, shape, order)
+    try:
+        reader.read_into(section, view, verify=verify, n_threads=n_threads)
+    except CorruptFileError as exc:
+        if pickled is None:  # named by the caller
+            raise
+        raise _naming_path(exc, pickled, index) from None
+    return arr
+
+
+def _decode_ahead(reader, indices, verify, n_threads):
+    """``{index: array}`` of the compressed array sections ``indices``, each
+    read and decoded by one of ``n_threads`` threads. A section that fails
+    maps to its exception, raised only if the pickle stream asks for it, as
+    it would be read one by one."""
+    done = {}
+
+    def task(claims):
+        for k in claims:
+            index = indices[k]
+            try:
+                dtype, shape, order, nbytes = array_layout(reader, reader.sections[index])
+                if nbytes == 0:
+                    done[index] = _allocate(reader, index, dtype, shape, order)[0]
+                    continue
+                done[index] = _read_array(reader, index, dtype, shape, order, verify, 1, None)
+            except Exception as exc:  # noqa: BLE001 - raised where the stream asks for it
+                done[index] = exc
+
+    run_claimed(task, len(indices), n_threads)
+    return done
 
 
 def _naming_path(exc, pickled, index):

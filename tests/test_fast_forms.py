@@ -96,3 +96,19 @@ def test_files_of_many_one_chunk_sections_do_not_depend_on_threads(tmp_path):
         for key, value in obj.items():
             assert_same(value, loaded[key])
 
+
+
+def test_a_damaged_section_decoded_ahead_names_its_array(tmp_path):
+    obj = many_sections()
+    path = tmp_path / "m.cp"
+    cpersist.dump(obj, path, compress=3, n_threads=2)
+    with open(path, "rb") as file:
+        reader = ContainerReader(file, str(path))
+        section = next(s for s in reader.sections if s.meta.get("path") == "obj['5.w']")
+        at = reader.base + section.chunks[0].offset + 100
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+    for n_threads in (1, 2):
+        with pytest.raises(cpersist.CorruptFileError, match=r"checksum.*obj\['5.w'\]"):
+            cpersist.load(path, n_threads=n_threads)
