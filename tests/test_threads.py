@@ -81,27 +81,28 @@ def test_one_thread_reads_where_reading_is_the_work(tmp_path, claimed):
 
 
 @pytest.mark.parametrize("compress", [0, 3])
-def test_a_few_mib_to_copy_are_checked_on_the_calling_thread(tmp_path, monkeypatch, compress):
-    """Chunks stored as they are, fewer than COPY_ALONE_BELOW bytes: handing
-    their checksums to the pool costs more than it saves. Beyond, the pool
-    checks them while this thread reads."""
-    checked_by = []
-    real = ContainerReader._check
+def test_chunks_stored_as_they_are_are_checked_on_the_calling_thread(tmp_path, monkeypatch,
+                                                                     compress):
+    """Whatever their size, as they are read: a pool worker checking them
+    would read them from memory a second time."""
+    from cpersist.container import reader as reader_module
 
-    def spy(self, section, data, digest):
+    checked_by = []
+    real = reader_module.checksum_state
+
+    def spy():
         checked_by.append(threading.get_ident())
-        return real(self, section, data, digest)
-    monkeypatch.setattr(ContainerReader, "_check", spy)
+        return real()
+    monkeypatch.setattr(reader_module, "checksum_state", spy)
     rng = np.random.default_rng(0)
-    for n_bytes, alone in ((_threads.COPY_ALONE_BELOW - CHUNK, True),
-                           (_threads.COPY_ALONE_BELOW + CHUNK, False)):
+    for n_bytes in (_threads.COPY_ALONE_BELOW - CHUNK, _threads.COPY_ALONE_BELOW + CHUNK):
         arr = rng.integers(0, 256, n_bytes, dtype=np.uint8)  # noise: stored as is
         path = tmp_path / f"{n_bytes}.cp"
         cpersist.dump(arr, path, compress=compress, chunk_size=1 << 20)
         checked_by.clear()
         assert_same(arr, cpersist.load(path, n_threads=2))
         assert len(checked_by) >= 4  # a chunk of the array each, and the pickle stream
-        assert (set(checked_by) == {threading.get_ident()}) is alone, n_bytes
+        assert set(checked_by) == {threading.get_ident()}, n_bytes
 
 
 def test_claimed_chunks_from_a_file_object_at_an_offset(tmp_path, claimed):
