@@ -1,4 +1,4 @@
-"""zstd-auto's fast form at levels 1-3, and files of many one-chunk
+"""Files of many one-chunk
 compressed sections (a checkpoint's tensors) written and read on several
 threads."""
 
@@ -12,59 +12,11 @@ from cpersist.container import ENCODED, ContainerReader
 
 from .conftest import assert_same
 
-#: Where a Blosc2 chunk's extended header lists its filters, and the code
-#: of the bit shuffle filter.
-_FILTERS = slice(16, 22)
-_BITSHUFFLE = 2
-
-
 def bf16_like(n, seed=0):
     """Random-normal weights as bfloat16 bits, in uint16 (what a bfloat16
     tensor's storage is stored as)."""
     weights = np.random.default_rng(seed).standard_normal(n).astype(np.float32) * 0.02
     return (weights.view(np.uint32) >> 16).astype(np.uint16)
-
-
-def encoded_heads(path):
-    """The first 32 bytes of every encoded chunk of the file's array sections."""
-    heads = []
-    with open(path, "rb") as file:
-        reader = ContainerReader(file, str(path))
-        for section in reader.sections:
-            if section.meta.get("kind") != "array":
-                continue
-            for chunk in section.chunks:
-                if chunk.flag == ENCODED:
-                    file.seek(reader.base + chunk.offset)
-                    heads.append(file.read(32))
-    return heads
-
-
-@pytest.mark.parametrize("level", [1, 3, 4])
-def test_16_bit_weights_take_the_fast_form_at_fast_levels(tmp_path, level):
-    arr = bf16_like(3 << 20)
-    path = tmp_path / "w.cp"
-    cpersist.dump({"w": arr}, path, compress=level)
-    heads = encoded_heads(path)
-    assert heads
-    fast = [_BITSHUFFLE in head[_FILTERS] for head in heads]
-    # Levels 1-3 keep the bit shuffle + LZ4 form, 6% larger than the
-    # smallest; level 4 keeps the smallest.
-    assert all(fast) if level <= 3 else not any(fast)
-    assert arr.nbytes / path.stat().st_size > 1.3
-    assert_same(arr, cpersist.load(path)["w"])
-    with cpersist.open(path) as handle:
-        assert_same(arr[5:1 << 20], handle.arrays["obj['w']"][5:1 << 20])
-
-
-def test_data_the_fast_form_does_not_suit_keeps_the_smallest(tmp_path):
-    # A counter: shuffle + byte delta + Zstandard is many times smaller.
-    arr = np.arange(1 << 21, dtype=np.int16)
-    path = tmp_path / "c.cp"
-    cpersist.dump({"c": arr}, path, compress=3)
-    heads = encoded_heads(path)
-    assert heads and not any(_BITSHUFFLE in head[_FILTERS] for head in heads)
-    assert_same(arr, cpersist.load(path)["c"])
 
 
 def many_sections():
