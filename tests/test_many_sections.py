@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist.container import ENCODED, ContainerReader
+from cpersist.container import ContainerReader
 
 from .conftest import assert_same
+
 
 def bf16_like(n, seed=0):
     """Random-normal weights as bfloat16 bits, in uint16 (what a bfloat16
