@@ -105,7 +105,7 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
     pieces.clear()
     arrays = kept.arrays
     if arrays:
-        kept.pickler.placed.clear()
+        kept.pickler.forget()
         arrays = arrays[:]
         kept.arrays.clear()
     kept.busy = False
