@@ -10,7 +10,8 @@ from ._threads import check_n_threads
 from .api import PICKLE_CHUNK_SIZE, _array_store, _finish, _load, _write
 from .codecs import parse_compress
 from .container import MAX_CHUNK_SIZE, VERBATIM, ContainerWriter, checksum
-from .container.compact import compact_dump, compact_stream
+from .container.compact import (_DATA, _END, _HEAD, _HEAD16, _INDEX_AT, COPY_UP_TO, END_MAGIC,
+                                OVERHEAD, STREAM_AT, _join, _pack_back, _pack_record, _xxh3_64)
 from .container.sources import MemorySource
 from .exceptions import CorruptFileError
 from .pickler import ArrayPickler
@@ -115,7 +116,10 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
         # would cost that much at every later call: the next gets a new one.
         _kept.picklers.pop(protocol, None)
     if not arrays and n <= MAX_CHUNK_SIZE:
-        return compact_dump(pickled)
+        # compact_dump(pickled), written out: the call would cost a tenth of
+        # a small object's dumps (tests/test_kept_pickler.py checks they agree).
+        return _join((_HEAD, _pack_record(_DATA | n), pickled,
+                      _pack_back(_END, _INDEX_AT + n, 0, _xxh3_64(pickled), END_MAGIC)))
     out = io.BytesIO()
     writer = ContainerWriter(out, check_n_threads(n_threads) if arrays else 1, NAME)
     store = _array_store(writer, None, chunk_size)
@@ -233,7 +237,20 @@ def loads(data, *, trusted=True, verify=True, n_threads=None, copy=False, limits
         # checked whatever ``verify`` says (they are how it is recognised,
         # at the cost of one pass over a stream unpickling reads anyway).
         # Anything else, or damage, goes the long way, which says what is wrong.
-        stream = compact_stream(data if type(data) is bytes else _byte_view(data))
+        # compact_stream(data), written out: the call would cost a tenth of
+        # a small object's loads (tests/test_kept_pickler.py checks they agree).
+        if type(data) is not bytes:
+            data = _byte_view(data)
+        n = len(data) - OVERHEAD
+        if n > 0 and data[:16] == _HEAD16:
+            if n > COPY_UP_TO and type(data) is bytes:
+                data = memoryview(data)
+            stream = data[STREAM_AT:STREAM_AT + n]
+            if data[STREAM_AT + n:] != _pack_back(_END, _INDEX_AT + n, 0, _xxh3_64(stream),
+                                                  END_MAGIC):
+                stream = None
+        else:
+            stream = None
         if stream is not None:
             if n_threads is not None:
                 check_n_threads(n_threads)

@@ -87,3 +87,39 @@ def test_a_pickler_made_before_torch_was_imported_stores_tensors():
     env = dict(os.environ, PYTHONPATH=ROOT)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_dumps_and_loads_frame_as_compact_dump_and_compact_stream(monkeypatch):
+    """``dumps`` and ``loads`` write out the compact framing for speed:
+    they write and accept exactly what compact_dump and compact_stream do,
+    and leave everything else, damage included, to the general reader."""
+    from cpersist.container.compact import COPY_UP_TO, OVERHEAD, compact_dump, compact_stream
+
+    general = []
+    real_load = inmemory._load
+    monkeypatch.setattr(inmemory, "_load", lambda *a, **kw: general.append(1) or real_load(*a, **kw))
+    small = {"people": [{"name": "Alice"}]}
+    large = list(range(COPY_UP_TO // 2))  # a stream past COPY_UP_TO: viewed, not copied
+    for obj in (small, large, [bytearray(b"y" * 70000)]):
+        stream = pickle.dumps(obj, protocol=5)
+        data = cpersist.dumps(obj)
+        assert data == compact_dump(stream)
+        assert bytes(compact_stream(data)) == stream
+        for form in (data, bytearray(data), memoryview(data), np.frombuffer(data, np.uint8)):
+            assert cpersist.loads(form) == obj
+        assert general == []
+    assert len(cpersist.dumps(large)) - OVERHEAD > COPY_UP_TO
+    data = cpersist.dumps(small)
+    for at in list(range(16)) + list(range(len(data) - 48, len(data))):
+        damaged = bytearray(data)
+        damaged[at] ^= 1
+        damaged = bytes(damaged)
+        assert compact_stream(damaged) is None, at
+        general.clear()
+        try:
+            back = cpersist.loads(damaged)
+        except (cpersist.CorruptFileError, cpersist.UnsupportedVersionError):
+            pass
+        else:  # a bit the general reader ignores
+            assert back == small, at
+        assert general == [1], at
