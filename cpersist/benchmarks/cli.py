@@ -29,7 +29,7 @@ FILE_LEVELS = (0, 3)
 FULL_SIZE = "medium"
 FULL_REPEATS = 3
 #: The suites ``--suite`` chooses from (``all`` runs each).
-SUITES = ("storage", "serializers", "memory", "lazy", "remote", "checkpoints")
+SUITES = ("storage", "serializers", "memory", "lazy", "remote", "checkpoints", "coldstart")
 #: ``--quick``: the lazy and remote suites' sizes are multiplied by this.
 QUICK_SCALE = 0.01
 #: Exit code after Ctrl-C (128 + SIGINT, what shells report).
@@ -75,7 +75,9 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                         "slices of cpersist.open arrays and dask beside zarr and blosc2; remote: "
                         "a full load from a loopback S3 server beside zarr and a download; "
                         "checkpoints: torch checkpoints (generated, or your .pt/.safetensors "
-                        "files) beside torch.save, safetensors and joblib; all: every suite")
+                        "files) beside torch.save, safetensors and joblib; coldstart: only the "
+                        "start-up times and the cold-start and small-object targets, which "
+                        "every other suite runs too (see --import-runs); all: every suite")
     p.add_argument("--full", action="store_true",
                    help="the complete grid: every dataset at 100 MB, levels 0,1,3,6,9, three "
                         "repeats (hours); default: built-in data at 1 MB, levels 0,3,6 (0,3 on "
