@@ -11,7 +11,8 @@ from .api import PICKLE_CHUNK_SIZE, _array_store, _finish, _load, _write
 from .codecs import parse_compress
 from .container import MAX_CHUNK_SIZE, VERBATIM, ContainerWriter, checksum
 from .container.compact import (_DATA, _END, _HEAD, _HEAD16, _INDEX_AT, COPY_UP_TO, END_MAGIC,
-                                OVERHEAD, STREAM_AT, _join, _pack_back, _pack_record, _xxh3_64)
+                                OVERHEAD, STREAM_AT, _join, _pack_back, _pack_record, _xxh3_64,
+                                compact_stream)
 from .container.sources import MemorySource
 from .exceptions import CorruptFileError
 from .pickler import ArrayPickler
@@ -242,15 +243,13 @@ def loads(data, *, trusted=True, verify=True, n_threads=None, copy=False, limits
         if type(data) is not bytes:
             data = _byte_view(data)
         n = len(data) - OVERHEAD
-        if n > 0 and data[:16] == _HEAD16:
-            if n > COPY_UP_TO and type(data) is bytes:
-                data = memoryview(data)
+        if 0 < n <= COPY_UP_TO and data[:16] == _HEAD16:
             stream = data[STREAM_AT:STREAM_AT + n]
             if data[STREAM_AT + n:] != _pack_back(_END, _INDEX_AT + n, 0, _xxh3_64(stream),
                                                   END_MAGIC):
                 stream = None
         else:
-            stream = None
+            stream = compact_stream(data)  # a large stream is viewed, not copied
         if stream is not None:
             if n_threads is not None:
                 check_n_threads(n_threads)
