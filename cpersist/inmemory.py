@@ -10,7 +10,9 @@ from ._threads import check_n_threads
 from .api import PICKLE_CHUNK_SIZE, _array_store, _finish, _load, _write
 from .codecs import parse_compress
 from .container import MAX_CHUNK_SIZE, VERBATIM, ContainerWriter, checksum
-from .container.compact import compact_dump, compact_stream
+from .container.compact import (_DATA, _END, _HEAD, _HEAD16, _INDEX_AT, COPY_UP_TO, END_MAGIC,
+                                OVERHEAD, STREAM_AT, _join, _pack_back, _pack_record, _xxh3_64,
+                                compact_stream)
 from .container.sources import MemorySource
 from .exceptions import CorruptFileError
 from .pickler import ArrayPickler
@@ -19,9 +21,6 @@ from .unpickler import STREAM_ERRORS, caused_by_stream, normalize_trusted
 
 #: How the buffer is named in messages.
 NAME = "<bytes>"
-#: A ``bytes`` object up to this size has its pickle stream sliced (copied)
-#: rather than viewed: unpickling a small ``bytes`` is quicker.
-SMALL = 1 << 16
 _unpickle = pickle.loads
 _HIGHEST = check_protocol(None)
 _DEFAULT_CHUNK = check_chunk_size(None)
@@ -68,51 +67,60 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
     >>> cpersist.loads(data)["x"]
     array([0, 1, 2])
     """
-    if type(compress) is int and not compress and protocol is None and chunk_size is None:
-        # The defaults, known good: a small object's dumps costs little
-        # more than checking its arguments would.
-        codec, protocol, chunk_size = None, _HIGHEST, _DEFAULT_CHUNK
-    else:
+    if (type(compress) is not int or compress or protocol is not None or chunk_size is not None
+            or n_threads is not None):
         codec = parse_compress(compress)
         protocol = check_protocol(protocol)
         chunk_size = check_chunk_size(chunk_size)
-    if n_threads is not None:
-        check_n_threads(n_threads)
-    if codec is not None:
-        out = io.BytesIO()
-        _write(obj, out, NAME, codec, protocol, chunk_size, check_n_threads(n_threads))
-        # The BytesIO hands over its own buffer: no copy of the dump.
-        return out.getvalue()
+        if n_threads is not None:
+            check_n_threads(n_threads)
+        if codec is not None:
+            out = io.BytesIO()
+            _write(obj, out, NAME, codec, protocol, chunk_size, check_n_threads(n_threads))
+            # The BytesIO hands over its own buffer: no copy of the dump.
+            return out.getvalue()
+    else:
+        # The defaults, known good: a small object's dumps costs little
+        # more than checking its arguments would.
+        protocol, chunk_size = _HIGHEST, _DEFAULT_CHUNK
     # Raw: the arrays found are kept aside and written once pickling is
     # over, so that an object without arrays never sets up a writer.
-    kept = getattr(_kept, "picklers", _NO_PICKLERS).get(protocol)
-    if kept is None or kept.busy:  # the first, or a dumps inside a dumps
+    try:
+        kept = _kept.picklers[protocol]
+    except (AttributeError, KeyError):
+        kept = _kept_pickler(protocol)
+    if kept.busy:  # a dumps inside a dumps
         kept = _kept_pickler(protocol)
     kept.busy = True
-    pieces = kept.pieces
     try:
-        kept.pickler.dump(obj)
+        kept.dump(obj)
     except BaseException:
         # Not reused: a pickler stopped midway may hold state of its own.
         _kept.picklers.pop(protocol, None)
         raise
     finally:
-        kept.pickler.clear_memo()
-    # Joined at once: a piece may be a bytearray of the object itself.
-    pickled = pieces[0] if len(pieces) == 1 and type(pieces[0]) is bytes else b"".join(pieces)
+        kept.clear_memo()
+    pieces = kept.pieces
+    # Joined at once: a piece may be a bytearray of the object itself. (A
+    # single bytes piece is returned as it is, not copied.)
+    pickled = b"".join(pieces)
     pieces.clear()
     arrays = kept.arrays
     if arrays:
-        kept.pickler.placed.clear()
+        kept.pickler.forget()
         arrays = arrays[:]
         kept.arrays.clear()
     kept.busy = False
-    if len(pickled) > KEEP_PICKLER_BELOW:
+    n = len(pickled)
+    if n > KEEP_PICKLER_BELOW:
         # Its memo table kept the size this object needed, and clearing it
         # would cost that much at every later call: the next gets a new one.
         _kept.picklers.pop(protocol, None)
-    if not arrays and len(pickled) <= MAX_CHUNK_SIZE:
-        return compact_dump(pickled)
+    if not arrays and n <= MAX_CHUNK_SIZE:
+        # compact_dump(pickled), written out: the call would cost a tenth of
+        # a small object's dumps (tests/test_kept_pickler.py checks they agree).
+        return _join((_HEAD, _pack_record(_DATA | n), pickled,
+                      _pack_back(_END, _INDEX_AT + n, 0, _xxh3_64(pickled), END_MAGIC)))
     out = io.BytesIO()
     writer = ContainerWriter(out, check_n_threads(n_threads) if arrays else 1, NAME)
     store = _array_store(writer, None, chunk_size)
@@ -125,12 +133,18 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
 class _KeptPickler:
     """A pickler kept by a thread between ``dumps`` calls (making one costs
     several times what pickling a small object does), writing into a list:
-    the C pickler calls ``write`` once per frame, here ``list.append``."""
+    the C pickler calls ``write`` once per frame, here ``list.append``.
+    A plain object holding the pickler's methods: attributes of a subclass
+    of the C pickler are slower to reach, at every call."""
+
+    __slots__ = ("pieces", "arrays", "pickler", "dump", "clear_memo", "busy")
 
     def __init__(self, protocol):
         self.pieces = []
         self.arrays = []
         self.pickler = ArrayPickler(_Sink(self.pieces.append), protocol, self._defer)
+        self.dump = self.pickler.dump
+        self.clear_memo = self.pickler.clear_memo
         self.busy = False
 
     def _defer(self, arr):
@@ -146,7 +160,6 @@ class _Sink:
 
 
 _kept = threading.local()
-_NO_PICKLERS = {}
 
 
 def _kept_pickler(protocol):
@@ -225,8 +238,18 @@ def loads(data, *, trusted=True, verify=True, n_threads=None, copy=False, limits
         # checked whatever ``verify`` says (they are how it is recognised,
         # at the cost of one pass over a stream unpickling reads anyway).
         # Anything else, or damage, goes the long way, which says what is wrong.
-        stream = compact_stream(
-            data if type(data) is bytes and len(data) <= SMALL else _byte_view(data))
+        # compact_stream(data), written out: the call would cost a tenth of
+        # a small object's loads (tests/test_kept_pickler.py checks they agree).
+        if type(data) is not bytes:
+            data = _byte_view(data)
+        n = len(data) - OVERHEAD
+        if 0 < n <= COPY_UP_TO and data[:16] == _HEAD16:
+            stream = data[STREAM_AT:STREAM_AT + n]
+            if data[STREAM_AT + n:] != _pack_back(_END, _INDEX_AT + n, 0, _xxh3_64(stream),
+                                                  END_MAGIC):
+                stream = None
+        else:
+            stream = compact_stream(data)  # a large stream is viewed, not copied
         if stream is not None:
             if n_threads is not None:
                 check_n_threads(n_threads)

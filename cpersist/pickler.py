@@ -73,13 +73,18 @@ class ArrayPickler(pickle.Pickler):
         self.saw_fortran = False
         self.inlined = 0
         self.placed = {}
-        # A tensor exists only once torch is imported: otherwise nothing of
-        # torch is looked at (see cpersist.tensors).
+        # A tensor exists only once torch is imported: until then nothing of
+        # torch is looked at (see cpersist.tensors). A pickler kept between
+        # dumps may see torch imported after it was made.
         self.tensors = None
-        if "torch" in sys.modules:
-            from .tensors import TensorReducer
 
-            self.tensors = TensorReducer(store)
+    def forget(self):
+        """Forget the arrays and tensor storages met so far, as
+        ``clear_memo`` forgets the objects: for a pickler kept for several
+        dumps, whose sections are numbered anew in each."""
+        self.placed.clear()
+        if self.tensors is not None:
+            self.tensors.forget()
 
     def _reduce_plain(self, arr):
         if arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous:
@@ -112,6 +117,10 @@ class ArrayPickler(pickle.Pickler):
             return self._reduce_plain(obj.view(np.ndarray))
         if not isinstance(obj, np.ndarray):
             tensors = self.tensors
+            if tensors is None and "torch" in sys.modules:
+                from .tensors import TensorReducer
+
+                tensors = self.tensors = TensorReducer(self._store)
             if tensors is not None:
                 if isinstance(obj, tensors.tensor_type):
                     return tensors.reduce(obj)

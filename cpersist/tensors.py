@@ -98,6 +98,10 @@ class TensorReducer:
         self._store = store
         self._storages = {}
 
+    def forget(self):
+        """Forget the storages stored so far (see ``ArrayPickler.forget``)."""
+        self._storages.clear()
+
     def reduce(self, tensor):
         """``(rebuild_tensor, args)`` for a tensor cpersist stores, else NotImplemented."""
         torch = self.torch

@@ -64,7 +64,9 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                         "slices of cpersist.open arrays and dask beside zarr and blosc2; remote: "
                         "a full load from a loopback S3 server beside zarr and a download; "
                         "checkpoints: torch checkpoints (generated, or your .pt/.safetensors "
-                        "files) beside torch.save, safetensors and joblib; all: every suite")
+                        "files) beside torch.save, safetensors and joblib; coldstart: only the "
+                        "start-up times and the cold-start and small-object comparisons, which "
+                        "every other suite runs too (see --import-runs); all: every suite")
     p.add_argument("--full", action="store_true",
                    help="the complete grid: every dataset at 100 MB, levels 0,1,3,6,9, three "
                         "repeats (hours); default: built-in data at 1 MB, levels 0,3,6 (0,3 on "

@@ -12,8 +12,9 @@ columns of :data:`.ratios.RATIO_COLUMNS`).
   whole process over ``python -c "import numpy"``'s.
 - **In memory**: ``cpersist.dumps``/``loads`` of the seed posts' small
   objects over ``pickle.dumps``/``loads`` (protocol 5), timed as
-  :mod:`timeit` times them (many calls per clock read, best of 7), and the
-  bytes beyond pickle's.
+  :mod:`timeit` times them (many calls per clock read, best of
+  :data:`SIDE_BY_SIDE_REPEAT` reads of the same length, the statements
+  taking turns), and the bytes beyond pickle's.
 - **To a file**: ``cpersist.dump``/``load`` of the small object to a path
   over ``joblib.dump``/``load``'s, and the file's bytes beyond pickle's.
 
@@ -28,7 +29,6 @@ import tempfile
 
 from .ratios import failed_row, ratio_row
 from .importtime import _cli_command
-from .measure import best_time
 
 __all__ = ["run_cold_start", "SMALL_OBJECT"]
 
@@ -171,6 +171,35 @@ def _info_command(directory, runs):
                       measured=f"{ours * 1e3:.1f} ms / {theirs * 1e3:.1f} ms")]
 
 
+#: Clock reads per statement of the side-by-side timings: on a shared
+#: machine a statement needs several before one runs undisturbed.
+SIDE_BY_SIDE_REPEAT = 25
+#: Seconds each clock read of a side-by-side timing lasts, about: the same
+#: for every statement, since a longer read is likelier to be interrupted
+#: by another process (and its best to be slower) on a busy machine.
+SIDE_BY_SIDE_READ = 0.002
+
+
+def best_times(statements, namespace, number, repeat=SIDE_BY_SIDE_REPEAT):
+    """``{statement: seconds per call}``, each the best of ``repeat`` clock
+    reads of up to ``number`` calls lasting about :data:`SIDE_BY_SIDE_READ`
+    each, as :func:`.measure.best_time` (many calls per clock read); the statements
+    take turns, one clock read each, so that a change in the machine's
+    speed while they are timed reaches every one of them alike."""
+    import timeit
+
+    timers, calls = {}, {}
+    for stmt in statements:
+        timer = timers[stmt] = timeit.Timer(stmt, globals=namespace)
+        once = min(timer.repeat(repeat=3, number=1))
+        calls[stmt] = max(1, min(number, int(SIDE_BY_SIDE_READ / max(once, 1e-9))))
+    best = dict.fromkeys(statements, float("inf"))
+    for _ in range(repeat):
+        for stmt, timer in timers.items():
+            best[stmt] = min(best[stmt], timer.timeit(calls[stmt]) / calls[stmt])
+    return best
+
+
 def _in_memory(number):
     import pickle
 
@@ -185,9 +214,8 @@ def _in_memory(number):
         assert cpersist.loads(ours) == obj
         space = {"obj": obj, "cpersist": cpersist, "pickle": pickle, "ours": ours,
                  "theirs": theirs}
-        times = {stmt: best_time(stmt, space, number) for stmt in (
-            "cpersist.dumps(obj)", "pickle.dumps(obj, protocol=5)",
-            "cpersist.loads(ours)", "pickle.loads(theirs)")}
+        times = best_times(["cpersist.dumps(obj)", "pickle.dumps(obj, protocol=5)",
+                            "cpersist.loads(ours)", "pickle.loads(theirs)"], space, number)
         for what in ("dumps", "loads"):
             arg = "obj" if what == "dumps" else "ours"
             mine = times[f"cpersist.{what}({arg})"]
@@ -222,8 +250,9 @@ def _to_a_file(directory, number):
     rows = []
     for what, target in zip(("dump", "load"), targets):
         args = "obj, {}" if what == "dump" else "{}"
-        mine = best_time(f"cpersist.{what}({args.format('ours')})", space, number)
-        peer = best_time(f"joblib.{what}({args.format('theirs')})", space, number)
+        mine, peer = best_times([f"cpersist.{what}({args.format('ours')})",
+                                 f"joblib.{what}({args.format('theirs')})"], space,
+                                number).values()
         rows.append(ratio_row("coldstart", target, mine / peer, key=f"coldstart.file_{what}",
                               measured=f"{mine * 1e6:.1f} us / {peer * 1e6:.1f} us"))
     size, pickled = os.path.getsize(ours), len(pickle.dumps(SMALL_OBJECT, protocol=5))

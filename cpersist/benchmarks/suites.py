@@ -17,7 +17,7 @@ QUICK_MAX_ENTRIES = 16000
 #: (cpersist's default codec and the peers at every level of the grid).
 DEFAULT_CODEC_LEVELS = (3,)
 #: The suites ``--suite`` chooses from (``all`` runs each).
-SUITES = ("storage", "serializers", "memory", "lazy", "remote", "checkpoints")
+SUITES = ("storage", "serializers", "memory", "lazy", "remote", "checkpoints", "coldstart")
 #: ``--quick``: the lazy and remote suites' sizes are multiplied by this.
 QUICK_SCALE = 0.01
 #: Exit code after Ctrl-C (128 + SIGINT, what shells report).

@@ -40,19 +40,28 @@ _END = END << 56 | TRAILER.size
 #: offset, index length 0, checksum, end magic).
 _BACK = struct.Struct("<QQQQ8s")
 assert _BACK.size == RECORD_SIZE + TRAILER.size
+#: A compact dump's (empty) index starts here plus the stream's length.
+_INDEX_AT = STREAM_AT + RECORD_SIZE
+#: Up to this size a stream is sliced (copied) out of a ``bytes``, rather
+#: than viewed: unpickling a small ``bytes`` is quicker.
+COPY_UP_TO = 1 << 16
+# Bound once: these are most of a small object's framing, called per dump.
+_join = b"".join
+_pack_record = RECORD.pack
+_pack_back = _BACK.pack
 
 
 def compact_dump(pickled):
     """The bytes of a compact dump of the pickle stream ``pickled``."""
     n = len(pickled)
-    return b"".join((_HEAD, RECORD.pack(_DATA | n), pickled,
-                     _BACK.pack(_END, STREAM_AT + n + RECORD_SIZE, 0, _xxh3_64(pickled),
-                                END_MAGIC)))
+    return _join((_HEAD, _pack_record(_DATA | n), pickled,
+                  _pack_back(_END, _INDEX_AT + n, 0, _xxh3_64(pickled), END_MAGIC)))
 
 
 def compact_stream(data):
     """The pickle stream of ``data`` if it is exactly one intact compact
-    dump (a slice of ``data``), else None.
+    dump (a slice of ``data``, a view where ``data`` is a large ``bytes``),
+    else None.
 
     The quick path of :func:`cpersist.loads`: the bytes after the stream are
     compared with those :func:`compact_dump` would write for it, which
@@ -63,9 +72,10 @@ def compact_stream(data):
     n = len(data) - OVERHEAD
     if n < 1 or data[:16] != _HEAD16:
         return None
+    if n > COPY_UP_TO and type(data) is bytes:
+        data = memoryview(data)
     stream = data[STREAM_AT:STREAM_AT + n]
-    if data[STREAM_AT + n:] != _BACK.pack(_END, STREAM_AT + n + RECORD_SIZE, 0,
-                                          _xxh3_64(stream), END_MAGIC):
+    if data[STREAM_AT + n:] != _pack_back(_END, _INDEX_AT + n, 0, _xxh3_64(stream), END_MAGIC):
         return None
     return stream
 

@@ -7,7 +7,7 @@ import os
 from collections import deque
 
 from .._files import local_fd
-from .._threads import IN_FLIGHT_PER_THREAD, get_pool, ordered_map
+from .._threads import COPY_ALONE_BELOW, IN_FLIGHT_PER_THREAD, get_pool, ordered_map
 from .encode import encode_array_chunk
 from .framing import ALIGNED, DATA, END, record_header
 from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, PIECE_SIZE,
@@ -209,16 +209,18 @@ class ContainerWriter:
 
     def _add_raw_chunks(self, offset, size, chunks, typesize, meta):
         start = self._pos
-        number = self._add_raw_run(offset, chunks, typesize, meta)
+        number = self._add_raw_run(offset, chunks, typesize, meta, size)
         if self._pos - start != size:
             raise ValueError(f"a raw section of {size} bytes was given "
                              f"{self._pos - start} bytes")
         return number
 
-    def _add_raw_run(self, offset, chunks, typesize, meta):
+    def _add_raw_run(self, offset, chunks, typesize, meta, size):
         table = []
         pieces = []
-        if self._n_threads <= 1:
+        # Below COPY_ALONE_BELOW, handing checksums to a worker and waiting
+        # for it costs more than computing them here.
+        if self._n_threads <= 1 or size < COPY_ALONE_BELOW:
             for chunk in chunks:
                 if len(chunk):
                     # Checksummed just before it is written, the chunk is

@@ -1,0 +1,125 @@
+"""``dumps`` keeps one pickler per thread between calls: whatever it pickled
+before, and whatever was imported since it was made, it writes the bytes a
+new pickler writes."""
+
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import cpersist
+from cpersist import inmemory
+
+torch = pytest.importorskip("torch")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class _ReducesToArray:
+    def __reduce__(self):
+        return np.asarray, (np.arange(5.0),)
+
+
+class _Point:
+    def __init__(self, x):
+        self.x = x
+
+    def __eq__(self, other):
+        return type(other) is _Point and other.x == self.x
+
+
+def _objects():
+    """Objects on both sides of "nothing but a pickle stream": plain data,
+    arrays, numpy scalars and dtypes, tensors, PickleBuffers, objects whose
+    reduce gives arrays, subclasses."""
+    tensor = torch.arange(6.0).reshape(2, 3)
+    return {
+        "plain": {"people": [{"name": "Alice"}]},
+        "class": [_Point(1), _Point(2)],
+        "scalars": {"f": np.float64(0.5), "i": np.int32(3), "dtype": np.dtype("<f4")},
+        "bytes": pickle.PickleBuffer(b"abcdef"),
+        "array buffer": pickle.PickleBuffer(np.arange(4)),
+        "array": {"w": np.arange(1000.0), "v": np.arange(3)},
+        "object array": np.array([1, "a", np.arange(3)], dtype=object),
+        "reduces to an array": _ReducesToArray(),
+        "masked": np.ma.masked_array([1, 2, 3], mask=[0, 1, 0]),
+        "tensor": {"t": tensor, "view": tensor[1]},
+        "parameter": torch.nn.Parameter(torch.ones(3)),
+        "tensor beside an array": {"a": np.zeros(6), "t": tensor},
+    }
+
+
+def _fresh_dumps(obj, **kwargs):
+    vars(inmemory._kept).pop("picklers", None)
+    return cpersist.dumps(obj, **kwargs)
+
+
+@pytest.mark.parametrize("protocol", [None, 2])
+def test_a_kept_pickler_writes_what_a_new_one_writes(protocol):
+    objects = {name: obj for name, obj in _objects().items()
+               if protocol is None or not isinstance(obj, pickle.PickleBuffer)}  # protocol 5 only
+    fresh = {name: _fresh_dumps(obj, protocol=protocol) for name, obj in objects.items()}
+    for _ in range(2):  # each dumped after every other, by the kept pickler
+        for name, obj in objects.items():
+            data = cpersist.dumps(obj, protocol=protocol)
+            assert data == fresh[name], name
+    back = cpersist.loads(fresh["tensor beside an array"])
+    assert back["t"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert back["a"].tolist() == [0.0] * 6
+    assert cpersist.loads(fresh["class"]) == objects["class"]
+
+
+def test_a_pickler_made_before_torch_was_imported_stores_tensors():
+    code = ("import cpersist, sys\n"
+            "first = cpersist.dumps({'n': 1})\n"
+            "assert 'torch' not in sys.modules\n"
+            "import torch\n"
+            "t = {'t': torch.arange(6.0)}\n"
+            "kept = cpersist.dumps(t)\n"
+            "from cpersist import inmemory\n"
+            "inmemory._kept.picklers.clear()\n"
+            "assert kept == cpersist.dumps(t)\n"
+            "assert b'torch' not in kept\n"
+            "assert cpersist.loads(kept, trusted=False)['t'].tolist() == list(range(6))\n")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_dumps_and_loads_frame_as_compact_dump_and_compact_stream(monkeypatch):
+    """``dumps`` and ``loads`` write out the compact framing for speed:
+    they write and accept exactly what compact_dump and compact_stream do,
+    and leave everything else, damage included, to the general reader."""
+    from cpersist.container.compact import COPY_UP_TO, OVERHEAD, compact_dump, compact_stream
+
+    general = []
+    real_load = inmemory._load
+    monkeypatch.setattr(inmemory, "_load", lambda *a, **kw: general.append(1) or real_load(*a, **kw))
+    small = {"people": [{"name": "Alice"}]}
+    large = list(range(COPY_UP_TO // 2))  # a stream past COPY_UP_TO: viewed, not copied
+    for obj in (small, large, [bytearray(b"y" * 70000)]):
+        stream = pickle.dumps(obj, protocol=5)
+        data = cpersist.dumps(obj)
+        assert data == compact_dump(stream)
+        assert bytes(compact_stream(data)) == stream
+        for form in (data, bytearray(data), memoryview(data), np.frombuffer(data, np.uint8)):
+            assert cpersist.loads(form) == obj
+        assert general == []
+    assert len(cpersist.dumps(large)) - OVERHEAD > COPY_UP_TO
+    data = cpersist.dumps(small)
+    for at in list(range(16)) + list(range(len(data) - 48, len(data))):
+        damaged = bytearray(data)
+        damaged[at] ^= 1
+        damaged = bytes(damaged)
+        assert compact_stream(damaged) is None, at
+        general.clear()
+        try:
+            back = cpersist.loads(damaged)
+        except (cpersist.CorruptFileError, cpersist.UnsupportedVersionError):
+            pass
+        else:  # a bit the general reader ignores
+            assert back == small, at
+        assert general == [1], at
