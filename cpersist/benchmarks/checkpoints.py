@@ -24,12 +24,14 @@ DIR`` (``--quick`` for small checkpoints, or paths of your own files).
 """
 
 import argparse
+import gc
 import json
 import os
 import shutil
 import statistics
 import sys
 import tempfile
+import time
 
 import cpersist
 
@@ -97,15 +99,25 @@ def _state_dict(obj):
 
 def _interleaved(contenders, rounds, before=None):
     """Median time of each contender, timed in turn round after round;
-    ``before[name]()`` runs untimed before each of its runs."""
-    times = {name: [] for name in contenders}
-    for warm_up in [True] + [False] * rounds:  # the first round (imports, pools) untimed
-        for name, func in contenders.items():
+    ``before[name]()`` runs untimed before each of its runs.
+
+    Each round starts one contender further on, so that none always follows
+    the same one, and what a call returns is freed (and the collector run)
+    after its clock stops: a contender is charged neither for freeing its own
+    result nor for what the one before it left to free."""
+    names = list(contenders)
+    times = {name: [] for name in names}
+    for number in range(rounds + 1):  # the first round (imports, pools) untimed
+        for name in names[number % len(names):] + names[:number % len(names)]:
             if before and name in before:
                 before[name]()
-            run = time_runs(func, 1)
-            if not warm_up:
-                times[name] += run
+            t0 = time.perf_counter()
+            result = contenders[name]()
+            elapsed = time.perf_counter() - t0
+            del result
+            gc.collect()
+            if number:
+                times[name].append(elapsed)
     return {name: statistics.median(runs) for name, runs in times.items()}
 
 
