@@ -378,9 +378,9 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
                 arr.flags.writeable = False
         elif views and section.is_raw:
             arr = _view(reader, section, verify).view(dtype).reshape(shape, order=order)
-        elif section.codec is not None and decode_ahead:
+        elif index in ahead_of:
             if not ahead:
-                ahead.update(_decode_ahead(reader, decode_ahead, verify, n_threads))
+                ahead.update(_decode_ahead(reader, read_ahead, verify, n_threads))
             arr = ahead.pop(index)
             if isinstance(arr, BaseException):
                 if isinstance(arr, CorruptFileError):
@@ -391,15 +391,18 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
         loaded[index] = arr
         return arr
 
-    # Compressed array sections, decoded side by side on the pool when the
-    # first is asked for: a checkpoint's tensors are each a section of one
-    # or a few chunks, which one after another would leave threads idle.
-    decode_ahead = [i for i, section in enumerate(reader.sections)
-                    if section.codec is not None and i != reader.root
-                    and section.meta.get("kind") == "array"]
-    if n_threads <= 1 or len(decode_ahead) < 2 or not source.concurrent:
-        decode_ahead = []
-    ahead = {}
+    # The array sections read into new memory (compressed ones, and raw
+    # ones neither mapped nor viewed), read and decoded side by side on the
+    # pool when the first is asked for: a checkpoint's tensors are each a
+    # section of one or a few chunks, which one after another would leave
+    # threads idle.
+    read_ahead = [i for i, section in enumerate(reader.sections)
+                  if i != reader.root and section.meta.get("kind") == "array"
+                  and (section.codec is not None
+                       or not (can_map or views) and section.is_raw)]
+    if n_threads <= 1 or len(read_ahead) < 2 or not source.concurrent:
+        read_ahead = []
+    ahead_of, ahead = frozenset(read_ahead), {}
 
     unpickler = ArrayUnpickler(pickled, load_array, restricted, allowed,
                                prefixes, source=name, limits=limits)
