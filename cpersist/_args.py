@@ -4,10 +4,10 @@ that ``load``, ``inspect``, ``verify`` and ``convert`` read."""
 import pickle
 import warnings
 
-from ._files import check_writable_file, display_name, is_path, is_writable
-from ._remote import WRITE_TIMEOUT, fsspec_file_source, is_remote, is_url, open_remote
+from ._runtime.files import check_writable_file, display_name, is_path, is_writable
 from .container import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE
 from .container.sources import ByteSource, LocalFileSource, SpooledSource, source_for
+from .container.sources.remote import WRITE_TIMEOUT, fsspec_file_source, is_remote, is_url, open_remote
 
 MMAP_MODES = (None, "r", "r+", "c")
 
@@ -163,7 +163,7 @@ def _warn_not_mapped(name, why, stacklevel):
 
 def check_timeout(timeout):
     """``timeout`` as seconds (a positive number; None: the default of
-    :data:`cpersist._remote.WRITE_TIMEOUT`)."""
+    :data:`cpersist.container.sources.remote.WRITE_TIMEOUT`)."""
     if timeout is None:
         return WRITE_TIMEOUT
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:

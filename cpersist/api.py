@@ -9,26 +9,26 @@ import warnings
 import numpy as np
 
 from . import __version__
-from . import _format_names as names
+from .pickling import names
 from ._args import (check_chunk_size, check_mmap_mode, check_protocol, check_storage_options,
                     check_target, check_timeout, open_source)
-from ._foreign import foreign_file_error
-from ._files import display_name, is_path, write_atomically
-from ._object_paths import object_paths
-from ._remote import is_remote, write_remote
-from ._small import NOT_COMPACT, load_compact_file, write_small
-from ._threads import check_n_threads
-from ._unpicklable import PICKLING_ERRORS, unpicklable_error
-from .arrays import allocate, describe, iter_chunks, parse_description, rows_per_chunk
+from ._runtime.files import display_name, is_path, write_atomically
+from ._runtime.threads import check_n_threads
 from .codecs import parse_compress
+from .container.sources.remote import is_remote, write_remote
+from .pickling.arrays import allocate, describe, iter_chunks, parse_description, rows_per_chunk
+from .pickling.small import NOT_COMPACT, load_compact_file, write_small
+from .pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
+from .stream.object_paths import object_paths
+from .tools.foreign import foreign_file_error
 from .container import (CHECKED_CLAIM, EDITED, ENCODED, FLAGS_AT, TRAILER, ContainerReader,
                         ContainerWriter, EncodedStream, checksum)
 from .container.layout import INDEX_EDITED, INDEX_UNEDITED
 from .container.reader import claimed_buffer
 from .exceptions import CorruptFileError, CpersistError
-from .pickler import ArrayPickler
-from ._limits import as_limits
-from .unpickler import ArrayUnpickler, normalize_trusted
+from .pickling.limits import as_limits
+from .pickling.pickler import ArrayPickler
+from .pickling.unpickler import ArrayUnpickler, normalize_trusted
 
 #: Chunk size of the pickle stream: smaller than array chunks so that its
 #: compression, which overlaps pickling, spreads evenly over the threads.
@@ -160,7 +160,7 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
 
 def _write(obj, file, name, codec, protocol, chunk_size, n_threads):
     if codec is not None and codec.codec_id == "max":
-        from ._smallest import write_smallest
+        from .pickling.smallest import write_smallest
 
         write_smallest(obj, file, name, codec, protocol, chunk_size, n_threads)
         return
@@ -414,7 +414,7 @@ def _naming_path(exc, pickled, index):
     """``exc``, naming where the array of section ``index`` sits in the
     object (a tensor's path for a storage); the stream is walked only now,
     when something is wrong."""
-    from ._paths import scan_arrays
+    from .stream.paths import scan_arrays
 
     path = scan_arrays(pickled.getvalue())["paths"].get(index)
     if path is None:

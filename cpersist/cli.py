@@ -14,8 +14,8 @@ import os
 import sys
 
 from . import __version__
-from ._files import TMP_SUFFIX
-from ._remote import is_url
+from ._runtime.files import TMP_SUFFIX
+from .container.sources.remote import is_url
 from .exceptions import CpersistError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -98,7 +98,7 @@ def file_info(path, storage_options=None):
         ``"inline_arrays"``...), plus ``"file"``, and for each array
         ``"ratio"`` (uncompressed / stored size).
     """
-    from .inspection import inspect
+    from .tools.inspection import inspect
 
     _check_file(path)
     report = inspect(_source(path), storage_options=_options_for(path, storage_options))
@@ -156,7 +156,7 @@ def _shape(shape):
 
 
 def _tensor_lines(info):
-    """``cpersist info``'s lines on torch tensors (see :mod:`cpersist.tensors`)."""
+    """``cpersist info``'s lines on torch tensors (see :mod:`cpersist.pickling.tensors`)."""
     lines = []
     tensors = info.get("tensors") or []
     if tensors:
@@ -255,7 +255,7 @@ def _json_default(value):
 # -- verify -----------------------------------------------------------------
 
 def _cmd_verify(args):
-    from .inspection import reseal, verify
+    from .tools.inspection import reseal, verify
 
     status = EXIT_OK
     for path in args.files:
@@ -296,7 +296,7 @@ def _cmd_verify(args):
 # -- convert ----------------------------------------------------------------
 
 def _cmd_convert(args):
-    from ._convert import convert
+    from .tools.convert import convert
 
     try:
         compress = None if args.compress is None else parse_compress_spec(args.compress)
@@ -454,7 +454,7 @@ def build_parser():
 
 
 def _display(source):
-    from ._files import display_name
+    from ._runtime.files import display_name
 
     return display_name(source)
 

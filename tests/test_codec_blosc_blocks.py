@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist import _threads
+from cpersist._runtime import threads as _threads
 from cpersist.codecs import blosc as blosc_module
 from cpersist.codecs import blosc_blocks, get_codec, libblosc2
 
@@ -334,7 +334,7 @@ def test_a_forked_child_makes_its_own_contexts(tmp_path):
 
 def _with_threads(n_threads, func, *args):
     """``func(*args)`` with ``n_threads`` threads free to help it, as the
-    one item of a :func:`~cpersist._threads.run_claimed` of that many."""
+    one item of a :func:`~cpersist._runtime.threads.run_claimed` of that many."""
     results = []
     _threads.run_claimed(lambda claims: [results.append(func(*args)) for _ in claims], 1,
                          n_threads)

@@ -17,7 +17,7 @@ import pytest
 import cpersist
 from cpersist import CorruptFileError
 from cpersist._args import open_source
-from cpersist._files import TMP_SUFFIX, local_fd
+from cpersist._runtime.files import TMP_SUFFIX, local_fd
 from cpersist.container import ContainerReader
 from cpersist.container.sources import (FileObjectSource, LocalFileSource, MemorySource,
                                         ShortReadError, SpooledSource, source_for)

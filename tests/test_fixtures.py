@@ -169,7 +169,7 @@ def test_inspect_and_verify(path):
 def test_listing_gives_the_walk_s_paths(path):
     """A file of many arrays lists the paths its index records; others walk
     their pickle stream: either way, the paths ``cpersist info`` prints."""
-    from cpersist._paths import array_paths
+    from cpersist.stream.paths import array_paths
     from cpersist.handle import _recorded_paths
 
     with cpersist.open(path) as f:

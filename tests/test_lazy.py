@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import cpersist
-from cpersist import _smallest
-from cpersist import lazy as lazy_module
+from cpersist.pickling import smallest as _smallest
+from cpersist.lazy.array import array as lazy_module
 from cpersist._args import open_source
 from cpersist.container import ContainerReader
 from cpersist.container import reader as reader_module
@@ -211,7 +211,7 @@ def test_copying_a_few_mib_stays_on_the_calling_thread(tmp_path, monkeypatch, co
     bytes do not compress) are read by the calling thread alone when the
     slice copies less than COPY_ALONE_BELOW: handing part of it to a pool
     thread takes longer. More to copy, or chunks to decode, are shared."""
-    from cpersist._threads import COPY_ALONE_BELOW
+    from cpersist._runtime.threads import COPY_ALONE_BELOW
 
     rows = 2 * COPY_ALONE_BELOW // 1000
     noise = np.random.default_rng(1).integers(0, 256, (rows, 1000), dtype=np.uint8)
@@ -351,7 +351,7 @@ def test_unpickled_arrays_share_one_open_file_until_it_is_replaced(tmp_path):
     """Arrays unpickled in a process (a dask worker's) share the file they
     reopen, kept open after they are gone, and a replaced file is still
     reported."""
-    from cpersist import _openfile
+    from cpersist.lazy.array import openfile as _openfile
 
     arr = np.arange(60000.0).reshape(600, 100)
     path = tmp_path / "s.cp"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist import _migrate
+from cpersist.tools import migrate as _migrate
 
 from .conftest import assert_same, make_matrix, random_array
 

@@ -12,8 +12,8 @@ import pytest
 import cpersist
 from cpersist import container
 from cpersist.container import encode
-from cpersist._threads import run_claimed
-from cpersist.arrays import to_inline
+from cpersist._runtime.threads import run_claimed
+from cpersist.pickling.arrays import to_inline
 from cpersist.cli import file_info
 from cpersist.codecs import get_codec
 from cpersist.container import ENCODED, VERBATIM, EncodedStream

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist import _small
+from cpersist.pickling import small as _small
 from cpersist.container import ContainerReader
 from cpersist.container.compact import OVERHEAD
 from cpersist.container.sources import MemorySource

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist import CorruptFileError, _threads
-from cpersist._files import local_fd
+from cpersist import CorruptFileError
+from cpersist._runtime import threads as _threads
+from cpersist._runtime.files import local_fd
 from cpersist.codecs import get_codec
 from cpersist.container import VERBATIM, ContainerReader
 
@@ -317,8 +318,8 @@ def test_a_forked_child_has_its_own_pool_and_locks(tmp_path):
     path, child_path = tmp_path / "parent.cp", tmp_path / "child.cp"
     script = textwrap.dedent(f"""
         import os, pickle, signal, sys, threading, numpy as np, cpersist
-        from cpersist import _openfile
-        from cpersist._threads import get_pool
+        from cpersist.lazy.array import openfile as _openfile
+        from cpersist._runtime.threads import get_pool
         from cpersist.codecs import registry
         from cpersist.container.buffers import READ_BUFFERS
 

@@ -26,7 +26,7 @@ from collections import namedtuple
 from xxhash import xxh3_64 as _xxh3_64_state
 from xxhash import xxh3_64_intdigest as _xxh3_64
 
-from .._gc import collector_paused
+from .._runtime.gc import collector_paused
 from ..codecs import codec_from_config
 from ..exceptions import CorruptFileError, UnsupportedVersionError
 
@@ -80,7 +80,7 @@ def checksum(data):
     Chosen over zlib's CRC-32 because it runs several times faster, so that
     verifying a raw load, otherwise a plain copy from the page cache, stays
     cheap beside it. On the pool it overlaps the calling thread's file I/O
-    (see :mod:`cpersist._threads` for when xxhash releases the GIL).
+    (see :mod:`cpersist._runtime.threads` for when xxhash releases the GIL).
     """
     return _xxh3_64(data)
 

@@ -3,7 +3,7 @@ byte source (:mod:`.sources`)."""
 
 import itertools
 
-from .._threads import COPY_ALONE_BELOW, ordered_map, run_claimed
+from .._runtime.threads import COPY_ALONE_BELOW, ordered_map, run_claimed
 from ..exceptions import CorruptFileError
 from .buffers import READ_BUFFERS, private_map
 from .compact import COMPACT, compact_dump, parse_compact_index
@@ -321,7 +321,7 @@ class ContainerReader:
         the encoded ones into place. Reading in one thread in order keeps
         the kernel's readahead streaming on a cold file where reading is the
         work. A section of verbatim chunks only, of fewer than
-        :data:`~cpersist._threads.COPY_ALONE_BELOW` bytes, is read and
+        :data:`~cpersist._runtime.threads.COPY_ALONE_BELOW` bytes, is read and
         checked by this thread alone.
         """
         out = memoryview(out).cast("B")

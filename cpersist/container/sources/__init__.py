@@ -9,7 +9,7 @@ through its methods), :mod:`.memory` (a bytes-like object) and
 
 import os
 
-from ..._files import is_seekable, local_fd
+from ..._runtime.files import is_seekable, local_fd
 from .abc import ByteSource, ShortReadError
 from .fileobj import FileObjectSource
 from .local import LocalFileSource
@@ -23,7 +23,7 @@ __all__ = ["ByteSource", "ShortReadError", "FileObjectSource", "LocalFileSource"
 def source_for(file, name, owned=False):
     """The byte source reading ``file`` from its position to its end.
 
-    A plain local file (:func:`cpersist._files.local_fd`) is read with
+    A plain local file (:func:`cpersist._runtime.files.local_fd`) is read with
     ``pread`` and can be mapped; any other seekable file object is read
     through its methods; a non-seekable one is spooled first. A bytes-like
     object is read in place.

@@ -396,7 +396,7 @@ class FsspecSource(ByteSource):
 
 class RemoteReference:
     """A remote object by URL, storage options and version (see
-    :mod:`cpersist._openfile`); opening it refuses a replaced object."""
+    :mod:`cpersist.lazy.openfile`); opening it refuses a replaced object."""
 
     __slots__ = ("url", "storage_options", "identity")
 
@@ -415,7 +415,7 @@ class RemoteReference:
         return self.url
 
     def open(self):
-        from ..._remote import reopen
+        from .remote import reopen
 
         return reopen(self.url, self.storage_options, self.identity)
 

@@ -1,19 +1,19 @@
 """Walk a pickle stream's opcodes symbolically, importing and calling nothing.
 
-:func:`walk` decodes a stream once and drives :mod:`cpersist._symbolic`'s
+:func:`walk` decodes a stream once and drives :mod:`cpersist.stream.symbolic`'s
 stack machine through its opcodes. The opcodes dumps write most often are
 decoded by hand, with no object made per opcode; any other is read by
-:func:`cpersist._pickle_args.read`, which reads each argument as the C
+:func:`cpersist.stream.args.read`, which reads each argument as the C
 unpickler does, so that the walk sees the opcodes ``pickle.load`` would run.
 Its cost is bounded by :class:`cpersist.Limits` (opcodes and nodes).
 """
 
 import struct
 
-from ._gc import collector_paused
-from ._limits import DEFAULT, exceeded
-from ._pickle_args import FRAME_CROSSED, next_frame_end, read_in_frame, recheck
-from ._symbolic import (_MARK, _NO_ARG, _STORED_ARRAY, MAX_KEPT_BYTES, Node, _call, _key_label,
+from .._runtime.gc import collector_paused
+from ..pickling.limits import DEFAULT, exceeded
+from .args import FRAME_CROSSED, next_frame_end, read_in_frame, recheck
+from .symbolic import (_MARK, _NO_ARG, _STORED_ARRAY, MAX_KEPT_BYTES, Node, _call, _key_label,
                         _top, step)
 
 __all__ = ["Node", "Walk", "step", "walk"]
@@ -94,7 +94,7 @@ def _run(data, result, stack, memo, limits, source):
 
     The opcodes dumps write most often are decoded here, with no object
     made per opcode; any other, and any opcode whose argument runs past the
-    end, is read by :func:`cpersist._pickle_args.read` (whose errors are the
+    end, is read by :func:`cpersist.stream.args.read` (whose errors are the
     walk's errors), so both decode a stream identically.
     """
     push = stack.append

@@ -14,9 +14,9 @@ import lzma
 import pickle
 import zlib
 
-from .container import MAGIC
-from .container.tiny import TINY_MAGIC
-from .exceptions import CorruptFileError
+from ..container import MAGIC
+from ..container.tiny import TINY_MAGIC
+from ..exceptions import CorruptFileError
 
 #: Bytes read to recognise a file: enough for every magic number, and for
 #: the first bytes a compressed stream decompresses to.
@@ -205,8 +205,8 @@ def load_pickled(kind, src, source):
     source : ByteSource
         The same bytes, read through when ``src`` is not a path.
     """
-    from ._files import is_path
-    from ._remote import is_url
+    from .._runtime.files import is_path
+    from ..container.sources.remote import is_url
 
     local = is_path(src) and not is_url(src)  # a URL's object is read through ``source``
     if kind.is_joblib:
@@ -287,7 +287,7 @@ def convert_pickled(kind, src, source, dst, *, trust_pickles, compress, chunk_si
     Returns :func:`cpersist.convert`'s statistics; refuses (before loading)
     unless ``trust_pickles``.
     """
-    from .exceptions import UntrustedPickleError
+    from ..exceptions import UntrustedPickleError
 
     if not trust_pickles:
         raise UntrustedPickleError(
@@ -307,9 +307,9 @@ def dump_loaded(held, kind, source, dst, *, compress, chunk_size, n_threads, fsy
     return :func:`cpersist.convert`'s statistics. The object is dropped once
     written (held in a list so that no caller's name keeps it): that releases
     the maps of a memory-mapped source."""
-    from .api import dump
-    from ._args import open_source
-    from .container import ContainerReader
+    from .._args import open_source
+    from ..api import dump
+    from ..container import ContainerReader
 
     dump(held[0], dst, compress, chunk_size=chunk_size, n_threads=n_threads, fsync=fsync,
          storage_options=storage_options)

@@ -13,8 +13,8 @@ import json
 import os
 import struct
 
-from ._files import is_path
-from .exceptions import CpersistError, UntrustedPickleError
+from .._runtime.files import is_path
+from ..exceptions import CpersistError, UntrustedPickleError
 
 #: The number torch's legacy format pickles first (torch.serialization.MAGIC_NUMBER).
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
@@ -109,7 +109,7 @@ def _bytes_io(source):
 def convert_from(kind, src, source, dst, *, trust_pickles, compress, chunk_size, n_threads,
                  fsync, storage_options):
     """Load a torch or safetensors file and dump its object to ``dst``."""
-    from ._migrate import dump_loaded
+    from .migrate import dump_loaded
 
     return dump_loaded([load_source(kind, src, source, trust_pickles)], kind, source, dst,
                        compress=compress, chunk_size=chunk_size, n_threads=n_threads,
@@ -150,9 +150,9 @@ def convert_to_safetensors(source, dst, fsync, whole):
 
     from safetensors.torch import save_file
 
-    from ._threads import check_n_threads
-    from .api import _load
-    from .unpickler import normalize_trusted
+    from .._runtime.threads import check_n_threads
+    from ..api import _load
+    from ..pickling.unpickler import normalize_trusted
 
     restricted, allowed, prefixes = normalize_trusted(False)
     obj = _load(source, mmap_mode=None, restricted=restricted, allowed=allowed,

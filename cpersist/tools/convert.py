@@ -11,19 +11,20 @@ object.
 
 A joblib file or a plain pickle, in contrast, is loaded (which runs the code
 it names, so only when the caller says it trusts the file) and dumped again:
-see :mod:`cpersist._migrate`.
+see :mod:`cpersist.tools.migrate`.
 """
 
 import os
 
-from . import __version__, _migrate
-from ._args import check_chunk_size, open_source
-from ._files import display_name, is_path, write_atomically
-from ._remote import is_remote, is_url, write_remote
-from ._threads import check_n_threads
-from .codecs import parse_compress
-from .container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWriter
-from .exceptions import UnsupportedVersionError
+from .. import __version__
+from .._args import check_chunk_size, open_source
+from .._runtime.files import display_name, is_path, write_atomically
+from .._runtime.threads import check_n_threads
+from ..codecs import parse_compress
+from ..container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWriter
+from ..container.sources.remote import is_remote, is_url, write_remote
+from ..exceptions import UnsupportedVersionError
+from . import migrate as _migrate
 
 
 def convert(src, dst, compress=None, *, chunk_size=None, n_threads=None, fsync=False,
@@ -125,7 +126,7 @@ def convert(src, dst, compress=None, *, chunk_size=None, n_threads=None, fsync=F
     if storage_options and src_options is None and dst_options is None:
         raise ValueError("storage_options apply to URLs; neither src nor dst is one")
     with open_source(src, storage_options=src_options, what="src") as source:
-        from . import _torch_files
+        from . import torch_files as _torch_files
 
         torch_kind = _torch_files.detect(source)
         if to_safetensors:
@@ -211,7 +212,7 @@ def _array_chunking(section, step):
     shape = meta.get("shape")
     if not (isinstance(shape, list) and shape and all(type(n) is int for n in shape)):
         return step, meta
-    from .arrays import rows_in_step  # numpy: only when rechunking arrays
+    from ..pickling.arrays import rows_in_step  # numpy: only when rechunking arrays
 
     n_rows = shape[-1] if meta.get("order") == "F" else shape[0]
     rows = rows_in_step(section.raw_size, n_rows, step)

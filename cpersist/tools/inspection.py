@@ -3,28 +3,28 @@ unpickling it.
 
 None of them imports or calls anything the file names: :func:`inspect`
 reads the index and walks the pickle stream's opcodes as the C unpickler
-reads them (:mod:`cpersist._opcodes`), tracking strings through the stack and
+reads them (:mod:`cpersist.stream.opcodes`), tracking strings through the stack and
 the memo to find the globals ``STACK_GLOBAL`` would resolve; :func:`verify` checks every
 checksum and decodes every chunk; :func:`reseal` verifies a file whose raw
 arrays were edited through a writable map and stores their new checksums.
 """
 
 
-from .api import array_layout, check_stream_start, read_stream
-from ._args import open_source
-from ._files import display_name, is_path
-from ._foreign import read_container
-from ._remote import is_url
+from .._args import open_source
+from .._runtime.files import display_name, is_path
+from ..api import array_layout, check_stream_start, read_stream
+from ..container.sources.remote import is_url
+from .foreign import read_container
 # The global through which a pickle stream fetches a stored array is listed
 # under "arrays", not "globals".
-from ._format_names import STORED_ARRAY
-from ._limits import as_limits
-from ._opcodes import walk
-from ._paths import arrays_of
-from .container import ContainerReader
-from .container.reseal import reseal as _reseal_dump
-from .container.sources import LocalFileSource
-from .exceptions import CorruptFileError
+from ..container import ContainerReader
+from ..container.reseal import reseal as _reseal_dump
+from ..container.sources import LocalFileSource
+from ..exceptions import CorruptFileError
+from ..pickling.limits import as_limits
+from ..pickling.names import STORED_ARRAY
+from ..stream.opcodes import walk
+from ..stream.paths import arrays_of
 
 
 def _root(reader):
@@ -71,7 +71,7 @@ def scan_pickle(data, name="<pickle>", limits=None):
 
 
 def _globals_of(walked, name):
-    """:func:`scan_pickle`'s result from a :class:`cpersist._opcodes.Walk`."""
+    """:func:`scan_pickle`'s result from a :class:`cpersist.stream.opcodes.Walk`."""
     if walked.error is not None:
         raise CorruptFileError(f"{name}: damaged pickle stream ({walked.error})")
     return {

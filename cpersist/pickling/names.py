@@ -17,7 +17,7 @@ REBUILD_VIEW = "cpersist.pickler.rebuild_view"
 REBUILD_MASKED = "cpersist.pickler.rebuild_masked"
 
 #: ``rebuild_tensor(storage, dtype, offset, shape, stride, requires_grad, kind, state,
-#: device)``: a torch tensor viewing a stored storage (see :mod:`cpersist.tensors`).
+#: device)``: a torch tensor viewing a stored storage (see :mod:`cpersist.pickling.tensors`).
 REBUILD_TENSOR = "cpersist.pickler.rebuild_tensor"
 
 #: All of them: the only globals of the ``cpersist`` package a stream names.

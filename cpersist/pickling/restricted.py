@@ -1,7 +1,7 @@
 """The restricted load: a pickle machine that checks what it builds.
 
 ``trusted=False`` (or an allowlist) loads with :class:`Machine` instead of
-the C unpickler. It reads opcodes with :mod:`cpersist._pickle_args` (as the
+the C unpickler. It reads opcodes with :mod:`cpersist.stream.args` (as the
 C unpickler reads them) and executes them itself, so that every step a
 stream asks for is decided here:
 
@@ -30,11 +30,11 @@ import types
 
 import numpy as np
 
-from ._gc import collector_paused
-from ._limits import exceeded
-from ._pickle_args import _READERS as _READS_ARGUMENT
-from ._pickle_args import NAMES, StreamError, next_frame_end, read_in_frame
-from .exceptions import CorruptFileError, CpersistError, UntrustedObjectError
+from .._runtime.gc import collector_paused
+from ..exceptions import CorruptFileError, CpersistError, UntrustedObjectError
+from ..stream.args import NAMES, StreamError, next_frame_end, read_in_frame
+from ..stream.args import _READERS as _READS_ARGUMENT
+from .limits import exceeded
 
 try:  # numpy >= 2
     from numpy._core.multiarray import _reconstruct, scalar

@@ -14,7 +14,7 @@ import pickle
 import numpy as np
 from numpy.lib import format as npy_format
 
-from .container import DEFAULT_CHUNK_SIZE
+from ..container import DEFAULT_CHUNK_SIZE
 
 
 

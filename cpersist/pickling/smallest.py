@@ -15,7 +15,7 @@ smallest file is kept:
   (:mod:`cpersist.container.tiny`), whose 13 bytes of framing and built-in
   dictionary suit objects of a few hundred bytes;
 * when the object holds Fortran-ordered arrays, both again with those
-  arrays stored in C order (see :class:`~cpersist.pickler.ArrayPickler`).
+  arrays stored in C order (see :class:`~cpersist.pickling.pickler.ArrayPickler`).
 
 "Small" means a pickle stream, arrays inside, of at most
 :data:`WHOLE_STREAM_UP_TO` bytes: that stream and the candidate files are
@@ -26,11 +26,11 @@ target, where the index is a negligible part of the file.
 
 import io
 
-from .api import INLINE_BELOW, _finish, write_sections
-from .container import ENCODED, VERBATIM, ContainerWriter, checksum, encode_chunk
-from .container.tiny import MAX_STREAM, tiny_dump
-from .container.writer import named_os_error
-from ._small import pickle_within
+from ..api import INLINE_BELOW, _finish, write_sections
+from ..container import ENCODED, VERBATIM, ContainerWriter, checksum, encode_chunk
+from ..container.tiny import MAX_STREAM, tiny_dump
+from ..container.writer import named_os_error
+from .small import pickle_within
 
 #: Largest pickle stream (arrays inside) written as one chunk, or as a tiny dump.
 WHOLE_STREAM_UP_TO = MAX_STREAM

@@ -7,8 +7,8 @@ fsspec is optional: it is imported only when a URL is given.
 import errno
 import posixpath
 
-from ._files import TMP_SUFFIX
-from .exceptions import FileChangedError, RemoteStorageError
+from ..._runtime.files import TMP_SUFFIX
+from ...exceptions import FileChangedError, RemoteStorageError
 
 #: What to install for URLs.
 REMOTE_EXTRA = "pip install 'cpersist[remote]'"
@@ -105,7 +105,7 @@ def open_remote(obj, storage_options=None):
     FileNotFoundError
         If there is no such object (naming it).
     """
-    from .container.sources.fsspec import FsspecSource
+    from .fsspec import FsspecSource
 
     fs, path, name = resolve(obj, storage_options)
     if fs is None:
@@ -123,7 +123,7 @@ def fsspec_file_source(file):
         return None
     if "file" in _protocols(file.fs) or file.tell() != 0:
         return None
-    from .container.sources.fsspec import FsspecSource
+    from .fsspec import FsspecSource
 
     return FsspecSource(file.fs, file.path, file=file)
 
@@ -164,7 +164,7 @@ def write_remote(obj, storage_options, write, timeout=WRITE_TIMEOUT):
     (``.<name>.<random>.cpersist-tmp``), moved onto it once complete and
     removed on failure. A ``file://`` URL is written like a local path.
     """
-    from ._files import write_atomically
+    from ..._runtime.files import write_atomically
 
     fs, path, name = resolve(obj, storage_options)
     if fs is None:

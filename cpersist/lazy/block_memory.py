@@ -20,7 +20,7 @@ import weakref
 
 import numpy as np
 
-from .container.buffers import private_map
+from ..container.buffers import private_map
 
 
 class BlockMemory:

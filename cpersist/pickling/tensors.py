@@ -4,7 +4,7 @@ The pickler hands each CPU dense strided ``torch.Tensor`` (and
 ``nn.Parameter``) to :class:`TensorReducer`, which stores the tensor's
 storage once, as a section of its own, whatever number of tensors view it,
 and pickles the tensor as a call of
-:func:`cpersist._rebuild.rebuild_tensor` naming that
+:func:`cpersist.pickling.rebuild.rebuild_tensor` naming that
 section, the dtype by its name, and the view (storage offset, shape,
 strides). Loading rebuilds each tensor as that view of its storage, so
 tied weights, views and transposes come back sharing memory as with
@@ -27,7 +27,7 @@ import weakref
 
 import numpy as np
 
-from ._rebuild import rebuild_tensor, stored_array
+from .rebuild import rebuild_tensor, stored_array
 
 
 #: torch dtypes numpy has, by torch's name.
@@ -82,7 +82,7 @@ class _StorageRef:
 
 
 class TensorReducer:
-    """The tensor half of :class:`cpersist.pickler.ArrayPickler`.
+    """The tensor half of :class:`cpersist.pickling.pickler.ArrayPickler`.
 
     Parameters
     ----------
@@ -170,11 +170,11 @@ def view_extent(offset, shape, stride):
 
 
 def rebuild(data, dtype, offset, shape, stride, requires_grad, kind, state, device):
-    """:func:`cpersist._rebuild.rebuild_tensor`, which documents the arguments."""
+    """:func:`cpersist.pickling.rebuild.rebuild_tensor`, which documents the arguments."""
     tdtype = check_view(dtype, offset, shape, stride, kind, state, device)
     if type(requires_grad) is not bool:
         _bad(f"requires_grad {requires_grad!r}")
-    from .lazy import LazyArray
+    from ..lazy.array import LazyArray
 
     lazy = isinstance(data, LazyArray)
     if not (lazy or isinstance(data, np.ndarray)) or data.ndim != 1:
@@ -183,7 +183,7 @@ def rebuild(data, dtype, offset, shape, stride, requires_grad, kind, state, devi
         _bad(f"the view {shape} (strides {stride}, offset {offset}) reaches past its "
              f"storage of {data.nbytes} bytes")
     if lazy:
-        from ._lazy_tensor import LazyTensor
+        from ..lazy.tensor import LazyTensor
 
         return LazyTensor(data, tdtype, dtype, offset, shape, stride, requires_grad, kind,
                           device)

@@ -14,8 +14,8 @@ import os
 import threading
 import weakref
 
-from .container import ContainerReader
-from .container.sources import LocalFileSource, SpooledSource, source_for
+from ..container import ContainerReader
+from ..container.sources import LocalFileSource, SpooledSource, source_for
 
 
 class PathReference:

@@ -151,7 +151,7 @@ def check_file_target(name):
 def check_writable_file(file):
     """Raise :class:`~cpersist.UnwritableTargetError` for a file object
     that cannot take bytes: text mode, or open for reading only."""
-    from .exceptions import UnwritableTargetError
+    from ..exceptions import UnwritableTargetError
 
     what = display_name(file)
     if isinstance(file, io.TextIOBase):

@@ -1,6 +1,6 @@
 """The unpickler of :func:`cpersist.load`: fetches stored arrays, can refuse globals.
 
-:class:`ArrayUnpickler` resolves the format's names (:mod:`cpersist._format_names`)
+:class:`ArrayUnpickler` resolves the format's names (:mod:`cpersist.pickling.names`)
 itself: ``stored_array(n)`` becomes the n-th stored array. In restricted mode it
 decides on every other global by its name alone, against an allowlist
 (:data:`SAFE_GLOBALS` plus what ``trusted`` adds), before importing anything.
@@ -13,9 +13,9 @@ import types
 
 import numpy as np
 
-from . import _format_names as names
-from ._rebuild import BY_NAME
-from .exceptions import CorruptFileError, CpersistError, UntrustedObjectError
+from ..exceptions import CorruptFileError, CpersistError, UntrustedObjectError
+from . import names
+from .rebuild import BY_NAME
 
 _STORED_ARRAY = names.split(names.STORED_ARRAY)
 
@@ -275,7 +275,7 @@ class ArrayUnpickler(pickle.Unpickler):
         return any(module == p or module.startswith(p + ".") for p in self._prefixes)
 
     def load(self):
-        """Unpickle; in restricted mode with :mod:`cpersist._restricted`'s checks.
+        """Unpickle; in restricted mode with :mod:`cpersist.pickling.restricted`'s checks.
 
         A restricted load runs the stream on a machine that decides on each
         opcode (the C unpickler serves extension codes from a process-wide
@@ -294,8 +294,8 @@ class ArrayUnpickler(pickle.Unpickler):
                 raise CorruptFileError(
                     f"{self._source}: damaged pickle stream ({type(exc).__name__}: "
                     f"{str(exc)[:200]})") from exc
-        from . import _restricted
-        from ._limits import as_limits
+        from . import restricted as _restricted
+        from .limits import as_limits
 
         try:
             data = self._file.read()

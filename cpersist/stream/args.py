@@ -1,7 +1,7 @@
 """Each pickle opcode's argument, read the way the C unpickler reads it.
 
-The walker of :mod:`cpersist._opcodes` and the restricted load of
-:mod:`cpersist._restricted` both read a stream's opcodes with :func:`read`,
+The walker of :mod:`cpersist.stream.opcodes` and the restricted load of
+:mod:`cpersist.pickling.restricted` both read a stream's opcodes with :func:`read`,
 so that what they see is what ``pickle.load`` (the C ``_pickle`` module)
 would execute: ``I0x10\\n`` is an INT of 16, ``I010\\n`` one of 8 (C's
 ``strtol`` with base 0), a text line ends at its first NUL, a frame does

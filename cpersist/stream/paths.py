@@ -1,7 +1,7 @@
 """Where each array sits in the pickled object, read from the opcodes.
 
 The pickle stream of a cpersist file is never executed here: the tree that
-:func:`cpersist._opcodes.walk` builds records which dict key, list index or
+:func:`cpersist.stream.opcodes.walk` builds records which dict key, list index or
 attribute holds each ``stored_array(n)`` and ``inline_array(...)`` call. The
 result is best effort: arrays reached only through something the walk does
 not model (an extension code, a persistent id, a custom ``__setstate__``
@@ -10,9 +10,9 @@ taking a non-dict state) get no path.
 
 from collections import deque
 
-from ._opcodes import walk
-from . import _format_names as names
-from ._symbolic import Node, tuple_children
+from ..pickling import names
+from .opcodes import walk
+from .symbolic import Node, tuple_children
 
 _REBUILD_TENSOR = names.split(names.REBUILD_TENSOR)
 
@@ -59,7 +59,7 @@ MAX_PATH = 4096
 
 
 def arrays_of(walked, root="obj"):
-    """:func:`scan_arrays`'s result from a :class:`cpersist._opcodes.Walk`.
+    """:func:`scan_arrays`'s result from a :class:`cpersist.stream.opcodes.Walk`.
 
     Breadth-first, so each array gets the shortest path that reaches it.
     Each node queued keeps its parent's place and its own label, and a path

@@ -90,7 +90,7 @@ def locate(obj, protocol, root="obj"):
 def unpicklable_error(obj, protocol, original):
     """A :class:`~cpersist.UnpicklableError` naming where in ``obj`` the
     part that cannot be pickled sits, or None when none is found."""
-    from .exceptions import UnpicklableError
+    from ..exceptions import UnpicklableError
 
     found = locate(obj, protocol)
     if found is None:

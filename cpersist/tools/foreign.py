@@ -5,7 +5,7 @@ cpersist file", the error names the kind of file (a joblib file, a pickle,
 a ``.npy`` or ``.npz`` file, HDF5) and the command that reads it.
 """
 
-from .exceptions import CorruptFileError
+from ..exceptions import CorruptFileError
 
 #: File kinds told by their first bytes: magic, what it is, how to read it.
 _MAGICS = (
@@ -41,7 +41,7 @@ def foreign_file_error(source, exc):
     for magic, kind, how in _MAGICS:
         if head.startswith(magic):
             return CorruptFileError(f"{name}: {kind}, not a cpersist file: {how.format(name=name)}")
-    from ._migrate import detect
+    from .migrate import detect
 
     try:
         found = detect(source)
@@ -62,7 +62,7 @@ def foreign_file_error(source, exc):
 def read_container(source, whole):
     """:class:`~cpersist.container.ContainerReader` of ``source``; a file of
     another kind raises the error of :func:`foreign_file_error`."""
-    from .container import ContainerReader
+    from ..container import ContainerReader
 
     try:
         return ContainerReader(source, whole=whole)

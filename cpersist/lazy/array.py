@@ -1,7 +1,7 @@
 """LazyArray: an array stored in a cpersist file, read a slice at a time.
 
 Indexing one reads only the chunks holding the elements the index selects
-(:mod:`cpersist._indexing` resolves the index first), on the thread pool:
+(:mod:`cpersist.lazy.plan` resolves the index first), on the thread pool:
 a slice whose elements are one contiguous run of the stored bytes is decoded
 straight into the result, chunk by chunk; any other is cut into groups of
 selected elements starting in the same chunk, each group's chunks decoded
@@ -16,14 +16,14 @@ import math
 
 import numpy as np
 
-from ._block_memory import BLOCK_MEMORY
-from ._indexing import select
-from ._openfile import shared_file
-from ._threads import COPY_ALONE_BELOW, run_claimed
-from .arrays import parse_description
-from .container import READ_BUFFERS, VERBATIM, checksum
-from .container.sources import ShortReadError
-from .exceptions import FileChangedError
+from .._runtime.threads import COPY_ALONE_BELOW, run_claimed
+from ..container import READ_BUFFERS, VERBATIM, checksum
+from ..container.sources import ShortReadError
+from ..exceptions import FileChangedError
+from ..pickling.arrays import parse_description
+from .block_memory import BLOCK_MEMORY
+from .openfile import shared_file
+from .plan import select
 
 
 #: Groups along an axis of at most this many positions are found by locating
@@ -392,7 +392,7 @@ class _ChunkParts:
     def threads(self, n_threads):
         """How many threads to read with, at most ``n_threads``: one when
         the reading is only copying (chunks local or already fetched) fewer
-        than :data:`~cpersist._threads.COPY_ALONE_BELOW` bytes."""
+        than :data:`~cpersist._runtime.threads.COPY_ALONE_BELOW` bytes."""
         if self._copy_only and self._read_bytes < COPY_ALONE_BELOW:
             return 1
         return n_threads
@@ -453,7 +453,7 @@ class _ChunkParts:
 
 def _read_block(lazy, index):
     """dask's ``getitem`` for :meth:`LazyArray.to_dask`: the block in
-    memory that blocks already dropped used (:mod:`cpersist._block_memory`)."""
+    memory that blocks already dropped used (:mod:`cpersist.lazy.block_memory`)."""
     return lazy._getitem(index, BLOCK_MEMORY.empty)
 
 

@@ -17,10 +17,10 @@ import os
 import pickle
 import stat
 
-from .container import VERBATIM, ContainerWriter
-from .container.compact import OVERHEAD, compact_dump, compact_stream
-from .container.encode import encode_chunk
-from .exceptions import CorruptFileError
+from ..container import VERBATIM, ContainerWriter
+from ..container.compact import OVERHEAD, compact_dump, compact_stream
+from ..container.encode import encode_chunk
+from ..exceptions import CorruptFileError
 from .pickler import ArrayPickler
 
 #: Largest pickle stream written as a compact dump: past it, the general

@@ -1,6 +1,6 @@
 """LazyTensor: a torch tensor stored in a cpersist file, read a slice at a time.
 
-A tensor is a view of a stored storage (see :mod:`cpersist.tensors`). When
+A tensor is a view of a stored storage (see :mod:`cpersist.pickling.tensors`). When
 it covers its storage exactly in C or Fortran order (the weights of a state
 dict), indexing it is indexing a :class:`~cpersist.LazyArray` of the
 storage's section seen with the tensor's shape: only the chunks holding
@@ -14,8 +14,8 @@ import operator
 
 import numpy as np
 
-from .lazy import LazyArray
-from .tensors import numpy_dtype, view_extent
+from ..pickling.tensors import numpy_dtype, view_extent
+from .array import LazyArray
 
 
 def _contiguous_order(shape, stride):
@@ -181,7 +181,7 @@ def _is_int(item):
 
 
 def _rebuild(storage, name, offset, shape, stride, requires_grad, kind, device, path):
-    from .tensors import torch_dtypes
+    from ..pickling.tensors import torch_dtypes
 
     return LazyTensor(storage, torch_dtypes()[name], name, offset, shape, stride,
                       requires_grad, kind, device, path)

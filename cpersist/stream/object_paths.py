@@ -4,7 +4,7 @@ A file of arrays in plain containers records each array's path in its
 section's ``meta`` (``"path"``), so that listing the file
 (``cpersist.open(...).arrays``) reads the paths from the index instead of
 walking the pickle stream. They are found at dump time by a breadth-first
-pass over the object, which gives the paths :mod:`cpersist._paths` would
+pass over the object, which gives the paths :mod:`cpersist.stream.paths` would
 find in the stream only when the object is made of plain dicts, lists and
 tuples around the arrays and literals: for anything else (an instance, a
 subclass, a set) the stream's opcodes describe the object in a way this pass
@@ -15,7 +15,7 @@ from collections import deque
 
 import numpy as np
 
-from ._symbolic import MAX_KEPT_BYTES
+from .symbolic import MAX_KEPT_BYTES
 
 #: Values that hold no array, as the pickle stream writes them.
 _LEAVES = frozenset((str, bytes, bytearray, int, float, complex, bool, type(None)))
@@ -34,7 +34,7 @@ def object_paths(obj, placed, n_sections, root="obj"):
     placed : dict
         ``{id(array): section}`` for the arrays pickled as a section of
         their own, ``{id(array): None}`` for those kept in the stream
-        (:attr:`cpersist.pickler.ArrayPickler.placed`).
+        (:attr:`cpersist.pickling.pickler.ArrayPickler.placed`).
     n_sections : int
         How many array sections the dump wrote: every one must be found.
     root : str

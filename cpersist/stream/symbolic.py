@@ -1,11 +1,11 @@
-"""The symbolic stack machine :func:`cpersist._opcodes.walk` drives.
+"""The symbolic stack machine :func:`cpersist.stream.opcodes.walk` drives.
 
 :func:`step` applies one pickle opcode to a symbolic stack and memo as the
 unpickler would, importing and calling nothing: it records what loading
 would resolve (the globals named by ``GLOBAL``, ``INST`` and
 ``STACK_GLOBAL``, copyreg extension codes, the protocol) and builds a tree
 of the containers and calls that hold the format's array calls, from which
-:mod:`cpersist._paths` tells where each array sits. Literals (numbers,
+:mod:`cpersist.stream.paths` tells where each array sits. Literals (numbers,
 strings, short bytes) sit on the stack as themselves, and tuples as Python
 tuples of what they hold (a dump makes one per array call, so they are kept
 as cheap as they can be); everything else is a :class:`Node`.
@@ -13,7 +13,7 @@ as cheap as they can be); everything else is a :class:`Node`.
 
 import pickletools
 
-from . import _format_names as names
+from ..pickling import names
 
 _MARK = object()    # a MARK on the stack
 _OPAQUE = object()  # a literal not kept: long bytes (inline array data) would stay in memory

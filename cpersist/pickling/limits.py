@@ -1,6 +1,6 @@
 """How much a pickle stream may cost to read when it is not trusted."""
 
-from .exceptions import LimitExceededError
+from ..exceptions import LimitExceededError
 
 
 class Limits:

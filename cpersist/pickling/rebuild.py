@@ -1,17 +1,17 @@
 """The functions a cpersist pickle stream calls to rebuild its arrays.
 
-Each is pickled under its literal name from :mod:`cpersist._format_names`,
+Each is pickled under its literal name from :mod:`cpersist.pickling.names`,
 not under this module's name: :func:`_format_name` sets ``__module__`` and
 ``__qualname__`` from the literal, so moving a function cannot change what
 files name. The C pickler checks that the name resolves back to the same
-object, so the module the literal names (``cpersist.pickler``) imports them.
+object, so the module the literal names (:mod:`cpersist.pickler`) imports them.
 """
 
 import pickle
 
 import numpy as np
 
-from . import _format_names as names
+from . import names
 from .arrays import from_inline
 
 
@@ -74,7 +74,7 @@ def rebuild_masked(cls, data, mask, fill_value, hard_mask):
 
 @_format_name(names.REBUILD_TENSOR)
 def rebuild_tensor(data, dtype, offset, shape, stride, requires_grad, kind, state, device):
-    """Rebuild a torch tensor as a view of a stored storage (see :mod:`cpersist.tensors`).
+    """Rebuild a torch tensor as a view of a stored storage (see :mod:`cpersist.pickling.tensors`).
 
     ``data`` is the storage's bytes as a 1-d array (a memory map of the
     file with ``mmap_mode``; a :class:`~cpersist.LazyArray` in a lazy load,
