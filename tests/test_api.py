@@ -948,6 +948,6 @@ def test_trusted_is_exact(trusted, tmp_path):
 
 def test_stored_array_outside_cpersist(tmp_path):
     """A cpersist pickle stream unpickled by plain pickle fails with a clear message."""
-
+    from cpersist.pickler import stored_array
     with pytest.raises(pickle.UnpicklingError, match="cpersist.load"):
         stored_array(0)

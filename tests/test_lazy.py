@@ -24,7 +24,7 @@ from hypothesis.extra import numpy as hnp
 
 import cpersist
 from cpersist.pickling import smallest as _smallest
-from cpersist.lazy.array import array as lazy_module
+from cpersist.lazy import array as lazy_module
 from cpersist._args import open_source
 from cpersist.container import ContainerReader
 from cpersist.container import reader as reader_module
@@ -351,7 +351,7 @@ def test_unpickled_arrays_share_one_open_file_until_it_is_replaced(tmp_path):
     """Arrays unpickled in a process (a dask worker's) share the file they
     reopen, kept open after they are gone, and a replaced file is still
     reported."""
-    from cpersist.lazy.array import openfile as _openfile
+    from cpersist.lazy import openfile as _openfile
 
     arr = np.arange(60000.0).reshape(600, 100)
     path = tmp_path / "s.cp"

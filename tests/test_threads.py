@@ -318,7 +318,7 @@ def test_a_forked_child_has_its_own_pool_and_locks(tmp_path):
     path, child_path = tmp_path / "parent.cp", tmp_path / "child.cp"
     script = textwrap.dedent(f"""
         import os, pickle, signal, sys, threading, numpy as np, cpersist
-        from cpersist.lazy.array import openfile as _openfile
+        from cpersist.lazy import openfile as _openfile
         from cpersist._runtime.threads import get_pool
         from cpersist.codecs import registry
         from cpersist.container.buffers import READ_BUFFERS
