@@ -18,6 +18,8 @@ import os
 import threading
 from collections import deque
 
+from .fork import renew_after_fork
+
 _END = object()
 #: Chunks in flight per worker. With one, a worker that has finished idles
 #: until the calling thread has consumed the previous chunk, so the workers
@@ -179,18 +181,10 @@ def _cancelled_error():
     return CancelledError()
 
 
-def _forget_pools():
-    """In a forked child: the parent's pools have no threads here (a fork
-    copies only the thread that called it), so work handed to them would
-    never run; the child makes its own pools on first use."""
-    global _pools, _pools_lock, _future_lock
-    _pools = {}
-    # In case the fork came while another thread held them.
-    _pools_lock, _future_lock = threading.Lock(), threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pools)
+# In a forked child the parent's pools have no threads (a fork copies only the
+# thread that called it), so work handed to them would never run: the child
+# makes its own pools on first use.
+renew_after_fork(globals(), _pools=dict, _pools_lock=threading.Lock, _future_lock=threading.Lock)
 
 
 def ordered_map(func, items, n_threads, consume):

@@ -11,11 +11,11 @@ raise :class:`~cpersist.CodecLibraryError` when the library cannot be used.
 """
 
 import ctypes
-import os
 import threading
 
 import numpy as np
 
+from .._runtime.fork import renew_after_fork
 from .._runtime.threads import spread
 from .libblosc2 import Context, DParams, library
 
@@ -41,15 +41,9 @@ def _context(lib, n_threads):
     return context.handle
 
 
-def _forget_contexts():
-    """In a forked child: the parent's contexts (and their threads) are not
-    usable; every thread makes its own again."""
-    global _local
-    _local = threading.local()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_contexts)
+# In a forked child the parent's contexts (and their threads) are not usable:
+# every thread makes its own again.
+renew_after_fork(globals(), _local=threading.local)
 
 
 #: Blosc2 chunk header: flags at byte 2, typesize at 3; with both shuffle

@@ -14,12 +14,12 @@ used again as they are.
 """
 
 import mmap
-import os
 import threading
 import weakref
 
 import numpy as np
 
+from .._runtime.fork import renew_after_fork
 from ..container.buffers import private_map
 
 
@@ -78,10 +78,6 @@ class BlockMemory:
             self._free.append(buffer)
             self._kept_bytes += len(buffer)
 
-    def _after_fork(self):
-        # The fork may have come while another thread held the lock.
-        self._lock = threading.Lock()
-
 
 def _advise(buffer, name):
     """``madvise`` where the platform has the advice; a kernel that refuses it
@@ -98,5 +94,4 @@ def _advise(buffer, name):
 #: one block per thread at a time, so a few are kept.
 BLOCK_MEMORY = BlockMemory(keep_bytes=256 << 20, smallest=1 << 20)
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=BLOCK_MEMORY._after_fork)
+renew_after_fork(BLOCK_MEMORY, _lock=threading.Lock)

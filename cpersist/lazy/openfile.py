@@ -14,6 +14,7 @@ import os
 import threading
 import weakref
 
+from .._runtime.fork import renew_after_fork
 from ..container import ContainerReader
 from ..container.sources import LocalFileSource, SpooledSource, source_for
 
@@ -195,14 +196,7 @@ RECENT_FILES = 8
 _SHARED_LOCK = threading.Lock()
 
 
-def _after_fork():
-    global _SHARED_LOCK
-    # The fork may have come while another thread held the lock.
-    _SHARED_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
+renew_after_fork(globals(), _SHARED_LOCK=threading.Lock)
 
 
 def shared_file(reference):

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from .arrays import is_plain_data, to_inline
-from .rebuild import inline_array, rebuild_masked, rebuild_tensor, rebuild_view, stored_array
+from .rebuild import inline_array, rebuild_masked, rebuild_view, stored_array
 
 # The format names these functions "cpersist.pickler.<name>" (see .names), and the
 # C pickler imports that module to check each name: loaded here, before any dump.
