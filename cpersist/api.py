@@ -10,12 +10,12 @@ import numpy as np
 
 from . import __version__
 from .pickling import names
-from ._args import (check_chunk_size, check_mmap_mode, check_protocol, check_storage_options,
-                    check_target, check_timeout, open_source)
+from ._args import check_chunk_size, check_mmap_mode, check_protocol, check_target, check_timeout
 from ._runtime.files import display_name, is_path, write_atomically
+from ._runtime.remote import is_remote, write_remote
 from ._runtime.threads import check_n_threads
 from .codecs import parse_compress
-from .container.sources.remote import is_remote, write_remote
+from .container.sources.open import check_storage_options, open_source
 from .pickling.arrays import allocate, describe, iter_chunks, parse_description, rows_per_chunk
 from .pickling.small import NOT_COMPACT, load_compact_file, write_small
 from .pickling.unpicklable import PICKLING_ERRORS, unpicklable_error

@@ -15,7 +15,7 @@ import sys
 
 from . import __version__
 from ._runtime.files import TMP_SUFFIX
-from .container.sources.remote import is_url
+from ._runtime.remote import is_url
 from .exceptions import CpersistError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

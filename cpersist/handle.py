@@ -4,7 +4,7 @@ import pickle
 
 import numpy as np
 
-from ._args import _Borrowed, open_source
+from .container.sources.open import _Borrowed, open_source
 from ._runtime.files import is_path
 from ._runtime.gc import collector_paused
 from ._runtime.threads import check_n_threads
@@ -328,7 +328,7 @@ def _recorded_paths(reader):
 
 def _lazy_tensor(reader, storage, tensor):
     """The :class:`~cpersist.LazyTensor` a walk of the stream describes."""
-    from .pickling.tensors import rebuild
+    from .pickling.rebuild import rebuild_tensor as rebuild
 
     try:
         lazy = rebuild(storage, tensor["dtype"], tensor["offset"], tensor["shape"],

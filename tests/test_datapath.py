@@ -16,7 +16,7 @@ import pytest
 
 import cpersist
 from cpersist import CorruptFileError
-from cpersist._args import open_source
+from cpersist.container.sources.open import open_source
 from cpersist._runtime.files import TMP_SUFFIX, local_fd
 from cpersist.container import ContainerReader
 from cpersist.container.sources import (FileObjectSource, LocalFileSource, MemorySource,

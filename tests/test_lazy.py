@@ -25,7 +25,7 @@ from hypothesis.extra import numpy as hnp
 import cpersist
 from cpersist.pickling import smallest as _smallest
 from cpersist.lazy import array as lazy_module
-from cpersist._args import open_source
+from cpersist.container.sources.open import open_source
 from cpersist.container import ContainerReader
 from cpersist.container import reader as reader_module
 

@@ -17,6 +17,7 @@ import weakref
 from .._runtime.fork import renew_after_fork
 from ..container import ContainerReader
 from ..container.sources import LocalFileSource, SpooledSource, source_for
+from ..container.sources.remote import reference_of
 
 
 class PathReference:
@@ -88,9 +89,9 @@ def _identity(stat):
 def reference_for(source, whole=False):
     """A reference that reopens ``source`` elsewhere, or None if it cannot be;
     ``whole``: the dump is all of the file (opened by path)."""
-    reference = getattr(source, "reference", None)
-    if callable(reference):
-        return reference()
+    reference = reference_of(source)
+    if reference is not None:
+        return reference
     if (isinstance(source, LocalFileSource) and not isinstance(source, SpooledSource)
             and source.path is not None):
         return PathReference(os.path.abspath(source.path), source.base,

@@ -14,7 +14,7 @@ import operator
 
 import numpy as np
 
-from ..pickling.tensors import numpy_dtype, view_extent
+from ..pickling.torch_dtypes import numpy_dtype, view_extent
 from .array import LazyArray
 
 
@@ -181,7 +181,7 @@ def _is_int(item):
 
 
 def _rebuild(storage, name, offset, shape, stride, requires_grad, kind, device, path):
-    from ..pickling.tensors import torch_dtypes
+    from ..pickling.torch_dtypes import torch_dtypes
 
     return LazyTensor(storage, torch_dtypes()[name], name, offset, shape, stride,
                       requires_grad, kind, device, path)

@@ -17,12 +17,13 @@ see :mod:`cpersist.tools.migrate`.
 import os
 
 from .. import __version__
-from .._args import check_chunk_size, open_source
+from .._args import check_chunk_size
+from ..container.sources.open import open_source
 from .._runtime.files import display_name, is_path, write_atomically
 from .._runtime.threads import check_n_threads
 from ..codecs import parse_compress
 from ..container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWriter
-from ..container.sources.remote import is_remote, is_url, write_remote
+from .._runtime.remote import is_remote, is_url, write_remote
 from ..exceptions import UnsupportedVersionError
 from . import migrate as _migrate
 
