@@ -4,19 +4,19 @@ import pickle
 
 import numpy as np
 
-from .container.sources.open import _Borrowed, open_source
 from ._runtime.files import is_path
 from ._runtime.gc import collector_paused
 from ._runtime.threads import check_n_threads
-from .api import _load, _pickle_stream, array_layout
 from .container import ContainerReader
 from .container.sources import SpooledSource
+from .container.sources.open import _Borrowed, open_source
 from .exceptions import CorruptFileError, CpersistError
 from .lazy.array import LazyArray, _Bound
 from .lazy.openfile import OpenFile, reference_for
 from .pickling import names
 from .pickling.limits import DEFAULT as _DEFAULT_LIMITS
 from .pickling.limits import as_limits
+from .pickling.read import _load, _pickle_stream, array_layout
 from .pickling.rebuild import BY_NAME
 from .pickling.unpickler import ArrayUnpickler, normalize_trusted
 from .stream.paths import scan_arrays
@@ -341,7 +341,7 @@ def _lazy_tensor(reader, storage, tensor):
 
 
 def _layout(reader, section, layouts):
-    """:func:`cpersist.api.array_layout`, remembered in ``layouts`` by
+    """:func:`cpersist.pickling.read.array_layout`, remembered in ``layouts`` by
     description: a model's thousands of arrays have a few of them."""
     meta = section.meta
     try:
@@ -376,6 +376,6 @@ def _reading(func):
 
 
 def _stream_bytes(stream):
-    """The bytes of what :func:`~cpersist.api._pickle_stream` returns: a
+    """The bytes of what :func:`~cpersist.pickling.read._pickle_stream` returns: a
     BytesIO's buffer, or the anonymous map itself."""
     return stream.getbuffer() if hasattr(stream, "getbuffer") else stream

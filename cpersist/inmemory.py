@@ -7,7 +7,7 @@ import threading
 
 from ._args import check_chunk_size, check_protocol
 from ._runtime.threads import check_n_threads
-from .api import PICKLE_CHUNK_SIZE, _array_store, _finish, _load, _write
+from .api import _write
 from .codecs import parse_compress
 from .container import MAX_CHUNK_SIZE, VERBATIM, ContainerWriter, checksum
 from .container.compact import compact_dump, compact_stream
@@ -15,7 +15,9 @@ from .container.sources import MemorySource
 from .exceptions import CorruptFileError
 from .pickling.limits import as_limits
 from .pickling.pickler import ArrayPickler
+from .pickling.read import _load
 from .pickling.unpickler import STREAM_ERRORS, caused_by_stream, normalize_trusted
+from .pickling.write import PICKLE_CHUNK_SIZE, _array_store, _finish
 
 #: How the buffer is named in messages.
 NAME = "<bytes>"

@@ -26,11 +26,11 @@ target, where the index is a negligible part of the file.
 
 import io
 
-from ..api import INLINE_BELOW, _finish, write_sections
 from ..container import ENCODED, VERBATIM, ContainerWriter, checksum, encode_chunk
 from ..container.tiny import MAX_STREAM, tiny_dump
 from ..container.writer import named_os_error
 from .small import pickle_within
+from .write import INLINE_BELOW, _finish, write_sections
 
 #: Largest pickle stream (arrays inside) written as one chunk, or as a tiny dump.
 WHOLE_STREAM_UP_TO = MAX_STREAM

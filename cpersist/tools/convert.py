@@ -26,6 +26,7 @@ from ..container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWr
 from .._runtime.remote import is_remote, is_url, write_remote
 from ..exceptions import UnsupportedVersionError
 from . import migrate as _migrate
+from .kinds import detect
 
 
 def convert(src, dst, compress=None, *, chunk_size=None, n_threads=None, fsync=False,
@@ -131,7 +132,7 @@ def convert(src, dst, compress=None, *, chunk_size=None, n_threads=None, fsync=F
 
         torch_kind = _torch_files.detect(source)
         if to_safetensors:
-            if torch_kind is not None or not _migrate.detect(source).is_cpersist:
+            if torch_kind is not None or not detect(source).is_cpersist:
                 raise ValueError(f"{display_name(src)}: only a cpersist file converts to "
                                  f"a safetensors file")
             return _torch_files.convert_to_safetensors(source, dst, fsync, is_path(src))
@@ -140,7 +141,7 @@ def convert(src, dst, compress=None, *, chunk_size=None, n_threads=None, fsync=F
                 torch_kind, src, source, dst, trust_pickles=trust_pickles, compress=compress,
                 chunk_size=chunk_size, n_threads=n_threads, fsync=fsync,
                 storage_options=dst_options)
-        kind = _migrate.detect(source)
+        kind = detect(source)
         if kind.is_cpersist and cpersist_needs_compress:
             raise ValueError(f"{display_name(src)} is a cpersist file: say how to re-encode "
                              f"it (--compress; compress=0 for raw)")

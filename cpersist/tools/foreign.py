@@ -41,7 +41,7 @@ def foreign_file_error(source, exc):
     for magic, kind, how in _MAGICS:
         if head.startswith(magic):
             return CorruptFileError(f"{name}: {kind}, not a cpersist file: {how.format(name=name)}")
-    from .migrate import detect
+    from .kinds import detect
 
     try:
         found = detect(source)

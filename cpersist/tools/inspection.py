@@ -10,10 +10,10 @@ arrays were edited through a writable map and stores their new checksums.
 """
 
 
-from ..container.sources.open import open_source
 from .._runtime.files import display_name, is_path
-from ..api import array_layout, check_stream_start, read_stream
 from .._runtime.remote import is_url
+from ..container.sources.open import open_source
+from ..pickling.read import array_layout, check_stream_start, read_stream
 from .foreign import read_container
 # The global through which a pickle stream fetches a stored array is listed
 # under "arrays", not "globals".

@@ -151,7 +151,7 @@ def convert_to_safetensors(source, dst, fsync, whole):
     from safetensors.torch import save_file
 
     from .._runtime.threads import check_n_threads
-    from ..api import _load
+    from ..pickling.read import _load
     from ..pickling.unpickler import normalize_trusted
 
     restricted, allowed, prefixes = normalize_trusted(False)
