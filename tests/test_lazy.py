@@ -27,7 +27,7 @@ from cpersist.pickling import smallest as _smallest
 from cpersist.lazy import array as lazy_module
 from cpersist.container.sources.open import open_source
 from cpersist.container import ContainerReader
-from cpersist.container import reader as reader_module
+from cpersist.container import pieces as pieces_module
 
 from .conftest import COMPRESSIONS, assert_same_result, run_threads, spy_reads
 
@@ -615,7 +615,7 @@ def test_part_of_a_stored_chunk_is_checked_whole(tmp_path, monkeypatch, where, p
     in the chunk is caught, damage outside the part does not reach the
     result unchecked."""
     if pass_through is not None:
-        monkeypatch.setattr(reader_module, "PASS_THROUGH", pass_through)
+        monkeypatch.setattr(pieces_module, "PASS_THROUGH", pass_through)
     arr = np.arange(40_000, dtype=np.int64).reshape(4000, 10)
     path = tmp_path / "raw.cp"
     cpersist.dump({"a": arr}, path, chunk_size=1 << 16)  # 819 rows a chunk

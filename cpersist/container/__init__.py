@@ -17,7 +17,8 @@ from .encode import (BATCH_CHUNKS, MAX_BATCH_CHUNKS, PROBE_SIZE, SAVING_NEEDED_L
 from .layout import (ALIGN, DEFAULT_CHUNK_SIZE, EDITED, END_MAGIC, ENCODED, FLAGS_AT, FORMAT_MAJOR,
                      FORMAT_MINOR, HEADER, MAGIC, MAX_CHUNK_SIZE, RECORD_SIZE, TRAILER,
                      VERBATIM, Chunk, Section, checksum)
-from .reader import CHECKED_CLAIM, TAIL_READ, ContainerReader
+from .reader import TAIL_READ, ContainerReader
+from .sections import CHECKED_CLAIM
 from .sources import ByteSource, source_for
 from .writer import FALLOCATE_MIN, ContainerWriter
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..container import CHECKED_CLAIM, EDITED, ENCODED, FLAGS_AT, TRAILER, ContainerReader, checksum
 from ..container.layout import INDEX_EDITED, INDEX_UNEDITED
-from ..container.reader import claimed_buffer
+from ..container.sections import claimed_buffer
 from ..exceptions import CorruptFileError, CpersistError
 from . import names
 from .arrays import allocate, parse_description
