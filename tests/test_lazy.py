@@ -24,7 +24,7 @@ from hypothesis.extra import numpy as hnp
 
 import cpersist
 from cpersist.pickling import smallest as _smallest
-from cpersist.lazy import array as lazy_module
+from cpersist.lazy import plan as plan_module
 from cpersist.container.sources.open import open_source
 from cpersist.container import ContainerReader
 from cpersist.container import pieces as pieces_module
@@ -90,8 +90,8 @@ def test_basic_indexing_equals_numpy(workdir, case, verify, n_threads, by_bounda
     shape, dtype, layout, compress, chunk_size, indexes, seed = case
     arr = _source_array(shape, dtype, layout, seed)
     path = _dump_one(arr, compress, chunk_size, workdir)
-    saved = lazy_module.LIST_POSITIONS_UP_TO
-    lazy_module.LIST_POSITIONS_UP_TO = 0 if by_boundaries else saved
+    saved = plan_module.LIST_POSITIONS_UP_TO
+    plan_module.LIST_POSITIONS_UP_TO = 0 if by_boundaries else saved
     try:
         with cpersist.open(path, verify=verify, n_threads=n_threads) as f:
             lazy = f.arrays["obj['a']"]
@@ -102,7 +102,7 @@ def test_basic_indexing_equals_numpy(workdir, case, verify, n_threads, by_bounda
             assert_same_result(arr, lazy.read(), "read()")
             assert_same_result(arr, np.asarray(lazy), "asarray")
     finally:
-        lazy_module.LIST_POSITIONS_UP_TO = saved
+        plan_module.LIST_POSITIONS_UP_TO = saved
         os.unlink(path)
 
 

@@ -1,7 +1,8 @@
 """LazyArray: an array stored in a cpersist file, read a slice at a time.
 
 Indexing one reads only the chunks holding the elements the index selects
-(:mod:`cpersist.lazy.plan` resolves the index first), on the thread pool:
+(:mod:`.plan` resolves the index and finds the elements' geometry in the
+stored bytes; :mod:`.fetch` fetches and decodes the chunks), on the thread pool:
 a slice whose elements are one contiguous run of the stored bytes is decoded
 straight into the result, chunk by chunk; any other is cut into groups of
 selected elements starting in the same chunk, each group's chunks decoded
@@ -16,24 +17,14 @@ import math
 
 import numpy as np
 
-from .._runtime.threads import COPY_ALONE_BELOW, run_claimed
-from ..container import READ_BUFFERS, VERBATIM, checksum
-from ..container.sources import ShortReadError
+from .._runtime.threads import run_claimed
+from ..container import checksum
 from ..exceptions import FileChangedError
 from ..pickling.arrays import parse_description
 from .block_memory import BLOCK_MEMORY
+from .fetch import _ChunkParts
 from .openfile import shared_file
-from .plan import select
-
-
-#: Groups along an axis of at most this many positions are found by locating
-#: every position's chunk; longer ones from the chunk boundaries they cross,
-#: so that memory stays small however many elements a slice selects.
-LIST_POSITIONS_UP_TO = 4096
-#: From remote storage, the stored bytes of the chunks one index touches are
-#: fetched together (neighbours in one request) when they total at most
-#: this; beyond, each chunk is fetched when decoded, so memory stays bounded.
-FETCH_TOGETHER_UP_TO = 16 << 20
+from .plan import _c_strides, _contiguous_span, _groups, _merged_blocks, select
 
 
 def section_fingerprint(section):
@@ -358,99 +349,6 @@ class LazyArray:
         run_claimed(task, len(groups.items), parts.threads(self._n_threads), helping=True)
 
 
-class _ChunkParts:
-    """Reads parts of the chunks of one section for one slice.
-
-    ``spans`` maps each chunk to read to the array's bytes ``(a, b)``,
-    counted in stored order, wanted from it (their union, if several parts
-    of it are read). From a remote source, what those need of each chunk's
-    bytes in the file is fetched at once (neighbouring ranges in one
-    request); each part is then checked and decoded with no more of its
-    chunk than the codec must decode.
-    """
-
-    def __init__(self, bound, verify, spans):
-        reader, section = self.reader, self.section = bound.reader, bound.section
-        self.starts = bound.starts
-        self.spans = spans
-        # A raw array changed through a writable map has no checksums to hold
-        # (ContainerReader.unchecked): only its selected bytes are read.
-        self.verify = verify and not reader.unchecked(section)
-        self.direct_raw = section.is_raw and not self.verify
-        chunks = section.chunks
-        self._stored = max(chunks[i].length for i in spans)
-        self._whole = max(chunks[i].raw_length for i in spans)
-        ranges = {i: self._stored_range(i, a, b) for i, (a, b) in spans.items()}
-        got = _fetch_together(reader, section, sorted(spans),
-                              lambda i: (chunks[i].offset + ranges[i][0],
-                                         ranges[i][1] - ranges[i][0]))
-        self._fetched = {i: (ranges[i][0], data) for i, data in got.items()}
-        self._copy_only = ((self.direct_raw or all(chunks[i].flag == VERBATIM for i in spans))
-                           and (not reader.source.remote or len(got) == len(spans)))
-        self._read_bytes = sum(hi - lo for lo, hi in ranges.values())
-
-    def threads(self, n_threads):
-        """How many threads to read with, at most ``n_threads``: one when
-        the reading is only copying (chunks local or already fetched) fewer
-        than :data:`~cpersist._runtime.threads.COPY_ALONE_BELOW` bytes."""
-        if self._copy_only and self._read_bytes < COPY_ALONE_BELOW:
-            return 1
-        return n_threads
-
-    def _stored_range(self, i, a, b):
-        """``(lo, hi)``: the bytes of chunk ``i`` in the file, from its
-        start, that reading the array's bytes ``a:b`` needs. Only those of a
-        verbatim chunk read unchecked, the pieces holding them of one with
-        piece checksums, else all of it."""
-        start = int(self.starts[i])
-        chunk = self.section.chunks[i]
-        if self.direct_raw:
-            return a - start, b - start
-        if self.verify and chunk.flag == VERBATIM and b - a < chunk.raw_length:
-            span = self.reader.piece_range(self.section, i, a - start, b - a)
-            if span is not None:
-                return span
-        return 0, chunk.length
-
-    def buffers(self):
-        """A thread's buffers for :meth:`read`: taken when first needed."""
-        return [None, None]
-
-    def give_back(self, held):
-        for buffer in held:
-            if buffer is not None:
-                READ_BUFFERS.give(buffer)
-
-    def read(self, i, a, b, target, held):
-        """Read the array's bytes ``a:b``, all in chunk ``i``, into
-        ``target``, with the calling thread's buffers ``held``."""
-        reader, section = self.reader, self.section
-        start, end = int(self.starts[i]), int(self.starts[i + 1])
-        got = self._fetched.get(i)
-        if got is not None:
-            # The fetch covered the union of the chunk's parts, so it holds
-            # the range this part needs.
-            origin, data = got
-            lo, hi = self._stored_range(i, a, b)
-            got = memoryview(data)[lo - origin:hi - origin]
-        if self.direct_raw:
-            if got is None:
-                _read_raw(reader, section, i, a - start, target)
-            else:
-                target[:] = got
-            return
-        if held[0] is None and section.chunks[i].flag != VERBATIM and got is None:
-            held[0] = READ_BUFFERS.take(self._stored)
-        if (a, b) == (start, end):
-            reader.read_chunk_into(section, i, target, held[0], verify=self.verify, stored=got)
-            return
-        if held[1] is None:
-            held[1] = READ_BUFFERS.take(self._whole)
-        # Part of a chunk: the codec decodes no more than it must.
-        reader.read_chunk_into(section, i, target, held[0], verify=self.verify, stored=got,
-                               skip=a - start, whole=memoryview(held[1])[:end - start])
-
-
 def _read_block(lazy, index):
     """dask's ``getitem`` for :meth:`LazyArray.to_dask`: the block in
     memory that blocks already dropped used (:mod:`cpersist.lazy.block_memory`)."""
@@ -462,25 +360,6 @@ def _rebuild(reference, index, path, meta, fingerprint, verify, n_threads):
                      verify=verify, n_threads=n_threads)
 
 
-def _merged_blocks(chunks, shape, nbytes, limit):
-    """``chunks`` with consecutive blocks along the axis cut into several
-    merged while a block stays within ``limit`` bytes."""
-    out = []
-    for axis, blocks in enumerate(chunks):
-        if len(blocks) <= 1 or not shape[axis]:
-            out.append(blocks)
-            continue
-        slice_bytes = nbytes // shape[axis]
-        merged = [blocks[0]]
-        for block in blocks[1:]:
-            if (merged[-1] + block) * slice_bytes <= limit:
-                merged[-1] += block
-            else:
-                merged.append(block)
-        out.append(tuple(merged))
-    return tuple(out)
-
-
 def _finish(arr, sel):
     # The Ellipsis keeps a 0-d result an array; numpy's rule for scalars is
     # applied after.
@@ -488,124 +367,3 @@ def _finish(arr, sel):
     return result[()] if sel.scalar else result
 
 
-def _fetch_together(reader, section, indices, needed):
-    """``{i: bytes}`` of the chunks ``indices`` of ``section``, ``needed(i)``
-    giving the ``(offset, length)`` to fetch of each, fetched together from
-    a remote source (neighbouring ranges merged into one request), or ``{}``
-    to read each as it is decoded: from a local file, for a single chunk, or
-    for more than :data:`FETCH_TOGETHER_UP_TO` bytes."""
-    if not reader.source.remote or len(indices) < 2:
-        return {}
-    ranges = [needed(i) for i in indices]
-    if sum(length for _, length in ranges) > FETCH_TOGETHER_UP_TO:
-        return {}
-    try:
-        return dict(zip(indices, reader.source.read_ranges(ranges)))
-    except ShortReadError:
-        raise reader.error(f"truncated in section {section.index}") from None
-
-
-def _read_raw(reader, section, i, skip, target):
-    """Read part of verbatim chunk ``i``, from ``skip`` bytes in, unchecked."""
-    try:
-        reader.source.read_into(section.chunks[i].offset + skip, target)
-    except ShortReadError:
-        raise reader.error(f"truncated in section {section.index}, chunk {i}") from None
-
-
-def _c_strides(shape, itemsize):
-    strides = []
-    step = itemsize
-    for n in reversed(shape):
-        strides.append(step)
-        step *= n
-    return tuple(reversed(strides))
-
-
-def _lowest(start, step, count):
-    return start if step > 0 else start + (count - 1) * step
-
-
-def _contiguous_span(axes, shape, strides, itemsize):
-    """``(lo, hi)`` if the selected elements are stored bytes ``lo:hi`` in
-    the order of the result, else None."""
-    k = len(shape)
-    while k and axes[k - 1][2] == shape[k - 1] and (axes[k - 1][1] == 1 or shape[k - 1] <= 1):
-        k -= 1
-    if k:
-        _, step, count = axes[k - 1]
-        if count > 1 and step != 1 or any(c != 1 for _, _, c in axes[:k - 1]):
-            return None
-    lo = sum(_lowest(*axis) * stride for axis, stride in zip(axes, strides))
-    return lo, lo + math.prod(count for _, _, count in axes) * itemsize
-
-
-class _Groups:
-    __slots__ = ("split", "items")
-
-
-def _groups(axes, strides, itemsize, starts, largest_chunk):
-    """Cut the selection into groups of elements starting in the same chunk.
-
-    The selection is seen as "positions" along the axes up to ``split``, the
-    first axis whose step in the stored bytes is at most a chunk, each
-    position holding the elements the later axes select (a run at most one
-    chunk long). A group is consecutive positions along axis ``split``, with
-    the same indices on the axes before it, that start in one chunk; it is
-    read as the stored bytes from its lowest selected byte to its highest,
-    which lie in about three chunks at most.
-
-    Returns
-    -------
-    _Groups
-        ``split``, and ``items``: ``(position, count, first_byte, lo, hi,
-        c0, c1)`` per group: its first position in the C-order list of
-        positions, how many, the stored byte of its first selected element,
-        the stored bytes ``lo:hi`` its elements lie in, and the range of
-        chunks those are in.
-    """
-    ndim = len(axes)
-    split = next(k for k in range(ndim) if strides[k] <= largest_chunk)
-    inner_lo = sum(_lowest(*axes[k]) * strides[k] for k in range(split + 1, ndim))
-    inner_hi = sum((_lowest(*axes[k]) + (axes[k][2] - 1) * abs(axes[k][1])) * strides[k]
-                   for k in range(split + 1, ndim)) + itemsize
-    first_inner = sum(axes[k][0] * strides[k] for k in range(split + 1, ndim))
-    start_s, step_s, count_s = axes[split]
-    d = step_s * strides[split]
-    n_chunks = len(starts) - 1
-    items = []
-    prefixes = itertools.product(*(range(start, start + count * step, step)
-                                   for start, step, count in axes[:split]))
-    for p, prefix in enumerate(prefixes):
-        base = sum(i * strides[k] for k, i in enumerate(prefix)) + start_s * strides[split]
-        # Byte where the run of position j starts: base + inner_lo + j * d.
-        run0 = base + inner_lo
-        js = np.arange(count_s, dtype=np.int64) if count_s <= LIST_POSITIONS_UP_TO else None
-        if js is not None:
-            chunk_of = np.searchsorted(starts, run0 + js * d, "right") - 1
-            cuts = np.flatnonzero(np.diff(chunk_of)) + 1
-        else:
-            cuts = _cuts(run0, d, count_s, starts)
-        edges = [0, *(int(c) for c in cuts), count_s]
-        for ja, jb in zip(edges, edges[1:]):
-            lo = run0 + min(ja * d, (jb - 1) * d)
-            hi = run0 + max(ja * d, (jb - 1) * d) + (inner_hi - inner_lo)
-            c0 = int(np.searchsorted(starts, lo, "right")) - 1
-            c1 = min(int(np.searchsorted(starts, hi - 1, "right")) - 1, n_chunks - 1)
-            items.append((p * count_s + ja, jb - ja, base + ja * d + first_inner, lo, hi, c0, c1))
-    groups = _Groups()
-    groups.split, groups.items = split, items
-    return groups
-
-
-def _cuts(run0, d, count, starts):
-    """Positions ``j`` in ``1..count-1`` where ``run0 + j * d`` enters a new
-    chunk, computed from the chunk boundaries rather than every position."""
-    last = run0 + (count - 1) * d
-    lo, hi = min(run0, last), max(run0, last)
-    inner = starts[(starts > lo) & (starts <= hi)]
-    if d > 0:
-        js = -((run0 - inner) // d)  # first j with run0 + j * d >= boundary
-    else:
-        js = (run0 - inner) // -d + 1  # first j with run0 + j * d < boundary
-    return np.unique(js[(js > 0) & (js < count)])
