@@ -211,7 +211,7 @@ def test_copying_a_few_mib_stays_on_the_calling_thread(tmp_path, monkeypatch, co
     bytes do not compress) are read by the calling thread alone when the
     slice copies less than COPY_ALONE_BELOW: handing part of it to a pool
     thread takes longer. More to copy, or chunks to decode, are shared."""
-    from cpersist._runtime.threads import COPY_ALONE_BELOW
+    from cpersist._runtime.parallel import COPY_ALONE_BELOW
 
     rows = 2 * COPY_ALONE_BELOW // 1000
     noise = np.random.default_rng(1).integers(0, 256, (rows, 1000), dtype=np.uint8)

@@ -12,7 +12,7 @@ import pytest
 import cpersist
 from cpersist import container
 from cpersist.container import encode
-from cpersist._runtime.threads import run_claimed
+from cpersist._runtime.parallel import run_claimed
 from cpersist.pickling.arrays import to_inline
 from cpersist.cli import file_info
 from cpersist.codecs import get_codec

@@ -16,7 +16,7 @@ import threading
 import numpy as np
 
 from .._runtime.fork import renew_after_fork
-from .._runtime.threads import spread
+from .._runtime.parallel import spread
 from .libblosc2 import Context, DParams, library
 
 #: Most threads one chunk's blocks are spread over.
@@ -133,7 +133,7 @@ def decode_range(src, skip, out, blocksize):
     own work memory, which stays in the CPU's cache, and copies the bytes
     wanted out of it. A range of several blocks is cut on block boundaries
     and its runs of blocks are decoded on the threads free to help
-    (:func:`cpersist._runtime.threads.spread`), each into its own part of ``out``:
+    (:func:`cpersist._runtime.parallel.spread`), each into its own part of ``out``:
     no block is decoded twice, and nothing is copied from scratch memory.
 
     The caller has checked the chunk's header against ``len(src)``, and

@@ -6,7 +6,7 @@ section without keeping its bytes. A mixin of :class:`.reader.ContainerReader`.
 
 import itertools
 
-from .._runtime.threads import COPY_ALONE_BELOW, ordered_map, run_claimed
+from .._runtime.parallel import COPY_ALONE_BELOW, ordered_map, run_claimed
 from ..exceptions import CorruptFileError
 from .buffers import READ_BUFFERS, private_map
 from .layout import ENCODED, VERBATIM, checksum
@@ -123,7 +123,7 @@ class SectionReads:
         the encoded ones into place. Reading in one thread in order keeps
         the kernel's readahead streaming on a cold file where reading is the
         work. A section of verbatim chunks only, of fewer than
-        :data:`~cpersist._runtime.threads.COPY_ALONE_BELOW` bytes, is read and
+        :data:`~cpersist._runtime.parallel.COPY_ALONE_BELOW` bytes, is read and
         checked by this thread alone.
         """
         out = memoryview(out).cast("B")

@@ -7,7 +7,8 @@ import os
 from collections import deque
 
 from .._runtime.files import local_fd
-from .._runtime.threads import get_pool, ordered_map
+from .._runtime.parallel import ordered_map
+from .._runtime.threads import get_pool
 from .encode import encode_array_chunk
 from .framing import ALIGNED, DATA, END, record_header
 from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, PIECE_SIZE,

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from .._runtime.threads import run_claimed
+from .._runtime.parallel import run_claimed
 from ..container import checksum
 from ..exceptions import FileChangedError
 from ..pickling.arrays import parse_description

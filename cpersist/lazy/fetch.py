@@ -4,7 +4,7 @@ request) when they are few, the parts of chunks stored as is read without
 the rest, and read buffers taken from and given back to the pool.
 """
 
-from .._runtime.threads import COPY_ALONE_BELOW
+from .._runtime.parallel import COPY_ALONE_BELOW
 from ..container import READ_BUFFERS, VERBATIM
 from ..container.sources import ShortReadError
 
@@ -48,7 +48,7 @@ class _ChunkParts:
     def threads(self, n_threads):
         """How many threads to read with, at most ``n_threads``: one when
         the reading is only copying (chunks local or already fetched) fewer
-        than :data:`~cpersist._runtime.threads.COPY_ALONE_BELOW` bytes."""
+        than :data:`~cpersist._runtime.parallel.COPY_ALONE_BELOW` bytes."""
         if self._copy_only and self._read_bytes < COPY_ALONE_BELOW:
             return 1
         return n_threads

@@ -5,9 +5,10 @@ version of the object in another process (a dask worker). Telling a URL from
 a path and resolving it is :mod:`cpersist._runtime.remote`.
 """
 
+import sys
+
 from ..._runtime.remote import is_filesystem, is_url, protocols_of, resolve
 from ...exceptions import FileChangedError, RemoteStorageError
-from .fsspec import FsspecSource
 
 
 def open_remote(obj, storage_options=None):
@@ -19,6 +20,8 @@ def open_remote(obj, storage_options=None):
     FileNotFoundError
         If there is no such object (naming it).
     """
+    from .fsspec import FsspecSource  # imports concurrent.futures: only for remote objects
+
     fs, path, name = resolve(obj, storage_options)
     if fs is None:
         return path
@@ -35,6 +38,8 @@ def fsspec_file_source(file):
         return None
     if "file" in protocols_of(file.fs) or file.tell() != 0:
         return None
+    from .fsspec import FsspecSource
+
     return FsspecSource(file.fs, file.path, file=file)
 
 
@@ -85,6 +90,8 @@ class RemoteReference:
     def still_names(self, source):
         """Whether the URL still names the version ``source`` reads (one
         request: the object may have been replaced since)."""
+        from .fsspec import FsspecSource
+
         try:
             source.check_identity(FsspecSource(source.fs, source.path, self.url).identity)
         except (OSError, RemoteStorageError, FileChangedError):
@@ -101,6 +108,7 @@ class RemoteReference:
 def reference_of(source):
     """The :class:`RemoteReference` of an :class:`~.fsspec.FsspecSource`
     opened from a URL, else None."""
-    if isinstance(source, FsspecSource) and source.url is not None:
+    fsspec = sys.modules.get(f"{__package__}.fsspec")  # no remote source before it is imported
+    if fsspec is not None and isinstance(source, fsspec.FsspecSource) and source.url is not None:
         return RemoteReference(*source.reopen_spec())
     return None
