@@ -16,7 +16,8 @@ from .encode import (BATCH_CHUNKS, MAX_BATCH_CHUNKS, PROBE_SIZE, SAVING_NEEDED_L
                      SAVING_NEEDED_LEVELS_6_TO_9, EncodedStream, encode_chunk)
 from .layout import (ALIGN, DEFAULT_CHUNK_SIZE, EDITED, END_MAGIC, ENCODED, FLAGS_AT, FORMAT_MAJOR,
                      FORMAT_MINOR, HEADER, MAGIC, MAX_CHUNK_SIZE, RECORD_SIZE, TRAILER,
-                     VERBATIM, Chunk, Section, checksum)
+                     VERBATIM, Chunk, checksum)
+from .index import Section
 from .reader import TAIL_READ, ContainerReader
 from .sections import CHECKED_CLAIM
 from .sources import ByteSource, source_for

@@ -6,8 +6,8 @@ compact dump, a tiny dump). Reading the sections' bytes is :mod:`.sections`
 from ..exceptions import CorruptFileError
 from .compact import COMPACT, compact_dump, parse_compact_index
 from .framing import END, parse_record_quietly, walk_records
-from .layout import (EDITED, END_MAGIC, HEADER, MAGIC, RECORD_SIZE, TRAILER, checksum, corrupt,
-                     parse_header, parse_index, parse_trailer)
+from .index import parse_header, parse_index, parse_trailer
+from .layout import EDITED, END_MAGIC, HEADER, MAGIC, RECORD_SIZE, TRAILER, checksum, corrupt
 from .pieces import PieceReads
 from .sections import SectionReads
 from .sources import ByteSource, MemorySource, source_for
