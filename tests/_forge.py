@@ -9,7 +9,8 @@ import json
 import pickle
 import struct
 
-from cpersist.container import ALIGN, HEADER, RECORD_SIZE, TRAILER, ContainerWriter, checksum
+from cpersist.container import TRAILER, ContainerWriter, checksum
+from cpersist.container.layout import ALIGN, HEADER, RECORD_SIZE
 from cpersist.container.framing import END, parse_record, record_header
 
 

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist.container import (ALIGN, END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, TRAILER, BufferPool,
-                                ContainerReader)
+from cpersist.container import FORMAT_MAJOR, FORMAT_MINOR, MAGIC, TRAILER, ContainerReader
+from cpersist.container.buffers import BufferPool
+from cpersist.container.layout import ALIGN, END_MAGIC
 
 from .conftest import (COMPRESSIONS, _Thread, assert_same, make_matrix, pipe_bytes, random_array,
                        roundtrip)

@@ -121,7 +121,7 @@ def test_damaged_chunk_detected(tmp_path, compress, n_threads):
 def test_index_larger_than_the_tail_read(tmp_path):
     """The trailer and index are read from the file's last TAIL_READ bytes
     at once; a larger index is read on its own, and checked the same."""
-    from cpersist.container import TAIL_READ
+    from cpersist.container.reader import TAIL_READ
 
     obj = [np.full(3, i) for i in range(600)]
     data = _dump(obj, tmp_path / "a.cp")

@@ -7,7 +7,7 @@ a slice whose elements are one contiguous run of the stored bytes is decoded
 straight into the result, chunk by chunk; any other is cut into groups of
 selected elements starting in the same chunk, each group's chunks decoded
 into a buffer and its elements copied out. Chunks are found from their raw
-lengths (:attr:`cpersist.container.Section.chunks`), so this works on every
+lengths (:attr:`cpersist.container.index.Section.chunks`), so this works on every
 file, and cheaply on those whose chunks hold whole rows.
 """
 

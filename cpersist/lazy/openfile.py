@@ -3,7 +3,7 @@ is, reopened from a reference once the handle is closed or in another process.
 
 A reference is a small picklable object with a ``key`` (equal for references
 to the same bytes) and an ``open()`` method returning a fresh
-:class:`~cpersist.container.ByteSource`. :class:`PathReference` reopens a
+:class:`~cpersist.container.sources.ByteSource`. :class:`PathReference` reopens a
 local file; a byte source that can be reopened elsewhere (a remote object)
 provides its own from a ``reference()`` method.
 """
