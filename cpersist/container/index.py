@@ -107,6 +107,11 @@ def parse_header(head, size, name):
             f"{name}: written in cpersist format {major}.{minor}, "
             f"newer than the {FORMAT_MAJOR}.x this version reads; upgrade cpersist"
         )
+    if major == 1:
+        raise UnsupportedVersionError(
+            f"{name}: written in cpersist format {major}.{minor}, which only development "
+            f"versions before 0.1.0 wrote; this version reads format 2.0 and later. Load it "
+            f"with the version that wrote it and dump the object again")
     if major < 1:
         raise corrupt(name, f"unknown format version {major}.{minor}")
     return major, minor, flags
@@ -122,12 +127,12 @@ def parse_trailer(trailer, size, name):
     return offset, length, digest
 
 
-def parse_index(data, digest, end, name, major=FORMAT_MAJOR):
+def parse_index(data, digest, end, name):
     """Check and parse the index: ``(root, info, sections, edited)``.
 
     ``end`` is where the index starts, which no section may pass.
     ``edited`` is the index's ``"edited"`` field (format 2.1), or None for
-    an index without one (format 2.0 and 1.x, whose header says).
+    an index without one (format 2.0, whose header says).
     """
     if checksum(data) != digest:
         raise corrupt(name, "index checksum mismatch: the file is damaged")
@@ -139,7 +144,7 @@ def parse_index(data, digest, end, name, major=FORMAT_MAJOR):
             edited = index.get("edited")
             if edited not in (None, True, False):
                 raise corrupt(name, f"damaged index: bad edited mark {edited!r}")
-            sections = [_parse_section(i, s, end, name, major)
+            sections = [_parse_section(i, s, end, name)
                         for i, s in enumerate(index["sections"])]
     except CorruptFileError:
         raise
@@ -160,7 +165,7 @@ def _uint(value):
     return value
 
 
-def _parse_section(i, s, end, name, major):
+def _parse_section(i, s, end, name):
     # Run once per section of the index (a model may hold thousands): the
     # checks are inline, with _uint called only to word a failure.
     section = Section()
@@ -170,12 +175,11 @@ def _parse_section(i, s, end, name, major):
         _uint(offset)
     config = s["codec"]
     section.codec = codec = None if config is None else codec_from_config(config)
-    # Format 2 aligns only raw data (the sections a map may view); format 1
-    # aligned every section.
-    aligned = major == 1 or codec is None and s.get("raw_size", 1)
+    # Only raw data is aligned (the sections a map may view).
+    aligned = codec is None and s.get("raw_size", 1)
     if offset < HEADER.size or aligned and offset % ALIGN:
         raise corrupt(name, f"section {i} at a bad offset {offset}")
-    layout = s.get("layout", "run") if major >= 2 else "run"  # format 1 has no records
+    layout = s.get("layout", "run")
     if layout == "run":
         section.gap = 0
     elif layout == "records" and codec is not None:
@@ -190,10 +194,6 @@ def _parse_section(i, s, end, name, major):
         raise corrupt(name, f"section {i} meta is not a mapping")
     section.piece_size = section._pieces = None
     table = s["chunks"]
-    if type(table) is list:  # format 1.0: a plain list, checked now
-        section._chunks, section.raw_size, section.stored_size = _parse_table(
-            section, table, end, name)
-        return section
     if type(table) is not str:
         raise corrupt(name, f"section {i} has no chunk table")
     section.raw_size = raw_size = s["raw_size"]

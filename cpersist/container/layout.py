@@ -12,9 +12,7 @@ The layout is specified in ``docs/format.rst``::
     index               UTF-8 JSON: every section's offset, codec, chunk table
     trailer  32 bytes   index offset and length, checksum of the index, end magic
 
-Format 1 has no records: sections follow each other on 64-byte boundaries
-and the data runs to the end of the stream. :mod:`.framing` finds where a
-format-2 dump ends.
+:mod:`.framing` finds where a dump ends.
 
 Nothing here reads a file: the reader hands over the bytes it read.
 """
@@ -32,14 +30,13 @@ MAGIC = b"\x89CPS\r\n\x1a\n"
 END_MAGIC = b"CPSEND\r\n"
 FORMAT_MAJOR = 2
 FORMAT_MINOR = 1
-#: magic, major, minor, flags, then zero padding up to 64 bytes. In format 1
-#: the bytes after the version are reserved zeros: flags 0.
+#: magic, major, minor, flags, then zero padding up to 64 bytes.
 HEADER = struct.Struct("<8sHHI48x")
 #: Offset of the header's flags, which a writable map changes.
 FLAGS_AT = 12
 #: Header flag: raw array sections may have been changed through a writable
-#: memory map since their checksums were computed. Readers of format 2.0 and
-#: 1.x go by it; from format 2.1 the index's ``"edited"`` field decides
+#: memory map since their checksums were computed. Readers of format 2.0 go
+#: by it; from format 2.1 the index's ``"edited"`` field decides
 #: (:data:`INDEX_EDITED`), covered by the index's checksum, so that one
 #: damaged header bit cannot turn checking off. Writers still set it, for
 #: readers of format 2.0.

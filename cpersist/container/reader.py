@@ -3,7 +3,6 @@ where the dump ends, and its index, for each layout (a dump of records, a
 compact dump, a tiny dump). Reading the sections' bytes is :mod:`.sections`
 (whole sections) and :mod:`.pieces` (parts of them)."""
 
-from ..exceptions import CorruptFileError
 from .compact import COMPACT, compact_dump, parse_compact_index
 from .framing import END, parse_record_quietly, walk_records
 from .index import parse_header, parse_index, parse_trailer
@@ -57,7 +56,7 @@ class ContainerReader(SectionReads, PieceReads):
         Bytes of the dump.
     edited : bool
         Whether raw sections may have been changed through a writable map
-        (the index's edited mark; in format 2.0 and 1.x files, the header's
+        (the index's edited mark; in format 2.0 files, the header's
         flag): their checksums are not held against them (see
         :meth:`unchecked`).
 
@@ -98,10 +97,8 @@ class ContainerReader(SectionReads, PieceReads):
             return
         self.major, self.minor, flags = parse_header(head, self.available, self.name)
         self.edited = bool(flags & EDITED)
-        self.compact = self.major >= 2 and bool(flags & COMPACT)
-        if self.major == 1:
-            self.size = self.available  # format 1 runs to the end of the stream
-        elif not ((self._whole or self.source.remote) and self._ends_at_end()):
+        self.compact = bool(flags & COMPACT)
+        if not ((self._whole or self.source.remote) and self._ends_at_end()):
             self.size = walk_records(self.source.read, self.available, self.name)
 
     def _read_tiny(self, head):
@@ -163,12 +160,7 @@ class ContainerReader(SectionReads, PieceReads):
         else:
             tail_start = max(0, self.size - TAIL_READ)
             tail = self.source.read(tail_start, self.size - tail_start)
-        try:
-            offset, length, digest = parse_trailer(tail[-TRAILER.size:], self.size, self.name)
-        except CorruptFileError:
-            if self.major == 1:
-                self._diagnose_tail(tail, tail_start)
-            raise
+        offset, length, digest = parse_trailer(tail[-TRAILER.size:], self.size, self.name)
         if offset >= tail_start:
             data = tail[offset - tail_start:-TRAILER.size]
         else:
@@ -177,30 +169,12 @@ class ContainerReader(SectionReads, PieceReads):
             self.root, self.info, self.sections = parse_compact_index(data, digest, offset,
                                                                       self.name)
             return
-        self.root, self.info, self.sections, edited = parse_index(
-            data, digest, offset, self.name, self.major)
+        self.root, self.info, self.sections, edited = parse_index(data, digest, offset, self.name)
         if (self.major, self.minor) >= (2, 1):
             # The index's mark, covered by its checksum; the header's flag
             # is there for readers of format 2.0 only.
             self.edited = edited is True
         self.index_at, self.index_length = offset, length
-
-    def _diagnose_tail(self, tail, tail_start):
-        """Say what follows a complete format-1 dump, if that is what ends
-        the stream: bytes after its trailer, or another dump."""
-        tail = bytes(tail)
-        at = tail.rfind(END_MAGIC)
-        if at >= 0 and tail_start + at + len(END_MAGIC) < self.size:
-            end = tail_start + at + len(END_MAGIC)
-            offset, length, _, _ = TRAILER.unpack(tail[at + len(END_MAGIC) - TRAILER.size:
-                                                       at + len(END_MAGIC)])
-            if offset + length == end - TRAILER.size:
-                raise self._trailing_data(end)
-        offset, length, _, end_magic = TRAILER.unpack(tail[-TRAILER.size:])
-        last = self.size - (offset + length + TRAILER.size)  # where a last dump would start
-        if end_magic == END_MAGIC and HEADER.size <= last < self.size and bytes(
-                self.source.read(last, len(MAGIC))) == MAGIC:
-            raise self._trailing_data(last)
 
     def unchecked(self, section):
         """Whether ``section``'s checksums no longer hold: a raw array
