@@ -31,7 +31,7 @@ import numpy as np
 
 import cpersist
 from cpersist.benchmarks.lazy import make_array
-from cpersist.lazy import _merged_blocks
+from cpersist.lazy.plan import _merged_blocks
 from cpersist.tools.table import format_table
 
 MB = 1 << 20

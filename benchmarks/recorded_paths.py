@@ -4,7 +4,7 @@ Run from the repository root::
 
     python benchmarks/recorded_paths.py [--arrays 10000] [--repeat 7]
 
-A dump of ``cpersist.api.RECORD_PATHS_FROM`` array sections or more in plain
+A dump of ``cpersist.pickling.write.RECORD_PATHS_FROM`` array sections or more in plain
 dicts, lists and tuples writes each array's path in its section's meta, so
 that ``cpersist.open(...).arrays`` reads them instead of walking the pickle
 stream. This script dumps the same object of many small arrays with the

@@ -471,7 +471,7 @@ def main(argv=None):
     int
         0 when every row is correct, 1 when some failed, 2 on bad arguments.
     """
-    from cpersist._threads import default_n_threads
+    from cpersist._runtime.threads import default_n_threads
     from cpersist.benchmarks.output import write_csv, write_machine_json
 
     parser = build_parser()

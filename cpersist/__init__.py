@@ -16,12 +16,12 @@ from .exceptions import (CodecLibraryError, CorruptFileError, CpersistError,  # 
 # Imported on first access (PEP 562), so that `import cpersist` and the
 # command line load neither numpy nor the container until they need them.
 _LAZY = {"dump": "api", "load": "api", "dumps": "inmemory", "loads": "inmemory",
-         "convert": "_convert", "inspect": "inspection",
-         "verify": "inspection", "reseal": "inspection",
+         "convert": "tools.convert", "inspect": "tools.inspection",
+         "verify": "tools.inspection", "reseal": "tools.inspection",
          "register_joblib_backend": "joblib_store",
-         "open": "handle", "FileHandle": "handle", "LazyArray": "lazy",
-         "Limits": "_limits",
-         "LazyTensor": "_lazy_tensor"}
+         "open": "handle", "FileHandle": "handle", "LazyArray": "lazy.array",
+         "Limits": "pickling.limits",
+         "LazyTensor": "lazy.tensor"}
 
 
 def __getattr__(name):

@@ -4,23 +4,23 @@ import pickle
 
 import numpy as np
 
-from . import _format_names as names
-from ._args import _Borrowed, open_source
-from ._files import is_path
-from ._foreign import foreign_file_error
-from ._gc import collector_paused
-from ._openfile import OpenFile, reference_for
-from ._paths import scan_arrays
-from ._rebuild import BY_NAME
-from ._threads import check_n_threads
-from .api import _load, _pickle_stream, array_layout
+from ._runtime.files import is_path
+from ._runtime.gc import collector_paused
+from ._runtime.threads import check_n_threads
 from .container import ContainerReader
 from .container.sources import SpooledSource
+from .container.sources.open import _Borrowed, open_source
 from .exceptions import CorruptFileError, CpersistError
-from .lazy import LazyArray, _Bound
-from ._limits import DEFAULT as _DEFAULT_LIMITS
-from ._limits import as_limits
-from .unpickler import ArrayUnpickler, normalize_trusted
+from .lazy.array import LazyArray, _Bound
+from .lazy.openfile import OpenFile, reference_for
+from .pickling import names
+from .pickling.limits import DEFAULT as _DEFAULT_LIMITS
+from .pickling.limits import as_limits
+from .pickling.read import _load, _pickle_stream, array_layout
+from .pickling.rebuild import BY_NAME
+from .pickling.unpickler import ArrayUnpickler, normalize_trusted
+from .stream.paths import scan_arrays
+from .tools.foreign import foreign_file_error
 
 #: Functions of the format that need real arrays (they call ndarray methods
 #: on them): a lazy load reads the arrays it passes them.
@@ -307,7 +307,7 @@ _MAX_RECORDED_PATH = 4096
 
 def _recorded_paths(reader):
     """``{section: path}`` from the index, where a dump records them
-    (:mod:`cpersist._object_paths`), or None.
+    (:mod:`cpersist.stream.object_paths`), or None.
 
     Used only if every array section has a path and no two are the same;
     otherwise the pickle stream is walked. Paths are labels, nothing more:
@@ -328,7 +328,7 @@ def _recorded_paths(reader):
 
 def _lazy_tensor(reader, storage, tensor):
     """The :class:`~cpersist.LazyTensor` a walk of the stream describes."""
-    from .tensors import rebuild
+    from .pickling.rebuild import rebuild_tensor as rebuild
 
     try:
         lazy = rebuild(storage, tensor["dtype"], tensor["offset"], tensor["shape"],
@@ -341,7 +341,7 @@ def _lazy_tensor(reader, storage, tensor):
 
 
 def _layout(reader, section, layouts):
-    """:func:`cpersist.api.array_layout`, remembered in ``layouts`` by
+    """:func:`cpersist.pickling.read.array_layout`, remembered in ``layouts`` by
     description: a model's thousands of arrays have a few of them."""
     meta = section.meta
     try:
@@ -376,6 +376,6 @@ def _reading(func):
 
 
 def _stream_bytes(stream):
-    """The bytes of what :func:`~cpersist.api._pickle_stream` returns: a
+    """The bytes of what :func:`~cpersist.pickling.read._pickle_stream` returns: a
     BytesIO's buffer, or the anonymous map itself."""
     return stream.getbuffer() if hasattr(stream, "getbuffer") else stream

@@ -6,8 +6,8 @@ import pickle
 import threading
 
 from ._args import check_chunk_size, check_protocol
-from ._threads import check_n_threads
-from .api import PICKLE_CHUNK_SIZE, _array_store, _finish, _load, _write
+from ._runtime.threads import check_n_threads
+from .api import _write
 from .codecs import parse_compress
 from .container import MAX_CHUNK_SIZE, VERBATIM, ContainerWriter, checksum
 from .container.compact import (_DATA, _END, _HEAD, _HEAD16, _INDEX_AT, COPY_UP_TO, END_MAGIC,
@@ -15,9 +15,11 @@ from .container.compact import (_DATA, _END, _HEAD, _HEAD16, _INDEX_AT, COPY_UP_
                                 compact_stream)
 from .container.sources import MemorySource
 from .exceptions import CorruptFileError
-from .pickler import ArrayPickler
-from ._limits import as_limits
-from .unpickler import STREAM_ERRORS, caused_by_stream, normalize_trusted
+from .pickling.limits import as_limits
+from .pickling.pickler import ArrayPickler
+from .pickling.read import _load
+from .pickling.unpickler import STREAM_ERRORS, caused_by_stream, normalize_trusted
+from .pickling.write import PICKLE_CHUNK_SIZE, _array_store, _finish
 
 #: How the buffer is named in messages.
 NAME = "<bytes>"

@@ -9,7 +9,8 @@ import json
 import pickle
 import struct
 
-from cpersist.container import (ALIGN, HEADER, RECORD_SIZE, TRAILER, ContainerWriter, checksum)
+from cpersist.container import TRAILER, ContainerWriter, checksum
+from cpersist.container.layout import HEADER, RECORD_SIZE
 from cpersist.container.framing import END, parse_record, record_header
 
 
@@ -102,21 +103,16 @@ def _encode_tables(index):
 def with_index(body, index, *, raw_index=None):
     """Reassemble ``body`` and a (modified) index with a correct trailer.
 
-    A ``body`` of format-2 records (as :func:`split` returns it, with the
-    header of its end record) gets a new end record; any other (a body
-    built by hand, sections laid out one after another) becomes a format
-    1.1 file, the layout such bodies have.
+    ``body`` is format-2 records (as :func:`split` returns it, with the
+    header of its end record): it gets a new end record.
     """
     if raw_index is None:
         _encode_tables(index)
     data = raw_index if raw_index is not None else json.dumps(index).encode()
     end = _records_end(body)
-    if end is not None:
-        body = body[:end] + record_header(END, len(data) + TRAILER.size, end)
-    else:
-        if len(body) >= HEADER.size and _major(body) >= 2:
-            body = set_version(body, 1, 1)
-        body = body + bytes(-len(body) % ALIGN)
+    if end is None:
+        raise ValueError("not a body of format-2 records")
+    body = body[:end] + record_header(END, len(data) + TRAILER.size, end)
     return body + data + TRAILER.pack(len(body), len(data), checksum(data), b"CPSEND\r\n")
 
 
@@ -129,28 +125,6 @@ def forge(data, edit, *, consistent=False):
     body, index = split(data, keep_totals=not consistent)
     edit(index)
     return with_index(body, index)
-
-
-def format_1(data):
-    """A format-2 file's bytes laid out as format 1.1: each section's chunks
-    contiguous at a 64-byte boundary, no records, for the tests of format-1
-    readers."""
-    from cpersist.container import ContainerReader
-
-    reader = ContainerReader(bytes(data))
-    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
-    index = json.loads(data[offset:offset + length])
-    body = bytearray(set_version(data[:HEADER.size], 1, 1))
-    for section, entry in zip(reader.sections, index["sections"]):
-        body += bytes(-len(body) % ALIGN)
-        entry["offset"] = len(body)
-        entry.pop("layout", None)
-        for chunk in section.chunks:
-            body += data[chunk.offset:chunk.offset + chunk.length]
-    index["format"] = [1, 1]
-    body += bytes(-len(body) % ALIGN)
-    raw = json.dumps(index).encode()
-    return bytes(body) + raw + TRAILER.pack(len(body), len(raw), checksum(raw), b"CPSEND\r\n")
 
 
 def set_version(data, major, minor=0):

@@ -9,7 +9,6 @@ import json
 import os
 import pickle
 import socket
-import pathlib
 import struct
 import tempfile
 import warnings
@@ -19,8 +18,9 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist.container import (ALIGN, END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, TRAILER, BufferPool,
-                                ContainerReader)
+from cpersist.container import FORMAT_MAJOR, FORMAT_MINOR, MAGIC, TRAILER, ContainerReader
+from cpersist.container.buffers import BufferPool
+from cpersist.container.layout import ALIGN, END_MAGIC
 
 from .conftest import (COMPRESSIONS, _Thread, assert_same, make_matrix, pipe_bytes, random_array,
                        roundtrip)
@@ -826,19 +826,6 @@ def test_file_layout(tmp_path):
         assert struct.unpack("<Q", data[header_end - 8:header_end])[0] == (
             2 << 56 | arr.nbytes)
         assert start == header_end + -header_end % ALIGN  # zeros up to the boundary
-
-
-def test_file_layout_format_1():
-    # format 1.1 as its released writer wrote it (tests/fixtures/format-1.1)
-    data = (pathlib.Path(__file__).parent / "fixtures" / "format-1.1" / "raw.cp").read_bytes()
-    assert data[8:12] == b"\x01\x00\x01\x00"  # major 1, minor 1, little-endian
-    assert data[12:64] == bytes(52)
-    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
-    assert offset % ALIGN == 0 and offset + length == len(data) - TRAILER.size
-    index = json.loads(data[offset:offset + length])
-    assert index["format"] == [1, 1]
-    for section in index["sections"]:
-        assert section["offset"] % ALIGN == 0 and "layout" not in section
 
 
 def test_layout_with_a_prefix_is_relative(tmp_path):

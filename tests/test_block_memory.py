@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist._block_memory import BlockMemory
+from cpersist.lazy.block_memory import BlockMemory
 
 MB = 1 << 20
 
@@ -98,7 +98,7 @@ def test_threads_taking_and_dropping_blocks_never_share_one():
 
 def test_to_dask_blocks_reuse_memory(tmp_path, monkeypatch):
     dask = pytest.importorskip("dask")
-    from cpersist import lazy as lazy_module
+    from cpersist.lazy import array as lazy_module
 
     arr = np.cumsum(np.ones((4000, 1000), np.int32), axis=0, dtype=np.int32)  # 16 MB
     path = tmp_path / "blocks.cp"

@@ -347,7 +347,7 @@ class _Holder:
 def test_array_paths_all_protocols(tmp_path, protocol):
     from collections import OrderedDict
 
-    from cpersist._paths import array_paths
+    from cpersist.stream.paths import array_paths
 
     from .conftest import make_matrix
 
@@ -374,7 +374,7 @@ def test_array_paths_all_protocols(tmp_path, protocol):
 
 
 def test_array_paths_never_raise():
-    from cpersist._paths import array_paths, scan_arrays
+    from cpersist.stream.paths import array_paths, scan_arrays
 
     assert array_paths(b"") == {}
     assert array_paths(b"not a pickle at all") == {}

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist import _threads
+from cpersist._runtime import parallel as _parallel
 from cpersist.codecs import blosc as blosc_module
 from cpersist.codecs import blosc_blocks, get_codec, libblosc2
 
@@ -275,15 +275,15 @@ def test_thread_share():
 
     def task(claims):
         for i in claims:
-            seen[i] = _threads.thread_share()
+            seen[i] = _parallel.thread_share()
 
-    assert _threads.thread_share() == 1
-    _threads.run_claimed(task, 1, 3)
+    assert _parallel.thread_share() == 1
+    _parallel.run_claimed(task, 1, 3)
     assert seen == {0: 3}
     seen.clear()
-    _threads.run_claimed(task, 4, 2)
+    _parallel.run_claimed(task, 4, 2)
     assert set(seen.values()) == {1}
-    assert _threads.thread_share() == 1
+    assert _parallel.thread_share() == 1
 
 
 def test_contexts_are_per_thread_and_per_thread_count():
@@ -334,9 +334,9 @@ def test_a_forked_child_makes_its_own_contexts(tmp_path):
 
 def _with_threads(n_threads, func, *args):
     """``func(*args)`` with ``n_threads`` threads free to help it, as the
-    one item of a :func:`~cpersist._threads.run_claimed` of that many."""
+    one item of a :func:`~cpersist._runtime.parallel.run_claimed` of that many."""
     results = []
-    _threads.run_claimed(lambda claims: [results.append(func(*args)) for _ in claims], 1,
+    _parallel.run_claimed(lambda claims: [results.append(func(*args)) for _ in claims], 1,
                          n_threads)
     return results[0]
 

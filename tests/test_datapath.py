@@ -16,8 +16,8 @@ import pytest
 
 import cpersist
 from cpersist import CorruptFileError
-from cpersist._args import open_source
-from cpersist._files import TMP_SUFFIX, local_fd
+from cpersist.container.sources.open import open_source
+from cpersist._runtime.files import TMP_SUFFIX, local_fd
 from cpersist.container import ContainerReader
 from cpersist.container.sources import (FileObjectSource, LocalFileSource, MemorySource,
                                         ShortReadError, SpooledSource, source_for)
@@ -318,7 +318,7 @@ def test_cli_reads_a_fifo(verb, cp_bytes, tmp_path):
 
 
 def test_cli_errors_without_a_file_name_get_it(tmp_path):
-    from cpersist.cli import _message
+    from cpersist.tools.report import _message
 
     assert _message(OSError(29, "Illegal seek"), "x.cp") == "x.cp: Illegal seek"
     assert _message(OSError(2, "No such file", "y.cp"), "x.cp") == "y.cp: No such file"

@@ -4,7 +4,7 @@ import gc
 
 import pytest
 
-from cpersist import _gc
+from cpersist._runtime import gc as _gc
 
 
 @pytest.fixture

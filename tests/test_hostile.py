@@ -20,13 +20,13 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist import _pickle_args
-from cpersist._opcodes import walk
+from cpersist.stream import args as _pickle_args
+from cpersist.stream.opcodes import walk
 from cpersist.codecs import get_codec
 from cpersist.container import ContainerWriter
 from cpersist.exceptions import (CorruptFileError, CpersistError, LimitExceededError,
                                  UntrustedObjectError)
-from cpersist.unpickler import SAFE_GLOBALS, ArrayUnpickler
+from cpersist.pickling.unpickler import SAFE_GLOBALS, ArrayUnpickler
 
 from . import _hostile
 from ._forge import container_bytes

@@ -13,8 +13,10 @@ import pytest
 import cpersist
 from cpersist import CorruptFileError, UnsupportedVersionError
 from cpersist.container import CHECKED_CLAIM, FORMAT_MAJOR, MAX_CHUNK_SIZE, TRAILER
+from cpersist.container.framing import DATA, END, record_header
+from cpersist.container.layout import RECORD_SIZE
 
-from ._forge import forge, format_1, proto, set_version, split, with_index
+from ._forge import forge, proto, set_version, split, with_index
 from .conftest import assert_same
 
 
@@ -121,7 +123,7 @@ def test_damaged_chunk_detected(tmp_path, compress, n_threads):
 def test_index_larger_than_the_tail_read(tmp_path):
     """The trailer and index are read from the file's last TAIL_READ bytes
     at once; a larger index is read on its own, and checked the same."""
-    from cpersist.container import TAIL_READ
+    from cpersist.container.reader import TAIL_READ
 
     obj = [np.full(3, i) for i in range(600)]
     data = _dump(obj, tmp_path / "a.cp")
@@ -194,16 +196,24 @@ def test_forged_sizes_checked_against_chunk_headers(tmp_path, compress):
     # within what the codec's static bound allows.
     claim = MAX_CHUNK_SIZE if compress.startswith("blosc") else min(
         MAX_CHUNK_SIZE, 32768 * length)
-    section["offset"] = 64
     section["chunks"] = [[length, claim, checksum, 0]] * 1000
     section["meta"]["shape"] = [claim * 1000 // 8]
-    new_body = body[:64] + chunk * 1000
-    new_body += bytes(-len(new_body) % 64)
-    root["offset"] = len(new_body)
-    section_list = [section, root]
-    index["sections"] = section_list
+    new_body = bytearray(body[:64])
+
+    def records(section, chunks):  # each chunk in a record of its own
+        section["layout"] = "records"
+        section["offset"] = len(new_body) + RECORD_SIZE
+        for part in chunks:
+            new_body.extend(record_header(DATA, len(part), len(new_body)) + part)
+
+    records(section, [chunk] * 1000)
+    lengths = [length for length, _, _, _ in root["chunks"]]
+    starts = [sum(lengths[:k]) for k in range(len(lengths))]
+    records(root, [pickled[a:a + n] for a, n in zip(starts, lengths)])
+    index["sections"] = [section, root]
     index["root"] = 1
-    exc = _expect_corrupt(tmp_path, with_index(new_body + pickled, index))
+    new_body.extend(record_header(END, 0, len(new_body)))
+    exc = _expect_corrupt(tmp_path, with_index(bytes(new_body), index))
     assert "cannot be allocated" not in str(exc)
     assert "decompressed to" in str(exc) or "header says" in str(exc)
     assert CHECKED_CLAIM < 1000 * MAX_CHUNK_SIZE
@@ -360,20 +370,3 @@ def test_chunk_tables_are_parsed_only_when_read(tmp_path):
         assert all(section._chunks is None for section in reader.sections)
         array = next(s for s in reader.sections if s.meta.get("kind") == "array")
         assert len(array.chunks) == 13 and array._chunks is not None
-
-
-@pytest.mark.parametrize("compress", [0, "zstd"])
-def test_format_1_0_files_still_load(tmp_path, compress):
-    """Format 1.0 wrote each chunk table as a JSON list and no totals."""
-    obj = {"a": np.arange(50_000.0), "b": ["x", 1]}
-    data = format_1(_dump(obj, tmp_path / "new.cp", compress=compress, chunk_size=1 << 15))
-    body, index = split(data)  # tables as lists, totals dropped
-    index["format"] = [1, 0]
-    old = set_version(with_index(body, None, raw_index=json.dumps(index).encode()), 1, 0)
-    out, path = _load_bytes(tmp_path, old)
-    assert_same(obj, out)
-    assert cpersist.verify(path)["chunks"] >= 7
-    if not compress:
-        mapped = cpersist.load(path, mmap_mode="r")["a"]
-        assert isinstance(mapped, np.memmap)
-        assert_same(obj["a"], np.array(mapped))

@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import cpersist
-from cpersist import _smallest
-from cpersist import lazy as lazy_module
-from cpersist._args import open_source
+from cpersist.pickling import smallest as _smallest
+from cpersist.lazy import plan as plan_module
+from cpersist.container.sources.open import open_source
 from cpersist.container import ContainerReader
-from cpersist.container import reader as reader_module
+from cpersist.container import pieces as pieces_module
 
 from .conftest import COMPRESSIONS, assert_same_result, run_threads, spy_reads
 
@@ -90,8 +90,8 @@ def test_basic_indexing_equals_numpy(workdir, case, verify, n_threads, by_bounda
     shape, dtype, layout, compress, chunk_size, indexes, seed = case
     arr = _source_array(shape, dtype, layout, seed)
     path = _dump_one(arr, compress, chunk_size, workdir)
-    saved = lazy_module.LIST_POSITIONS_UP_TO
-    lazy_module.LIST_POSITIONS_UP_TO = 0 if by_boundaries else saved
+    saved = plan_module.LIST_POSITIONS_UP_TO
+    plan_module.LIST_POSITIONS_UP_TO = 0 if by_boundaries else saved
     try:
         with cpersist.open(path, verify=verify, n_threads=n_threads) as f:
             lazy = f.arrays["obj['a']"]
@@ -102,7 +102,7 @@ def test_basic_indexing_equals_numpy(workdir, case, verify, n_threads, by_bounda
             assert_same_result(arr, lazy.read(), "read()")
             assert_same_result(arr, np.asarray(lazy), "asarray")
     finally:
-        lazy_module.LIST_POSITIONS_UP_TO = saved
+        plan_module.LIST_POSITIONS_UP_TO = saved
         os.unlink(path)
 
 
@@ -211,7 +211,7 @@ def test_copying_a_few_mib_stays_on_the_calling_thread(tmp_path, monkeypatch, co
     bytes do not compress) are read by the calling thread alone when the
     slice copies less than COPY_ALONE_BELOW: handing part of it to a pool
     thread takes longer. More to copy, or chunks to decode, are shared."""
-    from cpersist._threads import COPY_ALONE_BELOW
+    from cpersist._runtime.parallel import COPY_ALONE_BELOW
 
     rows = 2 * COPY_ALONE_BELOW // 1000
     noise = np.random.default_rng(1).integers(0, 256, (rows, 1000), dtype=np.uint8)
@@ -351,7 +351,7 @@ def test_unpickled_arrays_share_one_open_file_until_it_is_replaced(tmp_path):
     """Arrays unpickled in a process (a dask worker's) share the file they
     reopen, kept open after they are gone, and a replaced file is still
     reported."""
-    from cpersist import _openfile
+    from cpersist.lazy import openfile as _openfile
 
     arr = np.arange(60000.0).reshape(600, 100)
     path = tmp_path / "s.cp"
@@ -615,7 +615,7 @@ def test_part_of_a_stored_chunk_is_checked_whole(tmp_path, monkeypatch, where, p
     in the chunk is caught, damage outside the part does not reach the
     result unchecked."""
     if pass_through is not None:
-        monkeypatch.setattr(reader_module, "PASS_THROUGH", pass_through)
+        monkeypatch.setattr(pieces_module, "PASS_THROUGH", pass_through)
     arr = np.arange(40_000, dtype=np.int64).reshape(4000, 10)
     path = tmp_path / "raw.cp"
     cpersist.dump({"a": arr}, path, chunk_size=1 << 16)  # 819 rows a chunk

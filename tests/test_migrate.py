@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist import _migrate
+from cpersist.tools import kinds
 
 from .conftest import assert_same, make_matrix, random_array
 
@@ -236,7 +236,7 @@ def test_detection_reads_no_more_than_needed(tmp_path):
     """A compressed joblib file is recognised from its first bytes; a
     pickle stream is scanned, never loaded."""
     src = dump_joblib(sample_object(), tmp_path / "m.joblib", "zlib")
-    from cpersist._args import open_source
+    from cpersist.container.sources.open import open_source
 
     class Counting(io.BytesIO):
         read_bytes = 0
@@ -252,11 +252,11 @@ def test_detection_reads_no_more_than_needed(tmp_path):
             return data
 
     data = src.read_bytes()
-    assert len(data) > 4 * _migrate.HEAD_BYTES
+    assert len(data) > 4 * kinds.HEAD_BYTES
     with open_source(Counting(data)) as source:
-        kind = _migrate.detect(source)
+        kind = kinds.detect(source)
     assert kind.label == "joblib file (zlib-compressed)" and kind.compressor == "zlib"
-    assert Counting.read_bytes <= _migrate.HEAD_BYTES
+    assert Counting.read_bytes <= kinds.HEAD_BYTES
 
 
 def test_missing_joblib_is_named(tmp_path):

@@ -12,8 +12,8 @@ import pytest
 import cpersist
 from cpersist import container
 from cpersist.container import encode
-from cpersist._threads import run_claimed
-from cpersist.arrays import to_inline
+from cpersist._runtime.parallel import run_claimed
+from cpersist.pickling.arrays import to_inline
 from cpersist.cli import file_info
 from cpersist.codecs import get_codec
 from cpersist.container import ENCODED, VERBATIM, EncodedStream
@@ -114,14 +114,14 @@ def test_pieces_are_held_until_a_batch_is_full(monkeypatch):
                         lambda self, chunks: (batches.append(len(chunks)), real(self, chunks)))
     parts = pieces([1024] * 100)
     stream_chunks(parts, get_codec("zstd"), 4096, 2)
-    full = 2 * container.BATCH_CHUNKS
+    full = 2 * encode.BATCH_CHUNKS
     assert batches == [full, full, full, 1]  # 25 chunks: 3 batches and the rest
     batches.clear()
     stream_chunks(parts, get_codec("zstd"), 4096, 1)
     assert batches == [1] * 25
     batches.clear()
     stream_chunks(parts, get_codec("zstd"), 1024, 64)
-    assert batches[0] == container.MAX_BATCH_CHUNKS
+    assert batches[0] == encode.MAX_BATCH_CHUNKS
 
 
 def test_a_failing_encode_stops_the_dump(tmp_path, monkeypatch):

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist._remote import PART_SIZE
-from cpersist.container.sources.fsspec import END_BYTES, REQUEST_SIZE, FsspecSource, merge_ranges
+from cpersist._runtime.remote import PART_SIZE
+from cpersist.container.sources.fsspec import END_BYTES, REQUEST_SIZE, FsspecSource
+from cpersist.container.sources.ranges import merge_ranges
 
 from ._s3 import CREDENTIALS, s3_server  # noqa: F401 (a fixture)
 from .conftest import assert_same, assert_same_result
@@ -184,7 +185,7 @@ def test_s3_roundtrip(s3_server, compress):
 
 
 def test_s3_reopen_checks_identity(s3_server):
-    from cpersist._remote import reopen
+    from cpersist.container.sources.remote import reopen
 
     url = s3_server.url("reopened.cp")
     options = s3_server.storage_options

@@ -22,7 +22,7 @@ from ._forge import Point, call, proto, s, stack_global, write_container
 
 import cpersist
 from cpersist.pickler import stored_array
-from cpersist.unpickler import SAFE_GLOBALS, SAFE_SUBSTITUTES
+from cpersist.pickling.unpickler import SAFE_GLOBALS, SAFE_SUBSTITUTES
 from .conftest import assert_same
 
 

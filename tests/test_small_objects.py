@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist import _small
+from cpersist.pickling import small as _small
 from cpersist.container import ContainerReader
 from cpersist.container.compact import OVERHEAD
 from cpersist.container.sources import MemorySource
@@ -41,7 +41,7 @@ def test_a_compact_file_loads_without_the_container_reader(tmp_path, monkeypatch
     def refuse(*args, **kwargs):
         raise AssertionError("the general reader was used")
 
-    monkeypatch.setattr("cpersist.api.ContainerReader", refuse)
+    monkeypatch.setattr("cpersist.pickling.read.ContainerReader", refuse)
     assert cpersist.load(path) == SMALL
     assert cpersist.load(str(path), mmap_mode="r") == SMALL
     with pytest.raises(AssertionError):  # a restricted load checks every global

@@ -4,7 +4,7 @@ handing the checksums to a pool thread and waiting for it would take longer."""
 import numpy as np
 
 import cpersist
-from cpersist._threads import COPY_ALONE_BELOW
+from cpersist._runtime.parallel import COPY_ALONE_BELOW
 from cpersist.container import writer
 
 

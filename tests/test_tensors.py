@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist import _format_names
-from cpersist._opcodes import walk
+from cpersist.pickling import names as _format_names
+from cpersist.stream.opcodes import walk
 
 from .conftest import spy_reads
 
@@ -215,7 +215,7 @@ def test_info_shows_paths_views_and_devices(tmp_path, capsys):
     ((0, "float32", 0, (1,), (1,), False, "module", None, None), "kind"),
 ])
 def test_forged_tensor_calls_are_refused(forged, message):
-    from cpersist._rebuild import rebuild_tensor
+    from cpersist.pickling.rebuild import rebuild_tensor
 
     data = np.zeros(4, np.uint8)
     with pytest.raises(pickle.UnpicklingError, match=message):
@@ -357,7 +357,7 @@ def test_the_device_a_tensor_was_dumped_from_is_recorded(tmp_path, monkeypatch, 
     # No GPU here: the reducer is told the CPU tensor came from "cuda:0",
     # which is what it records for a tensor stored from a CPU copy.
     from cpersist.cli import main
-    from cpersist.tensors import TensorReducer
+    from cpersist.pickling.tensors import TensorReducer
 
     real = TensorReducer.reduce
 

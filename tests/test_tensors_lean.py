@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _modules_after(code):
     probe = "import sys; print('MODULES:', *sorted(m for m in sys.modules if m == 'torch' " \
-            "or m.startswith(('torch.', 'cpersist.tensors', 'ml_dtypes'))))"
+            "or m.startswith(('torch.', 'cpersist.pickling.tensors', 'ml_dtypes'))))"
     out = subprocess.run([sys.executable, "-c", f"{code}\n{probe}"], capture_output=True,
                          text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
     assert out.returncode == 0, out.stderr

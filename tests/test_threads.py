@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist import CorruptFileError, _threads
-from cpersist._files import local_fd
+from cpersist import CorruptFileError
+from cpersist._runtime import parallel as _parallel
+from cpersist._runtime.files import local_fd
 from cpersist.codecs import get_codec
 from cpersist.container import VERBATIM, ContainerReader
 
@@ -85,7 +86,7 @@ def test_chunks_stored_as_they_are_are_checked_on_the_calling_thread(tmp_path, m
                                                                      compress):
     """Whatever their size, as they are read: a pool worker checking them
     would read them from memory a second time."""
-    from cpersist.container import reader as reader_module
+    from cpersist.container import sections as reader_module
 
     checked_by = []
     real = reader_module.checksum_state
@@ -95,7 +96,7 @@ def test_chunks_stored_as_they_are_are_checked_on_the_calling_thread(tmp_path, m
         return real()
     monkeypatch.setattr(reader_module, "checksum_state", spy)
     rng = np.random.default_rng(0)
-    for n_bytes in (_threads.COPY_ALONE_BELOW - CHUNK, _threads.COPY_ALONE_BELOW + CHUNK):
+    for n_bytes in (_parallel.COPY_ALONE_BELOW - CHUNK, _parallel.COPY_ALONE_BELOW + CHUNK):
         arr = rng.integers(0, 256, n_bytes, dtype=np.uint8)  # noise: stored as is
         path = tmp_path / f"{n_bytes}.cp"
         cpersist.dump(arr, path, compress=compress, chunk_size=1 << 20)
@@ -247,9 +248,9 @@ def _covered_once(calls, n_items):
 
 def test_spread_alone_makes_one_call_on_this_thread():
     calls, func = _spread_calls()
-    _threads.spread(func, 5)
+    _parallel.spread(func, 5)
     assert calls == [(i, threading.get_ident(), 0) for i in range(5)]
-    _threads.run_claimed(lambda claims: [_threads.spread(func, 3) for _ in claims], 4, 1,
+    _parallel.run_claimed(lambda claims: [_parallel.spread(func, 3) for _ in claims], 4, 1,
                          helping=True)
     assert len(calls) == 5 + 4 * 3
 
@@ -257,7 +258,7 @@ def test_spread_alone_makes_one_call_on_this_thread():
 @pytest.mark.parametrize("n_threads", [2, 3])
 def test_spread_uses_the_threads_an_item_leaves_idle(n_threads):
     calls, func = _spread_calls(meet=n_threads)
-    _threads.run_claimed(lambda claims: [_threads.spread(func, 40) for _ in claims], 1,
+    _parallel.run_claimed(lambda claims: [_parallel.spread(func, 40) for _ in claims], 1,
                          n_threads)
     assert _covered_once(calls, 40)
     assert len({thread for _, thread, _ in calls}) == n_threads
@@ -278,9 +279,9 @@ def test_workers_out_of_items_help_the_others():
             for item in claims:
                 owners[item] = threading.get_ident()
                 if item == 1:
-                    _threads.spread(func, 12)
+                    _parallel.spread(func, 12)
 
-        _threads.run_claimed(task, 2, 2, helping=helping)
+        _parallel.run_claimed(task, 2, 2, helping=helping)
         assert _covered_once(calls, 12)
         threads = {thread for _, thread, _ in calls}
         # The helper may be a worker that found no item left at all.
@@ -295,15 +296,15 @@ def test_spread_returns_after_every_call_and_raises_the_first_error():
 
         def task(claims):
             for _ in claims:
-                _threads.spread(func, 40)
+                _parallel.spread(func, 40)
                 task.returned = len(calls)
 
         if fail is None:
-            _threads.run_claimed(task, 1, 2)
+            _parallel.run_claimed(task, 1, 2)
             assert task.returned == len(calls) == 40
         else:
             with pytest.raises(ValueError, match="item 30 fails"):
-                _threads.run_claimed(task, 1, 2)
+                _parallel.run_claimed(task, 1, 2)
             done = len(calls)
             time.sleep(0.3)
             assert len(calls) == done and 20 in [i for i, _, _ in calls]
@@ -318,8 +319,8 @@ def test_a_forked_child_has_its_own_pool_and_locks(tmp_path):
     path, child_path = tmp_path / "parent.cp", tmp_path / "child.cp"
     script = textwrap.dedent(f"""
         import os, pickle, signal, sys, threading, numpy as np, cpersist
-        from cpersist import _openfile
-        from cpersist._threads import get_pool
+        from cpersist.lazy.array import openfile as _openfile
+        from cpersist._runtime.threads import get_pool
         from cpersist.codecs import registry
         from cpersist.container.buffers import READ_BUFFERS
 

@@ -13,13 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cpersist
-from cpersist import _format_names, _opcodes, _pickle_args, _rebuild, _symbolic
-from cpersist._opcodes import walk
-from cpersist._paths import array_paths, scan_arrays
+from cpersist.pickling import names as _format_names, rebuild as _rebuild
+from cpersist.stream import opcodes as _opcodes, args as _pickle_args, symbolic as _symbolic
+from cpersist.stream.opcodes import walk
+from cpersist.stream.paths import array_paths, scan_arrays
 from cpersist.container import ContainerReader
 from cpersist.exceptions import CorruptFileError
-from cpersist.inspection import scan_pickle
-from cpersist.unpickler import SAFE_GLOBALS, ArrayUnpickler
+from cpersist.tools.inspection import scan_pickle
+from cpersist.pickling.unpickler import SAFE_GLOBALS, ArrayUnpickler
 
 from .conftest import assert_same, make_matrix
 
@@ -69,8 +70,8 @@ def test_dump_names_exactly_the_format_globals(tmp_path, protocol):
 
 def test_functions_pickle_under_their_literal_names():
     for (module, name), func in _rebuild.BY_NAME.items():
-        # Defined in cpersist._rebuild, written under the format's literal.
-        assert func.__code__.co_filename.endswith("_rebuild.py")
+        # Defined in cpersist.pickling.rebuild, written under the format's literal.
+        assert func.__code__.co_filename.endswith(os.path.join("pickling", "rebuild.py"))
         for protocol in (2, 4):
             ops = [(op.name, arg) for op, arg, _ in pickletools.genops(
                 pickle.dumps(func, protocol=protocol))]
@@ -199,7 +200,7 @@ def test_walk_never_raises_on_damaged_real_streams(tmp_path):
 # -- the walker's decoding against its reference, its paths against the object --
 
 def _reference_walk(data):
-    """The walk driven by :func:`cpersist._pickle_args.read` alone, the
+    """The walk driven by :func:`cpersist.stream.args.read` alone, the
     reference decoder (the C unpickler's reading of each opcode): every
     opcode goes through the walker's one ``step``, none is decoded by hand."""
     result = _opcodes.Walk()

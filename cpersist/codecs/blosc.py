@@ -8,7 +8,7 @@ Chunks are made and read by the library the ``blosc2`` wheel ships
 (:mod:`.libblosc2`, :mod:`.blosc_blocks`), without importing python-blosc2.
 """
 
-from .._threads import thread_share
+from .._runtime.parallel import thread_share
 from .abc import Codec
 from .blosc_blocks import cbuffer_sizes, decode_blocks, decode_range
 from .libblosc2 import NOFILTER, SHUFFLE, compress

@@ -11,12 +11,12 @@ raise :class:`~cpersist.CodecLibraryError` when the library cannot be used.
 """
 
 import ctypes
-import os
 import threading
 
 import numpy as np
 
-from .._threads import spread
+from .._runtime.fork import renew_after_fork
+from .._runtime.parallel import spread
 from .libblosc2 import Context, DParams, library
 
 #: Most threads one chunk's blocks are spread over.
@@ -41,15 +41,9 @@ def _context(lib, n_threads):
     return context.handle
 
 
-def _forget_contexts():
-    """In a forked child: the parent's contexts (and their threads) are not
-    usable; every thread makes its own again."""
-    global _local
-    _local = threading.local()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_contexts)
+# In a forked child the parent's contexts (and their threads) are not usable:
+# every thread makes its own again.
+renew_after_fork(globals(), _local=threading.local)
 
 
 #: Blosc2 chunk header: flags at byte 2, typesize at 3; with both shuffle
@@ -139,7 +133,7 @@ def decode_range(src, skip, out, blocksize):
     own work memory, which stays in the CPU's cache, and copies the bytes
     wanted out of it. A range of several blocks is cut on block boundaries
     and its runs of blocks are decoded on the threads free to help
-    (:func:`cpersist._threads.spread`), each into its own part of ``out``:
+    (:func:`cpersist._runtime.parallel.spread`), each into its own part of ``out``:
     no block is decoded twice, and nothing is copied from scratch memory.
 
     The caller has checked the chunk's header against ``len(src)``, and

@@ -21,6 +21,7 @@ import threading
 
 import numpy as np
 
+from .._runtime.fork import renew_after_fork
 from ..exceptions import CodecLibraryError
 
 #: C-Blosc2 versions whose ``blosc2_cparams`` and ``blosc2_dparams`` start
@@ -268,10 +269,4 @@ def compress(buf, typesize, clevel, codec, filters, blocksize=0):
     return memoryview(out)[:done]
 
 
-def _forget_lock():
-    global _lock
-    _lock = threading.Lock()  # in case the fork came while another thread held it
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_lock)
+renew_after_fork(globals(), _lock=threading.Lock)

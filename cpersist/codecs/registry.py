@@ -12,10 +12,10 @@ Three sources of codecs, looked up in this order:
 """
 
 import importlib
-import os
 import re
 import threading
 
+from .._runtime.fork import renew_after_fork
 from .abc import LEVELS, Codec
 
 #: Entry-point group third-party packages declare their codecs in.
@@ -60,15 +60,7 @@ _registry = {}
 _lock = threading.RLock()
 
 
-def _after_fork():
-    global _lock
-    # The fork may have come while another thread held the lock (importing
-    # a codec's module, say).
-    _lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
+renew_after_fork(globals(), _lock=threading.RLock)
 
 
 class UnknownCodecError(ValueError):

@@ -1,8 +1,9 @@
 """Reusable byte buffers that the reader reads encoded chunks into."""
 
 import mmap
-import os
 import threading
+
+from .._runtime.fork import renew_after_fork
 
 #: Buffers of this many bytes or more are anonymous maps: the kernel hands
 #: out their pages zeroed when first touched, where a bytearray is written
@@ -73,15 +74,10 @@ class BufferPool:
                 self._free.append(buffer)
                 self._kept_bytes += len(buffer)
 
-    def _after_fork(self):
-        # The fork may have come while another thread held the lock.
-        self._lock = threading.Lock()
-
 
 #: Read buffers kept between loads: room for the five in flight on 2 cores
 #: (two per worker and the one being read) for 4 MiB chunks compressed to
 #: 3.2 MB or less.
 READ_BUFFERS = BufferPool(16 << 20)
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=READ_BUFFERS._after_fork)
+renew_after_fork(READ_BUFFERS, _lock=threading.Lock)

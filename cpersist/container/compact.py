@@ -22,8 +22,9 @@ import struct
 from xxhash import xxh3_64_intdigest as _xxh3_64
 
 from .framing import DATA, END, RECORD
+from .index import Section
 from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, RECORD_SIZE,
-                     TRAILER, VERBATIM, Chunk, Section, corrupt)
+                     TRAILER, VERBATIM, Chunk, corrupt)
 
 #: Header flag: the index is empty, the dump holds one raw pickle stream.
 COMPACT = 2

@@ -2,7 +2,7 @@
 :class:`EncodedStream`, which encodes a stream (the pickle stream) chunk by
 chunk on the thread pool while it is written."""
 
-from .._threads import run_claimed
+from .._runtime.parallel import run_claimed
 from ..codecs.abc import middle_sample
 from .layout import ENCODED, VERBATIM, checksum, verbatim_checksums
 

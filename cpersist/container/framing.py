@@ -96,10 +96,10 @@ def copy_dump(stream, out, name):
 
     Reads exactly the dump's bytes: the header, then record by record up to
     the END record, each record's header saying how long it is. Memory
-    stays at one block. A format-1 dump, which has no end of its own, runs
-    to the end of the stream, and so does what is not a cpersist dump, a
-    dump of a newer major version, or one with a damaged record header: all of it is copied, for the reader to
-    report on (as pickle would, for a stream it cannot parse).
+    stays at one block. What is not a cpersist dump, a dump of a format this
+    version does not read, or one with a damaged record header is copied to
+    the end of the stream, for the reader to report on (as pickle would, for a
+    stream it cannot parse).
     """
     head = _read_up_to(stream, len(TINY_MAGIC))
     if head == TINY_MAGIC:
@@ -110,8 +110,8 @@ def copy_dump(stream, out, name):
     if len(head) < HEADER.size:
         return
     major = HEADER.unpack(head)[1]
-    if not head.startswith(MAGIC) or major == 1 or major > FORMAT_MAJOR:
-        _copy(stream, out, None)  # a newer major is refused by the reader
+    if not head.startswith(MAGIC) or major < 2 or major > FORMAT_MAJOR:
+        _copy(stream, out, None)  # the reader refuses its version
         return
     position = HEADER.size
     while True:

@@ -1,5 +1,6 @@
-"""The byte layout of a cpersist file: its constants, and parsing and
-checking its header, trailer and index.
+"""The byte layout of a cpersist file: its constants, its checksums, and the
+text of a chunk's piece checksums. Parsing and checking a file's header,
+trailer and index is :mod:`.index`.
 
 The layout is specified in ``docs/format.rst``::
 
@@ -11,37 +12,31 @@ The layout is specified in ``docs/format.rst``::
     index               UTF-8 JSON: every section's offset, codec, chunk table
     trailer  32 bytes   index offset and length, checksum of the index, end magic
 
-Format 1 has no records: sections follow each other on 64-byte boundaries
-and the data runs to the end of the stream. :mod:`.framing` finds where a
-format-2 dump ends.
+:mod:`.framing` finds where a dump ends.
 
 Nothing here reads a file: the reader hands over the bytes it read.
 """
 
 import binascii
-import json
 import struct
 from collections import namedtuple
 
 from xxhash import xxh3_64 as _xxh3_64_state
 from xxhash import xxh3_64_intdigest as _xxh3_64
 
-from .._gc import collector_paused
-from ..codecs import codec_from_config
-from ..exceptions import CorruptFileError, UnsupportedVersionError
+from ..exceptions import CorruptFileError
 
 MAGIC = b"\x89CPS\r\n\x1a\n"
 END_MAGIC = b"CPSEND\r\n"
 FORMAT_MAJOR = 2
 FORMAT_MINOR = 1
-#: magic, major, minor, flags, then zero padding up to 64 bytes. In format 1
-#: the bytes after the version are reserved zeros: flags 0.
+#: magic, major, minor, flags, then zero padding up to 64 bytes.
 HEADER = struct.Struct("<8sHHI48x")
 #: Offset of the header's flags, which a writable map changes.
 FLAGS_AT = 12
 #: Header flag: raw array sections may have been changed through a writable
-#: memory map since their checksums were computed. Readers of format 2.0 and
-#: 1.x go by it; from format 2.1 the index's ``"edited"`` field decides
+#: memory map since their checksums were computed. Readers of format 2.0 go
+#: by it; from format 2.1 the index's ``"edited"`` field decides
 #: (:data:`INDEX_EDITED`), covered by the index's checksum, so that one
 #: damaged header bit cannot turn checking off. Writers still set it, for
 #: readers of format 2.0.
@@ -80,7 +75,7 @@ def checksum(data):
     Chosen over zlib's CRC-32 because it runs several times faster, so that
     verifying a raw load, otherwise a plain copy from the page cache, stays
     cheap beside it. On the pool it overlaps the calling thread's file I/O
-    (see :mod:`cpersist._threads` for when xxhash releases the GIL).
+    (see :mod:`cpersist._runtime.threads` for when xxhash releases the GIL).
     """
     return _xxh3_64(data)
 
@@ -135,278 +130,14 @@ def pieces_text(pieces):
 Chunk = namedtuple("Chunk", "offset length raw_length checksum flag")
 
 
-class Section:
-    """One section as read from a file's index.
-
-    Attributes
-    ----------
-    index : int
-        Position in the file's section list.
-    offset : int
-        Offset of the first chunk, relative to the start of the cpersist data.
-    codec : Codec or None
-        None for a raw section, whose bytes are one contiguous run.
-    typesize : int
-    raw_size : int
-        Bytes of the section's decoded data.
-    stored_size : int
-        Bytes its chunks occupy in the file.
-    gap : int
-        Bytes between one chunk and the next: 0 when the chunks are one
-        contiguous run, the size of a record header when each chunk is a
-        record of its own (``"layout": "records"``).
-    chunks : list of Chunk
-        Checked on first use when the index states the section's totals, so
-        that opening a file costs the same whatever its size (a memmapped
-        load never needs the chunk table).
-    meta : dict
-        What the writer said the section holds.
-    piece_size : int or None
-        Bytes per piece of the chunks whose pieces have checksums of their
-        own (see :meth:`pieces`); None when none has.
-    """
-
-    __slots__ = ("index", "offset", "codec", "typesize", "raw_size", "stored_size",
-                 "gap", "_chunks", "_check_chunks", "meta", "piece_size", "_pieces")
-
-    @property
-    def chunks(self):
-        if self._chunks is None:
-            self._chunks = _checked_chunks(self, *self._check_chunks)
-        return self._chunks
-
-    def pieces(self, i):
-        """The checksums of the pieces of chunk ``i`` (each
-        :attr:`piece_size` bytes of its stored bytes, the last maybe
-        shorter), or None if the index gives none. A chunk's entry is
-        decoded and checked against the chunk when asked for: a slice needs
-        one or two of thousands.
-
-        Raises
-        ------
-        CorruptFileError
-        """
-        if self._pieces is None:
-            return None
-        fields, name = self._pieces
-        if type(fields) is str:  # the index's text: not split yet
-            fields = fields.split(",")
-            if len(fields) != len(self.chunks):
-                raise _bad_pieces(self, name)
-            self._pieces = fields, name
-        field = fields[i]
-        if not field:
-            return None
-        chunk = self.chunks[i]
-        n = -(-chunk.length // self.piece_size)
-        try:
-            digests = binascii.a2b_base64(field, strict_mode=True)
-        except (binascii.Error, ValueError):
-            digests = b""
-        if chunk.flag != VERBATIM or len(digests) != 8 * n:
-            raise _bad_pieces(self, name)
-        return list(struct.unpack(">%dQ" % n, digests))
-
-    @property
-    def is_raw(self):
-        return self.codec is None
-
-
 def corrupt(name, what):
     """A :class:`CorruptFileError` that names the file."""
     return CorruptFileError(f"{name}: {what}")
 
 
-def parse_header(head, size, name):
-    """``(major, minor, flags)`` from the first bytes of a file of ``size`` bytes."""
-    head = bytes(head)
-    if not head.startswith(MAGIC[: len(head)]) or len(head) < len(MAGIC):
-        if not head:
-            raise corrupt(name, "empty file, not a cpersist file")
-        raise corrupt(name, f"not a cpersist file (it starts with {bytes(head[:8])!r})")
-    if len(head) < HEADER.size or size < HEADER.size + TRAILER.size:
-        raise corrupt(name, f"truncated: only {size} bytes")
-    _, major, minor, flags = HEADER.unpack(head)
-    if major > FORMAT_MAJOR:
-        raise UnsupportedVersionError(
-            f"{name}: written in cpersist format {major}.{minor}, "
-            f"newer than the {FORMAT_MAJOR}.x this version reads; upgrade cpersist"
-        )
-    if major < 1:
-        raise corrupt(name, f"unknown format version {major}.{minor}")
-    return major, minor, flags
-
-
-def parse_trailer(trailer, size, name):
-    """``(index offset, index length, index checksum)`` from the trailer."""
-    offset, length, digest, end = TRAILER.unpack(trailer)
-    if end != END_MAGIC:
-        raise corrupt(name, "truncated or damaged: no end marker (an interrupted write?)")
-    if offset < HEADER.size or offset + length != size - TRAILER.size:
-        raise corrupt(name, f"damaged trailer: index at {offset}+{length} in {size} bytes")
-    return offset, length, digest
-
-
-def parse_index(data, digest, end, name, major=FORMAT_MAJOR):
-    """Check and parse the index: ``(root, info, sections, edited)``.
-
-    ``end`` is where the index starts, which no section may pass.
-    ``edited`` is the index's ``"edited"`` field (format 2.1), or None for
-    an index without one (format 2.0 and 1.x, whose header says).
-    """
-    if checksum(data) != digest:
-        raise corrupt(name, "index checksum mismatch: the file is damaged")
-    try:
-        with collector_paused():
-            index = json.loads(bytes(data))
-            root = index["root"]
-            info = index.get("info", {})
-            edited = index.get("edited")
-            if edited not in (None, True, False):
-                raise corrupt(name, f"damaged index: bad edited mark {edited!r}")
-            sections = [_parse_section(i, s, end, name, major)
-                        for i, s in enumerate(index["sections"])]
-    except CorruptFileError:
-        raise
-    except Exception as exc:  # malformed JSON, wrong types, bad codec...
-        raise _damaged_index(name, exc) from None
-    if not (isinstance(root, int) and 0 <= root < len(sections)):
-        raise corrupt(name, f"damaged index: bad root section {root!r}")
-    return root, info, sections, edited
-
-
-def _damaged_index(name, exc):
-    return corrupt(name, f"damaged index ({type(exc).__name__}: {exc})")
-
-
-def _uint(value):
-    if type(value) is not int or value < 0:
-        raise ValueError(f"expected a non-negative integer, got {value!r}")
-    return value
-
-
-def _parse_section(i, s, end, name, major):
-    # Run once per section of the index (a model may hold thousands): the
-    # checks are inline, with _uint called only to word a failure.
-    section = Section()
-    section.index = i
-    section.offset = offset = s["offset"]
-    if type(offset) is not int or offset < 0:
-        _uint(offset)
-    config = s["codec"]
-    section.codec = codec = None if config is None else codec_from_config(config)
-    # Format 2 aligns only raw data (the sections a map may view); format 1
-    # aligned every section.
-    aligned = major == 1 or codec is None and s.get("raw_size", 1)
-    if offset < HEADER.size or aligned and offset % ALIGN:
-        raise corrupt(name, f"section {i} at a bad offset {offset}")
-    layout = s.get("layout", "run") if major >= 2 else "run"  # format 1 has no records
-    if layout == "run":
-        section.gap = 0
-    elif layout == "records" and codec is not None:
-        section.gap = RECORD_SIZE
-    else:
-        raise corrupt(name, f"section {i} has a bad layout {layout!r}")
-    section.typesize = typesize = s["typesize"]
-    if type(typesize) is not int or typesize < 0:
-        _uint(typesize)
-    section.meta = meta = s["meta"]
-    if type(meta) is not dict:
-        raise corrupt(name, f"section {i} meta is not a mapping")
-    section.piece_size = section._pieces = None
-    table = s["chunks"]
-    if type(table) is list:  # format 1.0: a plain list, checked now
-        section._chunks, section.raw_size, section.stored_size = _parse_table(
-            section, table, end, name)
-        return section
-    if type(table) is not str:
-        raise corrupt(name, f"section {i} has no chunk table")
-    section.raw_size = raw_size = s["raw_size"]
-    if type(raw_size) is not int or raw_size < 0:
-        _uint(raw_size)
-    section.stored_size = stored_size = s["stored_size"]
-    if type(stored_size) is not int or stored_size < 0:
-        _uint(stored_size)
-    if codec is None and raw_size != stored_size:
-        raise corrupt(name,
-                      f"section {i} is inconsistent: raw, yet {raw_size} bytes "
-                      f"stored in {stored_size}")
-    if offset + stored_size > end:
-        raise corrupt(name,
-                      f"section {i} runs to offset {offset + stored_size}, "
-                      f"past the data end {end} (truncated?)")
-    section._chunks = None
-    section._check_chunks = (table, end, name)
-    pieces = s.get("pieces")
-    if pieces is None:
-        return section
-    section.piece_size = piece_size = s.get("piece_size")
-    if type(pieces) is not str or type(piece_size) is not int or not 0 < piece_size:
-        raise corrupt(name, f"section {i} has bad piece checksums")
-    section._pieces = (pieces, name)
-    return section
-
-
-def _bad_pieces(section, name):
-    return corrupt(name, f"damaged index: section {section.index}'s piece checksums do "
-                         f"not match its chunks")
-
-
-def _checked_chunks(section, table, end, name):
-    """The chunks of a section whose table was left as text: checked now."""
-    try:
-        chunks, raw_size, stored_size = _parse_table(section, json.loads(table), end, name)
-    except CorruptFileError:
-        raise
-    except Exception as exc:  # wrong types in the table
-        raise _damaged_index(name, exc) from None
-    if (raw_size, stored_size) != (section.raw_size, section.stored_size):
-        raise corrupt(name,
-                      f"damaged index: section {section.index}'s chunks hold {raw_size} "
-                      f"bytes in {stored_size}, its totals say {section.raw_size} in "
-                      f"{section.stored_size}")
-    return chunks
-
-
 #: Chunk(...) without the keyword handling of a namedtuple's __new__: a
 #: table lists up to thousands of chunks.
 _new_chunk = tuple.__new__
-
-
-def _parse_table(section, table, end, name):
-    """Check a chunk table: ``(chunks, raw_size, stored_size)``."""
-    i = section.index
-    pos = section.offset
-    chunks = []
-    raw_size = stored_size = 0
-    for entry in table:
-        length, raw_length, digest, flag = entry
-        # Inline checks (a table may list thousands of chunks); _uint words a failure.
-        if not (type(length) is int and type(raw_length) is int and type(digest) is int
-                and type(flag) is int and length >= 0 and digest >= 0):
-            length, raw_length, digest, flag = (_uint(v) for v in entry)
-        if not 0 < raw_length <= MAX_CHUNK_SIZE or flag not in (ENCODED, VERBATIM):
-            raise corrupt(name, f"section {i} has a bad chunk entry {entry}")
-        if (flag == VERBATIM and length != raw_length
-                or flag == ENCODED and section.codec is None):
-            raise corrupt(name, f"section {i} has an inconsistent chunk entry {entry}")
-        if flag == ENCODED:
-            bound = section.codec.max_raw_size(length)
-            if bound is not None and raw_length > bound:
-                raise corrupt(name,
-                              f"section {i} claims a {section.codec.codec_id} chunk of "
-                              f"{length} bytes decodes to {raw_length}, more than that "
-                              f"codec can produce ({bound}): forged or damaged index")
-        chunks.append(_new_chunk(Chunk, (pos, length, raw_length, digest, flag)))
-        pos += length + section.gap
-        raw_size += raw_length
-        stored_size += length
-    if chunks:
-        pos -= section.gap
-    if pos > end:
-        raise corrupt(name, f"section {i} runs to offset {pos}, past the data end {end} "
-                            f"(truncated?)")
-    return chunks, raw_size, stored_size
 
 
 def chunk_table_text(table):

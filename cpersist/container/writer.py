@@ -6,8 +6,9 @@ import json
 import os
 from collections import deque
 
-from .._files import local_fd
-from .._threads import COPY_ALONE_BELOW, IN_FLIGHT_PER_THREAD, get_pool, ordered_map
+from .._runtime.files import local_fd
+from .._runtime.parallel import COPY_ALONE_BELOW, IN_FLIGHT_PER_THREAD, ordered_map
+from .._runtime.threads import get_pool
 from .encode import encode_array_chunk
 from .framing import ALIGNED, DATA, END, record_header
 from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, PIECE_SIZE,
@@ -26,7 +27,7 @@ class ContainerWriter:
     file : binary file object
         Only ``write`` is used, so pipes and sockets work. Blocks are
         reserved ahead of large writes only when ``file`` is a plain local
-        file (see :func:`cpersist._files.local_fd`); a compressing file
+        file (see :func:`cpersist._runtime.files.local_fd`); a compressing file
         object (``gzip.open``) has the compressed file's descriptor, whose
         positions are not those written here.
     n_threads : int

@@ -4,12 +4,15 @@ One module per kind of source, all implementing
 :class:`~.abc.ByteSource`: :mod:`.local` (a local regular file, ``pread``
 and ``mmap`` on its descriptor), :mod:`.fileobj` (any seekable file object,
 through its methods), :mod:`.memory` (a bytes-like object) and
-:mod:`.spooled` (a non-seekable stream copied to a temporary file).
+:mod:`.spooled` (a non-seekable stream copied to a temporary file) and
+:mod:`.fsspec` (an object in remote storage, read by range requests planned
+in :mod:`.ranges`; :mod:`.remote` opens one from a URL). :mod:`.open` turns
+what the user passes to ``load`` into one of them.
 """
 
 import os
 
-from ..._files import is_seekable, local_fd
+from ..._runtime.files import is_seekable, local_fd
 from .abc import ByteSource, ShortReadError
 from .fileobj import FileObjectSource
 from .local import LocalFileSource
@@ -23,7 +26,7 @@ __all__ = ["ByteSource", "ShortReadError", "FileObjectSource", "LocalFileSource"
 def source_for(file, name, owned=False):
     """The byte source reading ``file`` from its position to its end.
 
-    A plain local file (:func:`cpersist._files.local_fd`) is read with
+    A plain local file (:func:`cpersist._runtime.files.local_fd`) is read with
     ``pread`` and can be mapped; any other seekable file object is read
     through its methods; a non-seekable one is spooled first. A bytes-like
     object is read in place.

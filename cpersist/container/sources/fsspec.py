@@ -15,14 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ...exceptions import FileChangedError, RemoteStorageError
 from .abc import ByteSource
+from .ranges import REQUEST_SIZE, merge_ranges, one_span, split_batches
 from .streaming import RangeStream, can_stream
 
-#: Ranges closer than this are fetched by one request covering the gap too:
-#: reading a gap costs less than a round trip.
-MERGE_GAP = 1 << 20
-#: Largest merged request: larger merged ranges are cut into requests of this
-#: size, fetched concurrently.
-REQUEST_SIZE = 16 << 20
 #: Bytes fetched at each end of the object by the first read, in one
 #: round trip: the header, and the trailer, index and (when small) pickle
 #: stream at the end, which every reader of the file needs.
@@ -30,32 +25,6 @@ END_BYTES = 64 << 10
 #: Requests :meth:`FsspecSource.iter_ranges` keeps in flight: what it holds
 #: in memory is about this many times :data:`REQUEST_SIZE`.
 FETCH_AHEAD = 3
-
-
-def merge_ranges(ranges, gap=MERGE_GAP, limit=REQUEST_SIZE):
-    """Requests covering ``(offset, length)`` ranges, neighbours merged.
-
-    Returns ``(requests, places)``: ``requests`` is a list of ``(start,
-    end)`` byte spans, ``places[i]`` is ``(request number, offset in it)``
-    of range ``i``. Ranges are merged when they are at most ``gap`` bytes
-    apart and the merged span stays within ``limit`` bytes (a range larger
-    than ``limit`` gets a request of its own).
-    """
-    order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
-    requests = []
-    places = [None] * len(ranges)
-    for i in order:
-        offset, length = ranges[i]
-        end = offset + length
-        if requests:
-            start, last_end = requests[-1]
-            if offset - last_end <= gap and max(end, last_end) - start <= limit:
-                requests[-1] = (start, max(end, last_end))
-                places[i] = (len(requests) - 1, offset - start)
-                continue
-        requests.append((offset, end))
-        places[i] = (len(requests) - 1, 0)
-    return requests, places
 
 
 class FsspecSource(ByteSource):
@@ -195,18 +164,16 @@ class FsspecSource(ByteSource):
                 return data[offset - start:offset - start + length]
         return None
 
+    @property
+    def url(self):
+        """The URL this source was opened from, or None (a file system object
+        given by the caller cannot be rebuilt in another process)."""
+        return self._url
+
     def reopen_spec(self):
         """``(url, storage_options, identity)``: what reopens this very object
         elsewhere (another process, a dask worker)."""
         return self.name, dict(self.storage_options), dict(self.identity)
-
-    def reference(self):
-        """What reopens this object in another process (for lazy arrays), or
-        None when it was not opened from a URL (a file system object given
-        by the caller cannot be rebuilt elsewhere)."""
-        if self._url is None:
-            return None
-        return RemoteReference(*self.reopen_spec())
 
     def _call(self, func, *args, **kwargs):
         try:
@@ -337,13 +304,13 @@ class FsspecSource(ByteSource):
         if streamed is not None:
             yield from streamed
             return
-        span = _one_span(ranges)
+        span = one_span(ranges)
         if span is not None and span[1] - span[0] > REQUEST_SIZE and self._streams():
             yield from self._streamed(ranges, *span)
             return
         # About one request per batch, FETCH_AHEAD of them in flight: the
         # caller decodes the first while the next ones arrive.
-        batches = _batches(ranges, REQUEST_SIZE)
+        batches = split_batches(ranges, REQUEST_SIZE)
         if len(batches) == 1:
             yield from self._fetch_ranges(batches[0])
             return
@@ -392,73 +359,6 @@ class FsspecSource(ByteSource):
         for data in self.read_ranges(pieces):
             view[position:position + len(data)] = data
             position += len(data)
-
-
-class RemoteReference:
-    """A remote object by URL, storage options and version (see
-    :mod:`cpersist._openfile`); opening it refuses a replaced object."""
-
-    __slots__ = ("url", "storage_options", "identity")
-
-    def __init__(self, url, storage_options, identity):
-        self.url = url
-        self.storage_options = storage_options
-        self.identity = identity
-
-    @property
-    def key(self):
-        return ("url", self.url, repr(sorted(self.storage_options.items())),
-                self.identity["etag"], self.identity["size"])
-
-    @property
-    def name(self):
-        return self.url
-
-    def open(self):
-        from ..._remote import reopen
-
-        return reopen(self.url, self.storage_options, self.identity)
-
-    def still_names(self, source):
-        """Whether the URL still names the version ``source`` reads (one
-        request: the object may have been replaced since)."""
-        try:
-            source.check_identity(FsspecSource(source.fs, source.path, self.url).identity)
-        except (OSError, RemoteStorageError, FileChangedError):
-            return False
-        return True
-
-    def __reduce__(self):
-        return RemoteReference, (self.url, self.storage_options, self.identity)
-
-    def __repr__(self):
-        return f"RemoteReference({self.url!r})"
-
-
-def _batches(ranges, size):
-    """``ranges`` cut into consecutive lists of about ``size`` bytes."""
-    batches = [[]]
-    total = 0
-    for offset, length in ranges:
-        if total and total + length > size:
-            batches.append([])
-            total = 0
-        batches[-1].append((offset, length))
-        total += length
-    return batches
-
-
-def _one_span(ranges):
-    """``(start, end)`` of ``ranges`` if they are in order, none empty, each
-    at most :data:`MERGE_GAP` after the one before; else None."""
-    if not ranges:
-        return None
-    start = end = ranges[0][0]
-    for offset, length in ranges:
-        if not length or offset < end or offset - end > MERGE_GAP:
-            return None
-        end = offset + length
-    return start, end
 
 
 def _reraise(exc):

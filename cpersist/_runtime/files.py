@@ -1,0 +1,214 @@
+"""Opening dump targets and load sources: paths, file objects and streams."""
+
+import io
+import os
+import stat
+import sys
+
+#: Suffix of the temporary files ``dump`` writes next to the target before
+#: renaming them onto it; a killed process may leave one behind.
+TMP_SUFFIX = ".cpersist-tmp"
+
+
+def is_path(obj):
+    return isinstance(obj, (str, os.PathLike))
+
+
+def display_name(obj):
+    """A readable name for a path or file object, for messages."""
+    if is_path(obj):
+        return os.fsdecode(os.fspath(obj))
+    name = getattr(obj, "name", None)
+    return name if isinstance(name, str) else repr(obj)
+
+
+def _new_file_mode(path):
+    """Permission bits the target gets: the old file's, or 0o666 less umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # no /proc: read the umask the classic way
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+#: Write buffer of files cpersist creates. A file holds a section (with its
+#: alignment padding) per array: with the default 8 KiB buffer, a file of
+#: many small arrays costs about two write calls per array. Writes larger
+#: than the buffer bypass it.
+WRITE_BUFFER = 1 << 20
+
+
+def _new_temporary(directory, base):
+    """``(fd, path)`` of a new file ``.<base>.<random>.cpersist-tmp`` in
+    ``directory``, readable and writable by its owner only, as
+    :func:`tempfile.mkstemp` makes one (whose import costs a one-shot script
+    more than the write: shutil, random, bz2, lzma)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) \
+        | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = os.path.join(directory, f".{base}.{os.urandom(6).hex()}{TMP_SUFFIX}")
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name in {directory} for {base}")
+
+
+def write_atomically(path, write, fsync):
+    """Call ``write(file)`` on a temporary file, then rename it onto ``path``.
+
+    The temporary file lives in the target's directory (so ``os.replace`` is
+    an atomic rename) and is named ``.<target name>.<random>.cpersist-tmp``.
+    On any exception it is removed and an existing target is left untouched;
+    an :class:`OSError` that names no file (a full disk: ``ENOSPC``) is
+    raised again naming ``path``, once (closing the temporary file would
+    report the same error a second time). With ``fsync`` the data and then
+    the directory entry are flushed to disk before returning, so the new
+    file survives a power loss.
+    """
+    path = os.fspath(path)
+    name = os.fsdecode(path)
+    check_file_target(name)
+    directory, base = os.path.split(os.path.abspath(path))
+    fd, tmp = _new_temporary(directory, os.fsdecode(base))
+    try:
+        file = open(fd, "wb", buffering=WRITE_BUFFER)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    try:
+        try:
+            write(file)
+            file.flush()
+            os.fchmod(fd, _new_file_mode(path))
+            if fsync:
+                os.fsync(fd)
+        except BaseException:
+            try:
+                file.close()  # fails again if what is buffered cannot be written
+            except OSError:
+                pass
+            raise
+        file.close()
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, name) from None
+        raise
+    if fsync:
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def check_file_target(name):
+    """Raise unless a file can be created or replaced at the path ``name``.
+
+    Checked before anything is written, and naming the path as the user
+    gave it (not the temporary file's): a directory, a path ending with a
+    separator, a parent directory that is missing or is not a directory.
+
+    Raises
+    ------
+    IsADirectoryError, NotADirectoryError, FileNotFoundError
+    """
+    import errno
+
+    if os.path.isdir(name):
+        raise IsADirectoryError(
+            errno.EISDIR, f"is a directory; give the path of a file to write, such as "
+            f"{os.path.join(name, 'data.cp')!r}", name)
+    if name.endswith(("/", os.sep)):
+        raise IsADirectoryError(
+            errno.EISDIR, "names a directory (it ends with a separator); give the path of a "
+            "file to write", name)
+    parent = os.path.dirname(os.path.abspath(name))
+    if not os.path.exists(parent):
+        raise FileNotFoundError(
+            errno.ENOENT, f"no directory {os.path.dirname(name) or parent!r} to write into; "
+            f"create it first (os.makedirs)", name)
+    if not os.path.isdir(parent):
+        raise NotADirectoryError(
+            errno.ENOTDIR, f"{os.path.dirname(name)!r} is not a directory", name)
+
+
+def check_writable_file(file):
+    """Raise :class:`~cpersist.UnwritableTargetError` for a file object
+    that cannot take bytes: text mode, or open for reading only."""
+    from ..exceptions import UnwritableTargetError
+
+    what = display_name(file)
+    if isinstance(file, io.TextIOBase):
+        raise UnwritableTargetError(
+            f"{what}: a file object open in text mode; cpersist writes bytes: open it "
+            f"with 'wb' (or pass the path)")
+    try:
+        writable = file.writable()
+    except (AttributeError, OSError, ValueError):
+        return  # an object with write() only (a socket file, a custom stream)
+    if writable is False:
+        raise UnwritableTargetError(
+            f"{what}: a file object open for reading only; open it with 'wb' (or pass the path)")
+
+
+def is_seekable(file):
+    try:
+        return file.seekable()
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def is_writable(file):
+    try:
+        return file.writable()
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+#: File objects whose positions are those of their descriptor, so that a
+#: memory map, a ``pread`` or a block reservation on the descriptor concerns
+#: the bytes they read and write. Others may transform them:
+#: ``gzip.GzipFile.fileno()`` is the compressed file's.
+PLAIN_FILE_TYPES = (io.BufferedReader, io.BufferedWriter, io.BufferedRandom, io.FileIO)
+
+
+def local_fd(file):
+    """The descriptor of the local regular file ``file`` reads and writes
+    directly, or None.
+
+    This alone decides whether cpersist may use a file object's descriptor:
+    map it, ``pread`` it, reserve its blocks with ``posix_fallocate``. Only
+    Python's own binary file objects (of :data:`PLAIN_FILE_TYPES`, not
+    subclasses) on a regular file qualify, also behind the wrapper
+    :func:`tempfile.NamedTemporaryFile` returns, which hands every call to
+    one. Any other object (a compressing file, a pipe, a socket) is only
+    read and written through its methods.
+    """
+    # Looked up, not imported: a tempfile wrapper exists only once tempfile
+    # has been imported.
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None and type(file) is tempfile._TemporaryFileWrapper:
+        file = file.file
+    if type(file) not in PLAIN_FILE_TYPES:
+        return None
+    try:
+        fd = file.fileno()
+        return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except (OSError, ValueError):
+        return None

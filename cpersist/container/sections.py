@@ -1,0 +1,309 @@
+"""Reading whole sections: every chunk read, checked against its checksum and
+decoded (on the thread pool for large sections), into memory the caller
+gives or that is claimed for the section's stated size; and checking a
+section without keeping its bytes. A mixin of :class:`.reader.ContainerReader`.
+"""
+
+import itertools
+
+from .._runtime.parallel import COPY_ALONE_BELOW, ordered_map, run_claimed
+from ..exceptions import CorruptFileError
+from .buffers import READ_BUFFERS, private_map
+from .layout import ENCODED, VERBATIM, checksum, checksum_state
+from .pieces import PASS_THROUGH
+from .sources import ShortReadError
+
+#: Sections claiming more decoded bytes than this have the sizes stated in
+#: their chunks' headers checked against the index before anything is
+#: allocated for them (smaller claims are harmless to allocate), and are
+#: decoded into memory whose pages are backed only once written
+#: (:func:`claimed_buffer`).
+CHECKED_CLAIM = 64 << 20
+
+
+def claimed_buffer(nbytes, reader, section):
+    """Writable bytes of ``nbytes`` that ``section`` of ``reader`` claims to
+    decode to, for decoding into.
+
+    Above :data:`CHECKED_CLAIM` bytes, an anonymous map whose pages are
+    backed only when a decoder writes them: a claim that its chunks do not
+    live up to costs the memory of what they decode to, not of what the
+    index says (a bytearray is zero-filled whole before the first chunk is
+    read). A claim that cannot be allocated at all is a
+    :class:`CorruptFileError` naming it, not a bare ``MemoryError``.
+    """
+    if nbytes <= CHECKED_CLAIM:
+        return bytearray(nbytes)
+    try:
+        return private_map(nbytes)
+    except (MemoryError, OSError, OverflowError) as exc:
+        raise reader.error(f"section {section.index} claims {nbytes} decoded bytes, which "
+                           f"cannot be allocated ({type(exc).__name__}: {exc})") from None
+
+
+class SectionReads:
+    """Whole-section reads of :class:`~.reader.ContainerReader`."""
+
+    def _read_chunk_into(self, section, offset, view):
+        try:
+            self.source.read_into(offset, view)
+        except ShortReadError:
+            raise self.error(f"truncated in section {section.index}") from None
+
+    def _check(self, section, data, digest):
+        if checksum(data) != digest and not self.unchecked(section):
+            raise self.error(f"checksum mismatch in section {section.index}: damaged data")
+
+    def _decode(self, section, data, target):
+        try:
+            section.codec.decode_into(data, target)
+        except CorruptFileError as exc:
+            raise self.error(f"section {section.index}: {exc}") from None
+
+    def _read_chunks(self, section, out_view):
+        """Yield (chunk, its stored bytes, output slice, read buffer) in file order.
+
+        A verbatim chunk is read straight into its output slice, which is
+        then also its "stored bytes": a copy through a temporary buffer would
+        add a pass over data that compression could not shrink. An encoded
+        chunk is read into a buffer from ``READ_BUFFERS``, given back once it
+        is decoded.
+        """
+        if self.source.remote:
+            yield from self._fetch_chunks(section, out_view)
+            return
+        largest = max((c.length for c in section.chunks if c.flag != VERBATIM), default=0)
+        start = 0
+        for chunk in section.chunks:
+            target = out_view[start:start + chunk.raw_length]
+            if chunk.flag == VERBATIM:
+                buffer = None
+                data = target
+            else:
+                buffer = READ_BUFFERS.take(largest)
+                data = memoryview(buffer)[:chunk.length]
+            self._read_chunk_into(section, chunk.offset, data)
+            yield chunk, data, target, buffer
+            start += chunk.raw_length
+
+    def _stored_chunks(self, section):
+        """Yield (chunk, its stored bytes) in file order; from a remote
+        source, many chunks are fetched per request (:meth:`.ByteSource.iter_ranges`)."""
+        if not self.source.remote:
+            for chunk in section.chunks:
+                yield chunk, self._read_stored(section, chunk)
+            return
+        try:
+            yield from zip(section.chunks, self.source.iter_ranges(
+                [(c.offset, c.length) for c in section.chunks]))
+        except ShortReadError:
+            raise self.error(f"truncated in section {section.index}") from None
+
+    def _fetch_chunks(self, section, out_view):
+        """:meth:`_read_chunks` from a remote source: verbatim chunks are
+        copied into their output slice, encoded ones decoded from the
+        fetched bytes (no read buffer to give back)."""
+        start = 0
+        for chunk, data in self._stored_chunks(section):
+            target = out_view[start:start + chunk.raw_length]
+            if chunk.flag == VERBATIM:
+                target[:] = data
+                data = target
+            yield chunk, data, target, None
+            start += chunk.raw_length
+
+    def read_into(self, section, out, *, verify=True, n_threads=1):
+        """Fill ``out`` (writable bytes of ``section.raw_size``) with the section.
+
+        Where decoding is most of the work (encoded chunks decode to more
+        than half the section's bytes) and the source takes concurrent
+        reads, each thread claims the next chunk in file order and reads,
+        checks and decodes it itself (:meth:`_decode_claimed`). Otherwise
+        this thread reads the chunks in file order, verbatim ones straight
+        into their slice of ``out``, and the pool checksums them and decodes
+        the encoded ones into place. Reading in one thread in order keeps
+        the kernel's readahead streaming on a cold file where reading is the
+        work. A section of verbatim chunks only, of fewer than
+        :data:`~cpersist._runtime.parallel.COPY_ALONE_BELOW` bytes, is read and
+        checked by this thread alone.
+        """
+        out = memoryview(out).cast("B")
+        if len(out) != section.raw_size:
+            raise self.error(
+                f"section {section.index} holds {section.raw_size} bytes, "
+                f"{len(out)} expected"
+            )
+        if section.is_raw and not verify:
+            self._read_chunk_into(section, section.offset, out)
+            return
+        if not self.source.remote and all(c.flag == VERBATIM for c in section.chunks):
+            self._read_verbatim(section, out, verify)
+            return
+        if section.raw_size < COPY_ALONE_BELOW and all(c.flag == VERBATIM for c in section.chunks):
+            n_threads = 1
+        if n_threads > 1 and self.source.concurrent and len(section.chunks) > 1 and (
+                2 * sum(c.raw_length for c in section.chunks if c.flag == VERBATIM)
+                < section.raw_size):
+            self._decode_claimed(section, out, verify, n_threads)
+            return
+
+        def work(item):
+            chunk, data, target, buffer = item
+            if verify:
+                self._check(section, data, chunk.checksum)
+            if chunk.flag != VERBATIM:  # a verbatim chunk was read into place
+                self._decode(section, data, target)
+                if buffer is not None:
+                    READ_BUFFERS.give(buffer)
+
+        ordered_map(work, self._read_chunks(section, out), n_threads, _ignore)
+
+    def _read_verbatim(self, section, out, verify):
+        """Read a section whose chunks are all stored as they are straight
+        into ``out``, :data:`PASS_THROUGH` bytes at a time, each part
+        checksummed as soon as it is read, while it is still in the CPU's
+        cache: the data crosses from memory once. A second thread
+        checksumming what this one reads makes both read it from memory,
+        and is slower than this one thread alone."""
+        start = 0
+        for chunk in section.chunks:
+            target = out[start:start + chunk.raw_length]
+            state = checksum_state() if verify else None
+            for at in range(0, len(target), PASS_THROUGH):
+                part = target[at:at + PASS_THROUGH]
+                self._read_chunk_into(section, chunk.offset + at, part)
+                if state is not None:
+                    state.update(part)
+            if state is not None and state.intdigest() != chunk.checksum and not (
+                    self.unchecked(section)):
+                raise self.error(f"checksum mismatch in section {section.index}: damaged data")
+            start += chunk.raw_length
+
+    def _decode_claimed(self, section, out, verify, n_threads):
+        """Read, check and decode ``section`` into ``out`` on ``n_threads``
+        threads, this one and ``n_threads - 1`` pool workers.
+
+        Each thread claims the next chunk in file order, reads it into a
+        buffer of its own, checksums it while it is in its cache and decodes
+        it into place; no thread waits for another until the end, where
+        handing every chunk read by one thread to the others made the
+        readers wait on each other.
+        """
+        chunks = section.chunks
+        starts = list(itertools.accumulate((c.raw_length for c in chunks), initial=0))
+        largest = max((c.length for c in chunks if c.flag != VERBATIM), default=0)
+
+        def task(claims):
+            buffer = READ_BUFFERS.take(largest)
+            try:
+                for i in claims:
+                    chunk = chunks[i]
+                    target = out[starts[i]:starts[i] + chunk.raw_length]
+                    data = (target if chunk.flag == VERBATIM
+                            else memoryview(buffer)[:chunk.length])
+                    self._read_chunk_into(section, chunk.offset, data)
+                    if verify:
+                        self._check(section, data, chunk.checksum)
+                    if chunk.flag != VERBATIM:
+                        self._decode(section, data, target)
+            finally:
+                # Safe even after a failure: no one else uses this buffer.
+                READ_BUFFERS.give(buffer)
+
+        run_claimed(task, len(chunks), n_threads)
+
+    def check_claimed_sizes(self, section):
+        """Check a section's claimed decoded size before allocating for it.
+
+        The chunk table is checked first (against the file's size, the
+        section's totals and, for codecs with a bounded expansion, each
+        chunk's stored length). For sections claiming more than
+        :data:`CHECKED_CLAIM` bytes, the sizes each encoded chunk states in
+        its own header (Zstandard frame content size, Blosc header) are also
+        compared with the index, so a forged index is reported before a
+        large buffer is allocated.
+
+        Raises
+        ------
+        CorruptFileError
+        """
+        chunks = section.chunks
+        codec = section.codec
+        if section.raw_size <= CHECKED_CLAIM or codec is None or not codec.header_size:
+            return
+        if self.source.remote:
+            # A request per chunk header (chunks lie farther apart than
+            # ranges are merged): more than the whole load. Arrays are
+            # allocated uninitialised, so a forged size costs no memory
+            # before the first chunk that does not decode to it.
+            return
+        encoded = [c for c in chunks if c.flag == ENCODED]
+        heads = self.source.read_ranges(
+            [(c.offset, min(c.length, codec.header_size)) for c in encoded])
+        for chunk, head in zip(encoded, heads):
+            try:
+                codec.check_header(head, chunk.length, chunk.raw_length)
+            except CorruptFileError as exc:
+                raise self.error(f"section {section.index}: {exc}") from None
+
+    def read_bytes(self, section, *, verify=True, n_threads=1):
+        """Return the section's bytes as new writable bytes: a bytearray,
+        or above :data:`CHECKED_CLAIM` bytes an anonymous map
+        (:func:`claimed_buffer`), which is also a file object to read.
+
+        The chunks' own headers are checked against the index first; then
+        memory grows with what the chunks decode to, one copy of it, and a
+        chunk that does not decode to its claimed size ends the read.
+        """
+        self.check_claimed_sizes(section)
+        out = claimed_buffer(section.raw_size, self, section)
+        if section.raw_size:
+            self.read_into(section, out, verify=verify, n_threads=n_threads)
+        return out
+
+    def iter_section_chunks(self, section, *, verify=True):
+        """Yield the section's decoded bytes one chunk at a time.
+
+        Each chunk is new writable bytes (the caller may keep it), read and
+        decoded on demand, so memory stays at the chunks the caller holds
+        whatever the section's size; an encoded chunk's is a
+        :func:`claimed_buffer`, backed as it is decoded. Used by
+        :func:`cpersist.convert` and :func:`cpersist.verify`.
+        """
+        self.check_claimed_sizes(section)
+        for chunk, data in self._stored_chunks(section):
+            if chunk.flag == VERBATIM:
+                if type(data) is not bytearray:  # a view of the source's bytes
+                    data = bytearray(data)
+                if verify:
+                    self._check(section, data, chunk.checksum)
+                yield data
+                continue
+            if verify:
+                self._check(section, data, chunk.checksum)
+            out = claimed_buffer(chunk.raw_length, self, section)
+            self._decode(section, data, memoryview(out))
+            yield out
+
+    def _read_stored(self, section, chunk):
+        try:
+            return self.source.read(chunk.offset, chunk.length)
+        except ShortReadError:
+            raise self.error(f"truncated in section {section.index}") from None
+
+    def verify_section(self, section):
+        """Check every chunk's checksum and its pieces' (and that encoded
+        chunks decode)."""
+        if section.is_raw:
+            for i, (chunk, data) in enumerate(self._stored_chunks(section)):
+                self._check(section, data, chunk.checksum)
+                self._check_pieces(section, i, data)
+            return
+        # Decoded chunks are dropped as they come: memory stays at one chunk
+        # whatever the section's size. A verbatim chunk decodes to its bytes.
+        for i, data in enumerate(self.iter_section_chunks(section, verify=True)):
+            self._check_pieces(section, i, data)
+
+
+def _ignore(item, result):
+    pass

@@ -1,0 +1,5 @@
+"""Objects to pickle streams and back: the pickler that routes numpy arrays and
+torch tensors to container sections, the unpicklers (trusted and restricted),
+the functions a stream calls to rebuild arrays and the literal names files
+give them, and the writers of small and ``compress="max"`` dumps.
+"""

@@ -1,0 +1,319 @@
+"""numpy arrays as byte chunks and back, with the description kept in files.
+
+An array is written in its own memory order: the bytes of a C- or
+F-contiguous array are cut into chunks without any copy; a non-contiguous
+array is copied piece by piece (each piece at most one chunk) in C order, so
+no full-size temporary is ever made. On load the final array is allocated in
+the recorded order and the container decodes chunks straight into it.
+"""
+
+import ast
+import functools
+import pickle
+
+import numpy as np
+from numpy.lib import format as npy_format
+
+from ..container import DEFAULT_CHUNK_SIZE
+
+
+
+def is_plain_data(arr):
+    """True if ``arr``'s bytes and the ``.npy`` dtype descriptor hold all its data.
+
+    False for object arrays (their items are Python objects), and for dtypes
+    the descriptor cannot record: ``metadata``, overlapping or out-of-order
+    fields. All are left to plain pickling, which keeps them.
+    """
+    dtype = arr.dtype
+    return not dtype.hasobject and not _has_metadata(dtype) and _describable(dtype)
+
+
+@functools.lru_cache(maxsize=1024)
+def _describable(dtype):
+    try:
+        return _parse_dtype_text(_dtype_text(dtype)) == dtype
+    except ValueError:  # "dtype.descr is not defined for ... overlapping fields"
+        return False
+
+
+def _has_metadata(dtype):
+    if dtype.metadata:
+        return True
+    if dtype.subdtype is not None:
+        return _has_metadata(dtype.subdtype[0])
+    return bool(dtype.names) and any(_has_metadata(dtype.fields[n][0]) for n in dtype.names)
+
+
+def array_order(arr):
+    """'F' for an F-contiguous array that is not also C-contiguous, else 'C'."""
+    return "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
+
+
+@functools.lru_cache(maxsize=1024)
+def _dtype_text(dtype):
+    # Cached: a fitted model holds thousands of small arrays of a few dtypes.
+    return repr(npy_format.dtype_to_descr(dtype))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_dtype_text(text):
+    return npy_format.descr_to_dtype(ast.literal_eval(text))
+
+
+def describe(arr):
+    """JSON-serialisable description of an array's dtype, shape and order.
+
+    The dtype is kept as the ``repr`` of its ``.npy`` descriptor (the same
+    form ``np.save`` writes), read back with ``ast.literal_eval``, which
+    evaluates literals only. The descriptor keeps a structured dtype's
+    layout but not whether it was made with ``align=True``
+    (``dtype.isalignedstruct``, which pickle keeps): the field paths of
+    such structs are listed under ``"aligned"``.
+    """
+    meta = {
+        "kind": "array",
+        "dtype": _dtype_text(arr.dtype),
+        "shape": list(arr.shape),
+        "order": array_order(arr),
+    }
+    if arr.dtype.names is not None:
+        aligned = _aligned_paths_cached(arr.dtype)
+        if aligned:
+            meta["aligned"] = [list(path) for path in aligned]
+    return meta
+
+
+#: id(dtype) -> (dtype, its aligned paths). Keyed by identity, not equality:
+#: an aligned struct and the same layout made without ``align=True`` compare
+#: equal. Holding the dtype keeps its id from being reused. Models such as a
+#: random forest hold hundreds of small arrays of one structured dtype object,
+#: and walking its fields again for each would cost more than describing the
+#: array.
+_ALIGNED_BY_ID = {}
+
+
+def _aligned_paths_cached(dtype):
+    hit = _ALIGNED_BY_ID.get(id(dtype))
+    if hit is not None and hit[0] is dtype:
+        return hit[1]
+    paths = _aligned_paths(dtype)
+    if len(_ALIGNED_BY_ID) >= 1024:
+        _ALIGNED_BY_ID.clear()
+    _ALIGNED_BY_ID[id(dtype)] = (dtype, paths)
+    return paths
+
+
+def _aligned_paths(dtype, path=()):
+    """Field-name paths of the aligned structs in ``dtype``; () is ``dtype`` itself."""
+    if dtype.subdtype is not None:  # a subarray field: its items' dtype
+        return _aligned_paths(dtype.subdtype[0], path)
+    if dtype.names is None:
+        return ()
+    found = (path,) if dtype.isalignedstruct else ()
+    for name in dtype.names:
+        found += _aligned_paths(dtype.fields[name][0], path + (name,))
+    return found
+
+
+def _realigned(dtype, aligned, path=()):
+    """``dtype`` with the structs at the paths in ``aligned`` marked aligned.
+
+    The offsets and item sizes stay those recorded; numpy raises ValueError
+    if they are not aligned (a damaged or forged description).
+    """
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        return np.dtype((_realigned(base, aligned, path), shape))
+    if dtype.names is None:
+        return dtype
+    fields = [dtype.fields[name] for name in dtype.names]
+    spec = {
+        "names": list(dtype.names),
+        "formats": [_realigned(field[0], aligned, path + (name,))
+                    for name, field in zip(dtype.names, fields)],
+        "offsets": [field[1] for field in fields],
+        "itemsize": dtype.itemsize,
+    }
+    if any(len(field) > 2 for field in fields):
+        spec["titles"] = [field[2] if len(field) > 2 else None for field in fields]
+    if path in aligned:
+        spec["aligned"] = True
+    return np.dtype(spec)
+
+
+#: numpy's largest array extent in bytes.
+_MAX_INTP = int(np.iinfo(np.intp).max)
+
+
+def parse_description(meta):
+    """Return ``(dtype, shape, order, nbytes)`` from :func:`describe` output.
+
+    Raises
+    ------
+    ValueError, TypeError, SyntaxError, ...
+        If the description is malformed; the caller reports the file as
+        corrupt.
+    """
+    text = meta["dtype"]
+    if not isinstance(text, str) or len(text) > 1 << 16:
+        raise ValueError("bad dtype description")
+    dtype = _parse_dtype_text(text)
+    if dtype.hasobject:
+        raise ValueError("an object dtype cannot be stored as raw bytes")
+    if "aligned" in meta:
+        aligned = meta["aligned"]
+        if not (isinstance(aligned, list) and len(aligned) <= 1 << 12 and all(
+                isinstance(path, list) and all(isinstance(n, str) for n in path)
+                for path in aligned)):
+            raise ValueError("bad list of aligned structs")
+        listed = {tuple(path) for path in aligned}
+        dtype = _realigned(dtype, listed)
+        if set(_aligned_paths(dtype)) != listed:
+            raise ValueError("the aligned structs listed are not structs of the dtype")
+    shape = tuple(meta["shape"])
+    if not all(type(n) is int and n >= 0 for n in shape) or len(shape) > 64:
+        raise ValueError(f"bad shape {shape!r}")
+    order = meta["order"]
+    if order not in ("C", "F"):
+        raise ValueError(f"bad order {order!r}")
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= n
+    # numpy's own limit (an array's extent, zero-length axes left out, must
+    # fit in a signed pointer-sized integer): a shape beyond it is refused
+    # here rather than by numpy's ValueError or OverflowError at first use.
+    extent = max(dtype.itemsize, 1)
+    for n in shape:
+        extent *= n or 1
+    if extent > _MAX_INTP:
+        raise ValueError(f"shape {shape!r} of {dtype} items needs more bytes than numpy "
+                         f"can address")
+    return dtype, shape, order, nbytes
+
+
+def _byte_view(arr):
+    """1-D uint8 view of a C- or F-contiguous array, in its memory order."""
+    flat = arr.T if array_order(arr) == "F" else arr
+    return flat.reshape(-1).view(np.uint8)
+
+
+def iter_chunks(arr, chunk_size=DEFAULT_CHUNK_SIZE):
+    """Yield the array's bytes as memoryviews of at most ``chunk_size`` bytes.
+
+    Chunk boundaries fall on element boundaries (so a shuffle filter sees
+    whole elements). Contiguous arrays yield views of their own memory;
+    non-contiguous ones yield C-order copies of at most one chunk each.
+    """
+    itemsize = arr.dtype.itemsize
+    if arr.size == 0 or itemsize == 0:
+        return
+    step = max(1, chunk_size // itemsize) * itemsize
+    if arr.flags.c_contiguous or arr.flags.f_contiguous:
+        rows = rows_per_chunk(arr, chunk_size)
+        if rows is not None:
+            step = rows * (arr.nbytes // _row_count(arr))
+        data = _byte_view(arr)
+        for start in range(0, len(data), step):
+            yield memoryview(data[start:start + step])
+        return
+    yield from _iter_strided(arr, step)
+
+
+def _row_count(arr):
+    """Length of the array's slowest axis in its stored order."""
+    return arr.shape[-1] if array_order(arr) == "F" else arr.shape[0]
+
+
+def rows_per_chunk(arr, chunk_size=DEFAULT_CHUNK_SIZE):
+    """How many whole rows of the slowest axis each chunk holds, or None.
+
+    Chunks are cut on whole rows of the array's slowest axis (the first in C
+    order, the last in F order) when a row fits in a chunk, so that a slice
+    along that axis decodes only the chunks holding its rows; the last chunk
+    may hold fewer. None when a row is larger than a chunk (chunks are then
+    cut on element boundaries), when the whole array fits in one chunk, or
+    when it has no rows.
+    """
+    itemsize = arr.dtype.itemsize
+    if arr.ndim == 0 or arr.size == 0 or itemsize == 0:
+        return None
+    step = max(1, chunk_size // itemsize) * itemsize
+    return rows_in_step(arr.nbytes, _row_count(arr), step)
+
+
+def rows_in_step(nbytes, n_rows, step):
+    """Whole rows per chunk of at most ``step`` bytes, or None (see
+    :func:`rows_per_chunk`); numpy-free, for :func:`cpersist.convert`."""
+    if not n_rows or not nbytes or nbytes <= step:
+        return None
+    row_bytes = nbytes // n_rows
+    return step // row_bytes if row_bytes <= step else None
+
+
+def _iter_strided(arr, step):
+    """C-order chunks of a non-contiguous array, copying one slab at a time."""
+    if arr.ndim == 0 or arr.flags.c_contiguous:
+        data = _byte_view(np.ascontiguousarray(arr)) if arr.ndim == 0 else _byte_view(arr)
+        for start in range(0, len(data), step):
+            yield memoryview(data[start:start + step])
+        return
+    row_bytes = arr[0].nbytes if len(arr) else 0
+    if row_bytes == 0:
+        return
+    if row_bytes > step:
+        for row in arr:
+            yield from _iter_strided(row, step)
+        return
+    rows = step // row_bytes
+    for start in range(0, len(arr), rows):
+        slab = np.ascontiguousarray(arr[start:start + rows])
+        yield memoryview(_byte_view(slab))
+
+
+def allocate(dtype, shape, order):
+    """An uninitialised array to load into, and a byte view of its memory."""
+    arr = np.empty(shape, dtype=dtype, order=order)
+    if arr.size == 0 or dtype.itemsize == 0:
+        return arr, memoryview(b"")
+    return arr, memoryview(_byte_view(arr))
+
+
+def to_inline(arr, protocol):
+    """``(data, order)`` holding a small array's bytes, for the pickle stream.
+
+    At protocol 5, ``data`` is a :class:`pickle.PickleBuffer` of the array's
+    own memory, which the pickler copies straight into its stream; below 5,
+    a bytearray copy. The buffer spares one copy per array, which dominates
+    the cost of pickling a model made of many small arrays, and the stream
+    is the same. Either way the data loads as a bytearray (bytes for
+    a read-only array), which :func:`from_inline` copies into a new array.
+    """
+    if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        arr = np.ascontiguousarray(arr)
+    if arr.size == 0 or arr.dtype.itemsize == 0:
+        return bytearray(), array_order(arr)
+    data = _byte_view(arr)
+    return (pickle.PickleBuffer(data) if protocol >= 5 else bytearray(data)), array_order(arr)
+
+
+def from_inline(data, dtype, shape, order):
+    """Rebuild an array from :func:`to_inline` output; checks the sizes agree."""
+    if not isinstance(data, (bytes, bytearray)) or order not in ("C", "F"):
+        raise ValueError("bad inline array")
+    dtype = np.dtype(dtype)
+    if dtype.hasobject:
+        raise ValueError("an object dtype cannot be stored as raw bytes")
+    count = 1
+    for n in shape:
+        if type(n) is not int or n < 0:
+            raise ValueError(f"bad shape {shape!r}")
+        count *= n
+    if len(data) != count * dtype.itemsize:
+        raise ValueError(f"inline array of {len(data)} bytes for {dtype} {shape}")
+    arr, view = allocate(dtype, shape, order)
+    # A copy (of at most a small array) so the result owns its memory, like
+    # every other array cpersist loads.
+    if len(data):
+        view[:] = data
+    return arr

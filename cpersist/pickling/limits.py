@@ -1,0 +1,88 @@
+"""How much a pickle stream may cost to read when it is not trusted."""
+
+from ..exceptions import LimitExceededError
+
+
+class Limits:
+    """Bounds on the work a pickle stream may ask for.
+
+    A restricted load (``trusted=False`` or an allowlist) and the tools that
+    read a file without loading it (:func:`cpersist.inspect`,
+    :func:`cpersist.verify`, :attr:`cpersist.FileHandle.arrays`, ``cpersist
+    info``) stop with :class:`~cpersist.LimitExceededError` before a stream
+    costs more than these; the arrays stored in their own sections are not
+    counted (their sizes are in the index, which ``inspect`` shows). The
+    defaults leave room for any object a model or dataset holds besides its
+    arrays; raise one for a file you trust more.
+
+    Parameters
+    ----------
+    max_opcodes : int, default 10_000_000
+        Opcodes executed (or walked): bounds the time.
+    max_objects : int, default 2_000_000
+        Containers and objects built (dicts, lists, sets, tuples, calls,
+        memo entries; the walk of ``inspect`` counts its nodes), and the
+        length of a ``range``: bounds the memory, a few hundred bytes each.
+    max_digits : int, default 4300
+        Digits of an integer built from the stream, and the exponent of a
+        number written as text that ``int`` or ``Fraction`` would expand
+        (``Fraction("1e10000000")`` has ten million digits): arithmetic on
+        larger ones takes quadratic time.
+    max_alloc_bytes : int, default 256 MiB
+        Memory one call may allocate beyond the stream's own bytes
+        (``bytes(n)``, an array of a given shape, a numpy scalar of a
+        given dtype).
+
+    Examples
+    --------
+    >>> import cpersist
+    >>> cpersist.Limits(max_objects=50_000_000).max_objects
+    50000000
+    """
+
+    __slots__ = ("max_opcodes", "max_objects", "max_digits", "max_alloc_bytes")
+
+    def __init__(self, max_opcodes=10_000_000, max_objects=2_000_000, max_digits=4300,
+                 max_alloc_bytes=256 << 20):
+        for name, value in zip(self.__slots__, (max_opcodes, max_objects, max_digits,
+                                                max_alloc_bytes)):
+            if type(value) is not int or value < 0:
+                raise ValueError(f"Limits.{name} must be a non-negative int, got {value!r}")
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Limits are immutable: make a new one")
+
+    def __eq__(self, other):
+        return type(other) is Limits and all(
+            getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    def __hash__(self):
+        return hash(tuple(getattr(self, n) for n in self.__slots__))
+
+    def __repr__(self):
+        return "Limits(" + ", ".join(f"{n}={getattr(self, n)}" for n in self.__slots__) + ")"
+
+
+DEFAULT = Limits()
+
+
+def as_limits(limits):
+    """``limits`` (None, a :class:`Limits` or a dict of its fields) as a :class:`Limits`."""
+    if limits is None:
+        return DEFAULT
+    if isinstance(limits, Limits):
+        return limits
+    if isinstance(limits, dict):
+        try:
+            return Limits(**limits)
+        except TypeError:
+            known = ", ".join(Limits.__slots__)
+            raise ValueError(f"limits: unknown field in {sorted(limits)}; the fields are "
+                             f"{known}") from None
+    raise TypeError(f"limits must be None, a cpersist.Limits or a dict, got "
+                    f"{type(limits).__name__}")
+
+
+def exceeded(limit, value, limits, source=None, what="needs {}"):
+    return LimitExceededError(limit, value, getattr(limits, limit), source, what)

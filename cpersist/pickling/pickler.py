@@ -1,0 +1,153 @@
+"""The pickler that routes numpy arrays to the container.
+
+:class:`ArrayPickler` subclasses the C ``pickle.Pickler`` and catches arrays in
+``reducer_override``, which the C pickler calls only for objects it cannot
+save natively: dicts, lists, strings and numbers never reach Python code, so
+object-heavy data pickles at the C pickler's speed. An array's bytes go to a
+container section and the pickle stream only records a call
+``cpersist.pickler.stored_array(n)``; :mod:`cpersist.pickling.unpickler` reads it back.
+"""
+
+import pickle
+import sys
+
+import numpy as np
+
+from .arrays import is_plain_data, to_inline
+from .rebuild import inline_array, rebuild_masked, rebuild_view, stored_array
+
+# The format names these functions "cpersist.pickler.<name>" (see .names), and the
+# C pickler imports that module to check each name: loaded here, before any dump.
+from .. import pickler as _format_module  # noqa: E402,F401  isort:skip
+
+_plain_reduce = (np.ndarray.__reduce__, np.ndarray.__reduce_ex__)
+
+
+def _numpy_ma():
+    """``numpy.ma`` if it is imported, else None. No object is a masked
+    array before it is; and ``np.ma`` would import it, a cost every load
+    would pay (loading imports this module)."""
+    return sys.modules.get("numpy.ma")
+
+
+class ArrayPickler(pickle.Pickler):
+    """C pickler that stores each plain-data numpy array through ``store``.
+
+    Parameters
+    ----------
+    file : binary file object
+        Receives the pickle stream (without the arrays' bytes).
+    protocol : int
+    store : callable
+        ``store(arr) -> int``: writes a plain ``np.ndarray`` (C-, F- or
+        non-contiguous) and returns the number of its section.
+    inline_below : int
+        Arrays of fewer bytes are kept inside the pickle stream instead: a
+        section costs a fixed amount of work and index space, and in a
+        compressed file many small arrays compress better together.
+    fortran_as_c : bool
+        Store each Fortran-ordered array (of 2 or more dimensions, not also
+        C-contiguous, not of a structured dtype) as a C-ordered copy, rebuilt on load by
+        ``numpy.asfortranarray``: the ``max`` codec tries this layout, in
+        which the values along the last axis (the frames of a volume
+        series) are neighbours and often compress better.
+
+    Attributes
+    ----------
+    saw_fortran : bool
+        Whether a Fortran-ordered array of 2 or more dimensions (not also
+        C-contiguous) was pickled.
+    inlined : int
+        How many arrays were kept inside the pickle stream.
+    placed : dict
+        ``{id(array): section}`` for each plain ``np.ndarray`` stored as a
+        section as it is, ``{id(array): None}`` for those kept inside the
+        pickle stream (what :mod:`cpersist.stream.object_paths` needs).
+    """
+
+    def __init__(self, file, protocol, store, inline_below=0, fortran_as_c=False):
+        super().__init__(file, protocol)
+        self._protocol = protocol
+        self._store = store
+        self._inline_below = inline_below
+        self._fortran_as_c = fortran_as_c
+        self.saw_fortran = False
+        self.inlined = 0
+        self.placed = {}
+        # A tensor exists only once torch is imported: until then nothing of
+        # torch is looked at (see cpersist.pickling.tensors). A pickler kept
+        # between dumps may see torch imported after it was made.
+        self.tensors = None
+
+    def forget(self):
+        """Forget the arrays and tensor storages met so far, as
+        ``clear_memo`` forgets the objects: for a pickler kept for several
+        dumps, whose sections are numbered anew in each."""
+        self.placed.clear()
+        if self.tensors is not None:
+            self.tensors.forget()
+
+    def _reduce_plain(self, arr):
+        if arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous:
+            self.saw_fortran = True
+            if self._fortran_as_c and arr.dtype.names is None:
+                # Not a structured dtype: copies lose the bytes between its
+                # fields. The pickler memoizes ``arr``: an array referenced
+                # twice is copied and stored once.
+                return np.asfortranarray, (np.ascontiguousarray(arr),)
+        if arr.nbytes < self._inline_below:
+            self.inlined += 1
+            data, order = to_inline(arr, self._protocol)
+            return inline_array, (data, arr.dtype, arr.shape, order)
+        return stored_array, (self._store(arr),)
+
+    def reducer_override(self, obj):
+        cls = type(obj)
+        if cls is np.ndarray:
+            if not is_plain_data(obj):
+                return NotImplemented  # items are Python objects: pickle them
+            reduced = self._reduce_plain(obj)
+            if reduced[0] is stored_array:
+                self.placed[id(obj)] = reduced[1][0]
+            elif reduced[0] is inline_array:
+                self.placed[id(obj)] = None
+            return reduced
+        if cls is np.memmap:
+            if not is_plain_data(obj):
+                return NotImplemented
+            return self._reduce_plain(obj.view(np.ndarray))
+        if not isinstance(obj, np.ndarray):
+            tensors = self.tensors
+            if tensors is None and "torch" in sys.modules:
+                from .tensors import TensorReducer
+
+                tensors = self.tensors = TensorReducer(self._store)
+            if tensors is not None:
+                if isinstance(obj, tensors.tensor_type):
+                    return tensors.reduce(obj)
+                if cls is tensors.ref_type:
+                    return tensors.reduce_ref(obj)
+            return NotImplemented
+        if not is_plain_data(obj):
+            return NotImplemented
+        ma = _numpy_ma()
+        if ma is not None and isinstance(obj, ma.MaskedArray):
+            if (cls.__reduce__, cls.__reduce_ex__) != (ma.MaskedArray.__reduce__,
+                                                       ma.MaskedArray.__reduce_ex__):
+                # A subclass with its own pickling, e.g. the np.ma.masked
+                # singleton (MaskedConstant), which must load as itself.
+                return NotImplemented
+            mask = obj._mask
+            return rebuild_masked, (
+                cls,
+                obj.view(np.ndarray),
+                mask if mask is ma.nomask else mask.view(np.ndarray),
+                obj._fill_value,
+                bool(obj._hardmask),
+            )
+        if (cls.__reduce__, cls.__reduce_ex__) == _plain_reduce:
+            # A subclass that pickles like ndarray (np.matrix, np.recarray,
+            # most user subclasses): keep the data as a section and the
+            # instance attributes in the pickle.
+            return rebuild_view, (obj.view(np.ndarray), cls, dict(getattr(obj, "__dict__", {})))
+        return NotImplemented  # a subclass with its own pickling: respect it

@@ -1,0 +1,303 @@
+"""Reading a cpersist dump back into an object: the pickle stream of the root
+section unpickled, each stored array read whole (or mapped) as the stream
+asks for it, and what a walk of the stream says when something is wrong.
+"""
+
+import io
+import os
+import pickle
+import warnings
+
+import numpy as np
+
+from ..container import CHECKED_CLAIM, EDITED, ENCODED, FLAGS_AT, TRAILER, ContainerReader, checksum
+from ..container.layout import INDEX_EDITED, INDEX_UNEDITED
+from ..container.sections import claimed_buffer
+from .._runtime.parallel import run_claimed
+from ..exceptions import CorruptFileError, CpersistError
+from . import names
+from .arrays import allocate, parse_description
+from .unpickler import ArrayUnpickler
+
+def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole,
+          views=False, limits=None):
+    """``views``: return raw arrays as views of ``source.read``'s bytes (a
+    :class:`~cpersist.container.sources.MemorySource`, whose reads are views)."""
+    source.will_read_all()
+    reader = ContainerReader(source, whole=whole)
+    name = reader.name
+    root = reader.sections[reader.root]
+    if root.meta.get("kind") != "pickle":
+        raise reader.error("damaged index: the root section is not a pickle stream")
+    pickled = _pickle_stream(reader, root, verify, n_threads)
+    can_map = mmap_mode is not None and source.can_map
+    loaded = {}
+    mapped = []
+
+    def load_array(index):
+        if type(index) is not int or not 0 <= index < len(reader.sections) or index == reader.root:
+            raise reader.error(f"the pickle stream refers to a bad array section {index!r}")
+        if index in loaded:
+            return loaded[index]
+        section = reader.sections[index]
+        dtype, shape, order, nbytes = array_layout(reader, section)
+        if nbytes == 0:
+            # Nothing to read or map (zero-size array, or zero-size items:
+            # a 0-byte memmap slice cannot be viewed as 'V0' items).
+            arr, _ = _allocate(reader, index, dtype, shape, order)
+        elif can_map and section.is_raw:
+            if not mapped:
+                # torch has no read-only tensors, and a write to a read-only
+                # map kills the process: a file storing tensors is mapped
+                # privately for 'r' (as torch.load(mmap=True) does), its
+                # numpy arrays still handed out read-only.
+                private = mmap_mode == "r" and _stores_tensors(pickled)
+                mapped.append(_memmap(source, reader.size, "c" if private else mmap_mode))
+                mapped.append(private)
+                if mmap_mode == "r+":
+                    _mark_edited(mapped[0], reader)
+            start = section.offset
+            arr = mapped[0][start:start + nbytes].view(dtype).reshape(shape, order=order)
+            if mapped[1]:
+                arr.mode = "r"
+                arr.flags.writeable = False
+        elif views and section.is_raw:
+            arr = _view(reader, section, verify).view(dtype).reshape(shape, order=order)
+        elif index in ahead_of:
+            if not ahead:
+                ahead.update(_decode_ahead(reader, read_ahead, verify, n_threads))
+            arr = ahead.pop(index)
+            if isinstance(arr, BaseException):
+                if isinstance(arr, CorruptFileError):
+                    raise _naming_path(arr, pickled, index) from None
+                raise arr
+        else:
+            arr = _read_array(reader, index, dtype, shape, order, verify, n_threads, pickled)
+        loaded[index] = arr
+        return arr
+
+    # The array sections read into new memory (compressed ones, and raw
+    # ones neither mapped nor viewed), read and decoded side by side on the
+    # pool when the first is asked for: a checkpoint's tensors are each a
+    # section of one or a few chunks, which one after another would leave
+    # threads idle.
+    read_ahead = [i for i, section in enumerate(reader.sections)
+                  if i != reader.root and section.meta.get("kind") == "array"
+                  and (section.codec is not None
+                       or not (can_map or views) and section.is_raw)]
+    if n_threads <= 1 or len(read_ahead) < 2 or not source.concurrent:
+        read_ahead = []
+    ahead_of, ahead = frozenset(read_ahead), {}
+
+    unpickler = ArrayUnpickler(pickled, load_array, restricted, allowed,
+                               prefixes, source=name, limits=limits)
+    try:
+        obj = unpickler.load()
+    except CpersistError:
+        raise
+    except (pickle.UnpicklingError, EOFError) as exc:
+        raise reader.error(f"damaged pickle stream ({exc})") from None
+    if can_map and (reader.tiny or any(section.codec is not None
+                                       for section in reader.sections)):
+        # Whether or not any array had a section of its own (small ones are
+        # kept in a compressed pickle stream), nothing of such a file is
+        # mapped. Warned once, here rather than in load_array: the
+        # unpickler's call depth varies, this frame's is fixed (load -> _load).
+        warnings.warn(
+            f"cpersist: {name} holds compressed arrays, which cannot be "
+            f"memory-mapped; they are loaded into memory",
+            UserWarning, stacklevel=3,
+        )
+    return obj
+
+
+def _read_array(reader, index, dtype, shape, order, verify, n_threads, pickled):
+    """The array of section ``index``, read into new memory."""
+    section = reader.sections[index]
+    reader.check_claimed_sizes(section)  # before allocating a forged size
+    arr, view = _allocate(reader, index, dtype, shape, order)
+    try:
+        reader.read_into(section, view, verify=verify, n_threads=n_threads)
+    except CorruptFileError as exc:
+        if pickled is None:  # named by the caller
+            raise
+        raise _naming_path(exc, pickled, index) from None
+    return arr
+
+
+def _decode_ahead(reader, indices, verify, n_threads):
+    """``{index: array}`` of the compressed array sections ``indices``, each
+    read and decoded by one of ``n_threads`` threads. A section that fails
+    maps to its exception, raised only if the pickle stream asks for it, as
+    it would be read one by one."""
+    done = {}
+
+    def task(claims):
+        for k in claims:
+            index = indices[k]
+            try:
+                dtype, shape, order, nbytes = array_layout(reader, reader.sections[index])
+                if nbytes == 0:
+                    done[index] = _allocate(reader, index, dtype, shape, order)[0]
+                    continue
+                done[index] = _read_array(reader, index, dtype, shape, order, verify, 1, None)
+            except Exception as exc:  # noqa: BLE001 - raised where the stream asks for it
+                done[index] = exc
+
+    run_claimed(task, len(indices), n_threads)
+    return done
+
+
+def _naming_path(exc, pickled, index):
+    """``exc``, naming where the array of section ``index`` sits in the
+    object (a tensor's path for a storage); the stream is walked only now,
+    when something is wrong."""
+    from ..stream.paths import scan_arrays
+
+    path = scan_arrays(pickled.getvalue())["paths"].get(index)
+    if path is None:
+        return exc
+    return type(exc)(f"{exc} (the array at {path})")
+
+
+def _stores_tensors(pickled):
+    """Whether the pickle stream may rebuild torch tensors (it names the
+    format's ``rebuild_tensor``; a string holding that name gives a false
+    positive, which only maps the file privately)."""
+    return names.REBUILD_TENSOR.rpartition(".")[2].encode() in pickled.getvalue()
+
+
+def _view(reader, section, verify):
+    """A raw section as a uint8 array viewing the source's own bytes
+    (read-only when they are), its chunks' checksums checked in place."""
+    if verify:
+        reader.verify_section(section)
+    data = reader.source.read(section.offset, section.raw_size)
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def _memmap(source, size, mode):
+    """The ``size`` bytes of the dump in ``source`` as a :class:`numpy.memmap`
+    of bytes, mapped by the source from the descriptor it reads (as
+    ``numpy.memmap`` would from a file object)."""
+    mm, start = source.map(0, size, mode)
+    arr = np.ndarray.__new__(np.memmap, (size,), dtype=np.uint8, buffer=mm,
+                             offset=start)
+    arr._mmap = mm
+    arr.offset = source.base
+    arr.mode = mode
+    path = getattr(source, "path", None)
+    arr.filename = os.path.abspath(path) if path is not None else None
+    return arr
+
+
+def _mark_edited(mapped, reader):
+    """Mark the dump as edited through a writable map of it.
+
+    Writes through the map change raw arrays behind their checksums; with
+    the mark, readers do not report those sections as damaged, and
+    :func:`cpersist.reseal` computes their checksums again. From format 2.1
+    the mark is the index's ``"edited"`` field, rewritten in place with the
+    index's checksum in the trailer, so that only a whole index that checks
+    out can turn checking off; the header's flag is set too, for readers of
+    format 2.0.
+    """
+    if (reader.major, reader.minor) >= (2, 1) and not reader.edited:
+        at, n = reader.index_at, reader.index_length
+        if mapped[at:at + len(INDEX_UNEDITED)].tobytes() != INDEX_UNEDITED:
+            raise reader.error("damaged index: no edited mark where format 2.1 has it")
+        mapped[at:at + len(INDEX_EDITED)] = np.frombuffer(INDEX_EDITED, np.uint8)
+        digest = checksum(mapped[at:at + n])
+        trailer = reader.size - TRAILER.size
+        mapped[trailer + 16:trailer + 24] = np.frombuffer(digest.to_bytes(8, "little"), np.uint8)
+        reader.edited = True
+    field = mapped[FLAGS_AT:FLAGS_AT + 4]
+    flags = int.from_bytes(field.tobytes(), "little")
+    if not flags & EDITED:
+        field[:] = np.frombuffer((flags | EDITED).to_bytes(4, "little"), np.uint8)
+
+
+def _pickle_stream(reader, root, verify, n_threads):
+    """The pickle stream as a file object, decoded straight into its buffer.
+
+    A BytesIO, or above :data:`~cpersist.container.CHECKED_CLAIM` bytes the
+    anonymous map :meth:`~cpersist.container.ContainerReader.read_bytes`
+    decodes into (a map is a file object too): its pages are backed as
+    chunks decode, so a forged claim costs what its chunks decode to, and a
+    genuine one a single copy of the stream. ``io.BytesIO(data)`` would copy
+    the stream: for an object-heavy file that second copy was as large as
+    the file's whole pickle stream.
+    """
+    if root.raw_size > CHECKED_CLAIM:
+        return read_stream(reader, root, verify=verify, n_threads=n_threads)
+    reader.check_claimed_sizes(root)
+    stream = io.BytesIO()
+    if root.raw_size:
+        stream.seek(root.raw_size - 1)
+        stream.write(b"\0")  # sizes the buffer once
+        stream.seek(0)
+        with stream.getbuffer() as view:
+            reader.read_into(root, view, verify=verify, n_threads=n_threads)
+    return stream
+
+
+def read_stream(reader, root, *, verify=True, n_threads=1):
+    """The pickle stream of ``root`` as writable bytes
+    (:meth:`~cpersist.container.ContainerReader.read_bytes`).
+
+    Above :data:`~cpersist.container.CHECKED_CLAIM` bytes, the start of its
+    first chunk is decoded and checked first: every stream cpersist writes
+    (protocol 2 to 5) opens with a ``PROTO`` opcode, and a large section
+    that does not (a bomb of zeros) is refused before the rest of it is
+    decoded.
+    """
+    check_stream_start(reader, root, verify)
+    return reader.read_bytes(root, verify=verify, n_threads=n_threads)
+
+
+def check_stream_start(reader, root, verify=True):
+    """Refuse a large encoded pickle stream whose first chunk does not start
+    with a ``PROTO`` opcode, decoding no more of it than its start (see
+    :func:`read_stream`)."""
+    if root.raw_size > CHECKED_CLAIM and root.codec is not None and root.chunks[0].flag == ENCODED:
+        reader.check_claimed_sizes(root)
+        chunk = root.chunks[0]
+        head = bytearray(min(2, chunk.raw_length))
+        whole = claimed_buffer(chunk.raw_length, reader, root)
+        buffer = bytearray(chunk.length)
+        reader.read_chunk_into(root, 0, memoryview(head), buffer, verify=verify, skip=0,
+                               whole=memoryview(whole))
+        del whole, buffer
+        if len(head) < 2 or head[0] != pickle.PROTO[0] or not 2 <= head[1] <= 5:
+            raise reader.error(f"damaged pickle stream (it starts with {bytes(head)!r}, "
+                               f"not a PROTO opcode of protocol 2 to 5)")
+
+
+def array_layout(reader, section):
+    """``(dtype, shape, order, nbytes)`` of the array in ``section``.
+
+    Raises
+    ------
+    CorruptFileError
+        If the description is malformed or does not match the bytes stored.
+    """
+    try:
+        dtype, shape, order, nbytes = parse_description(section.meta)
+    except Exception as exc:
+        raise reader.error(f"section {section.index}: bad array description ({exc})") from None
+    if nbytes != section.raw_size:
+        raise reader.error(
+            f"section {section.index} holds {section.raw_size} bytes but its array "
+            f"{dtype} {shape} needs {nbytes}"
+        )
+    return dtype, shape, order, nbytes
+
+
+def _allocate(reader, index, dtype, shape, order):
+    try:
+        return allocate(dtype, shape, order)
+    except (MemoryError, ValueError) as exc:
+        raise reader.error(
+            f"section {index} claims an array {dtype} {shape} that cannot be "
+            f"allocated ({type(exc).__name__})"
+        ) from None

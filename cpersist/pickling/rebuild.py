@@ -1,0 +1,163 @@
+"""The functions a cpersist pickle stream calls to rebuild its arrays.
+
+Each is pickled under its literal name from :mod:`cpersist.pickling.names`,
+not under this module's name: :func:`_format_name` sets ``__module__`` and
+``__qualname__`` from the literal, so moving a function cannot change what
+files name. The C pickler checks that the name resolves back to the same
+object, so the module the literal names (:mod:`cpersist.pickler`) imports them.
+"""
+
+import pickle
+import warnings
+import weakref
+
+import numpy as np
+
+from . import names
+from .arrays import from_inline
+from .torch_dtypes import bad_tensor, check_view, import_torch, view_extent
+
+
+def _format_name(literal):
+    """Make the decorated function pickle as the global ``literal``."""
+    module, attr = names.split(literal)
+
+    def decorate(func):
+        func.__module__ = module
+        func.__qualname__ = func.__name__ = attr
+        return func
+
+    return decorate
+
+
+@_format_name(names.STORED_ARRAY)
+def stored_array(index):
+    """Placeholder resolved by the unpickler of :func:`cpersist.load`; never called by it.
+
+    A cpersist pickle stream calls this to fetch the array kept in section
+    ``index``; outside :func:`cpersist.load` there is no file to fetch it from.
+    """
+    raise pickle.UnpicklingError(
+        "this pickle stream comes from a cpersist file: open it with cpersist.load()"
+    )
+
+
+@_format_name(names.INLINE_ARRAY)
+def inline_array(data, dtype, shape, order):
+    """Rebuild a small array stored inside the pickle stream."""
+    try:
+        return from_inline(data, dtype, shape, order)
+    except (TypeError, ValueError) as exc:
+        raise pickle.UnpicklingError(f"bad inline array: {exc}") from None
+
+
+@_format_name(names.REBUILD_VIEW)
+def rebuild_view(base, cls, state):
+    """Rebuild an ndarray subclass (e.g. ``np.matrix``) as a view of ``base``."""
+    if not (isinstance(cls, type) and issubclass(cls, np.ndarray)):
+        raise pickle.UnpicklingError(f"{cls!r} is not an ndarray subclass")
+    arr = base.view(cls)
+    if state:
+        arr.__dict__.update(state)
+    return arr
+
+
+@_format_name(names.REBUILD_MASKED)
+def rebuild_masked(cls, data, mask, fill_value, hard_mask):
+    """Rebuild a masked array from its stored data and mask."""
+    if not (isinstance(cls, type) and issubclass(cls, np.ma.MaskedArray)):
+        raise pickle.UnpicklingError(f"{cls!r} is not a MaskedArray subclass")
+    arr = np.ma.MaskedArray(data, mask=mask, copy=False, hard_mask=hard_mask).view(cls)
+    if mask is not np.ma.nomask:
+        arr._mask = mask  # keep the stored mask object (and its memmap) as is
+    if fill_value is not None:
+        arr.fill_value = fill_value
+    return arr
+
+
+@_format_name(names.REBUILD_TENSOR)
+def rebuild_tensor(data, dtype, offset, shape, stride, requires_grad, kind, state, device):
+    """Rebuild a torch tensor as a view of a stored storage (stored by :mod:`cpersist.pickling.tensors`).
+
+    ``data`` is the storage's bytes as a 1-d array (a memory map of the
+    file with ``mmap_mode``; a :class:`~cpersist.LazyArray` in a lazy load,
+    which gives a lazy tensor); ``dtype`` torch's name of the tensor's
+    dtype; ``offset``, ``shape``, ``stride`` the view, in elements;
+    ``kind`` ``"tensor"`` or ``"parameter"`` (``nn.Parameter``); ``state``
+    the tensor's ``__dict__`` or None; ``device`` where it was when dumped
+    (None for the CPU). The tensor comes back on the CPU.
+    """
+    tdtype = check_view(dtype, offset, shape, stride, kind, state, device)
+    if type(requires_grad) is not bool:
+        bad_tensor(f"requires_grad {requires_grad!r}")
+    from ..lazy.array import LazyArray
+
+    lazy = isinstance(data, LazyArray)
+    if not (lazy or isinstance(data, np.ndarray)) or data.ndim != 1:
+        bad_tensor("its storage is not a stored array")
+    if view_extent(offset, shape, stride) * tdtype.itemsize > data.nbytes:
+        bad_tensor(f"the view {shape} (strides {stride}, offset {offset}) reaches past its "
+                   f"storage of {data.nbytes} bytes")
+    if lazy:
+        from ..lazy.tensor import LazyTensor
+
+        return LazyTensor(data, tdtype, dtype, offset, shape, stride, requires_grad, kind,
+                          device)
+    torch = import_torch()
+    tensor = _empty(torch, tdtype).set_(storage_of(data), offset, shape, stride)
+    try:
+        if kind == "parameter":
+            tensor = torch.nn.Parameter(tensor, requires_grad=requires_grad)
+        elif requires_grad:
+            tensor.requires_grad_(True)
+    except RuntimeError as exc:  # requires_grad on an integer dtype
+        bad_tensor(str(exc))
+    if state:
+        tensor.__dict__.update(state)
+    return tensor
+
+
+def _empty(torch, dtype):
+    if dtype is torch.complex32:
+        with warnings.catch_warnings():  # "ComplexHalf support is experimental"
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.empty(0, dtype=dtype)
+    return torch.empty(0, dtype=dtype)
+
+
+def storage_of(data):
+    """The torch storage sharing the memory of the 1-d array ``data``.
+
+    A read-only map made by ``mmap_mode='r'`` is private (see
+    :func:`cpersist.pickling.read._load`): the tensor may write to it, and its writes
+    stay in the process, as with ``torch.load(mmap=True)``. Any other
+    read-only buffer (``cpersist.loads`` of ``bytes``) is copied.
+    """
+    if data.flags.writeable:
+        return import_torch().from_numpy(data.view(np.uint8)).untyped_storage()
+    view = data.view(np.ndarray).view(np.uint8)
+    try:
+        view.flags.writeable = True  # allowed only if the memory is writable
+        return import_torch().from_numpy(view).untyped_storage()
+    except ValueError:
+        pass
+    # One copy per array, whatever number of tensors view it (the unpickler
+    # passes them the same array), so that they still share a storage.
+    hit = _COPIES.get(id(data))
+    if hit is not None and hit[0]() is data:
+        return hit[1]
+    storage = import_torch().from_numpy(view.copy()).untyped_storage()
+    _COPIES[id(data)] = (weakref.ref(data), storage)
+    weakref.finalize(data, _COPIES.pop, id(data), None)
+    return storage
+
+
+#: id(read-only array) -> (weak reference to it, the storage copied from it).
+_COPIES = {}
+
+
+#: ``(module, name)`` -> function, for unpicklers resolving the format's
+#: names without importing the module they spell.
+BY_NAME = {(func.__module__, func.__qualname__): func
+           for func in (stored_array, inline_array, rebuild_view, rebuild_masked,
+                         rebuild_tensor)}

@@ -1,0 +1,129 @@
+"""Objects with nothing to store as sections: a result cached by
+``joblib.Memory``, a message, a small model's settings.
+
+``dump`` writes them as compact dumps (:mod:`.container.compact`: the
+pickle stream behind a fixed header, no JSON index) unless compressing the
+stream saves more than an index costs, or the stream holds arrays; ``load``
+of a path holding one reads it in one call and unpickles it, without
+setting up the container reader.
+An object is tried this way only while its pickle stream stays under
+:data:`SMALL_STREAM` bytes and no array needs a section of its own: the
+first that does (or the stream's growing past the limit) stops pickling,
+and the object is written the general way.
+"""
+
+import io
+import os
+import pickle
+import stat
+
+from ..container import VERBATIM, ContainerWriter
+from ..container.compact import OVERHEAD, compact_dump, compact_stream
+from ..container.encode import encode_chunk
+from ..exceptions import CorruptFileError
+from .pickler import ArrayPickler
+
+#: Largest pickle stream written as a compact dump: past it, the general
+#: writer's index costs little beside the stream.
+SMALL_STREAM = 64 << 10
+#: About what the JSON index and section records of a one-section dump add
+#: to a compact dump's fixed bytes: a compressed stream is written the
+#: general way only when compressing saves more than this.
+INDEX_BYTES = 320
+
+
+class _NotSmall(Exception):
+    """Pickling met an array for a section, or passed :data:`SMALL_STREAM`."""
+
+
+class _BoundedBuffer(io.BytesIO):
+    def __init__(self, limit):
+        super().__init__()
+        self._limit = limit
+
+    def write(self, data):
+        if self.tell() + memoryview(data).nbytes > self._limit:
+            raise _NotSmall
+        return super().write(data)
+
+
+def _refuse(arr):
+    raise _NotSmall
+
+
+def pickle_within(obj, protocol, limit, inline_below, fortran_as_c=False):
+    """``(BytesIO or None, pickler)``: ``obj`` pickled with every array
+    inside the stream, or None where the stream would pass ``limit`` bytes
+    or holds an array of ``inline_below`` bytes or more (which would need a
+    section of its own)."""
+    stream = _BoundedBuffer(limit)
+    pickler = ArrayPickler(stream, protocol, _refuse, inline_below, fortran_as_c)
+    try:
+        pickler.dump(obj)
+    except _NotSmall:
+        return None, pickler
+    return stream, pickler
+
+
+def pickle_small(obj, protocol, inline_below):
+    """``(pickle stream, arrays inlined)`` of ``obj`` if it is small and
+    holds no array of ``inline_below`` bytes or more (which would need a
+    section), else None."""
+    stream, pickler = pickle_within(obj, protocol, SMALL_STREAM, inline_below)
+    if stream is None:
+        return None
+    return stream.getbuffer(), pickler.inlined
+
+
+def write_small(obj, file, name, codec, protocol, inline_below, finish):
+    """Write ``obj`` to ``file`` if it is small (see the module); returns
+    whether it did. ``finish(writer, encoded chunks, codec, protocol)``
+    writes a root section and the index, as for any dump."""
+    small = pickle_small(obj, protocol, inline_below)
+    if small is None:
+        return False
+    pickled, inlined = small
+    with pickled:
+        if codec is not None:
+            stored, digest, flag = encode_chunk(codec, pickled)
+            # Arrays kept in a compressed stream are the general way too: the
+            # file says it is compressed, so a load asking to map them says
+            # they cannot be.
+            if inlined or (flag != VERBATIM and len(stored) + INDEX_BYTES < len(pickled)):
+                writer = ContainerWriter(file, 1, name)
+                finish(writer, [(stored, len(pickled), digest, flag)], codec, protocol)
+                return True
+        file.write(compact_dump(pickled))
+    return True
+
+
+#: Largest file :func:`load_compact_file` reads.
+_LARGEST = SMALL_STREAM + OVERHEAD
+#: What :func:`load_compact_file` returns for a file that is not one.
+NOT_COMPACT = object()
+
+
+def load_compact_file(path, unpickle=pickle.loads):
+    """The object of the compact dump at the local path ``path``, or
+    :data:`NOT_COMPACT` when the file is anything else (left to the general
+    reader, which says what is wrong with a damaged one)."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return NOT_COMPACT  # the general reader raises the error
+    # A regular file only: opening a FIFO here would take its writer's data.
+    if not stat.S_ISREG(info.st_mode) or not OVERHEAD < info.st_size <= _LARGEST:
+        return NOT_COMPACT
+    try:
+        with open(path, "rb", buffering=0) as file:
+            data = file.read(_LARGEST + 1)
+    except OSError:
+        return NOT_COMPACT
+    stream = compact_stream(data)
+    if stream is None:
+        return NOT_COMPACT
+    try:
+        return unpickle(stream)
+    except (pickle.UnpicklingError, EOFError) as exc:
+        raise CorruptFileError(f"{os.fsdecode(path)}: damaged pickle stream ({exc})") from None
+

@@ -1,0 +1,385 @@
+"""The symbolic stack machine :func:`cpersist.stream.opcodes.walk` drives.
+
+:func:`step` applies one pickle opcode to a symbolic stack and memo as the
+unpickler would, importing and calling nothing: it records what loading
+would resolve (the globals named by ``GLOBAL``, ``INST`` and
+``STACK_GLOBAL``, copyreg extension codes, the protocol) and builds a tree
+of the containers and calls that hold the format's array calls, from which
+:mod:`cpersist.stream.paths` tells where each array sits. Literals (numbers,
+strings, short bytes) sit on the stack as themselves, and tuples as Python
+tuples of what they hold (a dump makes one per array call, so they are kept
+as cheap as they can be); everything else is a :class:`Node`.
+"""
+
+import pickletools
+
+from ..pickling import names
+
+_MARK = object()    # a MARK on the stack
+_OPAQUE = object()  # a literal not kept: long bytes (inline array data) would stay in memory
+
+_STORED_ARRAY = names.split(names.STORED_ARRAY)
+_INLINE_ARRAY = names.split(names.INLINE_ARRAY)
+_REBUILD_VIEW = names.split(names.REBUILD_VIEW)
+_REBUILD_MASKED = names.split(names.REBUILD_MASKED)
+_REBUILD_TENSOR = names.split(names.REBUILD_TENSOR)
+
+#: Opcodes pushing their argument as the value the unpickler would push.
+_LITERALS = frozenset((
+    "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT",
+    "STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE",
+    "BINUNICODE8", "NONE",
+))
+_BYTES = frozenset(("BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "BYTEARRAY8"))
+#: Longer bytes are never shown as a dict key, so they are not kept.
+MAX_KEPT_BYTES = 200
+
+
+class Node:
+    """A value on the symbolic stack that is not a literal."""
+
+    __slots__ = ("kind", "value", "children", "count", "items", "state")
+
+    #: Nodes made so far in the process (what a walk's limits count).
+    made = 0
+
+    def __init__(self, kind, value=None):
+        Node.made += 1
+        self.kind = kind          # global, dict, list, set, call, array, inline, other
+        self.value = value        # global: (module, name); call: its callable;
+        #                           array: section number; inline: its args tuple
+        self.children = []        # (label, node) for children that may hold arrays
+        self.count = 0            # list: items appended so far
+        self.items = ()           # call: the arguments
+        self.state = None         # call: what BUILD gave it
+
+    def add(self, label, child):
+        if type(child) is Node or type(child) is tuple:
+            self.children.append((label, child))
+
+
+def tuple_children(members):
+    """``(label, member)`` of the members of a tuple that may hold arrays."""
+    return [(f"[{i}]", member) for i, member in enumerate(members)
+            if type(member) is Node or type(member) is tuple]
+
+
+def step(result, stack, memo, name, arg):
+    """Apply one opcode, named as :mod:`pickletools` names it, with its argument."""
+    if name in _LITERALS:
+        stack.append(arg)
+    elif name == "MEMOIZE":
+        memo[len(memo)] = _top(stack)
+    elif name == "BINGET" or name == "LONG_BINGET" or name == "GET":
+        stack.append(memo[arg] if arg in memo else Node("other"))
+    else:
+        handler = _HANDLERS.get(name)
+        if handler is None:
+            _generic(pickletools.opcodes[_OPCODE_INDEX[name]], stack)
+        else:
+            handler(result, stack, memo, arg)
+
+_OPCODE_INDEX = {op.name: i for i, op in enumerate(pickletools.opcodes)}
+
+
+def _top(stack):
+    """The value on top of the stack, as PUT and DUP see it."""
+    if stack and stack[-1] is not _MARK:
+        return stack[-1]
+    return Node("other")
+
+
+def _pop(stack):
+    return stack.pop() if stack else Node("other")
+
+
+def _target(stack):
+    """The container or object on top of the stack that an opcode fills in."""
+    top = stack[-1] if stack else None
+    return top if type(top) is Node else Node("other")
+
+
+def _pop_mark(stack):
+    """The items above the topmost MARK, which is removed with them."""
+    items = []
+    while stack:
+        item = stack.pop()
+        if item is _MARK:
+            break
+        items.append(item)
+    items.reverse()
+    return items
+
+
+def _generic(op, stack):
+    """Keep the stack's shape for an opcode not modelled: its results are "other"."""
+    before = op.stack_before
+    if pickletools.markobject in before:
+        _pop_mark(stack)
+        n = before.index(pickletools.markobject)
+    else:
+        n = len(before)
+    if n:
+        del stack[max(0, len(stack) - n):]
+    stack.extend(Node("other") for _ in op.stack_after)
+
+
+def _key_label(key):
+    if type(key) is str or type(key) is bytes:
+        return f"[{key!r}]" if len(key) <= MAX_KEPT_BYTES else "[?]"
+    if isinstance(key, (str, int, float, bytes, bool)):
+        return f"[{key!r}]"
+    return "[?]"
+
+
+def _proto(result, stack, memo, arg):
+    result.protocol = max(result.protocol, arg)
+
+
+def _frame(result, stack, memo, arg):
+    pass
+
+
+def _stop(result, stack, memo, arg):
+    result.top = _pop(stack)
+
+
+def _mark(result, stack, memo, arg):
+    stack.append(_MARK)
+
+
+def _put(result, stack, memo, arg):
+    memo[arg] = _top(stack)
+
+
+def _pop_one(result, stack, memo, arg):
+    if stack:
+        stack.pop()  # a MARK on top is what POP removes then
+
+
+def _pop_to_mark(result, stack, memo, arg):
+    _pop_mark(stack)
+
+
+def _dup(result, stack, memo, arg):
+    stack.append(_top(stack))
+
+
+def _bytes(result, stack, memo, arg):
+    kept = type(arg) is bytes and len(arg) <= MAX_KEPT_BYTES
+    stack.append(arg if kept else _OPAQUE)
+
+
+def _bool(value):  # and None, and the empty tuple
+    def push(result, stack, memo, arg):
+        stack.append(value)
+    return push
+
+
+def _empty(kind):
+    def push(result, stack, memo, arg):
+        stack.append(Node(kind))
+    return push
+
+
+def _dict(result, stack, memo, arg):
+    node = Node("dict")
+    items = _pop_mark(stack)
+    for key, value in zip(items[0::2], items[1::2]):
+        node.add(_key_label(key), value)
+    stack.append(node)
+
+
+def _sequence(kind):
+    def build(result, stack, memo, arg):
+        items = _pop_mark(stack)
+        if kind == "tuple":
+            stack.append(tuple(items))
+            return
+        node = Node(kind)
+        for i, item in enumerate(items):
+            node.add(f"[{i}]", item)
+        node.count = len(items)
+        stack.append(node)
+    return build
+
+
+def _tuple_n(size):
+    def build(result, stack, memo, arg):
+        if len(stack) >= size:
+            items = tuple(stack[-size:])
+            del stack[-size:]
+        else:
+            items = tuple(Node("other") for _ in range(size - len(stack))) + tuple(stack)
+            del stack[:]
+        stack.append(items)
+    return build
+
+
+def _append_to(target, values):
+    for value in values:
+        target.add(f"[{target.count}]", value)
+        target.count += 1
+
+
+def _append(result, stack, memo, arg):
+    value = _pop(stack)
+    _append_to(_target(stack), [value])
+
+
+def _appends(result, stack, memo, arg):
+    values = _pop_mark(stack)
+    _append_to(_target(stack), values)
+
+
+def _setitem(result, stack, memo, arg):
+    value = _pop(stack)
+    key = _pop(stack)
+    target = stack[-1] if stack else None
+    # Labelled only when it is kept: most values of a big dict are literals.
+    if type(target) is Node and (type(value) is Node or type(value) is tuple):
+        target.children.append((_key_label(key), value))
+
+
+def _setitems(result, stack, memo, arg):
+    items = _pop_mark(stack)
+    target = stack[-1] if stack else None
+    if type(target) is Node:
+        for key, value in zip(items[0::2], items[1::2]):
+            if type(value) is Node or type(value) is tuple:
+                target.children.append((_key_label(key), value))
+
+
+def _additems(result, stack, memo, arg):
+    _pop_mark(stack)  # set members are hashable, so never arrays
+
+
+def _global(result, stack, memo, arg):
+    module, _, attr = arg.partition(" ")
+    result.globals.add(f"{module}.{attr}")
+    stack.append(Node("global", (module, attr)))
+
+
+def _stack_global(result, stack, memo, arg):
+    attr = _pop(stack)
+    module = _pop(stack)
+    if type(module) is str and type(attr) is str:
+        result.globals.add(f"{module}.{attr}")
+        stack.append(Node("global", (module, attr)))
+    else:
+        result.unresolved += 1  # a restricted load still checks it when resolving
+        stack.append(Node("other"))
+
+
+def _inst(result, stack, memo, arg):
+    module, _, attr = arg.partition(" ")
+    result.globals.add(f"{module}.{attr}")
+    _obj_call(Node("global", (module, attr)), _pop_mark(stack), stack)
+
+
+def _obj(result, stack, memo, arg):
+    items = _pop_mark(stack)
+    _obj_call(items[0] if items else Node("other"), items[1:], stack)
+
+
+def _obj_call(func, args, stack):
+    node = Node("call", func)
+    for i, item in enumerate(args):
+        node.add(f"<arg{i}>", item)
+    stack.append(node)
+
+
+def _reduce(result, stack, memo, arg):
+    if len(stack) > 1:
+        args = stack.pop()
+        stack[-1] = _call(stack[-1], args)
+    else:
+        args = _pop(stack)
+        stack.append(_call(_pop(stack), args))
+
+
+def _newobj_ex(result, stack, memo, arg):
+    _pop(stack)  # kwargs
+    _reduce(result, stack, memo, arg)
+
+
+def _build(result, stack, memo, arg):
+    state = _pop(stack)
+    obj = _target(stack)
+    obj.state = state
+    # ``obj.__setstate__(state)``: a dict state (or (dict, slots)) sets attributes.
+    parts = [state]
+    if type(state) is tuple and len(tuple_children(state)) <= 2:
+        parts = [child for _, child in tuple_children(state)]
+    for part in parts:
+        if type(part) is Node and part.kind == "dict":
+            for label, child in part.children:
+                key = label[2:-2] if label.startswith("['") and label.endswith("']") else None
+                if key is not None and key.isidentifier():
+                    obj.add(f".{key}", child)
+                else:
+                    obj.add(f".__dict__{label}", child)
+        else:
+            obj.add("<state>", part)
+
+
+def _ext(result, stack, memo, arg):
+    result.extension_codes.append(arg)
+    stack.append(Node("other"))
+
+
+def _call(func, args):
+    """The node of ``func(*args)``; the format's own calls become array nodes."""
+    target = func.value if type(func) is Node and func.kind == "global" else None
+    is_tuple = type(args) is tuple
+    if target == _STORED_ARRAY:
+        section = args[0] if is_tuple and args else None
+        if type(section) is int:
+            return Node("array", section)
+    if target == _INLINE_ARRAY:
+        return Node("inline", args)
+    node = Node("call", func)
+    node.items = args if is_tuple else ()  # a dtype's are read back
+    if not is_tuple:
+        node.add("<args>", args)
+    elif target == _REBUILD_VIEW or target == _REBUILD_TENSOR:
+        # (base, cls, state): the subclass instance is its base array; a
+        # tensor's first argument is its storage's array.
+        for label, child in tuple_children(args):
+            node.add("" if label == "[0]" else f"<arg{label[1:-1]}>", child)
+    elif target == _REBUILD_MASKED:
+        # (cls, data, mask, fill_value, hard_mask)
+        for label, child in tuple_children(args):
+            node.add({"[1]": "", "[2]": ".mask"}.get(label, f"<arg{label[1:-1]}>"), child)
+    else:
+        for label, child in tuple_children(args):
+            node.add(f"<arg{label[1:-1]}>", child)
+    return node
+
+
+_HANDLERS = {
+    "PROTO": _proto, "FRAME": _frame, "STOP": _stop, "MARK": _mark,
+    "PUT": _put, "BINPUT": _put, "LONG_BINPUT": _put,
+    "POP": _pop_one, "POP_MARK": _pop_to_mark, "DUP": _dup,
+    "NEWTRUE": _bool(True), "NEWFALSE": _bool(False),
+    **{name: _bytes for name in _BYTES},
+    **{f"EMPTY_{kind.upper()}": _empty(kind) for kind in ("dict", "list", "set")},
+    "EMPTY_TUPLE": _bool(()),
+    "DICT": _dict, "LIST": _sequence("list"), "TUPLE": _sequence("tuple"),
+    "FROZENSET": _sequence("set"),
+    "TUPLE1": _tuple_n(1), "TUPLE2": _tuple_n(2), "TUPLE3": _tuple_n(3),
+    "APPEND": _append, "APPENDS": _appends, "SETITEM": _setitem, "SETITEMS": _setitems,
+    "ADDITEMS": _additems,
+    "GLOBAL": _global, "STACK_GLOBAL": _stack_global, "INST": _inst, "OBJ": _obj,
+    "REDUCE": _reduce, "NEWOBJ": _reduce, "NEWOBJ_EX": _newobj_ex, "BUILD": _build,
+    "EXT1": _ext, "EXT2": _ext, "EXT4": _ext,
+}
+
+_HANDLERS["NONE"] = _bool(None)
+
+#: Handlers of the opcodes that take no argument, by opcode byte (None for
+#: the others, and for those modelled only by :func:`_generic`).
+_NO_ARG = [None] * 256
+for _op in pickletools.opcodes:
+    if _op.arg is None and _op.name in _HANDLERS:
+        _NO_ARG[ord(_op.code)] = _HANDLERS[_op.name]

@@ -1,0 +1,66 @@
+"""The package's layout: its import graph has no cycles, the container and
+the codecs reach nothing above them, and no module grows past 400 lines
+(read from the source by :mod:`tests._import_graph`, nothing imported)."""
+
+import pytest
+
+from ._import_graph import MAX_LINES, Graph
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return Graph()
+
+
+def test_every_import_names_a_module_of_the_package(graph):
+    assert graph.unresolved == []
+
+
+def test_no_import_cycles(graph):
+    # Imports inside functions count too: a deferred import that closes a
+    # loop still makes two modules that each need the other.
+    assert graph.cycles() == []
+
+
+def test_container_and_codecs_import_nothing_above_them(graph):
+    assert graph.upward_imports() == []
+
+
+def test_no_module_over_the_line_limit(graph):
+    assert graph.too_long() == [], f"modules over {MAX_LINES} lines"
+
+
+def test_the_graph_sees_what_it_checks(graph):
+    # The checks above would pass on an empty graph: it must hold the package.
+    assert {"cpersist.api", "cpersist.container.reader", "cpersist.codecs.registry",
+            "cpersist._runtime.fork"} <= set(graph.files)
+    assert "cpersist.container.layout" in graph.edges["cpersist.container.reader"]
+    assert not any(m.startswith("cpersist.benchmarks") for m in graph.files)
+
+
+def test_every_module_imports(graph):
+    # A relative import written for a module's old place fails only when run.
+    import importlib
+
+    for module in sorted(graph.files):
+        importlib.import_module(module)
+
+
+def test_the_checks_find_a_cycle_and_an_upward_import(tmp_path):
+    package = tmp_path / "cpersist"
+    for folder in (package, package / "container", package / "codecs"):
+        folder.mkdir()
+        (folder / "__init__.py").write_text("")
+    (package / "api.py").write_text("from .container import writer\n")
+    (package / "container" / "writer.py").write_text(
+        "def f():\n    from .. import api\n"          # a deferred import closing a loop
+        "from ..codecs import zstd\n")                 # allowed: the codecs
+    (package / "codecs" / "zstd.py").write_text("from ..container import layout\n"
+                                                "from ..missing import name\n")
+    (package / "container" / "layout.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    found = Graph(str(package))
+    assert found.cycles() == [["cpersist.api", "cpersist.container.writer"]]
+    assert sorted(found.upward_imports()) == [("cpersist.codecs.zstd", "cpersist.container.layout"),
+                                              ("cpersist.container.writer", "cpersist.api")]
+    assert found.too_long() == [("cpersist.container.layout", MAX_LINES + 1)]
+    assert found.unresolved == [("cpersist.codecs.zstd", "cpersist.missing")]
