@@ -10,7 +10,6 @@ import gc
 import io
 import os
 import pickle
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -29,6 +28,7 @@ from cpersist._args import open_source
 from cpersist.container import ContainerReader
 from cpersist.container import reader as reader_module
 
+from ._fresh import run_code
 from .conftest import COMPRESSIONS, assert_same_result, run_threads, spy_reads
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -316,8 +316,7 @@ def test_usable_after_close_and_pickled_as_reference(tmp_path):
         assert 'numpy' in sys.modules
         np.save(sys.stdout.buffer, lazy[5:500:7, ::-3])
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    done = run_code(code, text=False, check=True)
     assert_same_result(arr[5:500:7, ::-3], np.load(io.BytesIO(done.stdout)))
     # The file replaced by another: reported, not read as the old one.
     cpersist.dump({"a": arr + 1}, path, compress=3, chunk_size=8000)
