@@ -40,7 +40,10 @@ def codecs_of(path):
         return [s.codec.get_config() if s.codec else None for s in reader.sections], reader.root
 
 
-@pytest.mark.parametrize("codec", cpersist.available_codecs())
+# Converting hands each chunk and its item size to the codec, as a dump does
+# (every codec is round-tripped in test_roundtrip.py): a plain codec, one
+# that shuffles by item size and the default, which probes each chunk.
+@pytest.mark.parametrize("codec", ["zstd", "blosc:lz4", "zstd-auto"])
 def test_raw_to_codec_to_raw(tmp_path, codec):
     obj = sample_object()
     raw, packed, back = tmp_path / "raw.cp", tmp_path / "packed.cp", tmp_path / "back.cp"

@@ -535,8 +535,13 @@ def test_loaded_arrays_are_writable(compress, size, rt):
 
 # -- levels ------------------------------------------------------------------
 
-@pytest.mark.parametrize("level", [1, 3, 9])
-@pytest.mark.parametrize("codec", cpersist.available_codecs())
+# A level reaches the codec's encoder only: whether the dump is then read
+# from a file or from bytes is covered by the tests above. "max" has one
+# way of encoding whatever its level.
+@pytest.mark.parametrize("rt", ["file"], indirect=True)
+@pytest.mark.parametrize("codec, level", [
+    (codec, level) for codec in cpersist.available_codecs() for level in (1, 3, 9)
+    if codec != "max" or level == 9])
 def test_codec_levels(codec, level, rt):
     obj = {"smooth": np.linspace(0, 1, 3000).reshape(60, 50),
            "ints": np.arange(5000, dtype=">i4") % 17,
