@@ -28,8 +28,17 @@ from collections import namedtuple
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, settings
 
 import cpersist
+
+# Property tests: examples of any cost (a dump each) and no deadline, as the
+# machine may be busy; on CI, the same examples every run (a failure there is
+# reproducible) and no example database to keep.
+settings.register_profile("default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", settings.get_profile("default"), derandomize=True, database=None,
+                          print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") == "true" else "default")
 
 #: Every way to compress: raw first, then every registered codec.
 COMPRESSIONS = [0] + cpersist.available_codecs()

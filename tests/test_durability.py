@@ -32,6 +32,7 @@ def _tmp_files(directory, name):
     return sorted(glob.glob(os.path.join(directory, f".{name}.*.cpersist-tmp")))
 
 
+@pytest.mark.slow
 def test_sigkill_during_dump_keeps_old_file(tmp_path):
     target = tmp_path / "model.cp"
     old = {"v": "old", "a": np.arange(1000)}

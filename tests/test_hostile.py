@@ -378,7 +378,7 @@ def test_scan_and_unpickler_agree():
     from hypothesis import strategies as st
 
     @settings(max_examples=int(os.environ.get("CPERSIST_DIFF_EXAMPLES", "1500")),
-              deadline=None, suppress_health_check=list(HealthCheck))
+              suppress_health_check=list(HealthCheck))
     @given(st.lists(_pieces(), max_size=14), st.booleans(), st.binary(max_size=3))
     def agree(pieces, stop, noise):
         stream = b"".join(pieces) + (b"." if stop else noise)

@@ -82,8 +82,7 @@ def cases(draw):
     return shape, dtype, layout, compress, chunk_size, indexes, draw(st.integers(0, 2**32))
 
 
-@settings(max_examples=300, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=cases(), verify=st.booleans(), n_threads=st.sampled_from([1, 2]),
        by_boundaries=st.booleans())
 def test_basic_indexing_equals_numpy(workdir, case, verify, n_threads, by_boundaries):

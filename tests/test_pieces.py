@@ -91,7 +91,7 @@ def test_encoded_and_small_chunks_have_none(tmp_path):
 
 @pytest.mark.parametrize("compress", [0, 3])
 @pytest.mark.parametrize("order", ["C", "F"])
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(data=st.data())
 def test_slices_through_pieces_equal_numpy(tmp_path_factory, compress, order, data):
     arr = np.asfortranarray(_noise(9_000, seed=1)) if order == "F" else _noise(9_000, seed=1)

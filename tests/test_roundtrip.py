@@ -9,7 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cpersist
@@ -580,7 +580,7 @@ def array_views(draw):
     return view
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100)
 @given(arr=array_views(),
        compress=st.sampled_from(COMPRESSIONS),
        chunk_size=st.sampled_from([1, 7, 64, 1000, None]))
@@ -593,7 +593,7 @@ def test_property_random_views(arr, compress, chunk_size):
     assert out["x"] is out["y"]
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50)
 @given(arr=array_views(), chunk_size=st.sampled_from([3, 100, None]), trusted=st.booleans())
 def test_property_random_views_mmap(arr, chunk_size, trusted):
     masked = np.ma.MaskedArray(arr, mask=np.ones(arr.shape, bool))
