@@ -115,6 +115,8 @@ def test_equal_dtypes_keep_their_own_align_flag(compress, rt):
     assert [a.dtype.isalignedstruct for a in out] == [True, False, True, False]
 
 
+# rt's "bytes" mode reads memory maps from a file too: one mode is enough.
+@pytest.mark.parametrize("rt", ["file"], indirect=True)
 @pytest.mark.parametrize("dtype", ["f8", ">i4", NESTED, "U3",
                                    np.dtype([("a", "u1"), ("s", ALIGNED_PAIR)], align=True)],
                          ids=_dtype_id)
