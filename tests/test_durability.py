@@ -17,11 +17,14 @@ import cpersist
 from ._fresh import run_code, start_python
 
 KILLS = 30
+#: Items of the float64 array each killed dump writes (25 MB): enough for
+#: the kills to land at 15 points spread over the write.
+ITEMS = 3_125_000
 
 _CHILD = textwrap.dedent("""
     import sys, numpy as np, cpersist
-    path, compress = sys.argv[1], sys.argv[2]
-    big = {"v": "new", "a": np.arange(12_500_000, dtype=np.float64)}  # 100 MB
+    path, compress, N = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    big = {"v": "new", "a": np.arange(N, dtype=np.float64)}
     print("dumping", flush=True)
     cpersist.dump(big, path, compress=0 if compress == "0" else compress, n_threads=1)
     print("done", flush=True)
@@ -40,7 +43,7 @@ def test_sigkill_during_dump_keeps_old_file(tmp_path):
     modes = ["0", "zlib"]
     size = {}
     for mode in modes:  # the size of a complete file, to aim the kills
-        run_code(_CHILD, tmp_path / "cal.cp", mode, check=True, timeout=60)
+        run_code(_CHILD, tmp_path / "cal.cp", mode, ITEMS, check=True, timeout=60)
         size[mode] = os.path.getsize(tmp_path / "cal.cp")
         os.unlink(tmp_path / "cal.cp")
     mid_write = 0
@@ -49,7 +52,7 @@ def test_sigkill_during_dump_keeps_old_file(tmp_path):
         # Spread the kills over the dump: from the temporary file's creation
         # to just before its last bytes are written.
         aim = (i // 2) / (KILLS // 2) * 0.97 * size[compress]
-        child = start_python("-c", _CHILD, target, compress, stdout=subprocess.PIPE)
+        child = start_python("-c", _CHILD, target, compress, ITEMS, stdout=subprocess.PIPE)
         with child:
             assert child.stdout.readline() == b"dumping\n"
             deadline = time.monotonic() + 30
@@ -75,7 +78,7 @@ def test_sigkill_during_dump_keeps_old_file(tmp_path):
                 os.unlink(leftovers[0])
         else:  # the kill came after the rename: the new object, complete
             assert b"done" in rest or not tmp_before
-            assert out["v"] == "new" and out["a"].shape == (12_500_000,)
+            assert out["v"] == "new" and out["a"].shape == (ITEMS,)
             assert not leftovers
             cpersist.dump(old, target)
     print(f"SIGKILL: {KILLS} kills, {mid_write} during the write")
