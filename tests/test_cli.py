@@ -3,8 +3,6 @@
 import io
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,18 +11,15 @@ import cpersist
 from cpersist.cli import main, parse_compress_spec
 from cpersist.container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader
 
+from ._fresh import ROOT, run_cli, run_code
 from .conftest import assert_same
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VERBS = ["info", "verify", "convert", "bench"]
 
 
 def run(*args, cwd=None):
     """``python -m cpersist ARGS``; returns the CompletedProcess (text mode)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.run([sys.executable, "-m", "cpersist", *map(str, args)],
-                          capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    return run_cli(*args, cwd=cwd, timeout=120)
 
 
 class Model:
@@ -206,8 +201,7 @@ def test_info_does_not_unpickle(tmp_path):
         "        return (os.system, ('touch pwned',))\n"
         f"cpersist.dump({{'x': Boom(), 'a': np.ones(10)}}, {str(path)!r})\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True,
-                   env=dict(os.environ, PYTHONPATH=ROOT), cwd=tmp_path)
+    run_code(code, check=True, cwd=tmp_path)
     for verb in (["info"], ["info", "--json"], ["verify"]):
         result = run(*verb, path, cwd=tmp_path)
         assert result.returncode == 0, result.stderr

@@ -2,8 +2,6 @@
 
 import ctypes
 import os
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -16,6 +14,7 @@ from cpersist._runtime import parallel as _parallel
 from cpersist.codecs import blosc as blosc_module
 from cpersist.codecs import blosc_blocks, get_codec, libblosc2
 
+from ._fresh import run_code
 from .test_codec_registry import imported_after
 
 BLOSC_CODECS = ["zstd-auto", "blosc:lz4", "blosc:zstd", "blosc:zlib"]
@@ -328,7 +327,7 @@ def test_a_forked_child_makes_its_own_contexts(tmp_path):
             _, status = os.waitpid(pid, 0)
             sys.exit(os.waitstatus_to_exitcode(status))
     """)
-    done = subprocess.run([sys.executable, "-c", script], timeout=120)
+    done = run_code(script, timeout=120)
     assert done.returncode == 0
 
 

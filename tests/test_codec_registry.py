@@ -7,7 +7,6 @@ real distribution (a ``.dist-info`` directory) on ``sys.path``.
 
 import importlib.metadata
 import os
-import subprocess
 import sys
 import textwrap
 import zlib
@@ -22,9 +21,9 @@ from cpersist.codecs import (ENTRY_POINT_GROUP, Codec, UnknownCodecError, availa
 from cpersist.codecs import registry
 from cpersist.container import ENCODED, ContainerReader
 
+from ._fresh import fresh_env, run_code
 from .conftest import assert_same, random_array
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _XOR = bytes(b ^ 0x5A for b in range(256))
 
 
@@ -265,9 +264,7 @@ def test_entry_point_codec_is_loaded_by_name_on_demand(tmp_path, toycodec):
     # A fresh process finds it the same way, from the file's codec id alone.
     code = ("import sys, cpersist; cpersist.load(sys.argv[1]); "
             "print(sorted(m for m in sys.modules if m.startswith('toycodec')))")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, str(toycodec)]))
-    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
-                         text=True, env=env, timeout=120)
+    out = run_code(code, path, env=fresh_env(toycodec), timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['toycodec']"
 
@@ -316,9 +313,7 @@ def imported_after(code, watched=CODEC_LIBRARIES + ("numpy",)):
     imported after running ``code``."""
     probe = (f"import sys; print('MODULES:', *(sorted(set(sys.modules) & {set(watched)!r}) + "
              f"sorted(m for m in sys.modules if m.startswith('cpersist.benchmarks'))))")
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, "-c", f"{code}\n{probe}"], capture_output=True,
-                         text=True, env=env, timeout=120)
+    out = run_code(f"{code}\n{probe}", timeout=120)
     assert out.returncode == 0, out.stderr
     modules = [line for line in out.stdout.splitlines() if line.startswith("MODULES:")]
     return set(modules[-1].split()[1:])

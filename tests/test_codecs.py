@@ -209,11 +209,14 @@ def test_zstd_keeps_one_compression_context_per_thread():
     assert main_context is None or main_context[1] is not contexts[2][1]
 
 
-@pytest.mark.parametrize("codec_id", sorted(__import__("cpersist.codecs", fromlist=["x"])
-                                            .available_codecs()))
+# The codecs with a decode_part_into of their own, and lz4 for those that
+# inherit Codec's (a whole decode, then a copy: zlib, bz2, lzma, max...).
+@pytest.mark.parametrize("codec_id", ["lz4", "zstd", "zstd-auto", "blosc:blosclz", "blosc:lz4",
+                                      "blosc:zlib", "blosc:zstd"])
 def test_decode_part_gives_exact_bytes(codec_id):
     """A part of a chunk (a prefix, a suffix, a middle, any offset) decodes
-    to exactly the bytes a full decode gives there, for every codec."""
+    to exactly the bytes a full decode gives there, for every way of
+    decoding part of a chunk."""
     codec = get_codec(codec_id)
     rng = np.random.default_rng(7)
     smooth = np.cumsum(rng.integers(-2, 3, size=300_000), dtype=np.int32)

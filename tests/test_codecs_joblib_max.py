@@ -103,15 +103,21 @@ def test_max_beats_every_other_codec_at_level_9(tmp_path):
     assert sizes["max"] == min(sizes.values()), sizes
 
 
+@pytest.fixture(scope="module")
+def max_encoded_raw():
+    """RAW as "max" encodes it: slow to make, so made once."""
+    return bytes(get_codec("max").encode(RAW, 8))
+
+
 @pytest.mark.parametrize("edit, match", [
     (lambda h: bytes([9]) + h[1:], "unknown method"),
     (lambda h: h[:1] + bytes([200]) + h[2:], "unknown method"),
     (lambda h: h[:3] + bytes([1]) + h[4:], "unknown method"),
     (lambda h: h[:4] + (123).to_bytes(8, "little"), "decompressed to 123 bytes"),
 ])
-def test_max_header_is_checked(edit, match):
+def test_max_header_is_checked(edit, match, max_encoded_raw):
     codec = get_codec("max")
-    encoded = bytes(codec.encode(RAW, 8))
+    encoded = max_encoded_raw
     head = edit(encoded[:max_codec.HEADER.size])
     with pytest.raises(CorruptFileError, match=match):
         codec.check_header(head, len(encoded), len(RAW))

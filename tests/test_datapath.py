@@ -7,7 +7,6 @@ import io
 import lzma
 import os
 import subprocess
-import sys
 import textwrap
 import threading
 
@@ -22,20 +21,12 @@ from cpersist.container import ContainerReader
 from cpersist.container.sources import (FileObjectSource, LocalFileSource, MemorySource,
                                         ShortReadError, SpooledSource, source_for)
 
+from . import _fresh
 from .conftest import assert_same
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
 
 
 def run_cli(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "cpersist", *map(str, args)],
-                          input=stdin, capture_output=True, env=_env(), timeout=120)
+    return _fresh.run_cli(*args, input=stdin, text=False, timeout=120)
 
 
 def sample():
@@ -256,8 +247,7 @@ _FSIZE_CHILD = textwrap.dedent("""
 
 def test_a_file_size_limit_names_the_target_and_leaves_no_temporary_file(tmp_path):
     target = tmp_path / "big.cp"
-    result = subprocess.run([sys.executable, "-c", _FSIZE_CHILD, str(target)],
-                            capture_output=True, text=True, env=_env(), timeout=120)
+    result = _fresh.run_code(_FSIZE_CHILD, target, timeout=120)
     assert result.returncode == 0, result.stderr
     import json
     error = json.loads(result.stdout)
@@ -308,8 +298,8 @@ def test_cli_convert_reads_standard_input(cp_bytes, tmp_path):
 def test_cli_reads_a_fifo(verb, cp_bytes, tmp_path):
     fifo = tmp_path / "pipe.cp"
     os.mkfifo(fifo)
-    child = subprocess.Popen([sys.executable, "-m", "cpersist", verb, str(fifo)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    child = _fresh.start_python("-m", "cpersist", verb, fifo, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
     with open(fifo, "wb") as out:
         out.write(cp_bytes)
     stdout, stderr = child.communicate(timeout=120)

@@ -9,28 +9,20 @@ Needs the ``docs`` extra (Sphinx and numpydoc).
 
 import os
 import re
-import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ._fresh import ROOT, run_code, run_python
+
 DOCS = os.path.join(ROOT, "docs")
 PAGES = ["index", "getting_started", "user_guide", "larger_than_memory", "joblib", "cloud", "cli",
          "safety", "format", "benchmarks", "benchmark_results", "api", "changelog"]
 
 
 def sphinx(builder, out):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-E",
-         "-b", builder, DOCS, str(out)],
-        capture_output=True, text=True, env=env, timeout=300,
-    )
+    return run_python("-m", "sphinx", "-W", "--keep-going", "-q", "-E", "-b", builder, DOCS, out)
 
 
 def test_sphinx_is_installed():
-    result = subprocess.run([sys.executable, "-c", "import sphinx, numpydoc"],
-                            capture_output=True, text=True)
+    result = run_code("import sphinx, numpydoc")
     assert result.returncode == 0, (
         "building the docs needs Sphinx and numpydoc: pip install -e '.[docs]'\n"
         + result.stderr
@@ -73,12 +65,7 @@ def test_a_failing_example_fails_the_build(tmp_path):
 
 
 def sphinx_dir(builder, src, out):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "-q", "-b", builder, str(src), str(out)],
-        capture_output=True, text=True, env=env, timeout=300,
-    )
+    return run_python("-m", "sphinx", "-W", "-q", "-b", builder, src, out)
 
 
 def test_readme(tmp_path):
@@ -102,8 +89,6 @@ def test_readme(tmp_path):
     # Its Python example runs.
     code = re.search(r"\.\. code-block:: python\n\n((?:   .*\n|\n)+)", readme).group(1)
     code = "\n".join(line[3:] for line in code.splitlines())
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = run_code(code, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "model.cp").is_file() and (tmp_path / "raw.cp").is_file()

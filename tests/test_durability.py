@@ -6,7 +6,6 @@ import glob
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -15,12 +14,17 @@ import pytest
 
 import cpersist
 
+from ._fresh import run_code, start_python
+
 KILLS = 30
+#: Items of the float64 array each killed dump writes (25 MB): enough for
+#: the kills to land at 15 points spread over the write.
+ITEMS = 3_125_000
 
 _CHILD = textwrap.dedent("""
     import sys, numpy as np, cpersist
-    path, compress = sys.argv[1], sys.argv[2]
-    big = {"v": "new", "a": np.arange(12_500_000, dtype=np.float64)}  # 100 MB
+    path, compress, N = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    big = {"v": "new", "a": np.arange(N, dtype=np.float64)}
     print("dumping", flush=True)
     cpersist.dump(big, path, compress=0 if compress == "0" else compress, n_threads=1)
     print("done", flush=True)
@@ -31,16 +35,15 @@ def _tmp_files(directory, name):
     return sorted(glob.glob(os.path.join(directory, f".{name}.*.cpersist-tmp")))
 
 
+@pytest.mark.slow
 def test_sigkill_during_dump_keeps_old_file(tmp_path):
     target = tmp_path / "model.cp"
     old = {"v": "old", "a": np.arange(1000)}
     cpersist.dump(old, target)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     modes = ["0", "zlib"]
     size = {}
     for mode in modes:  # the size of a complete file, to aim the kills
-        subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "cal.cp"), mode],
-                       env=env, check=True, capture_output=True, timeout=60)
+        run_code(_CHILD, tmp_path / "cal.cp", mode, ITEMS, check=True, timeout=60)
         size[mode] = os.path.getsize(tmp_path / "cal.cp")
         os.unlink(tmp_path / "cal.cp")
     mid_write = 0
@@ -49,8 +52,7 @@ def test_sigkill_during_dump_keeps_old_file(tmp_path):
         # Spread the kills over the dump: from the temporary file's creation
         # to just before its last bytes are written.
         aim = (i // 2) / (KILLS // 2) * 0.97 * size[compress]
-        child = subprocess.Popen([sys.executable, "-c", _CHILD, str(target), compress],
-                                 stdout=subprocess.PIPE, env=env)
+        child = start_python("-c", _CHILD, target, compress, ITEMS, stdout=subprocess.PIPE)
         with child:
             assert child.stdout.readline() == b"dumping\n"
             deadline = time.monotonic() + 30
@@ -76,7 +78,7 @@ def test_sigkill_during_dump_keeps_old_file(tmp_path):
                 os.unlink(leftovers[0])
         else:  # the kill came after the rename: the new object, complete
             assert b"done" in rest or not tmp_before
-            assert out["v"] == "new" and out["a"].shape == (12_500_000,)
+            assert out["v"] == "new" and out["a"].shape == (ITEMS,)
             assert not leftovers
             cpersist.dump(old, target)
     print(f"SIGKILL: {KILLS} kills, {mid_write} during the write")
@@ -151,11 +153,8 @@ _READER = textwrap.dedent("""
 def test_concurrent_writers_and_readers(tmp_path):
     target = tmp_path / "shared.cp"
     cpersist.dump({"writer": 0, "a": np.full(200_000, 0, dtype=np.int64)}, target)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, str(target), str(k), "40"],
-                                env=env) for k in (1, 2, 3)]
-    readers = [subprocess.Popen([sys.executable, "-c", _READER, str(target), "4"],
-                                env=env, stdout=subprocess.PIPE) for _ in range(2)]
+    writers = [start_python("-c", _WRITER, target, k, 40) for k in (1, 2, 3)]
+    readers = [start_python("-c", _READER, target, 4, stdout=subprocess.PIPE) for _ in range(2)]
     for proc in writers + readers:
         with proc:
             proc.wait(timeout=120)

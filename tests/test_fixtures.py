@@ -11,8 +11,6 @@ import os
 import re
 import shutil
 import struct
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -21,11 +19,11 @@ import pytest
 import cpersist
 from cpersist.container import FORMAT_MAJOR, FORMAT_MINOR, MAGIC
 
+from ._fresh import run_cli
 from .conftest import assert_same
 from .fixtures import objects
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 FIXTURES = os.path.join(HERE, "fixtures")
 #: Format versions whose fixtures must be present (every released one).
 RELEASED_FORMATS = ["2.0"]  # 2.1: test_the_format_written_now_has_its_fixtures
@@ -220,25 +218,18 @@ def test_convert(path, compress, tmp_path):
     assert_same(_expected(path), cpersist.load(out_path))
 
 
-def _cli(*args):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.run([sys.executable, "-m", "cpersist", *args], capture_output=True,
-                          text=True, env=env, timeout=300)
-
-
 def test_cli_info_and_verify():
     # one process for all files: each file's own report is checked
     assert FILES
-    info = _cli("info", "--json", *FILES)
+    info = run_cli("info", "--json", *FILES)
     assert info.returncode == 0, info.stderr
     reports = json.loads(info.stdout)
     assert [r["file"] for r in reports] == FILES
     for path, report in zip(FILES, reports):
         assert str(report["format"]) == _format_read(path), path
-    plain = _cli("info", *FILES)
+    plain = run_cli("info", *FILES)
     assert plain.returncode == 0, plain.stderr
-    verify = _cli("verify", *FILES)
+    verify = run_cli("verify", *FILES)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     lines = verify.stdout.splitlines()
     assert len(lines) == len(FILES)

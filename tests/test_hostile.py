@@ -12,7 +12,6 @@ import json
 import os
 import pickle
 import random
-import subprocess
 import sys
 import warnings
 
@@ -30,8 +29,7 @@ from cpersist.pickling.unpickler import SAFE_GLOBALS, ArrayUnpickler
 
 from . import _hostile
 from ._forge import container_bytes
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ._fresh import ROOT, run_python
 
 #: What a restricted load of each reproducer gives: the error, or None (loads).
 EXPECTED = {
@@ -380,7 +378,7 @@ def test_scan_and_unpickler_agree():
     from hypothesis import strategies as st
 
     @settings(max_examples=int(os.environ.get("CPERSIST_DIFF_EXAMPLES", "1500")),
-              deadline=None, suppress_health_check=list(HealthCheck))
+              suppress_health_check=list(HealthCheck))
     @given(st.lists(_pieces(), max_size=14), st.booleans(), st.binary(max_size=3))
     def agree(pieces, stop, noise):
         stream = b"".join(pieces) + (b"." if stop else noise)
@@ -458,9 +456,8 @@ def test_hostile_corpus_under_memory_limit(tmp_path):
         path.write_bytes(_file(stream))
         paths.append(str(path))
     readers = "load,loads,open-load,inspect,verify,arrays"
-    done = subprocess.run([sys.executable, "-m", "tests._hostile", "3072", readers,
-                           json.dumps(CORPUS_LIMITS), *paths],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = run_python("-m", "tests._hostile", "3072", readers, json.dumps(CORPUS_LIMITS), *paths,
+                      cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     results = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(results) == len(paths) * len(readers.split(","))

@@ -17,8 +17,6 @@ import json
 import os
 import shutil
 import struct
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -29,9 +27,8 @@ from cpersist.container import (EDITED, ENCODED, FLAGS_AT, TRAILER, ContainerRea
                                 ContainerWriter, checksum)
 from cpersist.container.layout import INDEX_EDITED, INDEX_UNEDITED
 
+from ._fresh import ROOT, run_code
 from .conftest import assert_same
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MiB = 1 << 20
 GiB = 1 << 30
 #: Every tool that reads a file a stranger sent.
@@ -119,10 +116,7 @@ def read_with_every_tool(path, budget, tools=TOOLS, timeout=120):
     """``{tool: {"outcome", "seconds", "peak"}}``: each tool run on ``path``
     in one subprocess whose address space may grow by ``budget`` bytes (and
     room for threads)."""
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    done = subprocess.run([sys.executable, "-c", _RUNNER, str(path), str(budget),
-                           ",".join(tools)], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    done = run_code(_RUNNER, path, budget, ",".join(tools), timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
 

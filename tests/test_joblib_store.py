@@ -10,8 +10,6 @@ joblib.
 import multiprocessing
 import os
 import pickle
-import subprocess
-import sys
 import time
 import warnings
 
@@ -24,9 +22,8 @@ from joblib._store_backends import CacheWarning
 import cpersist
 from cpersist.container import MAGIC
 
+from ._fresh import ROOT, run_code
 from .conftest import assert_same, random_array
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(autouse=True)
@@ -221,9 +218,7 @@ def test_memory_pickled_to_a_fresh_process_needs_no_registration(tmp_path):
         "assert type(func.store_backend).__name__ == 'CpersistStoreBackend'\n"
         "sys.stdout.buffer.write(func(7, 0.0).tobytes())\n"
     )
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    result = subprocess.run([sys.executable, "-c", script], input=pickle.dumps(func),
-                            capture_output=True, env=env, timeout=120, cwd=ROOT)
+    result = run_code(script, input=pickle.dumps(func), text=False, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout == expected.tobytes()
 
@@ -281,8 +276,7 @@ def test_two_processes_fill_the_same_entry(tmp_path, compress):
 
 def test_import_cpersist_does_not_import_joblib():
     script = "import sys, cpersist; print('joblib' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
+    result = run_code(script, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
 
@@ -297,8 +291,7 @@ def test_without_joblib_registering_names_the_install_command():
         "except ImportError as exc:\n"
         "    print(exc)\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
+    result = run_code(script, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "needs joblib" in result.stdout
     assert "pip install joblib" in result.stdout

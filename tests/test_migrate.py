@@ -5,8 +5,6 @@ import io
 import os
 import pickle
 import re
-import subprocess
-import sys
 
 import joblib
 import numpy as np
@@ -15,9 +13,8 @@ import pytest
 import cpersist
 from cpersist.tools import kinds
 
+from ._fresh import run_cli, run_code
 from .conftest import assert_same, make_matrix, random_array
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Estimator:
@@ -73,13 +70,6 @@ def label(compressor):
 def dump_joblib(obj, path, compressor):
     joblib.dump(obj, path, compress=(compressor, 3) if compressor else 0)
     return path
-
-
-def run_cli(*args):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.run([sys.executable, "-m", "cpersist", *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=120)
 
 
 def refusal_checked(exc_info, path, what):
@@ -268,9 +258,7 @@ def test_missing_joblib_is_named(tmp_path):
         "trust_pickles=True)\n"
         "except ImportError as exc:\n    print(exc)\n"
     )
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=env, timeout=60)
+    result = run_code(code, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "joblib file (zlib-compressed)" in result.stdout
     assert "pip install joblib" in result.stdout
@@ -304,13 +292,9 @@ def test_cli_pickle_from_standard_input(tmp_path):
     src = tmp_path / "model.pkl"
     src.write_bytes(pickle.dumps(obj, protocol=4))
     dst = tmp_path / "model.cp"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT
     with open(src, "rb") as stdin:
-        result = subprocess.run(
-            [sys.executable, "-m", "cpersist", "convert", "-", str(dst), "-c", "0",
-             "--trust-pickles"], stdin=stdin, capture_output=True, text=True, env=env,
-            timeout=120)
+        result = run_cli("convert", "-", dst, "-c", "0", "--trust-pickles", stdin=stdin,
+                         timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"- (pickle protocol 4) -> {dst}: ")
     assert_same(pickle.loads(src.read_bytes()), cpersist.load(dst))

@@ -3,7 +3,9 @@
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from . import _fresh
+
+ROOT = Path(_fresh.ROOT)
 
 
 def setup_commands():

@@ -23,6 +23,7 @@ from cpersist._runtime.remote import PART_SIZE
 from cpersist.container.sources.fsspec import END_BYTES, REQUEST_SIZE, FsspecSource
 from cpersist.container.sources.ranges import merge_ranges
 
+from ._fresh import fresh_env, run_cli, run_code, start_python
 from ._s3 import CREDENTIALS, s3_server  # noqa: F401 (a fixture)
 from .conftest import assert_same, assert_same_result
 
@@ -149,8 +150,7 @@ def test_url_without_fsspec_names_the_extra():
     code = ("import sys; sys.modules['fsspec'] = None; import cpersist\n"
             "try:\n    cpersist.load('s3://bucket/key.cp')\n"
             "except ImportError as exc:\n    print(exc)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+    out = run_code(code, check=True).stdout
     assert out.strip() == ("s3://bucket/key.cp: reading and writing URLs needs fsspec: "
                            "pip install 'cpersist[remote]'")
 
@@ -322,8 +322,7 @@ def test_s3_truncated_object_is_corrupt(s3_server):
 
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "cpersist", *args], capture_output=True,
-                          text=True, env=env, timeout=120)
+    return run_cli(*args, env=env or fresh_env(), timeout=120)
 
 
 def test_cli_on_s3_urls(s3_server):
@@ -363,10 +362,10 @@ def test_cli_bad_storage_option():
 def _without_aws_environment():
     """The environment of a process that knows no S3 credentials nor endpoint
     (and looks for none in files or on the network)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update({"AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
-                "AWS_EC2_METADATA_DISABLED": "true", "PYTHONPATH": os.pathsep.join(sys.path)})
-    return env
+    variables = {k: None for k in os.environ if k.startswith("AWS_")}
+    variables.update(AWS_CONFIG_FILE="/nonexistent", AWS_SHARED_CREDENTIALS_FILE="/nonexistent",
+                     AWS_EC2_METADATA_DISABLED="true")
+    return fresh_env(**variables)
 
 
 def _with_credentials(s3_server):
@@ -503,15 +502,13 @@ def test_s3_lazy_array_carries_url_options_and_identity(s3_server, tmp_path):
         lazy = pickle.load(open({str(tmp_path / 'lazy.pkl')!r}, 'rb'))
         np.save(sys.stdout.buffer, lazy[2999:5:-7, ::3])
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                          env=_without_aws_environment(), timeout=120)
+    done = run_code(code, text=False, env=_without_aws_environment(), timeout=120)
     assert done.returncode == 0, done.stderr.decode()
     assert_same_result(w[2999:5:-7, ::3], np.load(io.BytesIO(done.stdout)))
     # The same process without the credentials in the options cannot.
     bare = {k: v for k, v in options.items() if k not in ("key", "secret")}
     code = f"import cpersist; cpersist.load({url!r}, storage_options={bare!r})"
-    refused = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             env=_without_aws_environment(), timeout=120)
+    refused = run_code(code, env=_without_aws_environment(), timeout=120)
     assert refused.returncode == 1 and "Unable to locate credentials" in refused.stderr
     # The object replaced: reading the pickled array refuses the new one.
     cpersist.dump({"w": w[::-1]}, url, compress=3, chunk_size=1 << 16, storage_options=options)
@@ -729,10 +726,9 @@ def test_http_full_load_is_one_request_per_section(s3_server, large_object):
 def test_http_server_without_range_requests(tmp_path):
     # Python's http.server ignores Range headers: every answer is the whole file.
     cpersist.dump({"a": np.arange(100_000)}, tmp_path / "x.cp")  # 800 kB: read by ranges
-    server = subprocess.Popen(
-        [sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1",
-         "--directory", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        text=True)
+    server = start_python("-u", "-m", "http.server", "0", "--bind", "127.0.0.1",
+                          "--directory", tmp_path, stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True)
     try:
         line = server.stdout.readline()  # "Serving HTTP on 127.0.0.1 port N ..."
         port = int(line.split(" port ")[1].split()[0])

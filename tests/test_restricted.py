@@ -10,7 +10,6 @@ import copyreg
 import fractions
 import io
 import pickle
-import subprocess
 import sys
 import textwrap
 import time
@@ -23,6 +22,7 @@ from ._forge import Point, call, proto, s, stack_global, write_container
 import cpersist
 from cpersist.pickler import stored_array
 from cpersist.pickling.unpickler import SAFE_GLOBALS, SAFE_SUBSTITUTES
+from ._fresh import run_code
 from .conftest import assert_same
 
 
@@ -121,8 +121,7 @@ def catalog(tmp_path_factory):
             except Exception:
                 pass
     """)
-    subprocess.run([sys.executable, "-c", script] + [str(f) for _, f in files.values()],
-                   check=True, capture_output=True, timeout=60)
+    run_code(script, *(f for _, f in files.values()), check=True, timeout=60)
     deadline = time.monotonic() + 10  # subprocess.Popen's child may lag
     for name, (i, _) in files.items():
         proof = root / f"proof{i}"

@@ -8,7 +8,6 @@ import pathlib
 import shutil
 import socket
 import subprocess
-import sys
 import textwrap
 import threading
 import warnings
@@ -20,10 +19,10 @@ import cpersist
 from cpersist.container import EDITED, FLAGS_AT, MAGIC, ContainerReader
 
 from ._forge import split
+from ._fresh import ROOT, run_cli, start_python
 from .conftest import assert_same, pipe_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 FIXTURES = os.path.join(HERE, "fixtures")
 
 
@@ -85,9 +84,7 @@ def test_dumps_from_a_subprocess_pipe():
         sys.stdout.buffer.write(b"the end")
         sys.stdout.buffer.flush()
     """)
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, cwd=ROOT,
-                          env=env) as proc:
+    with start_python("-c", code, stdout=subprocess.PIPE, cwd=ROOT) as proc:
         load_dumps(proc.stdout, b"--")
         assert proc.stdout.read() == b"the end"
     assert proc.returncode == 0
@@ -252,13 +249,11 @@ def test_r_plus_edit_then_plain_load_verify_and_reseal(version, tmp_path):
     section = [a["section"] for a in cpersist.inspect(path)["arrays"]
                if a["shape"] == expected[key].shape]
     assert report["unchecked"] == section
-    cli = subprocess.run([sys.executable, "-m", "cpersist", "verify", str(path)],
-                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    cli = run_cli("verify", path)
     assert cli.returncode == 0, cli.stderr
     assert f"raw array sections {section[0]} were changed through a writable map" in cli.stdout
     assert "--reseal" in cli.stdout
-    cli = subprocess.run([sys.executable, "-m", "cpersist", "verify", "--reseal", str(path)],
-                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    cli = run_cli("verify", "--reseal", path)
     assert cli.returncode == 0, cli.stderr
     assert "resealed" in cli.stdout
     assert _flags(path) == 0

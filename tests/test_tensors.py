@@ -270,7 +270,7 @@ def _index(ndim):
     return st.lists(item, min_size=0, max_size=ndim).map(tuple)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(key=st.sampled_from(["0.weight", "0.weight_t", "part", "f32", "flat"]),
        index=_index(3), ellipsis=st.booleans())
 def test_lazy_slices_equal_torch_indexing(lazy_file, key, index, ellipsis):

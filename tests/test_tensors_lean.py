@@ -2,19 +2,16 @@
 a load rebuilds one; where CI runs, torch must be there."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ._fresh import ROOT, run_code
 
 
 def _modules_after(code):
     probe = "import sys; print('MODULES:', *sorted(m for m in sys.modules if m == 'torch' " \
             "or m.startswith(('torch.', 'cpersist.pickling.tensors', 'ml_dtypes'))))"
-    out = subprocess.run([sys.executable, "-c", f"{code}\n{probe}"], capture_output=True,
-                         text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+    out = run_code(f"{code}\n{probe}", timeout=120)
     assert out.returncode == 0, out.stderr
     return set(out.stdout.split("MODULES:")[-1].split())
 

@@ -4,8 +4,6 @@ way gives back the same bytes or the same error."""
 import gzip
 import io
 import os
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -20,6 +18,7 @@ from cpersist._runtime.files import local_fd
 from cpersist.codecs import get_codec
 from cpersist.container import VERBATIM, ContainerReader
 
+from ._fresh import run_code
 from .conftest import assert_same
 from .test_codecs import smooth_map
 
@@ -195,11 +194,6 @@ def test_a_failure_stops_the_other_threads(tmp_path, monkeypatch):
 def test_the_thread_pool_imports_no_thread_pool_module(tmp_path):
     """``import cpersist``, one-threaded work and the pool's threads leave
     concurrent.futures (and the logging it imports) unimported."""
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path = tmp_path / "a.cp"
     code = (
         "import sys, numpy as np, cpersist\n"
@@ -212,8 +206,7 @@ def test_the_thread_pool_imports_no_thread_pool_module(tmp_path):
         "seen.append('concurrent.futures' in sys.modules)\n"
         "print(seen)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=root), timeout=120)
+    out = run_code(code, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["[False,", "False,", "False]"]
 
@@ -319,7 +312,7 @@ def test_a_forked_child_has_its_own_pool_and_locks(tmp_path):
     path, child_path = tmp_path / "parent.cp", tmp_path / "child.cp"
     script = textwrap.dedent(f"""
         import os, pickle, signal, sys, threading, numpy as np, cpersist
-        from cpersist.lazy.array import openfile as _openfile
+        from cpersist.lazy import openfile as _openfile
         from cpersist._runtime.threads import get_pool
         from cpersist.codecs import registry
         from cpersist.container.buffers import READ_BUFFERS
@@ -357,5 +350,5 @@ def test_a_forked_child_has_its_own_pool_and_locks(tmp_path):
         _, status = os.waitpid(pid, 0)
         sys.exit(os.waitstatus_to_exitcode(status))
     """)
-    done = subprocess.run([sys.executable, "-c", script], timeout=120)
+    done = run_code(script, timeout=120)
     assert done.returncode == 0

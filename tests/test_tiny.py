@@ -4,8 +4,6 @@ bytes, and every reader path takes it like any other dump."""
 import io
 import json
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,6 +13,7 @@ import cpersist
 from cpersist.container.tiny import MAX_STREAM, TINY_MAGIC, tiny_dump, tiny_stream
 from cpersist.container.tiny_dictionary import DICTIONARY, DICTIONARY_CHECKSUM
 
+from ._fresh import run_cli
 from .conftest import assert_same, pipe_bytes
 
 
@@ -152,12 +151,10 @@ def test_info_verify_convert_and_the_cli(tmp_path):
     cpersist.convert(path, out, "zstd")
     assert not out.read_bytes().startswith(TINY_MAGIC)
     assert_same(_volume(), cpersist.load(out))
-    run = subprocess.run([sys.executable, "-m", "cpersist", "info", "--json", str(path)],
-                         capture_output=True, text=True, timeout=120)
+    run = run_cli("info", "--json", path, timeout=120)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["layout"] == "tiny"
-    run = subprocess.run([sys.executable, "-m", "cpersist", "info", str(path)],
-                         capture_output=True, text=True, timeout=120)
+    run = run_cli("info", path, timeout=120)
     assert "tiny dump of" in run.stdout
 
 

@@ -3,8 +3,6 @@
 import io
 import os
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,7 +10,8 @@ import pytest
 import cpersist
 from cpersist.codecs import parse_compress
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ._fresh import ROOT, run_cli
+
 OBJ = {"w": np.arange(1000.0)}
 
 
@@ -119,9 +118,7 @@ def test_one_spelling_of_compress_everywhere(tmp_path):
     for bad in ("zstd:22", ("zstd", 22), 12):
         with pytest.raises(ValueError, match="level (22|12) is out of range; levels are 1-9"):
             parse_compress(bad)
-    cli = subprocess.run([sys.executable, "-m", "cpersist", "convert", str(tmp_path / "a.cp"),
-                          str(tmp_path / "b.cp"), "-c", "zstd:22"], capture_output=True, text=True,
-                         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    cli = run_cli("convert", tmp_path / "a.cp", tmp_path / "b.cp", "-c", "zstd:22", cwd=ROOT)
     assert cli.returncode == 2
     assert "'zstd:22': level 22 is out of range; levels are 1-9" in cli.stderr
     assert not (tmp_path / "b.cp").exists()

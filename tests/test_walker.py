@@ -171,7 +171,7 @@ def test_build_on_a_literal_changes_nothing_shared():
         assert walked.error is None and walked.top == 1
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.binary(max_size=200))
 def test_walk_never_raises(data):
     walked = walk(b"\x80\x04" + data)
@@ -302,7 +302,7 @@ def _first_array(obj):
     return np.zeros(2)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(tree=_TREES, protocol=st.sampled_from([2, 3, 4, 5]))
 def test_listing_and_walk_agree_with_the_object_and_pickletools(tmp_path_factory, tree,
                                                                 protocol):
@@ -349,7 +349,7 @@ def _recorded(path):
         return _recorded_paths(ContainerReader(file, str(path)))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(tree=_TREES, protocol=st.sampled_from([2, 3, 4, 5]))
 def test_paths_recorded_at_dump_are_the_walk_s(tmp_path_factory, tree, protocol):
     """The paths a dump records in the index (found on the object) are those
@@ -418,7 +418,7 @@ def test_forged_recorded_paths_fall_back_to_the_walk(tmp_path, edit):
         assert list(f.arrays) == [f"obj[{k!r}]" for k in obj]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.binary(max_size=300))
 def test_walk_decodes_any_bytes_as_its_reference(data):
     _same_walk(data)
