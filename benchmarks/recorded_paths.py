@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 import cpersist
-from cpersist import api
+from cpersist.pickling import write
 from cpersist.handle import _recorded_paths
 from cpersist.tools.table import format_table
 
@@ -43,7 +43,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     n = args.arrays
     obj = {f"layer{i}": {"w": np.full(4, i, dtype=np.float32)} for i in range(n)}
-    ways = {"recorded": api.RECORD_PATHS_FROM, "walked": 10**9}
+    ways = {"recorded": write.RECORD_PATHS_FROM, "walked": 10**9}
     times = {way: {"dump": [], "listing": []} for way in ways}
     sizes = {}
     with tempfile.TemporaryDirectory() as directory:
@@ -53,15 +53,15 @@ def main(argv=None):
             with cpersist.open(path) as handle:
                 assert len(handle.arrays) == n
 
-        default = api.RECORD_PATHS_FROM
+        default = write.RECORD_PATHS_FROM
         try:
             for _ in range(args.repeat):
                 for way, threshold in ways.items():
-                    api.RECORD_PATHS_FROM = threshold
+                    write.RECORD_PATHS_FROM = threshold
                     times[way]["dump"].append(_time(lambda: cpersist.dump(obj, paths[way])))
                     times[way]["listing"].append(_time(lambda: listing(paths[way])))
         finally:
-            api.RECORD_PATHS_FROM = default
+            write.RECORD_PATHS_FROM = default
         for way, path in paths.items():
             sizes[way] = os.path.getsize(path)
             with cpersist.open(path) as handle:

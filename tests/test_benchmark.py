@@ -620,7 +620,10 @@ def test_interrupt_keeps_rows_and_resume_completes(tmp_path):
            "--datasets", "atlas_c,timeseries", "--methods", "cpersist*,np.save,joblib",
            "--levels", "1,3", "--no-plots", "--no-progress", "--import-runs", "0"]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # A test run started in the background by a shell inherits SIGINT
+    # ignored, and Python then keeps ignoring it: Ctrl-C is restored here.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if csv_path.exists() and len(_read(csv_path)) >= 3:
