@@ -19,7 +19,8 @@ import threading
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ._fresh import ROOT
+
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 

@@ -14,7 +14,7 @@ from cpersist.benchmarks.cli import main
 from cpersist.benchmarks.figures import bar_figure, plot_storage
 from cpersist.benchmarks.report import KEPT_RAW_NOTE, format_recommendations, format_table
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ._fresh import ROOT
 
 
 def _read(path):

@@ -9,6 +9,8 @@ import csv
 import json
 import os
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -19,6 +21,8 @@ from cpersist.benchmarks import datasets as ds
 from cpersist.benchmarks import methods as mt
 from cpersist.benchmarks.compare import first_difference, touch
 from cpersist.benchmarks.runner import StorageConfig, measure_cell
+
+from ._fresh import run_python, start_python
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -610,20 +614,17 @@ def test_bar_legend_does_not_cover_bars():
 
 def test_interrupt_keeps_rows_and_resume_completes(tmp_path):
     import signal
-    import subprocess
-    import sys
     import time
 
     out = tmp_path / "run"
     csv_path = out / "results.csv"
-    cmd = [sys.executable, "-m", "cpersist.benchmarks", "--out", str(out), "--size", "tiny",
-           "--datasets", "atlas_c,timeseries", "--methods", "cpersist*,np.save,joblib",
-           "--levels", "1,3", "--no-plots", "--no-progress", "--import-runs", "0"]
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    args = ["-m", "cpersist.benchmarks", "--out", str(out), "--size", "tiny",
+            "--datasets", "atlas_c,timeseries", "--methods", "cpersist*,np.save,joblib",
+            "--levels", "1,3", "--no-plots", "--no-progress", "--import-runs", "0"]
     # A test run started in the background by a shell inherits SIGINT
     # ignored, and Python then keeps ignoring it: Ctrl-C is restored here.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = start_python(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if csv_path.exists() and len(_read(csv_path)) >= 3:
@@ -639,7 +640,7 @@ def test_interrupt_keeps_rows_and_resume_completes(tmp_path):
     assert len(kept) >= 3 and all(r["status"] == "ok" for r in kept)
     assert not (out / "_work").exists()
 
-    done = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, env=env, timeout=300)
+    done = run_python(*args, "--resume")
     assert done.returncode == 0, done.stderr
     rows = _read(csv_path)
     keys = [(r["dataset"], r["method"], r["level"]) for r in rows]

@@ -2,10 +2,7 @@
 before, and whatever was imported since it was made, it writes the bytes a
 new pickler writes."""
 
-import os
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,9 +10,9 @@ import pytest
 import cpersist
 from cpersist import inmemory
 
-torch = pytest.importorskip("torch")
+from ._fresh import run_code
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+torch = pytest.importorskip("torch")
 
 
 class _ReducesToArray:
@@ -84,9 +81,7 @@ def test_a_pickler_made_before_torch_was_imported_stores_tensors():
             "assert kept == cpersist.dumps(t)\n"
             "assert b'torch' not in kept\n"
             "assert cpersist.loads(kept, trusted=False)['t'].tolist() == list(range(6))\n")
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    run_code(code, check=True)
 
 
 def test_dumps_and_loads_frame_as_compact_dump_and_compact_stream(monkeypatch):
