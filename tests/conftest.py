@@ -443,6 +443,14 @@ def dask_client():
     cluster.close()
 
 
+def pytest_collection_modifyitems(items):
+    """Every test reading the quick benchmark run is ``slow``: the run
+    itself takes minutes, charged to the first of them."""
+    for item in items:
+        if "quick_bench" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def quick_bench(tmp_path_factory):
     """``(exit code, output folder)`` of one quick run of the bundled

@@ -209,6 +209,7 @@ def _make_user_files(d):
     return paths, vol
 
 
+@pytest.mark.slow
 def test_user_files_each_type(tmp_path):
     paths, vol = _make_user_files(tmp_path)
     out = tmp_path / "out"
@@ -364,6 +365,7 @@ def test_cli_errors_and_list(tmp_path, capsys):
         main(["--out", str(tmp_path), str(tmp_path / "missing.npy")])
 
 
+@pytest.mark.slow
 def test_several_thread_counts_side_by_side(tmp_path, capsys):
     """--threads 1,2: every cpersist method once per count, in one run."""
     names = [m.name for m in mt.all_methods([1, 2])]
@@ -612,6 +614,7 @@ def test_bar_legend_does_not_cover_bars():
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_interrupt_keeps_rows_and_resume_completes(tmp_path):
     import signal
     import time
