@@ -65,7 +65,7 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
             arr = _view(reader, section, verify).view(dtype).reshape(shape, order=order)
         elif index in ahead_of:
             if not ahead:
-                ahead.update(_decode_ahead(reader, read_ahead, verify, n_threads))
+                ahead.update(_read_ahead(reader, read_ahead, verify, n_threads))
             arr = ahead.pop(index)
             if isinstance(arr, BaseException):
                 if isinstance(arr, CorruptFileError):
@@ -125,11 +125,13 @@ def _read_array(reader, index, dtype, shape, order, verify, n_threads, pickled):
     return arr
 
 
-def _decode_ahead(reader, indices, verify, n_threads):
-    """``{index: array}`` of the compressed array sections ``indices``, each
-    read and decoded by one of ``n_threads`` threads. A section that fails
-    maps to its exception, raised only if the pickle stream asks for it, as
-    it would be read one by one."""
+def _read_ahead(reader, indices, verify, n_threads):
+    """``{index: array}`` of the array sections ``indices`` (compressed, or
+    raw and copied into memory), each read, checked and decoded by one of
+    ``n_threads`` threads. A section that fails maps to its exception,
+    raised only if the pickle stream asks for it, as it would be read one by
+    one. Zero-size arrays are left out: the caller makes them without
+    reading."""
     done = {}
 
     def task(claims):
@@ -137,10 +139,8 @@ def _decode_ahead(reader, indices, verify, n_threads):
             index = indices[k]
             try:
                 dtype, shape, order, nbytes = array_layout(reader, reader.sections[index])
-                if nbytes == 0:
-                    done[index] = _allocate(reader, index, dtype, shape, order)[0]
-                    continue
-                done[index] = _read_array(reader, index, dtype, shape, order, verify, 1, None)
+                if nbytes:
+                    done[index] = _read_array(reader, index, dtype, shape, order, verify, 1, None)
             except Exception as exc:  # noqa: BLE001 - raised where the stream asks for it
                 done[index] = exc
 
