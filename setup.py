@@ -30,7 +30,8 @@ S3_TEST = ["moto[server]>=5.2.5", "s3fs>=2026.9.0", "aiobotocore>=3.10.0,<3.11",
 TORCH = ["torch>=2.1,<3", "safetensors>=0.4"]
 # The test suite runs the benchmark in quick mode, builds the docs and runs
 # lazy arrays on dask, so the test extra pulls in all of their dependencies.
-TEST = ["pytest>=7", "hypothesis>=6"] + S3_TEST + BENCH + DOCS + DASK + REMOTE
+# pytest-xdist: the README's test command runs the suite on every core.
+TEST = ["pytest>=7", "pytest-xdist>=3.5", "hypothesis>=6"] + S3_TEST + BENCH + DOCS + DASK + REMOTE
 
 setup(
     name="cpersist",

@@ -441,23 +441,3 @@ def dask_client():
     yield client
     client.close()
     cluster.close()
-
-
-def pytest_collection_modifyitems(items):
-    """Every test reading the quick benchmark run is ``slow``: the run
-    itself takes minutes, charged to the first of them."""
-    for item in items:
-        if "quick_bench" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.slow)
-
-
-@pytest.fixture(scope="session")
-def quick_bench(tmp_path_factory):
-    """``(exit code, output folder)`` of one quick run of the bundled
-    benchmark, every suite: the benchmark's own tests and the publishing
-    tests read the same run."""
-    from cpersist.benchmarks import main
-
-    out = tmp_path_factory.mktemp("bench_quick")
-    rc = main(["--quick", "--suite", "all", "--out", str(out), "--no-progress"])
-    return rc, out

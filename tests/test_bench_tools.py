@@ -4,13 +4,13 @@ They publish results (``publish.py``), compute the performance targets
 (``targets.py``), judge the suites' ratios against their bounds
 (``bounds.py``), measure thread speed-ups beside controls
 (``threads.py``) and the cost of recorded array paths
-(``recorded_paths.py``). CI runs them from the repository root, which is where
+(``recorded_paths.py``); those reading the quick benchmark run are in
+test_bench_quick_run.py. CI runs them from the repository root, which is where
 ``benchmarks`` is importable from.
 """
 
 import csv
 import gc
-import json
 import os
 import pickle
 import sys
@@ -26,117 +26,15 @@ if ROOT not in sys.path:
 
 from benchmarks import bounds, publish, recorded_paths, targets, threads  # noqa: E402
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
 
 def _read(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
 
 
-@pytest.fixture(scope="module")
-def quick_run(quick_bench):
-    """The session's quick run of every suite (the published page's datasets among them)."""
-    rc, out = quick_bench
-    assert rc == 0
-    return out
-
-
 # ---------------------------------------------------------------------------
 # publish.py
 # ---------------------------------------------------------------------------
-
-
-def test_publish_redraws_figures_and_summary(quick_run, tmp_path):
-    """benchmarks/publish.py redraws figures and the summary from a run's CSVs."""
-    import shutil
-
-    out = quick_run
-    run = tmp_path / "run"
-    run.mkdir()
-    # Two datasets are enough to exercise it (drawing all of them is slow).
-    rows = [r for r in _read(out / "results.csv") if r["dataset"] in ("atlas_c", "text")]
-    with open(run / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    shutil.copy(out / "serializers.csv", run / "serializers.csv")
-    mod = publish
-    assert mod.main([str(run), "--no-publish"]) == 0
-    for name in ("atlas_c_disk.png", "text_read.png", "atlas_c_pareto.png", "serializers.png"):
-        assert (run / name).read_bytes()[:8] == PNG_MAGIC
-    summary = (run / "summary.rst").read_text()
-    assert "atlas_c" in summary and "np.save" in summary and "cpersist" in summary
-
-
-def test_publish_writes_page_figures_and_readme_table(quick_run, tmp_path):
-    """One page with the machine, command and date in its header, the
-    figures it shows, and README's table between its delimiters only."""
-    machine = json.loads((quick_run / "machine.json").read_text())
-    readme = tmp_path / "README.rst"
-    readme.write_text("Title\n=====\n\nprose before\n\n.. results table start\n\nold table\n\n"
-                      ".. results table end\n\nprose after\n")
-    static = tmp_path / "static"
-    static.mkdir()
-    (static / "stale.png").write_bytes(PNG_MAGIC)
-    page = tmp_path / "benchmark_results.rst"
-    figures = publish.publish(str(quick_run), page=str(page), static=str(static),
-                              readme=str(readme))
-    text = page.read_text()
-    assert text.startswith(publish.GENERATED)
-    # The command as a user would type it: no output folder, no terminal options.
-    command = publish._command(machine)
-    assert command == "python -m cpersist.benchmarks --quick --suite all"
-    assert f":Command: ``{command}``" in text and "--out" in machine["command"]
-    assert machine["cpu"] in text and f"{machine['cpu_count']} logical cores" in text
-    assert machine["date_utc"] in text and machine["started_utc"] in text
-    assert f"numpy {machine['versions']['numpy']}" in text and ":RAM:" in text and ":OS:" in text
-    assert ":Load average:" in text and len(machine["load_average_start"]) == 3
-    for section in ("Start-up", "Codecs", "Methods compared", "Serializers", "Lazy access",
-                    "Object storage"):
-        assert f"\n{section}\n" in text
-    # The lazy and remote suites' comparisons as ratios, without the maintainers' bounds.
-    assert "speed-up over 1 thread" in text and "cpersist.load speed / zarr v3 (FsspecStore)" in text
-    assert ">= 1.5" not in text and ">= 0.8" not in text and "Bound" not in text
-    assert "  Met  " not in text
-    import docutils.core
-    import docutils.utils
-
-    # Those sections are valid RST (the rest uses Sphinx's roles, unknown to docutils).
-    docutils.core.publish_doctree(text[text.index("Lazy access\n"):], settings_overrides={
-        "report_level": docutils.utils.Reporter.ERROR_LEVEL, "halt_level":
-        docutils.utils.Reporter.ERROR_LEVEL})
-    assert "``python -c 'import numpy; import cpersist'``" in text
-    assert "**atlas_c**" in text and "**random_forest**" in text
-    # Figures: the page's, and nothing left from an earlier run.
-    assert not (static / "stale.png").exists()
-    assert "atlas_c_write.png" in figures and "serializers.png" in figures
-    assert sorted(p.name for p in static.iterdir()) == sorted(figures)
-    for name in figures:
-        assert f"/_static/bench/{name}" in text
-        assert (static / name).read_bytes()[:8] == PNG_MAGIC
-    # README: prose kept, the old table replaced by the run's atlas_c rows.
-    new = readme.read_text()
-    assert new.startswith("Title\n=====\n\nprose before\n\n.. results table start\n")
-    assert new.endswith(".. results table end\n\nprose after\n") and "old table" not in new
-    assert "``np.save``" in new and "``cpersist``" in new and "``joblib``" in new
-    assert command in new and "docs/benchmark_results.rst" in new
-    assert "--out" not in new and machine["date_utc"][:10] not in new
-    # Publishing again changes nothing (the delimiters survive).
-    publish.publish(str(quick_run), page=str(page), static=str(static), readme=str(readme))
-    assert readme.read_text() == new
-
-
-def test_publish_refuses_readme_without_delimiters_and_unknown_datasets(quick_run, tmp_path):
-    readme = tmp_path / "README.rst"
-    readme.write_text("no delimiters here\n")
-    with pytest.raises(ValueError, match="results table start"):
-        publish.publish(str(quick_run), page=str(tmp_path / "p.rst"), static=str(tmp_path / "s"),
-                        readme=str(readme))
-    assert readme.read_text() == "no delimiters here\n"
-    with pytest.raises(ValueError, match="datasets not in this run: nope"):
-        publish.publish(str(quick_run), datasets=["nope"], page=str(tmp_path / "p.rst"),
-                        static=str(tmp_path / "s"), readme=None)
 
 
 def test_repository_readme_has_the_generated_block():
@@ -460,49 +358,6 @@ def test_recorded_paths_compares_a_dump_with_paths_and_without(capsys):
     assert set(result["times"]) == {"recorded", "walked"}
     assert all(t > 0 for way in result["times"].values() for t in way.values())
     assert "recording: dump x" in capsys.readouterr().out
-
-
-def test_bounds_judge_every_keyed_ratio_of_a_run(quick_run, capsys):
-    """The installed suites write ratios with keys; the lab's bounds give each
-    keyed ratio its bound and verdict, and print met or missed for each."""
-    judged = {name: {r["target"]: r for r in bounds.judge(_read(quick_run / name))}
-              for name in bounds.RATIO_FILES}
-    for rows in judged.values():
-        for r in rows.values():
-            assert (r["bound"] != "") == (r["key"] != ""), r
-            if r["bound"] and r["status"] == "ok":
-                op, limit = r["bound"].split()
-                ratio = float(r["ratio"])
-                assert r["met"] == ("yes" if (ratio <= float(limit) if op == "<=" else
-                                              ratio >= float(limit)) else "no"), r
-    dask = {t.split(": ", 1)[1]: r["bound"] for t, r in judged["lazy.csv"].items()
-            if t.startswith("dask")}
-    assert dask == {"time / zarr v3": "<= 1.25", "speed-up over 1 thread": ">= 1.5"}
-    slices = {t.split(": ", 1)[1]: r["bound"] for t, r in judged["lazy.csv"].items()
-              if t.startswith("1%")}
-    assert slices["time / full load"] == "<= 0.05" and slices["time / blosc2.open()[slice]"] == "<= 1"
-    remote = list(judged["remote_targets.csv"].values())
-    assert [r["bound"] for r in remote] == [">= 0.8", ">= 0.8", "<= 1"]
-    coldstart = {t: r["bound"] for t, r in judged["coldstart.csv"].items()}
-    assert coldstart["one-shot script (import, dump, load), compress=3: time / joblib's"] == "<= 0.5"
-    assert coldstart["first compress=3 load of a 48 MB array in a process: time / the second's"] == "<= 1.3"
-    assert coldstart["dumps of 'people': time / pickle.dumps (protocol 5)"] == "<= 3"
-    assert coldstart["loads of 'people': time / pickle.loads (protocol 5)"] == "<= 2"
-    assert judged["coldstart.csv"]["dumps of 'people': bytes beyond pickle's / 128"]["met"] == "yes"
-    if judged["checkpoints.csv"]:
-        ckpt = {t: r for t, r in judged["checkpoints.csv"].items()}
-        f32 = {t.split(": ", 1)[1]: r["bound"] for t, r in ckpt.items() if t.startswith("float32")}
-        assert f32["dump speed / torch.save"] == ">= 1.2" and f32["compress=3 ratio"] == ""
-        assert f32["trusted=False load time / trusted"] == "<= 1.1"
-        bf16 = {t.split(": ", 1)[1]: r for t, r in ckpt.items() if t.startswith("bfloat16")}
-        assert bf16["compress=3 ratio"]["bound"] == ">= 1.3" and bf16["compress=3 ratio"]["met"] == "yes"
-    rc = bounds.main([str(quick_run)])
-    printed = capsys.readouterr().out
-    missed = sum(r["met"] == "no" for rows in judged.values() for r in rows.values())
-    assert rc == (1 if missed else 0)
-    assert printed.count("lazy.csv") == 1 and "coldstart.csv" in printed
-    assert printed.rstrip().endswith(f"{missed} target(s) missed" if missed else
-                                     "every target with a bound met")
 
 
 def test_bounds_apply_at_the_sizes_they_are_made_for(tmp_path):

@@ -209,7 +209,7 @@ def test_cpersist_input_reports_its_format(tmp_path):
     (b"(dp0\nS'a'\np1\nI1\ns.", "a pickle of protocol 0 or 1 is not recognised"),
     (b"\x1f\x8b\x08\x00garbage", "starts like a gzip-compressed file, but does not "
                                   "decompress to a pickle stream"),
-    (b"x\x9c" + os.urandom(64), "starts like a zlib-compressed file"),
+    (b"x\x9c" + bytes(range(7, 71)), "starts like a zlib-compressed file"),
 ])
 def test_unknown_input_is_named(tmp_path, content, expected):
     src = tmp_path / "mystery.bin"

@@ -491,7 +491,7 @@ def test_real_sklearn_estimator(rt):
 @pytest.mark.parametrize("obj", [
     None, 0, "text", b"", [], {}, {"a": [1, 2, {"b": (3, None)}]}, Point("p", [1, 2]),
     np.float32(1.5), np.dtype("<U3"),
-], ids=repr)
+], ids=lambda obj: "Point" if isinstance(obj, Point) else repr(obj))
 def test_objects_without_arrays(obj, compress, rt):
     assert_same(obj, rt(obj, compress=compress))
 
