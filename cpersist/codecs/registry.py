@@ -369,24 +369,3 @@ def parse_compress(compress):
                 raise _compress_error(given) from None
             return codec if level else None
     raise _compress_error(given)
-    if isinstance(compress, str):
-        try:
-            # "max" searches for the smallest chunk, whatever the level;
-            # level 9 only makes a small saving count (see codecs.max).
-            return get_codec(compress, 9 if compress == "max" else DEFAULT_LEVEL)
-        except UnknownCodecError:
-            raise _compress_error(compress) from None
-    if isinstance(compress, tuple) and len(compress) == 2:
-        name, level = compress
-        if (
-            isinstance(name, str)
-            and isinstance(level, int)
-            and not isinstance(level, bool)
-            and (level == 0 or level in LEVELS)
-        ):
-            try:
-                codec = get_codec(name, level or DEFAULT_LEVEL)
-            except UnknownCodecError:
-                raise _compress_error(compress) from None
-            return codec if level else None
-    raise _compress_error(compress)
