@@ -149,7 +149,7 @@ class _KeptPickler:
         self.clear_memo = self.pickler.clear_memo
         self.busy = False
 
-    def _defer(self, arr):
+    def _defer(self, arr, favour_speed=False):  # raw: nothing to favour
         self.arrays.append(arr)
         return len(self.arrays) - 1
 

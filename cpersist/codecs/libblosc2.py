@@ -37,7 +37,7 @@ MAX_OVERHEAD = 32
 
 #: ``blosc2.h`` codes of the inner compressors and filters cpersist writes.
 CODECS = {"blosclz": 0, "lz4": 1, "zlib": 4, "zstd": 5}
-NOFILTER, SHUFFLE, DELTA, BYTEDELTA = 0, 1, 3, 35
+NOFILTER, SHUFFLE, BITSHUFFLE, DELTA, BYTEDELTA = 0, 1, 2, 3, 35
 #: ``BLOSC_AUTO_SPLIT``: python-blosc2's default, so the same chunks.
 _AUTO_SPLIT = 3
 

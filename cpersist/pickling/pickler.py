@@ -39,8 +39,10 @@ class ArrayPickler(pickle.Pickler):
         Receives the pickle stream (without the arrays' bytes).
     protocol : int
     store : callable
-        ``store(arr) -> int``: writes a plain ``np.ndarray`` (C-, F- or
-        non-contiguous) and returns the number of its section.
+        ``store(arr, favour_speed=False) -> int``: writes a plain
+        ``np.ndarray`` (C-, F- or non-contiguous) and returns the number of
+        its section; ``favour_speed`` asks for the codec's faster form
+        (:meth:`cpersist.codecs.Codec.favouring_speed`).
     inline_below : int
         Arrays of fewer bytes are kept inside the pickle stream instead: a
         section costs a fixed amount of work and index space, and in a

@@ -47,7 +47,7 @@ class _BoundedBuffer(io.BytesIO):
         return super().write(data)
 
 
-def _refuse(arr):
+def _refuse(arr, favour_speed=False):
     raise _NotSmall
 
 

@@ -17,6 +17,9 @@ the first tensor viewing it (numpy's own dtype where it has one, else the
 unsigned integer of the same size: ``bfloat16`` as ``uint16``), so that the
 codecs group its bytes by the element size.
 
+Storages of the dtypes in :data:`FAVOUR_SPEED` are compressed by the
+codec's faster form (:meth:`cpersist.codecs.Codec.favouring_speed`).
+
 torch is imported (by :mod:`.torch_dtypes`) only when a dump meets a tensor
 (the pickler checks :data:`sys.modules` first) or a load rebuilds one.
 """
@@ -25,6 +28,15 @@ import sys
 
 from .rebuild import rebuild_tensor, stored_array
 from .torch_dtypes import numpy_dtype, torch_dtypes
+
+
+#: torch dtypes whose storages are compressed favouring speed. Most
+#: exponent bits of bfloat16 weights are the same in every value: Blosc's
+#: bit shuffle puts each bit position together, and LZ4 behind it finds most
+#: of what byte grouping with Zstandard does, several times faster. float8 weights come out 12-28% larger that way
+#: than with plain Zstandard, and float16 weights save half as much as with
+#: byte grouping, which is already fast on them: both keep the default.
+FAVOUR_SPEED = frozenset({"bfloat16"})
 
 
 class _StorageRef:
@@ -78,7 +90,8 @@ class TensorReducer:
             itemsize = tensor.dtype.itemsize
             if data.nbytes % itemsize == 0:
                 data = data.view(numpy_dtype(name, itemsize))
-            ref = self._storages[key] = _StorageRef(self._store(data), (storage, on_cpu))
+            section = self._store(data, favour_speed=name in FAVOUR_SPEED)
+            ref = self._storages[key] = _StorageRef(section, (storage, on_cpu))
         state = tensor.__dict__
         return rebuild_tensor, (
             ref, name, tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()),

@@ -57,8 +57,12 @@ def _inline_below(codec, chunk_size, inline_below=INLINE_BELOW):
 
 
 def _array_store(writer, codec, chunk_size):
-    """The ``store`` function of :class:`ArrayPickler`: each array a section."""
-    def store(arr):
+    """The ``store`` function of :class:`ArrayPickler`: each array a section,
+    compressed by ``codec.favouring_speed()`` when the pickler says its
+    data favours speed."""
+    fast = None if codec is None else codec.favouring_speed()
+
+    def store(arr, favour_speed=False):
         chunks = iter_chunks(arr, chunk_size)
         if arr.nbytes <= chunk_size:
             chunks = tuple(chunks)  # one chunk (or none): the writer's fast path
@@ -68,7 +72,7 @@ def _array_store(writer, codec, chunk_size):
             meta["rows_per_chunk"] = rows
         return writer.add_section(
             chunks,
-            codec=codec,
+            codec=fast if favour_speed else codec,
             typesize=arr.dtype.itemsize,
             meta=meta,
             size=arr.nbytes,

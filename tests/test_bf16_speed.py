@@ -1,0 +1,116 @@
+"""bfloat16 tensors are compressed by the codec's faster form at levels 1-3
+(Blosc's bit shuffle with LZ4); every other kind of data is written as
+before."""
+
+import numpy as np
+import pytest
+
+import cpersist
+from cpersist.codecs import get_codec
+from cpersist.container import VERBATIM, ContainerReader
+
+from .test_tensors import assert_same_tensor
+
+torch = pytest.importorskip("torch")
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+#: Blosc2 chunk header: flags at byte 2 (inner compressor format in bits
+#: 5-7: 1 LZ4, 4 Zstandard), filters at bytes 16-21 (1 byte shuffle, 2 bit
+#: shuffle, 35 byte delta).
+LZ4_FORMAT, ZSTD_FORMAT = 1, 4
+BITSHUFFLE, SHUFFLE, BYTEDELTA = 2, 1, 35
+
+
+def chunk_forms(path):
+    """``{array's path: [form of each chunk]}``, a form being 'stored',
+    'zstd' (a plain frame), 'bitshuffle+lz4' or 'shuffle+bytedelta+zstd'."""
+    paths = {a["section"]: a["path"] for a in cpersist.inspect(path)["arrays"]}
+    forms = {}
+    with open(path, "rb") as file:
+        reader = ContainerReader(file, str(path))
+        for section in reader.sections:
+            kinds = []
+            for offset, _, _, _, flag in section.chunks:
+                file.seek(reader.base + offset)
+                head = file.read(32)
+                if flag == VERBATIM:
+                    kinds.append("stored")
+                elif head[:4] == ZSTD_MAGIC:
+                    kinds.append("zstd")
+                else:
+                    inner = {LZ4_FORMAT: "lz4", ZSTD_FORMAT: "zstd"}[head[2] >> 5]
+                    names = {BITSHUFFLE: "bitshuffle", SHUFFLE: "shuffle",
+                             BYTEDELTA: "bytedelta"}
+                    kinds.append("+".join([names[f] for f in head[16:22] if f] + [inner]))
+            forms[paths.get(section.index, section.index)] = kinds
+    return forms
+
+
+def weights(dtype, *shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * 0.02).to(dtype)
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_bf16_weights_are_bit_shuffled_with_lz4_at_levels_1_to_3(tmp_path, level):
+    # 1.5 MiB (probed on a sample) and 2 KiB (compressed every way in full).
+    big, small = weights(torch.bfloat16, 1200, 640), weights(torch.bfloat16, 1024, seed=1)
+    obj = {"w": big, "wt": big.t(), "b": small, "step": 5}
+    path = tmp_path / "bf16.cp"
+    cpersist.dump(obj, path, compress=level)
+    back = cpersist.load(path)
+    for key in ("w", "wt", "b"):
+        assert_same_tensor(back[key], obj[key])
+    assert back["wt"].untyped_storage().data_ptr() == back["w"].untyped_storage().data_ptr()
+    forms = chunk_forms(path)
+    assert forms["obj['w']"] == forms["obj['b']"] == ["bitshuffle+lz4"]
+    [section] = [s for s in cpersist.inspect(path)["arrays"] if s["path"] == "obj['w']"]
+    assert section["raw_bytes"] / section["stored_bytes"] >= 1.25
+    # Recorded as the codec it is: every reader decodes it the same way.
+    assert (section["codec"], section["level"]) == ("zstd-auto", level)
+
+
+def test_bf16_weights_at_level_6_and_other_dtypes_keep_the_default_forms(tmp_path):
+    w = weights(torch.bfloat16, 1200, 640)
+    cpersist.dump({"w": w}, tmp_path / "six.cp", compress=6)
+    assert "bitshuffle+lz4" not in chunk_forms(tmp_path / "six.cp")["obj['w']"]
+    # The same bits in a numpy uint16 array, and float16 / int16 tensors:
+    # not the data the fast form is asked for.
+    bits = w.view(torch.int16).numpy().view(np.uint16)
+    steps = torch.randint(-3, 4, (1 << 20,), generator=torch.Generator().manual_seed(2))
+    obj = {"bits": bits, "f16": weights(torch.float16, 1200, 640),
+           "i16": torch.cumsum(steps, 0).to(torch.int16)}
+    cpersist.dump(obj, tmp_path / "other.cp", compress=3)
+    forms = chunk_forms(tmp_path / "other.cp")
+    assert forms["obj['bits']"] == ["shuffle+bytedelta+zstd"]
+    assert forms["obj['i16']"] == ["shuffle+bytedelta+zstd"]
+    assert "bitshuffle+lz4" not in forms["obj['f16']"]
+
+
+def _counter(n):
+    steps = np.random.default_rng(3).integers(-3, 4, n)
+    return np.cumsum(steps).astype(np.int16)
+
+
+@pytest.mark.parametrize("data", [
+    _counter(50000),  # where shuffle + byte delta + Zstandard does far better
+    np.round(np.sin(np.linspace(0, 40, 50000)) * 8).astype(np.float16),  # plain zstd's case
+    weights(torch.bfloat16, 50000).view(torch.int16).numpy(),  # the fast form's case
+], ids=["counter", "smooth", "bf16"])
+@pytest.mark.parametrize("level", [1, 3])
+def test_favouring_speed_costs_at_most_a_tenth_of_the_space(data, level):
+    codec = get_codec("zstd-auto", level)
+    fast = codec.favouring_speed()
+    assert fast.get_config() == codec.get_config() and fast.favouring_speed() is fast
+    buf = memoryview(data).cast("B")
+    smallest, quick = codec.encode(buf, 2), fast.encode(buf, 2)
+    assert len(quick) <= 1.1 * len(smallest)
+    out = np.empty_like(data)
+    codec.decode_into(quick, memoryview(out).cast("B"))  # the plain codec reads it
+    assert out.tobytes() == data.tobytes()
+
+
+def test_codecs_without_a_faster_form_return_themselves():
+    for name, level in [("zstd-auto", 4), ("zstd", 3), ("lz4", 1), ("blosc:lz4", 3), ("max", 9)]:
+        codec = get_codec(name, level)
+        assert codec.favouring_speed() is codec
