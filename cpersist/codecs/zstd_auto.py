@@ -51,6 +51,11 @@ FAST_LEVELS = range(1, 4)
 #: larger than the smallest form: on random-normal bfloat16 weights it is
 #: about 6% larger, and writes and reads several times faster.
 FAST_SLACK = 0.10
+#: When favouring speed, whether the fast form is kept is judged on this
+#: much of the sample (from its middle): comparing every form on the whole
+#: sample cost a fifth of the time of a bfloat16 dump, and on weights,
+#: sparse, quantized and constant data the verdict was the same.
+_FAST_SAMPLE_SIZE = 16 << 10
 
 
 class ZstdAuto(Codec):
@@ -124,6 +129,10 @@ class ZstdAuto(Codec):
         return best
 
     def probe(self, sample, typesize=1):
+        if self._fast and len(sample) > _FAST_SAMPLE_SIZE and shuffles(sample, typesize):
+            part = middle_sample(sample, typesize, _FAST_SAMPLE_SIZE)
+            if self._choice(part, typesize)[1] == FAST:
+                return len(self._filtered(sample, typesize, FAST)), FAST
         encoded, hint = self._choice(sample, typesize)
         return len(encoded), hint
 
