@@ -1,8 +1,8 @@
 """The C-Blosc2 library the ``blosc2`` wheel ships, reached through ctypes.
 
-cpersist uses Blosc2's chunk format and filters (shuffle, byte delta), not
-python-blosc2's arrays: importing that package pulls in an HTTP client, a
-terminal formatter, numexpr and more, a cost every process writing or
+cpersist uses Blosc2's chunk format and filters (shuffle, bit shuffle, byte
+delta), not python-blosc2's arrays: importing that package pulls in an HTTP
+client, a terminal formatter, numexpr and more, a cost every process writing or
 reading a Blosc chunk would pay once. So the wheel's ``libblosc2`` is found
 without importing it (:func:`importlib.util.find_spec`), loaded, and its
 version checked against the C structures declared here; ctypes releases the
@@ -217,9 +217,10 @@ def compress(buf, typesize, clevel, codec, filters, blocksize=0):
     codec : str
         Inner compressor, a key of :data:`CODECS`.
     filters : sequence of int
-        Filter codes, applied in order (:data:`SHUFFLE`, :data:`BYTEDELTA`);
-        the byte delta filter works on ``typesize`` bytes (and is left
-        out for single bytes), as ``blosc2.compress2`` sets it.
+        Filter codes, applied in order (:data:`SHUFFLE` or :data:`BITSHUFFLE`,
+        :data:`BYTEDELTA`); the byte delta filter works on ``typesize``
+        bytes (and is left out for single bytes), as ``blosc2.compress2``
+        sets it.
     blocksize : int
         Bytes of Blosc's blocks; 0 lets Blosc choose.
 
