@@ -152,6 +152,29 @@ def _cell(tmp_path, method, warm=False):
     return measure_cell("noise", info, method, 0, cfg, str(tmp_path))
 
 
+def test_measurement_processes_start_with_every_library_imported():
+    """The forkserver imports what the timed calls use, so that no write or
+    read is charged its library's import (zarr's takes longer than a small
+    dataset's write). Each name it lists exists: a moved module would be
+    skipped silently."""
+    import ast
+    import importlib.util
+
+    from cpersist.benchmarks import measure
+
+    assert measure.preload_modules == ["cpersist.benchmarks._preload"]
+    # Read, not imported: importing it freezes this process's collector.
+    spec = importlib.util.find_spec(measure.preload_modules[0])
+    with open(spec.origin, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    listed = next(ast.literal_eval(node.value) for node in tree.body
+                  if isinstance(node, ast.Assign) and node.targets[0].id == "_NAMES")
+    assert {"zarr", "h5py", "hdf5plugin", "safetensors.numpy", "tables",
+            "cpersist.tools.inspection"} <= set(listed)
+    for name in listed:
+        assert importlib.util.find_spec(name) is not None, name
+
+
 def test_wrong_data_is_failed_and_not_timed(tmp_path):
     row = _cell(tmp_path, CorruptingNpSave())
     assert row["status"] == "failed"

@@ -6,14 +6,15 @@ Each import is guarded: a library missing here only means its methods report
 
 import importlib
 
-for _name in (
+#: What the forkserver imports before forking measurement processes.
+_NAMES = (
     "numpy",
     "cpersist",
     "cpersist.codecs",
     # cpersist imports these on first use; a worker's first dump must not
     # pay for them, any more than a peer's first call pays for its imports.
     "cpersist.api",
-    "cpersist.inspection",
+    "cpersist.tools.inspection",
     "cpersist.handle",
     "cpersist.benchmarks.measure",
     "cpersist.benchmarks.methods",
@@ -22,7 +23,15 @@ for _name in (
     "cpersist.benchmarks.datasets",
     "cpersist.benchmarks.datacache",
     "cpersist.benchmarks.serializers",
+    # The peers: a measurement times one call, which must not include the
+    # import of its library (zarr's alone costs more than a small dataset's
+    # write).
     "tables",
+    "zarr",
+    "zarr.codecs",
+    "h5py",
+    "hdf5plugin",
+    "safetensors.numpy",
     "nibabel",
     "joblib",
     "lz4.frame",
@@ -32,7 +41,9 @@ for _name in (
     "blosc2",
     "sklearn.ensemble",
     "sklearn.tree",
-):
+)
+
+for _name in _NAMES:
     try:
         importlib.import_module(_name)
     except Exception:  # noqa: BLE001 - see module docstring
