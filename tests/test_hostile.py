@@ -437,6 +437,7 @@ def test_forged_genuine_streams_raise_cpersist_errors(tmp_path):
 CORPUS_LIMITS = {"max_opcodes": 1_000_000, "max_objects": 200_000}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS is Linux's")
 def test_hostile_corpus_under_memory_limit(tmp_path):
     full = _hostile.reproducers(scale=0.1)
