@@ -59,10 +59,16 @@ def _inline_below(codec, chunk_size, inline_below=INLINE_BELOW):
 def _array_store(writer, codec, chunk_size):
     """The ``store`` function of :class:`ArrayPickler`: each array a section,
     compressed by ``codec.favouring_speed()`` when the pickler says its
-    data favours speed."""
-    fast = None if codec is None else codec.favouring_speed()
+    data favours speed (made on the first such array: most dumps hold none)."""
+    fast = None
 
     def store(arr, favour_speed=False):
+        nonlocal fast
+        chosen = codec
+        if favour_speed and codec is not None:
+            if fast is None:
+                fast = codec.favouring_speed()
+            chosen = fast
         chunks = iter_chunks(arr, chunk_size)
         if arr.nbytes <= chunk_size:
             chunks = tuple(chunks)  # one chunk (or none): the writer's fast path
@@ -72,7 +78,7 @@ def _array_store(writer, codec, chunk_size):
             meta["rows_per_chunk"] = rows
         return writer.add_section(
             chunks,
-            codec=fast if favour_speed else codec,
+            codec=chosen,
             typesize=arr.dtype.itemsize,
             meta=meta,
             size=arr.nbytes,
