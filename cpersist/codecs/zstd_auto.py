@@ -48,13 +48,13 @@ PLAIN = "plain"
 FAST = "fast"
 FAST_LEVELS = range(1, 4)
 #: When favouring speed, the fast form is kept if it is at most this much
-#: larger than the smallest form: on random-normal bfloat16 weights it is
-#: about 6% larger, and writes and reads several times faster.
+#: larger than the smallest form: on bfloat16 weights it is a little larger,
+#: and writes and reads several times faster.
 FAST_SLACK = 0.10
 #: When favouring speed, whether the fast form is kept is judged on this
-#: much of the sample (from its middle): comparing every form on the whole
-#: sample cost a fifth of the time of a bfloat16 dump, and on weights,
-#: sparse, quantized and constant data the verdict was the same.
+#: much of the sample (from its middle): compressing the whole sample every
+#: way is a large part of a bfloat16 dump, and the smaller part gives the
+#: same verdict on weights, sparse, quantized and constant data.
 _FAST_SAMPLE_SIZE = 16 << 10
 
 

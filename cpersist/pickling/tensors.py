@@ -34,8 +34,8 @@ from .torch_dtypes import numpy_dtype, torch_dtypes
 #: exponent bits of bfloat16 weights are the same in every value: Blosc's
 #: bit shuffle puts each bit position together, and LZ4 behind it finds
 #: most of what byte grouping with Zstandard does, several times faster.
-#: float8 weights come out 12-28% larger that way than with plain
-#: Zstandard, and float16 weights save half as much as with byte grouping,
+#: float8 weights come out clearly larger that way than with plain
+#: Zstandard, and float16 weights save much less than with byte grouping,
 #: which is already fast on them: both keep the default.
 FAVOUR_SPEED = frozenset({"bfloat16"})
 
