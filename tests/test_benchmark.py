@@ -463,6 +463,20 @@ def test_bar_legend_does_not_cover_bars():
 # ---------------------------------------------------------------------------
 
 
+def test_ctrl_c_during_a_process_start_is_raised_once_it_has_started():
+    import signal
+
+    from cpersist.benchmarks.measure import _interrupt_after
+
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with _interrupt_after():
+            os.kill(os.getpid(), signal.SIGINT)
+            reached.append("end of block")
+    assert reached == ["end of block"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 @pytest.mark.slow
 def test_interrupt_keeps_rows_and_resume_completes(tmp_path):
     import signal

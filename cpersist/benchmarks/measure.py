@@ -33,6 +33,7 @@ How a measurement is made (this is what the CSV numbers mean):
 import contextlib
 import gc
 import os
+import signal
 import statistics
 import sys
 import threading
@@ -327,6 +328,30 @@ def _hidden_main():
             sys.modules["__main__"] = real
 
 
+@contextlib.contextmanager
+def _interrupt_after():
+    """Hold Ctrl-C until the block ends, then raise it.
+
+    A KeyboardInterrupt raised inside ``Process.start()`` cuts the child's
+    preparation data short, and the forkserver's child then prints an
+    ``EOFError`` traceback. Held until ``start()`` returns, the interrupt
+    finds a started child, which the caller kills. Off the main thread, or
+    with Ctrl-C not raising KeyboardInterrupt, nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    held = []
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt
+
+
 def run_in_subprocess(task, timeout=None):
     """Run one write/read task in a fresh process and return its report.
 
@@ -347,7 +372,7 @@ def run_in_subprocess(task, timeout=None):
     parent, child = ctx.Pipe(duplex=False)
     p = ctx.Process(target=_worker, args=(child, task), daemon=True)
     try:
-        with _hidden_main():
+        with _interrupt_after(), _hidden_main():
             p.start()
         child.close()
         out = _wait_for(p, parent, task, timeout)
