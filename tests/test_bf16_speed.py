@@ -87,6 +87,20 @@ def test_bf16_weights_at_level_6_and_other_dtypes_keep_the_default_forms(tmp_pat
     assert "bitshuffle+lz4" not in forms["obj['f16']"]
 
 
+def test_converting_to_a_fast_level_finds_the_bf16_storages(tmp_path):
+    # Re-encoded by convert, a storage is plain integers: the stream says
+    # which ones hold bfloat16 tensors.
+    obj = {"w": weights(torch.bfloat16, 1200, 640), "f16": weights(torch.float16, 1200, 640)}
+    cpersist.dump(obj, tmp_path / "raw.cp")
+    cpersist.convert(tmp_path / "raw.cp", tmp_path / "c3.cp", compress=3)
+    forms = chunk_forms(tmp_path / "c3.cp")
+    assert forms["obj['w']"] == ["bitshuffle+lz4"]
+    assert "bitshuffle+lz4" not in forms["obj['f16']"]
+    back = cpersist.load(tmp_path / "c3.cp", trusted=False)
+    assert_same_tensor(back["w"], obj["w"])
+    assert_same_tensor(back["f16"], obj["f16"])
+
+
 def _counter(n):
     steps = np.random.default_rng(3).integers(-3, 4, n)
     return np.cumsum(steps).astype(np.int16)

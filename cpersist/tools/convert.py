@@ -170,6 +170,8 @@ def _convert(source, dst, codec, step, n_threads, fsync, storage_options, whole)
         "stored_bytes_before": sum(s.stored_size for s in reader.sections),
     }
 
+    fast, fast_codec = _favoured_sections(reader, codec)
+
     def write(out):
         writer = ContainerWriter(out, n_threads, display_name(dst))
         # Sections are written in their original order, so their numbers
@@ -183,7 +185,8 @@ def _convert(source, dst, codec, step, n_threads, fsync, storage_options, whole)
                 cut, meta = _array_chunking(section, max(1, step // typesize) * typesize)
                 chunks = _rechunk(chunks, cut)
             number = writer.add_section(
-                (memoryview(c) for c in chunks), codec=codec,
+                (memoryview(c) for c in chunks),
+                codec=fast_codec if section.index in fast else codec,
                 typesize=section.typesize, meta=meta, size=section.raw_size,
             )
             assert number == section.index
@@ -198,6 +201,23 @@ def _convert(source, dst, codec, step, n_threads, fsync, storage_options, whole)
     with open_source(dst, storage_options=storage_options) as out:
         stats["stored_bytes_after"] = sum(s.stored_size for s in ContainerReader(out).sections)
     return stats
+
+
+def _favoured_sections(reader, codec):
+    """``(sections, codec)``: the sections a dump with ``codec`` would have
+    compressed with its faster form (the storages of the tensors whose dtype
+    asks for speed, see :mod:`cpersist.pickling.tensors`), and that form.
+    Only the pickle stream knows a storage's torch dtype (its section holds
+    plain integers), so it is walked, when the codec has such a form."""
+    fast = codec.favouring_speed() if codec is not None else None
+    if fast is None or fast is codec:
+        return frozenset(), codec
+    from ..pickling.read import read_stream
+    from ..pickling.tensors import FAVOUR_SPEED
+    from ..stream.paths import scan_arrays
+
+    tensors = scan_arrays(read_stream(reader, reader.sections[reader.root]))["tensors"]
+    return frozenset(t["section"] for t in tensors if t["dtype"] in FAVOUR_SPEED), fast
 
 
 def _array_chunking(section, step):
