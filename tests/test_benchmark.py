@@ -469,12 +469,17 @@ def test_ctrl_c_during_a_process_start_is_raised_once_it_has_started():
     from cpersist.benchmarks.measure import _interrupt_after
 
     reached = []
-    with pytest.raises(KeyboardInterrupt):
-        with _interrupt_after():
-            os.kill(os.getpid(), signal.SIGINT)
-            reached.append("end of block")
+    # A pytest-xdist worker ignores Ctrl-C; the benchmark's command does not.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with _interrupt_after():
+                os.kill(os.getpid(), signal.SIGINT)
+                reached.append("end of block")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert reached == ["end of block"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 @pytest.mark.slow

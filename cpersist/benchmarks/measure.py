@@ -46,16 +46,8 @@ from .pagecache import (disk_size, evict_from_cache, files_of, remove_output, re
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
-__all__ = [
-    "rss_bytes",
-    "PeakMemory",
-    "run_in_subprocess",
-    "write_task",
-    "read_task",
-    "preload_modules",
-    "time_runs",
-    "best_time",
-]
+__all__ = ["rss_bytes", "PeakMemory", "run_in_subprocess", "write_task", "read_task",
+           "preload_modules", "time_runs", "best_time"]
 
 def time_runs(func, runs):
     """Wall times in seconds of ``runs`` calls of ``func()``, in order."""
@@ -313,11 +305,10 @@ def _hidden_main():
     """Start a child without it re-importing the caller's ``__main__``.
 
     multiprocessing makes every forkserver/spawn child re-run the parent's
-    main module (a script, ``pytest``, a notebook ...). The worker never
-    needs it (everything it runs lives in importable modules), and doing it
-    costs an import per measurement and breaks scripts that lack the
-    ``if __name__ == "__main__"`` guard. A bare stand-in during ``start()``
-    makes multiprocessing skip that step.
+    main module (a script, ``pytest``, a notebook ...), which the worker
+    never needs: an import per measurement, and a script without the
+    ``if __name__ == "__main__"`` guard breaks. A bare stand-in during
+    ``start()`` makes multiprocessing skip that step.
     """
     real = sys.modules.get("__main__")
     sys.modules["__main__"] = types.ModuleType("__main__")
@@ -330,19 +321,14 @@ def _hidden_main():
 
 @contextlib.contextmanager
 def _interrupt_after():
-    """Hold Ctrl-C until the block ends, then raise it.
-
-    A KeyboardInterrupt raised inside ``Process.start()`` cuts the child's
-    preparation data short, and the forkserver's child then prints an
-    ``EOFError`` traceback. Held until ``start()`` returns, the interrupt
-    finds a started child, which the caller kills. Off the main thread, or
-    with Ctrl-C not raising KeyboardInterrupt, nothing changes.
-    """
+    """Hold Ctrl-C until the block ends, then raise it: raised inside
+    ``Process.start()``, it cuts the child's preparation data short and the
+    forkserver's child prints an ``EOFError`` traceback."""
+    held = []
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield
+        yield  # Ctrl-C raises nothing here, or cannot be handled here
         return
-    held = []
     signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
     try:
         yield
