@@ -11,12 +11,9 @@ from .codecs import parse_compress
 from .container.sources.open import check_storage_options, open_source
 from .exceptions import CorruptFileError
 from .pickling.limits import as_limits
-from .pickling.read import _load
 from .pickling.small import NOT_COMPACT, load_compact_file, write_small
 from .pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
-from .pickling.unpickler import normalize_trusted
 from .pickling.write import _finish, _inline_below, write_sections
-from .tools.foreign import foreign_file_error
 
 
 def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=None,
@@ -227,6 +224,9 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
     array([[0., 1., 2.],
            [3., 4., 5.]])
     """
+    # The reading side is imported by the first load, not by a dump.
+    from .pickling.unpickler import normalize_trusted
+
     check_mmap_mode(mmap_mode)
     restricted, allowed, prefixes = normalize_trusted(trusted)
     n_threads = check_n_threads(n_threads)
@@ -239,6 +239,9 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
         obj = load_compact_file(source)
         if obj is not NOT_COMPACT:
             return obj
+    from .pickling.read import _load
+    from .tools.foreign import foreign_file_error
+
     with open_source(source, mmap_mode, storage_options=storage_options) as opened:
         try:
             return _load(opened, mmap_mode=mmap_mode, restricted=restricted, allowed=allowed,

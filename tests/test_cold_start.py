@@ -25,6 +25,14 @@ def test_a_compressed_dump_and_its_load_import_no_heavy_module(tmp_path):
     assert imported_after(code, HEAVY) == set()
 
 
+def test_a_dump_imports_nothing_of_the_reading_side(tmp_path):
+    code = (f"import numpy as np, cpersist\n"
+            f"cpersist.dump({{'w': np.arange(1e5)}}, {str(tmp_path / 'w.cp')!r}, compress=3)")
+    reading = ("pickletools", "cpersist.pickling.read", "cpersist.pickling.unpickler",
+               "cpersist.stream.symbolic", "cpersist.tools.foreign")
+    assert imported_after(code, reading) == set()
+
+
 def test_cpersist_info_reads_no_package_metadata(tmp_path):
     """Listing installed codecs reads every package's entry points: only
     ``convert --help``, which names them, does."""

@@ -14,6 +14,7 @@ as cheap as they can be); everything else is a :class:`Node`.
 import pickletools
 
 from ..pickling import names
+from .args import MAX_KEPT_BYTES
 
 _MARK = object()    # a MARK on the stack
 _OPAQUE = object()  # a literal not kept: long bytes (inline array data) would stay in memory
@@ -31,8 +32,6 @@ _LITERALS = frozenset((
     "BINUNICODE8", "NONE",
 ))
 _BYTES = frozenset(("BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "BYTEARRAY8"))
-#: Longer bytes are never shown as a dict key, so they are not kept.
-MAX_KEPT_BYTES = 200
 
 
 class Node:
