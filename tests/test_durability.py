@@ -116,6 +116,19 @@ def test_keyboard_interrupt_removes_temp(tmp_path, monkeypatch):
     assert cpersist.load(target) == {"v": 1}
 
 
+def test_a_new_file_gets_the_umask_and_a_replaced_one_keeps_its_mode(tmp_path):
+    old = os.umask(0o027)
+    try:
+        cpersist.dump({"a": np.arange(3)}, tmp_path / "new.cp")
+        assert os.stat(tmp_path / "new.cp").st_mode & 0o777 == 0o640
+        os.chmod(tmp_path / "new.cp", 0o604)
+        cpersist.dump({"a": np.arange(4)}, tmp_path / "new.cp")
+        assert os.stat(tmp_path / "new.cp").st_mode & 0o777 == 0o604
+    finally:
+        os.umask(old)
+    assert cpersist.load(tmp_path / "new.cp")["a"].tolist() == [0, 1, 2, 3]
+
+
 def test_fsync_parameter(tmp_path, monkeypatch):
     calls = []
     real = os.fsync

@@ -22,22 +22,30 @@ def display_name(obj):
     return name if isinstance(name, str) else repr(obj)
 
 
-def _new_file_mode(path):
-    """Permission bits the target gets: the old file's, or 0o666 less umask."""
+def _existing_mode(name):
+    """Permission bits of the file at ``name``, None when there is none.
+
+    Raises
+    ------
+    IsADirectoryError
+        If ``name`` is a directory or ends with a separator: checked before
+        anything is written.
+    """
+    import errno
+
     try:
-        return stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        pass
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return 0o666 & ~int(line.split()[1], 8)
-    except OSError:
-        pass
-    mask = os.umask(0o022)  # no /proc: read the umask the classic way
-    os.umask(mask)
-    return 0o666 & ~mask
+        mode = os.stat(name).st_mode
+    except OSError:  # none there, or not one we may look at: a new file's mode
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(
+            errno.EISDIR, f"is a directory; give the path of a file to write, such as "
+            f"{os.path.join(name, 'data.cp')!r}", name)
+    if name.endswith(("/", os.sep)):
+        raise IsADirectoryError(
+            errno.EISDIR, "names a directory (it ends with a separator); give the path of a "
+            "file to write", name)
+    return None if mode is None else stat.S_IMODE(mode)
 
 
 #: Write buffer of files cpersist creates. A file holds a section (with its
@@ -47,9 +55,9 @@ def _new_file_mode(path):
 WRITE_BUFFER = 1 << 20
 
 
-def _new_temporary(directory, base):
+def _new_temporary(directory, base, mode):
     """``(fd, path)`` of a new file ``.<base>.<random>.cpersist-tmp`` in
-    ``directory``, readable and writable by its owner only, as
+    ``directory``, created with ``mode`` (less the umask), as
     :func:`tempfile.mkstemp` makes one (whose import costs a one-shot script
     more than the write: shutil, random, bz2, lzma)."""
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) \
@@ -57,7 +65,7 @@ def _new_temporary(directory, base):
     for _ in range(100):
         tmp = os.path.join(directory, f".{base}.{os.urandom(6).hex()}{TMP_SUFFIX}")
         try:
-            return os.open(tmp, flags, 0o600), tmp
+            return os.open(tmp, flags, mode), tmp
         except FileExistsError:
             continue
     raise FileExistsError(f"no free temporary name in {directory} for {base}")
@@ -77,9 +85,16 @@ def write_atomically(path, write, fsync):
     """
     path = os.fspath(path)
     name = os.fsdecode(path)
-    check_file_target(name)
+    mode = _existing_mode(name)
     directory, base = os.path.split(os.path.abspath(path))
-    fd, tmp = _new_temporary(directory, os.fsdecode(base))
+    try:
+        # A new file gets 0o666 less the umask from the kernel, as open()
+        # gives it; a replaced one keeps its permission bits, set before
+        # the rename (the data is never readable by more than either allows).
+        fd, tmp = _new_temporary(directory, os.fsdecode(base), 0o666 if mode is None else 0o600)
+    except OSError:
+        _check_parent(name)
+        raise
     try:
         file = open(fd, "wb", buffering=WRITE_BUFFER)
     except BaseException:
@@ -90,7 +105,8 @@ def write_atomically(path, write, fsync):
         try:
             write(file)
             file.flush()
-            os.fchmod(fd, _new_file_mode(path))
+            if mode is not None:
+                os.fchmod(fd, mode)
             if fsync:
                 os.fsync(fd)
         except BaseException:
@@ -117,27 +133,18 @@ def write_atomically(path, write, fsync):
             os.close(dir_fd)
 
 
-def check_file_target(name):
-    """Raise unless a file can be created or replaced at the path ``name``.
-
-    Checked before anything is written, and naming the path as the user
-    gave it (not the temporary file's): a directory, a path ending with a
-    separator, a parent directory that is missing or is not a directory.
+def _check_parent(name):
+    """Raise the error that says why no file can be created at the path
+    ``name``: its parent directory is missing or is not a directory. Called
+    when creating the temporary file failed, to name the path as the user
+    gave it (not the temporary file's).
 
     Raises
     ------
-    IsADirectoryError, NotADirectoryError, FileNotFoundError
+    FileNotFoundError, NotADirectoryError
     """
     import errno
 
-    if os.path.isdir(name):
-        raise IsADirectoryError(
-            errno.EISDIR, f"is a directory; give the path of a file to write, such as "
-            f"{os.path.join(name, 'data.cp')!r}", name)
-    if name.endswith(("/", os.sep)):
-        raise IsADirectoryError(
-            errno.EISDIR, "names a directory (it ends with a separator); give the path of a "
-            "file to write", name)
     parent = os.path.dirname(os.path.abspath(name))
     if not os.path.exists(parent):
         raise FileNotFoundError(
