@@ -36,8 +36,6 @@ NAMES = {
 }
 
 HIGHEST_PROTOCOL = 5
-#: Longer bytes are never shown as a dict key, so they are not kept.
-MAX_KEPT_BYTES = 200
 
 _I4 = struct.Struct("<i").unpack_from
 _U2 = struct.Struct("<H").unpack_from

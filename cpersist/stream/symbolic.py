@@ -14,7 +14,7 @@ as cheap as they can be); everything else is a :class:`Node`.
 import pickletools
 
 from ..pickling import names
-from .args import MAX_KEPT_BYTES
+from . import MAX_KEPT_BYTES
 
 _MARK = object()    # a MARK on the stack
 _OPAQUE = object()  # a literal not kept: long bytes (inline array data) would stay in memory
