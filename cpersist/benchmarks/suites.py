@@ -169,8 +169,12 @@ def run(parser, args, argv, size, levels, repeats):
         written.append(write_csv(os.path.join(args.out, "import_time.csv"), irows, IMPORT_COLUMNS))
         extra["import_time"] = {"runs": import_runs,
                                 "units": "milliseconds; imports timed inside a fresh interpreter "
-                                         "after 'import numpy', commands as wall time"}
+                                         "after 'import numpy', commands as wall time",
+                                "bytecode_written": not sys.flags.dont_write_bytecode}
         print("\n" + format_import_times(irows))
+        if sys.flags.dont_write_bytecode:
+            print("PYTHONDONTWRITEBYTECODE is set: every module without a bytecode cache "
+                  "is compiled at each import, and the start-up figures include it")
         from .coldstart import run_cold_start
         from .ratios import RATIO_COLUMNS, format_ratios
 
