@@ -23,6 +23,7 @@ worth comparing with a target next to them.
 
 import argparse
 import gc
+import mmap
 import os
 import shutil
 import sys
@@ -125,8 +126,12 @@ class MachineControls:
         return self._run(n, work)
 
     def fresh(self, n):
-        """Seconds for ``n`` threads to decode the frames into a new array."""
-        out = memoryview(np.empty(self._frames * _CONTROL_CHUNK, np.uint8))
+        """Seconds for ``n`` threads to decode the frames into new memory.
+
+        Mapped anonymously, as the allocator may hand back pages a freed
+        array of the same size had faulted in: each call faults its own."""
+        fresh = mmap.mmap(-1, self._frames * _CONTROL_CHUNK)
+        out = memoryview(fresh)
         short = []
 
         def work(k, n):
@@ -137,6 +142,8 @@ class MachineControls:
                     if reader.readinto(target) != len(target):
                         short.append(i)
         elapsed = self._run(n, work)
+        out.release()
+        fresh.close()
         if short:  # a bug in the control itself, not a measurement
             raise RuntimeError(f"control frames {short} decoded short")
         return elapsed
