@@ -87,9 +87,11 @@ def test_bf16_weights_at_level_6_and_other_dtypes_keep_the_default_forms(tmp_pat
     assert "bitshuffle+lz4" not in forms["obj['f16']"]
 
 
-def test_converting_to_a_fast_level_finds_the_bf16_storages(tmp_path):
+def test_converting_to_a_fast_level_finds_the_bf16_storages(tmp_path, monkeypatch):
     # Re-encoded by convert, a storage is plain integers: the stream says
     # which ones hold bfloat16 tensors.
+    from cpersist.tools import convert
+
     obj = {"w": weights(torch.bfloat16, 1200, 640), "f16": weights(torch.float16, 1200, 640)}
     cpersist.dump(obj, tmp_path / "raw.cp")
     cpersist.convert(tmp_path / "raw.cp", tmp_path / "c3.cp", compress=3)
@@ -99,6 +101,10 @@ def test_converting_to_a_fast_level_finds_the_bf16_storages(tmp_path):
     back = cpersist.load(tmp_path / "c3.cp", trusted=False)
     assert_same_tensor(back["w"], obj["w"])
     assert_same_tensor(back["f16"], obj["f16"])
+    # A stream too large to read whole for this: the usual form.
+    monkeypatch.setattr(convert, "WALKED_UP_TO", 10)
+    cpersist.convert(tmp_path / "raw.cp", tmp_path / "usual.cp", compress=3)
+    assert chunk_forms(tmp_path / "usual.cp")["obj['w']"] == ["shuffle+bytedelta+zstd"]
 
 
 def _counter(n):

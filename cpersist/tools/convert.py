@@ -203,20 +203,29 @@ def _convert(source, dst, codec, step, n_threads, fsync, storage_options, whole)
     return stats
 
 
+#: Largest pickle stream :func:`_favoured_sections` reads to find tensors (a
+#: checkpoint's is a few KB per tensor).
+WALKED_UP_TO = 16 << 20
+
+
 def _favoured_sections(reader, codec):
     """``(sections, codec)``: the sections a dump with ``codec`` would have
     compressed with its faster form (the storages of the tensors whose dtype
     asks for speed, see :mod:`cpersist.pickling.tensors`), and that form.
     Only the pickle stream knows a storage's torch dtype (its section holds
-    plain integers), so it is walked, when the codec has such a form."""
+    plain integers), so it is walked, when the codec has such a form. A
+    stream over :data:`WALKED_UP_TO` bytes (large objects pickled around
+    the arrays) is not read whole for this: its arrays keep the codec's
+    usual form."""
     fast = codec.favouring_speed() if codec is not None else None
-    if fast is None or fast is codec:
+    root = reader.sections[reader.root]
+    if fast is None or fast is codec or root.raw_size > WALKED_UP_TO:
         return frozenset(), codec
     from ..pickling.read import read_stream
     from ..pickling.tensors import FAVOUR_SPEED
     from ..stream.paths import scan_arrays
 
-    tensors = scan_arrays(read_stream(reader, reader.sections[reader.root]))["tensors"]
+    tensors = scan_arrays(read_stream(reader, root))["tensors"]
     return frozenset(t["section"] for t in tensors if t["dtype"] in FAVOUR_SPEED), fast
 
 
