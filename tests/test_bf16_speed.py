@@ -101,10 +101,19 @@ def test_converting_to_a_fast_level_finds_the_bf16_storages(tmp_path, monkeypatc
     back = cpersist.load(tmp_path / "c3.cp", trusted=False)
     assert_same_tensor(back["w"], obj["w"])
     assert_same_tensor(back["f16"], obj["f16"])
-    # A stream too large to read whole for this: the usual form.
+    # A stream whose walk would exceed the limits, or too large to read
+    # whole for this: converted all the same, in the usual form.
+    from cpersist.stream import opcodes
+
+    cpersist.dump({"w": obj["w"], "ids": list(range(20_000))}, tmp_path / "ids.cp")
+    monkeypatch.setattr(opcodes, "DEFAULT", cpersist.Limits(max_objects=2))
+    cpersist.convert(tmp_path / "ids.cp", tmp_path / "limited.cp", compress=3)
+    assert chunk_forms(tmp_path / "limited.cp")["obj['w']"] == ["shuffle+bytedelta+zstd"]
+    monkeypatch.undo()
     monkeypatch.setattr(convert, "WALKED_UP_TO", 10)
     cpersist.convert(tmp_path / "raw.cp", tmp_path / "usual.cp", compress=3)
     assert chunk_forms(tmp_path / "usual.cp")["obj['w']"] == ["shuffle+bytedelta+zstd"]
+    assert_same_tensor(cpersist.load(tmp_path / "usual.cp")["w"], obj["w"])
 
 
 def _counter(n):

@@ -24,7 +24,7 @@ from .._runtime.threads import check_n_threads
 from ..codecs import parse_compress
 from ..container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWriter
 from .._runtime.remote import is_remote, is_url, write_remote
-from ..exceptions import UnsupportedVersionError
+from ..exceptions import LimitExceededError, UnsupportedVersionError
 from . import migrate as _migrate
 from .kinds import detect
 
@@ -215,8 +215,10 @@ def _favoured_sections(reader, codec):
     Only the pickle stream knows a storage's torch dtype (its section holds
     plain integers), so it is walked, when the codec has such a form. A
     stream over :data:`WALKED_UP_TO` bytes (large objects pickled around
-    the arrays) is not read whole for this: its arrays keep the codec's
-    usual form."""
+    the arrays), or one whose walk would exceed the default
+    :class:`~cpersist.Limits`, is not walked to the end for this: its arrays
+    keep the codec's usual form, and the file is converted all the same
+    (converting never unpickles)."""
     fast = codec.favouring_speed() if codec is not None else None
     root = reader.sections[reader.root]
     if fast is None or fast is codec or root.raw_size > WALKED_UP_TO:
@@ -225,7 +227,10 @@ def _favoured_sections(reader, codec):
     from ..pickling.tensors import FAVOUR_SPEED
     from ..stream.paths import scan_arrays
 
-    tensors = scan_arrays(read_stream(reader, root))["tensors"]
+    try:
+        tensors = scan_arrays(read_stream(reader, root))["tensors"]
+    except LimitExceededError:
+        return frozenset(), codec
     return frozenset(t["section"] for t in tensors if t["dtype"] in FAVOUR_SPEED), fast
 
 
