@@ -7,13 +7,13 @@ import pytest
 
 import cpersist
 from cpersist.codecs import get_codec
-from cpersist.container import VERBATIM, ContainerReader
+from cpersist.container import VERBATIM
 
+from .test_codecs import ZSTD_MAGIC, chunk_heads
 from .test_tensors import assert_same_tensor
 
 torch = pytest.importorskip("torch")
 
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 #: Blosc2 chunk header: flags at byte 2 (inner compressor format in bits
 #: 5-7: 1 LZ4, 4 Zstandard), filters at bytes 16-21 (1 byte shuffle, 2 bit
 #: shuffle, 35 byte delta).
@@ -25,24 +25,19 @@ def chunk_forms(path):
     """``{array's path: [form of each chunk]}``, a form being 'stored',
     'zstd' (a plain frame), 'bitshuffle+lz4' or 'shuffle+bytedelta+zstd'."""
     paths = {a["section"]: a["path"] for a in cpersist.inspect(path)["arrays"]}
+    names = {BITSHUFFLE: "bitshuffle", SHUFFLE: "shuffle", BYTEDELTA: "bytedelta"}
     forms = {}
-    with open(path, "rb") as file:
-        reader = ContainerReader(file, str(path))
-        for section in reader.sections:
-            kinds = []
-            for offset, _, _, _, flag in section.chunks:
-                file.seek(reader.base + offset)
-                head = file.read(32)
-                if flag == VERBATIM:
-                    kinds.append("stored")
-                elif head[:4] == ZSTD_MAGIC:
-                    kinds.append("zstd")
-                else:
-                    inner = {LZ4_FORMAT: "lz4", ZSTD_FORMAT: "zstd"}[head[2] >> 5]
-                    names = {BITSHUFFLE: "bitshuffle", SHUFFLE: "shuffle",
-                             BYTEDELTA: "bytedelta"}
-                    kinds.append("+".join([names[f] for f in head[16:22] if f] + [inner]))
-            forms[paths.get(section.index, section.index)] = kinds
+    for index, heads in enumerate(chunk_heads(path, 32)):
+        kinds = []
+        for flag, head in heads:
+            if flag == VERBATIM:
+                kinds.append("stored")
+            elif head[:4] == ZSTD_MAGIC:
+                kinds.append("zstd")
+            else:
+                inner = {LZ4_FORMAT: "lz4", ZSTD_FORMAT: "zstd"}[head[2] >> 5]
+                kinds.append("+".join([names[f] for f in head[16:22] if f] + [inner]))
+        forms[paths.get(index, index)] = kinds
     return forms
 
 

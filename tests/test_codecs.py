@@ -24,22 +24,26 @@ def smooth_map(n, seed=0):
     return np.round(np.sin(x) * 8).astype(np.float32)
 
 
-def chunk_kinds(path):
-    """For each section of a file: a list with, per chunk, 'stored',
-    'zstd' (a plain frame) or 'blosc' (the shuffled + delta encoding)."""
-    kinds = []
+def chunk_heads(path, size=4):
+    """For each section of a file, in order: per chunk, ``(flag, its first
+    size stored bytes)``."""
+    heads = []
     with open(path, "rb") as file:
         reader = ContainerReader(file, str(path))
         for section in reader.sections:
-            section_kinds = []
-            for offset, stored, _, _, flag in section.chunks:
+            section_heads = []
+            for offset, _, _, _, flag in section.chunks:
                 file.seek(reader.base + offset)
-                head = file.read(4)
-                section_kinds.append(
-                    "stored" if flag == VERBATIM else "zstd" if head == ZSTD_MAGIC else "blosc"
-                )
-            kinds.append(section_kinds)
-    return kinds
+                section_heads.append((flag, file.read(size)))
+            heads.append(section_heads)
+    return heads
+
+
+def chunk_kinds(path):
+    """For each section of a file: a list with, per chunk, 'stored',
+    'zstd' (a plain frame) or 'blosc' (the shuffled + delta encoding)."""
+    return [["stored" if flag == VERBATIM else "zstd" if head == ZSTD_MAGIC else "blosc"
+             for flag, head in section] for section in chunk_heads(path)]
 
 
 def test_default_codec_is_zstd_auto():
