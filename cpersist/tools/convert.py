@@ -204,7 +204,7 @@ def _convert(source, dst, codec, step, n_threads, fsync, storage_options, whole)
 
 
 #: Largest pickle stream :func:`_favoured_sections` reads to find tensors (a
-#: checkpoint's is a few KB per tensor).
+#: checkpoint's holds well under a hundred bytes per tensor).
 WALKED_UP_TO = 16 << 20
 
 
