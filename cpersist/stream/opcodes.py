@@ -76,7 +76,9 @@ def walk(data, limits=None, source=None):
     try:
         with collector_paused():
             _run(data, result, stack, memo, limits, source)
-    except ValueError as exc:  # a malformed stream (StreamError, bad UTF-8, ...)
+    except UnicodeDecodeError as exc:  # a string the quick path decoded itself
+        result.error = f"undecodable string: {exc}"
+    except ValueError as exc:  # a malformed stream (StreamError, ...)
         result.error = str(exc)
     except (IndexError, KeyError, TypeError, AttributeError) as exc:
         # An opcode the C unpickler would refuse (a symbolic step found an
