@@ -12,6 +12,7 @@ import struct
 from cpersist.container import TRAILER, ContainerWriter, checksum
 from cpersist.container.layout import HEADER, RECORD_SIZE
 from cpersist.container.framing import END, parse_record, record_header
+from cpersist.container.index import listed_sections
 
 
 class Point:
@@ -55,6 +56,9 @@ def split(data, *, keep_totals=False):
     """
     offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
     index = json.loads(data[offset:offset + length])
+    if "packed_sections" in index:  # given back as a plain list, which readers take too
+        index["sections"] = listed_sections(index, "")
+        del index["packed_sections"], index["sections_size"]
     for section in index["sections"]:
         section["chunks"] = json.loads(section["chunks"])
         if not keep_totals:

@@ -795,7 +795,7 @@ def test_file_layout(tmp_path):
     cpersist.dump({"a": a, "c": c, "b": b}, path)
     data = path.read_bytes()
     assert data.startswith(MAGIC) and MAGIC == b"\x89CPS\r\n\x1a\n"
-    assert data[8:12] == b"\x02\x00\x01\x00"  # major 2, minor 1, little-endian
+    assert data[8:12] == b"\x02\x00\x02\x00"  # major 2, minor 2, little-endian
     assert data[12:64] == bytes(52)  # no flags, reserved
     assert data.endswith(END_MAGIC)
     offset, length, checksum, _ = TRAILER.unpack(data[-TRAILER.size:])
@@ -804,7 +804,7 @@ def test_file_layout(tmp_path):
     assert struct.unpack("<Q", data[offset - 8:offset])[0] == 3 << 56 | length + TRAILER.size
     index = json.loads(data[offset:offset + length])
     assert checksum == __import__("xxhash").xxh3_64_intdigest(data[offset:offset + length])
-    assert index["format"] == [2, 1] and index["edited"] is False
+    assert index["format"] == [2, 2] and index["edited"] is False
     sections = index["sections"]
     for section in sections:  # the chunk table is JSON text, with its totals
         table = json.loads(section["chunks"])

@@ -125,7 +125,7 @@ def test_index_larger_than_the_tail_read(tmp_path):
     at once; a larger index is read on its own, and checked the same."""
     from cpersist.container.reader import TAIL_READ
 
-    obj = [np.full(3, i) for i in range(600)]
+    obj = [np.full(3, i) for i in range(1000)]
     data = _dump(obj, tmp_path / "a.cp")
     _, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
     assert length > TAIL_READ
@@ -284,6 +284,60 @@ def test_forged_index(tmp_path, edit, match):
 def test_forged_index_json(tmp_path, index_bytes):
     body, _ = split(_array_file(tmp_path, 0))
     _expect_corrupt(tmp_path, with_index(body, None, raw_index=index_bytes))
+
+
+# -- a packed section list (format 2.2) ------------------------------------------
+
+def _many_arrays(tmp_path):
+    """A raw dump of 300 arrays, whose section list the index packs."""
+    obj = [np.full(5, i, dtype=np.int64) for i in range(300)]
+    return obj, _dump(obj, tmp_path / "many.cp", compress=0)
+
+
+def test_a_long_section_list_is_packed_and_resealed_packed(tmp_path):
+    """The index of a file of many arrays holds its section list compressed,
+    with a one-section stub that readers of format 2.1 refuse, naming an
+    unknown codec; it loads, maps for writing and re-seals as any file."""
+    obj, data = _many_arrays(tmp_path)
+    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
+    index = json.loads(data[offset:offset + length])
+    assert len(index["packed_sections"]) + 2000 < len(json.dumps(split(data)[1]["sections"]))
+    assert index["sections"] == [{"offset": 64, "codec": {
+        "id": "format-2.2-packed-sections", "level": 1}}]
+    assert_same(obj, cpersist.load(tmp_path / "many.cp"))
+    cpersist.load(tmp_path / "many.cp", mmap_mode="r+")[7][:] = -1
+    assert cpersist.verify(tmp_path / "many.cp")["unchecked"] == [7]
+    assert cpersist.reseal(tmp_path / "many.cp")["resealed"] == list(range(300))
+    data = (tmp_path / "many.cp").read_bytes()
+    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
+    assert data[offset:offset + 16] == b'{"edited":false,' and b'"packed_sections"' in data
+    assert cpersist.verify(tmp_path / "many.cp")["unchecked"] == []
+    assert cpersist.load(tmp_path / "many.cp")[7].tolist() == [-1] * 5
+
+
+def _repacked(data, edit):
+    """``data`` with its packed section list replaced by ``edit(packed
+    text, size)`` -> (text, size), the index checksum fixed."""
+    body, _ = split(data)
+    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
+    index = json.loads(data[offset:offset + length])
+    index["packed_sections"], index["sections_size"] = edit(index["packed_sections"],
+                                                            index["sections_size"])
+    return with_index(body, None, raw_index=json.dumps(index).encode())
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda text, size: (text, 10**9), "claims to decode to 1000000000"),
+    (lambda text, size: (text, size - 1), "packed section list"),
+    (lambda text, size: (text, size + 1), "packed section list"),
+    (lambda text, size: (text[:40] + "AAAA" + text[44:], size), "packed section list"),
+    (lambda text, size: (text[:-5], size), "not base64"),
+    (lambda text, size: (text, "many"), "bad packed section list"),
+    (lambda text, size: (None, size), "bad packed section list"),
+])
+def test_forged_packed_section_list(tmp_path, edit, match):
+    _, data = _many_arrays(tmp_path)
+    _expect_corrupt(tmp_path, _repacked(data, edit), match=match)
 
 
 @pytest.mark.parametrize("field,value,match", [

@@ -59,7 +59,7 @@ def _section(path):
 
 @pytest.mark.parametrize("compress", [0, 3, "blosc:lz4"])
 def test_verbatim_chunks_carry_the_checksums_of_their_pieces(tmp_path, compress):
-    arr = _noise(10_000)  # 10 MB: chunks of 4 MiB, 16 pieces each
+    arr = _noise(10_000)  # 10 MB: chunks of 4 MiB, 4 pieces each
     path = tmp_path / "n.cp"
     cpersist.dump({"a": arr}, path, compress=compress)
     section = _section(path)
@@ -143,11 +143,11 @@ def test_damage_in_a_piece_read_is_caught_and_named(tmp_path, compress, selectio
     with cpersist.open(path) as f:
         rows = f.arrays["obj['a']"].chunks[0][0]
     part = SELECTIONS[selection](slice(rows + 1000, rows + 1100))  # bytes 1.0-1.1 MB of chunk 1
-    # Outside the part, inside piece 3 (786,432-1,048,575), which the slice reads.
+    # Outside the part, inside piece 0 (0-1,048,575), which the slice reads.
     _flip(path, chunk.offset + 900_000)
     with cpersist.open(path) as f:
         with pytest.raises(cpersist.CorruptFileError,
-                           match=r"n\.cp.*section 0, chunk 1, piece 3"):
+                           match=r"n\.cp.*section 0, chunk 1, piece 0"):
             f.arrays["obj['a']"][part]
     with cpersist.open(path, verify=False) as f:
         assert_same_result(arr[part], f.arrays["obj['a']"][part])
@@ -314,8 +314,8 @@ def test_remote_damage_in_a_piece_fetched_is_caught(memory_url, where, selection
     fs = fsspec.filesystem("memory")
     path = memory_url[len("memory://"):]
     data = bytearray(fs.cat_file(path))
-    data[chunk.offset + 900_000] ^= 0x5A  # chunk 1, piece 3: read, outside the part
+    data[chunk.offset + 900_000] ^= 0x5A  # chunk 1, piece 0: read, outside the part
     fs.pipe_file(path, bytes(data))
     with cpersist.open(memory_url) as f:
-        with pytest.raises(cpersist.CorruptFileError, match="chunk 1, piece 3"):
+        with pytest.raises(cpersist.CorruptFileError, match="chunk 1, piece 0"):
             f.arrays["obj['a']"][part]

@@ -12,7 +12,8 @@ from .._runtime.gc import collector_paused
 from ..codecs import codec_from_config
 from ..exceptions import CorruptFileError, UnsupportedVersionError
 from .layout import (ALIGN, ENCODED, END_MAGIC, FORMAT_MAJOR, HEADER, MAGIC, MAX_CHUNK_SIZE,
-                     RECORD_SIZE, TRAILER, VERBATIM, Chunk, _new_chunk, checksum, corrupt)
+                     RECORD_SIZE, SECTIONS_CODEC, SECTIONS_EXPANSION, TRAILER, VERBATIM, Chunk,
+                     _new_chunk, checksum, corrupt)
 
 
 class Section:
@@ -145,7 +146,7 @@ def parse_index(data, digest, end, name):
             if edited not in (None, True, False):
                 raise corrupt(name, f"damaged index: bad edited mark {edited!r}")
             sections = [_parse_section(i, s, end, name)
-                        for i, s in enumerate(index["sections"])]
+                        for i, s in enumerate(listed_sections(index, name))]
     except CorruptFileError:
         raise
     except Exception as exc:  # malformed JSON, wrong types, bad codec...
@@ -153,6 +154,40 @@ def parse_index(data, digest, end, name):
     if not (isinstance(root, int) and 0 <= root < len(sections)):
         raise corrupt(name, f"damaged index: bad root section {root!r}")
     return root, info, sections, edited
+
+
+def listed_sections(index, name):
+    """The section list of the parsed index ``index``: its ``"sections"``,
+    or its ``"packed_sections"`` decoded (format 2.2; its ``"sections"``
+    is then :data:`~.layout.PACKED_STUB`, for older readers).
+
+    Raises
+    ------
+    CorruptFileError
+        For a packed list that is damaged, or claims to decode to more than
+        :data:`~.layout.SECTIONS_EXPANSION` times its size (refused before
+        decoding).
+    """
+    if "packed_sections" not in index:
+        return index["sections"]
+    packed, size = index["packed_sections"], index.get("sections_size")
+    if type(packed) is not str or type(size) is not int or size < 0:
+        raise corrupt(name, "damaged index: a bad packed section list")
+    try:
+        stored = binascii.a2b_base64(packed, strict_mode=True)
+    except binascii.Error as exc:
+        raise corrupt(name, f"damaged index: a packed section list that is not base64 "
+                            f"({exc})") from None
+    if size > SECTIONS_EXPANSION * len(stored):
+        raise corrupt(name, f"damaged index: a packed section list of {len(stored)} bytes "
+                            f"claims to decode to {size}, more than a section list "
+                            f"compresses: forged or damaged")
+    listed = bytearray(size)
+    try:
+        codec_from_config(SECTIONS_CODEC).decode_into(stored, memoryview(listed))
+    except CorruptFileError as exc:
+        raise corrupt(name, f"damaged index: its packed section list ({exc})") from None
+    return json.loads(listed)
 
 
 def _damaged_index(name, exc):

@@ -10,6 +10,7 @@ The layout is specified in ``docs/format.rst``::
                         memmapped), a chunk of a compressed section, or the
                         pickle stream; the last record holds
     index               UTF-8 JSON: every section's offset, codec, chunk table
+                        (the section list Zstandard-compressed when long)
     trailer  32 bytes   index offset and length, checksum of the index, end magic
 
 :mod:`.framing` finds where a dump ends.
@@ -18,6 +19,7 @@ Nothing here reads a file: the reader hands over the bytes it read.
 """
 
 import binascii
+import json
 import struct
 from collections import namedtuple
 
@@ -29,7 +31,7 @@ from ..exceptions import CorruptFileError
 MAGIC = b"\x89CPS\r\n\x1a\n"
 END_MAGIC = b"CPSEND\r\n"
 FORMAT_MAJOR = 2
-FORMAT_MINOR = 1
+FORMAT_MINOR = 2
 #: magic, major, minor, flags, then zero padding up to 64 bytes.
 HEADER = struct.Struct("<8sHHI48x")
 #: Offset of the header's flags, which a writable map changes.
@@ -63,8 +65,26 @@ DEFAULT_CHUNK_SIZE = 4 << 20
 #: A chunk of an array kept verbatim and longer than this also has the
 #: checksum of each run of this many of its bytes (its pieces) in the index,
 #: so that reading part of the chunk reads and checks only the pieces it
-#: touches, not the whole chunk.
-PIECE_SIZE = 256 << 10
+#: touches, not the whole chunk. At 1 MiB the checksums add 8 bytes per MiB
+#: of data to the index, and a slice reads at most a piece more at each end.
+PIECE_SIZE = 1 << 20
+#: The index stores its section list compressed (format 2.2) when the list's
+#: JSON text is longer than this: the index of a checkpoint of hundreds of
+#: tensors shrinks several times, while a file of a few arrays keeps a
+#: plain index, written without importing Zstandard.
+PACK_SECTIONS_ABOVE = 4096
+#: The codec of a packed section list (Zstandard at its default level).
+SECTIONS_CODEC = {"id": "zstd", "level": 3}
+#: The ``"sections"`` of an index whose list is packed: one section whose
+#: codec no reader has, so that a reader of format 2.0 or 2.1 refuses the
+#: file naming a codec it lacks (as the versioning rules promise for a
+#: newer minor version), rather than reading a list it does not expect.
+PACKED_STUB = '[{"offset":64,"codec":{"id":"format-2.2-packed-sections","level":1}}]'
+
+#: A packed section list may claim to decode to at most this many times
+#: its packed size: a list of sections compresses several times, never this
+#: much, so a forged claim is refused before anything is decoded.
+SECTIONS_EXPANSION = 64
 
 ZEROS = bytes(ALIGN)
 
@@ -120,6 +140,31 @@ def pieces_text(pieces):
     one chunk's field without decoding the others'."""
     return ",".join("" if p is None else binascii.b2a_base64(
         struct.pack(">%dQ" % len(p), *p), newline=False).decode("ascii") for p in pieces)
+
+
+def index_text(root, sections, info, pack=True):
+    """The index of a dump, as UTF-8 JSON bytes.
+
+    Its ``"edited"`` field comes first (:data:`INDEX_UNEDITED`). The
+    section list is the ``"sections"`` array, or with ``pack`` and a text
+    longer than :data:`PACK_SECTIONS_ABOVE`, that array's text compressed
+    with :data:`SECTIONS_CODEC`, in base64, as ``"packed_sections"``, its
+    length as ``"sections_size"``, and :data:`PACKED_STUB` as
+    ``"sections"`` (format 2.2).
+    """
+    listed = json.dumps(sections, separators=(",", ":"))
+    if pack and len(listed) > PACK_SECTIONS_ABOVE:
+        from ..codecs import codec_from_config
+
+        raw = listed.encode()
+        packed = codec_from_config(SECTIONS_CODEC).encode(raw)
+        listed = (binascii.b2a_base64(packed, newline=False).decode("ascii")
+                  + f'","sections_size":{len(raw)}')
+        key = f'"sections":{PACKED_STUB},"packed_sections":"'
+    else:
+        key = '"sections":'
+    return (f'{INDEX_UNEDITED.decode()}"format":[{FORMAT_MAJOR},{FORMAT_MINOR}],"root":{root},'
+            f'{key}{listed},"info":{json.dumps(info, separators=(",", ":"))}}}').encode()
 
 
 #: One chunk of a section, as its chunk table describes it: where its bytes

@@ -7,8 +7,9 @@ import json
 import os
 
 from .framing import END, record_header
+from .index import listed_sections
 from .layout import (EDITED, END_MAGIC, FLAGS_AT, RECORD_SIZE, TRAILER, checksum,
-                     chunk_table_text, piece_fields, verbatim_checksums)
+                     chunk_table_text, index_text, piece_fields, verbatim_checksums)
 
 
 def reseal(file, reader):
@@ -32,11 +33,12 @@ def reseal(file, reader):
     source = reader.source
     offset, length, _, _ = TRAILER.unpack(source.read(reader.size - TRAILER.size, TRAILER.size))
     index = json.loads(bytes(source.read(offset, length)))
+    sections = listed_sections(index, reader.name)
     resealed = []
     for section in reader.sections:
         if not reader.unchecked(section):
             continue
-        entry = index["sections"][section.index]
+        entry = sections[section.index]
         table, pieces = [], []
         for c in section.chunks:
             digest, chunk_pieces = verbatim_checksums(source.read(c.offset, c.length))
@@ -47,9 +49,12 @@ def reseal(file, reader):
         entry.pop("piece_size", None)
         entry.update(piece_fields(pieces))
         resealed.append(section.index)
-    if "edited" in index:  # format 2.1: the mark is the index's (INDEX_UNEDITED, first)
-        index["edited"] = False
-    data = json.dumps(index, separators=(",", ":")).encode()
+    if "packed_sections" in index:  # format 2.2, unedited once written again
+        data = index_text(index["root"], sections, index.get("info", {}))
+    else:
+        if "edited" in index:  # format 2.1: the mark is the index's (INDEX_UNEDITED, first)
+            index["edited"] = False
+        data = json.dumps(index, separators=(",", ":")).encode()
     fd = file.fileno()
     base = reader.base
     if reader.major >= 2:

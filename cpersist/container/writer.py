@@ -2,7 +2,6 @@
 chunks, and the end record with the index and trailer (the layout is in
 :mod:`.layout`, the records in :mod:`.framing`)."""
 
-import json
 import os
 from collections import deque
 
@@ -12,7 +11,7 @@ from .._runtime.threads import get_pool
 from .encode import encode_array_chunk
 from .framing import ALIGNED, DATA, END, record_header
 from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, PIECE_SIZE,
-                     TRAILER, VERBATIM, checksum, chunk_table_text, piece_fields,
+                     TRAILER, VERBATIM, checksum, chunk_table_text, index_text, piece_fields,
                      verbatim_checksums)
 
 #: Writes at least this large reserve their blocks first.
@@ -316,16 +315,7 @@ class ContainerWriter:
     def finish(self, root, info=None):
         """Write the index and trailer; ``root`` names the entry section."""
         self._write_pending()
-        index = {
-            # First, at a fixed place (INDEX_UNEDITED): a writable map
-            # rewrites it in place.
-            "edited": False,
-            "format": [FORMAT_MAJOR, FORMAT_MINOR],
-            "root": root,
-            "sections": self._sections,
-            "info": info or {},
-        }
-        data = json.dumps(index, separators=(",", ":")).encode()
+        data = index_text(root, self._sections, info or {})
         offset = self._record(END, len(data) + TRAILER.size)
         self._write(data)
         self._write(TRAILER.pack(offset, len(data), checksum(data), END_MAGIC))
