@@ -5,10 +5,9 @@ or read back by :mod:`cpersist.pickling.read`."""
 
 from ._args import check_chunk_size, check_mmap_mode, check_protocol, check_target, check_timeout
 from ._runtime.files import display_name, is_path, write_atomically
-from ._runtime.remote import is_remote, write_remote
+from ._runtime.remote import check_storage_options, is_remote, write_remote
 from ._runtime.threads import check_n_threads
 from .codecs import parse_compress
-from .container.sources.open import check_storage_options, open_source
 from .exceptions import CorruptFileError
 from .pickling.limits import as_limits
 from .pickling.small import NOT_COMPACT, load_compact_file, write_small
@@ -239,6 +238,7 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
         obj = load_compact_file(source)
         if obj is not NOT_COMPACT:
             return obj
+    from .container.sources.open import open_source
     from .pickling.read import _load
     from .tools.foreign import foreign_file_error
 

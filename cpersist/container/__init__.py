@@ -18,8 +18,6 @@ from .buffers import READ_BUFFERS
 from .encode import EncodedStream, encode_chunk
 from .layout import (DEFAULT_CHUNK_SIZE, EDITED, ENCODED, FLAGS_AT, FORMAT_MAJOR, FORMAT_MINOR, MAGIC,
                      MAX_CHUNK_SIZE, TRAILER, VERBATIM, checksum)
-from .reader import ContainerReader
-from .sections import CHECKED_CLAIM
 from .writer import ContainerWriter
 
 # What the rest of cpersist uses; tuning constants and the byte sources stay
@@ -29,3 +27,17 @@ __all__ = [
     "FORMAT_MINOR", "MAGIC", "MAX_CHUNK_SIZE", "READ_BUFFERS", "TRAILER", "VERBATIM",
     "ContainerReader", "ContainerWriter", "EncodedStream", "checksum", "encode_chunk",
 ]
+
+
+def __getattr__(name):
+    # The reading side is imported when first asked for: a dump uses none of
+    # it, and its byte sources are a good part of a first dump's imports.
+    if name == "ContainerReader":
+        from .reader import ContainerReader
+
+        return ContainerReader
+    if name == "CHECKED_CLAIM":
+        from .sections import CHECKED_CLAIM
+
+        return CHECKED_CLAIM
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

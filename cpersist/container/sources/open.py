@@ -6,22 +6,12 @@ becomes the :class:`~.abc.ByteSource` the container reader reads through.
 import warnings
 
 from ..._runtime.files import display_name, is_path, is_writable
-from ..._runtime.remote import is_remote, is_url
+from ..._runtime.remote import check_storage_options, is_remote
 from . import source_for
 from .abc import ByteSource
 from .local import LocalFileSource
 from .remote import fsspec_file_source, open_remote
 from .spooled import SpooledSource
-
-
-def check_storage_options(storage_options, target):
-    """Raise unless ``storage_options`` is None, or a dict given with a URL."""
-    if storage_options is None:
-        return
-    if not isinstance(storage_options, dict):
-        raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
-    if storage_options and not is_url(target):
-        raise ValueError(f"storage_options apply to URLs only, not to {display_name(target)}")
 
 
 def open_source(source, mmap_mode=None, *, storage_options=None, what="source", stacklevel=2):
