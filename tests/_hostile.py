@@ -196,7 +196,7 @@ def _peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 
 
-READERS = ("load", "loads", "open-load", "load-trusted", "inspect", "verify", "arrays")
+READERS = ("load", "loads", "open-load", "load-trusted", "inspect", "verify", "arrays", "convert")
 
 
 def read_with(reader, path, limits=None):
@@ -217,6 +217,8 @@ def read_with(reader, path, limits=None):
         return cpersist.inspect(path, limits=limits)
     if reader == "verify":
         return cpersist.verify(path, limits=limits)
+    if reader == "convert":  # re-encodes the arrays, walks the stream for bfloat16 storages
+        return cpersist.convert(path, f"{path}.converted.cp", compress=3)
     with cpersist.open(path, limits=limits) as handle:
         return handle.arrays
 

@@ -111,7 +111,8 @@ def test_reproducer_restricted(name, tmp_path):
             if expected is LimitExceededError:
                 assert "limits=cpersist.Limits(" in str(info.value)
     # The tools that read without loading never fail but on damage or limits.
-    for tool in (cpersist.inspect, cpersist.verify, arrays):
+    for tool in (cpersist.inspect, cpersist.verify, arrays,
+                 lambda p: cpersist.convert(p, f"{p}.converted.cp", compress=3)):
         try:
             tool(path)
         except CpersistError:
@@ -456,7 +457,7 @@ def test_hostile_corpus_under_memory_limit(tmp_path):
         path = tmp_path / f"generated-{i}.cp"
         path.write_bytes(_file(stream))
         paths.append(str(path))
-    readers = "load,loads,open-load,inspect,verify,arrays"
+    readers = "load,loads,open-load,inspect,verify,arrays,convert"
     done = run_python("-m", "tests._hostile", "3072", readers, json.dumps(CORPUS_LIMITS), *paths,
                       cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
