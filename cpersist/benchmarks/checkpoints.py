@@ -304,8 +304,10 @@ def ratios(results):
                         lo["torch.load weights_only"] / lo["cpersist.load"],
                         ms("cpersist.load", "torch.load weights_only", t=lo), "load_vs_torch",
                         ("float32",)))
+        # In bytes: the files differ by kilobytes, which megabytes would hide.
         rows.append(row("file size / torch.save's", size["cp"] / size["pt"],
-                        f"{size['cp'] / MB:.1f} MB / {size['pt'] / MB:.1f} MB", "size_vs_torch"))
+                        f"{size['cp']:,} B / {size['pt']:,} B ({size['cp'] - size['pt']:+,} B)",
+                        "size_vs_torch"))
         rows.append(row("mmap_mode='r' load time / torch.load(mmap)",
                         lo["cpersist.load mmap_mode='r'"] / lo["torch.load mmap"],
                         ms("cpersist.load mmap_mode='r'", "torch.load mmap", t=lo),
