@@ -315,6 +315,18 @@ def test_a_long_section_list_is_packed_and_resealed_packed(tmp_path):
     assert cpersist.load(tmp_path / "many.cp")[7].tolist() == [-1] * 5
 
 
+def test_a_section_list_too_long_to_pack_stays_plain(tmp_path, monkeypatch):
+    """Readers refuse a packed list beyond the longest a writer packs, so a
+    longer one is written plain."""
+    from cpersist.container import layout
+
+    monkeypatch.setattr(layout, "PACK_SECTIONS_UP_TO", 5000)
+    obj, data = _many_arrays(tmp_path)
+    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
+    assert b'"packed_sections"' not in data[offset:offset + length]
+    assert_same(obj, cpersist.load(tmp_path / "many.cp"))
+
+
 def _repacked(data, edit):
     """``data`` with its packed section list replaced by ``edit(packed
     text, size)`` -> (text, size), the index checksum fixed."""
@@ -327,7 +339,7 @@ def _repacked(data, edit):
 
 
 @pytest.mark.parametrize("edit,match", [
-    (lambda text, size: (text, 10**9), "claims to decode to 1000000000"),
+    (lambda text, size: (text, 10**9), "claims to decode to 1000000000, more than writers"),
     (lambda text, size: (text, size - 1), "packed section list"),
     (lambda text, size: (text, size + 1), "packed section list"),
     (lambda text, size: (text[:40] + "AAAA" + text[44:], size), "packed section list"),

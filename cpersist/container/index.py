@@ -12,8 +12,8 @@ from .._runtime.gc import collector_paused
 from ..codecs import codec_from_config
 from ..exceptions import CorruptFileError, UnsupportedVersionError
 from .layout import (ALIGN, ENCODED, END_MAGIC, FORMAT_MAJOR, HEADER, MAGIC, MAX_CHUNK_SIZE,
-                     RECORD_SIZE, SECTIONS_CODEC, SECTIONS_EXPANSION, TRAILER, VERBATIM, Chunk,
-                     _new_chunk, checksum, corrupt)
+                     PACK_SECTIONS_UP_TO, RECORD_SIZE, SECTIONS_CODEC, SECTIONS_EXPANSION,
+                     TRAILER, VERBATIM, Chunk, _new_chunk, checksum, corrupt)
 
 
 class Section:
@@ -165,8 +165,8 @@ def listed_sections(index, name):
     ------
     CorruptFileError
         For a packed list that is damaged, or claims to decode to more than
-        :data:`~.layout.SECTIONS_EXPANSION` times its size (refused before
-        decoding).
+        :data:`~.layout.SECTIONS_EXPANSION` times its size or than
+        :data:`~.layout.PACK_SECTIONS_UP_TO` (refused before decoding).
     """
     if "packed_sections" not in index:
         return index["sections"]
@@ -178,10 +178,11 @@ def listed_sections(index, name):
     except binascii.Error as exc:
         raise corrupt(name, f"damaged index: a packed section list that is not base64 "
                             f"({exc})") from None
-    if size > SECTIONS_EXPANSION * len(stored):
+    if size > min(SECTIONS_EXPANSION * len(stored), PACK_SECTIONS_UP_TO):
         raise corrupt(name, f"damaged index: a packed section list of {len(stored)} bytes "
-                            f"claims to decode to {size}, more than a section list "
-                            f"compresses: forged or damaged")
+                            f"claims to decode to {size}, more than writers pack (at most "
+                            f"{SECTIONS_EXPANSION} times its size, and {PACK_SECTIONS_UP_TO} "
+                            f"bytes): forged or damaged")
     listed = bytearray(size)
     try:
         codec_from_config(SECTIONS_CODEC).decode_into(stored, memoryview(listed))

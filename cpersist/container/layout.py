@@ -73,6 +73,10 @@ PIECE_SIZE = 1 << 20
 #: tensors shrinks several times, while a file of a few arrays keeps a
 #: plain index, written without importing Zstandard.
 PACK_SECTIONS_ABOVE = 4096
+#: ... and at most this long (about 75,000 sections): a longer list stays
+#: plain, so that a reader can refuse a packed one claiming more, and a
+#: small forged file cannot make it parse a list of gigabytes.
+PACK_SECTIONS_UP_TO = 16 << 20
 #: The codec of a packed section list (Zstandard at its default level).
 SECTIONS_CODEC = {"id": "zstd", "level": 3}
 #: The ``"sections"`` of an index whose list is packed: one section whose
@@ -80,7 +84,6 @@ SECTIONS_CODEC = {"id": "zstd", "level": 3}
 #: file naming a codec it lacks (as the versioning rules promise for a
 #: newer minor version), rather than reading a list it does not expect.
 PACKED_STUB = '[{"offset":64,"codec":{"id":"format-2.2-packed-sections","level":1}}]'
-
 #: A packed section list may claim to decode to at most this many times
 #: its packed size: a list of sections compresses several times, never this
 #: much, so a forged claim is refused before anything is decoded.
@@ -142,18 +145,19 @@ def pieces_text(pieces):
         struct.pack(">%dQ" % len(p), *p), newline=False).decode("ascii") for p in pieces)
 
 
-def index_text(root, sections, info, pack=True):
+def index_text(root, sections, info):
     """The index of a dump, as UTF-8 JSON bytes.
 
     Its ``"edited"`` field comes first (:data:`INDEX_UNEDITED`). The
-    section list is the ``"sections"`` array, or with ``pack`` and a text
-    longer than :data:`PACK_SECTIONS_ABOVE`, that array's text compressed
+    section list is the ``"sections"`` array, or for a text longer than
+    :data:`PACK_SECTIONS_ABOVE` (up to :data:`PACK_SECTIONS_UP_TO`), that
+    array's text compressed
     with :data:`SECTIONS_CODEC`, in base64, as ``"packed_sections"``, its
     length as ``"sections_size"``, and :data:`PACKED_STUB` as
     ``"sections"`` (format 2.2).
     """
     listed = json.dumps(sections, separators=(",", ":"))
-    if pack and len(listed) > PACK_SECTIONS_ABOVE:
+    if PACK_SECTIONS_ABOVE < len(listed) <= PACK_SECTIONS_UP_TO:
         from ..codecs import codec_from_config
 
         raw = listed.encode()
