@@ -315,12 +315,16 @@ def test_a_long_section_list_is_packed_and_resealed_packed(tmp_path):
     assert cpersist.load(tmp_path / "many.cp")[7].tolist() == [-1] * 5
 
 
-def test_a_section_list_too_long_to_pack_stays_plain(tmp_path, monkeypatch):
-    """Readers refuse a packed list beyond the longest a writer packs, so a
-    longer one is written plain."""
-    from cpersist.container import layout
+@pytest.mark.parametrize("limit,value", [("PACK_SECTIONS_UP_TO", 5000),
+                                         ("SECTIONS_EXPANSION", 2)])
+def test_a_section_list_readers_would_refuse_packed_stays_plain(tmp_path, monkeypatch, limit,
+                                                                value):
+    """Readers refuse a packed list longer than writers pack, or compressed
+    more than a list compresses: such a list is written plain."""
+    from cpersist.container import index, layout
 
-    monkeypatch.setattr(layout, "PACK_SECTIONS_UP_TO", 5000)
+    monkeypatch.setattr(layout, limit, value)
+    monkeypatch.setattr(index, limit, value)
     obj, data = _many_arrays(tmp_path)
     offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
     assert b'"packed_sections"' not in data[offset:offset + length]

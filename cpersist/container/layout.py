@@ -85,8 +85,9 @@ SECTIONS_CODEC = {"id": "zstd", "level": 3}
 #: newer minor version), rather than reading a list it does not expect.
 PACKED_STUB = '[{"offset":64,"codec":{"id":"format-2.2-packed-sections","level":1}}]'
 #: A packed section list may claim to decode to at most this many times
-#: its packed size: a list of sections compresses several times, never this
-#: much, so a forged claim is refused before anything is decoded.
+#: its packed size, so that a forged claim is refused before anything is
+#: decoded. A list of sections compresses 5-30 times; one that compresses
+#: more (thousands of empty arrays of one long dtype) is written plain.
 SECTIONS_EXPANSION = 64
 
 ZEROS = bytes(ALIGN)
@@ -150,23 +151,24 @@ def index_text(root, sections, info):
 
     Its ``"edited"`` field comes first (:data:`INDEX_UNEDITED`). The
     section list is the ``"sections"`` array, or for a text longer than
-    :data:`PACK_SECTIONS_ABOVE` (up to :data:`PACK_SECTIONS_UP_TO`), that
-    array's text compressed
+    :data:`PACK_SECTIONS_ABOVE` (up to :data:`PACK_SECTIONS_UP_TO`, and
+    compressing at most :data:`SECTIONS_EXPANSION` times), that array's
+    text compressed
     with :data:`SECTIONS_CODEC`, in base64, as ``"packed_sections"``, its
     length as ``"sections_size"``, and :data:`PACKED_STUB` as
     ``"sections"`` (format 2.2).
     """
     listed = json.dumps(sections, separators=(",", ":"))
+    key = '"sections":'
     if PACK_SECTIONS_ABOVE < len(listed) <= PACK_SECTIONS_UP_TO:
         from ..codecs import codec_from_config
 
         raw = listed.encode()
         packed = codec_from_config(SECTIONS_CODEC).encode(raw)
-        listed = (binascii.b2a_base64(packed, newline=False).decode("ascii")
-                  + f'","sections_size":{len(raw)}')
-        key = f'"sections":{PACKED_STUB},"packed_sections":"'
-    else:
-        key = '"sections":'
+        if len(raw) <= SECTIONS_EXPANSION * len(packed):  # else readers would refuse it
+            listed = (binascii.b2a_base64(packed, newline=False).decode("ascii")
+                      + f'","sections_size":{len(raw)}')
+            key = f'"sections":{PACKED_STUB},"packed_sections":"'
     return (f'{INDEX_UNEDITED.decode()}"format":[{FORMAT_MAJOR},{FORMAT_MINOR}],"root":{root},'
             f'{key}{listed},"info":{json.dumps(info, separators=(",", ":"))}}}').encode()
 
