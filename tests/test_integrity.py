@@ -294,13 +294,18 @@ def _many_arrays(tmp_path):
     return obj, _dump(obj, tmp_path / "many.cp", compress=0)
 
 
+def _raw_index(data):
+    """``(offset, text)`` of the index of a file's bytes."""
+    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
+    return offset, data[offset:offset + length]
+
+
 def test_a_long_section_list_is_packed_and_resealed_packed(tmp_path):
     """The index of a file of many arrays holds its section list compressed,
     with a one-section stub that readers of format 2.1 refuse, naming an
     unknown codec; it loads, maps for writing and re-seals as any file."""
     obj, data = _many_arrays(tmp_path)
-    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
-    index = json.loads(data[offset:offset + length])
+    index = json.loads(_raw_index(data)[1])
     assert len(index["packed_sections"]) + 2000 < len(json.dumps(split(data)[1]["sections"]))
     assert index["sections"] == [{"offset": 64, "codec": {
         "id": "format-2.2-packed-sections", "level": 1}}]
@@ -308,9 +313,8 @@ def test_a_long_section_list_is_packed_and_resealed_packed(tmp_path):
     cpersist.load(tmp_path / "many.cp", mmap_mode="r+")[7][:] = -1
     assert cpersist.verify(tmp_path / "many.cp")["unchecked"] == [7]
     assert cpersist.reseal(tmp_path / "many.cp")["resealed"] == list(range(300))
-    data = (tmp_path / "many.cp").read_bytes()
-    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
-    assert data[offset:offset + 16] == b'{"edited":false,' and b'"packed_sections"' in data
+    text = _raw_index((tmp_path / "many.cp").read_bytes())[1]
+    assert text.startswith(b'{"edited":false,') and b'"packed_sections"' in text
     assert cpersist.verify(tmp_path / "many.cp")["unchecked"] == []
     assert cpersist.load(tmp_path / "many.cp")[7].tolist() == [-1] * 5
 
@@ -318,13 +322,11 @@ def test_a_long_section_list_is_packed_and_resealed_packed(tmp_path):
 def test_a_section_list_longer_than_writers_pack_stays_plain(tmp_path, monkeypatch):
     """Readers refuse a packed list longer than writers pack: a longer list
     is written plain."""
-    from cpersist.container import index, layout
+    from cpersist.container import layout
 
     monkeypatch.setattr(layout, "PACK_SECTIONS_UP_TO", 5000)
-    monkeypatch.setattr(index, "PACK_SECTIONS_UP_TO", 5000)
     obj, data = _many_arrays(tmp_path)
-    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
-    assert b'"packed_sections"' not in data[offset:offset + length]
+    assert b'"packed_sections"' not in _raw_index(data)[1]
     assert_same(obj, cpersist.load(tmp_path / "many.cp"))
 
 
@@ -333,21 +335,19 @@ def test_a_section_list_compressing_more_than_readers_accept_stays_plain(tmp_pat
     times, more than readers accept of a packed one: it is written plain."""
     dtype = np.dtype([(f"field_number_{i}", "<f8") for i in range(40)])
     obj = [np.zeros(0, dtype) for _ in range(2000)]
-    data = _dump(obj, tmp_path / "empty.cp", compress=0)
-    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
-    assert length > 1 << 20 and b'"packed_sections"' not in data[offset:offset + length]
+    text = _raw_index(_dump(obj, tmp_path / "empty.cp", compress=0))[1]
+    assert len(text) > 1 << 20 and b'"packed_sections"' not in text
     assert_same(obj, cpersist.load(tmp_path / "empty.cp"))
 
 
 def _repacked(data, edit):
     """``data`` with its packed section list replaced by ``edit(packed
     text, size)`` -> (text, size), the index checksum fixed."""
-    body, _ = split(data)
-    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
-    index = json.loads(data[offset:offset + length])
+    offset, text = _raw_index(data)
+    index = json.loads(text)
     index["packed_sections"], index["sections_size"] = edit(index["packed_sections"],
                                                             index["sections_size"])
-    return with_index(body, None, raw_index=json.dumps(index).encode())
+    return with_index(data[:offset], None, raw_index=json.dumps(index).encode())
 
 
 @pytest.mark.parametrize("edit,match", [

@@ -13,7 +13,8 @@ from ..codecs import codec_from_config
 from ..exceptions import CorruptFileError, UnsupportedVersionError
 from .layout import (ALIGN, ENCODED, END_MAGIC, FORMAT_MAJOR, HEADER, MAGIC, MAX_CHUNK_SIZE,
                      PACK_SECTIONS_UP_TO, RECORD_SIZE, SECTIONS_CODEC, SECTIONS_EXPANSION,
-                     TRAILER, VERBATIM, Chunk, _new_chunk, checksum, corrupt)
+                     TRAILER, VERBATIM, Chunk, _new_chunk, checksum, corrupt,
+                     packed_sections_accepted)
 
 
 class Section:
@@ -178,7 +179,7 @@ def listed_sections(index, name):
     except binascii.Error as exc:
         raise corrupt(name, f"damaged index: a packed section list that is not base64 "
                             f"({exc})") from None
-    if size > min(SECTIONS_EXPANSION * len(stored), PACK_SECTIONS_UP_TO):
+    if not packed_sections_accepted(size, len(stored)):
         raise corrupt(name, f"damaged index: a packed section list of {len(stored)} bytes "
                             f"claims to decode to {size}, more than writers pack (at most "
                             f"{SECTIONS_EXPANSION} times its size, and {PACK_SECTIONS_UP_TO} "

@@ -90,6 +90,13 @@ PACKED_STUB = '[{"offset":64,"codec":{"id":"format-2.2-packed-sections","level":
 #: more (thousands of empty arrays of one long dtype) is written plain.
 SECTIONS_EXPANSION = 64
 
+
+def packed_sections_accepted(size, packed_size):
+    """Whether readers accept a packed section list of ``packed_size`` bytes
+    that decodes to ``size``: writers pack no other, readers refuse any
+    other before decoding it."""
+    return size <= min(SECTIONS_EXPANSION * packed_size, PACK_SECTIONS_UP_TO)
+
 ZEROS = bytes(ALIGN)
 
 
@@ -150,13 +157,12 @@ def index_text(root, sections, info):
     """The index of a dump, as UTF-8 JSON bytes.
 
     Its ``"edited"`` field comes first (:data:`INDEX_UNEDITED`). The
-    section list is the ``"sections"`` array, or for a text longer than
-    :data:`PACK_SECTIONS_ABOVE` (up to :data:`PACK_SECTIONS_UP_TO`, and
-    compressing at most :data:`SECTIONS_EXPANSION` times), that array's
-    text compressed
-    with :data:`SECTIONS_CODEC`, in base64, as ``"packed_sections"``, its
-    length as ``"sections_size"``, and :data:`PACKED_STUB` as
-    ``"sections"`` (format 2.2).
+    section list is the ``"sections"`` array; or, for a text longer than
+    :data:`PACK_SECTIONS_ABOVE` that packs as readers accept
+    (:func:`packed_sections_accepted`), that array's text compressed with
+    :data:`SECTIONS_CODEC`, in base64, as ``"packed_sections"``, its length
+    as ``"sections_size"``, and :data:`PACKED_STUB` as ``"sections"``
+    (format 2.2).
     """
     listed = json.dumps(sections, separators=(",", ":"))
     key = '"sections":'
@@ -165,7 +171,7 @@ def index_text(root, sections, info):
 
         raw = listed.encode()
         packed = codec_from_config(SECTIONS_CODEC).encode(raw)
-        if len(raw) <= SECTIONS_EXPANSION * len(packed):  # else readers would refuse it
+        if packed_sections_accepted(len(raw), len(packed)):
             listed = (binascii.b2a_base64(packed, newline=False).decode("ascii")
                       + f'","sections_size":{len(raw)}')
             key = f'"sections":{PACKED_STUB},"packed_sections":"'
