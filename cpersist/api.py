@@ -8,9 +8,10 @@ from ._runtime.files import display_name, is_path, write_atomically
 from ._runtime.remote import check_storage_options, is_remote, write_remote
 from ._runtime.threads import check_n_threads
 from .codecs import parse_compress
+from .container.writer import write_all
 from .exceptions import CorruptFileError
 from .pickling.limits import as_limits
-from .pickling.small import NOT_COMPACT, load_compact_file, write_small
+from .pickling.small import NOT_COMPACT, load_compact_file, small_dump
 from .pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
 from .pickling.write import _finish, _inline_below, write_sections
 
@@ -104,7 +105,8 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     codec = parse_compress(compress)
     protocol = check_protocol(protocol)
     chunk_size = check_chunk_size(chunk_size)
-    n_threads = check_n_threads(n_threads)
+    if n_threads is not None:  # None: resolved when there is work for threads
+        check_n_threads(n_threads)
     check_target(target)
     check_storage_options(storage_options, target)
     timeout = check_timeout(timeout)
@@ -117,7 +119,14 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         if is_remote(target):
             return [write_remote(target, storage_options, write, timeout)]
         if is_path(target):
-            write_atomically(target, write, fsync)
+            # A small object is written from memory, in one system call.
+            small = _small_dump(obj, name, codec, protocol, chunk_size)
+            if small is None:
+                write_atomically(target, lambda file: _write(
+                    obj, file, name, codec, protocol, chunk_size, n_threads, small_tried=True),
+                    fsync)
+            else:
+                write_atomically(target, small, fsync)
             return [name]
         write(target)
     except PICKLING_ERRORS as exc:
@@ -129,15 +138,34 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     return [name] if isinstance(name, str) else []
 
 
-def _write(obj, file, name, codec, protocol, chunk_size, n_threads):
-    if codec is not None and codec.codec_id == "max":
+def _write(obj, file, name, codec, protocol, chunk_size, n_threads, small_tried=False):
+    """Write the dump of ``obj`` to ``file``; ``small_tried``: it is known
+    not to be small. ``n_threads`` None: all available CPUs."""
+    n_threads = check_n_threads(n_threads)
+    if _is_max(codec):
         from .pickling.smallest import write_smallest
 
         write_smallest(obj, file, name, codec, protocol, chunk_size, n_threads)
         return
-    if write_small(obj, file, name, codec, protocol, _inline_below(codec, chunk_size), _finish):
-        return
+    if not small_tried:
+        small = _small_dump(obj, name, codec, protocol, chunk_size)
+        if small is not None:
+            write_all(file, small, name)
+            return
     write_sections(obj, file, name, codec, protocol, chunk_size, n_threads)
+
+
+def _is_max(codec):
+    return codec is not None and codec.codec_id == "max"
+
+
+def _small_dump(obj, name, codec, protocol, chunk_size):
+    """The bytes of the whole dump of ``obj`` if it is small (see
+    :mod:`cpersist.pickling.small`), else None; ``compress="max"`` makes
+    its own small forms."""
+    if _is_max(codec):
+        return None
+    return small_dump(obj, name, codec, protocol, _inline_below(codec, chunk_size), _finish)
 
 
 def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,

@@ -99,26 +99,28 @@ def test_socket_target_and_source(compress):
 
 
 class TrickleWriter(io.RawIOBase):
-    """A non-seekable raw stream that accepts at most 1000 bytes per write."""
+    """A non-seekable raw stream that accepts at most ``most`` bytes per write."""
 
-    def __init__(self):
+    def __init__(self, most=1000):
         self.data = bytearray()
         self.calls = 0
+        self.most = most
 
     def writable(self):
         return True
 
     def write(self, b):
         self.calls += 1
-        n = min(len(b), 1000 - self.calls % 7)
+        n = min(len(b), self.most - self.calls % 7)
         self.data += bytes(memoryview(b)[:n])
         return n
 
 
-@pytest.mark.parametrize("compress", [0, "lz4"])
-def test_partial_writes_are_completed(compress):
-    obj = {"a": big(shape=(100, 50)), "b": ["x"] * 1000}
-    stream = TrickleWriter()
+@pytest.mark.parametrize("compress, small", [(0, False), ("lz4", False), (0, True)])
+def test_partial_writes_are_completed(compress, small):
+    obj = {"people": [{"name": "Alice"}]} if small else {"a": big(shape=(100, 50)),
+                                                          "b": ["x"] * 1000}
+    stream = TrickleWriter(most=20 if small else 1000)
     assert not stream.seekable()
     cpersist.dump(obj, stream, compress=compress)
     expected = io.BytesIO()

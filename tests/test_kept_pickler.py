@@ -1,6 +1,6 @@
-"""``dumps`` keeps one pickler per thread between calls: whatever it pickled
-before, and whatever was imported since it was made, it writes the bytes a
-new pickler writes."""
+"""``dumps``, and ``dump`` for small objects, keep one pickler per thread
+between calls: whatever it pickled before, and whatever was imported since
+it was made, it writes the bytes a new pickler writes."""
 
 import pickle
 
@@ -9,6 +9,7 @@ import pytest
 
 import cpersist
 from cpersist import inmemory
+from cpersist.pickling import small
 
 from ._fresh import run_code
 
@@ -67,6 +68,44 @@ def test_a_kept_pickler_writes_what_a_new_one_writes(protocol):
     assert back["t"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
     assert back["a"].tolist() == [0.0] * 6
     assert cpersist.loads(fresh["class"]) == objects["class"]
+
+
+def _fresh_dump(obj, path, **kwargs):
+    vars(small._kept).pop("picklers", None)
+    cpersist.dump(obj, path, **kwargs)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("compress", [0, 3])
+def test_a_kept_small_object_pickler_writes_what_a_new_one_writes(tmp_path, compress):
+    """Including after one that stopped at an array needing a section."""
+    objects = _objects()
+    fresh = {name: _fresh_dump(obj, tmp_path / "fresh.cp", compress=compress)
+             for name, obj in objects.items()}
+    for names in (list(objects), list(objects)[::-1]):
+        for name in names:
+            cpersist.dump(objects[name], tmp_path / "kept.cp", compress=compress)
+            assert (tmp_path / "kept.cp").read_bytes() == fresh[name], name
+
+
+class _DumpsWhilePickled:
+    """Dumps another small object to a file while it is pickled."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        cpersist.dump({"inner": [1, 2]}, self.path)
+        return _DumpsWhilePickled, (self.path,)
+
+
+def test_a_small_object_dumped_while_another_is_pickled(tmp_path):
+    outer = {"outer": _DumpsWhilePickled(tmp_path / "inner.cp"), "n": [3]}
+    cpersist.dump(outer, tmp_path / "outer.cp")
+    back = cpersist.load(tmp_path / "outer.cp")
+    assert type(back["outer"]) is _DumpsWhilePickled and back["n"] == [3]
+    assert cpersist.load(tmp_path / "inner.cp") == {"inner": [1, 2]}
+    assert (tmp_path / "outer.cp").read_bytes() == _fresh_dump(outer, tmp_path / "fresh.cp")
 
 
 def test_a_pickler_made_before_torch_was_imported_stores_tensors():

@@ -1,5 +1,6 @@
 """Opening dump targets and load sources: paths, file objects and streams."""
 
+import errno
 import io
 import os
 import stat
@@ -31,8 +32,6 @@ def _existing_mode(name):
         If ``name`` is a directory or ends with a separator: checked before
         anything is written.
     """
-    import errno
-
     try:
         mode = os.stat(name).st_mode
     except OSError:  # none there, or not one we may look at: a new file's mode
@@ -74,6 +73,9 @@ def _new_temporary(directory, base, mode):
 def write_atomically(path, write, fsync):
     """Call ``write(file)`` on a temporary file, then rename it onto ``path``.
 
+    ``write`` may also be the bytes to write (a small dump, made in
+    memory): they are written with :func:`os.write`, without a buffered
+    file object, whose buffer costs a small file more than its data.
     The temporary file lives in the target's directory (so ``os.replace`` is
     an atomic rename) and is named ``.<target name>.<random>.cpersist-tmp``.
     On any exception it is removed and an existing target is left untouched;
@@ -83,40 +85,23 @@ def write_atomically(path, write, fsync):
     the directory entry are flushed to disk before returning, so the new
     file survives a power loss.
     """
-    path = os.fspath(path)
     name = os.fsdecode(path)
     mode = _existing_mode(name)
-    directory, base = os.path.split(os.path.abspath(path))
+    directory, base = os.path.split(name)  # directory "": the current one
     try:
         # A new file gets 0o666 less the umask from the kernel, as open()
         # gives it; a replaced one keeps its permission bits, set before
         # the rename (the data is never readable by more than either allows).
-        fd, tmp = _new_temporary(directory, os.fsdecode(base), 0o666 if mode is None else 0o600)
+        fd, tmp = _new_temporary(directory, base, 0o666 if mode is None else 0o600)
     except OSError:
         _check_parent(name)
         raise
     try:
-        file = open(fd, "wb", buffering=WRITE_BUFFER)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    try:
-        try:
-            write(file)
-            file.flush()
-            if mode is not None:
-                os.fchmod(fd, mode)
-            if fsync:
-                os.fsync(fd)
-        except BaseException:
-            try:
-                file.close()  # fails again if what is buffered cannot be written
-            except OSError:
-                pass
-            raise
-        file.close()
-        os.replace(tmp, path)
+        if callable(write):
+            _write_file(fd, write, mode, fsync)
+        else:
+            _write_bytes(fd, write, mode, fsync)
+        os.replace(tmp, name)
     except BaseException as exc:
         try:
             os.unlink(tmp)
@@ -126,11 +111,52 @@ def write_atomically(path, write, fsync):
             raise OSError(exc.errno, exc.strerror, name) from None
         raise
     if fsync:
-        dir_fd = os.open(directory, os.O_RDONLY)
+        dir_fd = os.open(directory or os.curdir, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def _write_file(fd, write, mode, fsync):
+    """``write(file)`` on a buffered file over ``fd``, then ``mode`` set
+    (None: left) and the file closed."""
+    try:
+        file = open(fd, "wb", buffering=WRITE_BUFFER)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        write(file)
+        file.flush()
+        _finish_temporary(fd, mode, fsync)
+    except BaseException:
+        try:
+            file.close()  # fails again if what is buffered cannot be written
+        except OSError:
+            pass
+        raise
+    file.close()
+
+
+def _write_bytes(fd, data, mode, fsync):
+    """``data`` written to ``fd``, then ``mode`` set and ``fd`` closed."""
+    try:
+        written = os.write(fd, data)
+        if written < len(data):
+            view = memoryview(data)[written:]
+            while view:
+                view = view[os.write(fd, view):]
+        _finish_temporary(fd, mode, fsync)
+    finally:
+        os.close(fd)
+
+
+def _finish_temporary(fd, mode, fsync):
+    if mode is not None:
+        os.fchmod(fd, mode)
+    if fsync:
+        os.fsync(fd)
 
 
 def _check_parent(name):
@@ -143,7 +169,6 @@ def _check_parent(name):
     ------
     FileNotFoundError, NotADirectoryError
     """
-    import errno
 
     parent = os.path.dirname(os.path.abspath(name))
     if not os.path.exists(parent):

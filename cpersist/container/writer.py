@@ -342,3 +342,16 @@ class _PendingSection:
         self.first = None  # where its first chunk's payload starts
         self.table = []
         self.pieces = []
+
+
+def write_all(file, data, name):
+    """Write all of ``data`` to ``file``; an :class:`OSError` names ``name``."""
+    view = memoryview(data)
+    try:
+        while view.nbytes:
+            n = file.write(view)
+            # Raw (unbuffered) streams may write less than asked; buffered
+            # ones return None or the full length.
+            view = view[view.nbytes if n is None else n:]
+    except OSError as exc:
+        raise named_os_error(exc, name) from None

@@ -16,6 +16,7 @@ import io
 import os
 import pickle
 import stat
+import threading
 
 from ..container import VERBATIM, ContainerWriter
 from ..container.compact import OVERHEAD, compact_dump, compact_stream
@@ -65,35 +66,87 @@ def pickle_within(obj, protocol, limit, inline_below, fortran_as_c=False):
     return stream, pickler
 
 
+class _KeptPickler:
+    """A thread's pickler for small objects and its buffer, kept between
+    dumps: making them costs more than pickling a small object does."""
+
+    __slots__ = ("buffer", "pickler", "busy")
+
+    def __init__(self, protocol, inline_below):
+        self.buffer = _BoundedBuffer(SMALL_STREAM)
+        self.pickler = ArrayPickler(self.buffer, protocol, _refuse, inline_below)
+        self.busy = False
+
+    def reset(self):
+        self.buffer.seek(0)
+        self.buffer.truncate()
+        pickler = self.pickler
+        pickler.clear_memo()
+        pickler.forget()
+        pickler.inlined = 0
+        pickler.saw_fortran = False
+        self.busy = False
+
+
+_kept = threading.local()
+
+
+def _kept_pickler(key):
+    """This thread's kept pickler for ``key`` (protocol, inline_below),
+    made if there is none; a new one, not kept, while that one is in use
+    (an object whose pickling dumps another)."""
+    picklers = getattr(_kept, "picklers", None)
+    if picklers is None:
+        picklers = _kept.picklers = {}
+    kept = picklers.get(key)
+    if kept is None:
+        kept = picklers[key] = _KeptPickler(*key)
+    elif kept.busy:
+        return _KeptPickler(*key)
+    return kept
+
+
 def pickle_small(obj, protocol, inline_below):
     """``(pickle stream, arrays inlined)`` of ``obj`` if it is small and
     holds no array of ``inline_below`` bytes or more (which would need a
     section), else None."""
-    stream, pickler = pickle_within(obj, protocol, SMALL_STREAM, inline_below)
-    if stream is None:
-        return None
-    return stream.getbuffer(), pickler.inlined
+    key = protocol, inline_below
+    kept = _kept_pickler(key)
+    kept.busy = True
+    try:
+        kept.pickler.dump(obj)
+    except BaseException as exc:
+        # Not reused: a pickler stopped midway may hold state of its own.
+        if _kept.picklers.get(key) is kept:
+            del _kept.picklers[key]
+        if isinstance(exc, _NotSmall):
+            return None
+        raise
+    small = kept.buffer.getvalue(), kept.pickler.inlined
+    kept.reset()
+    return small
 
 
-def write_small(obj, file, name, codec, protocol, inline_below, finish):
-    """Write ``obj`` to ``file`` if it is small (see the module); returns
-    whether it did. ``finish(writer, encoded chunks, codec, protocol)``
+def small_dump(obj, name, codec, protocol, inline_below, finish):
+    """The bytes of the whole dump of ``obj`` if it is small (see the
+    module), else None. ``finish(writer, encoded chunks, codec, protocol)``
     writes a root section and the index, as for any dump."""
     small = pickle_small(obj, protocol, inline_below)
     if small is None:
-        return False
+        return None
     pickled, inlined = small
-    with pickled:
-        if codec is not None:
-            stored, digest, flag = encode_chunk(codec, pickled)
-            # Arrays kept in a compressed stream are the general way too: the
-            # file says it is compressed, so a load asking to map them says
-            # they cannot be.
-            if inlined or (flag != VERBATIM and len(stored) + INDEX_BYTES < len(pickled)):
-                writer = ContainerWriter(file, 1, name)
-                finish(writer, [(stored, len(pickled), digest, flag)], codec, protocol)
-                return True
-        file.write(compact_dump(pickled))
+    if codec is not None:
+        stored, digest, flag = encode_chunk(codec, pickled)
+        # Arrays kept in a compressed stream are the general way too: the
+        # file says it is compressed, so a load asking to map them says
+        # they cannot be.
+        if inlined or (flag != VERBATIM and len(stored) + INDEX_BYTES < len(pickled)):
+            out = io.BytesIO()
+            finish(ContainerWriter(out, 1, name), [(stored, len(pickled), digest, flag)],
+                   codec, protocol)
+            return out.getvalue()
+    return compact_dump(pickled)
+    file.write(compact_dump(pickled))
     return True
 
 

@@ -28,7 +28,7 @@ import io
 
 from ..container import ENCODED, VERBATIM, ContainerWriter, checksum, encode_chunk
 from ..container.tiny import MAX_STREAM, tiny_dump
-from ..container.writer import named_os_error
+from ..container.writer import write_all
 from .small import pickle_within
 from .write import INLINE_BELOW, _finish, write_sections
 
@@ -107,16 +107,5 @@ def write_smallest(obj, file, name, codec, protocol, chunk_size, n_threads):
             candidates.append(_sections_dump(obj, name, codec, protocol, chunk_size,
                                              n_threads, fortran_as_c, 0)[0])
         candidates = [min(candidates, key=len)]
-    _write_all(file, candidates[0], name)
+    write_all(file, candidates[0], name)
 
-
-def _write_all(file, data, name):
-    view = memoryview(data)
-    try:
-        while view.nbytes:
-            n = file.write(view)
-            # Raw (unbuffered) streams may write less than asked; buffered
-            # ones return None or the full length.
-            view = view[view.nbytes if n is None else n:]
-    except OSError as exc:
-        raise named_os_error(exc, name) from None
