@@ -54,17 +54,19 @@ def _existing_mode(name):
 WRITE_BUFFER = 1 << 20
 
 
+_NEW_FILE = (os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+             | getattr(os, "O_BINARY", 0))
+
+
 def _new_temporary(directory, base, mode):
     """``(fd, path)`` of a new file ``.<base>.<random>.cpersist-tmp`` in
     ``directory``, created with ``mode`` (less the umask), as
     :func:`tempfile.mkstemp` makes one (whose import costs a one-shot script
     more than the write: shutil, random, bz2, lzma)."""
-    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) \
-        | getattr(os, "O_BINARY", 0)
     for _ in range(100):
         tmp = os.path.join(directory, f".{base}.{os.urandom(6).hex()}{TMP_SUFFIX}")
         try:
-            return os.open(tmp, flags, mode), tmp
+            return os.open(tmp, _NEW_FILE, mode), tmp
         except FileExistsError:
             continue
     raise FileExistsError(f"no free temporary name in {directory} for {base}")
