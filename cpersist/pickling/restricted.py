@@ -21,6 +21,7 @@ To let a new callable through with a check, add it to :data:`.checks.CHECKED_CAL
 """
 
 import decimal
+import pickle
 import types
 
 import numpy as np
@@ -31,6 +32,19 @@ from ..stream.args import StreamError, next_frame_end, read_in_frame
 from .checks import Refused, _checker, _invoke
 from .limits import exceeded
 from .restricted_ops import _HANDLERS, _INTS, _NO_ARG, Opcodes
+
+_MEMOIZE = pickle.MEMOIZE[0]
+_REDUCE = pickle.REDUCE[0]
+_MARK = pickle.MARK[0]
+_TUPLE1 = pickle.TUPLE1[0]
+#: Opcodes without an argument that the loop does itself.
+_ONE_BYTE_OPS = frozenset((_MEMOIZE, _REDUCE, _MARK, _TUPLE1, pickle.TUPLE2[0]))
+_BININT1 = pickle.BININT1[0]
+_BININT2 = pickle.BININT2[0]
+_SHORT_BINUNICODE = pickle.SHORT_BINUNICODE[0]
+#: Opcodes of a one-byte argument, by byte: what the loop does with it.
+_ONE_BYTE_ARGUMENT = {_BININT1: None, pickle.BINGET[0]: Opcodes.op_get,
+                      pickle.BINPUT[0]: Opcodes.op_put}
 
 #: Objects a stream may not change with BUILD, SETITEM, APPEND or ADDITEMS.
 _SHARED_KINDS = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
@@ -168,6 +182,8 @@ class Machine(Opcodes):
         max_opcodes = self.limits.max_opcodes
         stack = self.stack
         push = stack.append
+        marks = self.marks
+        memo = self.memo
         handlers = _HANDLERS
         no_arg = _NO_ARG
         frame_end = 0
@@ -178,10 +194,65 @@ class Machine(Opcodes):
             if opcodes > max_opcodes:
                 raise exceeded("max_opcodes", opcodes, self.limits, self.source,
                                "runs at least {} opcodes")
-            handler = no_arg[data[pos]]
+            code = data[pos]
+            # The commonest opcodes of a state dict's stream are done here
+            # rather than by their handlers, and read here rather than by
+            # read_in_frame (which they would make most of a restricted
+            # load's time): each only where it lies whole in the data and
+            # crosses no frame's end, else read the general way.
+            if code in _ONE_BYTE_OPS:
+                fence = marks[-1] if marks else 0
+                if code == _MEMOIZE:
+                    if len(stack) <= fence:
+                        raise StreamError("unpickling stack underflow")
+                    key = len(memo)
+                    if key not in memo:
+                        self._made()
+                    memo[key] = stack[-1]
+                elif code == _REDUCE:
+                    if len(stack) <= fence + 1:
+                        raise StreamError("unpickling stack underflow")
+                    args = stack.pop()
+                    if type(args) is not tuple:
+                        raise StreamError("argument list must be a tuple")
+                    stack[-1] = self.call(stack[-1], args)
+                elif code == _MARK:
+                    marks.append(len(stack))
+                else:  # TUPLE1, TUPLE2
+                    n = 1 if code == _TUPLE1 else 2
+                    if len(stack) - n < fence:
+                        raise StreamError("unpickling stack underflow")
+                    self._made()
+                    items = tuple(stack[-n:])
+                    del stack[-n:]
+                    push(items)
+                pos += 1
+                continue
+            handler = no_arg[code]
             if handler is not None:  # one byte: nothing to read, no frame to cross
                 pos += 1
                 handler(self, None)
+                continue
+            if code in _ONE_BYTE_ARGUMENT and pos + 2 <= end:  # no frame split in two
+                arg = data[pos + 1]
+                pos += 2
+                if code == _BININT1:
+                    push(arg)
+                else:
+                    _ONE_BYTE_ARGUMENT[code](self, arg)
+                continue
+            if code == _SHORT_BINUNICODE and pos + 2 <= end:
+                stop = pos + 2 + data[pos + 1]
+                if stop <= end and not pos + 2 < frame_end < stop:
+                    try:
+                        push(str(data[pos + 2:stop], "utf-8", "surrogatepass"))
+                        pos = stop
+                        continue
+                    except UnicodeDecodeError:
+                        pass  # read again below, which says what is wrong
+            elif code == _BININT2 and pos + 3 <= end and frame_end != pos + 2:
+                push(data[pos + 1] | data[pos + 2] << 8)
+                pos += 3
                 continue
             name, arg, pos = read_in_frame(data, pos, frame_end)
             if name == "FRAME":
