@@ -67,6 +67,7 @@ class TensorReducer:
         self._plain = (self.torch.Tensor, self.torch.nn.Parameter)
         self._store = store
         self._storages = {}
+        self._names = {}  # torch dtype -> its name
 
     def forget(self):
         """Forget the storages stored so far (see ``ArrayPickler.forget``)."""
@@ -78,9 +79,14 @@ class TensorReducer:
         cls = type(tensor)
         if cls not in self._plain or not self._storable(tensor):
             return NotImplemented  # torch's own pickling: trusted loads only
-        name = str(tensor.dtype).rpartition(".")[2]
-        if name not in torch_dtypes():
-            return NotImplemented
+        name = self._names.get(tensor.dtype)
+        if name is None:
+            name = str(tensor.dtype).rpartition(".")[2]
+            if name not in torch_dtypes():
+                return NotImplemented
+            # One string per dtype: the pickler then writes it once per
+            # stream, and a reference to it for every other tensor.
+            name = self._names[tensor.dtype] = name
         device = tensor.device
         storage = tensor.untyped_storage()
         key = (device.type, device.index, storage.data_ptr(), storage.nbytes())
