@@ -614,3 +614,20 @@ def test_no_warnings_on_plain_round_trip(rt):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert_same(obj, rt(obj, "path", compress=3))
+
+
+def test_arrays_read_side_by_side_are_read_once(tmp_path, monkeypatch):
+    """The array sections read ahead on the pool are read once, whatever
+    order the stream asks for them in; zero-size ones (nothing to read)
+    asked for after all the others included."""
+    from cpersist.pickling import read
+
+    calls = []
+    real = read._read_ahead
+    monkeypatch.setattr(read, "_read_ahead", lambda *args: calls.append(1) or real(*args))
+    obj = [np.arange(20000.0), np.zeros((0, 3)), np.arange(30000), np.ones(9000, np.float32),
+           np.zeros(0, np.int8)]
+    cpersist.dump(obj, tmp_path / "a.cp")  # raw: every array a section
+    back = cpersist.load(tmp_path / "a.cp", n_threads=2)
+    assert_same(obj, back)
+    assert calls == [1]

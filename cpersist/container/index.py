@@ -264,10 +264,21 @@ def _bad_pieces(section, name):
                          f"not match its chunks")
 
 
+#: The JSON decoder's own scanner: a section's table is a short text, on
+#: which ``json.loads`` spends more in Python than in decoding.
+_scan_json = json.JSONDecoder().scan_once
+
+
 def _checked_chunks(section, table, end, name):
     """The chunks of a section whose table was left as text: checked now."""
     try:
-        chunks, raw_size, stored_size = _parse_table(section, json.loads(table), end, name)
+        try:
+            parsed, stop = _scan_json(table, 0)
+            if stop != len(table):
+                raise ValueError
+        except Exception:  # noqa: BLE001 - json.loads says what is wrong
+            parsed = json.loads(table)
+        chunks, raw_size, stored_size = _parse_table(section, parsed, end, name)
     except CorruptFileError:
         raise
     except Exception as exc:  # wrong types in the table

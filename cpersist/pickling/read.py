@@ -35,10 +35,22 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
     mapped = []
 
     def load_array(index):
+        nonlocal ahead
         if type(index) is not int or not 0 <= index < len(reader.sections) or index == reader.root:
             raise reader.error(f"the pickle stream refers to a bad array section {index!r}")
         if index in loaded:
             return loaded[index]
+        if index in ahead_of:
+            if ahead is None:
+                ahead = _read_ahead(reader, read_ahead, verify, n_threads)
+            arr = ahead.pop(index, None)  # None: a zero-size array, made below
+            if isinstance(arr, BaseException):
+                if isinstance(arr, CorruptFileError):
+                    raise _naming_path(arr, pickled, index) from None
+                raise arr
+            if arr is not None:
+                loaded[index] = arr
+                return arr
         section = reader.sections[index]
         dtype, shape, order, nbytes = array_layout(reader, section)
         if nbytes == 0:
@@ -63,14 +75,6 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
                 arr.flags.writeable = False
         elif views and section.is_raw:
             arr = _view(reader, section, verify).view(dtype).reshape(shape, order=order)
-        elif index in ahead_of:
-            if not ahead:
-                ahead.update(_read_ahead(reader, read_ahead, verify, n_threads))
-            arr = ahead.pop(index)
-            if isinstance(arr, BaseException):
-                if isinstance(arr, CorruptFileError):
-                    raise _naming_path(arr, pickled, index) from None
-                raise arr
         else:
             arr = _read_array(reader, index, dtype, shape, order, verify, n_threads, pickled)
         loaded[index] = arr
@@ -87,7 +91,7 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
                        or not (can_map or views) and section.is_raw)]
     if n_threads <= 1 or len(read_ahead) < 2 or not source.concurrent:
         read_ahead = []
-    ahead_of, ahead = frozenset(read_ahead), {}
+    ahead_of, ahead = frozenset(read_ahead), None
 
     unpickler = ArrayUnpickler(pickled, load_array, restricted, allowed,
                                prefixes, source=name, limits=limits)
