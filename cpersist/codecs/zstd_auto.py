@@ -15,7 +15,8 @@ pickling layer, for bfloat16 weights) asks for :meth:`ZstdAuto.favouring_speed`:
 at levels 1-3 that codec also tries Blosc's bit shuffle with LZ4 behind it,
 which writes several times and reads about twice as fast as the filtered
 Zstandard form, and keeps it unless it is more than :data:`FAST_SLACK`
-larger than the smallest form. Its chunks are Blosc2 chunks too, so the
+larger than the smallest form; chunks of up to :data:`_FAST_SAMPLE_SIZE`
+bytes it writes as plain Zstandard frames, without trying the others. Its chunks are Blosc2 chunks too, so the
 same decoder reads them and files record the same codec.
 
 The user guide (docs/user_guide.rst) says when to choose it; the published
@@ -152,7 +153,10 @@ class ZstdAuto(Codec):
         return len(encoded), hint
 
     def encode(self, buf, typesize=1, hint=None):
-        if not shuffles(buf, typesize):
+        if not shuffles(buf, typesize) or self._fast and len(buf) <= _FAST_SAMPLE_SIZE:
+            # Favouring speed, a chunk no larger than the fast form's sample
+            # (a model's biases and norms) is not judged: compressing it
+            # every way would cost more than the few bytes it could save.
             return self._zstd.encode(buf)
         if hint is None and len(buf) <= _WHOLE_CHOICE:
             return self._choice(buf, typesize)[0]
