@@ -18,6 +18,7 @@ from .exceptions import CorruptFileError
 from .pickling.limits import as_limits
 from .pickling.pickler import ArrayPickler
 from .pickling.read import _load
+from .pickling.small import KEEP_PICKLER_BELOW
 from .pickling.unpickler import STREAM_ERRORS, caused_by_stream, normalize_trusted
 from .pickling.write import PICKLE_CHUNK_SIZE, _array_store, _finish
 
@@ -26,8 +27,6 @@ NAME = "<bytes>"
 _unpickle = pickle.loads
 _HIGHEST = check_protocol(None)
 _DEFAULT_CHUNK = check_chunk_size(None)
-#: A pickler that wrote a larger stream is not kept (see :func:`dumps`).
-KEEP_PICKLER_BELOW = 1 << 16
 
 
 def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):

@@ -157,3 +157,20 @@ def test_dumps_and_loads_frame_as_compact_dump_and_compact_stream(monkeypatch):
         else:  # a bit the general reader ignores
             assert back == small, at
         assert general == [1], at
+
+
+def test_a_pickler_that_wrote_a_long_stream_is_not_kept(tmp_path):
+    """Its memo table keeps the size that object needed, and clearing it
+    would cost that much at every later call: the next call makes a new one."""
+    many = {str(i): [i] for i in range(1000)}  # a 20 kB stream, 2,000 memo entries
+    cpersist.dumps({"n": 1})
+    cpersist.dump({"n": 1}, tmp_path / "a.cp")
+    keys = pickle.HIGHEST_PROTOCOL, (pickle.HIGHEST_PROTOCOL, 0)  # raw dumps
+    kept = inmemory._kept.picklers[keys[0]], small._kept.picklers[keys[1]]
+    cpersist.dumps(many)
+    cpersist.dump(many, tmp_path / "b.cp")
+    assert inmemory._kept.picklers.get(keys[0]) is not kept[0]
+    assert small._kept.picklers.get(keys[1]) is not kept[1]
+    assert cpersist.load(tmp_path / "b.cp") == many == cpersist.loads(cpersist.dumps(many))
+    cpersist.dumps({"n": 2})
+    assert cpersist.load(tmp_path / "a.cp") == {"n": 1}

@@ -66,6 +66,13 @@ def pickle_within(obj, protocol, limit, inline_below, fortran_as_c=False):
     return stream, pickler
 
 
+#: A kept pickler that wrote a longer stream is dropped, here and by
+#: :func:`cpersist.dumps`: its memo table keeps the size that object needed,
+#: and clearing it costs that much at every later call (after a stream of a
+#: few KiB, more than pickling a small object does).
+KEEP_PICKLER_BELOW = 1 << 10
+
+
 class _KeptPickler:
     """A thread's pickler for small objects and its buffer, kept between
     dumps: making them costs more than pickling a small object does."""
@@ -117,14 +124,22 @@ def pickle_small(obj, protocol, inline_below):
         kept.pickler.dump(obj)
     except BaseException as exc:
         # Not reused: a pickler stopped midway may hold state of its own.
-        if _kept.picklers.get(key) is kept:
-            del _kept.picklers[key]
+        _drop(key, kept)
         if isinstance(exc, _NotSmall):
             return None
         raise
     small = kept.buffer.getvalue(), kept.pickler.inlined
-    kept.reset()
+    if len(small[0]) > KEEP_PICKLER_BELOW:
+        _drop(key, kept)
+    else:
+        kept.reset()
     return small
+
+
+def _drop(key, kept):
+    """Stop keeping ``kept``, if it is the one kept for ``key``."""
+    if _kept.picklers.get(key) is kept:
+        del _kept.picklers[key]
 
 
 def small_dump(obj, name, codec, protocol, inline_below, finish):

@@ -219,10 +219,6 @@ def read(data, pos):
     return name, arg, pos
 
 
-_LINE_OPS = frozenset(("FLOAT", "INT", "LONG", "PERSID", "STRING", "UNICODE", "GLOBAL", "INST",
-                       "GET", "PUT"))
-
-
 def read_in_frame(data, pos, frame_end):
     """:func:`read`, for an opcode at ``pos`` in a stream whose current frame
     ends at ``frame_end`` (0: none yet).
