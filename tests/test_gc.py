@@ -65,3 +65,26 @@ def test_objects_the_application_froze_stay_frozen(collector_on):
     finally:
         gc.unfreeze()
     del frozen
+
+
+class _SeesTheCollector:
+    seen = []
+
+    def __init__(self):
+        self.x = 1
+
+    def __setstate__(self, state):
+        _SeesTheCollector.seen.append(gc.isenabled())
+        self.__dict__.update(state)
+
+
+def test_a_trusted_load_unpickles_with_the_collector_paused(collector_on, tmp_path):
+    import numpy as np
+
+    import cpersist
+
+    cpersist.dump([_SeesTheCollector(), np.arange(100_000.0)], tmp_path / "a.cp")
+    _SeesTheCollector.seen.clear()
+    back = cpersist.load(tmp_path / "a.cp")
+    assert _SeesTheCollector.seen == [False] and back[0].x == 1
+    assert gc.isenabled()

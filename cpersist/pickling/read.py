@@ -13,6 +13,7 @@ import numpy as np
 from ..container import CHECKED_CLAIM, EDITED, ENCODED, FLAGS_AT, TRAILER, ContainerReader, checksum
 from ..container.layout import INDEX_EDITED, INDEX_UNEDITED
 from ..container.sections import claimed_buffer
+from .._runtime.gc import collector_paused
 from .._runtime.parallel import run_claimed
 from ..exceptions import CorruptFileError, CpersistError
 from . import names
@@ -96,7 +97,8 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
     unpickler = ArrayUnpickler(pickled, load_array, restricted, allowed,
                                prefixes, source=name, limits=limits)
     try:
-        obj = unpickler.load()
+        with collector_paused():  # a stream makes many objects and frees none
+            obj = unpickler.load()
     except CpersistError:
         raise
     except (pickle.UnpicklingError, EOFError) as exc:
