@@ -18,7 +18,7 @@ from .exceptions import CorruptFileError
 from .pickling.limits import as_limits
 from .pickling.pickler import ArrayPickler
 from .pickling.read import _load
-from .pickling.small import KEEP_PICKLER_BELOW
+from .pickling.small import KEEP_PICKLER_BELOW, RESET_MEMO_ABOVE
 from .pickling.unpickler import STREAM_ERRORS, caused_by_stream, normalize_trusted
 from .pickling.write import PICKLE_CHUNK_SIZE, _array_store, _finish
 
@@ -98,25 +98,26 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
     except BaseException:
         # Not reused: a pickler stopped midway may hold state of its own.
         _kept.picklers.pop(protocol, None)
-        raise
-    finally:
         kept.clear_memo()
+        raise
     pieces = kept.pieces
     # Joined at once: a piece may be a bytearray of the object itself. (A
     # single bytes piece is returned as it is, not copied.)
     pickled = b"".join(pieces)
     pieces.clear()
+    n = len(pickled)
+    if n > RESET_MEMO_ABOVE:
+        kept.pickler.memo = {}  # see forget_objects
+    else:
+        kept.clear_memo()
     arrays = kept.arrays
     if arrays:
         kept.pickler.forget()
         arrays = arrays[:]
         kept.arrays.clear()
     kept.busy = False
-    n = len(pickled)
     if n > KEEP_PICKLER_BELOW:
-        # Its memo table kept the size this object needed, and clearing it
-        # would cost that much at every later call: the next gets a new one.
-        _kept.picklers.pop(protocol, None)
+        _kept.picklers.pop(protocol, None)  # see KEEP_PICKLER_BELOW
     if not arrays and n <= MAX_CHUNK_SIZE:
         # compact_dump(pickled), written out: the call would cost a tenth of
         # a small object's dumps (tests/test_kept_pickler.py checks they agree).

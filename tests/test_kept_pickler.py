@@ -10,6 +10,7 @@ import pytest
 import cpersist
 from cpersist import inmemory
 from cpersist.pickling import small
+from cpersist.pickling.pickler import ArrayPickler
 
 from ._fresh import run_code
 
@@ -159,18 +160,36 @@ def test_dumps_and_loads_frame_as_compact_dump_and_compact_stream(monkeypatch):
         assert general == [1], at
 
 
-def test_a_pickler_that_wrote_a_long_stream_is_not_kept(tmp_path):
-    """Its memo table keeps the size that object needed, and clearing it
-    would cost that much at every later call: the next call makes a new one."""
-    many = {str(i): [i] for i in range(1000)}  # a 20 kB stream, 2,000 memo entries
-    cpersist.dumps({"n": 1})
-    cpersist.dump({"n": 1}, tmp_path / "a.cp")
-    keys = pickle.HIGHEST_PROTOCOL, (pickle.HIGHEST_PROTOCOL, 0)  # raw dumps
-    kept = inmemory._kept.picklers[keys[0]], small._kept.picklers[keys[1]]
-    cpersist.dumps(many)
-    cpersist.dump(many, tmp_path / "b.cp")
-    assert inmemory._kept.picklers.get(keys[0]) is not kept[0]
-    assert small._kept.picklers.get(keys[1]) is not kept[1]
-    assert cpersist.load(tmp_path / "b.cp") == many == cpersist.loads(cpersist.dumps(many))
-    cpersist.dumps({"n": 2})
-    assert cpersist.load(tmp_path / "a.cp") == {"n": 1}
+class _RecordingPickler(ArrayPickler):
+    """Records the memo tables it is given in place of its own."""
+
+    replaced = []
+
+    @property
+    def memo(self):
+        return pickle.Pickler.memo.__get__(self)
+
+    @memo.setter
+    def memo(self, value):
+        _RecordingPickler.replaced.append(len(value))
+        pickle.Pickler.memo.__set__(self, value)
+
+
+def test_a_memo_grown_by_a_longer_stream_is_replaced_not_cleared(tmp_path, monkeypatch):
+    """Clearing walks the whole table, which keeps the size the largest
+    object needed: after a longer stream the kept pickler gets a new table,
+    and small objects pickled next clear a small one."""
+    monkeypatch.setattr(inmemory, "ArrayPickler", _RecordingPickler)
+    monkeypatch.setattr(small, "ArrayPickler", _RecordingPickler)
+    monkeypatch.delattr(inmemory._kept, "picklers", raising=False)
+    monkeypatch.delattr(small._kept, "picklers", raising=False)
+    many = {str(i): [i] for i in range(100)}  # a 700-byte stream, 200 memo entries
+    for dump in (cpersist.dumps, lambda obj: cpersist.dump(obj, tmp_path / "a.cp")):
+        _RecordingPickler.replaced.clear()
+        dump({"n": 1})
+        assert _RecordingPickler.replaced == []
+        dump(many)
+        assert _RecordingPickler.replaced == [0]
+        dump({"n": 2})
+        assert _RecordingPickler.replaced == [0]
+    assert cpersist.load(tmp_path / "a.cp") == {"n": 2}

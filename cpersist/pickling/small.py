@@ -66,11 +66,23 @@ def pickle_within(obj, protocol, limit, inline_below, fortran_as_c=False):
     return stream, pickler
 
 
-#: A kept pickler that wrote a longer stream is dropped, here and by
-#: :func:`cpersist.dumps`: its memo table keeps the size that object needed,
-#: and clearing it costs that much at every later call (after a stream of a
-#: few KiB, more than pickling a small object does).
-KEEP_PICKLER_BELOW = 1 << 10
+#: After a longer stream, a kept pickler's memo table is replaced by a new
+#: one rather than cleared (here and in :func:`cpersist.dumps`): a table
+#: keeps the size the largest object needed, and clearing walks all of it,
+#: at every later call (after a dict of 100 keys, as long as pickling a small
+#: object takes).
+RESET_MEMO_ABOVE = 256
+#: A kept pickler that wrote a longer stream is dropped: the C pickler sizes
+#: the buffer it starts every later stream in by the longest it wrote.
+KEEP_PICKLER_BELOW = 1 << 16
+
+
+def forget_objects(pickler, stream_length):
+    """Empty ``pickler``'s memo after a stream of ``stream_length`` bytes."""
+    if stream_length > RESET_MEMO_ABOVE:
+        pickler.memo = {}
+    else:
+        pickler.clear_memo()
 
 
 class _KeptPickler:
@@ -84,11 +96,11 @@ class _KeptPickler:
         self.pickler = ArrayPickler(self.buffer, protocol, _refuse, inline_below)
         self.busy = False
 
-    def reset(self):
+    def reset(self, stream_length):
         self.buffer.seek(0)
         self.buffer.truncate()
         pickler = self.pickler
-        pickler.clear_memo()
+        forget_objects(pickler, stream_length)
         pickler.forget()
         pickler.inlined = 0
         pickler.saw_fortran = False
@@ -132,7 +144,7 @@ def pickle_small(obj, protocol, inline_below):
     if len(small[0]) > KEEP_PICKLER_BELOW:
         _drop(key, kept)
     else:
-        kept.reset()
+        kept.reset(len(small[0]))
     return small
 
 
