@@ -112,8 +112,8 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     timeout = check_timeout(timeout)
     name = display_name(target)
 
-    def write(file):
-        _write(obj, file, name, codec, protocol, chunk_size, n_threads)
+    def write(file, small_tried=False):
+        _write(obj, file, name, codec, protocol, chunk_size, n_threads, small_tried)
 
     try:
         if is_remote(target):
@@ -122,9 +122,7 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
             # A small object is written from memory, in one system call.
             small = _small_dump(obj, name, codec, protocol, chunk_size)
             if small is None:
-                write_atomically(target, lambda file: _write(
-                    obj, file, name, codec, protocol, chunk_size, n_threads, small_tried=True),
-                    fsync)
+                write_atomically(target, lambda file: write(file, small_tried=True), fsync)
             else:
                 write_atomically(target, small, fsync)
             return [name]

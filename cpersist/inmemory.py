@@ -18,7 +18,7 @@ from .exceptions import CorruptFileError
 from .pickling.limits import as_limits
 from .pickling.pickler import ArrayPickler
 from .pickling.read import _load
-from .pickling.small import KEEP_PICKLER_BELOW, RESET_MEMO_ABOVE
+from .pickling.small import KEEP_PICKLER_BELOW, forget_objects
 from .pickling.unpickler import STREAM_ERRORS, caused_by_stream, normalize_trusted
 from .pickling.write import PICKLE_CHUNK_SIZE, _array_store, _finish
 
@@ -106,10 +106,7 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
     pickled = b"".join(pieces)
     pieces.clear()
     n = len(pickled)
-    if n > RESET_MEMO_ABOVE:
-        kept.pickler.memo = {}  # see forget_objects
-    else:
-        kept.clear_memo()
+    forget_objects(kept.pickler, n)
     arrays = kept.arrays
     if arrays:
         kept.pickler.forget()

@@ -171,7 +171,6 @@ def _check_parent(name):
     ------
     FileNotFoundError, NotADirectoryError
     """
-
     parent = os.path.dirname(os.path.abspath(name))
     if not os.path.exists(parent):
         raise FileNotFoundError(

@@ -16,8 +16,9 @@ at levels 1-3 that codec also tries Blosc's bit shuffle with LZ4 behind it,
 which writes several times and reads about twice as fast as the filtered
 Zstandard form, and keeps it unless it is more than :data:`FAST_SLACK`
 larger than the smallest form; chunks of up to :data:`_FAST_SAMPLE_SIZE`
-bytes it writes as plain Zstandard frames, without trying the others. Its chunks are Blosc2 chunks too, so the
-same decoder reads them and files record the same codec.
+bytes it writes as plain Zstandard frames, without trying the others. Its
+chunks are Blosc2 chunks too, so the same decoder reads them and files
+record the same codec.
 
 The user guide (docs/user_guide.rst) says when to choose it; the published
 benchmark run (docs/benchmark_results.rst) compares it with plain Zstandard

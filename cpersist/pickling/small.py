@@ -173,8 +173,6 @@ def small_dump(obj, name, codec, protocol, inline_below, finish):
                    codec, protocol)
             return out.getvalue()
     return compact_dump(pickled)
-    file.write(compact_dump(pickled))
-    return True
 
 
 #: Largest file :func:`load_compact_file` reads.

@@ -108,4 +108,3 @@ def write_smallest(obj, file, name, codec, protocol, chunk_size, n_threads):
                                              n_threads, fortran_as_c, 0)[0])
         candidates = [min(candidates, key=len)]
     write_all(file, candidates[0], name)
-

@@ -86,7 +86,7 @@ class TensorReducer:
                 return NotImplemented
             # One string per dtype: the pickler then writes it once per
             # stream, and a reference to it for every other tensor.
-            name = self._names[tensor.dtype] = name
+            self._names[tensor.dtype] = name
         device = tensor.device
         storage = tensor.untyped_storage()
         key = (device.type, device.index, storage.data_ptr(), storage.nbytes())
