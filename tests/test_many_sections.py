@@ -65,3 +65,27 @@ def test_a_damaged_section_decoded_ahead_names_its_array(tmp_path):
     for n_threads in (1, 2):
         with pytest.raises(cpersist.CorruptFileError, match=r"checksum.*obj\['5.w'\]"):
             cpersist.load(path, n_threads=n_threads)
+
+
+def test_tiny_chunks_between_weights_leave_the_weights_in_flight():
+    # The encoding window is counted in the largest chunks: a model's biases
+    # and norms between two weights must not force the weight being encoded
+    # to be waited for, which would leave a worker idle. The count cap still
+    # bounds how many tiny chunks wait.
+    from cpersist.codecs import codec_from_config
+    from cpersist.container import ContainerWriter
+
+    codec = codec_from_config({"id": "zstd-auto", "level": 3})
+    writer = ContainerWriter(io.BytesIO(), n_threads=2)
+    weight = memoryview(bf16_like(1 << 19).tobytes())    # 1 MiB
+    tiny = memoryview(np.ones(256, np.float32).tobytes())
+    writer.add_section([weight], codec=codec, typesize=2)
+    for _ in range(6):
+        writer.add_section([tiny], codec=codec, typesize=4)
+    assert len(writer._pending) == 7 and writer._pending[0][1] == weight.nbytes
+    for _ in range(100):
+        writer.add_section([tiny], codec=codec, typesize=4)
+        assert len(writer._pending) <= 2 * 2 * 8
+    for _ in range(6):
+        writer.add_section([weight], codec=codec, typesize=2)
+        assert writer._pending_bytes <= 2 * 2 * weight.nbytes

@@ -16,6 +16,8 @@ from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, PIECE
 
 #: Writes at least this large reserve their blocks first.
 FALLOCATE_MIN = 1 << 16
+#: Chunks smaller than the largest that may be in flight in its place.
+TINY_CHUNKS_PER_CHUNK = 8
 
 
 class ContainerWriter:
@@ -47,6 +49,8 @@ class ContainerWriter:
         # (section, raw length, future of encode_array_chunk) of the chunks
         # handed to the pool and not yet written, in file order.
         self._pending = deque()
+        self._pending_bytes = 0  # their raw lengths' sum
+        self._largest_pending = 0  # the largest raw length handed to the pool
         # Written once, in order: a dump has the same bytes whatever it is
         # written to, and its records, not its header, say where it ends.
         self._write(HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, 0))
@@ -164,13 +168,22 @@ class ContainerWriter:
         number = self._add_entry(None, 0, 0, codec, typesize, None, meta, records=True)
         section = _PendingSection(number)
         pool = get_pool(self._n_threads)
-        limit = self._n_threads * IN_FLIGHT_PER_THREAD
+        # The window is counted in the dump's largest chunks, not in chunks:
+        # a model's tiny biases and norms, between its weights, would
+        # otherwise fill it and leave a worker idle. The count cap bounds the
+        # futures kept for a file of many tiny arrays.
+        window = self._n_threads * IN_FLIGHT_PER_THREAD
         for chunk in chunks:
-            if len(chunk):
-                self._pending.append((section, len(chunk), pool.submit(
+            n = len(chunk)
+            if n:
+                if n > self._largest_pending:
+                    self._largest_pending = n
+                self._pending.append((section, n, pool.submit(
                     encode_array_chunk, codec, chunk, typesize)))
+                self._pending_bytes += n
                 section.count += 1
-                while len(self._pending) > limit:
+                while (self._pending_bytes > window * self._largest_pending
+                       or len(self._pending) > window * TINY_CHUNKS_PER_CHUNK):
                     self._write_oldest()
         section.submitted = True
         if section.count == 0:
@@ -181,6 +194,7 @@ class ContainerWriter:
 
     def _write_oldest(self):
         section, raw_length, future = self._pending.popleft()
+        self._pending_bytes -= raw_length
         stored, digest, flag, chunk_pieces = future.result()
         offset = self._record(DATA, len(stored))
         if section.first is None:
