@@ -352,3 +352,24 @@ def test_a_forked_child_has_its_own_pool_and_locks(tmp_path):
     """)
     done = run_code(script, timeout=120)
     assert done.returncode == 0
+
+
+def test_arrays_read_ahead_are_allocated_on_the_calling_thread(tmp_path, monkeypatch):
+    # The read-ahead decodes on the pool, but allocates every array first on
+    # the calling thread: memory from a worker's malloc arena went back to
+    # the kernel once freed, and each later load faulted it in again.
+    from cpersist.pickling import read
+
+    threads = []
+    real = read._allocate
+
+    def spy(reader, index, dtype, shape, order):
+        threads.append(threading.current_thread())
+        return real(reader, index, dtype, shape, order)
+
+    monkeypatch.setattr(read, "_allocate", spy)
+    obj = {f"w{i}": smooth_map(40_000 + i) for i in range(8)}
+    path = tmp_path / "many.cp"
+    cpersist.dump(obj, path, compress=3)
+    assert_same(cpersist.load(path, n_threads=2), obj)
+    assert len(threads) == 8 and set(threads) == {threading.current_thread()}

@@ -120,8 +120,7 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
 def _read_array(reader, index, dtype, shape, order, verify, n_threads, pickled):
     """The array of section ``index``, read into new memory."""
     section = reader.sections[index]
-    reader.check_claimed_sizes(section)  # before allocating a forged size
-    arr, view = _allocate(reader, index, dtype, shape, order)
+    arr, view = _new_array(reader, index, dtype, shape, order)
     try:
         reader.read_into(section, view, verify=verify, n_threads=n_threads)
     except CorruptFileError as exc:
@@ -137,20 +136,37 @@ def _read_ahead(reader, indices, verify, n_threads):
     ``n_threads`` threads. A section that fails maps to its exception,
     raised only if the pickle stream asks for it, as it would be read one by
     one. Zero-size arrays are left out: the caller makes them without
-    reading."""
+    reading.
+
+    Every array is allocated here, on the calling thread, before any is
+    read. Allocated on a worker, it would come from that thread's malloc
+    arena, which holds little else: once the arrays were freed, the arena
+    gave their memory back to the kernel, and every load of a checkpoint
+    faulted all its pages in again (zeroed by the kernel), where memory
+    freed in the calling thread's arena is reused.
+    """
     done = {}
+    reads = []
+    for index in indices:
+        section = reader.sections[index]
+        try:
+            dtype, shape, order, nbytes = array_layout(reader, section)
+            if nbytes:
+                arr, view = _new_array(reader, index, dtype, shape, order)
+                reads.append((index, section, arr, view))
+        except Exception as exc:  # noqa: BLE001 - raised where the stream asks for it
+            done[index] = exc
 
     def task(claims):
         for k in claims:
-            index = indices[k]
+            index, section, arr, view = reads[k]
             try:
-                dtype, shape, order, nbytes = array_layout(reader, reader.sections[index])
-                if nbytes:
-                    done[index] = _read_array(reader, index, dtype, shape, order, verify, 1, None)
+                reader.read_into(section, view, verify=verify, n_threads=1)
+                done[index] = arr
             except Exception as exc:  # noqa: BLE001 - raised where the stream asks for it
                 done[index] = exc
 
-    run_claimed(task, len(indices), n_threads)
+    run_claimed(task, len(reads), n_threads)
     return done
 
 
@@ -297,6 +313,13 @@ def array_layout(reader, section):
             f"{dtype} {shape} needs {nbytes}"
         )
     return dtype, shape, order, nbytes
+
+
+def _new_array(reader, index, dtype, shape, order):
+    """``(array, byte view)`` to read section ``index`` into, allocated once
+    the sizes the section claims are checked against the file."""
+    reader.check_claimed_sizes(reader.sections[index])  # before allocating a forged size
+    return _allocate(reader, index, dtype, shape, order)
 
 
 def _allocate(reader, index, dtype, shape, order):
