@@ -587,3 +587,20 @@ def test_benchmark_modules_are_short_and_import_no_cycle():
                                    reaches(dep, goal, seen | {dep})) for dep in graph[start])
 
     assert [m for m in graph if reaches(m, m, {m})] == []
+
+
+def test_checkpoint_contenders_follow_a_different_one_in_each_round():
+    # A load's page faults depend on what the call before it freed: a fixed
+    # cycle, however it is started, would always put the same one before it.
+    from collections import Counter, defaultdict
+
+    from cpersist.benchmarks.checkpoints import _interleaved
+
+    calls = []
+    names = [f"loader{i}" for i in range(9)]
+    times = _interleaved({name: (lambda name=name: calls.append(name)) for name in names}, 5)
+    assert set(times) == set(names) and Counter(calls) == {name: 6 for name in names}
+    before = defaultdict(Counter)
+    for previous, name in zip(calls[8:], calls[9:]):
+        before[name][previous] += 1
+    assert all(max(counts.values()) == 1 for counts in before.values())

@@ -26,6 +26,7 @@ DIR`` (``--quick`` for small checkpoints, or paths of your own files).
 import argparse
 import gc
 import json
+import math
 import os
 import shutil
 import statistics
@@ -101,14 +102,21 @@ def _interleaved(contenders, rounds, before=None):
     """Median time of each contender, timed in turn round after round;
     ``before[name]()`` runs untimed before each of its runs.
 
-    Each round starts one contender further on, so that none always follows
-    the same one, and what a call returns is freed (and the collector run)
-    after its clock stops: a contender is charged neither for freeing its own
-    result nor for what the one before it left to free."""
+    Each round takes the contenders with another stride, so that each
+    follows a different one in each round (as many rounds as there are
+    strides prime to their number): a load's page faults depend on what the
+    call before it freed, and a loader that maps the file (safetensors, a
+    memory-mapped load) frees no memory to reuse. What a call returns is
+    freed (and the collector run) after its clock stops: a contender is
+    charged neither for freeing its own result nor for what the one before
+    it left to free."""
     names = list(contenders)
     times = {name: [] for name in names}
+    n = len(names)
+    strides = [s for s in range(1, n) if math.gcd(s, n) == 1] or [1]
     for number in range(rounds + 1):  # the first round (imports, pools) untimed
-        for name in names[number % len(names):] + names[:number % len(names)]:
+        stride = strides[number % len(strides)]
+        for name in (names[(number + i * stride) % n] for i in range(n)):
             if before and name in before:
                 before[name]()
             t0 = time.perf_counter()
