@@ -589,17 +589,23 @@ def test_benchmark_modules_are_short_and_import_no_cycle():
     assert [m for m in graph if reaches(m, m, {m})] == []
 
 
-def test_checkpoint_contenders_follow_a_different_one_in_each_round():
-    # A load's page faults depend on what the call before it freed: a fixed
-    # cycle, however it is started, would always put the same one before it.
+def test_checkpoint_contenders_follow_a_different_one_in_each_round(monkeypatch):
+    # A load's page faults depend on what the call before it freed: the freed
+    # memory goes back to the kernel after every call, and a fixed cycle,
+    # however it is started, would always put the same one before it.
     from collections import Counter, defaultdict
 
-    from cpersist.benchmarks.checkpoints import _interleaved
+    from cpersist.benchmarks import checkpoints
 
     calls = []
+    trimmed_after = []
+    monkeypatch.setattr(checkpoints, "_malloc_trim",
+                        lambda: lambda pad: trimmed_after.append(len(calls)))
     names = [f"loader{i}" for i in range(9)]
-    times = _interleaved({name: (lambda name=name: calls.append(name)) for name in names}, 5)
+    times = checkpoints._interleaved({name: (lambda name=name: calls.append(name))
+                                      for name in names}, 5)
     assert set(times) == set(names) and Counter(calls) == {name: 6 for name in names}
+    assert trimmed_after == list(range(1, len(calls) + 1))
     before = defaultdict(Counter)
     for previous, name in zip(calls[8:], calls[9:]):
         before[name][previous] += 1

@@ -24,6 +24,7 @@ DIR`` (``--quick`` for small checkpoints, or paths of your own files).
 """
 
 import argparse
+import ctypes
 import gc
 import json
 import math
@@ -102,18 +103,21 @@ def _interleaved(contenders, rounds, before=None):
     """Median time of each contender, timed in turn round after round;
     ``before[name]()`` runs untimed before each of its runs.
 
-    Each round takes the contenders with another stride, so that each
+    What a call returns is freed (and the collector run) after its clock
+    stops, and the memory freed is given back to the kernel (glibc's
+    ``malloc_trim``): a contender is charged neither for freeing its own
+    result nor for what the one before it left to free, and each allocates
+    its memory as in a new process, whatever ran before it (a loader whose
+    predecessor freed much memory would otherwise reuse its pages without
+    faulting them in, and one following a loader that maps the file would
+    not). Each round takes the contenders with another stride, so that each
     follows a different one in each round (as many rounds as there are
-    strides prime to their number): a load's page faults depend on what the
-    call before it freed, and a loader that maps the file (safetensors, a
-    memory-mapped load) frees no memory to reuse. What a call returns is
-    freed (and the collector run) after its clock stops: a contender is
-    charged neither for freeing its own result nor for what the one before
-    it left to free."""
+    strides prime to their number)."""
     names = list(contenders)
     times = {name: [] for name in names}
     n = len(names)
     strides = [s for s in range(1, n) if math.gcd(s, n) == 1] or [1]
+    trim = _malloc_trim()
     for number in range(rounds + 1):  # the first round (imports, pools) untimed
         stride = strides[number % len(strides)]
         for name in (names[(number + i * stride) % n] for i in range(n)):
@@ -124,9 +128,19 @@ def _interleaved(contenders, rounds, before=None):
             elapsed = time.perf_counter() - t0
             del result
             gc.collect()
+            if trim is not None:
+                trim(0)
             if number:
                 times[name].append(elapsed)
     return {name: statistics.median(runs) for name, runs in times.items()}
+
+
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None where the C library has none."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 def measure(name, obj, directory, rounds):
