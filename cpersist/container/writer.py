@@ -50,7 +50,7 @@ class ContainerWriter:
         # handed to the pool and not yet written, in file order.
         self._pending = deque()
         self._pending_bytes = 0  # their raw lengths' sum
-        self._largest_pending = 0  # the largest raw length handed to the pool
+        self._largest_chunk = 0  # the largest raw length handed to the pool
         # Written once, in order: a dump has the same bytes whatever it is
         # written to, and its records, not its header, say where it ends.
         self._write(HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, 0))
@@ -176,13 +176,13 @@ class ContainerWriter:
         for chunk in chunks:
             n = len(chunk)
             if n:
-                if n > self._largest_pending:
-                    self._largest_pending = n
+                if n > self._largest_chunk:
+                    self._largest_chunk = n
                 self._pending.append((section, n, pool.submit(
                     encode_array_chunk, codec, chunk, typesize)))
                 self._pending_bytes += n
                 section.count += 1
-                while (self._pending_bytes > window * self._largest_pending
+                while (self._pending_bytes > window * self._largest_chunk
                        or len(self._pending) > window * TINY_CHUNKS_PER_CHUNK):
                     self._write_oldest()
         section.submitted = True

@@ -120,7 +120,7 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
 def _read_array(reader, index, dtype, shape, order, verify, n_threads, pickled):
     """The array of section ``index``, read into new memory."""
     section = reader.sections[index]
-    arr, view = _new_array(reader, index, dtype, shape, order)
+    arr, view = _new_array(reader, section, dtype, shape, order)
     try:
         reader.read_into(section, view, verify=verify, n_threads=n_threads)
     except CorruptFileError as exc:
@@ -140,10 +140,10 @@ def _read_ahead(reader, indices, verify, n_threads):
 
     Every array is allocated here, on the calling thread, before any is
     read. Allocated on a worker, it would come from that thread's malloc
-    arena, which holds little else: once the arrays were freed, the arena
-    gave their memory back to the kernel, and every load of a checkpoint
-    faulted all its pages in again (zeroed by the kernel), where memory
-    freed in the calling thread's arena is reused.
+    arena, which holds little else: once the arrays are freed, that arena
+    gives their memory back to the kernel, and the next load of the same
+    checkpoint faults all its pages in again (each zeroed by the kernel);
+    memory freed in the calling thread's arena is reused instead.
     """
     done = {}
     reads = []
@@ -152,7 +152,7 @@ def _read_ahead(reader, indices, verify, n_threads):
         try:
             dtype, shape, order, nbytes = array_layout(reader, section)
             if nbytes:
-                arr, view = _new_array(reader, index, dtype, shape, order)
+                arr, view = _new_array(reader, section, dtype, shape, order)
                 reads.append((index, section, arr, view))
         except Exception as exc:  # noqa: BLE001 - raised where the stream asks for it
             done[index] = exc
@@ -315,11 +315,11 @@ def array_layout(reader, section):
     return dtype, shape, order, nbytes
 
 
-def _new_array(reader, index, dtype, shape, order):
-    """``(array, byte view)`` to read section ``index`` into, allocated once
-    the sizes the section claims are checked against the file."""
-    reader.check_claimed_sizes(reader.sections[index])  # before allocating a forged size
-    return _allocate(reader, index, dtype, shape, order)
+def _new_array(reader, section, dtype, shape, order):
+    """``(array, byte view)`` to read ``section`` into, allocated once the
+    sizes the section claims are checked against the file."""
+    reader.check_claimed_sizes(section)  # before allocating a forged size
+    return _allocate(reader, section.index, dtype, shape, order)
 
 
 def _allocate(reader, index, dtype, shape, order):

@@ -140,11 +140,12 @@ def pickle_small(obj, protocol, inline_below):
         if isinstance(exc, _NotSmall):
             return None
         raise
-    small = kept.buffer.getvalue(), kept.pickler.inlined
-    if len(small[0]) > KEEP_PICKLER_BELOW:
+    stream = kept.buffer.getvalue()
+    small = stream, kept.pickler.inlined
+    if len(stream) > KEEP_PICKLER_BELOW:
         _drop(key, kept)
     else:
-        kept.reset(len(small[0]))
+        kept.reset(len(stream))
     return small
 
 
