@@ -293,6 +293,12 @@ def test_quick_checkpoints_suite(quick_run):
     assert float(bf16["compress=3 ratio"]["ratio"]) >= 1.3
     assert any(r["target"].startswith("compress='max'") for r in rows)
     assert "torch.load weights_only" in (out / "checkpoints.txt").read_text()
+    # Every round's time is kept, and a time's spread is shown beside its median.
+    results = json.loads((out / "checkpoints.json").read_text())
+    loads = results["checkpoints"][0]["load_rounds_s"]["cpersist.load"]
+    assert len(loads) == results["rounds"] and all(t > 0 for t in loads)
+    low, high = (f"{f(loads) * 1e3:.0f}" for f in (min, max))
+    assert f"(ranges {low}-{high} / " in float32["load speed / torch.load(weights_only)"]["measured"]
 
 
 # ---------------------------------------------------------------------------

@@ -605,6 +605,7 @@ def test_checkpoint_contenders_follow_a_different_one_in_each_round(monkeypatch)
     times = checkpoints._interleaved({name: (lambda name=name: calls.append(name))
                                       for name in names}, 5)
     assert set(times) == set(names) and Counter(calls) == {name: 6 for name in names}
+    assert all(len(runs) == 5 for runs in times.values())  # the first round untimed
     assert trimmed_after == list(range(1, len(calls) + 1))
     before = defaultdict(Counter)
     for previous, name in zip(calls[8:], calls[9:]):

@@ -100,8 +100,9 @@ def _state_dict(obj):
 
 
 def _interleaved(contenders, rounds, before=None):
-    """Median time of each contender, timed in turn round after round;
-    ``before[name]()`` runs untimed before each of its runs.
+    """The time of each contender in every round (a list of ``rounds``
+    seconds), timed in turn round after round; ``before[name]()`` runs
+    untimed before each of its runs.
 
     What a call returns is freed (and the collector run) after its clock
     stops, and the memory freed is given back to the kernel (glibc's
@@ -132,6 +133,10 @@ def _interleaved(contenders, rounds, before=None):
                 trim(0)
             if number:
                 times[name].append(elapsed)
+    return times
+
+
+def _medians(times):
     return {name: statistics.median(runs) for name, runs in times.items()}
 
 
@@ -168,8 +173,8 @@ def measure(name, obj, directory, rounds):
     # the previous one (a rename onto it, or a truncation) is not timed.
     targets = {"cpersist raw": "cp", "cpersist compress=3": "cp3", "torch.save": "pt",
                "joblib.dump": "jl", "safetensors save_file": "st"}
-    dump_s = _interleaved(dumps, rounds, {name: _remover(p[key])
-                                          for name, key in targets.items()})
+    dump_rounds = _interleaved(dumps, rounds, {name: _remover(p[key])
+                                               for name, key in targets.items()})
     # Every file checked to hold the checkpoint before its loads are timed.
     _check(obj, cpersist.load(p["cp"], trusted=False))
     _check(obj, cpersist.load(p["cp3"]))
@@ -185,11 +190,13 @@ def measure(name, obj, directory, rounds):
     }
     if sd is not None:
         loads["safetensors load_file"] = lambda: st.load_file(p["st"])
-    load_s = _interleaved(loads, rounds)
+    load_rounds = _interleaved(loads, rounds)
     sizes = {k: os.path.getsize(v) for k, v in p.items() if os.path.exists(v)}
     tensor_bytes = sum(t.numel() * t.dtype.itemsize for t in _tensors(obj))
     result = {"name": name, "tensor_mb": tensor_bytes / MB, "tensors": len(_tensors(obj)),
-              "dump_s": dump_s, "load_s": load_s, "file_bytes": sizes,
+              "dump_s": _medians(dump_rounds), "load_s": _medians(load_rounds),
+              # Every round's time, so that a slow spell shows as the spread it is.
+              "dump_rounds_s": dump_rounds, "load_rounds_s": load_rounds, "file_bytes": sizes,
               "ratio_compress3": tensor_bytes / sizes["cp3"], "missing": sorted(peers)}
     for f in p.values():
         if os.path.exists(f):
@@ -308,6 +315,7 @@ def ratios(results):
     rows = []
     for r in results["checkpoints"]:
         d, lo, size = r["dump_s"], r["load_s"], r["file_bytes"]
+        spread = {**r.get("dump_rounds_s", {}), **r.get("load_rounds_s", {})}
         what = f"{r['name']} ({r['tensor_mb']:.0f} MB, {r['tensors']} tensors)"
         # Bounds are held on the generated checkpoints, some on one dtype
         # only: a user's file gets its ratios alone (no key).
@@ -318,7 +326,10 @@ def ratios(results):
                              key=f"checkpoints.{key}" if dtype in dtypes else "")
 
         def ms(*names, t):
-            return " / ".join(f"{t[n] * 1e3:.0f} ms" for n in names)
+            text = " / ".join(f"{t[n] * 1e3:.0f} ms" for n in names)
+            if all(n in spread for n in names):
+                text += f" (ranges {' / '.join(_range_ms(spread[n]) for n in names)} ms)"
+            return text
 
         rows.append(row("dump speed / torch.save", d["torch.save"] / d["cpersist raw"],
                         ms("cpersist raw", "torch.save", t=d), "dump_vs_torch", ("float32",)))
@@ -362,16 +373,27 @@ def ratios(results):
     return rows
 
 
+def _range_ms(seconds):
+    return f"{min(seconds) * 1e3:.0f}-{max(seconds) * 1e3:.0f}"
+
+
 def format_results(results):
-    """Every contender's time and size, per checkpoint."""
+    """Every contender's time (median and range over the rounds) and size,
+    per checkpoint."""
     lines = []
     for r in results["checkpoints"]:
         lines.append(f"{r['name']}: {r['tensor_mb']:.0f} MB in {r['tensors']} tensors "
                      f"(median of {results['rounds']} rounds, warm cache)")
-        cells = [[kind[:-2], method, f"{t * 1e3:.1f} ms"] for kind in ("dump_s", "load_s")
-                 for method, t in sorted(r[kind].items(), key=lambda kv: kv[1])]
-        cells += [["size", key, f"{n / MB:.1f} MB"] for key, n in sorted(r["file_bytes"].items())]
-        lines.append(format_table(["op", "contender", "time or size"], cells, right=(2,), indent="  "))
+        cells = []
+        for op in ("dump", "load"):
+            rounds = r.get(f"{op}_rounds_s", {})
+            cells += [[op, method, f"{t * 1e3:.1f} ms",
+                       f"{_range_ms(rounds[method])} ms" if method in rounds else ""]
+                      for method, t in sorted(r[f"{op}_s"].items(), key=lambda kv: kv[1])]
+        cells += [["size", key, f"{n / MB:.1f} MB", ""]
+                  for key, n in sorted(r["file_bytes"].items())]
+        lines.append(format_table(["op", "contender", "time or size", "range"], cells,
+                                  right=(2, 3), indent="  "))
     return "\n".join(lines)
 
 
