@@ -404,7 +404,8 @@ def page_lines(rows, machine, datasets, figures, imports, serializers, targets, 
                   "Generated transformer-shaped checkpoints dumped and loaded by cpersist, "
                   "``torch.save``/``torch.load``, safetensors and joblib in turn, round after "
                   "round, warm page cache (``--suite checkpoints``); each ratio with what "
-                  "was measured:", "", *comparisons_table(checkpoints), ""]
+                  "was measured (medians, and their ranges over the rounds):", "",
+                  *comparisons_table(checkpoints), ""]
     if targets:
         lines += ["Performance targets", "-------------------", "",
                   "Ratios to peers measured side by side within rounds by "

@@ -221,7 +221,8 @@ def _checkpoints_suite(args, extra):
     """``--suite checkpoints``: writes checkpoints.json, .csv (the ratios) and .txt."""
     from . import checkpoints
 
-    rounds = args.repeat if args.repeat is not None else 1 if args.quick else 5
+    rounds = (args.repeat if args.repeat is not None
+              else 1 if args.quick else checkpoints.ROUNDS)
     files = [f for f in args.files if checkpoints.is_checkpoint_file(f)]
 
     def run():
