@@ -595,15 +595,15 @@ def test_checkpoint_contenders_follow_a_different_one_in_each_round(monkeypatch)
     # however it is started, would always put the same one before it.
     from collections import Counter, defaultdict
 
-    from cpersist.benchmarks import checkpoints
+    from cpersist.benchmarks import turns
 
     calls = []
     trimmed_after = []
-    monkeypatch.setattr(checkpoints, "_malloc_trim",
+    monkeypatch.setattr(turns, "_malloc_trim",
                         lambda: lambda pad: trimmed_after.append(len(calls)))
     names = [f"loader{i}" for i in range(9)]
-    times = checkpoints._interleaved({name: (lambda name=name: calls.append(name))
-                                      for name in names}, 5)
+    times = turns.timed_in_turn({name: (lambda name=name: calls.append(name))
+                                 for name in names}, 5)
     assert set(times) == set(names) and Counter(calls) == {name: 6 for name in names}
     assert all(len(runs) == 5 for runs in times.values())  # the first round untimed
     assert trimmed_after == list(range(1, len(calls) + 1))

@@ -24,22 +24,18 @@ DIR`` (``--quick`` for small checkpoints, or paths of your own files).
 """
 
 import argparse
-import ctypes
-import gc
 import json
-import math
 import os
 import shutil
-import statistics
 import sys
 import tempfile
-import time
 
 import cpersist
 
 from ..tools.table import format_table
 from .measure import time_runs
 from .ratios import ratio_row
+from .turns import medians, timed_in_turn
 
 MB = 1 << 20
 #: (layers, width) of the generated checkpoints, full size and ``--quick``.
@@ -99,55 +95,6 @@ def _state_dict(obj):
     return None
 
 
-def _interleaved(contenders, rounds, before=None):
-    """The time of each contender in every round (a list of ``rounds``
-    seconds), timed in turn round after round; ``before[name]()`` runs
-    untimed before each of its runs.
-
-    What a call returns is freed (and the collector run) after its clock
-    stops, and the memory freed is given back to the kernel (glibc's
-    ``malloc_trim``): a contender is charged neither for freeing its own
-    result nor for what the one before it left to free, and each allocates
-    its memory as in a new process, whatever ran before it (a loader whose
-    predecessor freed much memory would otherwise reuse its pages without
-    faulting them in, and one following a loader that maps the file would
-    not). Each round takes the contenders with another stride, so that each
-    follows a different one in each round (as many rounds as there are
-    strides prime to their number)."""
-    names = list(contenders)
-    times = {name: [] for name in names}
-    n = len(names)
-    strides = [s for s in range(1, n) if math.gcd(s, n) == 1] or [1]
-    trim = _malloc_trim()
-    for number in range(rounds + 1):  # the first round (imports, pools) untimed
-        stride = strides[number % len(strides)]
-        for name in (names[(number + i * stride) % n] for i in range(n)):
-            if before and name in before:
-                before[name]()
-            t0 = time.perf_counter()
-            result = contenders[name]()
-            elapsed = time.perf_counter() - t0
-            del result
-            gc.collect()
-            if trim is not None:
-                trim(0)
-            if number:
-                times[name].append(elapsed)
-    return times
-
-
-def _medians(times):
-    return {name: statistics.median(runs) for name, runs in times.items()}
-
-
-def _malloc_trim():
-    """glibc's ``malloc_trim``, or None where the C library has none."""
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
 def measure(name, obj, directory, rounds):
     """Times and sizes of every contender on one checkpoint."""
     import joblib
@@ -173,7 +120,7 @@ def measure(name, obj, directory, rounds):
     # the previous one (a rename onto it, or a truncation) is not timed.
     targets = {"cpersist raw": "cp", "cpersist compress=3": "cp3", "torch.save": "pt",
                "joblib.dump": "jl", "safetensors save_file": "st"}
-    dump_rounds = _interleaved(dumps, rounds, {name: _remover(p[key])
+    dump_rounds = timed_in_turn(dumps, rounds, {name: _remover(p[key])
                                                for name, key in targets.items()})
     # Every file checked to hold the checkpoint before its loads are timed.
     _check(obj, cpersist.load(p["cp"], trusted=False))
@@ -190,11 +137,11 @@ def measure(name, obj, directory, rounds):
     }
     if sd is not None:
         loads["safetensors load_file"] = lambda: st.load_file(p["st"])
-    load_rounds = _interleaved(loads, rounds)
+    load_rounds = timed_in_turn(loads, rounds)
     sizes = {k: os.path.getsize(v) for k, v in p.items() if os.path.exists(v)}
     tensor_bytes = sum(t.numel() * t.dtype.itemsize for t in _tensors(obj))
     result = {"name": name, "tensor_mb": tensor_bytes / MB, "tensors": len(_tensors(obj)),
-              "dump_s": _medians(dump_rounds), "load_s": _medians(load_rounds),
+              "dump_s": medians(dump_rounds), "load_s": medians(load_rounds),
               # Every round's time, so that a slow spell shows as the spread it is.
               "dump_rounds_s": dump_rounds, "load_rounds_s": load_rounds, "file_bytes": sizes,
               "ratio_compress3": tensor_bytes / sizes["cp3"], "missing": sorted(peers)}

@@ -1,0 +1,58 @@
+"""Contenders timed in turn, round after round, in this process: each call
+charged for its own work alone, and each allocating its memory as a new
+process would, so that the comparisons of one run are side by side."""
+
+import ctypes
+import gc
+import math
+import statistics
+import time
+
+
+def timed_in_turn(contenders, rounds, before=None):
+    """The time of each contender in every round (a list of ``rounds``
+    seconds), timed in turn round after round; ``before[name]()`` runs
+    untimed before each of its runs.
+
+    What a call returns is freed (and the collector run) after its clock
+    stops, and the memory freed is given back to the kernel (glibc's
+    ``malloc_trim``): a contender is charged neither for freeing its own
+    result nor for what the one before it left to free, and each allocates
+    its memory as in a new process, whatever ran before it (a loader whose
+    predecessor freed much memory would otherwise reuse its pages without
+    faulting them in, and one following a loader that maps the file would
+    not). Each round takes the contenders with another stride, so that each
+    follows a different one in each round (as many rounds as there are
+    strides prime to their number)."""
+    names = list(contenders)
+    times = {name: [] for name in names}
+    n = len(names)
+    strides = [s for s in range(1, n) if math.gcd(s, n) == 1] or [1]
+    trim = _malloc_trim()
+    for number in range(rounds + 1):  # the first round (imports, pools) untimed
+        stride = strides[number % len(strides)]
+        for name in (names[(number + i * stride) % n] for i in range(n)):
+            if before and name in before:
+                before[name]()
+            t0 = time.perf_counter()
+            result = contenders[name]()
+            elapsed = time.perf_counter() - t0
+            del result
+            gc.collect()
+            if trim is not None:
+                trim(0)
+            if number:
+                times[name].append(elapsed)
+    return times
+
+
+def medians(times):
+    return {name: statistics.median(runs) for name, runs in times.items()}
+
+
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None where the C library has none."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
