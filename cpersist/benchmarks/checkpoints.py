@@ -267,7 +267,7 @@ def ratios(results):
     rows = []
     for r in results["checkpoints"]:
         d, lo, size = r["dump_s"], r["load_s"], r["file_bytes"]
-        spread = {**r.get("dump_rounds_s", {}), **r.get("load_rounds_s", {})}
+        spread = {**r["dump_rounds_s"], **r["load_rounds_s"]}  # no name is in both
         what = f"{r['name']} ({r['tensor_mb']:.0f} MB, {r['tensors']} tensors)"
         # Bounds are held on the generated checkpoints, some on one dtype
         # only: a user's file gets its ratios alone (no key).
@@ -278,10 +278,8 @@ def ratios(results):
                              key=f"checkpoints.{key}" if dtype in dtypes else "")
 
         def ms(*names, t):
-            text = " / ".join(f"{t[n] * 1e3:.0f} ms" for n in names)
-            if all(n in spread for n in names):
-                text += f" (ranges {' / '.join(_range_ms(spread[n]) for n in names)} ms)"
-            return text
+            return (" / ".join(f"{t[n] * 1e3:.0f} ms" for n in names)
+                    + f" (ranges {' / '.join(_range_ms(spread[n]) for n in names)} ms)")
 
         rows.append(row("dump speed / torch.save", d["torch.save"] / d["cpersist raw"],
                         ms("cpersist raw", "torch.save", t=d), "dump_vs_torch", ("float32",)))
@@ -338,9 +336,8 @@ def format_results(results):
                      f"(median of {results['rounds']} rounds, warm cache)")
         cells = []
         for op in ("dump", "load"):
-            rounds = r.get(f"{op}_rounds_s", {})
-            cells += [[op, method, f"{t * 1e3:.1f} ms",
-                       f"{_range_ms(rounds[method])} ms" if method in rounds else ""]
+            rounds = r[f"{op}_rounds_s"]
+            cells += [[op, method, f"{t * 1e3:.1f} ms", f"{_range_ms(rounds[method])} ms"]
                       for method, t in sorted(r[f"{op}_s"].items(), key=lambda kv: kv[1])]
         cells += [["size", key, f"{n / MB:.1f} MB", ""]
                   for key, n in sorted(r["file_bytes"].items())]
