@@ -8,6 +8,7 @@ import csv
 import os
 import pickle
 import subprocess
+import types
 
 import numpy as np
 import pytest
@@ -599,14 +600,19 @@ def test_checkpoint_contenders_follow_a_different_one_in_each_round(monkeypatch)
 
     calls = []
     trimmed_after = []
+    collected_after = []
     monkeypatch.setattr(turns, "_malloc_trim",
                         lambda: lambda pad: trimmed_after.append(len(calls)))
+    # Recorded, not run: a full collection in a test process that has
+    # imported torch, dask and the rest takes a good part of a second.
+    monkeypatch.setattr(turns, "gc",
+                        types.SimpleNamespace(collect=lambda: collected_after.append(len(calls))))
     names = [f"loader{i}" for i in range(9)]
     times = turns.timed_in_turn({name: (lambda name=name: calls.append(name))
                                  for name in names}, 5)
     assert set(times) == set(names) and Counter(calls) == {name: 6 for name in names}
     assert all(len(runs) == 5 for runs in times.values())  # the first round untimed
-    assert trimmed_after == list(range(1, len(calls) + 1))
+    assert trimmed_after == collected_after == list(range(1, len(calls) + 1))
     before = defaultdict(Counter)
     for previous, name in zip(calls[8:], calls[9:]):
         before[name][previous] += 1
