@@ -56,12 +56,16 @@ def claimed(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("n_threads", [2, 3, 8])
-def test_each_thread_claims_chunks_where_decoding_is_the_work(tmp_path, claimed, n_threads):
-    arr = mixed(0.25)
+@pytest.mark.parametrize("noise_share, n_threads", [(0.25, 2), (0.25, 3), (0.25, 8),
+                                                     (0.75, 2), (1.0, 2)])
+def test_each_thread_claims_chunks_of_a_section_from_a_file(tmp_path, claimed, noise_share,
+                                                            n_threads):
+    """Whether decoding or reading is the work: every thread copies out of
+    the page cache, checks and decodes the chunks it claims."""
+    arr = mixed(noise_share, n_chunks=80)
     path = tmp_path / "a.cp"
     cpersist.dump(arr, path, compress=3, chunk_size=CHUNK)
-    assert 0.2 < stored_share(path) < 0.5  # both kinds of chunk in one section
+    assert stored_share(path) == pytest.approx(noise_share, abs=0.05)
     assert_same(arr, cpersist.load(path, n_threads=n_threads))
     assert [n for _, n in claimed] == [n_threads]
     # One thread: the chunks are read in order by the calling thread.
@@ -69,22 +73,12 @@ def test_each_thread_claims_chunks_where_decoding_is_the_work(tmp_path, claimed,
     assert len(claimed) == 1
 
 
-def test_one_thread_reads_where_reading_is_the_work(tmp_path, claimed):
-    """Mostly stored chunks: the calling thread reads them in file order,
-    which keeps the kernel's readahead streaming from a cold disk."""
-    arr = mixed(0.75)
-    path = tmp_path / "a.cp"
-    cpersist.dump(arr, path, compress=3, chunk_size=CHUNK)
-    assert stored_share(path) > 0.5
-    assert_same(arr, cpersist.load(path, n_threads=2))
-    assert claimed == []
-
-
 @pytest.mark.parametrize("compress", [0, 3])
-def test_chunks_stored_as_they_are_are_checked_on_the_calling_thread(tmp_path, monkeypatch,
-                                                                     compress):
-    """Whatever their size, as they are read: a pool worker checking them
-    would read them from memory a second time."""
+def test_chunks_stored_as_they_are_are_checked_as_they_are_read(tmp_path, monkeypatch,
+                                                                claimed, compress):
+    """Each part checksummed as it is read, never a whole chunk afterwards
+    (which would read it from memory a second time); by this thread alone
+    below COPY_ALONE_BELOW, by every thread above it."""
     from cpersist.container import sections as reader_module
 
     checked_by = []
@@ -94,15 +88,22 @@ def test_chunks_stored_as_they_are_are_checked_on_the_calling_thread(tmp_path, m
         checked_by.append(threading.get_ident())
         return real()
     monkeypatch.setattr(reader_module, "checksum_state", spy)
+    monkeypatch.setattr(ContainerReader, "_check",
+                        lambda *args: pytest.fail("a chunk checked after it was read"))
     rng = np.random.default_rng(0)
-    for n_bytes in (_parallel.COPY_ALONE_BELOW - CHUNK, _parallel.COPY_ALONE_BELOW + CHUNK):
+    for n_bytes, threads in ((_parallel.COPY_ALONE_BELOW - CHUNK, []),
+                             (_parallel.COPY_ALONE_BELOW + CHUNK, [2])):
         arr = rng.integers(0, 256, n_bytes, dtype=np.uint8)  # noise: stored as is
         path = tmp_path / f"{n_bytes}.cp"
         cpersist.dump(arr, path, compress=compress, chunk_size=1 << 20)
         checked_by.clear()
+        claimed.clear()
         assert_same(arr, cpersist.load(path, n_threads=2))
-        assert len(checked_by) >= 4  # a chunk of the array each, and the pickle stream
-        assert set(checked_by) == {threading.get_ident()}, n_bytes
+        # Once per chunk of the array, and once for the pickle stream.
+        assert len(checked_by) == -(-n_bytes // (1 << 20)) + 1
+        assert [n for _, n in claimed] == threads
+        if not threads:
+            assert set(checked_by) == {threading.get_ident()}
 
 
 def test_claimed_chunks_from_a_file_object_at_an_offset(tmp_path, claimed):
@@ -138,10 +139,11 @@ def test_wrapping_file_objects_are_read_through_their_readinto(tmp_path, claimed
 
 @pytest.mark.parametrize("n_threads", [2, 4])
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
-def test_damaged_chunk_found_by_any_thread(tmp_path, claimed, where, n_threads):
-    arr = mixed(0.0)
+@pytest.mark.parametrize("compress", ["zstd", 0])  # chunks encoded; stored as they are
+def test_damaged_chunk_found_by_any_thread(tmp_path, claimed, where, n_threads, compress):
+    arr = mixed(0.0, n_chunks=80)
     path = tmp_path / "a.cp"
-    cpersist.dump(arr, path, compress="zstd", chunk_size=CHUNK)
+    cpersist.dump(arr, path, compress=compress, chunk_size=CHUNK)
     with open(path, "rb") as file:
         reader = ContainerReader(file, str(path))
         section = max(reader.sections, key=lambda s: s.raw_size)
@@ -161,7 +163,8 @@ def test_damaged_chunk_found_by_any_thread(tmp_path, claimed, where, n_threads):
         assert f"section {section.index}" in str(exc)
     else:
         assert not np.array_equal(out, arr)
-    assert len(claimed) == 2
+    # Unchecked, a raw section is one read.
+    assert len(claimed) == (2 if compress else 1)
 
 
 def test_a_failure_stops_the_other_threads(tmp_path, monkeypatch):

@@ -115,17 +115,18 @@ class SectionReads:
     def read_into(self, section, out, *, verify=True, n_threads=1):
         """Fill ``out`` (writable bytes of ``section.raw_size``) with the section.
 
-        Where decoding is most of the work (encoded chunks decode to more
-        than half the section's bytes) and the source takes concurrent
-        reads, each thread claims the next chunk in file order and reads,
-        checks and decodes it itself (:meth:`_decode_claimed`). Otherwise
-        this thread reads the chunks in file order, verbatim ones straight
-        into their slice of ``out``, and the pool checksums them and decodes
-        the encoded ones into place. Reading in one thread in order keeps
-        the kernel's readahead streaming on a cold file where reading is the
-        work. A section of verbatim chunks only, of fewer than
-        :data:`~cpersist._runtime.parallel.COPY_ALONE_BELOW` bytes, is read and
-        checked by this thread alone.
+        Where the source takes concurrent reads, each of ``n_threads``
+        threads claims the next chunk in file order and reads, checks and
+        decodes it itself (:meth:`_decode_claimed`): the copies out of the
+        page cache, the checksums and the decoding all run on every thread.
+        A section of verbatim chunks only is read and checked by this thread
+        alone (:meth:`_read_verbatim`) when it is one chunk, smaller than
+        :data:`~cpersist._runtime.parallel.COPY_ALONE_BELOW` bytes, or read
+        from a source that does not take concurrent reads (a file object
+        without a descriptor of its own). Otherwise (a remote store, or
+        encoded chunks from such a file object) this thread reads the chunks
+        in file order and the pool checksums them and decodes the encoded
+        ones into place.
         """
         out = memoryview(out).cast("B")
         if len(out) != section.raw_size:
@@ -136,15 +137,14 @@ class SectionReads:
         if section.is_raw and not verify:
             self._read_chunk_into(section, section.offset, out)
             return
-        if not self.source.remote and all(c.flag == VERBATIM for c in section.chunks):
-            self._read_verbatim(section, out, verify)
-            return
-        if section.raw_size < COPY_ALONE_BELOW and all(c.flag == VERBATIM for c in section.chunks):
+        verbatim = all(c.flag == VERBATIM for c in section.chunks)
+        if verbatim and (section.raw_size < COPY_ALONE_BELOW or len(section.chunks) < 2):
             n_threads = 1
-        if n_threads > 1 and self.source.concurrent and len(section.chunks) > 1 and (
-                2 * sum(c.raw_length for c in section.chunks if c.flag == VERBATIM)
-                < section.raw_size):
+        if n_threads > 1 and self.source.concurrent and len(section.chunks) > 1:
             self._decode_claimed(section, out, verify, n_threads)
+            return
+        if verbatim and not self.source.remote:
+            self._read_verbatim(section, out, verify)
             return
 
         def work(item):
@@ -160,55 +160,62 @@ class SectionReads:
 
     def _read_verbatim(self, section, out, verify):
         """Read a section whose chunks are all stored as they are straight
-        into ``out``, :data:`PASS_THROUGH` bytes at a time, each part
-        checksummed as soon as it is read, while it is still in the CPU's
-        cache: the data crosses from memory once. A second thread
-        checksumming what this one reads makes both read it from memory,
-        and is slower than this one thread alone."""
+        into ``out``, on this thread (:meth:`_read_verbatim_chunk`)."""
         start = 0
         for chunk in section.chunks:
-            target = out[start:start + chunk.raw_length]
-            state = checksum_state() if verify else None
-            for at in range(0, len(target), PASS_THROUGH):
-                part = target[at:at + PASS_THROUGH]
-                self._read_chunk_into(section, chunk.offset + at, part)
-                if state is not None:
-                    state.update(part)
-            if state is not None and state.intdigest() != chunk.checksum and not (
-                    self.unchecked(section)):
-                raise self.error(f"checksum mismatch in section {section.index}: damaged data")
+            self._read_verbatim_chunk(section, chunk, out[start:start + chunk.raw_length],
+                                      verify)
             start += chunk.raw_length
+
+    def _read_verbatim_chunk(self, section, chunk, target, verify):
+        """Read a chunk stored as it is straight into ``target``,
+        :data:`PASS_THROUGH` bytes at a time, each part checksummed as soon
+        as it is read, while it is still in the CPU's cache: the data
+        crosses from memory once. (Another thread checksumming what this one
+        reads would read it from memory a second time.)"""
+        state = checksum_state() if verify else None
+        for at in range(0, len(target), PASS_THROUGH):
+            part = target[at:at + PASS_THROUGH]
+            self._read_chunk_into(section, chunk.offset + at, part)
+            if state is not None:
+                state.update(part)
+        if state is not None and state.intdigest() != chunk.checksum and not (
+                self.unchecked(section)):
+            raise self.error(f"checksum mismatch in section {section.index}: damaged data")
 
     def _decode_claimed(self, section, out, verify, n_threads):
         """Read, check and decode ``section`` into ``out`` on ``n_threads``
         threads, this one and ``n_threads - 1`` pool workers.
 
-        Each thread claims the next chunk in file order, reads it into a
-        buffer of its own, checksums it while it is in its cache and decodes
-        it into place; no thread waits for another until the end, where
-        handing every chunk read by one thread to the others made the
-        readers wait on each other.
+        Each thread claims the next chunk in file order and reads it: one
+        stored as it is straight into place (:meth:`_read_verbatim_chunk`),
+        an encoded one into a buffer of its own, checksummed while it is in
+        its cache and decoded into place. No thread waits for another until
+        the end, where handing every chunk read by one thread to the others
+        made the readers wait on each other.
         """
         chunks = section.chunks
         starts = list(itertools.accumulate((c.raw_length for c in chunks), initial=0))
         largest = max((c.length for c in chunks if c.flag != VERBATIM), default=0)
 
         def task(claims):
-            buffer = READ_BUFFERS.take(largest)
+            buffer = READ_BUFFERS.take(largest) if largest else None
             try:
                 for i in claims:
                     chunk = chunks[i]
                     target = out[starts[i]:starts[i] + chunk.raw_length]
-                    data = (target if chunk.flag == VERBATIM
-                            else memoryview(buffer)[:chunk.length])
+                    if chunk.flag == VERBATIM:
+                        self._read_verbatim_chunk(section, chunk, target, verify)
+                        continue
+                    data = memoryview(buffer)[:chunk.length]
                     self._read_chunk_into(section, chunk.offset, data)
                     if verify:
                         self._check(section, data, chunk.checksum)
-                    if chunk.flag != VERBATIM:
-                        self._decode(section, data, target)
+                    self._decode(section, data, target)
             finally:
                 # Safe even after a failure: no one else uses this buffer.
-                READ_BUFFERS.give(buffer)
+                if buffer is not None:
+                    READ_BUFFERS.give(buffer)
 
         run_claimed(task, len(chunks), n_threads)
 
