@@ -1,6 +1,7 @@
 """``dumps`` and ``loads``: a cpersist dump as a ``bytes`` object, and the raw
 arrays of one loaded as views of the buffer that holds it."""
 
+import inspect
 import io
 import pickle
 import threading
@@ -11,8 +12,9 @@ from .api import _write
 from .codecs import parse_compress
 from .container import MAX_CHUNK_SIZE, VERBATIM, ContainerWriter, checksum
 from .container.compact import (_DATA, _END, _HEAD, _HEAD16, _INDEX_AT, COPY_UP_TO, END_MAGIC,
-                                OVERHEAD, STREAM_AT, _join, _pack_back, _pack_record, _xxh3_64,
-                                compact_stream)
+                                OVERHEAD, STREAM_AT, STREAM_END, _join, _pack_back, _pack_record,
+                                _xxh3_64, compact_stream)
+from .container.layout import TRAILER
 from .container.sources import MemorySource
 from .exceptions import CorruptFileError
 from .pickling.limits import as_limits
@@ -119,7 +121,7 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
         # compact_dump(pickled), written out: the call would cost a tenth of
         # a small object's dumps (tests/test_kept_pickler.py checks they agree).
         return _join((_HEAD, _pack_record(_DATA | n), pickled,
-                      _pack_back(_END, _INDEX_AT + n, 0, _xxh3_64(pickled), END_MAGIC)))
+                      _pack_back(_END, _INDEX_AT + n, _xxh3_64(pickled), END_MAGIC)))
     out = io.BytesIO()
     writer = ContainerWriter(out, check_n_threads(n_threads) if arrays else 1, NAME)
     store = _array_store(writer, None, chunk_size)
@@ -180,7 +182,16 @@ def _raw_chunks(pickled):
                           for i in range(0, len(pickled), PICKLE_CHUNK_SIZE))]
 
 
-def loads(data, *, trusted=True, verify=True, n_threads=None, copy=False, limits=None):
+#: Stands for "no second positional argument" in :func:`loads`.
+_KEYWORDS_ONLY = object()
+#: The sizes of the compact dumps :func:`loads` takes apart itself.
+_SMALLEST, _LARGEST = OVERHEAD + 1, OVERHEAD + COPY_UP_TO
+#: A compact dump's (empty) index starts where its trailer does.
+_INDEX_FROM_END = TRAILER.size
+
+
+def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_threads=None,
+          copy=False, limits=None):
     """Load an object from the bytes of one cpersist dump.
 
     Parameters
@@ -231,42 +242,57 @@ def loads(data, *, trusted=True, verify=True, n_threads=None, copy=False, limits
     >>> cpersist.loads(data, copy=True)["x"].flags.owndata
     True
     """
-    if trusted is True:
-        # A compact dump (an object without arrays): its pickle stream is
-        # checked and unpickled here, without a reader; its checksums are
-        # checked whatever ``verify`` says (they are how it is recognised,
-        # at the cost of one pass over a stream unpickling reads anyway).
-        # Anything else, or damage, goes the long way, which says what is wrong.
-        # compact_stream(data), written out: the call would cost a tenth of
-        # a small object's loads (tests/test_kept_pickler.py checks they agree).
+    # A compact dump (an object without arrays): its pickle stream is
+    # checked and unpickled here, without a reader; its checksums are
+    # checked whatever ``verify`` says (they are how it is recognised, at the
+    # cost of one pass over a stream unpickling reads anyway). Anything
+    # else, or damage, goes the long way, which says what is wrong.
+    # A small one in ``bytes``: compact_stream(data), written out, as the
+    # call would cost a tenth of a tiny object's loads
+    # (tests/test_kept_pickler.py checks that they agree).
+    if (type(data) is bytes and trusted is True and _keywords_only is _KEYWORDS_ONLY
+            and _SMALLEST <= (size := len(data)) <= _LARGEST and data[:16] == _HEAD16):
+        stream = data[STREAM_AT:STREAM_END]
+        if data[STREAM_END:] != _pack_back(_END, size - _INDEX_FROM_END, _xxh3_64(stream),
+                                           END_MAGIC):
+            stream = None
+    elif _keywords_only is not _KEYWORDS_ONLY:
+        raise TypeError("loads() takes 1 positional argument (data); pass trusted, verify, "
+                        "n_threads, copy and limits by keyword")
+    elif trusted is True:
         if type(data) is not bytes:
             data = _byte_view(data)
-        n = len(data) - OVERHEAD
-        if 0 < n <= COPY_UP_TO and data[:16] == _HEAD16:
-            stream = data[STREAM_AT:STREAM_AT + n]
-            if data[STREAM_AT + n:] != _pack_back(_END, _INDEX_AT + n, 0, _xxh3_64(stream),
-                                                  END_MAGIC):
-                stream = None
-        else:
-            stream = compact_stream(data)  # a large stream is viewed, not copied
-        if stream is not None:
-            if n_threads is not None:
-                check_n_threads(n_threads)
-            try:
-                return _unpickle(stream)
-            except (pickle.UnpicklingError, EOFError) as exc:
-                raise CorruptFileError(f"{NAME}: damaged pickle stream ({exc})") from None
-            except STREAM_ERRORS as exc:
-                if not caused_by_stream(exc):
-                    raise  # the object's own error, or a missing global
-                raise CorruptFileError(f"{NAME}: damaged pickle stream "
-                                       f"({type(exc).__name__}: {str(exc)[:200]})") from exc
+        stream = compact_stream(data)  # a large stream is viewed, not copied
+    else:
+        stream = None
+    if stream is not None:
+        if n_threads is not None:
+            check_n_threads(n_threads)
+        try:
+            return _unpickle(stream)
+        except (pickle.UnpicklingError, EOFError) as exc:
+            raise CorruptFileError(f"{NAME}: damaged pickle stream ({exc})") from None
+        except STREAM_ERRORS as exc:
+            if not caused_by_stream(exc):
+                raise  # the object's own error, or a missing global
+            raise CorruptFileError(f"{NAME}: damaged pickle stream "
+                                   f"({type(exc).__name__}: {str(exc)[:200]})") from exc
     source = MemorySource(_byte_view(data), NAME)
     restricted, allowed, prefixes = normalize_trusted(trusted)
     n_threads = check_n_threads(n_threads)
     return _load(source, mmap_mode=None, restricted=restricted, allowed=allowed,
                  prefixes=prefixes, verify=verify, n_threads=n_threads, whole=True,
                  views=not copy, limits=as_limits(limits))
+
+
+# Declared with a positional parameter, and refused when given, for speed:
+# CPython calls a function with keyword-only parameters by its general path,
+# whose cost a tiny object's loads notices. Its signature is the one it has
+# in effect.
+loads.__signature__ = inspect.signature(loads).replace(parameters=[
+    inspect.Parameter("data", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+    *(p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+      for p in list(inspect.signature(loads).parameters.values())[2:])])
 
 
 def _byte_view(data):

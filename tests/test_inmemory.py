@@ -4,6 +4,7 @@ loads. (Every round trip of test_roundtrip also runs through them.)"""
 
 import collections
 import gc
+import inspect
 import io
 import mmap
 import pickle
@@ -236,6 +237,14 @@ def test_arguments():
         cpersist.loads(cpersist.dumps(1), n_threads=0)
     with pytest.raises(ValueError, match="trusted"):
         cpersist.loads(cpersist.dumps(1), trusted=[3])
+    # Everything after data is keyword-only, as the signature says: a
+    # positional False is not taken for a restricted load, nor ignored.
+    assert str(inspect.signature(cpersist.loads)) == (
+        "(data, *, trusted=True, verify=True, n_threads=None, copy=False, limits=None)")
+    for data in (cpersist.dumps(pickle.loads), cpersist.dumps(_model())):
+        for args in ((False,), (False, True), (None,)):
+            with pytest.raises(TypeError, match="1 positional argument"):
+                cpersist.loads(data, *args)
     for protocol in (2, 3, 4, 5):
         assert_same(_model(), cpersist.loads(cpersist.dumps(_model(), protocol=protocol)))
     with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):

@@ -38,9 +38,11 @@ _HEAD16 = _HEAD[:16]  # magic, version, flags
 _DATA = DATA << 56
 _END = END << 56 | TRAILER.size
 #: What follows the stream: the END record header, then the trailer (index
-#: offset, index length 0, checksum, end magic).
-_BACK = struct.Struct("<QQQQ8s")
+#: offset, index length 0 as padding, checksum, end magic).
+_BACK = struct.Struct("<QQ8xQ8s")
 assert _BACK.size == RECORD_SIZE + TRAILER.size
+#: Where the stream ends, counted from the end of the dump.
+STREAM_END = -_BACK.size
 #: A compact dump's (empty) index starts here plus the stream's length.
 _INDEX_AT = STREAM_AT + RECORD_SIZE
 #: Up to this size a stream is sliced (copied) out of a ``bytes``, rather
@@ -56,7 +58,7 @@ def compact_dump(pickled):
     """The bytes of a compact dump of the pickle stream ``pickled``."""
     n = len(pickled)
     return _join((_HEAD, _pack_record(_DATA | n), pickled,
-                  _pack_back(_END, _INDEX_AT + n, 0, _xxh3_64(pickled), END_MAGIC)))
+                  _pack_back(_END, _INDEX_AT + n, _xxh3_64(pickled), END_MAGIC)))
 
 
 def compact_stream(data):
@@ -76,7 +78,7 @@ def compact_stream(data):
     if n > COPY_UP_TO and type(data) is bytes:
         data = memoryview(data)
     stream = data[STREAM_AT:STREAM_AT + n]
-    if data[STREAM_AT + n:] != _pack_back(_END, _INDEX_AT + n, 0, _xxh3_64(stream), END_MAGIC):
+    if data[STREAM_AT + n:] != _pack_back(_END, _INDEX_AT + n, _xxh3_64(stream), END_MAGIC):
         return None
     return stream
 
