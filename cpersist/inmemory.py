@@ -184,10 +184,12 @@ def _raw_chunks(pickled):
 
 #: Stands for "no second positional argument" in :func:`loads`.
 _KEYWORDS_ONLY = object()
-#: The sizes of the compact dumps :func:`loads` takes apart itself.
-_SMALLEST, _LARGEST = OVERHEAD + 1, OVERHEAD + COPY_UP_TO
-#: A compact dump's (empty) index starts where its trailer does.
-_INDEX_FROM_END = TRAILER.size
+# loads' quick path writes these as literals, a constant being quicker to
+# load than a global: where the stream starts and ends, where the (empty)
+# index starts counted from the end, and the sizes of the compact dumps it
+# takes apart itself.
+assert (STREAM_AT, STREAM_END, TRAILER.size) == (72, -40, 32)
+assert (OVERHEAD + 1, OVERHEAD + COPY_UP_TO) == (113, 65648)
 
 
 def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_threads=None,
@@ -250,39 +252,34 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
     # A small one in ``bytes``: compact_stream(data), written out, as the
     # call would cost a tenth of a tiny object's loads
     # (tests/test_kept_pickler.py checks that they agree).
-    if (type(data) is bytes and trusted is True and _keywords_only is _KEYWORDS_ONLY
-            and _SMALLEST <= (size := len(data)) <= _LARGEST and data[:16] == _HEAD16):
-        stream = data[STREAM_AT:STREAM_END]
-        if data[STREAM_END:] != _pack_back(_END, size - _INDEX_FROM_END, _xxh3_64(stream),
-                                           END_MAGIC):
-            stream = None
+    if (type(data) is bytes and trusted is True and n_threads is None
+            and _keywords_only is _KEYWORDS_ONLY and 113 <= (size := len(data)) <= 65648
+            and data[:16] == _HEAD16):
+        stream = data[72:-40]
+        if data[-40:] == _pack_back(_END, size - 32, _xxh3_64(stream), END_MAGIC):
+            try:
+                return _unpickle(stream)
+            except _STREAM_FAILURES as exc:
+                _raise_damaged(exc)
     elif _keywords_only is not _KEYWORDS_ONLY:
         raise TypeError("loads() takes 1 positional argument (data); pass trusted, verify, "
                         "n_threads, copy and limits by keyword")
-    elif trusted is True:
+    if n_threads is not None:
+        check_n_threads(n_threads)
+    if trusted is True:
         if type(data) is not bytes:
             data = _byte_view(data)
         stream = compact_stream(data)  # a large stream is viewed, not copied
-    else:
-        stream = None
-    if stream is not None:
-        if n_threads is not None:
-            check_n_threads(n_threads)
-        try:
-            return _unpickle(stream)
-        except (pickle.UnpicklingError, EOFError) as exc:
-            raise CorruptFileError(f"{NAME}: damaged pickle stream ({exc})") from None
-        except STREAM_ERRORS as exc:
-            if not caused_by_stream(exc):
-                raise  # the object's own error, or a missing global
-            raise CorruptFileError(f"{NAME}: damaged pickle stream "
-                                   f"({type(exc).__name__}: {str(exc)[:200]})") from exc
+        if stream is not None:
+            try:
+                return _unpickle(stream)
+            except _STREAM_FAILURES as exc:
+                _raise_damaged(exc)
     source = MemorySource(_byte_view(data), NAME)
     restricted, allowed, prefixes = normalize_trusted(trusted)
-    n_threads = check_n_threads(n_threads)
     return _load(source, mmap_mode=None, restricted=restricted, allowed=allowed,
-                 prefixes=prefixes, verify=verify, n_threads=n_threads, whole=True,
-                 views=not copy, limits=as_limits(limits))
+                 prefixes=prefixes, verify=verify, n_threads=check_n_threads(n_threads),
+                 whole=True, views=not copy, limits=as_limits(limits))
 
 
 # Declared with a positional parameter, and refused when given, for speed:
@@ -293,6 +290,20 @@ loads.__signature__ = inspect.signature(loads).replace(parameters=[
     inspect.Parameter("data", inspect.Parameter.POSITIONAL_OR_KEYWORD),
     *(p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
       for p in list(inspect.signature(loads).parameters.values())[2:])])
+
+
+_STREAM_FAILURES = (pickle.UnpicklingError, EOFError, *STREAM_ERRORS)
+
+
+def _raise_damaged(exc):
+    """Raise what ``exc``, raised unpickling a compact dump's stream, means:
+    a CorruptFileError, or ``exc`` itself where the object raised it."""
+    if isinstance(exc, (pickle.UnpicklingError, EOFError)):
+        raise CorruptFileError(f"{NAME}: damaged pickle stream ({exc})") from None
+    if not caused_by_stream(exc):
+        raise exc  # the object's own error, or a missing global
+    raise CorruptFileError(f"{NAME}: damaged pickle stream "
+                           f"({type(exc).__name__}: {str(exc)[:200]})") from exc
 
 
 def _byte_view(data):

@@ -203,6 +203,28 @@ def test_truncated_and_empty():
         cpersist.loads(pickle.dumps({"a": 1}))
 
 
+class _RefusesState:
+    def __init__(self):
+        self.x = 1
+
+    def __setstate__(self, state):
+        raise ValueError("the object's own error")
+
+
+@pytest.mark.parametrize("form", [bytes, bytearray])
+def test_a_checksummed_stream_that_fails_to_unpickle(form):
+    """A compact dump whose checksums hold but whose stream does not
+    unpickle is damaged, read from ``bytes`` or any other buffer; an error
+    of the object's own code is raised as it is."""
+    from cpersist.container.compact import compact_dump
+
+    for stream in (b"\x80\x05K\x01", b"\x80\x05\xff.", b"\x80\x05K\x01K\x02K\x03s."):
+        with pytest.raises(CorruptFileError, match="damaged pickle stream"):
+            cpersist.loads(form(compact_dump(stream)))
+    with pytest.raises(ValueError, match="the object's own error"):
+        cpersist.loads(form(compact_dump(pickle.dumps(_RefusesState(), protocol=5))))
+
+
 def test_verify_false_skips_checking_the_arrays():
     obj = {"w": np.zeros(1000)}
     data = bytearray(cpersist.dumps(obj))
