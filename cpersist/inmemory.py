@@ -11,16 +11,17 @@ from ._runtime.threads import check_n_threads
 from .api import _write
 from .codecs import parse_compress
 from .container import MAX_CHUNK_SIZE, VERBATIM, ContainerWriter, checksum
-from .container.compact import (_DATA, _END, _HEAD, _HEAD16, _INDEX_AT, COPY_UP_TO, END_MAGIC,
-                                OVERHEAD, STREAM_AT, STREAM_END, _join, _pack_back, _pack_record,
+from .container.compact import (_END, _HEAD, _HEAD16, _INDEX_AT, COPY_UP_TO, END_MAGIC,
+                                OVERHEAD, STREAM_AT, STREAM_END, _join, _pack_back, _pack_data,
                                 _xxh3_64, compact_stream)
+from .container.framing import DATA
 from .container.layout import TRAILER
 from .container.sources import MemorySource
 from .exceptions import CorruptFileError
 from .pickling.limits import as_limits
 from .pickling.pickler import ArrayPickler
 from .pickling.read import _load
-from .pickling.small import KEEP_PICKLER_BELOW, forget_objects
+from .pickling.small import KEEP_PICKLER_BELOW, RESET_MEMO_ABOVE
 from .pickling.unpickler import STREAM_ERRORS, caused_by_stream, normalize_trusted
 from .pickling.write import PICKLE_CHUNK_SIZE, _array_store, _finish
 
@@ -28,10 +29,13 @@ from .pickling.write import PICKLE_CHUNK_SIZE, _array_store, _finish
 NAME = "<bytes>"
 _unpickle = pickle.loads
 _HIGHEST = check_protocol(None)
+#: Stands for "no further positional argument" in :func:`dumps` and :func:`loads`.
+_KEYWORDS_ONLY = object()
 _DEFAULT_CHUNK = check_chunk_size(None)
 
 
-def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
+def dumps(obj, compress=0, _keywords_only=_KEYWORDS_ONLY, protocol=None, chunk_size=None,
+          n_threads=None):
     """Return ``obj`` as the bytes of a cpersist dump.
 
     The bytes are a complete cpersist dump: :func:`loads` reads them back,
@@ -71,7 +75,10 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
     array([0, 1, 2])
     """
     if (type(compress) is not int or compress or protocol is not None or chunk_size is not None
-            or n_threads is not None):
+            or n_threads is not None or _keywords_only is not _KEYWORDS_ONLY):
+        if _keywords_only is not _KEYWORDS_ONLY:
+            raise TypeError("dumps() takes 2 positional arguments (obj, compress); pass "
+                            "protocol, chunk_size and n_threads by keyword")
         codec = parse_compress(compress)
         protocol = check_protocol(protocol)
         chunk_size = check_chunk_size(chunk_size)
@@ -108,7 +115,11 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
     pickled = b"".join(pieces)
     pieces.clear()
     n = len(pickled)
-    forget_objects(kept.pickler, n)
+    # forget_objects(kept.pickler, n), written out, as for the framing below.
+    if n > RESET_MEMO_ABOVE:
+        kept.pickler.memo = {}
+    else:
+        kept.clear_memo()
     arrays = kept.arrays
     if arrays:
         kept.pickler.forget()
@@ -120,7 +131,7 @@ def dumps(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None):
     if not arrays and n <= MAX_CHUNK_SIZE:
         # compact_dump(pickled), written out: the call would cost a tenth of
         # a small object's dumps (tests/test_kept_pickler.py checks they agree).
-        return _join((_HEAD, _pack_record(_DATA | n), pickled,
+        return _join((_HEAD, _pack_data(n, DATA), pickled,
                       _pack_back(_END, _INDEX_AT + n, _xxh3_64(pickled), END_MAGIC)))
     out = io.BytesIO()
     writer = ContainerWriter(out, check_n_threads(n_threads) if arrays else 1, NAME)
@@ -182,8 +193,6 @@ def _raw_chunks(pickled):
                           for i in range(0, len(pickled), PICKLE_CHUNK_SIZE))]
 
 
-#: Stands for "no second positional argument" in :func:`loads`.
-_KEYWORDS_ONLY = object()
 # loads' quick path writes these as literals, a constant being quicker to
 # load than a global: where the stream starts and ends, where the (empty)
 # index starts counted from the end, and the sizes of the compact dumps it
@@ -282,14 +291,23 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
                  whole=True, views=not copy, limits=as_limits(limits))
 
 
-# Declared with a positional parameter, and refused when given, for speed:
-# CPython calls a function with keyword-only parameters by its general path,
-# whose cost a tiny object's loads notices. Its signature is the one it has
-# in effect.
-loads.__signature__ = inspect.signature(loads).replace(parameters=[
-    inspect.Parameter("data", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-    *(p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-      for p in list(inspect.signature(loads).parameters.values())[2:])])
+def _keywords_only_after(function, n_positional):
+    """Give ``function`` the signature it has in effect: its parameters
+    after the first ``n_positional`` and ``_keywords_only`` are keyword-only.
+
+    ``dumps`` and ``loads`` are declared with positional parameters, and
+    refuse an argument given to ``_keywords_only``, for speed: CPython calls
+    a function with keyword-only parameters by its general path, whose cost
+    a tiny object's dump or load notices."""
+    parameters = list(inspect.signature(function).parameters.values())
+    assert parameters[n_positional].name == "_keywords_only"
+    function.__signature__ = inspect.signature(function).replace(parameters=[
+        *parameters[:n_positional],
+        *(p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in parameters[n_positional + 1:])])
+
+
+_keywords_only_after(dumps, 2)
+_keywords_only_after(loads, 1)
 
 
 _STREAM_FAILURES = (pickle.UnpicklingError, EOFError, *STREAM_ERRORS)

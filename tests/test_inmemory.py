@@ -263,10 +263,16 @@ def test_arguments():
     # positional False is not taken for a restricted load, nor ignored.
     assert str(inspect.signature(cpersist.loads)) == (
         "(data, *, trusted=True, verify=True, n_threads=None, copy=False, limits=None)")
+    assert str(inspect.signature(cpersist.dumps)) == (
+        "(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None)")
     for data in (cpersist.dumps(pickle.loads), cpersist.dumps(_model())):
         for args in ((False,), (False, True), (None,)):
             with pytest.raises(TypeError, match="1 positional argument"):
                 cpersist.loads(data, *args)
+    for obj in ({"a": 1}, _model()):
+        for args in ((0, 4), (3, None), (0, None, None)):
+            with pytest.raises(TypeError, match="2 positional arguments"):
+                cpersist.dumps(obj, *args)
     for protocol in (2, 3, 4, 5):
         assert_same(_model(), cpersist.loads(cpersist.dumps(_model(), protocol=protocol)))
     with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
