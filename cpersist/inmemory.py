@@ -11,9 +11,9 @@ from ._runtime.threads import check_n_threads
 from .api import _write
 from .codecs import parse_compress
 from .container import MAX_CHUNK_SIZE, VERBATIM, ContainerWriter, checksum
-from .container.compact import (_END, _HEAD, _HEAD16, _INDEX_AT, COPY_UP_TO, END_MAGIC,
-                                OVERHEAD, STREAM_AT, STREAM_END, _join, _pack_back, _pack_data,
-                                _xxh3_64, compact_stream)
+from .container.compact import (_AFTER_HEAD16, _END, _HEAD, _HEAD16, _INDEX_AT, COPY_UP_TO,
+                                END_MAGIC, OVERHEAD, STREAM_AT, STREAM_END, _join, _pack_back,
+                                _pack_data, _xxh3_64, compact_stream)
 from .container.framing import DATA
 from .container.layout import TRAILER
 from .container.sources import MemorySource
@@ -263,7 +263,7 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
     # (tests/test_kept_pickler.py checks that they agree).
     if (type(data) is bytes and trusted is True and n_threads is None
             and _keywords_only is _KEYWORDS_ONLY and 113 <= (size := len(data)) <= 65648
-            and data[:16] == _HEAD16):
+            and _HEAD16 <= data < _AFTER_HEAD16):
         stream = data[72:-40]
         if data[-40:] == _pack_back(_END, size - 32, _xxh3_64(stream), END_MAGIC):
             try:

@@ -35,6 +35,10 @@ OVERHEAD = STREAM_AT + RECORD_SIZE + TRAILER.size
 
 _HEAD = HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, COMPACT)
 _HEAD16 = _HEAD[:16]  # magic, version, flags
+#: The first 16 bytes that sort after those of every compact dump: ``bytes``
+#: ``b`` of 16 bytes or more start with _HEAD16 exactly when
+#: ``_HEAD16 <= b < _AFTER_HEAD16``, compared without slicing ``b``.
+_AFTER_HEAD16 = (int.from_bytes(_HEAD16, "big") + 1).to_bytes(16, "big")
 #: The DATA record's header, from the stream's length (below 2**32) and the
 #: record type (in the top byte): two small ints pack quicker than one large.
 _DATA = struct.Struct("<I3xB")
