@@ -299,9 +299,10 @@ def _keywords_only_after(function, n_positional):
     refuse an argument given to ``_keywords_only``, for speed: CPython calls
     a function with keyword-only parameters by its general path, whose cost
     a tiny object's dump or load notices."""
-    parameters = list(inspect.signature(function).parameters.values())
+    signature = inspect.signature(function)
+    parameters = list(signature.parameters.values())
     assert parameters[n_positional].name == "_keywords_only"
-    function.__signature__ = inspect.signature(function).replace(parameters=[
+    function.__signature__ = signature.replace(parameters=[
         *parameters[:n_positional],
         *(p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in parameters[n_positional + 1:])])
 
