@@ -4,7 +4,7 @@
 or read back by :mod:`cpersist.pickling.read`."""
 
 from ._args import check_chunk_size, check_mmap_mode, check_protocol, check_target, check_timeout
-from ._runtime.files import display_name, is_path, write_atomically
+from ._runtime.files import display_name, is_path, start_file_dump, write_atomically
 from ._runtime.remote import check_storage_options, is_remote, write_remote
 from ._runtime.threads import check_n_threads
 from .codecs import parse_compress
@@ -30,7 +30,11 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         A path is written atomically: to a temporary file in the same
         directory, renamed onto the path once complete. A file object
         (seekable or not: a pipe or socket works) is written sequentially
-        from its current position. A URL (``s3://bucket/key.cp``,
+        from its current position, which must be its end: bytes after it
+        are never overwritten. A file open for appending (``"ab"``,
+        ``"a+b"``, :data:`os.O_APPEND`) gets the dump at its end, wherever
+        its position. If the dump fails partway, a seekable file object is
+        cut back to where the dump started. A URL (``s3://bucket/key.cp``,
         ``memory://...``; see :doc:`/cloud`), a ``(file system, path)``
         pair or an :class:`fsspec.core.OpenFile` is written through fsspec,
         complete or not at all.
@@ -86,14 +90,17 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     UnpicklableError
         If ``obj`` holds something that cannot be pickled (a lambda, an open
         file...): the message names where it sits (``obj['callbacks'][2]``)
-        and why; no file is left. A subclass of :class:`pickle.PicklingError`
+        and why; no file is left (a seekable file object is cut back to
+        where the dump started). A subclass of :class:`pickle.PicklingError`
         and :class:`TypeError`.
     IsADirectoryError, NotADirectoryError, FileNotFoundError
         For a path naming a directory (or ending with ``/``), or whose
         directory does not exist: checked before anything is written.
     UnwritableTargetError
-        For a file object open in text mode or for reading only: checked
-        before anything is written.
+        For a file object open in text mode or for reading only, or
+        positioned before its end (not in append mode), where the dump
+        would overwrite bytes already there: checked before anything is
+        written.
 
     Examples
     --------
@@ -111,6 +118,9 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     check_storage_options(storage_options, target)
     timeout = check_timeout(timeout)
     name = display_name(target)
+    take_back = None
+    if not is_path(target) and not is_remote(target):
+        take_back = start_file_dump(target)
 
     def write(file, small_tried=False):
         _write(obj, file, name, codec, protocol, chunk_size, n_threads, small_tried)
@@ -126,7 +136,12 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
             else:
                 write_atomically(target, small, fsync)
             return [name]
-        write(target)
+        try:
+            write(target)
+        except BaseException:
+            if take_back is not None:
+                take_back()
+            raise
     except PICKLING_ERRORS as exc:
         error = unpicklable_error(obj, protocol, exc)
         if error is None:

@@ -97,8 +97,11 @@ class CodecLibraryError(CpersistError, ImportError):
 
 class UnwritableTargetError(CpersistError, TypeError):
     """:func:`cpersist.dump` was given a file object that cannot take its
-    bytes: one open in text mode, or one open for reading only. Raised
-    before anything is written; open the file with ``"wb"``."""
+    bytes: one open in text mode, one open for reading only, or one
+    positioned before its end (``"r+b"``, or sought back), where the dump
+    would overwrite bytes already there. Raised before anything is
+    written; open the file with ``"wb"``, or ``"ab"`` to add the dump after
+    what it holds."""
 
 
 class UnpicklableError(CpersistError, pickle.PicklingError, TypeError):

@@ -200,6 +200,97 @@ def check_writable_file(file):
             f"{what}: a file object open for reading only; open it with 'wb' (or pass the path)")
 
 
+def start_file_dump(file):
+    """Check that a dump can be written at ``file``'s position, before a
+    byte is; return a function that removes what a dump that failed wrote
+    there, or None where nothing written can be taken back.
+
+    A dump goes where the next ``write`` puts its bytes: the end of the
+    file in append mode (``'ab'``, ``'a+b'``, a descriptor opened with
+    :data:`os.O_APPEND`), else the position. Bytes after the position (a
+    file opened ``'r+b'``, or sought back) are someone's data: they are
+    never overwritten. A file object that cannot say where its end is (a
+    pipe, a socket, a compressing file) is written where it is, and what a
+    failed dump wrote to it stays there.
+
+    Raises
+    ------
+    UnwritableTargetError
+        If ``file`` is positioned before its end, not in append mode.
+    """
+    fd = local_fd(file)
+    try:
+        if fd is not None:
+            if appends(file, fd):
+                file.flush()  # the caller's own bytes go first
+                position = end = os.fstat(fd).st_size
+            else:
+                position = file.tell()
+                end = os.fstat(fd).st_size
+        elif is_seekable(file):
+            position = file.tell()
+            end = file.seek(0, io.SEEK_END)
+            file.seek(position)
+        else:
+            return None
+    except (AttributeError, OSError, ValueError):
+        return None  # no end to find (gzip.GzipFile writing): written where it is
+    if type(position) is not int or type(end) is not int:
+        return None
+    if position < end:
+        from ..exceptions import UnwritableTargetError
+
+        raise UnwritableTargetError(
+            f"{display_name(file)}: the file object is at byte {position} of {end}: a dump "
+            f"there would overwrite the {end - position} bytes after it. Seek to the end "
+            f"(file.seek(0, 2)) to add the dump after them, truncate the file there "
+            f"(file.truncate()) to replace them, or open it with 'ab' or 'wb'")
+
+    def take_back():
+        try:
+            file.seek(position)  # after what is still buffered is written
+            file.truncate()
+        except (OSError, ValueError):
+            if fd is not None:  # the buffer cannot be written (a full disk)
+                try:
+                    os.ftruncate(fd, position)
+                except OSError:
+                    pass
+
+    return take_back
+
+
+def appends(file, fd):
+    """Whether every write to ``file`` (whose descriptor is ``fd``) lands at
+    the end of its file, wherever its position is: opened in append mode,
+    or on a descriptor with :data:`os.O_APPEND`."""
+    mode = getattr(file, "mode", None)
+    if isinstance(mode, str) and "a" in mode:
+        return True
+    try:
+        import fcntl
+    except ImportError:  # Windows: the mode says it
+        return False
+    try:
+        return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND)
+    except OSError:
+        return False
+
+
+def reservable_fd(file):
+    """The descriptor whose blocks a writer of ``file`` may reserve ahead of
+    its writes (:func:`os.posix_fallocate`), or None.
+
+    That of :func:`local_fd`, except in append mode: reserving grows the
+    file, and an appending write goes to its end, after the reserved
+    blocks rather than into them.
+    """
+    fd = local_fd(file)
+    if fd is None or appends(file, fd):
+        return None
+    return fd
+
+
 def is_seekable(file):
     try:
         return file.seekable()

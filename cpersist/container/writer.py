@@ -5,7 +5,7 @@ chunks, and the end record with the index and trailer (the layout is in
 import os
 from collections import deque
 
-from .._runtime.files import local_fd
+from .._runtime.files import reservable_fd
 from .._runtime.parallel import COPY_ALONE_BELOW, IN_FLIGHT_PER_THREAD, ordered_map
 from .._runtime.threads import get_pool
 from .encode import encode_array_chunk
@@ -28,7 +28,8 @@ class ContainerWriter:
     file : binary file object
         Only ``write`` is used, so pipes and sockets work. Blocks are
         reserved ahead of large writes only when ``file`` is a plain local
-        file (see :func:`cpersist._runtime.files.local_fd`); a compressing file
+        file not in append mode (see
+        :func:`cpersist._runtime.files.reservable_fd`); a compressing file
         object (``gzip.open``) has the compressed file's descriptor, whose
         positions are not those written here.
     n_threads : int
@@ -43,7 +44,7 @@ class ContainerWriter:
         self._name = name
         self._pos = 0
         self._sections = []
-        self._fd = local_fd(file)
+        self._fd = reservable_fd(file)
         self._fd_base = file.tell() if self._fd is not None else 0
         self._reserved = 0  # file position up to which blocks are reserved
         # (section, raw length, future of encode_array_chunk) of the chunks
