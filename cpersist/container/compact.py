@@ -91,14 +91,15 @@ def compact_stream(data):
     return stream
 
 
-def parse_compact_index(data, digest, offset, name):
+def parse_compact_index(data, digest, offset, name, base=0):
     """``(root, info, sections)`` of a compact dump whose (empty) index
     starts at ``offset``, ``digest`` being the trailer's checksum: one raw
-    section, the pickle stream."""
+    section, the pickle stream. ``base``: where the dump starts in its file
+    (messages give file offsets)."""
     n = offset - RECORD_SIZE - STREAM_AT
     if len(data) or n < 1:
         raise corrupt(name, f"damaged trailer: a compact index of {len(data)} bytes at "
-                            f"{offset}")
+                            f"offset {base + offset}")
     section = Section()
     section.index = 0
     section.offset = STREAM_AT

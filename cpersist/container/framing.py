@@ -46,11 +46,14 @@ def record_header(kind, length, position):
     return RECORD.pack(kind << _LENGTH_BITS | length)
 
 
-def parse_record(head, position, name):
-    """``(kind, payload start, payload end)`` of the record at ``position``."""
+def parse_record(head, position, name, base=0):
+    """``(kind, payload start, payload end)`` of the record at ``position``
+    (from the start of the dump, which is at ``base`` in its file: messages
+    give file offsets)."""
     kind, length = parse_record_quietly(head)
     if kind not in _KINDS:
-        raise corrupt(name, f"damaged record header at offset {position} (kind {kind})")
+        raise corrupt(name, f"damaged record header at offset {base + position} "
+                            f"(kind {kind})")
     start = position + RECORD_SIZE
     if kind == ALIGNED:
         start += -start % ALIGN
@@ -63,30 +66,32 @@ def parse_record_quietly(head):
     return value >> _LENGTH_BITS, value & ((1 << _LENGTH_BITS) - 1)
 
 
-def walk_records(read, available, name):
+def walk_records(read, available, name, base=0):
     """Where the dump ends, found by walking its records from the header.
 
     ``read(offset, length)`` reads the source; ``available`` is how many
-    bytes it has, from the start of the dump.
+    bytes it has, from the start of the dump; ``base`` is where the dump
+    starts in its file, to give file offsets in messages.
     """
     position = HEADER.size
     window, window_at = b"", position
     while True:
         if position + RECORD_SIZE > available:
-            raise corrupt(name, f"truncated: the dump's records stop at offset {position} "
-                                f"without an end record (an interrupted write?)")
+            raise corrupt(name, f"truncated: the dump's records stop at offset "
+                                f"{base + position} without an end record (an "
+                                f"interrupted write?)")
         if position + RECORD_SIZE > window_at + len(window):
             window_at = position
             window = read(position, min(WALK_BLOCK, available - position))
         at = position - window_at
-        kind, _, end = parse_record(window[at:at + RECORD_SIZE], position, name)
+        kind, _, end = parse_record(window[at:at + RECORD_SIZE], position, name, base)
         if end > available:
-            raise corrupt(name, f"truncated: a record at offset {position} runs to {end}, "
-                                f"past the {available} bytes there are (an interrupted "
-                                f"write?)")
+            raise corrupt(name, f"truncated: a record at offset {base + position} runs to "
+                                f"offset {base + end}, past the end of the file at offset "
+                                f"{base + available} (an interrupted write?)")
         if kind == END:
             if end - position < RECORD_SIZE + TRAILER.size:
-                raise corrupt(name, f"damaged end record at offset {position}")
+                raise corrupt(name, f"damaged end record at offset {base + position}")
             return end
         position = end
 

@@ -119,20 +119,25 @@ def parse_header(head, size, name):
     return major, minor, flags
 
 
-def parse_trailer(trailer, size, name):
-    """``(index offset, index length, index checksum)`` from the trailer."""
+def parse_trailer(trailer, size, name, base=0):
+    """``(index offset, index length, index checksum)`` from the trailer of
+    a dump of ``size`` bytes at ``base`` in its file (messages give file
+    offsets)."""
     offset, length, digest, end = TRAILER.unpack(trailer)
     if end != END_MAGIC:
         raise corrupt(name, "truncated or damaged: no end marker (an interrupted write?)")
     if offset < HEADER.size or offset + length != size - TRAILER.size:
-        raise corrupt(name, f"damaged trailer: index at {offset}+{length} in {size} bytes")
+        raise corrupt(name, f"damaged trailer: an index of {length} bytes at offset "
+                            f"{base + offset}, in a dump from offset {base} to "
+                            f"{base + size}")
     return offset, length, digest
 
 
-def parse_index(data, digest, end, name):
+def parse_index(data, digest, end, name, base=0):
     """Check and parse the index: ``(root, info, sections, edited)``.
 
-    ``end`` is where the index starts, which no section may pass.
+    ``end`` is where the index starts, which no section may pass; ``base``
+    where the dump starts in its file (messages give file offsets).
     ``edited`` is the index's ``"edited"`` field (format 2.1), or None for
     an index without one (format 2.0, whose header says).
     """
@@ -146,7 +151,7 @@ def parse_index(data, digest, end, name):
             edited = index.get("edited")
             if edited not in (None, True, False):
                 raise corrupt(name, f"damaged index: bad edited mark {edited!r}")
-            sections = [_parse_section(i, s, end, name)
+            sections = [_parse_section(i, s, end, name, base)
                         for i, s in enumerate(listed_sections(index, name))]
     except CorruptFileError:
         raise
@@ -202,7 +207,7 @@ def _uint(value):
     return value
 
 
-def _parse_section(i, s, end, name):
+def _parse_section(i, s, end, name, base):
     # Run once per section of the index (a model may hold thousands): the
     # checks are inline, with _uint called only to word a failure.
     section = Section()
@@ -215,7 +220,7 @@ def _parse_section(i, s, end, name):
     # Only raw data is aligned (the sections a map may view).
     aligned = codec is None and s.get("raw_size", 1)
     if offset < HEADER.size or aligned and offset % ALIGN:
-        raise corrupt(name, f"section {i} at a bad offset {offset}")
+        raise corrupt(name, f"section {i} at a bad offset {base + offset}")
     layout = s.get("layout", "run")
     if layout == "run":
         section.gap = 0
@@ -245,10 +250,10 @@ def _parse_section(i, s, end, name):
                       f"stored in {stored_size}")
     if offset + stored_size > end:
         raise corrupt(name,
-                      f"section {i} runs to offset {offset + stored_size}, "
-                      f"past the data end {end} (truncated?)")
+                      f"section {i} runs to offset {base + offset + stored_size}, "
+                      f"past the data end {base + end} (truncated?)")
     section._chunks = None
-    section._check_chunks = (table, end, name)
+    section._check_chunks = (table, end, name, base)
     pieces = s.get("pieces")
     if pieces is None:
         return section
@@ -269,7 +274,7 @@ def _bad_pieces(section, name):
 _scan_json = json.JSONDecoder().scan_once
 
 
-def _checked_chunks(section, table, end, name):
+def _checked_chunks(section, table, end, name, base):
     """The chunks of a section whose table was left as text: checked now."""
     try:
         try:
@@ -278,7 +283,7 @@ def _checked_chunks(section, table, end, name):
                 raise ValueError
         except Exception:  # noqa: BLE001 - json.loads says what is wrong
             parsed = json.loads(table)
-        chunks, raw_size, stored_size = _parse_table(section, parsed, end, name)
+        chunks, raw_size, stored_size = _parse_table(section, parsed, end, name, base)
     except CorruptFileError:
         raise
     except Exception as exc:  # wrong types in the table
@@ -291,7 +296,7 @@ def _checked_chunks(section, table, end, name):
     return chunks
 
 
-def _parse_table(section, table, end, name):
+def _parse_table(section, table, end, name, base):
     """Check a chunk table: ``(chunks, raw_size, stored_size)``."""
     i = section.index
     pos = section.offset
@@ -322,6 +327,6 @@ def _parse_table(section, table, end, name):
     if chunks:
         pos -= section.gap
     if pos > end:
-        raise corrupt(name, f"section {i} runs to offset {pos}, past the data end {end} "
-                            f"(truncated?)")
+        raise corrupt(name, f"section {i} runs to offset {base + pos}, past the data end "
+                            f"{base + end} (truncated?)")
     return chunks, raw_size, stored_size

@@ -99,7 +99,7 @@ class ContainerReader(SectionReads, PieceReads):
         self.edited = bool(flags & EDITED)
         self.compact = bool(flags & COMPACT)
         if not ((self._whole or self.source.remote) and self._ends_at_end()):
-            self.size = walk_records(self.source.read, self.available, self.name)
+            self.size = walk_records(self.source.read, self.available, self.name, self.base)
 
     def _read_tiny(self, head):
         """Read a tiny dump whole: its pickle stream, checked, is then read
@@ -140,8 +140,8 @@ class ContainerReader(SectionReads, PieceReads):
         follows = bytes(self.source.read(end, min(extra, len(MAGIC))))
         if follows == MAGIC or follows[:len(TINY_MAGIC)] == TINY_MAGIC:
             return self.error(
-                f"another dump follows a complete dump at offset {end} ({extra} bytes "
-                f"more): load several dumps one after another from an open file")
+                f"another dump follows a complete dump at offset {self.base + end} ({extra} "
+                f"bytes more): load several dumps one after another from an open file")
         return self.error(f"trailing data after a complete dump ({extra} bytes after "
                           f"its {end})")
 
@@ -160,16 +160,18 @@ class ContainerReader(SectionReads, PieceReads):
         else:
             tail_start = max(0, self.size - TAIL_READ)
             tail = self.source.read(tail_start, self.size - tail_start)
-        offset, length, digest = parse_trailer(tail[-TRAILER.size:], self.size, self.name)
+        offset, length, digest = parse_trailer(tail[-TRAILER.size:], self.size, self.name,
+                                               self.base)
         if offset >= tail_start:
             data = tail[offset - tail_start:-TRAILER.size]
         else:
             data = self.source.read(offset, length)
         if self.compact:
             self.root, self.info, self.sections = parse_compact_index(data, digest, offset,
-                                                                      self.name)
+                                                                      self.name, self.base)
             return
-        self.root, self.info, self.sections, edited = parse_index(data, digest, offset, self.name)
+        self.root, self.info, self.sections, edited = parse_index(data, digest, offset,
+                                                                  self.name, self.base)
         if (self.major, self.minor) >= (2, 1):
             # The index's mark, covered by its checksum; the header's flag
             # is there for readers of format 2.0 only.

@@ -144,7 +144,8 @@ class ByteSource(ABC):
     def short_read(self, offset, wanted, got):
         """The :class:`ShortReadError` for a read that came back short."""
         return ShortReadError(
-            f"{self.name}: truncated: wanted {wanted} bytes at offset {offset}, got {got}")
+            f"{self.name}: truncated: wanted {wanted} bytes at offset {self.base + offset}, "
+            f"got {got}")
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.name!r}, {self.size} bytes>"
