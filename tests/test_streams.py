@@ -5,6 +5,7 @@ import gc
 import io
 import os
 import pathlib
+import re
 import shutil
 import socket
 import subprocess
@@ -16,9 +17,9 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist.container import EDITED, FLAGS_AT, MAGIC, ContainerReader
+from cpersist.container import EDITED, FLAGS_AT, MAGIC, TRAILER, ContainerReader
 
-from ._forge import split
+from ._forge import forge, split
 from ._fresh import ROOT, run_cli, start_python
 from .conftest import assert_same, pipe_bytes
 
@@ -348,3 +349,59 @@ def test_header_magic_starts_every_dump():
     buf = io.BytesIO()
     write_dumps(buf)
     assert buf.getvalue().count(MAGIC) >= 3 and buf.getvalue().startswith(MAGIC)
+
+
+# -- offsets in messages --------------------------------------------------------
+
+def _first_array(index):
+    return next(s for s in index["sections"] if s["meta"].get("kind") == "array")
+
+
+def _with_trailer_field(data, field, value):
+    fields = list(TRAILER.unpack(data[-TRAILER.size:]))
+    fields[field] = value
+    return data[:-TRAILER.size] + TRAILER.pack(*fields)
+
+
+DAMAGES = {
+    "cut short": lambda data: data[:-40],
+    "cut inside a record": lambda data: data[:3000],
+    "a damaged record header": lambda data: data[:64 + 7] + b"\x77" + data[64 + 8:],
+    "a damaged trailer": lambda data: _with_trailer_field(data, 0, 100),
+    "a section at a bad offset": lambda data: forge(
+        data, lambda index: _first_array(index).update(offset=65)),
+    "a section past the index": lambda data: forge(
+        data, lambda index: _first_array(index).update(offset=10**6)),
+    "a chunk table past the index": lambda data: forge(
+        data, lambda index: _first_array(index)["chunks"][0].__setitem__(
+            slice(0, 2), [10**6, 10**6])),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_offsets_in_messages_count_from_the_start_of_the_file(damage, tmp_path):
+    """The second of two dumps in a file is damaged: the message loading it
+    gives, is the one it gives alone, every offset moved by the first
+    dump's length."""
+    first_obj = {"a": np.arange(1000.0)}
+    first = cpersist.dumps(first_obj)
+    second = DAMAGES[damage](cpersist.dumps({"a": np.zeros(4096)}, chunk_size=1 << 14))
+    with pytest.raises(cpersist.CorruptFileError) as alone:
+        cpersist.load(io.BytesIO(second))
+    path = tmp_path / "two.cp"
+    path.write_bytes(first + second)
+    with open(path, "rb") as file:
+        assert_same(first_obj, cpersist.load(file))
+        with pytest.raises(cpersist.CorruptFileError) as in_file:
+            cpersist.load(file)
+
+    def offsets(exc):
+        message = str(exc.value).split(": ", 1)[1]  # after the file's name
+        return re.sub(r"offset \d+", "offset N", message), [
+            int(n) for n in re.findall(r"offset (\d+)", message)]
+
+    text, found = offsets(in_file)
+    text_alone, found_alone = offsets(alone)
+    assert found_alone, str(alone.value)
+    assert text == text_alone
+    assert found == [n + len(first) for n in found_alone], str(in_file.value)

@@ -128,8 +128,7 @@ def parse_trailer(trailer, size, name, base=0):
         raise corrupt(name, "truncated or damaged: no end marker (an interrupted write?)")
     if offset < HEADER.size or offset + length != size - TRAILER.size:
         raise corrupt(name, f"damaged trailer: an index of {length} bytes at offset "
-                            f"{base + offset}, in a dump from offset {base} to "
-                            f"{base + size}")
+                            f"{base + offset}, in a dump of {size} bytes at offset {base}")
     return offset, length, digest
 
 
@@ -251,7 +250,7 @@ def _parse_section(i, s, end, name, base):
     if offset + stored_size > end:
         raise corrupt(name,
                       f"section {i} runs to offset {base + offset + stored_size}, "
-                      f"past the data end {base + end} (truncated?)")
+                      f"past the data end at offset {base + end} (truncated?)")
     section._chunks = None
     section._check_chunks = (table, end, name, base)
     pieces = s.get("pieces")
@@ -328,5 +327,5 @@ def _parse_table(section, table, end, name, base):
         pos -= section.gap
     if pos > end:
         raise corrupt(name, f"section {i} runs to offset {base + pos}, past the data end "
-                            f"{base + end} (truncated?)")
+                            f"at offset {base + end} (truncated?)")
     return chunks, raw_size, stored_size
