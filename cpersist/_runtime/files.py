@@ -218,7 +218,8 @@ def start_file_dump(file):
     UnwritableTargetError
         If ``file`` is positioned before its end, not in append mode.
     """
-    fd = local_fd(file)
+    local = _local_file(file)
+    fd = None if local is None else local[0]
     try:
         if fd is not None:
             if appends(file, fd):
@@ -226,7 +227,7 @@ def start_file_dump(file):
                 position = end = os.fstat(fd).st_size
             else:
                 position = file.tell()
-                end = os.fstat(fd).st_size
+                end = local[1]
         elif is_seekable(file):
             position = file.tell()
             end = file.seek(0, io.SEEK_END)
@@ -324,6 +325,12 @@ def local_fd(file):
     one. Any other object (a compressing file, a pipe, a socket) is only
     read and written through its methods.
     """
+    found = _local_file(file)
+    return None if found is None else found[0]
+
+
+def _local_file(file):
+    """``(descriptor, size)`` of the file :func:`local_fd` accepts, else None."""
     # Looked up, not imported: a tempfile wrapper exists only once tempfile
     # has been imported.
     tempfile = sys.modules.get("tempfile")
@@ -333,6 +340,7 @@ def local_fd(file):
         return None
     try:
         fd = file.fileno()
-        return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
+        st = os.fstat(fd)
     except (OSError, ValueError):
         return None
+    return (fd, st.st_size) if stat.S_ISREG(st.st_mode) else None
