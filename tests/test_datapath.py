@@ -62,8 +62,10 @@ def test_every_source_reads_exact_ranges_from_its_start(tmp_path):
             assert bytes(source.read(0, 7)) == DATA[:7]
             assert [bytes(r) for r in source.read_ranges([(5, 3), (len(DATA) - 4, 4), (9, 0)])] \
                 == [DATA[5:8], DATA[-4:], b""]
+            # The offset in the message is the file's (past its prefix).
             with pytest.raises(ShortReadError, match=f"^{source.name}: truncated: wanted 10 "
-                                                     f"bytes at offset {len(DATA) - 4}, got"):
+                                                     f"bytes at offset "
+                                                     f"{source.base + len(DATA) - 4}, got"):
                 source.read_into(len(DATA) - 4, bytearray(10))
             assert isinstance(ShortReadError("x"), CorruptFileError)
 
