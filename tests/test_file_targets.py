@@ -52,6 +52,10 @@ MODES = {
     "ab": (lambda p: open(p, "ab"), False, True),
     "a+b": (lambda p: open(p, "a+b"), False, True),
     "ab unbuffered": (lambda p: open(p, "ab", buffering=0), False, True),
+    # Sought back for reading: the dump still goes to the end.
+    "a+b sought to its start": (lambda p: _seek(open(p, "a+b"), 0), False, True),
+    "fsspec's local 'ab' sought to its start": (
+        lambda p: _seek(_fsspec_local().open(p, "ab"), 0), False, True),
     "r+b at its end": (lambda p: _at_end(open(p, "r+b")), False, True),
     "r+b unbuffered at its end": (lambda p: _at_end(open(p, "r+b", buffering=0)), False, True),
     # Opened "wb" on a descriptor with O_APPEND: positioned at 0, yet every
@@ -60,6 +64,12 @@ MODES = {
     "O_APPEND|O_RDWR unbuffered": (
         lambda p: _fdopen(p, os.O_RDWR | os.O_APPEND, "r+b", buffering=0), False, False),
 }
+
+
+def _fsspec_local():
+    import fsspec  # a dependency of the tests (the remote extra)
+
+    return fsspec.filesystem("file")
 
 
 def _at_end(file):

@@ -231,7 +231,10 @@ def start_file_dump(file):
         elif is_seekable(file):
             position = file.tell()
             end = file.seek(0, io.SEEK_END)
-            file.seek(position)
+            if appends(file):
+                position = end
+            else:
+                file.seek(position)
         else:
             return None
     except (AttributeError, OSError, ValueError):
@@ -252,7 +255,9 @@ def start_file_dump(file):
             file.seek(position)  # after what is still buffered is written
             file.truncate()
         except (OSError, ValueError):
-            if fd is not None:  # the buffer cannot be written (a full disk)
+            # The buffer cannot be written (a full disk). A closed file's
+            # descriptor may be another file's by now.
+            if fd is not None and not file.closed:
                 try:
                     os.ftruncate(fd, position)
                 except OSError:
@@ -261,13 +266,15 @@ def start_file_dump(file):
     return take_back
 
 
-def appends(file, fd):
-    """Whether every write to ``file`` (whose descriptor is ``fd``) lands at
-    the end of its file, wherever its position is: opened in append mode,
-    or on a descriptor with :data:`os.O_APPEND`."""
+def appends(file, fd=None):
+    """Whether every write to ``file`` lands at the end of its file, wherever
+    its position is: opened in append mode, or (``fd`` being its
+    descriptor) on a descriptor with :data:`os.O_APPEND`."""
     mode = getattr(file, "mode", None)
     if isinstance(mode, str) and "a" in mode:
         return True
+    if fd is None:
+        return False
     try:
         import fcntl
     except ImportError:  # Windows: the mode says it
