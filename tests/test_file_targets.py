@@ -117,11 +117,6 @@ def test_every_file_mode_adds_loadable_dumps_after_what_is_there(mode, before, t
         assert file.read() == b""
 
 
-def _existing(path):
-    path.write_bytes(previous_content()[1])
-    return path.read_bytes()
-
-
 #: name -> open a file over ``path``, which holds a dump, positioned before
 #: its end, not in append mode.
 BEFORE_THE_END = {
@@ -147,7 +142,7 @@ def _write(file, data):
 @pytest.mark.parametrize("how", list(BEFORE_THE_END))
 def test_a_file_positioned_before_its_end_is_refused_before_a_byte_is_written(how, tmp_path):
     path = tmp_path / "file.cp"
-    _existing(path)
+    path.write_bytes(previous_content()[1])
     with BEFORE_THE_END[how](path) as file:
         file.flush()
         content = path.read_bytes()
