@@ -93,7 +93,7 @@ def test_arrays_key_of_an_array_kept_in_the_pickle_stream_says_how_to_read_it(tm
             assert isinstance(info.value, KeyError) and info.value.in_stream == "obj['a']"
             assert type(info.value).__module__ == "cpersist.exceptions"
             message = str(info.value)
-            assert "obj['a'] is a small array that the dump kept inside the pickle stream" in message
+            assert "obj['a'] is a small array that the dump kept inside the pickle" in message
             assert "handle.load(lazy=True)['a']" in message
             assert "nearest" not in message
         # The way the message gives reads it.
