@@ -252,19 +252,19 @@ def test_info_of_a_model_fits_a_screen_with_names_dtypes_and_shapes(tmp_path, ca
     codec = {f"{a['codec']}:{a['level']}" for a in report["arrays"]}
     assert len(codec) == 1
     codec = codec.pop()
-    # A tied tensor is pickled once: it is listed at its first path.
-    tensors = {f"obj['model'][{k!r}]": t for k, t in checkpoint["model"].items()
-               if k != "lm_head.weight"}
+    tensors = {f"obj['model'][{k!r}]": t for k, t in checkpoint["model"].items()}
+    tied = "obj['model']['lm_head.weight']"
+    stored = {name: t for name, t in tensors.items() if name != tied}  # a tied one, once
     assert main(["info", str(path)]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert len(lines) <= 45
-    in_memory = sum(t.nbytes for t in tensors.values()) + checkpoint["seen"].nbytes
-    assert lines[1] == (f"1 array (1 inside the pickle stream) and {len(tensors)} torch "
+    in_memory = sum(t.nbytes for t in stored.values()) + checkpoint["seen"].nbytes
+    assert lines[1] == (f"1 array (1 inside the pickle stream) and {len(stored)} torch "
                         f"tensors: {_human(in_memory)} in memory, "
                         f"{_human(path.stat().st_size)} in the file "
                         f"(ratio {in_memory / path.stat().st_size:.2f})")
-    assert f"codec: {codec} ({len(tensors)} sections)" in lines
+    assert f"codec: {codec} ({len(stored)} sections)" in lines
     at = lines.index("globals needed to load: 3")
     assert lines[at + 1:at + 4] == ["  cpersist.pickler.inline_array",
                                     "  cpersist.pickler.rebuild_tensor", "  numpy.dtype"]
@@ -280,10 +280,10 @@ def test_info_of_a_model_fits_a_screen_with_names_dtypes_and_shapes(tmp_path, ca
 
     assert main(["info", "--all", str(path)]) == 0
     every = _table_rows(capsys.readouterr().out)
-    assert list(every) == [*tensors, last]
+    assert list(every) == [first, tied, *list(stored)[1:], last]  # the tied one by its twin
     for name, tensor in tensors.items():
-        assert every[name] == [str(tensor.dtype), str(tuple(tensor.shape)),
-                               _human(tensor.nbytes), codec]
+        assert every[name] == [str(tensor.dtype), str(tuple(tensor.shape)), _human(tensor.nbytes),
+                               f"same as {first}" if name == tied else codec]
 
     assert main(["info", "--details", str(path)]) == 0
     details = capsys.readouterr().out
@@ -292,7 +292,7 @@ def test_info_of_a_model_fits_a_screen_with_names_dtypes_and_shapes(tmp_path, ca
     assert re.search(r"^ +section +path +shape +dtype +order +codec", details, re.M)
     assert re.search(r"^ +0 +obj\['model'\]\['embed.weight'\] +\(32000,\) +<u2 +C ", details,
                      re.M)
-    assert f"torch tensors: {len(tensors)}, viewing {len(tensors)} stored storage(s)" in details
+    assert f"torch tensors: {len(stored)}, viewing {len(stored)} stored storage(s)" in details
 
 
 @pytest.mark.parametrize("forged, message", [

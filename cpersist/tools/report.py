@@ -93,34 +93,42 @@ def _itemsize(text):
 
 
 def _rows(info):
-    """One row per array as the object holds it: ``[path, dtype, shape,
+    """One row per place the object holds an array: ``[path, dtype, shape,
     size in memory, codec]``; a torch tensor by its own dtype and shape
     rather than its storage's, an array kept inside the pickle stream with
-    :data:`IN_STREAM` for codec. Sections in file order, then the arrays in
-    the stream."""
+    :data:`IN_STREAM` for codec, one held at several places (tied weights)
+    once more at each other place. Sections in file order, then the arrays
+    in the stream."""
     views = {}
     for tensor in info.get("tensors") or []:
         views.setdefault(tensor.get("section"), []).append(tensor)
     rows = []
+
+    def add(entry, row):
+        # An object held at several places: a row at each, the others
+        # saying which row they repeat.
+        rows.append(row)
+        rows.extend([other, *row[1:4], f"same as {row[0]}"] for other in entry.get("also", ()))
+
     for entry in info.get("arrays", []):
         codec = _codec_label(entry)
         tensors = views.get(entry.get("section"))
         if not tensors:
-            rows.append([entry.get("path", "?"), _dtype_name(entry.get("dtype", "?")),
-                         _shape(entry.get("shape")), _human(entry.get("raw_bytes")), codec])
+            add(entry, [entry.get("path", "?"), _dtype_name(entry.get("dtype", "?")),
+                        _shape(entry.get("shape")), _human(entry.get("raw_bytes")), codec])
             continue
         itemsize = _itemsize(entry.get("dtype"))
         for tensor in tensors:
             numel = _numel(tensor.get("shape"))
             dtype = tensor.get("dtype")
-            rows.append([tensor.get("path", "?"),
+            add(tensor, [tensor.get("path", "?"),
                          f"torch.{dtype}" if isinstance(dtype, str) else "?",
                          _shape(tensor.get("shape")),
                          _human(numel * itemsize if numel is not None and itemsize else None),
                          codec])
     for entry in info.get("inline_arrays") or []:
-        rows.append([entry.get("path", "?"), _dtype_name(entry.get("dtype", "?")),
-                     _shape(entry.get("shape")), _human(entry.get("raw_bytes")), IN_STREAM])
+        add(entry, [entry.get("path", "?"), _dtype_name(entry.get("dtype", "?")),
+                    _shape(entry.get("shape")), _human(entry.get("raw_bytes")), IN_STREAM])
     return rows
 
 
