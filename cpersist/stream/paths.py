@@ -87,7 +87,7 @@ def arrays_of(walked, root="obj"):
     labels = [root]  # per place: its label
     under_torch = set()  # places of objects torch pickled itself, and inside them
     entries = {}  # id of an inline or tensor node: its entry
-    again = {}    # id of an array, inline or call node met again: (node, its other paths)
+    again = {}    # id of an array, inline or call node met again: (node, where else)
     queue = deque([(top, 0)])
     pop = queue.popleft
     push = queue.append
@@ -139,17 +139,19 @@ def arrays_of(walked, root="obj"):
                     push((child, len(labels) - 1))
             elif type(child) is Node and child.kind in _SHAREABLE:
                 # The same object again (a memo get): tied weights.
-                node_again, more = again.setdefault(id(child), (child, []))
+                # Where, kept as the place and label: most nodes met again
+                # are no array, and need no path spelled out.
+                more = again.setdefault(id(child), (child, []))[1]
                 if len(more) < MAX_ALSO:
-                    more.append(path_of(place, label))
+                    more.append((place, label))
     storages = {t["section"] for t in tensors}
     for node, more in again.values():
         entry = entries.get(id(node))
         if entry is not None:
-            entry["also"] = more
+            entry["also"] = [path_of(*where) for where in more]
         elif node.kind == "array" and node.value not in storages:
             # (A storage met again is another view of it, which "tensors" lists.)
-            also[node.value] = more
+            also[node.value] = [path_of(*where) for where in more]
     return found
 
 
