@@ -266,10 +266,10 @@ def build_parser():
     info = verbs.add_parser(
         "info", help="describe a file: format, arrays, pickle stream, globals",
         description="Describe cpersist files without executing their pickle stream: "
-                    "format version, each array (its path in the object when it can be "
-                    "found, shape, dtype, order, codec, level, stored and uncompressed "
-                    "size, ratio), the pickle stream section and the globals the file "
-                    "needs to load.",
+                    "format version, the arrays' bytes in memory and in the file, codecs, "
+                    "the pickle stream and the globals the file needs to load, then each "
+                    "array or torch tensor (its path in the object when it can be found, "
+                    "dtype, shape, size, codec). --details adds how each is stored.",
     )
     info.add_argument("files", nargs="+", metavar="FILE",
                       help="cpersist files or URLs; - reads standard input")

@@ -44,6 +44,8 @@ def _shape(shape):
 #: its first and last rows, so that the report of a model fits a screen.
 MAX_ROWS = 30
 _TAIL_ROWS = 5
+#: Lines naming objects torch pickled itself, likewise.
+_TORCH_PICKLED_ROWS = 10
 
 #: What the codec column says of an array kept inside the pickle stream.
 IN_STREAM = "in stream"
@@ -174,7 +176,7 @@ def _codecs(info):
     return [f"codecs: {listed} sections"]
 
 
-def _globals_lines(info):
+def _globals_lines(info, every):
     needed = info.get("globals", [])
     lines = [f"globals needed to load: {len(needed)}"]
     lines += [f"  {g if isinstance(g, str) else '.'.join(map(str, g))}" for g in needed]
@@ -186,7 +188,11 @@ def _globals_lines(info):
     pickled = info.get("torch_pickled") or []
     if pickled:
         lines.append(f"objects pickled by torch itself (trusted loads only): {len(pickled)}")
-        lines += [f"  {p.get('path', '?')}: {p.get('global', '?')}" for p in pickled]
+        shown = pickled if every or len(pickled) <= _TORCH_PICKLED_ROWS else (
+            pickled[:_TORCH_PICKLED_ROWS - 1])
+        lines += [f"  {p.get('path', '?')}: {p.get('global', '?')}" for p in shown]
+        if len(shown) < len(pickled):
+            lines.append(f"  ... {len(pickled) - len(shown)} more (--all lists them)")
     return lines
 
 
@@ -273,7 +279,7 @@ def format_info(info, *, every=False, details=False):
             f"{_human(pickle_info.get('raw_bytes'))} uncompressed, "
             f"protocol {pickle_info.get('protocol', '?')}"
         )
-    lines += _globals_lines(info)
+    lines += _globals_lines(info, every or details)
     lines += _array_table(_rows(info), every or details)
     if details:
         lines += _details(info)
