@@ -56,6 +56,8 @@ def _dtype_name(text):
     byte order only when it is not the machine's; other text as it is."""
     import numpy as np
 
+    if text == "?":  # unknown, not numpy's code of bool
+        return text
     try:
         dtype = np.dtype(text)
     except (TypeError, ValueError):
@@ -88,6 +90,8 @@ def _numel(shape):
 def _itemsize(text):
     import numpy as np
 
+    if text == "?":
+        return None
     try:
         return np.dtype(text).itemsize
     except (TypeError, ValueError):
