@@ -8,7 +8,8 @@
 __version__ = "0.1.0"
 
 from .codecs import available_codecs  # noqa: E402
-from .exceptions import (CodecLibraryError, CorruptFileError, CpersistError,  # noqa: E402
+from .exceptions import (ArrayNotFoundError, CodecLibraryError,  # noqa: E402
+                         CorruptFileError, CpersistError,
                          FileChangedError, LimitExceededError, RemoteStorageError,
                          UnpicklableError, UnsupportedVersionError, UntrustedObjectError,
                          UntrustedPickleError, UnwritableTargetError)
@@ -41,6 +42,7 @@ def __dir__():
 
 # Not "open": ``from cpersist import *`` would shadow the builtin.
 __all__ = [
+    "ArrayNotFoundError",
     "CodecLibraryError",
     "CorruptFileError",
     "CpersistError",

@@ -17,7 +17,8 @@ from . import __version__
 from ._runtime.files import TMP_SUFFIX
 from ._runtime.remote import is_url
 from .exceptions import CpersistError
-from .tools.report import _human, _json_default, _message, format_info, format_verified
+from .tools.report import (MAX_ROWS, _human, _json_default, _message, format_info,
+                           format_verified)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PROG = "cpersist"
@@ -129,7 +130,8 @@ def _cmd_info(args):
         if reports or len(args.files) != 1:
             print(json.dumps(payload, indent=2, default=_json_default))
     elif reports:
-        print("\n\n".join(format_info(r) for r in reports))
+        print("\n\n".join(format_info(r, every=args.all, details=args.details)
+                            for r in reports))
     return status
 
 
@@ -264,15 +266,23 @@ def build_parser():
     info = verbs.add_parser(
         "info", help="describe a file: format, arrays, pickle stream, globals",
         description="Describe cpersist files without executing their pickle stream: "
-                    "format version, each array (its path in the object when it can be "
-                    "found, shape, dtype, order, codec, level, stored and uncompressed "
-                    "size, ratio), the pickle stream section and the globals the file "
-                    "needs to load.",
+                    "format version, the arrays' bytes in memory and in the file, codecs, "
+                    "the pickle stream and the globals the file needs to load, then each "
+                    "array or torch tensor (its path in the object when it can be found, "
+                    "dtype, shape, size, codec). --details adds how each is stored.",
     )
     info.add_argument("files", nargs="+", metavar="FILE",
                       help="cpersist files or URLs; - reads standard input")
+    info.add_argument("--all", action="store_true",
+                      help=f"list every array (by default a table of more than "
+                           f"{MAX_ROWS} gives its first and last rows)")
+    info.add_argument("--details", action="store_true",
+                      help="list every array and how each is stored: its section (dtype "
+                           "as stored, order, codec, level, stored and uncompressed size, "
+                           "ratio), the views torch tensors make of their storages")
     info.add_argument("--json", action="store_true",
-                      help="print JSON (one object for one file, a list for several)")
+                      help="print JSON (one object for one file, a list for several), "
+                           "with every detail")
     _add_storage_option(info)
     info.set_defaults(run=_cmd_info)
 

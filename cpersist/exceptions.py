@@ -121,3 +121,30 @@ class UnpicklableError(CpersistError, pickle.PicklingError, TypeError):
     def __init__(self, message, path):
         super().__init__(message)
         self.path = path
+
+
+class ArrayNotFoundError(CpersistError, KeyError):
+    """:attr:`cpersist.FileHandle.arrays` has no array at the key given.
+
+    Also a :class:`KeyError`, as a dict's missing key is. The message says
+    whether the array exists but is kept inside the pickle stream (a small
+    array of a compressed file: :meth:`~cpersist.FileHandle.load` gives it),
+    and otherwise the form of the keys and the nearest ones.
+
+    Attributes
+    ----------
+    key : object
+        The key given.
+    in_stream : str or None
+        The path of the array the key names when the file keeps it inside
+        its pickle stream, else None.
+    """
+
+    def __init__(self, message, key, in_stream=None):
+        super().__init__(message)
+        self.key = key
+        self.in_stream = in_stream
+
+    def __str__(self):
+        # A KeyError shows its argument's repr; this message is prose.
+        return str(self.args[0])

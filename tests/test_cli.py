@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -181,9 +182,14 @@ def test_info_text(raw_file, tmp_path):
     out = result.stdout
     assert out.startswith(f"{raw_file}: cpersist format {FORMAT_MAJOR}.{FORMAT_MINOR}, written by cpersist ")
     assert "obj['model'].coef_" in out
-    assert "(300, 400)" in out and "<f4" in out
+    # the dtype as numpy names it, the size in memory, the codec
+    assert re.search(r"^  obj\['weights'\] +float32 +\(300, 400\) +468.8 KiB +raw$", out, re.M)
+    assert "<f4" not in out and not re.search(r"^ +section +path", out, re.M)
     assert "pickle stream:" in out
     assert f"{__name__}.Model" in out
+    details = run("info", "--details", raw_file).stdout
+    assert details.startswith(out.rstrip("\n"))  # the same, then how each array is stored
+    assert re.search(r"^ +0 +obj\['weights'\] +\(300, 400\) +<f4 +F +raw ", details, re.M)
     # several files, one failing: the good one is still described, exit 1
     result = run("info", raw_file, tmp_path / "nope.cp")
     assert result.returncode == 1

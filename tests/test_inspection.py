@@ -36,6 +36,21 @@ def test_inspect_lists_arrays_and_globals(tmp_path):
     assert info["unresolved_globals"] == 0 and info["extension_codes"] == []
 
 
+def test_inspect_lists_an_array_held_at_several_places_once_with_its_other_paths(tmp_path):
+    from cpersist.stream.paths import MAX_ALSO
+
+    big, small = np.arange(100_000.0), np.arange(5.0)
+    path = tmp_path / "tied.cp"
+    cpersist.dump({"a": big, "b": big, "s": small, "t": [small] * 20}, path, compress=3)
+    info = cpersist.inspect(path)
+    [stored], [inline] = info["arrays"], info["inline_arrays"]
+    assert (stored["path"], stored["also"]) == ("obj['a']", ["obj['b']"])
+    assert inline["path"] == "obj['s']"
+    assert inline["also"] == [f"obj['t'][{i}]" for i in range(MAX_ALSO)]  # no more than that
+    back = cpersist.load(path)
+    assert back["b"] is back["a"] and back["t"][19] is back["s"]  # what the paths describe
+
+
 def test_inspect_raw_file_and_streams(tmp_path):
     path = tmp_path / "r.cp"
     cpersist.dump([np.arange(10)], path)

@@ -3,6 +3,7 @@ chunking, and its encoding on several threads (:class:`EncodedStream`,
 :func:`run_claimed`)."""
 
 import pickle
+import re
 import threading
 import time
 
@@ -15,6 +16,7 @@ from cpersist.container import encode
 from cpersist._runtime.parallel import run_claimed
 from cpersist.pickling.arrays import to_inline
 from cpersist.cli import file_info
+from cpersist.tools.report import format_info
 from cpersist.codecs import get_codec
 from cpersist.container import ENCODED, VERBATIM, EncodedStream
 
@@ -212,6 +214,13 @@ def test_small_arrays_inside_the_pickle_stream(tmp_path, protocol, compress):
             assert (np.dtype(entry["dtype"]), entry["raw_bytes"]) == (arr.dtype, arr.nbytes)
         else:  # the scan does not rebuild dtypes with fields (documented)
             assert entry["dtype"] == "?"
+    # cpersist info marks them, each with the dtype as numpy names it
+    rows = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", line.strip())
+                                              for line in format_info(info).splitlines()
+                                              if line.startswith("  obj["))}
+    assert rows["obj['c']"] == ["float64", "(30, 7)", "1.6 KiB", "in stream"]
+    assert rows["obj['f']"][0] == "int32 (big-endian)"
+    assert rows["obj['record']"][0] == "?"  # unknown (not numpy's code for bool)
     for trusted in (True, False):
         out = cpersist.load(path, trusted=trusted)
         assert_same(SMALL_ARRAYS, out)

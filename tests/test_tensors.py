@@ -5,6 +5,7 @@ import collections
 import os
 import io
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -194,16 +195,104 @@ def test_untorched_tensors_keep_torch_pickling_and_info_names_them(tmp_path):
         cpersist.load(path, trusted=False)
 
 
-def test_info_shows_paths_views_and_devices(tmp_path, capsys):
+def test_info_details_show_views_of_storages(tmp_path, capsys):
     from cpersist.cli import main
 
     x = torch.randn(4, 5)
     path = tmp_path / "t.cp"
     cpersist.dump({"x": x, "xt": x.t()}, path)
-    assert main(["info", str(path)]) == 0
+    assert main(["info", "--details", str(path)]) == 0
     out = capsys.readouterr().out
     assert "torch tensors: 2, viewing 1 stored storage(s)" in out
     assert "obj['xt']  (5, 4)  float32" in out
+
+
+def _six_layer_checkpoint(d=64, ff=256, vocab=500):
+    """A transformer's checkpoint: bf16 weights, fp32 norms, the output
+    head tied to the embedding, and a small numpy array beside them."""
+    g = torch.Generator().manual_seed(0)
+    model = {"embed.weight": torch.randn(vocab, d, generator=g).bfloat16()}
+    for i in range(6):
+        for name in "qkvo":
+            model[f"layers.{i}.attn.{name}.weight"] = torch.randn(d, d, generator=g).bfloat16()
+        model[f"layers.{i}.mlp.up.weight"] = torch.randn(ff, d, generator=g).bfloat16()
+        model[f"layers.{i}.mlp.down.weight"] = torch.randn(d, ff, generator=g).bfloat16()
+        for norm in ("ln1", "ln2"):
+            model[f"layers.{i}.{norm}.weight"] = torch.ones(d)
+            model[f"layers.{i}.{norm}.bias"] = torch.zeros(d)
+    model["norm.weight"] = torch.ones(d)
+    model["lm_head.weight"] = model["embed.weight"]
+    return {"model": model, "step": 1200, "seen": np.arange(10, dtype=np.uint32)}
+
+
+def _table_rows(out):
+    """``{path: [dtype, shape, size, codec]}`` of the table of arrays ``cpersist info``
+    prints under its header."""
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines)
+              if re.split(r"\s{2,}", line.strip()) == ["path", "dtype", "shape", "size", "codec"])
+    rows = {}
+    for line in lines[at + 1:]:
+        cells = re.split(r"\s{2,}", line.strip())
+        if not line.startswith("  "):
+            break
+        if len(cells) == 5:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_info_of_a_model_fits_a_screen_with_names_dtypes_and_shapes(tmp_path, capsys):
+    from cpersist.cli import main
+    from cpersist.tools.report import _human
+
+    checkpoint = _six_layer_checkpoint()
+    path = tmp_path / "model.cp"
+    cpersist.dump(checkpoint, path, compress=3)
+    report = cpersist.inspect(path)
+    codec = {f"{a['codec']}:{a['level']}" for a in report["arrays"]}
+    assert len(codec) == 1
+    codec = codec.pop()
+    tensors = {f"obj['model'][{k!r}]": t for k, t in checkpoint["model"].items()}
+    tied = "obj['model']['lm_head.weight']"
+    stored = {name: t for name, t in tensors.items() if name != tied}  # a tied one, once
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) <= 45
+    in_memory = sum(t.nbytes for t in stored.values()) + checkpoint["seen"].nbytes
+    assert lines[1] == (f"1 array (1 inside the pickle stream) and {len(stored)} torch "
+                        f"tensors: {_human(in_memory)} in memory, "
+                        f"{_human(path.stat().st_size)} in the file "
+                        f"(ratio {in_memory / path.stat().st_size:.2f})")
+    assert f"codec: {codec} ({len(stored)} sections)" in lines
+    at = lines.index("globals needed to load: 3")
+    assert lines[at + 1:at + 4] == ["  cpersist.pickler.inline_array",
+                                    "  cpersist.pickler.rebuild_tensor", "  numpy.dtype"]
+    assert "<u2" not in out  # bf16 is not shown as the integers it is stored as
+    shown = _table_rows(out)
+    more = [line for line in lines if line.strip().startswith("... ")]
+    assert len(more) == 1 and "--all" in more[0] and "--details" in more[0]
+    assert int(more[0].split()[1]) + len(shown) == len(tensors) + 1
+    first, last = "obj['model']['embed.weight']", "obj['seen']"
+    assert shown[first] == ["torch.bfloat16", "(500, 64)", "62.5 KiB", codec]
+    assert shown[last] == ["uint32", "(10,)", "40 B", "in stream"]
+    assert "in stream: kept inside the pickle stream (load() reads it" in out
+
+    assert main(["info", "--all", str(path)]) == 0
+    every = _table_rows(capsys.readouterr().out)
+    assert list(every) == [first, tied, *list(stored)[1:], last]  # the tied one by its twin
+    for name, tensor in tensors.items():
+        assert every[name] == [str(tensor.dtype), str(tuple(tensor.shape)), _human(tensor.nbytes),
+                               f"same as {first}" if name == tied else codec]
+
+    assert main(["info", "--details", str(path)]) == 0
+    details = capsys.readouterr().out
+    assert _table_rows(details) == every
+    # How each is stored: sections of bf16 bits as <u2, the tensors' views of them.
+    assert re.search(r"^ +section +path +shape +dtype +order +codec", details, re.M)
+    assert re.search(r"^ +0 +obj\['model'\]\['embed.weight'\] +\(32000,\) +<u2 +C ", details,
+                     re.M)
+    assert f"torch tensors: {len(stored)}, viewing {len(stored)} stored storage(s)" in details
 
 
 @pytest.mark.parametrize("forged, message", [
@@ -372,7 +461,7 @@ def test_the_device_a_tensor_was_dumped_from_is_recorded(tmp_path, monkeypatch, 
     back = cpersist.load(tmp_path / "g.cp", trusted=False)["w"]
     assert back.device.type == "cpu" and torch.equal(back, w)
     assert cpersist.inspect(tmp_path / "g.cp")["tensors"][0]["device"] == "cuda:0"
-    assert main(["info", str(tmp_path / "g.cp")]) == 0
+    assert main(["info", "--details", str(tmp_path / "g.cp")]) == 0
     assert "tensor  cuda:0" in capsys.readouterr().out
     with cpersist.open(tmp_path / "g.cp") as f:
         assert f.arrays["obj['w']"].device == "cuda:0"

@@ -40,8 +40,10 @@ def test_a_file_of_tensors_imports_torch_when_loaded(tmp_path):
     cpersist.dump({"w": torch.ones(3)}, path)
     after = _modules_after(f"import cpersist; assert cpersist.load({path!r})['w'].sum() == 3")
     assert "torch" in after
-    # Listing needs no torch.
-    assert "torch" not in _modules_after(f"import cpersist; cpersist.inspect({path!r})")
+    # Listing needs no torch, nor does the text of cpersist info.
+    assert "torch" not in _modules_after(
+        f"import cpersist; cpersist.inspect({path!r})\n"
+        f"from cpersist.cli import main; assert main(['info', '--details', {path!r}]) == 0")
 
 
 def test_ci_installs_the_cpu_torch_before_the_test_command():

@@ -75,11 +75,34 @@ def test_arrays_key_error_gives_the_form_and_nearest_keys(tmp_path):
     path = tmp_path / "h.cp"
     cpersist.dump({"w": np.zeros((300, 300)), "b": np.ones(90000)}, path)
     with cpersist.open(path) as handle:
-        with pytest.raises(KeyError) as info:
+        with pytest.raises(cpersist.ArrayNotFoundError) as info:
             handle.arrays["w"]
         assert "obj['w']" in str(info.value) and "paths from the object" in str(info.value)
         assert "nearest: \"obj['w']\"" in str(info.value)
         assert handle.arrays.get("w") is None and "obj['w']" in handle.arrays
+
+
+def test_arrays_key_of_an_array_kept_in_the_pickle_stream_says_how_to_read_it(tmp_path):
+    path = tmp_path / "s.cp"
+    cpersist.dump({"a": np.arange(100.0), "b": np.arange(1e6)}, path, compress=3)
+    with cpersist.open(path) as handle:
+        assert list(handle.arrays) == ["obj['b']"]  # obj['a'] is inside the pickle stream
+        for key in ("obj['a']", "a"):
+            with pytest.raises(cpersist.ArrayNotFoundError) as info:
+                handle.arrays[key]
+            assert isinstance(info.value, KeyError) and info.value.in_stream == "obj['a']"
+            assert type(info.value).__module__ == "cpersist.exceptions"
+            message = str(info.value)
+            assert "obj['a'] is a small array that the dump kept inside the pickle" in message
+            assert "handle.load(lazy=True)['a']" in message
+            assert "nearest" not in message
+        # The way the message gives reads it.
+        assert np.array_equal(handle.load(lazy=True)["a"], np.arange(100.0))
+        with pytest.raises(KeyError) as info:  # a key naming nothing: the nearest, and a hint
+            handle.arrays["c"]
+        assert info.value.in_stream is None
+        assert "nearest: \"obj['b']\"; 1 small array(s) kept inside the pickle stream" in str(
+            info.value)
 
 
 def test_load_of_other_files_says_what_they_are_and_what_to_run(tmp_path):

@@ -41,7 +41,11 @@ def scan_arrays(pickled, root="obj", limits=None, source=None):
         ``device``), as the stream gives them (not validated);
         ``"torch_pickled"``: ``path`` and ``global`` of each object torch
         pickled itself (sparse, quantized and nested tensors, tensor
-        subclasses). Never raises on a strange stream: what was understood
+        subclasses). An array or tensor the object holds at more than one
+        place (tied weights) is given its first path, and its entry in
+        ``"inline"`` or ``"tensors"`` an ``"also"`` list of the others (up to
+        :data:`MAX_ALSO`); ``"also"``: ``{section: [paths]}`` of the arrays
+        stored in sections. Never raises on a strange stream: what was understood
         up to the problem is returned. Raises only
         :class:`~cpersist.LimitExceededError`, when walking the stream would
         exceed ``limits``.
@@ -56,6 +60,8 @@ def array_paths(pickled, root="obj", limits=None, source=None):
 
 #: Longest path given; an array deeper in the object gets ``"?"``.
 MAX_PATH = 4096
+#: Other paths given of an array the object holds at several places.
+MAX_ALSO = 8
 
 
 def arrays_of(walked, root="obj"):
@@ -70,7 +76,9 @@ def arrays_of(walked, root="obj"):
     inline = []
     tensors = []
     torch_pickled = []
-    found = {"paths": paths, "inline": inline, "tensors": tensors, "torch_pickled": torch_pickled}
+    also = {}
+    found = {"paths": paths, "inline": inline, "tensors": tensors, "torch_pickled": torch_pickled,
+             "also": also}
     top = walked.top
     if type(top) is not Node and type(top) is not tuple:
         return found
@@ -78,6 +86,8 @@ def arrays_of(walked, root="obj"):
     parents = [-1]   # per place: the place of its parent
     labels = [root]  # per place: its label
     under_torch = set()  # places of objects torch pickled itself, and inside them
+    entries = {}  # id of an inline or tensor node: its entry
+    again = {}    # id of an array, inline or call node met again: (node, where else)
     queue = deque([(top, 0)])
     pop = queue.popleft
     push = queue.append
@@ -104,13 +114,15 @@ def arrays_of(walked, root="obj"):
         elif node.kind == "inline":
             inline.append({"path": path_of(parents[place], labels[place]),
                            **_inline_description(node.value)})
+            entries[id(node)] = inline[-1]
             continue
         else:
             children = node.children
             if node.kind == "call":
-                _note_tensor(node, place,
-                             lambda: path_of(parents[place], labels[place]),  # noqa: B023
-                             tensors, torch_pickled, under_torch)
+                if _note_tensor(node, place,
+                                lambda: path_of(parents[place], labels[place]),  # noqa: B023
+                                tensors, torch_pickled, under_torch):
+                    entries[id(node)] = tensors[-1]
         for label, child in children:
             if id(child) not in seen:
                 seen.add(id(child))
@@ -125,17 +137,36 @@ def arrays_of(walked, root="obj"):
                     if place in under_torch:
                         under_torch.add(len(labels) - 1)
                     push((child, len(labels) - 1))
+            elif type(child) is Node and child.kind in _SHAREABLE:
+                # The same object again (a memo get): tied weights.
+                # Where, kept as the place and label: most nodes met again
+                # are no array, and need no path spelled out.
+                more = again.setdefault(id(child), (child, []))[1]
+                if len(more) < MAX_ALSO:
+                    more.append((place, label))
+    storages = {t["section"] for t in tensors}
+    for node, more in again.values():
+        entry = entries.get(id(node))
+        if entry is not None:
+            entry["also"] = [path_of(*where) for where in more]
+        elif node.kind == "array" and node.value not in storages:
+            # (A storage met again is another view of it, which "tensors" lists.)
+            also[node.value] = [path_of(*where) for where in more]
     return found
 
 
+#: Nodes whose second sighting is the same array or tensor at another place.
+_SHAREABLE = frozenset({"array", "inline", "call"})
+
+
 def _note_tensor(node, place, path_of, tensors, torch_pickled, under_torch):
-    """Record a ``rebuild_tensor`` call in ``tensors``, or the path of a
-    tensor torch pickled itself (a call of a torch global, outside any
-    already recorded: ``under_torch`` holds their places and their
-    descendants') in ``torch_pickled``."""
+    """Record a ``rebuild_tensor`` call in ``tensors`` (and return True), or
+    the path of a tensor torch pickled itself (a call of a torch global,
+    outside any already recorded: ``under_torch`` holds their places and
+    their descendants') in ``torch_pickled``."""
     func = node.value
     if type(func) is not Node or func.kind != "global":
-        return
+        return False
     if func.value == _REBUILD_TENSOR:
         items = node.items
         if len(items) == 9 and type(items[0]) is Node and items[0].kind == "array":
@@ -143,11 +174,13 @@ def _note_tensor(node, place, path_of, tensors, torch_pickled, under_torch):
             tensors.append({"path": path_of(), "section": items[0].value, "dtype": dtype,
                             "offset": offset, "shape": shape, "stride": stride,
                             "requires_grad": requires_grad, "kind": kind, "device": device})
-        return
+            return True
+        return False
     module = func.value[0]
     if (module == "torch" or module.startswith("torch.")) and place not in under_torch:
         under_torch.add(place)
         torch_pickled.append({"path": path_of(), "global": ".".join(func.value)})
+    return False
 
 
 def _inline_description(args):

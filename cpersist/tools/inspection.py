@@ -135,7 +135,9 @@ def inspect(source, *, storage_options=None, limits=None):
         the object named ``obj``, e.g. ``"obj['w']"``,
         ``"obj['layers'][1]['b']"`` or ``"obj.coef_"`` (``"?"`` when the
         stream reaches it through something the walk does not model, such
-        as a custom ``__reduce__`` with non-dict state).
+        as a custom ``__reduce__`` with non-dict state). An array or tensor
+        the object holds at several places (tied weights) is listed once, at
+        the first; its entry has an ``"also"`` list of the other paths.
 
     Raises
     ------
@@ -175,6 +177,8 @@ def inspect(source, *, storage_options=None, limits=None):
         found = arrays_of(walked)
         for entry in arrays:
             entry["path"] = found["paths"].get(entry["section"], "?")
+            if entry["section"] in found["also"]:
+                entry["also"] = found["also"][entry["section"]]
         return {
             "format": f"{reader.major}.{reader.minor}",
             "layout": "tiny" if reader.tiny else "compact" if reader.compact else "indexed",

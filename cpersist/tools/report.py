@@ -40,42 +40,194 @@ def _shape(shape):
     return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def _tensor_lines(info):
-    """``cpersist info``'s lines on torch tensors (see :mod:`cpersist.pickling.tensors`)."""
-    lines = []
+#: Rows of the table of arrays printed whole; a longer one is summarised by
+#: its first and last rows, so that the report of a model fits a screen.
+MAX_ROWS = 30
+_TAIL_ROWS = 5
+#: Lines naming objects torch pickled itself, likewise.
+_TORCH_PICKLED_ROWS = 10
+
+#: What the codec column says of an array kept inside the pickle stream.
+IN_STREAM = "in stream"
+
+
+def _dtype_name(text):
+    """A numpy ``dtype.str`` as users name the dtype: ``'float32'``, with the
+    byte order only when it is not the machine's; other text as it is."""
+    import numpy as np
+
+    if text == "?":  # unknown, not numpy's code of bool
+        return text
+    try:
+        dtype = np.dtype(text)
+    except (TypeError, ValueError):
+        return str(text)
+    if dtype.fields is not None or dtype.kind in "USV":
+        return str(text)  # '<U5' says more than 'str160'
+    if dtype.isnative:
+        return dtype.name
+    return f"{dtype.name} ({'big' if dtype.byteorder == '>' else 'little'}-endian)"
+
+
+def _codec_label(entry):
+    codec = entry.get("codec")
+    if codec is None:
+        return "raw"
+    level = entry.get("level")
+    return f"{codec}:{level}" if level is not None else str(codec)
+
+
+def _numel(shape):
+    if not isinstance(shape, (list, tuple)) or not all(
+            type(n) is int and n >= 0 for n in shape):
+        return None
+    count = 1
+    for n in shape:
+        count *= n
+    return count
+
+
+def _itemsize(text):
+    import numpy as np
+
+    if text == "?":
+        return None
+    try:
+        return np.dtype(text).itemsize
+    except (TypeError, ValueError):
+        return None
+
+
+def _rows(info):
+    """One row per place the object holds an array: ``[path, dtype, shape,
+    size in memory, codec]``; a torch tensor by its own dtype and shape
+    rather than its storage's, an array kept inside the pickle stream with
+    :data:`IN_STREAM` for codec, one held at several places (tied weights)
+    once more at each other place. Sections in file order, then the arrays
+    in the stream."""
+    views = {}
+    for tensor in info.get("tensors") or []:
+        views.setdefault(tensor.get("section"), []).append(tensor)
+    rows = []
+
+    def add(entry, row):
+        # An object held at several places: a row at each, the others
+        # saying which row they repeat.
+        rows.append(row)
+        rows.extend([other, *row[1:4], f"same as {row[0]}"] for other in entry.get("also", ()))
+
+    for entry in info.get("arrays", []):
+        codec = _codec_label(entry)
+        tensors = views.get(entry.get("section"))
+        if not tensors:
+            add(entry, [entry.get("path", "?"), _dtype_name(entry.get("dtype", "?")),
+                        _shape(entry.get("shape")), _human(entry.get("raw_bytes")), codec])
+            continue
+        itemsize = _itemsize(entry.get("dtype"))
+        for tensor in tensors:
+            numel = _numel(tensor.get("shape"))
+            dtype = tensor.get("dtype")
+            add(tensor, [tensor.get("path", "?"),
+                         f"torch.{dtype}" if isinstance(dtype, str) else "?",
+                         _shape(tensor.get("shape")),
+                         _human(numel * itemsize if numel is not None and itemsize else None),
+                         codec])
+    for entry in info.get("inline_arrays") or []:
+        add(entry, [entry.get("path", "?"), _dtype_name(entry.get("dtype", "?")),
+                    _shape(entry.get("shape")), _human(entry.get("raw_bytes")), IN_STREAM])
+    return rows
+
+
+def _count(n, one, many=None):
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def _contents(info):
+    """The line counting the arrays and tensors, their bytes in memory, the
+    file's size and the ratio of the two."""
+    arrays = info.get("arrays", [])
     tensors = info.get("tensors") or []
+    inline = info.get("inline_arrays") or []
+    storages = {t.get("section") for t in tensors}
+    plain = sum(1 for a in arrays if a.get("section") not in storages)
+    parts = []
+    if plain + len(inline) or not tensors:
+        kept = f" ({len(inline)} inside the pickle stream)" if inline else ""
+        parts.append(_count(plain + len(inline), "array") + kept)
     if tensors:
-        storages = len({t.get("section") for t in tensors})
-        lines.append(f"torch tensors: {len(tensors)}, viewing {storages} stored storage(s)")
-        rows = [[t.get("path", "?"), _shape(t.get("shape")), t.get("dtype", "?"),
-                 t.get("section", "?"), t.get("offset", "?"), _shape(t.get("stride")),
-                 t.get("kind", "?"), t.get("device") or "cpu"] for t in tensors]
-        lines += _table(rows, ["path", "shape", "dtype", "storage", "offset", "strides",
-                               "kind", "dumped from"], right=(3, 4))
+        parts.append(_count(len(tensors), "torch tensor"))
+    in_memory = (sum(a.get("raw_bytes") or 0 for a in arrays)
+                 + sum(a.get("raw_bytes") or 0 for a in inline))
+    size = info.get("file_bytes")
+    ratio = f" (ratio {in_memory / size:.2f})" if size and in_memory else ""
+    return (f"{' and '.join(parts)}: {_human(in_memory)} in memory, {_human(size)} "
+            f"in the file{ratio}")
+
+
+def _codecs(info):
+    """The line saying how the sections are stored, with how many of each."""
+    counts = {}
+    for entry in info.get("arrays", []):
+        label = _codec_label(entry)
+        counts[label] = counts.get(label, 0) + 1
+    if not counts:
+        return []
+    if len(counts) == 1:
+        (label, n), = counts.items()
+        return [f"codec: {label} ({_count(n, 'section')})"]
+    listed = ", ".join(f"{label} ({n})" for label, n in
+                       sorted(counts.items(), key=lambda item: -item[1]))
+    return [f"codecs: {listed} sections"]
+
+
+def _globals_lines(info, every):
+    needed = info.get("globals", [])
+    lines = [f"globals needed to load: {len(needed)}"]
+    lines += [f"  {g if isinstance(g, str) else '.'.join(map(str, g))}" for g in needed]
+    if info.get("unresolved_globals"):
+        lines.append(f"  + {info['unresolved_globals']} global(s) computed at load time "
+                     f"(not named in the stream)")
+    if info.get("extension_codes"):
+        lines.append(f"  + copyreg extension codes {info['extension_codes']}")
     pickled = info.get("torch_pickled") or []
     if pickled:
         lines.append(f"objects pickled by torch itself (trusted loads only): {len(pickled)}")
-        lines += [f"  {p.get('path', '?')}: {p.get('global', '?')}" for p in pickled]
+        shown = pickled if every or len(pickled) <= _TORCH_PICKLED_ROWS else (
+            pickled[:_TORCH_PICKLED_ROWS - 1])
+        lines += [f"  {p.get('path', '?')}: {p.get('global', '?')}" for p in shown]
+        if len(shown) < len(pickled):
+            lines.append(f"  ... {len(pickled) - len(shown)} more (--all lists them)")
     return lines
 
 
-def format_info(info):
-    """The human-readable text of ``cpersist info`` for a :func:`file_info` dict."""
-    head = f"{info['file']}: cpersist format {_format_version(info.get('format'))}"
-    if info.get("layout") == "tiny":
-        head += f", tiny dump of {_human(info.get('file_bytes'))}"
-    writer_info = info.get("info") if isinstance(info.get("info"), dict) else {}
-    if writer_info.get("writer"):
-        head += f", written by {writer_info['writer']}"
-    if writer_info.get("converted_by"):
-        head += f", converted by {writer_info['converted_by']}"
-    lines = [head]
+def _array_table(rows, every):
+    """The table of arrays; without ``every``, a long one gives its first and
+    last rows and says how many it leaves out."""
+    if not rows:
+        return []
+    left = len(rows) - MAX_ROWS if not every and len(rows) > MAX_ROWS else 0
+    if left:
+        left += 1  # the line saying so takes the place of one more row
+        head, tail = rows[:MAX_ROWS - _TAIL_ROWS - 1], rows[len(rows) - _TAIL_ROWS:]
+        rows = head + [[f"... {left} more (--all lists every array, --details how each "
+                        f"is stored)"]] + tail
+    lines = _table(rows, ["path", "dtype", "shape", "size", "codec"], right=(3,))
+    if any(row[-1] == IN_STREAM for row in rows):
+        lines.append(f"  {IN_STREAM}: kept inside the pickle stream (load() reads it, "
+                     f"FileHandle.arrays does not list it)")
+    return lines
+
+
+def _details(info):
+    """``--details``: how each array is stored: its section (dtype as stored,
+    order, codec, level, sizes, ratio), the views torch tensors make of their
+    storages, and the arrays inside the pickle stream."""
+    lines = []
     arrays = info.get("arrays", [])
-    stored_total = sum(a.get("stored_bytes") or 0 for a in arrays)
-    raw_total = sum(a.get("raw_bytes") or 0 for a in arrays)
-    lines.append(f"arrays: {len(arrays)} in sections, {_human(raw_total)} uncompressed, "
-                 f"{_human(stored_total)} stored")
     if arrays:
+        lines.append(f"sections: {_count(len(arrays), 'array')}, "
+                     f"{_human(sum(a.get('raw_bytes') or 0 for a in arrays))} uncompressed, "
+                     f"{_human(sum(a.get('stored_bytes') or 0 for a in arrays))} stored")
         rows = []
         for a in arrays:
             ratio = a.get("ratio")
@@ -88,13 +240,42 @@ def format_info(info):
             ])
         lines += _table(rows, ["section", "path", "shape", "dtype", "order", "codec", "level",
                                "stored", "raw", "ratio"], right=(0, 6, 7, 8, 9))
+    tensors = info.get("tensors") or []
+    if tensors:
+        storages = len({t.get("section") for t in tensors})
+        lines.append(f"torch tensors: {len(tensors)}, viewing {storages} stored storage(s)")
+        rows = [[t.get("path", "?"), _shape(t.get("shape")), t.get("dtype", "?"),
+                 t.get("section", "?"), t.get("offset", "?"), _shape(t.get("stride")),
+                 t.get("kind", "?"), t.get("device") or "cpu"] for t in tensors]
+        lines += _table(rows, ["path", "shape", "dtype", "storage", "offset", "strides",
+                               "kind", "dumped from"], right=(3, 4))
     inline = info.get("inline_arrays") or []
     if inline:
         lines.append(f"small arrays inside the pickle stream: {len(inline)}")
         rows = [[a.get("path", "?"), _shape(a.get("shape")), a.get("dtype", "?"),
                  a.get("order", "?"), _human(a.get("raw_bytes"))] for a in inline]
         lines += _table(rows, ["path", "shape", "dtype", "order", "raw"], right=(4,))
-    lines += _tensor_lines(info)
+    return lines
+
+
+def format_info(info, *, every=False, details=False):
+    """The human-readable text of ``cpersist info`` for a :func:`file_info` dict.
+
+    A header (format, writer, the arrays' bytes in memory and on disk, the
+    codecs, the pickle stream and the globals a load imports), then one row
+    per array or tensor: its path, dtype, shape, size and codec. Past
+    :data:`MAX_ROWS` rows the table is summarised unless ``every``;
+    ``details`` lists every row too, and adds how each array is stored.
+    """
+    head = f"{info['file']}: cpersist format {_format_version(info.get('format'))}"
+    if info.get("layout") == "tiny":
+        head += f", tiny dump of {_human(info.get('file_bytes'))}"
+    writer_info = info.get("info") if isinstance(info.get("info"), dict) else {}
+    if writer_info.get("writer"):
+        head += f", written by {writer_info['writer']}"
+    if writer_info.get("converted_by"):
+        head += f", converted by {writer_info['converted_by']}"
+    lines = [head, _contents(info)] + _codecs(info)
     pickle_info = info.get("pickle") or {}
     if pickle_info:
         lines.append(
@@ -102,14 +283,10 @@ def format_info(info):
             f"{_human(pickle_info.get('raw_bytes'))} uncompressed, "
             f"protocol {pickle_info.get('protocol', '?')}"
         )
-    needed = info.get("globals", [])
-    lines.append(f"globals needed to load: {len(needed)}")
-    lines += [f"  {g if isinstance(g, str) else '.'.join(map(str, g))}" for g in needed]
-    if info.get("unresolved_globals"):
-        lines.append(f"  + {info['unresolved_globals']} global(s) computed at load time "
-                     f"(not named in the stream)")
-    if info.get("extension_codes"):
-        lines.append(f"  + copyreg extension codes {info['extension_codes']}")
+    lines += _globals_lines(info, every or details)
+    lines += _array_table(_rows(info), every or details)
+    if details:
+        lines += _details(info)
     return "\n".join(lines)
 
 
