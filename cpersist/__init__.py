@@ -9,9 +9,9 @@ __version__ = "0.1.0"
 
 from .codecs import available_codecs  # noqa: E402
 from .exceptions import (CodecLibraryError, CorruptFileError, CpersistError,  # noqa: E402
-                         FileChangedError, LimitExceededError, RemoteStorageError,
-                         UnpicklableError, UnsupportedVersionError, UntrustedObjectError,
-                         UntrustedPickleError, UnwritableTargetError)
+                         DtypeLibraryError, FileChangedError, LimitExceededError,
+                         RemoteStorageError, UnpicklableError, UnsupportedVersionError,
+                         UntrustedObjectError, UntrustedPickleError, UnwritableTargetError)
 
 # Imported on first access (PEP 562), so that `import cpersist` and the
 # command line load neither numpy nor the container until they need them.
@@ -44,6 +44,7 @@ __all__ = [
     "CodecLibraryError",
     "CorruptFileError",
     "CpersistError",
+    "DtypeLibraryError",
     "FileChangedError",
     "FileHandle",
     "LazyArray",
