@@ -41,11 +41,13 @@ _RESOLVED = {}
 
 def name_of(dtype):
     """The name ``dtype`` is stored under, or None if it is not an ml_dtypes
-    type of :data:`ITEMSIZES` in native byte order."""
+    type of :data:`ITEMSIZES` in little-endian byte order (the name says
+    no byte order: files hold these types little-endian)."""
     scalar = dtype.type
     name = getattr(scalar, "__name__", None)
     if (getattr(scalar, "__module__", None) != "ml_dtypes" or name not in ITEMSIZES
-            or not dtype.isnative or dtype.itemsize != ITEMSIZES[name]
+            or dtype.itemsize != ITEMSIZES[name]
+            or not dtype.isnative or dtype.itemsize > 1 and sys.byteorder != "little"
             or getattr(sys.modules.get("ml_dtypes"), name, None) is not scalar):
         return None
     return name
