@@ -58,10 +58,9 @@ def array_order(arr):
 @functools.lru_cache(maxsize=1024)
 def _dtype_text(dtype):
     # Cached: a fitted model holds thousands of small arrays of a few dtypes.
-    if dtype.num >= named_dtypes.FIRST_USER_TYPE:
-        name = named_dtypes.name_of(dtype)
-        if name is not None:
-            return repr(name)
+    name = named_dtypes.name_of(dtype)
+    if name is not None:
+        return repr(name)
     return repr(npy_format.dtype_to_descr(dtype))
 
 
@@ -77,11 +76,7 @@ def inline_dtype(dtype):
     """How an inline array's dtype is pickled: the name of an ml_dtypes
     type (which a restricted load resolves from :mod:`.named_dtypes` alone),
     else the dtype itself."""
-    if dtype.num >= named_dtypes.FIRST_USER_TYPE:
-        name = named_dtypes.name_of(dtype)
-        if name is not None:
-            return name
-    return dtype
+    return named_dtypes.name_of(dtype) or dtype
 
 
 def describe(arr):
@@ -90,10 +85,10 @@ def describe(arr):
     The dtype is kept as the ``repr`` of its ``.npy`` descriptor (the same
     form ``np.save`` writes), read back with ``ast.literal_eval``, which
     evaluates literals only; an ml_dtypes type as the ``repr`` of its name
-    (``"'bfloat16'"``, see :mod:`.named_dtypes`). The descriptor keeps a structured dtype's
-    layout but not whether it was made with ``align=True``
-    (``dtype.isalignedstruct``, which pickle keeps): the field paths of
-    such structs are listed under ``"aligned"``.
+    (``"'bfloat16'"``, see :mod:`.named_dtypes`). The descriptor keeps a
+    structured dtype's layout but not whether it was made with
+    ``align=True`` (``dtype.isalignedstruct``, which pickle keeps): the
+    field paths of such structs are listed under ``"aligned"``.
     """
     meta = {
         "kind": "array",
@@ -166,6 +161,19 @@ def _realigned(dtype, aligned, path=()):
     return np.dtype(spec)
 
 
+def _listed_aligned(dtype, aligned):
+    """``dtype`` with the structs of the ``"aligned"`` list marked aligned."""
+    if not (isinstance(aligned, list) and len(aligned) <= 1 << 12 and all(
+            isinstance(path, list) and all(isinstance(n, str) for n in path)
+            for path in aligned)):
+        raise ValueError("bad list of aligned structs")
+    listed = {tuple(path) for path in aligned}
+    dtype = _realigned(dtype, listed)
+    if set(_aligned_paths(dtype)) != listed:
+        raise ValueError("the aligned structs listed are not structs of the dtype")
+    return dtype
+
+
 #: numpy's largest array extent in bytes.
 _MAX_INTP = int(np.iinfo(np.intp).max)
 
@@ -188,26 +196,18 @@ def parse_description(meta, resolve=True):
     if not isinstance(text, str) or len(text) > 1 << 16:
         raise ValueError("bad dtype description")
     name = named_dtypes.BY_TEXT.get(text)
-    if name is not None:
+    if name is not None:  # an ml_dtypes type
         if "aligned" in meta:
             raise ValueError(f"a list of aligned structs for {name}, which has no fields")
         dtype = _parse_dtype_text(text) if resolve else name
         itemsize = named_dtypes.ITEMSIZES[name]
     else:
         dtype = _parse_dtype_text(text)
+        if dtype.hasobject:
+            raise ValueError("an object dtype cannot be stored as raw bytes")
+        if "aligned" in meta:
+            dtype = _listed_aligned(dtype, meta["aligned"])
         itemsize = dtype.itemsize
-    if name is None and dtype.hasobject:
-        raise ValueError("an object dtype cannot be stored as raw bytes")
-    if name is None and "aligned" in meta:
-        aligned = meta["aligned"]
-        if not (isinstance(aligned, list) and len(aligned) <= 1 << 12 and all(
-                isinstance(path, list) and all(isinstance(n, str) for n in path)
-                for path in aligned)):
-            raise ValueError("bad list of aligned structs")
-        listed = {tuple(path) for path in aligned}
-        dtype = _realigned(dtype, listed)
-        if set(_aligned_paths(dtype)) != listed:
-            raise ValueError("the aligned structs listed are not structs of the dtype")
     shape = tuple(meta["shape"])
     if not all(type(n) is int and n >= 0 for n in shape) or len(shape) > 64:
         raise ValueError(f"bad shape {shape!r}")
@@ -235,10 +235,9 @@ def dtype_label(dtype):
     of an ml_dtypes type."""
     if isinstance(dtype, str):
         return dtype
-    if dtype.num >= named_dtypes.FIRST_USER_TYPE:
-        name = named_dtypes.name_of(dtype)
-        if name is not None:
-            return name
+    name = named_dtypes.name_of(dtype)
+    if name is not None:
+        return name
     return dtype.str if dtype.fields is None else str(dtype.descr)
 
 

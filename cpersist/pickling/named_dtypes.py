@@ -43,6 +43,8 @@ def name_of(dtype):
     """The name ``dtype`` is stored under, or None if it is not an ml_dtypes
     type of :data:`ITEMSIZES` in little-endian byte order (the name says
     no byte order: files hold these types little-endian)."""
+    if dtype.num < FIRST_USER_TYPE:  # one of numpy's own: the common case, at once
+        return None
     scalar = dtype.type
     name = getattr(scalar, "__name__", None)
     if (getattr(scalar, "__module__", None) != "ml_dtypes" or name not in ITEMSIZES
@@ -55,7 +57,7 @@ def name_of(dtype):
 
 def favours_speed(dtype):
     """Whether arrays of ``dtype`` are compressed by the codec's faster form."""
-    return dtype.num >= FIRST_USER_TYPE and name_of(dtype) in FAVOUR_SPEED
+    return name_of(dtype) in FAVOUR_SPEED
 
 
 def resolve(name):
