@@ -95,6 +95,14 @@ class CodecLibraryError(CpersistError, ImportError):
     cpersist cannot use; the message names the library and its version."""
 
 
+class DtypeLibraryError(CpersistError, ImportError):
+    """The file holds arrays of a dtype from a library that is missing, or
+    whose version lacks that dtype (the types of ml_dtypes: bfloat16, the
+    float8 family...); the message names the type and the ``pip install``
+    command that provides it. :func:`cpersist.inspect` names the type
+    without the library."""
+
+
 class UnwritableTargetError(CpersistError, TypeError):
     """:func:`cpersist.dump` was given a file object that cannot take its
     bytes: one open in text mode, one open for reading only, or one

@@ -50,9 +50,11 @@ numpydoc_xref_param_type = False
 # -- doctest ------------------------------------------------------------------
 # The examples (in the .rst pages and in the docstrings autodoc pulls in)
 # write files such as "model.cp": run each page's examples in a fresh
-# temporary directory, with numpy and cpersist imported.
+# temporary directory, with numpy and cpersist imported; an example needing
+# an optional library skips without it (``:skipif: _find_spec("...") is None``).
 doctest_global_setup = """
 import os as _os, shutil as _shutil, tempfile as _tempfile
+from importlib.util import find_spec as _find_spec
 import numpy as np
 import cpersist
 _doc_old_cwd = _os.getcwd()

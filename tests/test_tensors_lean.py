@@ -1,5 +1,6 @@
-"""torch stays optional: nothing imports it unless a dump meets a tensor or
-a load rebuilds one; where CI runs, torch must be there."""
+"""torch and ml_dtypes stay optional: nothing imports torch unless a dump
+meets a tensor or a load rebuilds one, nor ml_dtypes unless a load rebuilds
+an array of its types; where CI runs, both must be there."""
 
 import os
 
@@ -20,6 +21,12 @@ def test_torch_is_installed_where_ci_runs():
     # .ci/run sets CI=true and installs torch: its tensor tests must run there.
     if os.environ.get("CI") == "true":
         import torch  # noqa: F401
+
+
+def test_ml_dtypes_is_installed_where_ci_runs():
+    # The test extra installs it: its tests must run there, not skip.
+    if os.environ.get("CI") == "true":
+        import ml_dtypes  # noqa: F401
 
 
 def test_non_tensor_paths_import_no_torch(tmp_path):
@@ -59,3 +66,20 @@ def test_ci_installs_the_cpu_torch_before_the_test_command():
     assert tuple(map(int, low.split("."))) <= (2, 13, 0) < (int(high),)
     # The test extra must not pull an unpinned torch (a CUDA build of several GB).
     assert "TORCH" not in re.search(r"^TEST = .*$", setup, re.M).group(0)
+
+
+def test_a_file_of_ml_dtypes_arrays_imports_ml_dtypes_only_when_loaded(tmp_path):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    import numpy as np
+
+    import cpersist
+
+    path = str(tmp_path / "m.cp")
+    cpersist.dump({"w": np.ones(100_000, ml_dtypes.bfloat16),
+                   "b": np.ones(10, ml_dtypes.int4)}, path, compress=3)
+    after = _modules_after(
+        f"import cpersist; assert cpersist.load({path!r})['w'].dtype.name == 'bfloat16'")
+    assert "ml_dtypes" in after and "torch" not in after
+    listing = (f"import cpersist; cpersist.inspect({path!r}); cpersist.verify({path!r})\n"
+               f"from cpersist.cli import main; main(['info', {path!r}])")
+    assert _modules_after(listing) == set()

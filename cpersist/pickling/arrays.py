@@ -15,15 +15,17 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from ..container import DEFAULT_CHUNK_SIZE
-
+from . import named_dtypes
 
 
 def is_plain_data(arr):
-    """True if ``arr``'s bytes and the ``.npy`` dtype descriptor hold all its data.
+    """True if ``arr``'s bytes and its dtype's description hold all its data.
 
-    False for object arrays (their items are Python objects), and for dtypes
-    the descriptor cannot record: ``metadata``, overlapping or out-of-order
-    fields. All are left to plain pickling, which keeps them.
+    The description is the ``.npy`` dtype descriptor, or the name of an
+    ml_dtypes type (:mod:`.named_dtypes`). False for object arrays (their
+    items are Python objects), and for dtypes neither can record:
+    ``metadata``, overlapping or out-of-order fields, another library's
+    types. All are left to plain pickling, which keeps them.
     """
     dtype = arr.dtype
     return not dtype.hasobject and not _has_metadata(dtype) and _describable(dtype)
@@ -33,7 +35,10 @@ def is_plain_data(arr):
 def _describable(dtype):
     try:
         return _parse_dtype_text(_dtype_text(dtype)) == dtype
-    except ValueError:  # "dtype.descr is not defined for ... overlapping fields"
+    # ValueError: "dtype.descr is not defined for ... overlapping fields";
+    # TypeError: a descriptor numpy cannot read back (another library's
+    # type, e.g. '<f1').
+    except (TypeError, ValueError):
         return False
 
 
@@ -53,12 +58,25 @@ def array_order(arr):
 @functools.lru_cache(maxsize=1024)
 def _dtype_text(dtype):
     # Cached: a fitted model holds thousands of small arrays of a few dtypes.
+    name = named_dtypes.name_of(dtype)
+    if name is not None:
+        return repr(name)
     return repr(npy_format.dtype_to_descr(dtype))
 
 
 @functools.lru_cache(maxsize=1024)
 def _parse_dtype_text(text):
+    name = named_dtypes.BY_TEXT.get(text)
+    if name is not None:
+        return named_dtypes.resolve(name)
     return npy_format.descr_to_dtype(ast.literal_eval(text))
+
+
+def inline_dtype(dtype):
+    """How an inline array's dtype is pickled: the name of an ml_dtypes
+    type (which a restricted load resolves from :mod:`.named_dtypes` alone),
+    else the dtype itself."""
+    return named_dtypes.name_of(dtype) or dtype
 
 
 def describe(arr):
@@ -66,10 +84,11 @@ def describe(arr):
 
     The dtype is kept as the ``repr`` of its ``.npy`` descriptor (the same
     form ``np.save`` writes), read back with ``ast.literal_eval``, which
-    evaluates literals only. The descriptor keeps a structured dtype's
-    layout but not whether it was made with ``align=True``
-    (``dtype.isalignedstruct``, which pickle keeps): the field paths of
-    such structs are listed under ``"aligned"``.
+    evaluates literals only; an ml_dtypes type as the ``repr`` of its name
+    (``"'bfloat16'"``, see :mod:`.named_dtypes`). The descriptor keeps a
+    structured dtype's layout but not whether it was made with
+    ``align=True`` (``dtype.isalignedstruct``, which pickle keeps): the
+    field paths of such structs are listed under ``"aligned"``.
     """
     meta = {
         "kind": "array",
@@ -142,15 +161,33 @@ def _realigned(dtype, aligned, path=()):
     return np.dtype(spec)
 
 
+def _listed_aligned(dtype, aligned):
+    """``dtype`` with the structs of the ``"aligned"`` list marked aligned."""
+    if not (isinstance(aligned, list) and len(aligned) <= 1 << 12 and all(
+            isinstance(path, list) and all(isinstance(n, str) for n in path)
+            for path in aligned)):
+        raise ValueError("bad list of aligned structs")
+    listed = {tuple(path) for path in aligned}
+    dtype = _realigned(dtype, listed)
+    if set(_aligned_paths(dtype)) != listed:
+        raise ValueError("the aligned structs listed are not structs of the dtype")
+    return dtype
+
+
 #: numpy's largest array extent in bytes.
 _MAX_INTP = int(np.iinfo(np.intp).max)
 
 
-def parse_description(meta):
+def parse_description(meta, resolve=True):
     """Return ``(dtype, shape, order, nbytes)`` from :func:`describe` output.
+
+    With ``resolve=False``, the dtype of an ml_dtypes type is returned as
+    its name (a str), and ml_dtypes is not imported.
 
     Raises
     ------
+    DtypeLibraryError
+        If the dtype is an ml_dtypes type and ml_dtypes cannot provide it.
     ValueError, TypeError, SyntaxError, ...
         If the description is malformed; the caller reports the file as
         corrupt.
@@ -158,38 +195,50 @@ def parse_description(meta):
     text = meta["dtype"]
     if not isinstance(text, str) or len(text) > 1 << 16:
         raise ValueError("bad dtype description")
-    dtype = _parse_dtype_text(text)
-    if dtype.hasobject:
-        raise ValueError("an object dtype cannot be stored as raw bytes")
-    if "aligned" in meta:
-        aligned = meta["aligned"]
-        if not (isinstance(aligned, list) and len(aligned) <= 1 << 12 and all(
-                isinstance(path, list) and all(isinstance(n, str) for n in path)
-                for path in aligned)):
-            raise ValueError("bad list of aligned structs")
-        listed = {tuple(path) for path in aligned}
-        dtype = _realigned(dtype, listed)
-        if set(_aligned_paths(dtype)) != listed:
-            raise ValueError("the aligned structs listed are not structs of the dtype")
+    name = named_dtypes.BY_TEXT.get(text)
+    if name is not None:  # an ml_dtypes type
+        if "aligned" in meta:
+            raise ValueError(f"a list of aligned structs for {name}, which has no fields")
+        dtype = _parse_dtype_text(text) if resolve else name
+        itemsize = named_dtypes.ITEMSIZES[name]
+    else:
+        dtype = _parse_dtype_text(text)
+        if dtype.hasobject:
+            raise ValueError("an object dtype cannot be stored as raw bytes")
+        if "aligned" in meta:
+            dtype = _listed_aligned(dtype, meta["aligned"])
+        itemsize = dtype.itemsize
     shape = tuple(meta["shape"])
     if not all(type(n) is int and n >= 0 for n in shape) or len(shape) > 64:
         raise ValueError(f"bad shape {shape!r}")
     order = meta["order"]
     if order not in ("C", "F"):
         raise ValueError(f"bad order {order!r}")
-    nbytes = dtype.itemsize
+    nbytes = itemsize
     for n in shape:
         nbytes *= n
     # numpy's own limit (an array's extent, zero-length axes left out, must
     # fit in a signed pointer-sized integer): a shape beyond it is refused
     # here rather than by numpy's ValueError or OverflowError at first use.
-    extent = max(dtype.itemsize, 1)
+    extent = max(itemsize, 1)
     for n in shape:
         extent *= n or 1
     if extent > _MAX_INTP:
         raise ValueError(f"shape {shape!r} of {dtype} items needs more bytes than numpy "
                          f"can address")
     return dtype, shape, order, nbytes
+
+
+def dtype_label(dtype):
+    """How :func:`cpersist.inspect` names a dtype :func:`parse_description`
+    returned: ``dtype.str``, the descr of a structured dtype, or the name
+    of an ml_dtypes type."""
+    if isinstance(dtype, str):
+        return dtype
+    name = named_dtypes.name_of(dtype)
+    if name is not None:
+        return name
+    return dtype.str if dtype.fields is None else str(dtype.descr)
 
 
 def _byte_view(arr):
@@ -301,7 +350,10 @@ def from_inline(data, dtype, shape, order):
     """Rebuild an array from :func:`to_inline` output; checks the sizes agree."""
     if not isinstance(data, (bytes, bytearray)) or order not in ("C", "F"):
         raise ValueError("bad inline array")
-    dtype = np.dtype(dtype)
+    if type(dtype) is str and dtype in named_dtypes.ITEMSIZES:
+        dtype = named_dtypes.resolve(dtype)
+    else:
+        dtype = np.dtype(dtype)
     if dtype.hasobject:
         raise ValueError("an object dtype cannot be stored as raw bytes")
     count = 1

@@ -13,7 +13,8 @@ import sys
 
 import numpy as np
 
-from .arrays import is_plain_data, to_inline
+from .arrays import inline_dtype, is_plain_data, to_inline
+from .named_dtypes import favours_speed
 from .rebuild import inline_array, rebuild_masked, rebuild_view, stored_array
 
 # The format names these functions "cpersist.pickler.<name>" (see .names), and the
@@ -100,7 +101,9 @@ class ArrayPickler(pickle.Pickler):
         if arr.nbytes < self._inline_below:
             self.inlined += 1
             data, order = to_inline(arr, self._protocol)
-            return inline_array, (data, arr.dtype, arr.shape, order)
+            return inline_array, (data, inline_dtype(arr.dtype), arr.shape, order)
+        if favours_speed(arr.dtype):  # ml_dtypes' bfloat16, as torch's
+            return stored_array, (self._store(arr, favour_speed=True),)
         return stored_array, (self._store(arr),)
 
     def reducer_override(self, obj):

@@ -15,7 +15,7 @@ from ..container.layout import INDEX_EDITED, INDEX_UNEDITED
 from ..container.sections import claimed_buffer
 from .._runtime.gc import collector_paused
 from .._runtime.parallel import run_claimed
-from ..exceptions import CorruptFileError, CpersistError
+from ..exceptions import CorruptFileError, CpersistError, DtypeLibraryError
 from . import names
 from .arrays import allocate, parse_description
 from .unpickler import ArrayUnpickler
@@ -295,16 +295,22 @@ def check_stream_start(reader, root, verify=True):
                                f"not a PROTO opcode of protocol 2 to 5)")
 
 
-def array_layout(reader, section):
-    """``(dtype, shape, order, nbytes)`` of the array in ``section``.
+def array_layout(reader, section, resolve=True):
+    """``(dtype, shape, order, nbytes)`` of the array in ``section``; with
+    ``resolve=False`` an ml_dtypes type is given by its name and ml_dtypes
+    is not imported (see :func:`~cpersist.pickling.arrays.parse_description`).
 
     Raises
     ------
     CorruptFileError
         If the description is malformed or does not match the bytes stored.
+    DtypeLibraryError
+        If the array's type is one of ml_dtypes, which cannot provide it.
     """
     try:
-        dtype, shape, order, nbytes = parse_description(section.meta)
+        dtype, shape, order, nbytes = parse_description(section.meta, resolve)
+    except DtypeLibraryError as exc:
+        raise DtypeLibraryError(f"{reader.name}: {exc}") from None
     except Exception as exc:
         raise reader.error(f"section {section.index}: bad array description ({exc})") from None
     if nbytes != section.raw_size:

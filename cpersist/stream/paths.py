@@ -10,7 +10,7 @@ taking a non-dict state) get no path.
 
 from collections import deque
 
-from ..pickling import names
+from ..pickling import named_dtypes, names
 from .opcodes import walk
 from .symbolic import Node, tuple_children
 
@@ -194,11 +194,16 @@ def _inline_description(args):
         desc["order"] = order
     if type(shape) is tuple and all(type(i) is int for i in shape):
         desc["shape"] = list(shape)
-    dt = _dtype_of(dtype)
-    if dt is not None:
-        desc["dtype"] = dt.str if dt.fields is None else str(dt.descr)
+    if type(dtype) is str and dtype in named_dtypes.ITEMSIZES:  # an ml_dtypes type
+        label, itemsize = dtype, named_dtypes.ITEMSIZES[dtype]
+    else:
+        dt = _dtype_of(dtype)
+        label = None if dt is None else dt.str if dt.fields is None else str(dt.descr)
+        itemsize = None if dt is None else dt.itemsize
+    if label is not None:
+        desc["dtype"] = label
         if desc["shape"] is not None:
-            n = dt.itemsize
+            n = itemsize
             for dim in desc["shape"]:
                 n *= dim
             desc["raw_bytes"] = n

@@ -210,19 +210,27 @@ WALKED_UP_TO = 16 << 20
 
 def _favoured_sections(reader, codec):
     """``(sections, codec)``: the sections a dump with ``codec`` would have
-    compressed with its faster form (the storages of the tensors whose dtype
-    asks for speed, see :mod:`cpersist.pickling.tensors`), and that form.
-    Only the pickle stream knows a storage's torch dtype (its section holds
-    plain integers), so it is walked, when the codec has such a form. A
-    stream over :data:`WALKED_UP_TO` bytes (large objects pickled around
-    the arrays), or one whose walk would exceed the default
-    :class:`~cpersist.Limits`, is not walked to the end for this: its arrays
-    keep the codec's usual form, and the file is converted all the same
-    (converting never unpickles)."""
+    compressed with its faster form (arrays of the ml_dtypes types and
+    storages of the tensors whose dtype asks for speed, see
+    :mod:`cpersist.pickling.tensors`), and that form. An array's type is in
+    the index; only the pickle stream knows a storage's torch dtype (its
+    section holds plain integers), so it is walked, when the codec has such
+    a form. A stream over :data:`WALKED_UP_TO` bytes (large objects pickled
+    around the arrays), or one whose walk would exceed the default
+    :class:`~cpersist.Limits`, is not walked to the end for this: its
+    tensors keep the codec's usual form, and the file is converted all the
+    same (converting never unpickles)."""
     fast = codec.favouring_speed() if codec is not None else None
-    root = reader.sections[reader.root]
-    if fast is None or fast is codec or root.raw_size > WALKED_UP_TO:
+    if fast is None or fast is codec:
         return frozenset(), codec
+    from ..pickling.named_dtypes import BY_TEXT, FAVOUR_SPEED as NAMED_FAVOUR_SPEED
+
+    arrays = {s.index for s in reader.sections if s.index != reader.root
+              and isinstance(s.meta.get("dtype"), str)
+              and BY_TEXT.get(s.meta["dtype"]) in NAMED_FAVOUR_SPEED}
+    root = reader.sections[reader.root]
+    if root.raw_size > WALKED_UP_TO:
+        return frozenset(arrays), fast
     from ..pickling.read import read_stream
     from ..pickling.tensors import FAVOUR_SPEED
     from ..stream.paths import scan_arrays
@@ -230,8 +238,9 @@ def _favoured_sections(reader, codec):
     try:
         tensors = scan_arrays(read_stream(reader, root))["tensors"]
     except LimitExceededError:
-        return frozenset(), codec
-    return frozenset(t["section"] for t in tensors if t["dtype"] in FAVOUR_SPEED), fast
+        return frozenset(arrays), fast
+    return frozenset(arrays).union(t["section"] for t in tensors
+                                   if t["dtype"] in FAVOUR_SPEED), fast
 
 
 def _array_chunking(section, step):

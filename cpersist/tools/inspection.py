@@ -13,6 +13,7 @@ arrays were edited through a writable map and stores their new checksums.
 from .._runtime.files import display_name, is_path
 from .._runtime.remote import is_url
 from ..container.sources.open import open_source
+from ..pickling.arrays import dtype_label
 from ..pickling.read import array_layout, check_stream_start, read_stream
 from .foreign import read_container
 # The global through which a pickle stream fetches a stored array is listed
@@ -108,9 +109,10 @@ def inspect(source, *, storage_options=None, limits=None):
         ``"info"``: what the writer recorded (``writer``, ``protocol``);
         ``"file_bytes"``: size of the cpersist data;
         ``"arrays"``: one dict per stored array, in file order, with
-        ``section``, ``dtype`` (``dtype.str``, or the descr for structured
-        dtypes), ``shape`` (tuple), ``order`` (``"C"``/``"F"``), ``codec``
-        (None for raw), ``level``, ``stored_bytes``, ``raw_bytes``;
+        ``section``, ``dtype`` (``dtype.str``, the descr for structured
+        dtypes, the name of an ml_dtypes type such as ``"bfloat16"``),
+        ``shape`` (tuple), ``order`` (``"C"``/``"F"``), ``codec`` (None for
+        raw), ``level``, ``stored_bytes``, ``raw_bytes``;
         ``"pickle"``: ``{"stored_bytes", "raw_bytes", "protocol"}`` of the
         pickle stream;
         ``"globals"``: sorted ``"module.name"`` strings the pickle stream
@@ -159,11 +161,11 @@ def inspect(source, *, storage_options=None, limits=None):
         for section in reader.sections:
             if section.index == reader.root:
                 continue
-            dtype, shape, order, _ = array_layout(reader, section)
+            dtype, shape, order, _ = array_layout(reader, section, resolve=False)
             codec, level = _codec_fields(section)
             arrays.append({
                 "section": section.index,
-                "dtype": dtype.str if dtype.fields is None else str(dtype.descr),
+                "dtype": dtype_label(dtype),
                 "shape": shape,
                 "order": order,
                 "codec": codec,
@@ -254,7 +256,7 @@ def _verify(reader, limits=None):
     unchecked = []
     for section in reader.sections:
         if section.index != reader.root:
-            array_layout(reader, section)
+            array_layout(reader, section, resolve=False)
         if reader.unchecked(section) and not reader.matches(section):
             unchecked.append(section.index)
         else:
