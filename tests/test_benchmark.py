@@ -603,10 +603,10 @@ def test_checkpoint_contenders_follow_a_different_one_in_each_round(monkeypatch)
     collected_after = []
     monkeypatch.setattr(turns, "_malloc_trim",
                         lambda: lambda pad: trimmed_after.append(len(calls)))
-    # Recorded, not run: a full collection in a test process that has
-    # imported torch, dask and the rest takes a good part of a second.
-    monkeypatch.setattr(turns, "gc",
-                        types.SimpleNamespace(collect=lambda: collected_after.append(len(calls))))
+    # Recorded, not run: the calls here make no garbage.
+    monkeypatch.setattr(turns, "gc", types.SimpleNamespace(
+        collect=lambda: collected_after.append(len(calls)), freeze=lambda: None,
+        unfreeze=lambda: None))
     names = [f"loader{i}" for i in range(9)]
     times = turns.timed_in_turn({name: (lambda name=name: calls.append(name))
                                  for name in names}, 5)
