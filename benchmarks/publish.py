@@ -406,8 +406,10 @@ def page_lines(rows, machine, datasets, figures, imports, serializers, targets, 
         lines += ["Model checkpoints", "-----------------", "",
                   "Generated transformer-shaped checkpoints dumped and loaded by cpersist, "
                   "``torch.save``/``torch.load``, safetensors and joblib in turn, round after "
-                  "round, warm page cache (``--suite checkpoints``); each ratio with what "
-                  "was measured (medians, and their ranges over the rounds):", "",
+                  "round, warm page cache (``--suite checkpoints``); each ratio is cpersist's "
+                  "time or file size over the other's (below 1, cpersist is faster or "
+                  "smaller), with what was measured (medians, and their ranges over the "
+                  "rounds):", "",
                   *comparisons_table(checkpoints), ""]
     if targets:
         lines += ["Performance targets", "-------------------", "",
