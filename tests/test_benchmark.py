@@ -425,8 +425,8 @@ def test_default_and_full_grids():
     from cpersist.benchmarks.cli import _grid, build_parser
 
     parse = build_parser().parse_args
-    assert _grid(parse([])) == (ds.parse_size("1MB"), [0, 3, 6], 1)
-    assert _grid(parse(["x.npy"])) == (ds.parse_size("1MB"), [0, 3], 1)
+    assert _grid(parse([])) == (ds.parse_size("1MB"), [0, 3, 6], 5)
+    assert _grid(parse(["x.npy"])) == (ds.parse_size("1MB"), [0, 3], 5)
     assert _grid(parse(["x.npy", "--datasets", "atlas_c"]))[1] == [0, 3, 6]
     assert _grid(parse(["--full"])) == (ds.SIZE_PRESETS["medium"], [0, 1, 3, 6, 9], 3)
     assert _grid(parse(["--full", "--levels", "9", "--repeat", "2"]))[1:] == ([9], 2)

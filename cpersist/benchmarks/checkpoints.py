@@ -100,7 +100,6 @@ def measure(name, obj, directory, rounds):
     import joblib
     import torch
 
-    peers = {}
     try:
         import safetensors.torch as st
     except ImportError:
@@ -144,7 +143,7 @@ def measure(name, obj, directory, rounds):
               "dump_s": medians(dump_rounds), "load_s": medians(load_rounds),
               # Every round's time, so that a slow spell shows as the spread it is.
               "dump_rounds_s": dump_rounds, "load_rounds_s": load_rounds, "file_bytes": sizes,
-              "ratio_compress3": tensor_bytes / sizes["cp3"], "missing": sorted(peers)}
+              "ratio_compress3": tensor_bytes / sizes["cp3"]}
     for f in p.values():
         if os.path.exists(f):
             os.unlink(f)
@@ -321,6 +320,25 @@ def ratios(results):
                               f"{m['dtype']} weight ({m['tensor_mb']:.3g} MB)", 1 / m["ratio"],
                               f"{m['dump_s']:.1f} s to dump",
                               key="checkpoints.max_size" if m["dtype"] == "float32" else ""))
+    return rows
+
+
+def setting_rows(results):
+    """cpersist's settings (``compress=0`` and ``3``, and their loads) on each
+    checkpoint as rows of the storage suite, for :func:`.report.recommendations`
+    (a load with ``mmap_mode='r'`` reads no tensor until it is used: not one)."""
+    rows = []
+    for r in results["checkpoints"]:
+        size = r["tensor_mb"] * MB
+        for level, dump, load, key in ((0, "cpersist raw", "cpersist.load", "cp"), (
+                3, "cpersist compress=3", "cpersist.load compress=3", "cp3")):
+            rows.append({"dataset": r["name"], "description": f"checkpoint, {r['tensor_mb']:.3g}"
+                         f" MB in {r['tensors']} tensors", "method": "cpersist", "family": "cpersist", "level": level,
+                         "status": "ok", "ratio": size / r["file_bytes"][key],
+                         "write_MBps": size / 1e6 / r["dump_s"][dump],
+                         "read_MBps": size / 1e6 / r["load_s"][load],
+                         "write_times": ";".join(map(str, r["dump_rounds_s"][dump])),
+                         "read_times": ";".join(map(str, r["load_rounds_s"][load]))})
     return rows
 
 
