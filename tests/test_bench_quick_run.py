@@ -18,6 +18,7 @@ import pytest
 
 from cpersist.benchmarks import datasets as ds
 from cpersist.benchmarks import methods as mt
+from cpersist.benchmarks.report import PICK_HEADER
 
 from ._fresh import ROOT
 
@@ -144,6 +145,27 @@ def test_quick_outputs_written(quick_run):
     assert info["cpu_count"] >= 1
     assert "cold" in info["storage"]["cache"]
     assert not (out / "_work").exists()  # scratch files cleaned up
+
+
+def test_summary_opens_with_a_pick_per_dataset_then_every_table(quick_run):
+    _, out = quick_run
+    summary = (out / "summary.md").read_text()
+    sections = [part.split("\n", 1)[0] for part in summary.split("\n## ")[1:]]
+    assert sections[:2] == ["What to pick", "Storage: every dataset, method and level (ratio: "
+                            "in-memory size / file size, MB/s of in-memory data, peaks in MB)"]
+    for title in ("Serializers", "joblib.Memory", "Lazy access", "Reading from S3",
+                  "Model checkpoints", "Start-up", "Cold start"):
+        assert any(s.startswith(title) for s in sections), title
+    picks = summary.split("\n## ")[1].split(PICK_HEADER, 1)[1].split("```")[0]
+    stored = {r["dataset"] for r in _read(out / "results.csv")
+              if r["family"] == "cpersist" and r["status"] == "ok"}
+    checkpoints = out / "checkpoints.json"  # absent where torch is not installed
+    generated = {c["name"] for c in json.loads(checkpoints.read_text())["checkpoints"]
+                 } if checkpoints.exists() else set()
+    named = [line.split(": ", 1)[0] for line in picks.splitlines()
+             if line and not line.startswith(" ")]
+    assert sorted(named) == sorted(stored | generated)
+    assert picks.count("\n  pick          compress=") == len(named)
 
 
 def test_quick_import_times(quick_run):
