@@ -144,8 +144,8 @@ def recommendations(rows):
 
 
 def _figures(row):
-    return (f"ratio {_fmt(row['ratio'], '.2f')}, write {_fmt(row['write_MBps'], '.0f')} MB/s, "
-            f"read {_fmt(row['read_MBps'], '.0f')} MB/s")
+    w, r = (_fmt(row[k], ".0f" if _f(row[k]) >= 10 else ".2g") for k in _SPEEDS[1:])
+    return f"ratio {_fmt(row['ratio'], '.2f')}, write {w} MB/s, read {r} MB/s"
 
 
 #: Opens the printed recommendations.
