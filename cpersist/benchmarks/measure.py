@@ -11,9 +11,10 @@ How a measurement is made (this is what the CSV numbers mean):
   hide another's memory use).
 * **Time**: ``time.perf_counter`` around the library call; the reported
   value is the median over the repeats (a run given a budget stops
-  repeating an operation once its repeats have taken that long).  Write time ends when the library
-  call returns (file closed, data in the page cache); the ``fsync`` that
-  follows is timed separately (``fsync_s``) and not included.
+  repeating an operation once its repeats have taken that long).  Write
+  time ends when the library call returns (file closed, data in the page
+  cache); the ``fsync`` that follows is timed separately (``fsync_s``) and
+  not included.
 * **Peak memory**: RSS above the level just before the call.  The kernel's
   own high-water mark (``VmHWM``, reset through ``/proc/self/clear_refs``)
   is exact; a sampler thread reading ``/proc/self/statm`` every millisecond

@@ -16,7 +16,7 @@ QUICK_MAX_ENTRIES = 16000
 #: The default run measures each of cpersist's codecs at this level only
 #: (cpersist's default codec and the peers at every level of the grid).
 DEFAULT_CODEC_LEVELS = (3,)
-#: Without ``--repeat`` (and but for ``--full``), an operation is repeated
+#: Without ``--repeat``, ``--full`` or ``--quick``, an operation is repeated
 #: until its repeats have taken this many seconds: a fast one gets every
 #: repeat, whose spread says which settings differ by more than noise, a
 #: slow one (whose share of noise is smaller) fewer.
@@ -69,7 +69,7 @@ def run(parser, args, argv, size, levels, repeats):
              "load_average_start": load_average()}
 
     if data_files or (args.suite in ("storage", "all") and (args.datasets or not args.files)):
-        budget = None if args.full or args.repeat is not None else REPEAT_BUDGET_S
+        budget = None if args.full or args.quick or args.repeat is not None else REPEAT_BUDGET_S
         from .runner import COLUMN_DOCS, Interrupted, StorageConfig, run_storage
 
         csv_path = os.path.join(args.out, "results.csv")
