@@ -71,16 +71,16 @@ SIZE_ALIKE = 0.01
 _SPEEDS = ("ratio", "write_MBps", "read_MBps")
 
 
-def setting(row):
-    """What to pass to :func:`cpersist.dump` (and :func:`cpersist.load`) to
-    get a cpersist row's file and read: ``compress=3``, ``compress="lz4:1"``,
-    ``compress=0 + mmap_mode="r"`` (the latter passed to load)."""
+def setting(row, load=True):
+    """What to pass to :func:`cpersist.dump` (and, with ``load``, to
+    :func:`cpersist.load`) to get a cpersist row's file (and read):
+    ``compress=3``, ``compress="lz4:1"``, ``compress=0 + mmap_mode="r"``."""
     name, _, threads = str(row["method"]).partition("@")
     codec = name.partition(":")[2]
     compress = ('"max"' if name == "cpersist max" else f'"{codec}:{row["level"]}"' if codec
                 else row["level"])
     text = f"compress={compress}" + (f", n_threads={threads[:-1]}" if threads else "")
-    return text + (' + mmap_mode="r"' if str(row.get("mmap")) == "True" else "")
+    return text + (' + mmap_mode="r"' if load and str(row.get("mmap")) == "True" else "")
 
 
 def _times(row, op):
@@ -106,9 +106,7 @@ def recommendations(rows):
     cpersist's settings on that dataset. Each goal lists its best setting
     first, then the others :func:`alike` it (sizes within
     :data:`SIZE_ALIKE`). A codec that kept most chunks raw wrote about what
-    ``compress=0`` writes, so it is left out of the speed goals; a read with
-    ``mmap_mode="r"`` is left out of the fastest write (it writes as
-    ``compress=0`` does).
+    ``compress=0`` writes, so it is left out of the speed goals.
 
     Parameters
     ----------
@@ -127,16 +125,17 @@ def recommendations(rows):
     for name in dict.fromkeys(r["dataset"] for r in ok):
         rs = [r for r in ok if r["dataset"] == name]
         fast = [r for r in rs if (_f(r.get("kept_raw")) or 0) < 0.5] or rs
-        writers = [r for r in fast if str(r.get("mmap")) != "True"] or fast
         top = {k: max(_f(r[k]) for r in fast) for k in _SPEEDS}
 
         def ties(pool, op):
             pool = sorted(pool, key=lambda r: -_f(r[f"{op}_MBps"]))
-            return [pool[0]] + [r for r in pool[1:] if alike(pool[0], r, op)]
+            found = [pool[0]] + [r for r in pool[1:] if alike(pool[0], r, op)]
+            # Alike writes: a row read as it is written first (its figures are shown).
+            return sorted(found, key=lambda r: op == "write" and str(r.get("mmap")) == "True")
 
         by_size = sorted(rs, key=lambda r: (-_f(r["ratio"]), -_f(r["write_MBps"])))
         goals = {"pick": [max(fast, key=lambda r: math.prod(_f(r[k]) / top[k] for k in top))],
-                 "fastest write": ties(writers, "write"), "fastest read": ties(fast, "read"),
+                 "fastest write": ties(fast, "write"), "fastest read": ties(fast, "read"),
                  "smallest file": [r for r in by_size if _f(r["ratio"]) >= (1 - SIZE_ALIKE)
                                    * _f(by_size[0]["ratio"])]}
         out.append({"dataset": name, "description": rs[0].get("description", ""), "goals": goals})
@@ -169,7 +168,9 @@ def format_recommendations(rows):
         return ""
     lines = [PICK_HEADER]
     for rec in recs:
-        cells = [[goal, _either([setting(r) for r in found[:3]]), _figures(found[0])]
+        # A write is what goes to dump: a memmapped read's row wrote compress=0.
+        cells = [[goal, _either(list(dict.fromkeys(setting(r, goal != "fastest write")
+                                                   for r in found))[:3]), _figures(found[0])]
                  for goal, found in rec["goals"].items()]
         lines += ["", f"{rec['dataset']}: {rec['description']}", _table(None, cells, indent="  ")]
     return "\n".join(lines)
