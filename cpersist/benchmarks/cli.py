@@ -48,9 +48,10 @@ def build_parser(prog="python -m cpersist.benchmarks"):
         description="Benchmark cpersist against np.save, np.savez_compressed, pickle, joblib, "
                     "PyTables (tables), NIfTI (nibabel), blosc2, zarr, h5py and safetensors "
                     "(--list names every method): disk size, write/read time and peak memory "
-                    "per dataset, method and compression level. Given your own files, it ends "
-                    "with which setting to use for each. Also the picklebench serializer "
-                    "comparison (--suite serializers).",
+                    "per dataset, method and compression level. It ends with what to pass to "
+                    "cpersist.dump for each dataset or file, and saves every table in "
+                    "OUT/summary.md. Also the picklebench serializer comparison (--suite "
+                    "serializers).",
         epilog="Each write and each read runs in a fresh process; reads are cold-cache "
                "(fsync + POSIX_FADV_DONTNEED) unless --warm-cache. See the CSV 'cache' and "
                "'notes' columns and machine.json for what every number means.",

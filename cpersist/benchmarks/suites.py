@@ -248,9 +248,7 @@ def _checkpoints_suite(args, files, extra, show, settings):
         settings.extend(checkpoints.setting_rows(results))
         return checkpoints.ratios(results), checkpoints.format_results(results)
 
-    return _ratios_suite(args, "checkpoints", "Model checkpoints: each ratio is cpersist's time "
-                         "or file size over the other's (below 1, cpersist is faster or smaller)",
-                         "checkpoints", run, extra, show, {
+    return _ratios_suite(args, "checkpoints", checkpoints.TITLE, "checkpoints", run, extra, show, {
         "rounds": rounds, "files": files,
         "units": "ratios of medians over the rounds (every contender once per round, in this "
                  "process), warm page cache"}, show_text=True)
