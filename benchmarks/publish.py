@@ -349,8 +349,13 @@ def machine_lines(machine):
         size = _f(storage.get("size_bytes"))
         lines.append(f":Storage suite: generated datasets of "
                      f"{'?' if size is None else format(size / 1e6, 'g')} MB, levels {storage.get('levels', '?')}, median of "
-                     f"{storage.get('repeats', '?')} repeat(s), reads {storage.get('cache', '?')}")
+                     f"{_repeats(storage)} repeat(s), reads {storage.get('cache', '?')}")
     return lines
+
+
+def _repeats(storage):
+    """The repeats of a run's storage suite: "up to 5" where a budget stopped slow ones."""
+    return ("up to " if storage.get("repeat_budget_s") else "") + str(storage.get("repeats", "?"))
 
 
 def page_lines(rows, machine, datasets, figures, imports, serializers, targets, lazy=(),
@@ -406,8 +411,10 @@ def page_lines(rows, machine, datasets, figures, imports, serializers, targets, 
         lines += ["Model checkpoints", "-----------------", "",
                   "Generated transformer-shaped checkpoints dumped and loaded by cpersist, "
                   "``torch.save``/``torch.load``, safetensors and joblib in turn, round after "
-                  "round, warm page cache (``--suite checkpoints``); each ratio with what "
-                  "was measured (medians, and their ranges over the rounds):", "",
+                  "round, warm page cache (``--suite checkpoints``); each ratio is cpersist's "
+                  "time or file size over the other's (below 1, cpersist is faster or "
+                  "smaller), with what was measured (medians, and their ranges over the "
+                  "rounds):", "",
                   *comparisons_table(checkpoints), ""]
     if targets:
         lines += ["Performance targets", "-------------------", "",
@@ -431,7 +438,7 @@ def readme_lines(rows, machine, dataset=README_DATASET):
     return [
         README_START, "",
         f"``{dataset}`` ({description}), {cache} reads, median of "
-        f"{machine.get('storage', {}).get('repeats', '?')} repeat(s) in fresh processes; "
+        f"{_repeats(machine.get('storage', {}))} repeat(s) in fresh processes; "
         f"{machine.get('cpu_count', '?')} cores ({machine.get('cpu', '?')}), Python "
         f"{machine.get('python', '?')}, numpy {versions.get('numpy', '?')}, cpersist "
         f"{versions.get('cpersist', '?')}; ``{_command(machine)}``. Every dataset, codec "

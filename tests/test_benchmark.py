@@ -425,8 +425,8 @@ def test_default_and_full_grids():
     from cpersist.benchmarks.cli import _grid, build_parser
 
     parse = build_parser().parse_args
-    assert _grid(parse([])) == (ds.parse_size("1MB"), [0, 3, 6], 1)
-    assert _grid(parse(["x.npy"])) == (ds.parse_size("1MB"), [0, 3], 1)
+    assert _grid(parse([])) == (ds.parse_size("1MB"), [0, 3, 6], 5)
+    assert _grid(parse(["x.npy"])) == (ds.parse_size("1MB"), [0, 3], 5)
     assert _grid(parse(["x.npy", "--datasets", "atlas_c"]))[1] == [0, 3, 6]
     assert _grid(parse(["--full"])) == (ds.SIZE_PRESETS["medium"], [0, 1, 3, 6, 9], 3)
     assert _grid(parse(["--full", "--levels", "9", "--repeat", "2"]))[1:] == ([9], 2)
@@ -603,10 +603,10 @@ def test_checkpoint_contenders_follow_a_different_one_in_each_round(monkeypatch)
     collected_after = []
     monkeypatch.setattr(turns, "_malloc_trim",
                         lambda: lambda pad: trimmed_after.append(len(calls)))
-    # Recorded, not run: a full collection in a test process that has
-    # imported torch, dask and the rest takes a good part of a second.
-    monkeypatch.setattr(turns, "gc",
-                        types.SimpleNamespace(collect=lambda: collected_after.append(len(calls))))
+    # Recorded, not run: the calls here make no garbage.
+    monkeypatch.setattr(turns, "gc", types.SimpleNamespace(
+        collect=lambda: collected_after.append(len(calls)), freeze=lambda: None,
+        unfreeze=lambda: None))
     names = [f"loader{i}" for i in range(9)]
     times = turns.timed_in_turn({name: (lambda name=name: calls.append(name))
                                  for name in names}, 5)

@@ -15,8 +15,10 @@ __all__ = ["build_parser", "main"]
 QUICK_SIZE = "tiny"
 QUICK_LEVELS = (0, 3)
 #: The default run: minutes on two cores, every method family on every
-#: built-in dataset, levels 0, 3 and 6, one repeat.
+#: built-in dataset, levels 0, 3 and 6, up to five repeats (the run's repeat
+#: budget stops slow operations sooner).
 DEFAULT_SIZE = "1MB"
+DEFAULT_REPEATS = 5
 #: Users' own files can be large: the default grid on them leaves out the
 #: slowest levels (some peers take minutes per file at level 9).
 FILE_LEVELS = (0, 3)
@@ -46,18 +48,20 @@ def build_parser(prog="python -m cpersist.benchmarks"):
         description="Benchmark cpersist against np.save, np.savez_compressed, pickle, joblib, "
                     "PyTables (tables), NIfTI (nibabel), blosc2, zarr, h5py and safetensors "
                     "(--list names every method): disk size, write/read time and peak memory "
-                    "per dataset, method and compression level. Given your own files, it ends "
-                    "with which setting to use for each. Also the picklebench serializer "
-                    "comparison (--suite serializers).",
+                    "per dataset, method and compression level. It ends with what to pass to "
+                    "cpersist.dump for each dataset or file, and saves every table in "
+                    "OUT/summary.md. Also the picklebench serializer comparison (--suite "
+                    "serializers).",
         epilog="Each write and each read runs in a fresh process; reads are cold-cache "
                "(fsync + POSIX_FADV_DONTNEED) unless --warm-cache. See the CSV 'cache' and "
                "'notes' columns and machine.json for what every number means.",
     )
     p.add_argument("files", nargs="*", metavar="PATH",
-                   help="your own files to benchmark (.npy .npz .nii .nii.gz .h5 .hdf5 .cp, "
-                        "and pickle/joblib with --trust-pickles; .pt .pth .safetensors run the "
-                        "checkpoints suite); when given, only these run unless --datasets is "
-                        "also given")
+                   help="your own files to benchmark, of any of these kinds together: .npy .npz "
+                        ".nii .nii.gz .h5 .hdf5 .cp, pickle/joblib with --trust-pickles, and "
+                        ".pt .pth .safetensors (in the checkpoints suite, with torch); when "
+                        "given, only these run unless --datasets is also given; the run ends "
+                        "with what to pass to cpersist.dump and load for each")
     p.add_argument("--suite", choices=SUITES + ("all",), default="storage",
                    help="storage (default): datasets x methods x levels; serializers: picklebench; "
                         "memory: joblib.Memory's default store vs backend='cpersist'; lazy: "
@@ -70,7 +74,8 @@ def build_parser(prog="python -m cpersist.benchmarks"):
     p.add_argument("--full", action="store_true",
                    help="the complete grid: every dataset at 100 MB, levels 0,1,3,6,9, three "
                         "repeats (hours); default: built-in data at 1 MB, levels 0,3,6 (0,3 on "
-                        "your files; each cpersist:<codec> at 3), one repeat (minutes)")
+                        "your files; each cpersist:<codec> at 3), up to 5 repeats, fewer where "
+                        "they would take over 2 s (minutes)")
     p.add_argument("--resume", action="store_true",
                    help="keep the rows already in OUT/results.csv (e.g. of an interrupted run) "
                         "and measure only the missing ones")
@@ -86,7 +91,8 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                    help="size of each generated dataset: tiny, small, medium, large, or e.g. "
                         "250MB / 1GB (default 1MB; --full: medium, 100 MB; --quick: tiny)")
     p.add_argument("--repeat", type=int, default=None, metavar="N",
-                   help="timed repeats per operation, median reported (default 1; --full: 3)")
+                   help="timed repeats per operation, median reported (default: up to 5, fewer "
+                        "where they would take over 2 s; --full: 3; --quick: 1)")
     p.add_argument("--warm-cache", action="store_true",
                    help="read with the file in the page cache (default: evicted, cold)")
     p.add_argument("--threads", type=_thread_counts, default=None, metavar="N[,N...]",
@@ -169,14 +175,15 @@ def main(argv=None, prog=None):
         return 0
     if args.quick and args.full:
         parser.error("--quick and --full are opposites: choose one")
-    from .checkpoints import is_checkpoint_file
+    from .checkpoints import is_checkpoint_file, missing
 
-    if args.files and args.suite == "storage" and all(map(is_checkpoint_file, args.files)):
-        args.suite = "checkpoints"  # torch and safetensors files: the checkpoints suite
     for f in args.files:
         if not os.path.exists(f):
             parser.error(f"no such file: {f}")
-        if args.suite == "checkpoints" and is_checkpoint_file(f):
+        if is_checkpoint_file(f):
+            if missing():
+                parser.error(f"{f}: a checkpoint file is measured with torch, safetensors and "
+                             f"joblib, and {missing()} is not installed (pip install {missing()})")
             continue
         why = userfiles.unsupported_file(f) or (
             None if args.trust_pickles else userfiles.untrusted_pickle(f))
@@ -204,6 +211,7 @@ def _grid(args):
         size, levels, repeats = FULL_SIZE, mt.FULL_LEVELS, FULL_REPEATS
     else:
         only_files = args.files and not args.datasets
-        size, levels, repeats = DEFAULT_SIZE, FILE_LEVELS if only_files else mt.DEFAULT_LEVELS, 1
+        size = DEFAULT_SIZE
+        levels, repeats = FILE_LEVELS if only_files else mt.DEFAULT_LEVELS, DEFAULT_REPEATS
     return (ds.parse_size(args.size or size), list(args.levels or levels),
             args.repeat if args.repeat is not None else repeats)

@@ -10,9 +10,11 @@ How a measurement is made (this is what the CSV numbers mean):
   measurements (one method's garbage cannot inflate or, by being reused,
   hide another's memory use).
 * **Time**: ``time.perf_counter`` around the library call; the reported
-  value is the median over the repeats.  Write time ends when the library
-  call returns (file closed, data in the page cache); the ``fsync`` that
-  follows is timed separately (``fsync_s``) and not included.
+  value is the median over the repeats (a run given a budget stops
+  repeating an operation once its repeats have taken that long).  Write
+  time ends when the library call returns (file closed, data in the page
+  cache); the ``fsync`` that follows is timed separately (``fsync_s``) and
+  not included.
 * **Peak memory**: RSS above the level just before the call.  The kernel's
   own high-water mark (``VmHWM``, reset through ``/proc/self/clear_refs``)
   is exact; a sampler thread reading ``/proc/self/statm`` every millisecond
@@ -175,6 +177,8 @@ def write_task(task):
     peak = peak_anon = None
     exact = False
     for r in range(task["repeats"]):
+        if sum(times) > (task.get("budget") or float("inf")):
+            break
         remove_output(path)  # every repeat creates the file, as a user would
         with PeakMemory() as pm:
             t0 = time.perf_counter()
@@ -211,6 +215,8 @@ def read_task(task):
     peak = peak_anon = None
     cache = "cold" if cold else "warm"
     for r in range(task["repeats"]):
+        if sum(times) > (task.get("budget") or float("inf")):
+            break
         names = files_of(path)
         if cold:
             if not all([evict_from_cache(name) for name in names]):

@@ -108,15 +108,6 @@ class Cpersist(Method):
         :func:`kept_raw_fraction`), or None."""
         return kept_raw_fraction(path)
 
-    def compress_argument(self, level):
-        """What to pass to :func:`cpersist.dump` for this method at ``level``."""
-        value = self._compress(level)
-        return repr(f"{value[0]}:{value[1]}") if isinstance(value, tuple) else repr(value)
-
-    def usage(self, level, extra=""):
-        """The call that writes a file as this method does at ``level``."""
-        return f"cpersist.dump(obj, path, compress={self.compress_argument(level)}{extra})"
-
 
 class CpersistCodec(Cpersist):
     """``cpersist.dump(obj, path, compress=(codec, level))``."""
@@ -165,13 +156,6 @@ class CpersistMmap(Cpersist):
         import cpersist
 
         return cpersist.load(path, mmap_mode="r")
-
-    def compress_argument(self, level):
-        return "0"
-
-    def usage(self, level, extra=""):
-        return (f"cpersist.dump(obj, path, compress=0{extra}); "
-                f"cpersist.load(path, mmap_mode='r')")
 
 
 # ---------------------------------------------------------------------------

@@ -1,13 +1,14 @@
-"""The run's text: the results table, which setting to use per file, and
+"""The run's text: the results table, what to pass to cpersist per dataset, and
 ``compress="max"`` against the smallest peer file."""
 
 import math
+import statistics
 
 from ..tools.table import format_table as _table
 from .output import as_float as _f
 
-__all__ = ["format_table", "recommendations", "format_recommendations", "max_vs_peers",
-           "format_max_vs_peers", "KEPT_RAW_NOTE"]
+__all__ = ["format_table", "setting", "alike", "recommendations", "format_recommendations",
+           "max_vs_peers", "format_max_vs_peers", "KEPT_RAW_NOTE"]
 
 
 # ---------------------------------------------------------------------------
@@ -58,109 +59,120 @@ KEPT_RAW_NOTE = (
 
 
 # ---------------------------------------------------------------------------
-# Which setting to use, per file
+# What to pass to cpersist.dump and load, per dataset
 # ---------------------------------------------------------------------------
 
-
-def _setting(row):
-    """How to get ``row``'s result: ``method Llevel``."""
-    return f"{row['method']} L{row['level']}"
-
-
-def _cpersist_compress(row):
-    """The ``compress=`` that reproduces a cpersist row, or None for a peer."""
-    if row.get("family") != "cpersist":
-        return None
-    from .methods import all_methods
-
-    name = str(row["method"]).split("@")[0]
-    threads = str(row["method"]).split("@")[1][:-1] if "@" in str(row["method"]) else None
-    for m in all_methods():
-        if m.name == name:
-            return m.usage(int(row["level"]), f", n_threads={threads}" if threads else "")
-    return None
+#: Two settings' times are alike when their medians differ by less than
+#: this fraction, or when the middle halves of their repeats overlap (the
+#: noise of the machine, seen in the repeats).
+NOISE_FLOOR = 0.05
+#: Files whose sizes differ by less than this fraction are alike.
+SIZE_ALIKE = 0.01
+_SPEEDS = ("ratio", "write_MBps", "read_MBps")
 
 
-def recommendations(rows, source=None):
-    """Per dataset: the fastest write, fastest read, smallest file and best
-    balance, each overall and among cpersist's settings.
+def setting(row, load=True):
+    """What to pass to :func:`cpersist.dump` (and, with ``load``, to
+    :func:`cpersist.load`) to get a cpersist row's file (and read):
+    ``compress=3``, ``compress="lz4:1"``, ``compress=0 + mmap_mode="r"``."""
+    name, _, threads = str(row["method"]).partition("@")
+    codec = name.partition(":")[2]
+    compress = ('"max"' if name == "cpersist max" else f'"{codec}:{row["level"]}"' if codec
+                else row["level"])
+    text = f"compress={compress}" + (f", n_threads={threads[:-1]}" if threads else "")
+    return text + (' + mmap_mode="r"' if load and str(row.get("mmap")) == "True" else "")
 
-    The best balance is the highest geometric mean of the ratio, the write
-    speed and the read speed, each divided by the best of that dataset.
-    cpersist rows whose codec kept most chunks raw are left out of the
-    speed goals (they wrote about what ``compress=0`` writes), unless no
-    other cpersist row ran.
+
+def _times(row, op):
+    return [float(t) for t in str(row.get(f"{op}_times") or "").split(";") if t]
+
+
+def alike(a, b, op):
+    """Whether rows ``a`` and ``b`` took the same time to ``op`` (``"write"``
+    or ``"read"``) within the noise of their repeats (:data:`NOISE_FLOOR`)."""
+    (ta, tb) = (sorted(_times(r, op)) for r in (a, b))
+    (qa, qb) = (statistics.quantiles(t, n=4, method="inclusive")[::2] if t[1:] else t * 2
+                for t in (ta, tb))
+    ma, mb = statistics.median(ta), statistics.median(tb)
+    return abs(ma - mb) <= NOISE_FLOOR * min(ma, mb) or (qa[0] <= qb[1] and qb[0] <= qa[1])
+
+
+def recommendations(rows):
+    """Per dataset, cpersist's settings that give the fastest write, the
+    fastest read, the smallest file, and the one to pick.
+
+    The pick is the best balance: the highest geometric mean of the ratio,
+    the write speed and the read speed, each divided by the best of
+    cpersist's settings on that dataset. Each goal lists its best setting
+    first, then the others :func:`alike` it (sizes within
+    :data:`SIZE_ALIKE`). A codec that kept most chunks raw wrote about what
+    ``compress=0`` writes, so it is left out of the speed goals.
 
     Parameters
     ----------
     rows : list of dict
-        Storage-suite rows (``status == "ok"`` rows are used).
-    source : str, optional
-        Only datasets of this source (``"file"`` for the user's files).
+        Rows of the storage suite (and the checkpoints suite's
+        :func:`.checkpoints.setting_rows`); cpersist's ``ok`` rows are used.
 
     Returns
     -------
     list of dict
-        ``dataset``, ``goal``, ``best`` (row), ``cpersist`` (row or None),
-        ``compress`` (the call that writes the cpersist row's file).
+        ``dataset``, ``description`` and ``goals``: goal name -> rows.
     """
-    ok = [r for r in rows if r.get("status") == "ok" and (source is None or r.get("source") == source)
-          and all(_f(r.get(k)) for k in ("ratio", "write_MBps", "read_MBps"))]
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("family") == "cpersist"
+          and all(_f(r.get(k)) for k in _SPEEDS) and _times(r, "write") and _times(r, "read")]
     out = []
     for name in dict.fromkeys(r["dataset"] for r in ok):
         rs = [r for r in ok if r["dataset"] == name]
-        # A cpersist codec that kept most chunks raw wrote about what
-        # compress=0 writes: its timings differ from that by noise, and
-        # advising it for speed would mislead (its size still counts).
-        kept_raw = [r for r in rs if r.get("family") == "cpersist"
-                    and (_f(r.get("kept_raw")) or 0) >= 0.5]
-        fast = rs
-        if len(kept_raw) < sum(r.get("family") == "cpersist" for r in rs):
-            fast = [r for r in rs if not any(r is k for k in kept_raw)]
-        top = {k: max(_f(r[k]) for r in fast) for k in ("ratio", "write_MBps", "read_MBps")}
+        fast = [r for r in rs if (_f(r.get("kept_raw")) or 0) < 0.5] or rs
+        top = {k: max(_f(r[k]) for r in fast) for k in _SPEEDS}
 
-        def balance(r):
-            return math.prod(_f(r[k]) / top[k] for k in top) ** (1 / 3)
+        def ties(pool, op):
+            pool = sorted(pool, key=lambda r: -_f(r[f"{op}_MBps"]))
+            found = [pool[0]] + [r for r in pool[1:] if alike(pool[0], r, op)]
+            # Alike writes: a row read as it is written first (its figures are shown).
+            return sorted(found, key=lambda r: op == "write" and str(r.get("mmap")) == "True")
 
-        goals = (("fastest write", fast, lambda r: _f(r["write_MBps"])),
-                 ("fastest read", fast, lambda r: _f(r["read_MBps"])),
-                 ("smallest file", rs, lambda r: (_f(r["ratio"]), _f(r["write_MBps"]))),
-                 ("best balance", fast, balance))
-        for goal, pool, key in goals:
-            best = max(pool, key=key)
-            mine = [r for r in pool if r.get("family") == "cpersist"]
-            own = max(mine, key=key) if mine else None
-            out.append({"dataset": name, "goal": goal, "best": best, "cpersist": own,
-                        "compress": _cpersist_compress(own) if own else None})
+        by_size = sorted(rs, key=lambda r: (-_f(r["ratio"]), -_f(r["write_MBps"])))
+        goals = {"pick": [max(fast, key=lambda r: math.prod(_f(r[k]) / top[k] for k in top))],
+                 "fastest write": ties(fast, "write"), "fastest read": ties(fast, "read"),
+                 "smallest file": [r for r in by_size if _f(r["ratio"]) >= (1 - SIZE_ALIKE)
+                                   * _f(by_size[0]["ratio"])]}
+        out.append({"dataset": name, "description": rs[0].get("description", ""), "goals": goals})
     return out
 
 
 def _figures(row):
-    return (f"ratio {_fmt(row['ratio'], '.2f')}, write {_fmt(row['write_MBps'], '.0f')} MB/s, "
-            f"read {_fmt(row['read_MBps'], '.0f')} MB/s")
+    w, r = (_fmt(row[k], ".0f" if _f(row[k]) >= 10 else ".2g") for k in _SPEEDS[1:])
+    return f"ratio {_fmt(row['ratio'], '.2f')}, write {w} MB/s, read {r} MB/s"
 
 
-def format_recommendations(rows, source=None):
-    """The printed "which setting should I use" table of :func:`recommendations`."""
-    recs = recommendations(rows, source)
+#: Opens the printed recommendations.
+PICK_HEADER = """\
+What to pass to cpersist.dump (and mmap_mode= to cpersist.load), per dataset, measured on
+this machine (medians of the repeats). pick: the best balance of file size, write and read
+speed. "either" joins settings whose times differ by less than the noise of their repeats
+(or sizes by under 1%); the figures are the first one's."""
+
+
+def _either(settings):
+    if len(settings) == 1:
+        return settings[0]
+    return f"either {', '.join(settings[:-1])} or {settings[-1]}"
+
+
+def format_recommendations(rows):
+    """The printed text of :func:`recommendations` (empty when there is none)."""
+    recs = recommendations(rows)
     if not recs:
         return ""
-    lines = ["Which setting to use, per file (measured on this machine, one run; the best "
-             "balance is the highest geometric mean of ratio, write and read speed, each "
-             "relative to the best for that file)"]
-    for name in dict.fromkeys(r["dataset"] for r in recs):
-        cells = []
-        for rec in (r for r in recs if r["dataset"] == name):
-            best, own = rec["best"], rec["cpersist"]
-            cells.append([rec["goal"], _setting(best), _figures(best)])
-            if own is not None and own is not best:
-                cells.append(["", _setting(own), _figures(own)])
-            if rec["compress"]:
-                kept = _f(own.get("kept_raw"))
-                hint = ("  (most array chunks kept raw: see the table's note)"
-                        if kept is not None and kept >= 0.5 else "")
-                cells.append(["", "", rec["compress"] + hint])
-        lines += ["", name, _table(None, cells, indent="  ")]
+    lines = [PICK_HEADER]
+    for rec in recs:
+        # A write is what goes to dump: a memmapped read's row wrote compress=0.
+        cells = [[goal, _either(list(dict.fromkeys(setting(r, goal != "fastest write")
+                                                   for r in found))[:3]), _figures(found[0])]
+                 for goal, found in rec["goals"].items()]
+        lines += ["", f"{rec['dataset']}: {rec['description']}", _table(None, cells, indent="  ")]
     return "\n".join(lines)
 
 

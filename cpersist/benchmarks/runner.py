@@ -59,7 +59,9 @@ COLUMN_DOCS = {
     "resident_frac": "cold reads: max fraction of the file still in the page cache after eviction (mincore)",
     "peak_via": "VmHWM = kernel high-water mark reset per call (exact); sampler = /proc/self/statm every ms",
     "mmap": "read memory-maps the file",
-    "repeats": "timed repeats per operation, each of write and read in its own fresh process",
+    "repeats": "timed repeats per operation (the fewer of the write's and the read's; without "
+               "--repeat, an operation stops repeating after 2 s), each of write and read in "
+               "its own fresh process",
     "threads": "n_threads passed to cpersist.dump and cpersist.load (empty: all CPUs)",
     "status": "ok, n/a (method cannot store this data; see reason) or failed (error or wrong data: not timed)",
     "reason": "why n/a or failed",
@@ -86,6 +88,9 @@ class StorageConfig:
         Target size of each generated dataset.
     repeats : int
         Timed repeats per operation (median reported).
+    repeat_budget : float, optional
+        Seconds after which an operation is not repeated again (None:
+        every repeat).
     warm_cache : bool
         Read with the file in the page cache instead of evicted.
     files : list of str
@@ -122,6 +127,7 @@ class StorageConfig:
     levels: Sequence[int] = mt.DEFAULT_LEVELS
     size_bytes: int = ds.SIZE_PRESETS["medium"]
     repeats: int = 3
+    repeat_budget: Optional[float] = None
     warm_cache: bool = False
     files: List[str] = field(default_factory=list)
     trust_pickles: bool = False
@@ -230,7 +236,8 @@ def plan(cfg, method_list, dataset_list, cache_dir):
 def measure_cell(name, info, method, level, cfg, work_dir):
     """Write then read one (dataset, method, level) and build its CSV row."""
     fpath = os.path.join(work_dir, f"{_safe(name)}__{_safe(method.name)}__L{level}{method.suffix}")
-    base = dict(method=method, level=level, file_path=fpath, data_path=info["path"], repeats=cfg.repeats)
+    base = dict(method=method, level=level, file_path=fpath, data_path=info["path"], repeats=cfg.repeats,
+                budget=cfg.repeat_budget)
     try:
         w = run_in_subprocess(dict(base, op="write"), cfg.timeout)
         if w["status"] != "ok":
@@ -264,7 +271,7 @@ def measure_cell(name, info, method, level, cfg, work_dir):
         cache=r["cache"],
         resident_frac="" if r.get("resident_frac") is None else round(r["resident_frac"], 4),
         peak_via="VmHWM" if (w.get("peak_exact") and r.get("peak_exact")) else "sampler",
-        status="ok",
+        status="ok", repeats=min(len(w["write_times"]), len(r["read_times"])),
         write_times=";".join(f"{t:.6g}" for t in w["write_times"]),
         read_times=";".join(f"{t:.6g}" for t in r["read_times"]),
     )

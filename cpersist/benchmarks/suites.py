@@ -16,6 +16,11 @@ QUICK_MAX_ENTRIES = 16000
 #: The default run measures each of cpersist's codecs at this level only
 #: (cpersist's default codec and the peers at every level of the grid).
 DEFAULT_CODEC_LEVELS = (3,)
+#: Without ``--repeat``, ``--full`` or ``--quick``, an operation is repeated
+#: until its repeats have taken this many seconds: a fast one gets every
+#: repeat, whose spread says which settings differ by more than noise, a
+#: slow one (whose share of noise is smaller) fewer.
+REPEAT_BUDGET_S = 2.0
 #: The suites ``--suite`` chooses from (``all`` runs each).
 SUITES = ("storage", "serializers", "memory", "lazy", "remote", "checkpoints", "coldstart")
 #: ``--quick``: the lazy and remote suites' sizes are multiplied by this.
@@ -37,31 +42,43 @@ USER_FILE_SKIP_NOTE = ("note: cpersist max (compress=\"max\") is not measured on
 def run(parser, args, argv, size, levels, repeats):
     """Run the suites ``args`` choose at this grid, print their tables and
     write their files to ``args.out``; the exit code of :func:`.cli.main`."""
+    from .checkpoints import is_checkpoint_file
     from .figures import plot_serializers, plot_storage
     from .output import load_average, write_csv, write_machine_json
-    from .report import format_max_vs_peers, format_table, max_vs_peers
+    from .report import format_max_vs_peers, format_recommendations, format_table, max_vs_peers
 
     os.makedirs(args.out, exist_ok=True)
     failed = 0
     refused_files = False
     t_start = time.perf_counter()
     written = []
+    shown = []  # (title, table) of every table printed, for summary.md
+    # Each file runs in the suite of its kind: checkpoints or the storage suite.
+    data_files = [f for f in args.files if not is_checkpoint_file(f)]
+    model_files = [f for f in args.files if is_checkpoint_file(f)]
+    settings = []  # rows of cpersist's settings, from which each dataset's pick comes
+
+    def show(title, table):
+        print(f"\n{title}\n{table}")
+        shown.append((title, table))
+
     given = list(sys.argv[1:] if argv is None else argv)
     extra = {"argv": given, "command": " ".join([parser.prog, shlex.join(given)]).strip(),
              "suite": args.suite, "mode": "quick" if args.quick else "full" if args.full else "default",
              "started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
              "load_average_start": load_average()}
 
-    if args.suite in ("storage", "all"):
+    if data_files or (args.suite in ("storage", "all") and (args.datasets or not args.files)):
+        budget = None if args.full or args.quick or args.repeat is not None else REPEAT_BUDGET_S
         from .runner import COLUMN_DOCS, Interrupted, StorageConfig, run_storage
 
         csv_path = os.path.join(args.out, "results.csv")
         cfg = StorageConfig(
             out=args.out, datasets=args.datasets, methods=args.methods, levels=levels,
-            size_bytes=size, repeats=repeats, warm_cache=args.warm_cache, files=list(args.files),
+            size_bytes=size, repeats=repeats, warm_cache=args.warm_cache, files=data_files,
             trust_pickles=args.trust_pickles, quick=args.quick, threads=args.threads,
             timeout=args.timeout, keep_files=args.keep_files, progress=not args.no_progress,
-            csv_path=csv_path, resume=args.resume,
+            csv_path=csv_path, resume=args.resume, repeat_budget=budget,
             default_datasets=None if args.full else ds.DEFAULT_DATASETS,
             codec_levels=None if (args.full or args.quick or args.levels) else DEFAULT_CODEC_LEVELS,
         )
@@ -77,7 +94,7 @@ def run(parser, args, argv, size, levels, repeats):
             return EXIT_INTERRUPTED
         written.append(csv_path)
         extra["storage"] = {
-            "levels": levels, "size_bytes": size, "repeats": repeats,
+            "levels": levels, "size_bytes": size, "repeats": repeats, "repeat_budget_s": budget,
             "cache": "warm" if args.warm_cache else "cold (fsync + POSIX_FADV_DONTNEED before each read)",
             "threads": args.threads, "quick": args.quick,
             "units": "MB = 1e6 bytes; times in seconds (median of repeats); peaks = RSS above the "
@@ -89,14 +106,9 @@ def run(parser, args, argv, size, levels, repeats):
         }
         if not args.no_plots and _can_plot():
             written += plot_storage(rows, args.out)
-        print(format_table(rows))
-        if args.files:
-            from .report import format_recommendations
-
-            advice = format_recommendations(rows, source="file")
-            if advice:
-                print("\n" + advice)
-                written.append(_write_text(os.path.join(args.out, "recommendations.txt"), advice))
+        settings += rows
+        show("Storage: every dataset, method and level (ratio: in-memory size / file size, "
+             "MB/s of in-memory data, peaks in MB)", format_table(rows))
         refused = [r for r in rows if r.get("source") == "file" and r.get("status") == "n/a"
                    and str(r.get("reason", "")).startswith("dataset not loaded: PermissionError")]
         if refused:
@@ -106,7 +118,7 @@ def run(parser, args, argv, size, levels, repeats):
             refused_files = True
         extra["max_vs_peers"] = max_vs_peers(rows)
         if extra["max_vs_peers"]:
-            print("\n" + format_max_vs_peers(extra["max_vs_peers"]))
+            show(*format_max_vs_peers(extra["max_vs_peers"]).split("\n", 1))
         failed += sum(r["status"] == "failed" for r in rows)
 
     if args.suite in ("serializers", "all"):
@@ -122,7 +134,7 @@ def run(parser, args, argv, size, levels, repeats):
         if not args.no_plots and _can_plot():
             written.append(plot_serializers(srows, os.path.join(args.out, "serializers.png")))
         extra["serializers"] = {"max_entries": max_entries, "mem_budget_MB": args.mem_budget}
-        print("\n" + format_serializers(srows, small))
+        show("Serializers: picklebench, and small objects", format_serializers(srows, small))
         failed += sum(r["status"] == "failed" for r in srows + small)
         try:
             import shutil
@@ -135,12 +147,13 @@ def run(parser, args, argv, size, levels, repeats):
         from .memory import MEMORY_COLUMNS, format_memory, run_memory
 
         data = _memory_data(args.out, size, args.quick)
-        mrows = run_memory(args.out, data, repeats=max(repeats, 1 if args.quick else 3),
-                           timeout=args.timeout, progress=not args.no_progress)
+        runs = max(args.repeat or 1, 1 if args.quick else 3)
+        mrows = run_memory(args.out, data, repeats=runs, timeout=args.timeout,
+                           progress=not args.no_progress)
         written.append(write_csv(os.path.join(args.out, "memory.csv"), mrows, MEMORY_COLUMNS))
         extra["memory"] = {"objects": list(data), "units": "seconds, median of the repeats; file_bytes "
-                           "= the cached output file", "repeats": max(repeats, 1 if args.quick else 3)}
-        print("\njoblib.Memory: cache write and hit\n" + format_memory(mrows))
+                           "= the cached output file", "repeats": runs}
+        show("joblib.Memory: cache write and hit", format_memory(mrows))
         failed += sum(r["status"] == "failed" for r in mrows)
         if not args.keep_files:
             import shutil
@@ -149,14 +162,14 @@ def run(parser, args, argv, size, levels, repeats):
 
     scale = args.scale if args.scale is not None else QUICK_SCALE if args.quick else 1.0
     if args.suite in ("lazy", "all"):
-        written += _lazy_suite(args, scale, extra)
+        written += _lazy_suite(args, scale, extra, show)
         failed += extra["lazy"]["failed"]
     if args.suite in ("remote", "all"):
-        written += _remote_suite(args, scale, extra)
+        written += _remote_suite(args, scale, extra, show)
         failed += extra["remote"]["failed"]
 
-    if args.suite in ("checkpoints", "all"):
-        written += _checkpoints_suite(args, extra)
+    if model_files or args.suite in ("checkpoints", "all"):
+        written += _checkpoints_suite(args, model_files, extra, show, settings)
         failed += extra["checkpoints"]["failed"]
 
     # Start-up times say nothing about the user's files: not timed on a run of them.
@@ -171,7 +184,7 @@ def run(parser, args, argv, size, levels, repeats):
                                 "units": "milliseconds; imports timed inside a fresh interpreter "
                                          "after 'import numpy', commands as wall time",
                                 "bytecode_written": not sys.flags.dont_write_bytecode}
-        print("\n" + format_import_times(irows))
+        show("Start-up", format_import_times(irows))
         if sys.flags.dont_write_bytecode:
             print("PYTHONDONTWRITEBYTECODE is set: every module without a bytecode cache "
                   "is compiled at each import, and the start-up figures include it")
@@ -181,10 +194,13 @@ def run(parser, args, argv, size, levels, repeats):
         crows = run_cold_start(min(import_runs, 2) if args.quick else import_runs,
                                200 if args.quick else 2000)
         written.append(write_csv(os.path.join(args.out, "coldstart.csv"), crows, RATIO_COLUMNS))
-        print("\nCold start and small objects: each comparison as a ratio\n"
-              + format_ratios(crows))
+        show("Cold start and small objects: each comparison as a ratio", format_ratios(crows))
         failed += sum(r["status"] == "failed" for r in crows)
 
+    advice = format_recommendations(settings)
+    if advice:
+        print("\n" + advice)
+    written.append(_write_summary(os.path.join(args.out, "summary.md"), extra, advice, shown))
     extra["elapsed_s"] = round(time.perf_counter() - t_start, 2)
     written.append(write_machine_json(os.path.join(args.out, "machine.json"), extra))
     print(f"\n{len(written)} files written to {os.path.abspath(args.out)} in {extra['elapsed_s']} s")
@@ -200,7 +216,7 @@ def _only_files(args):
     return bool(args.files) and not args.datasets
 
 
-def _lazy_suite(args, scale, extra):
+def _lazy_suite(args, scale, extra, show):
     """``--suite lazy``: writes lazy.json, lazy.csv (the ratios) and lazy.txt."""
     from . import lazy
     from .ratios import lazy_ratios
@@ -211,31 +227,34 @@ def _lazy_suite(args, scale, extra):
         results = lazy.run(args.out, scale=scale, repeats=repeats)
         return lazy_ratios(results), lazy.format_results(results)
 
-    return _ratios_suite(args, "lazy", "Lazy access", "lazy access", run, extra, {
+    return _ratios_suite(args, "lazy", "Lazy access: each comparison as a ratio", "lazy access",
+                         run, extra, show, {
         "scale": scale, "repeats": repeats,
         "units": "ratios of medians over the repeats, warm page cache; MB = 2**20 bytes in "
                  "lazy.json"})
 
 
-def _checkpoints_suite(args, extra):
-    """``--suite checkpoints``: writes checkpoints.json, .csv (the ratios) and .txt."""
+def _checkpoints_suite(args, files, extra, show, settings):
+    """``--suite checkpoints``, or the user's checkpoint files: writes
+    checkpoints.json, .csv (the ratios) and .txt; adds the rows of
+    cpersist's settings on each checkpoint to ``settings``."""
     from . import checkpoints
 
     rounds = (args.repeat if args.repeat is not None
               else 1 if args.quick else checkpoints.ROUNDS)
-    files = [f for f in args.files if checkpoints.is_checkpoint_file(f)]
 
     def run():
         results = checkpoints.run(args.out, quick=args.quick, rounds=rounds, files=files)
+        settings.extend(checkpoints.setting_rows(results))
         return checkpoints.ratios(results), checkpoints.format_results(results)
 
-    return _ratios_suite(args, "checkpoints", "Model checkpoints", "checkpoints", run, extra, {
+    return _ratios_suite(args, "checkpoints", checkpoints.TITLE, "checkpoints", run, extra, show, {
         "rounds": rounds, "files": files,
         "units": "ratios of medians over the rounds (every contender once per round, in this "
                  "process), warm page cache"}, show_text=True)
 
 
-def _ratios_suite(args, suite, title, what, run, extra, info, show_text=False):
+def _ratios_suite(args, suite, title, what, run, extra, show, info, show_text=False):
     """Run a suite whose results are ratio rows: ``run()`` gives ``(rows,
     text)``. Writes SUITE.csv and SUITE.txt (and lists SUITE.json where the
     suite wrote one); a suite that raises is one failed row, and the other
@@ -248,17 +267,18 @@ def _ratios_suite(args, suite, title, what, run, extra, info, show_text=False):
     except Exception as exc:  # reported as a failed row; the other suites go on
         rows = [failed_row(suite, what, f"{type(exc).__name__}: {exc}"[:300])]
         text = ""
-    table = f"{title}: each comparison as a ratio\n" + format_ratios(rows)
-    print("\n" + table + ("\n" + text if show_text else ""))
+    table = format_ratios(rows)
+    show(title, table + ("\n" + text if show_text else ""))
     paths = [write_csv(os.path.join(args.out, f"{suite}.csv"), rows, RATIO_COLUMNS),
-             _write_text(os.path.join(args.out, f"{suite}.txt"), table + "\n\n" + text)]
+             _write_text(os.path.join(args.out, f"{suite}.txt"),
+                         f"{title}\n{table}\n\n{text}")]
     if os.path.exists(os.path.join(args.out, f"{suite}.json")):
         paths.append(os.path.join(args.out, f"{suite}.json"))
     extra[suite] = {**info, "failed": sum(r["status"] == "failed" for r in rows)}
     return paths
 
 
-def _remote_suite(args, scale, extra):
+def _remote_suite(args, scale, extra, show):
     """``--suite remote``: writes remote.csv, remote_targets.csv (the ratios) and remote.txt."""
     from . import remote
     from .lazy import optional
@@ -282,21 +302,32 @@ def _remote_suite(args, scale, extra):
     if missing:
         for row in targets:
             row.update(status="not installed", reason=rows[0]["reason"])
-    table = ("Reading from S3 (moto on 127.0.0.1)\n" + remote.format_results(rows)
-             + "\n\nEach comparison as a ratio\n" + format_ratios(targets))
-    print("\n" + table)
+    title = "Reading from S3 (moto on 127.0.0.1)"
+    table = (remote.format_results(rows) + "\n\nEach comparison as a ratio\n"
+             + format_ratios(targets))
+    show(title, table)
     extra["remote"] = {"mb": mb, "runs": runs,
                        "failed": sum(r.get("status") == "failed" for r in rows + targets),
                        "units": "seconds, median of the runs; MB = 1e6 bytes"}
     return [write_csv(os.path.join(args.out, "remote.csv"), rows, remote.REMOTE_COLUMNS),
             write_csv(os.path.join(args.out, "remote_targets.csv"), targets, RATIO_COLUMNS),
-            _write_text(os.path.join(args.out, "remote.txt"), table)]
+            _write_text(os.path.join(args.out, "remote.txt"), f"{title}\n{table}")]
 
 
 def _write_text(path, text):
     with open(path, "w", encoding="utf-8") as file:
         file.write(text.rstrip() + "\n")
     return path
+
+
+def _write_summary(path, extra, advice, shown):
+    """summary.md: what to pick for each dataset, then every table printed."""
+    parts = [f"# cpersist benchmark\n\n`{extra['command']}`, started {extra['started_utc']} on "
+             f"{os.cpu_count()} logical CPUs. The CSV files beside this one hold every "
+             f"figure; machine.json says what each column means."]
+    for title, table in ([("What to pick", advice)] if advice else []) + shown:
+        parts.append(f"## {title}\n\n```text\n{table}\n```")
+    return _write_text(path, "\n\n".join(parts))
 
 
 def _say_interrupted(exc, csv_path, given):

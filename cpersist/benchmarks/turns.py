@@ -29,20 +29,27 @@ def timed_in_turn(contenders, rounds, before=None):
     n = len(names)
     strides = [s for s in range(1, n) if math.gcd(s, n) == 1] or [1]
     trim = _malloc_trim()
-    for number in range(rounds + 1):  # the first round (imports, pools) untimed
-        stride = strides[number % len(strides)]
-        for name in (names[(number + i * stride) % n] for i in range(n)):
-            if before and name in before:
-                before[name]()
-            t0 = time.perf_counter()
-            result = contenders[name]()
-            elapsed = time.perf_counter() - t0
-            del result
-            gc.collect()
-            if trim is not None:
-                trim(0)
-            if number:
-                times[name].append(elapsed)
+    # What lives already is no contender's garbage: frozen, the collector
+    # after each call walks only what the calls made (a process that has
+    # imported torch and the rest takes a third of a second otherwise).
+    gc.freeze()
+    try:
+        for number in range(rounds + 1):  # the first round (imports, pools) untimed
+            stride = strides[number % len(strides)]
+            for name in (names[(number + i * stride) % n] for i in range(n)):
+                if before and name in before:
+                    before[name]()
+                t0 = time.perf_counter()
+                result = contenders[name]()
+                elapsed = time.perf_counter() - t0
+                del result
+                gc.collect()
+                if trim is not None:
+                    trim(0)
+                if number:
+                    times[name].append(elapsed)
+    finally:
+        gc.unfreeze()
     return times
 
 

@@ -26,7 +26,8 @@ def unsupported_file(path):
     if not path.lower().endswith(USER_SUFFIXES):
         return (f"{path}: unsupported file type; the benchmark reads "
                 f"{' '.join(USER_SUFFIXES[:-len(PICKLE_SUFFIXES)])} files, and pickle/joblib files "
-                f"({' '.join(PICKLE_SUFFIXES)}) with --trust-pickles")
+                f"({' '.join(PICKLE_SUFFIXES)}) with --trust-pickles, and .pt .pth "
+                f".safetensors checkpoints")
     return None
 
 
