@@ -17,8 +17,9 @@ import shutil
 from ._fresh import ROOT, fresh_env, run_code, run_python
 
 DOCS = os.path.join(ROOT, "docs")
-PAGES = ["index", "getting_started", "user_guide", "larger_than_memory", "joblib", "cloud", "cli",
-         "safety", "format", "benchmarks", "benchmark_results", "api", "changelog"]
+PAGES = ["index", "getting_started", "user_guide", "larger_than_memory", "checkpoints", "joblib",
+         "cloud", "cli", "safety", "format", "benchmarks", "benchmark_results", "api", "changelog",
+         "contributing"]
 
 
 def sphinx(builder, out):
