@@ -39,7 +39,7 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         pair or an :class:`fsspec.core.OpenFile` is written through fsspec,
         complete or not at all.
     compress : bool, int, str or tuple, default 0
-        ``0``/``False``: raw (arrays can then be memory-mapped on load).
+        ``0``/``False``/``"raw"``: raw (arrays can then be memory-mapped on load).
         ``True``: the default codec (``"zstd-auto"``: Zstandard, with a
         byte shuffle + byte delta filter on the chunks of numeric arrays
         where it compresses better) at level 3. An int 1–9: the default

@@ -10,7 +10,9 @@ lab's (publishing, bounds) in test_bench_tools.py.
 """
 
 import csv
+import importlib.util
 import json
+import os
 import sys
 
 import numpy as np
@@ -457,8 +459,10 @@ def test_bounds_judge_every_keyed_ratio_of_a_run(run_dir, capsys):
     assert coldstart["dumps of 'people': time / pickle.dumps (protocol 5)"] == "<= 3"
     assert coldstart["loads of 'people': time / pickle.loads (protocol 5)"] == "<= 2"
     assert judged["coldstart.csv"]["dumps of 'people': bytes beyond pickle's / 128"]["met"] == "yes"
-    if judged["checkpoints.csv"]:
-        ckpt = {t: r for t, r in judged["checkpoints.csv"].items()}
+    ckpt = judged["checkpoints.csv"]
+    # Without torch the suite writes one row saying so (where CI=true torch
+    # is installed, and its ratios must be there).
+    if os.environ.get("CI") == "true" or importlib.util.find_spec("torch") is not None:
         f32 = {t.split(": ", 1)[1]: r["bound"] for t, r in ckpt.items() if t.startswith("float32")}
         assert f32["dump time / torch.save's"] == "<= 0.83"
         assert f32["compress=3 file size / torch.save's"] == ""
@@ -466,6 +470,10 @@ def test_bounds_judge_every_keyed_ratio_of_a_run(run_dir, capsys):
         bf16 = {t.split(": ", 1)[1]: r for t, r in ckpt.items() if t.startswith("bfloat16")}
         small = bf16["compress=3 file size / torch.save's"]
         assert small["bound"] == "<= 0.77" and small["met"] == "yes"
+    else:
+        [row] = ckpt.values()
+        assert row["status"] == "not installed" and "torch" in row["reason"], row
+        assert row["key"] == row["bound"] == "", row
     rc = bounds.main([str(run_dir)])
     printed = capsys.readouterr().out
     missed = sum(r["met"] == "no" for rows in judged.values() for r in rows.values())

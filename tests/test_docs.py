@@ -4,21 +4,31 @@
 numpydoc cannot parse, a missing image); ``-b doctest`` runs every ``>>>``
 example and ``testcode`` block of the pages and of the docstrings autodoc
 pulls in (dump, load, convert, ...). The README's example is run too.
-Needs the ``docs`` extra (Sphinx and numpydoc).
+Needs the ``docs`` extra (Sphinx and numpydoc). The examples of
+checkpoints.rst need torch, which the test extra does not install: they are
+skipped without it, except where CI=true (.ci/run installs torch).
 """
 
+import importlib.util
 import os
 import re
+import shutil
 
-from ._fresh import ROOT, run_code, run_python
+from ._fresh import ROOT, fresh_env, run_code, run_python
 
 DOCS = os.path.join(ROOT, "docs")
-PAGES = ["index", "getting_started", "user_guide", "larger_than_memory", "joblib", "cloud", "cli",
-         "safety", "format", "benchmarks", "benchmark_results", "api", "changelog"]
+PAGES = ["index", "getting_started", "user_guide", "larger_than_memory", "checkpoints", "joblib",
+         "cloud", "cli", "safety", "format", "benchmarks", "benchmark_results", "api", "changelog",
+         "contributing"]
 
 
 def sphinx(builder, out):
     return run_python("-m", "sphinx", "-W", "--keep-going", "-q", "-E", "-b", builder, DOCS, out)
+
+
+def torch_examples_run():
+    """Whether the doctest build runs the examples that need torch."""
+    return os.environ.get("CI") == "true" or importlib.util.find_spec("torch") is not None
 
 
 def test_sphinx_is_installed():
@@ -50,6 +60,38 @@ def test_doctests_pass(tmp_path):
     assert summary and int(summary.group(1)) >= 50, report[-2000:]
     # the docstring examples of the API are among them
     assert "Document: api" in report
+    if torch_examples_run():
+        checkpoints = re.search(r"Document: checkpoints\n-+\n.*?(\d+) passed and 0 failed",
+                                report, re.S)
+        assert checkpoints and int(checkpoints.group(1)) >= 20, report[-2000:]
+
+
+def test_torch_examples_skip_without_torch_except_on_ci(tmp_path):
+    """checkpoints.rst's examples, built where ``import torch`` fails: skipped
+    (the build passes, running none), unless CI=true, where they fail."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "conf.py").write_text(
+        "import runpy\n"
+        f"_docs = runpy.run_path({os.path.join(DOCS, 'conf.py')!r})\n"
+        "extensions = ['sphinx.ext.doctest']\n"
+        "doctest_global_setup = _docs['doctest_global_setup']\n"
+        "doctest_global_cleanup = _docs['doctest_global_cleanup']\n"
+    )
+    shutil.copy(os.path.join(DOCS, "checkpoints.rst"), src / "index.rst")
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "torch.py").write_text("raise ImportError(\"No module named 'torch'\")\n")
+    for ci, fails in ((None, False), ("true", True)):
+        out = tmp_path / f"out-{ci}"
+        result = run_python("-m", "sphinx", "-W", "-q", "-E", "-b", "doctest", src, out,
+                            env=fresh_env(hidden, CI=ci))
+        report = (out / "output.txt").read_text(encoding="utf-8")
+        assert (result.returncode != 0) == fails, result.stdout + result.stderr + report
+        if fails:
+            assert "No module named 'torch'" in report
+        else:
+            assert "0 tests" in report and "failures in tests" in report, report
 
 
 def test_a_failing_example_fails_the_build(tmp_path):

@@ -235,11 +235,11 @@ class LazyArray:
     def to_dask(self, chunks=None):
         """This array as a :class:`dask.array.Array`.
 
-        Needs dask (``pip install cpersist[dask]``). Each block is read by
-        indexing this array, into memory that blocks already dropped used
-        (up to 256 MiB of it is kept per process for that); on a
-        distributed cluster each worker reopens the file from the pickled
-        reference.
+        Needs dask (the ``dask`` extra: ``pip install '.[dask]'``). Each
+        block is read by indexing this array, into memory that blocks
+        already dropped used (up to 256 MiB of it is kept per process for
+        that); on a distributed cluster each worker reopens the file from
+        the pickled reference.
 
         Parameters
         ----------
