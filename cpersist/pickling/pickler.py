@@ -81,6 +81,7 @@ class ArrayPickler(pickle.Pickler):
         # torch is looked at (see cpersist.pickling.tensors). A pickler kept
         # between dumps may see torch imported after it was made.
         self.tensors = None
+        self.jax = None  # the same for JAX arrays (see cpersist.pickling.jax_arrays)
 
     def forget(self):
         """Forget the arrays and tensor storages met so far, as
@@ -132,6 +133,13 @@ class ArrayPickler(pickle.Pickler):
                     return tensors.reduce(obj)
                 if cls is tensors.ref_type:
                     return tensors.reduce_ref(obj)
+            jax = self.jax
+            if jax is None and "jax" in sys.modules:
+                from .jax_arrays import JaxReducer
+
+                jax = self.jax = JaxReducer()
+            if jax is not None and jax.is_jax_array(obj, cls):
+                return jax.reduce(obj)
             return NotImplemented
         if not is_plain_data(obj):
             return NotImplemented

@@ -21,7 +21,7 @@ from .arrays import allocate, parse_description
 from .unpickler import ArrayUnpickler
 
 def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole,
-          views=False, limits=None):
+          views=False, limits=None, jax_as_numpy=False):
     """``views``: return raw arrays as views of ``source.read``'s bytes (a
     :class:`~cpersist.container.sources.MemorySource`, whose reads are views)."""
     source.will_read_all()
@@ -95,7 +95,8 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
     ahead_of, ahead = frozenset(read_ahead), None
 
     unpickler = ArrayUnpickler(pickled, load_array, restricted, allowed,
-                               prefixes, source=name, limits=limits)
+                               prefixes, source=name, limits=limits,
+                               jax_as_numpy=jax_as_numpy)
     try:
         with collector_paused():  # a stream makes many objects and frees none
             obj = unpickler.load()
