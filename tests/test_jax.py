@@ -168,6 +168,10 @@ def test_memory_mapped_loads_leave_the_file_as_it_is(tmp_path):
     loaded = cpersist.load(path, mmap_mode="r")
     _same(loaded["w"], w)
     assert float((loaded["w"] + 1).sum()) == float((w + 1).sum())
+    # jax may use the map in place: a computation donating the array must
+    # neither write to the file nor fault on the read-only map.
+    doubled = jax.jit(lambda x: x * 2, donate_argnums=0)(loaded["w"])
+    assert float(doubled[0, 3]) == 6.0
     mapped = cpersist.load(path, mmap_mode="r", jax_as_numpy=True)["w"]
     assert isinstance(mapped, np.memmap) and not mapped.flags.writeable
     assert mapped.tobytes() == np.asarray(w).tobytes()
@@ -186,6 +190,17 @@ def test_a_stored_jax_array_is_sliced_lazily(tmp_path):
         lazy = handle.load(lazy=True)["layer"]["w"]
         assert isinstance(lazy, cpersist.LazyArray) and lazy.shape == (3000, 100)
         assert np.asarray(lazy[-1]).tobytes() == np.asarray(w)[-1].tobytes()
+
+
+def test_prng_key_arrays_keep_jax_pickling(tmp_path):
+    # Keys have no numpy data: jax pickles them, which trusted loads run.
+    path = tmp_path / "k.cp"
+    key = jax.random.key(42)
+    cpersist.dump({"key": key, "w": jnp.ones(3)}, path)
+    loaded = cpersist.load(path)
+    assert jax.random.key_data(loaded["key"]).tolist() == jax.random.key_data(key).tolist()
+    with pytest.raises(cpersist.UntrustedObjectError, match="jax"):
+        cpersist.load(path, trusted=False)
 
 
 def test_flax_params_and_optax_adam_state_round_trip(tmp_path):

@@ -40,21 +40,26 @@ class JaxReducer:
         import numpy as np
 
         self._asarray = np.asarray
-        self.array_type = sys.modules["jax"].Array
+        self._numpy_dtype = np.dtype
+        # The concrete array class (jax.Array is abstract: tracers and PRNG
+        # key arrays are instances too, and have no numpy data).
+        jaxlib = sys.modules.get("jaxlib._jax")
+        impl = getattr(jaxlib, "ArrayImpl", None)
+        if impl is None:
+            from jax._src.array import ArrayImpl as impl
+        self.array_type = impl
 
     def is_jax_array(self, obj, cls):
-        """Whether ``obj`` (of type ``cls``) is a concrete JAX array (not a
-        tracer, whose module is also jax's, nor another library's type)."""
-        module = getattr(cls, "__module__", "")
-        return (module.startswith(("jaxlib", "jax.")) and isinstance(obj, self.array_type)
-                and hasattr(obj, "addressable_shards"))
+        """Whether ``obj`` (of type ``cls``) is a JAX array of a numpy dtype."""
+        return cls is self.array_type and isinstance(obj.dtype, self._numpy_dtype)
 
     def reduce(self, array):
-        """``(rebuild_jax, args)`` for a JAX array, else NotImplemented."""
+        """``(rebuild_jax, args)`` for a JAX array, else NotImplemented (an
+        array other processes hold part of keeps jax's own pickling)."""
         from .rebuild import rebuild_jax
 
         if not array.is_fully_addressable:
-            return NotImplemented  # other processes hold part of it: jax's own pickling
+            return NotImplemented
         sharding = array.sharding
         if len(sharding.device_set) == 1:
             return rebuild_jax, (self._asarray(array), None)
