@@ -89,6 +89,11 @@ def test_loads_as_numpy_on_request_without_importing_jax(tmp_path):
     assert type(loaded["w"]) is np.ndarray and loaded["w"].dtype == ml_dtypes.bfloat16
     assert loaded["w"].tobytes() == np.asarray(w).tobytes()
     assert loaded["b"].tolist() == [1, 1, 1] and loaded["b"].dtype == np.int32
+    for trusted in (True, False):  # also from bytes, past the compact dump's shortcut
+        small = cpersist.loads(cpersist.dumps({"b": jnp.ones(3)}), trusted=trusted,
+                               jax_as_numpy=True)
+        assert type(small["b"]) is np.ndarray and small["b"].tolist() == [1, 1, 1]
+        _same(cpersist.loads(cpersist.dumps({"b": w}), trusted=trusted)["b"], w)
     check = (f"import cpersist; d = cpersist.load({str(path)!r}, jax_as_numpy=True)\n"
              f"assert d['w'].dtype.name == 'bfloat16'\n"
              f"cpersist.inspect({str(path)!r})")
