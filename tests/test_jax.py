@@ -75,7 +75,7 @@ def test_a_single_device_array_is_stored_from_its_own_buffer():
     from cpersist.pickling.jax_arrays import JaxReducer
 
     array = jnp.arange(4096, dtype=jnp.float32).reshape(64, 64)
-    func, (data, placement) = JaxReducer().reduce(array)
+    func, (data, placement) = JaxReducer(cpersist.pickler.rebuild_jax).reduce(array)
     assert placement is None and isinstance(data, np.ndarray)
     assert data.ctypes.data == array.unsafe_buffer_pointer()  # no copy
     assert func is cpersist.pickler.rebuild_jax
@@ -241,6 +241,7 @@ def test_flax_params_and_optax_adam_state_round_trip(tmp_path):
 _SHARDED = textwrap.dedent("""
     import numpy as np, jax, jax.numpy as jnp, cpersist, sys
     from jax.sharding import NamedSharding, PartitionSpec as P
+    from cpersist.pickler import rebuild_jax
     from cpersist.pickling.jax_arrays import JaxReducer
     path = sys.argv[1]
     mesh = jax.make_mesh((2, 2), ("a", "b"))
@@ -252,7 +253,7 @@ _SHARDED = textwrap.dedent("""
         "copies": jax.device_put(base, NamedSharding(mesh, P())),
     }
     # Each distinct shard stored from its own device buffer, replicas once.
-    _, (shards, placement) = JaxReducer().reduce(arrays["rows"])
+    _, (shards, placement) = JaxReducer(rebuild_jax).reduce(arrays["rows"])
     assert len(shards) == 2 and placement["spec"] == ("a", None)
     pointers = {s.data.unsafe_buffer_pointer() for s in arrays["rows"].addressable_shards}
     assert {shard.ctypes.data for shard in shards} <= pointers

@@ -34,10 +34,18 @@ _MAX_SHARDS = 1 << 16
 
 
 class JaxReducer:
-    """The JAX half of :class:`cpersist.pickling.pickler.ArrayPickler`."""
+    """The JAX half of :class:`cpersist.pickling.pickler.ArrayPickler`.
 
-    def __init__(self):
+    Parameters
+    ----------
+    rebuild : callable
+        :func:`cpersist.pickling.rebuild.rebuild_jax`, which the stream calls.
+    """
+
+    def __init__(self, rebuild):
         import numpy as np
+
+        self._rebuild = rebuild
 
         self._asarray = np.asarray
         self._numpy_dtype = np.dtype
@@ -56,8 +64,7 @@ class JaxReducer:
     def reduce(self, array):
         """``(rebuild_jax, args)`` for a JAX array, else NotImplemented (an
         array other processes hold part of keeps jax's own pickling)."""
-        from .rebuild import rebuild_jax
-
+        rebuild_jax = self._rebuild
         if not array.is_fully_addressable:
             return NotImplemented
         sharding = array.sharding
