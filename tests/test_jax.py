@@ -2,6 +2,7 @@
 arrays (sharded where the devices exist) or as numpy, restricted loads,
 memory maps, lazy slices and flax/optax pytrees."""
 
+import os
 import pickle
 import textwrap
 
@@ -289,3 +290,29 @@ def test_sharded_arrays_keep_their_sharding_where_the_devices_exist(tmp_path):
     # With fewer devices than the mesh needs: on the default device.
     out = run_code(_ONE_DEVICE, path, env=fresh_env(XLA_FLAGS=None), check=True)
     assert out.stdout.split()[-1] == "OK"
+
+
+_PEAK = textwrap.dedent("""
+    import sys, jax, jax.numpy as jnp, cpersist
+    def peak_mb():
+        with open("/proc/self/status") as status:
+            return next(int(l.split()[1]) for l in status if l.startswith("VmHWM")) / 1024
+    path, compress = sys.argv[1], int(sys.argv[2])
+    x = jax.random.normal(jax.random.key(0), (16 << 20,), jnp.float32)  # 64 MiB
+    cpersist.dump({"x": x}, path, compress=compress)
+    cpersist.load(path)  # warm up
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")  # the peak starts again from here
+    before = peak_mb()
+    loaded = cpersist.load(path)["x"]
+    print(peak_mb() - before)
+""")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="Linux only")
+@pytest.mark.parametrize("compress", [0, 3])
+def test_a_load_reads_jax_arrays_into_memory_jax_uses_in_place(tmp_path, compress):
+    # Read into 64-byte aligned memory, which jax.device_put takes as is: the
+    # load's peak is the array's size, not twice it.
+    out = run_code(_PEAK, tmp_path / "x.cp", str(compress), check=True)
+    assert float(out.stdout.split()[-1]) < 64 * 1.3

@@ -25,6 +25,10 @@ jax is imported neither by a dump that meets no JAX array (the pickler checks
 
 import sys
 
+#: jax uses a CPU buffer in place (``jax.device_put`` without a copy) only
+#: when its first byte is at a multiple of this many bytes: a load of a file
+#: holding JAX arrays reads its arrays into memory so aligned.
+ALIGNMENT = 64
 #: The axis types a mesh may record (``jax.sharding.AxisType`` members).
 AXIS_TYPES = frozenset({"Auto", "Explicit", "Manual"})
 #: At most this many dimensions, as numpy.
