@@ -210,8 +210,8 @@ def assemble(data, shape, indices):
 def to_jax(data, placement):
     """A JAX array of the checked ``(data, placement)``: with the recorded
     sharding where jax has the devices its mesh needs, else on the default
-    device. ``jax.device_put`` uses a loaded buffer in place where jax can
-    (64-byte aligned, on the CPU), else copies it."""
+    device. ``jax.device_put`` uses a buffer in place where it can (on the
+    CPU, aligned to :data:`ALIGNMENT`), else copies it."""
     jax = import_jax()
     if placement is None:
         return jax.device_put(data)
