@@ -265,6 +265,14 @@ _SHARDED = textwrap.dedent("""
         assert got.sharding == array.sharding, (name, got.sharding)
         assert got.dtype == array.dtype and got.shape == array.shape
         assert np.asarray(got).tobytes() == np.asarray(array).tobytes()
+    # A spec that does not fit the shape (a dimension of 5 over 2 devices)
+    # loads on the default device.
+    from cpersist.pickler import rebuild_jax as rebuild
+    odd = {"shape": (5,), "index": (((0, 5),),), "mesh": (2, 2), "axes": ("a", "b"),
+           "axis_types": (), "spec": ("a",)}
+    got = rebuild((np.arange(5.0),), odd)
+    assert got.sharding == jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    assert np.asarray(got).tolist() == [0, 1, 2, 3, 4]
     numpy = cpersist.load(path, jax_as_numpy=True)
     assert all(type(v) is np.ndarray and v.tobytes() == np.asarray(arrays[k]).tobytes()
                for k, v in numpy.items())

@@ -216,12 +216,16 @@ def to_jax(data, placement):
     if placement is None:
         return jax.device_put(data)
     shape, indices = check_placement(data, placement)
-    sharding = _sharding(jax, placement)
-    if sharding is None:
+    try:
+        sharding = _sharding(jax, placement)
+        places = None if sharding is None else sharding.addressable_devices_indices_map(shape)
+    except (ValueError, TypeError):  # a spec that does not fit the shape (jax says which)
+        places = None
+    if places is None:
         return jax.device_put(assemble(data, shape, indices))
     by_index = dict(zip(indices, data))
     arrays = []
-    for device, index in sharding.addressable_devices_indices_map(shape).items():
+    for device, index in places.items():
         key = tuple((s.start or 0, shape[d] if s.stop is None else s.stop)
                     for d, s in enumerate(_full_index(index, len(shape))))
         shard = by_index.get(key)
@@ -248,8 +252,8 @@ def _sharding(jax, placement):
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     kwargs = {}
-    if placement["axis_types"]:
-        kinds = jax.sharding.AxisType
+    kinds = getattr(jax.sharding, "AxisType", None)  # jax releases before it have none
+    if placement["axis_types"] and kinds is not None:
         kwargs["axis_types"] = tuple(getattr(kinds, name) for name in placement["axis_types"])
     grid = np.empty(len(devices), dtype=object)
     grid[:] = devices
