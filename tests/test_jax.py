@@ -323,3 +323,54 @@ def test_a_load_reads_jax_arrays_into_memory_jax_uses_in_place(tmp_path):
     # the load's peak is the array's size, not twice it.
     out = run_code(_PEAK, tmp_path / "x.cp", "3", check=True)
     assert float(out.stdout.split()[-1]) < 64 * 1.3
+
+
+# -- files written before --------------------------------------------------------------------
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "jax-2.2")
+
+
+def fixture_arrays():
+    """The numpy data of the JAX arrays in the files under ``fixtures/jax-2.2``
+    (written by format 2.2, the first to store JAX arrays, with
+    :func:`write_fixtures`): sections, an inline array, and ``"sharded"``,
+    dumped sharded over a 2 x 2 mesh of CPU devices as ``P("a", None)``."""
+    ramp = np.linspace(-2.0, 2.0, 64 * 32)
+    return {"w": ramp.astype(ml_dtypes.bfloat16).reshape(64, 32),
+            "i": (np.arange(16 * 64) % 256 - 128).astype(np.int8).reshape(16, 64),
+            "b": np.linspace(0.0, 1.0, 7).astype(np.float32),
+            "sharded": ramp.astype(np.float32).reshape(64, 32)}
+
+
+def write_fixtures(directory=FIXTURES):
+    """Run with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    arrays = {name: jnp.asarray(data) for name, data in fixture_arrays().items()}
+    mesh = jax.make_mesh((2, 2), ("a", "b"))
+    arrays["sharded"] = jax.device_put(arrays["sharded"],
+                                       NamedSharding(mesh, PartitionSpec("a", None)))
+    obj = {"arrays": arrays, "step": 7}
+    os.makedirs(directory, exist_ok=True)
+    cpersist.dump(obj, os.path.join(directory, "raw.cp"))
+    cpersist.dump(obj, os.path.join(directory, "zstd3.cp"), compress=("zstd", 3),
+                  chunk_size=512)
+
+
+@pytest.mark.parametrize("name", ["raw.cp", "zstd3.cp"])
+def test_files_written_by_format_2_2_load(name):
+    path = os.path.join(FIXTURES, name)
+    assert cpersist.inspect(path)["format"] == "2.2"
+    expected = fixture_arrays()
+    modes = [{}, {"trusted": False}] + ([{"mmap_mode": "r"}] if name == "raw.cp" else [])
+    for kwargs in modes:
+        loaded = cpersist.load(path, **kwargs)
+        assert loaded["step"] == 7
+        for key, want in expected.items():
+            got = loaded["arrays"][key]
+            assert isinstance(got, jax.Array) and got.dtype == want.dtype
+            assert got.shape == want.shape and np.asarray(got).tobytes() == want.tobytes()
+    as_numpy = cpersist.load(path, jax_as_numpy=True)["arrays"]
+    for key, want in expected.items():
+        assert type(as_numpy[key]) is np.ndarray and as_numpy[key].dtype == want.dtype
+        assert as_numpy[key].tobytes() == want.tobytes()
