@@ -33,7 +33,7 @@ ALIGNMENT = 64
 AXIS_TYPES = frozenset({"Auto", "Explicit", "Manual"})
 #: At most this many dimensions, as numpy.
 _MAX_NDIM = 64
-#: At most this many shards or mesh axes per array.
+#: At most this many shards per array.
 _MAX_SHARDS = 1 << 16
 
 
@@ -50,7 +50,6 @@ class JaxReducer:
         import numpy as np
 
         self._rebuild = rebuild
-
         self._asarray = np.asarray
         self._numpy_dtype = np.dtype
         # The concrete array class (jax.Array is abstract: tracers and PRNG
@@ -108,6 +107,8 @@ def _named(sharding):
         else:  # P.UNCONSTRAINED and the like: the shards alone say where the data goes
             return {}
     types = tuple(getattr(t, "name", str(t)) for t in getattr(mesh, "axis_types", ()))
+    if not set(types) <= AXIS_TYPES:  # a kind this version does not know: jax's default
+        types = ()
     return {"mesh": tuple(int(n) for n in mesh.devices.shape),
             "axes": tuple(str(name) for name in mesh.axis_names),
             "axis_types": types, "spec": tuple(entries)}
