@@ -28,6 +28,12 @@ S3_TEST = ["moto[server]>=5.2.5", "s3fs>=2026.9.0", "aiobotocore>=3.10.0,<3.11",
 # Not in the test extra: an unpinned torch may resolve to a CUDA build of
 # several GB; CI installs the CPU wheel of an exact version first (.ci/run).
 TORCH = ["torch>=2.1,<3", "safetensors>=0.4"]
+# JAX arrays as sections, and the peers the checkpoint benchmark compares
+# (orbax-checkpoint, flax with its optax). jaxlib is released in step with jax:
+# pinned together to one release that has Python 3.11 wheels, with the flax,
+# optax and orbax-checkpoint releases that resolve with it.
+JAX = ["jax==0.10.2", "jaxlib==0.10.2", "ml_dtypes>=0.6", "flax==0.12.8", "optax==0.2.8",
+       "orbax-checkpoint==0.12.8"]
 # The test suite runs the benchmark in quick mode, builds the docs and runs
 # lazy arrays on dask, so the test extra pulls in all of their dependencies.
 # pytest-xdist: the README's test command runs the suite on every core.
@@ -54,6 +60,7 @@ setup(
         "dask": DASK,
         "remote": REMOTE,
         "torch": TORCH,
+        "jax": JAX,
         "all": TEST,
     },
     entry_points={"console_scripts": ["cpersist=cpersist.cli:main"]},

@@ -182,7 +182,7 @@ def _small_dump(obj, name, codec, protocol, chunk_size):
 
 
 def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
-         storage_options=None, limits=None):
+         storage_options=None, limits=None, jax_as_numpy=False):
     """Load an object written by :func:`dump`.
 
     Parameters
@@ -233,6 +233,12 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
         :class:`~cpersist.Limits`); beyond them
         :class:`~cpersist.LimitExceededError` is raised. Raise them for a
         file you trust more. Trusted loads are not limited.
+    jax_as_numpy : bool, default False
+        Give each JAX array back as a numpy array of its dtype and shape (a
+        sharded one assembled), without importing jax: to read a JAX
+        checkpoint where jax is not installed, or to process it with numpy.
+        By default JAX arrays come back as JAX arrays (see
+        :ref:`jax-checkpoints`).
 
     Returns
     -------
@@ -244,6 +250,9 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
         If the source is not a cpersist file, or is truncated or damaged, or
         a path holds bytes after its dump (the message says how many, and
         whether another dump follows).
+    DtypeLibraryError
+        If the file holds arrays whose dtype or kind needs a library that
+        is missing (ml_dtypes, or jax without ``jax_as_numpy``).
     UnsupportedVersionError
         If a newer, incompatible version of the format wrote the file.
     UntrustedObjectError
@@ -271,8 +280,8 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
     restricted, allowed, prefixes = normalize_trusted(trusted)
     n_threads = check_n_threads(n_threads)
     limits = as_limits(limits)
-    if (not restricted and mmap_mode != "r+" and storage_options is None and is_path(source)
-            and not is_remote(source)):
+    if (not restricted and not jax_as_numpy and mmap_mode != "r+" and storage_options is None
+            and is_path(source) and not is_remote(source)):
         # An object without arrays (a compact dump): read in one call and
         # unpickled, without the container reader; anything else, damage
         # included, goes the general way, which says what is wrong.
@@ -287,7 +296,7 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
         try:
             return _load(opened, mmap_mode=mmap_mode, restricted=restricted, allowed=allowed,
                          prefixes=prefixes, verify=verify, n_threads=n_threads,
-                         whole=is_path(source), limits=limits)
+                         whole=is_path(source), limits=limits, jax_as_numpy=jax_as_numpy)
         except CorruptFileError as exc:
             foreign = foreign_file_error(opened, exc)
             if foreign is None:

@@ -202,7 +202,7 @@ assert (OVERHEAD + 1, OVERHEAD + COPY_UP_TO) == (113, 65648)
 
 
 def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_threads=None,
-          copy=False, limits=None):
+          copy=False, limits=None, jax_as_numpy=False):
     """Load an object from the bytes of one cpersist dump.
 
     Parameters
@@ -226,6 +226,8 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
         Compressed arrays always own theirs.
     limits : cpersist.Limits or dict, optional
         What a restricted load may cost, as for :func:`load`.
+    jax_as_numpy : bool, default False
+        Give JAX arrays back as numpy arrays, as for :func:`load`.
 
     Returns
     -------
@@ -261,7 +263,7 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
     # A small one in ``bytes``: compact_stream(data), written out, as the
     # call would cost a tenth of a tiny object's loads
     # (tests/test_kept_pickler.py checks that they agree).
-    if (type(data) is bytes and trusted is True and n_threads is None
+    if (type(data) is bytes and trusted is True and n_threads is None and not jax_as_numpy
             and _keywords_only is _KEYWORDS_ONLY and 113 <= (size := len(data)) <= 65648
             and _HEAD16 <= data < _AFTER_HEAD16):
         stream = data[72:-40]
@@ -272,10 +274,10 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
                 _raise_damaged(exc)
     elif _keywords_only is not _KEYWORDS_ONLY:
         raise TypeError("loads() takes 1 positional argument (data); pass trusted, verify, "
-                        "n_threads, copy and limits by keyword")
+                        "n_threads, copy, limits and jax_as_numpy by keyword")
     if n_threads is not None:
         check_n_threads(n_threads)
-    if trusted is True:
+    if trusted is True and not jax_as_numpy:
         if type(data) is not bytes:
             data = _byte_view(data)
         stream = compact_stream(data)  # a large stream is viewed, not copied
@@ -288,7 +290,8 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
     restricted, allowed, prefixes = normalize_trusted(trusted)
     return _load(source, mmap_mode=None, restricted=restricted, allowed=allowed,
                  prefixes=prefixes, verify=verify, n_threads=check_n_threads(n_threads),
-                 whole=True, views=not copy, limits=as_limits(limits))
+                 whole=True, views=not copy, limits=as_limits(limits),
+                 jax_as_numpy=jax_as_numpy)
 
 
 def _keywords_only_after(function, n_positional):

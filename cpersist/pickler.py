@@ -10,5 +10,5 @@ unpicklers of :mod:`cpersist.pickling` map the names without importing this
 module.
 """
 
-from .pickling.rebuild import (inline_array, rebuild_masked, rebuild_tensor,  # noqa: F401
-                               rebuild_view, stored_array)
+from .pickling.rebuild import (inline_array, rebuild_jax, rebuild_masked,  # noqa: F401
+                               rebuild_tensor, rebuild_view, stored_array)

@@ -262,7 +262,8 @@ def test_arguments():
     # Everything after data is keyword-only, as the signature says: a
     # positional False is not taken for a restricted load, nor ignored.
     assert str(inspect.signature(cpersist.loads)) == (
-        "(data, *, trusted=True, verify=True, n_threads=None, copy=False, limits=None)")
+        "(data, *, trusted=True, verify=True, n_threads=None, copy=False, limits=None, "
+        "jax_as_numpy=False)")
     assert str(inspect.signature(cpersist.dumps)) == (
         "(obj, compress=0, *, protocol=None, chunk_size=None, n_threads=None)")
     for data in (cpersist.dumps(pickle.loads), cpersist.dumps(_model())):

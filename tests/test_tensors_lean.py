@@ -1,6 +1,6 @@
-"""torch and ml_dtypes stay optional: nothing imports torch unless a dump
-meets a tensor or a load rebuilds one, nor ml_dtypes unless a load rebuilds
-an array of its types; where CI runs, both must be there."""
+"""torch, jax and ml_dtypes stay optional: nothing imports torch (jax) unless
+a dump meets a tensor (JAX array) or a load rebuilds one, nor ml_dtypes
+unless a load rebuilds an array of its types; where CI runs, all must be there."""
 
 import os
 
@@ -10,8 +10,9 @@ from ._fresh import ROOT, run_code
 
 
 def _modules_after(code):
-    probe = "import sys; print('MODULES:', *sorted(m for m in sys.modules if m == 'torch' " \
-            "or m.startswith(('torch.', 'cpersist.pickling.tensors', 'ml_dtypes'))))"
+    probe = "import sys; print('MODULES:', *sorted(m for m in sys.modules if m in " \
+            "('torch', 'jax') or m.startswith(('torch.', 'cpersist.pickling.tensors', " \
+            "'ml_dtypes', 'jax.', 'jaxlib'))))"
     out = run_code(f"{code}\n{probe}", timeout=120)
     assert out.returncode == 0, out.stderr
     return set(out.stdout.split("MODULES:")[-1].split())
@@ -21,6 +22,14 @@ def test_torch_is_installed_where_ci_runs():
     # .ci/run sets CI=true and installs torch: its tensor tests must run there.
     if os.environ.get("CI") == "true":
         import torch  # noqa: F401
+
+
+def test_jax_is_installed_where_ci_runs():
+    # .ci/run sets CI=true and installs the jax extra: its tests must run there.
+    if os.environ.get("CI") == "true":
+        import flax  # noqa: F401
+        import jax  # noqa: F401
+        import optax  # noqa: F401
 
 
 def test_ml_dtypes_is_installed_where_ci_runs():
@@ -66,6 +75,10 @@ def test_ci_installs_the_cpu_torch_before_the_test_command():
     assert tuple(map(int, low.split("."))) <= (2, 13, 0) < (int(high),)
     # The test extra must not pull an unpinned torch (a CUDA build of several GB).
     assert "TORCH" not in re.search(r"^TEST = .*$", setup, re.M).group(0)
+    # The jax extra too, before the tests, and with jax and jaxlib of one release.
+    assert ci.index("pip install '.[jax]'") < tests_at
+    jax, jaxlib = (re.search(rf'"{name}==([\d.]+)"', setup).group(1) for name in ("jax", "jaxlib"))
+    assert jax == jaxlib
 
 
 def test_a_file_of_ml_dtypes_arrays_imports_ml_dtypes_only_when_loaded(tmp_path):

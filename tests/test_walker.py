@@ -52,7 +52,7 @@ def _every_kind_of_array():
 
 def test_format_rst_lists_exactly_the_format_globals():
     assert _documented_globals() == _format_names.FORMAT_GLOBALS
-    assert len(_format_names.FORMAT_GLOBALS) == 5
+    assert len(_format_names.FORMAT_GLOBALS) == 6
 
 
 @pytest.mark.parametrize("protocol", [2, 3, 4, 5])
@@ -61,8 +61,10 @@ def test_dump_names_exactly_the_format_globals(tmp_path, protocol):
     obj = _every_kind_of_array()
     cpersist.dump(obj, path, compress=3, protocol=protocol)
     named = {g for g in walk(_pickle_stream(path)).globals if g.startswith("cpersist")}
-    # rebuild_tensor is named by files holding torch tensors (test_tensors).
-    assert named == _format_names.FORMAT_GLOBALS - {_format_names.REBUILD_TENSOR}
+    # rebuild_tensor and rebuild_jax are named by files holding torch tensors
+    # (test_tensors) and JAX arrays (test_jax).
+    assert named == _format_names.FORMAT_GLOBALS - {_format_names.REBUILD_TENSOR,
+                                                    _format_names.REBUILD_JAX}
     back = cpersist.load(path, trusted=False)
     for key in obj:
         assert_same(back[key], obj[key])

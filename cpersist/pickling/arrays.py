@@ -320,8 +320,21 @@ def _iter_strided(arr, step):
         yield memoryview(_byte_view(slab))
 
 
-def allocate(dtype, shape, order):
-    """An uninitialised array to load into, and a byte view of its memory."""
+def allocate(dtype, shape, order, align=0):
+    """An uninitialised array to load into, and a byte view of its memory.
+
+    With ``align``, the array's first byte is at a multiple of ``align``
+    bytes (it then views a block a little larger, its ``base``).
+    """
+    if align:
+        nbytes = dtype.itemsize
+        for n in shape:
+            nbytes *= n
+        if nbytes:
+            block = np.empty(nbytes + align, dtype=np.uint8)
+            start = -block.ctypes.data % align
+            arr = np.ndarray(shape, dtype=dtype, buffer=block, offset=start, order=order)
+            return arr, memoryview(_byte_view(arr))
     arr = np.empty(shape, dtype=dtype, order=order)
     if arr.size == 0 or dtype.itemsize == 0:
         return arr, memoryview(b"")

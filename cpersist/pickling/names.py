@@ -20,9 +20,13 @@ REBUILD_MASKED = "cpersist.pickler.rebuild_masked"
 #: device)``: a torch tensor viewing a stored storage (see :mod:`cpersist.pickling.tensors`).
 REBUILD_TENSOR = "cpersist.pickler.rebuild_tensor"
 
+#: ``rebuild_jax(data, placement)``: a JAX array from its data, or its shards' data and
+#: where they sit (see :mod:`cpersist.pickling.jax_arrays`).
+REBUILD_JAX = "cpersist.pickler.rebuild_jax"
+
 #: All of them: the only globals of the ``cpersist`` package a stream names.
 FORMAT_GLOBALS = frozenset((STORED_ARRAY, INLINE_ARRAY, REBUILD_VIEW, REBUILD_MASKED,
-                            REBUILD_TENSOR))
+                            REBUILD_TENSOR, REBUILD_JAX))
 
 
 def split(name):

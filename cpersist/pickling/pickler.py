@@ -15,7 +15,7 @@ import numpy as np
 
 from .arrays import inline_dtype, is_plain_data, to_inline
 from .named_dtypes import favours_speed
-from .rebuild import inline_array, rebuild_masked, rebuild_view, stored_array
+from .rebuild import inline_array, rebuild_jax, rebuild_masked, rebuild_view, stored_array
 
 # The format names these functions "cpersist.pickler.<name>" (see .names), and the
 # C pickler imports that module to check each name: loaded here, before any dump.
@@ -81,6 +81,7 @@ class ArrayPickler(pickle.Pickler):
         # torch is looked at (see cpersist.pickling.tensors). A pickler kept
         # between dumps may see torch imported after it was made.
         self.tensors = None
+        self.jax = None  # the same for JAX arrays (see cpersist.pickling.jax_arrays)
 
     def forget(self):
         """Forget the arrays and tensor storages met so far, as
@@ -132,6 +133,13 @@ class ArrayPickler(pickle.Pickler):
                     return tensors.reduce(obj)
                 if cls is tensors.ref_type:
                     return tensors.reduce_ref(obj)
+            jax = self.jax
+            if jax is None and "jax" in sys.modules:
+                from .jax_arrays import JaxReducer
+
+                jax = self.jax = JaxReducer(rebuild_jax)
+            if jax is not None and jax.is_jax_array(obj, cls):
+                return jax.reduce(obj)
             return NotImplemented
         if not is_plain_data(obj):
             return NotImplemented

@@ -18,10 +18,11 @@ from .._runtime.parallel import run_claimed
 from ..exceptions import CorruptFileError, CpersistError, DtypeLibraryError
 from . import names
 from .arrays import allocate, parse_description
+from .jax_arrays import ALIGNMENT as JAX_ALIGNMENT
 from .unpickler import ArrayUnpickler
 
 def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole,
-          views=False, limits=None):
+          views=False, limits=None, jax_as_numpy=False):
     """``views``: return raw arrays as views of ``source.read``'s bytes (a
     :class:`~cpersist.container.sources.MemorySource`, whose reads are views)."""
     source.will_read_all()
@@ -32,6 +33,9 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
         raise reader.error("damaged index: the root section is not a pickle stream")
     pickled = _pickle_stream(reader, root, verify, n_threads)
     can_map = mmap_mode is not None and source.can_map
+    # jax uses a CPU buffer in place only when it is aligned: the arrays of
+    # a file of JAX arrays are, else each would be copied once more.
+    align = JAX_ALIGNMENT if not jax_as_numpy and _stores_jax(pickled) else 0
     loaded = {}
     mapped = []
 
@@ -43,7 +47,7 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
             return loaded[index]
         if index in ahead_of:
             if ahead is None:
-                ahead = _read_ahead(reader, read_ahead, verify, n_threads)
+                ahead = _read_ahead(reader, read_ahead, verify, n_threads, align)
             arr = ahead.pop(index, None)  # None: a zero-size array, made below
             if isinstance(arr, BaseException):
                 if isinstance(arr, CorruptFileError):
@@ -57,7 +61,7 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
         if nbytes == 0:
             # Nothing to read or map (zero-size array, or zero-size items:
             # a 0-byte memmap slice cannot be viewed as 'V0' items).
-            arr, _ = _allocate(reader, index, dtype, shape, order)
+            arr, _ = _allocate(reader, index, dtype, shape, order, align)
         elif can_map and section.is_raw:
             if not mapped:
                 # torch has no read-only tensors, and a write to a read-only
@@ -77,7 +81,8 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
         elif views and section.is_raw:
             arr = _view(reader, section, verify).view(dtype).reshape(shape, order=order)
         else:
-            arr = _read_array(reader, index, dtype, shape, order, verify, n_threads, pickled)
+            arr = _read_array(reader, index, dtype, shape, order, verify, n_threads, pickled,
+                              align)
         loaded[index] = arr
         return arr
 
@@ -95,7 +100,8 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
     ahead_of, ahead = frozenset(read_ahead), None
 
     unpickler = ArrayUnpickler(pickled, load_array, restricted, allowed,
-                               prefixes, source=name, limits=limits)
+                               prefixes, source=name, limits=limits,
+                               jax_as_numpy=jax_as_numpy)
     try:
         with collector_paused():  # a stream makes many objects and frees none
             obj = unpickler.load()
@@ -117,10 +123,11 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
     return obj
 
 
-def _read_array(reader, index, dtype, shape, order, verify, n_threads, pickled):
-    """The array of section ``index``, read into new memory."""
+def _read_array(reader, index, dtype, shape, order, verify, n_threads, pickled, align=0):
+    """The array of section ``index``, read into new memory (its first byte
+    at a multiple of ``align`` bytes, if given)."""
     section = reader.sections[index]
-    arr, view = _new_array(reader, section, dtype, shape, order)
+    arr, view = _new_array(reader, section, dtype, shape, order, align)
     try:
         reader.read_into(section, view, verify=verify, n_threads=n_threads)
     except CorruptFileError as exc:
@@ -130,7 +137,7 @@ def _read_array(reader, index, dtype, shape, order, verify, n_threads, pickled):
     return arr
 
 
-def _read_ahead(reader, indices, verify, n_threads):
+def _read_ahead(reader, indices, verify, n_threads, align=0):
     """``{index: array}`` of the array sections ``indices`` (compressed, or
     raw and copied into memory), each read, checked and decoded by one of
     ``n_threads`` threads. A section that fails maps to its exception,
@@ -152,7 +159,7 @@ def _read_ahead(reader, indices, verify, n_threads):
         try:
             dtype, shape, order, nbytes = array_layout(reader, section)
             if nbytes:
-                arr, view = _new_array(reader, section, dtype, shape, order)
+                arr, view = _new_array(reader, section, dtype, shape, order, align)
                 reads.append((index, section, arr, view))
         except Exception as exc:  # noqa: BLE001 - raised where the stream asks for it
             done[index] = exc
@@ -187,6 +194,11 @@ def _stores_tensors(pickled):
     format's ``rebuild_tensor``; a string holding that name gives a false
     positive, which only maps the file privately)."""
     return names.REBUILD_TENSOR.rpartition(".")[2].encode() in pickled.getvalue()
+
+
+def _stores_jax(pickled):
+    """Whether the pickle stream may rebuild JAX arrays (as :func:`_stores_tensors`)."""
+    return names.REBUILD_JAX.rpartition(".")[2].encode() in pickled.getvalue()
 
 
 def _view(reader, section, verify):
@@ -321,16 +333,16 @@ def array_layout(reader, section, resolve=True):
     return dtype, shape, order, nbytes
 
 
-def _new_array(reader, section, dtype, shape, order):
+def _new_array(reader, section, dtype, shape, order, align=0):
     """``(array, byte view)`` to read ``section`` into, allocated once the
     sizes the section claims are checked against the file."""
     reader.check_claimed_sizes(section)  # before allocating a forged size
-    return _allocate(reader, section.index, dtype, shape, order)
+    return _allocate(reader, section.index, dtype, shape, order, align)
 
 
-def _allocate(reader, index, dtype, shape, order):
+def _allocate(reader, index, dtype, shape, order, align=0):
     try:
-        return allocate(dtype, shape, order)
+        return allocate(dtype, shape, order, align)
     except (MemoryError, ValueError) as exc:
         raise reader.error(
             f"section {index} claims an array {dtype} {shape} that cannot be "

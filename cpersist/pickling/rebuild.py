@@ -15,6 +15,7 @@ import numpy as np
 
 from . import names
 from .arrays import from_inline
+from .jax_arrays import assemble, bad_jax, check_placement, to_jax
 from .torch_dtypes import bad_tensor, check_view, import_torch, view_extent
 
 
@@ -117,6 +118,48 @@ def rebuild_tensor(data, dtype, offset, shape, stride, requires_grad, kind, stat
     return tensor
 
 
+@_format_name(names.REBUILD_JAX)
+def rebuild_jax(data, placement):
+    """Rebuild a JAX array (stored by :mod:`cpersist.pickling.jax_arrays`).
+
+    ``data`` is the array's data as a numpy array and ``placement`` None, or
+    for an array sharded over several devices, a tuple of its shards' data
+    and a dict saying where each shard sits and, for a ``NamedSharding``,
+    the mesh and partition spec (see :func:`.jax_arrays.check_placement`).
+    The array comes back with that sharding where this process has the
+    devices its mesh needs, else on the default device. In a lazy load
+    (``data`` a :class:`~cpersist.LazyArray`) the lazy array is returned
+    itself; a sharded array's shards are read and assembled into a numpy
+    array.
+    """
+    from ..lazy.array import LazyArray
+
+    if placement is None:
+        if isinstance(data, LazyArray):
+            return data
+        if not isinstance(data, np.ndarray):
+            bad_jax("its data is not a stored array")
+        return to_jax(data, None)
+    if type(data) is tuple and any(isinstance(shard, LazyArray) for shard in data):
+        return rebuild_jax_numpy(tuple(np.asarray(shard) for shard in data), placement)
+    if type(data) is not tuple or not all(isinstance(shard, np.ndarray) for shard in data):
+        bad_jax("its shards are not stored arrays")
+    return to_jax(data, placement)
+
+
+def rebuild_jax_numpy(data, placement):
+    """:func:`rebuild_jax` for ``cpersist.load(..., jax_as_numpy=True)``:
+    the array's data as a numpy array, jax left unimported."""
+    if placement is None:
+        if not isinstance(data, np.ndarray):
+            bad_jax("its data is not a stored array")
+        return data
+    if type(data) is not tuple or not all(isinstance(shard, np.ndarray) for shard in data):
+        bad_jax("its shards are not stored arrays")
+    shape, indices = check_placement(data, placement)
+    return assemble(data, shape, indices)
+
+
 def _empty(torch, dtype):
     if dtype is torch.complex32:
         with warnings.catch_warnings():  # "ComplexHalf support is experimental"
@@ -160,4 +203,4 @@ _COPIES = {}
 #: names without importing the module they spell.
 BY_NAME = {(func.__module__, func.__qualname__): func
            for func in (stored_array, inline_array, rebuild_view, rebuild_masked,
-                         rebuild_tensor)}
+                         rebuild_tensor, rebuild_jax)}

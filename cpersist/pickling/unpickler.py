@@ -15,9 +15,10 @@ import numpy as np
 
 from ..exceptions import CorruptFileError, CpersistError, UntrustedObjectError
 from . import names
-from .rebuild import BY_NAME
+from .rebuild import BY_NAME, rebuild_jax_numpy
 
 _STORED_ARRAY = names.split(names.STORED_ARRAY)
+_REBUILD_JAX = names.split(names.REBUILD_JAX)
 
 #: Globals a restricted load resolves: data types and their constructors,
 #: none of which can run code, import modules or touch files.
@@ -209,11 +210,14 @@ class ArrayUnpickler(pickle.Unpickler):
         Name of the file, for error messages.
     limits : cpersist.Limits, optional
         What a restricted load may cost (default: :class:`~cpersist.Limits`).
+    jax_as_numpy : bool
+        Rebuild JAX arrays as numpy arrays (jax left unimported).
     """
 
     def __init__(self, file, load_array, restricted=False, allowed=SAFE_GLOBALS,
-                 prefixes=(), source=None, limits=None):
+                 prefixes=(), source=None, limits=None, jax_as_numpy=False):
         super().__init__(file)
+        self._jax_as_numpy = jax_as_numpy
         self._file = file
         self._limits = limits
         self._stream_protocol = 0  # the restricted load's PROTO
@@ -227,6 +231,8 @@ class ArrayUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         if (module, name) == _STORED_ARRAY:
             return self._load_array
+        if (module, name) == _REBUILD_JAX and self._jax_as_numpy:
+            return rebuild_jax_numpy
         if not self._restricted:
             return BY_NAME.get((module, name)) or super().find_class(module, name)
         # Restricted: decide on the name alone, before importing anything.

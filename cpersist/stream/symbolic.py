@@ -24,6 +24,7 @@ _INLINE_ARRAY = names.split(names.INLINE_ARRAY)
 _REBUILD_VIEW = names.split(names.REBUILD_VIEW)
 _REBUILD_MASKED = names.split(names.REBUILD_MASKED)
 _REBUILD_TENSOR = names.split(names.REBUILD_TENSOR)
+_REBUILD_JAX = names.split(names.REBUILD_JAX)
 
 #: Opcodes pushing their argument as the value the unpickler would push.
 _LITERALS = frozenset((
@@ -341,9 +342,10 @@ def _call(func, args):
     node.items = args if is_tuple else ()  # a dtype's are read back
     if not is_tuple:
         node.add("<args>", args)
-    elif target == _REBUILD_VIEW or target == _REBUILD_TENSOR:
+    elif target == _REBUILD_VIEW or target == _REBUILD_TENSOR or target == _REBUILD_JAX:
         # (base, cls, state): the subclass instance is its base array; a
-        # tensor's first argument is its storage's array.
+        # tensor's first argument is its storage's array; a JAX array's,
+        # its data (or the tuple of its shards' data).
         for label, child in tuple_children(args):
             node.add("" if label == "[0]" else f"<arg{label[1:-1]}>", child)
     elif target == _REBUILD_MASKED:
