@@ -10,8 +10,9 @@ from ._runtime.threads import check_n_threads
 from .container import ContainerReader
 from .container.sources import SpooledSource
 from .container.sources.open import _Borrowed, open_source
-from .exceptions import ArrayNotFoundError, CorruptFileError, CpersistError
+from .exceptions import CorruptFileError, CpersistError
 from .lazy.array import LazyArray, _Bound
+from .lazy.array_paths import ArrayPaths, placed
 from .lazy.openfile import OpenFile, reference_for
 from .pickling import names
 from .pickling.limits import DEFAULT as _DEFAULT_LIMITS
@@ -99,58 +100,6 @@ def open(source, *, trusted=True, verify=True, n_threads=None,  # noqa: A001
     handle = FileHandle(file, normalized, verify, n_threads)
     handle._limits = limits
     return handle
-
-
-class ArrayPaths(dict):
-    """:attr:`FileHandle.arrays`: a dict whose missing keys are explained.
-
-    ``kept_in_stream`` is called on a missing key only: it gives the paths
-    of the small arrays the file keeps inside its pickle stream, which are
-    not keys but are what a user asking for one of them needs to hear about.
-    """
-
-    def __init__(self, kept_in_stream=list):
-        super().__init__()
-        self._kept_in_stream = kept_in_stream
-
-    def __missing__(self, key):
-        import difflib
-
-        text = str(key)
-        in_stream = self._kept_in_stream()
-        for path in in_stream:
-            if text == path or _names(path, text):
-                raise ArrayNotFoundError(
-                    f"no lazy array at {key!r}: {path} is a small array that the dump kept "
-                    f"inside the pickle stream, not in a section of its own, and "
-                    f"handle.arrays lists only the arrays in sections. Read it from the "
-                    f"object: handle.load(lazy=True){path[len(_ROOT):]} (this reads the "
-                    f"pickle stream, not the other arrays)", key, path)
-        keys = list(self)
-        exact = [k for k in keys if _names(k, text)]
-        near = exact or difflib.get_close_matches(text, keys, n=3, cutoff=0.0)
-        if not keys:
-            listing = "the file stores no array in a section of its own"
-        else:
-            listing = "nearest: " + ", ".join(repr(k) for k in near[:3])
-            if len(keys) > len(near[:3]):
-                listing += f" ({len(keys)} arrays in all: list(handle.arrays))"
-        if in_stream:
-            listing += (f"; {len(in_stream)} small array(s) kept inside the pickle stream "
-                        f"are not listed (cpersist info shows them)")
-        raise ArrayNotFoundError(
-            f"no array at {key!r}: keys are paths from the object, as cpersist info prints "
-            f"them (e.g. \"obj['w']\" for obj['w'], \"obj.coef_\" for an attribute); {listing}",
-            key)
-
-
-#: How paths name the object itself.
-_ROOT = "obj"
-
-
-def _names(path, text):
-    """Whether ``text`` is the last step of ``path``: ``'w'`` of ``"obj['w']"``."""
-    return path.endswith((f"[{text!r}]", f".{text}", f"[{text}]"))
 
 
 class FileHandle:
@@ -251,7 +200,7 @@ class FileHandle:
                     paths = found["paths"]
                     for tensor in found["tensors"]:
                         tensors.setdefault(tensor["section"], []).append(tensor)
-                    inline = _placed(found["inline"])
+                    inline = placed(found["inline"])
                     kept_in_stream = inline.copy
                 arrays = ArrayPaths(kept_in_stream)
                 layouts = {}
@@ -288,7 +237,7 @@ class FileHandle:
                                 limits=self._limits, source=self.name)
         except (CpersistError, ValueError):
             return []
-        return _placed(found["inline"])
+        return placed(found["inline"])
 
     def load(self, lazy=False):
         """The object, as :func:`cpersist.load` gives it, or with lazy arrays.
@@ -363,12 +312,6 @@ def _recorded_paths(reader):
     if not paths or len(set(paths.values())) != len(paths):
         return None
     return paths
-
-
-def _placed(inline):
-    """The paths of the arrays :func:`~cpersist.stream.paths.scan_arrays`
-    found inside the stream, but those it could not place."""
-    return [entry["path"] for entry in inline if entry["path"] != "?"]
 
 
 def _lazy_tensor(reader, storage, tensor):
