@@ -540,7 +540,8 @@ def build_dtype(machine, cls, args, kwargs, new):
 def build_stringdtype(machine, func, args, kwargs, new):
     """numpy's ``_convert_to_stringdtype_kwargs(coerce, na_object)``."""
     bound = bind(func, ("coerce", "na_object"), args, kwargs)
-    if type(bound.get("coerce", True)) is not bool:
+    if bound.get("coerce", True) not in (True, False) or type(bound.get("coerce", True)) not in (
+            bool, int):
         raise Refused("a StringDType's coerce is not a bool")
     if "na_object" in bound and not is_scalar(bound["na_object"]):
         raise Refused(f"a StringDType's NA value {brief(bound['na_object'])}")

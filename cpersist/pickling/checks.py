@@ -25,7 +25,7 @@ def check_dtype(dtype, depth=0):
     if type(dtype) is _STRING_DTYPE:
         # numpy 2's variable-width strings: items are numpy's own string
         # handles, never Python objects; what it may vary is its NA value.
-        if not is_scalar(dtype.na_object) and type(dtype.na_object) is not float:
+        if not is_scalar(getattr(dtype, "na_object", None)):
             raise Refused("a StringDType whose NA value is not a plain scalar")
         return dtype
     if depth > 32:
