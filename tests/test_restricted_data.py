@@ -276,3 +276,63 @@ def test_numpy_string_arrays(compress):
         for key in obj:
             assert out[key].dtype == obj[key].dtype == trusted[key].dtype
             assert out[key].tolist() == obj[key].tolist() == trusted[key].tolist()
+
+
+# -- the dry run of info and verify ------------------------------------------------------
+
+def _defect_streams():
+    deep = pickle.EMPTY_TUPLE + pickle.TUPLE1 * 1_000_000
+    keys = [k * (2**61 - 1) for k in range(1, 40_001)]
+    masked_state = tup(integer(1), tup(integer(2)), call(glob("numpy", "dtype"), s("i8"),
+                                                         pickle.NEWFALSE, pickle.NEWTRUE),
+                       pickle.NEWFALSE, binbytes(b"\x01" * 16), binbytes(b"\x00\x00"),
+                       integer(7))
+    return {
+        "use after free": proto(2, _bytearray(1 << 20) + put(0) + pickle.POP + call(
+            glob("numpy", "ndarray"), tup(integer(1 << 20)), s("u1"), get(0)) + put(1)
+            + pickle.POP + _emptied(0) + get(1)),
+        "deep tuple": proto(4, pickle.EMPTY_SET + pickle.MARK + deep + pickle.ADDITEMS),
+        "masked singleton": proto(2, call(
+            glob("copyreg", "_reconstructor"), glob("numpy.ma.core", "MaskedConstant"),
+            glob("numpy.ma.core", "MaskedArray"), pickle.NONE) + masked_state + pickle.BUILD),
+        "collisions": proto(4, pickle.EMPTY_SET + pickle.MARK + _ints(keys) + pickle.ADDITEMS),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_defect_streams()))
+def test_verify_and_info_say_a_restricted_load_refuses(name, tmp_path):
+    from ._fresh import run_cli
+
+    masked = np.ma.masked
+    before = (masked.shape, masked.dtype)
+    path = tmp_path / "f.cp"
+    path.write_bytes(container_bytes(_defect_streams()[name]))
+    for tool in (cpersist.verify, cpersist.inspect):
+        verdict = tool(path)["restricted_load"]
+        assert verdict["accepted"] is False and verdict["refusal"]
+    with pytest.raises(cpersist.CpersistError) as info:
+        cpersist.load(path, trusted=False)
+    assert type(info.value).__name__ in verdict["refusal"]
+    assert (masked.shape, masked.dtype) == before
+    verified = run_cli("verify", path).stdout
+    assert ": OK (" in verified and "a restricted load (trusted=False) refuses it" in verified
+    assert "restricted load (trusted=False): refused" in run_cli("info", path).stdout
+
+
+def test_dry_run_accepts_what_a_restricted_load_does(tmp_path):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "ok.cp"
+    obj = {"w": np.arange(1e5), "t": torch.ones(3, 4).t(), "f": np.asfortranarray(
+        np.ones((40, 30))), "m": np.ma.array([1, 2], mask=[0, 1]), "mat": np.matrix([[1]])}
+    cpersist.dump(obj, path, compress="max")
+    assert cpersist.verify(path)["restricted_load"] == {"accepted": True, "refusal": None}
+    assert cpersist.inspect(path)["restricted_load"]["accepted"]
+    cpersist.load(path, trusted=False)
+
+
+def test_tensor_item_sizes_known_without_torch():
+    pytest.importorskip("torch")
+    from cpersist.pickling.torch_dtypes import itemsize_by_name, torch_dtypes
+
+    assert {name: itemsize_by_name(name) for name in torch_dtypes()} == {
+        name: dtype.itemsize for name, dtype in torch_dtypes().items()}

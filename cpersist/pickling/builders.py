@@ -17,6 +17,7 @@ import collections
 import datetime
 import decimal
 import fractions
+import pickle
 import re
 
 import numpy as np
@@ -463,7 +464,7 @@ def set_array_state(machine, arr, state):
             machine, arr, (version, shape, dtype, fortran, data))
         _, _, _, _, mask = array_state(
             machine, arr, (version, shape, ma.make_mask_descr(dtype), fortran, mask))
-        check_plain(fill, "a masked array's fill value", depth=3)
+        _fill_value(fill)
         state = (version, shape, dtype, fortran, data, mask, fill)
     else:
         state = array_state(machine, arr, state)
@@ -472,6 +473,13 @@ def set_array_state(machine, arr, state):
     except (TypeError, ValueError, KeyError, IndexError, OverflowError,
             RuntimeError) as exc:
         raise Refused(f"bad array state: {exc}") from None
+
+
+def _fill_value(value):
+    """A masked array's fill value: plain, or an array (numpy keeps it as a
+    0-d array) made by this load, which numpy copies."""
+    if not isinstance(value, np.ndarray):
+        check_plain(value, "a masked array's fill value", depth=3)
 
 
 def build_frombuffer(machine, func, args, kwargs, new):
@@ -669,7 +677,7 @@ def build_masked(machine, func, args, kwargs, new):
         _array_arg(machine, func, mask)
         if mask.shape != data.shape:
             raise Refused("a mask of another shape than its data")
-    check_plain(bound.get("fill_value"), "a masked array's fill value", depth=3)
+    _fill_value(bound.get("fill_value"))
     if type(bound.get("hard_mask")) is not bool:
         raise Refused("hard_mask is not a bool")
     return func(cls, data, mask, bound.get("fill_value"), bound["hard_mask"])
@@ -679,12 +687,20 @@ def build_tensor(machine, func, args, kwargs, new):
     """``rebuild_tensor(storage, ...)``: a tensor over a stored storage only."""
     if not args or not machine.is_stored(args[0]):
         raise Refused("a tensor whose storage is not an array of a section")
-    if machine.dry:
-        from .torch_dtypes import check_view, view_extent
+    if machine.dry:  # checked as rebuild_tensor would, without importing torch
+        from .torch_dtypes import check_view_args, itemsize_by_name, view_extent
 
+        if len(args) != 9 or kwargs:
+            raise Refused("rebuild_tensor takes 9 arguments")
         dtype, offset, shape, stride, requires_grad, kind, state, device = args[1:9]
-        tdtype = check_view(dtype, offset, shape, stride, kind, state, device)
-        if view_extent(offset, shape, stride) * tdtype.itemsize > args[0].nbytes:
+        itemsize = itemsize_by_name(dtype) if type(dtype) is str else None
+        if itemsize is None or type(requires_grad) is not bool:
+            raise Refused(f"a tensor of dtype {brief(dtype)}")
+        try:
+            check_view_args(offset, shape, stride, kind, state, device)
+        except pickle.UnpicklingError as exc:
+            raise Refused(str(exc)) from None
+        if view_extent(offset, shape, stride) * itemsize > args[0].nbytes:
             raise Refused("a tensor view reaching past its storage")
         return None
     return func(*args, **kwargs)

@@ -110,6 +110,10 @@ def format_info(info):
                      f"(not named in the stream)")
     if info.get("extension_codes"):
         lines.append(f"  + copyreg extension codes {info['extension_codes']}")
+    verdict = info.get("restricted_load")
+    if verdict is not None:
+        lines.append("restricted load (trusted=False): " + (
+            "accepted" if verdict["accepted"] else f"refused ({verdict['refusal']})"))
     return "\n".join(lines)
 
 
@@ -128,6 +132,9 @@ def format_verified(path, result, resealed):
                 f"(mmap_mode='r+') and cannot be checked: "
                 + ("their new checksums are stored (resealed)" if resealed
                    else "'cpersist verify --reseal' stores their new checksums"))
+    verdict = result.get("restricted_load")
+    if verdict is not None and not verdict["accepted"]:
+        note += (f"; a restricted load (trusted=False) refuses it: {verdict['refusal']}")
     return (f"{path}: OK ({result['sections']} sections, {result['chunks']} chunks, "
             f"{_human(result['stored_bytes'])} checked){note}")
 
