@@ -14,7 +14,9 @@ argument in Python and builds a fresh value.
 
 import numpy as np
 
+from . import array_builders as a
 from . import builders as b
+from . import format_builders as f
 from . import names
 
 #: Marks an entry that may be named but not called.
@@ -62,36 +64,36 @@ def _table():
     add("_codecs", "encode", b.build_encode)
 
     multiarray = ("numpy", "numpy.core.multiarray", "numpy._core.multiarray")
-    add(multiarray, "ndarray", b.build_ndarray)
-    add(multiarray, "dtype", b.build_dtype)
-    add(multiarray, "_reconstruct", b.build_reconstruct)
-    add(multiarray, "scalar", b.build_scalar)
-    add(("numpy.core.numeric", "numpy._core.numeric"), "_frombuffer", b.build_frombuffer)
+    add(multiarray, "ndarray", a.build_ndarray)
+    add(multiarray, "dtype", a.build_dtype)
+    add(multiarray, "_reconstruct", a.build_reconstruct)
+    add(multiarray, "scalar", a.build_scalar)
+    add(("numpy.core.numeric", "numpy._core.numeric"), "_frombuffer", a.build_frombuffer)
     add(("numpy.core._internal", "numpy._core._internal"),
-        "_convert_to_stringdtype_kwargs", b.build_stringdtype)
+        "_convert_to_stringdtype_kwargs", a.build_stringdtype)
     # numpy >= 2 sets MaskedArray.__module__ to "numpy.ma", so pickle names it so.
     add(("numpy.ma.core", "numpy.ma"), "MaskedArray", VALUE)
-    add("numpy.ma.core", "_mareconstruct", b.build_mareconstruct)
-    add("numpy.ma.core", "MaskedConstant", b.build_masked_constant)
+    add("numpy.ma.core", "_mareconstruct", a.build_mareconstruct)
+    add("numpy.ma.core", "MaskedConstant", a.build_masked_constant)
     # The max codec may store a Fortran-ordered array in C order and rebuild
     # it with this (see ArrayPickler's fortran_as_c).
-    add("numpy", "asfortranarray", b.build_asfortranarray)
-    add(("numpy", "numpy.matrixlib.defmatrix"), "matrix", b.build_matrix)
-    add(("numpy", "numpy.rec"), "recarray", b.build_recarray)
-    add(("numpy", "numpy.rec"), "record", b.build_void)
-    add("numpy.dtypes", [n for n in dir(np.dtypes) if n.endswith("DType")], b.build_dtype)
-    add("numpy", [t.__name__ for t in np.sctypeDict.values()], b.build_numpy_scalar)
-    add("numpy", "void", b.build_void)
+    add("numpy", "asfortranarray", a.build_asfortranarray)
+    add(("numpy", "numpy.matrixlib.defmatrix"), "matrix", a.build_matrix)
+    add(("numpy", "numpy.rec"), "recarray", a.build_recarray)
+    add(("numpy", "numpy.rec"), "record", a.build_void)
+    add("numpy.dtypes", [n for n in dir(np.dtypes) if n.endswith("DType")], a.build_dtype)
+    add("numpy", [t.__name__ for t in np.sctypeDict.values()], a.build_numpy_scalar)
+    add("numpy", "void", a.build_void)
     # Not numpy.memmap: called through REDUCE it creates or truncates any file
     # (memmaps are stored as plain arrays, so no cpersist file needs it).
 
-    add(*names.split(names.INLINE_ARRAY), b.build_inline)
-    add(*names.split(names.REBUILD_VIEW), b.build_view)
-    add(*names.split(names.REBUILD_MASKED), b.build_masked)
-    add(*names.split(names.REBUILD_TENSOR), b.build_tensor)
+    add(*names.split(names.INLINE_ARRAY), f.build_inline)
+    add(*names.split(names.REBUILD_VIEW), f.build_view)
+    add(*names.split(names.REBUILD_MASKED), f.build_masked)
+    add(*names.split(names.REBUILD_TENSOR), f.build_tensor)
 
-    add("torch", "Size", b.build_torch_size)
-    add("torch", "device", b.build_torch_device)
+    add("torch", "Size", f.build_torch_size)
+    add("torch", "device", f.build_torch_device)
     add("torch", _TORCH_VALUES, VALUE)
     return rows
 

@@ -26,16 +26,12 @@ stream asks for is decided here:
 """
 
 import pickle
-import sys
 import time
-
-import numpy as np
 
 from .._runtime.gc import collector_paused
 from ..exceptions import CorruptFileError, CpersistError, UntrustedObjectError
 from ..stream.args import StreamError, next_frame_end, read_in_frame
 from .allowlist import TRUSTED, VALUE
-from .builders import ENTRY, SLOT, set_array_state
 from .checks import Refused, brief
 from .limits import exceeded
 from .restricted_ops import _HANDLERS, _INTS, _NO_ARG, Opcodes
@@ -151,8 +147,6 @@ class Machine(Opcodes):
             depths[id(made)] = (made, depth)
         return made
 
-    tuple_made = nested
-
     def key(self, container, key):
         """Check ``key`` before it goes into the set or dict ``container``:
         hashable, and sharing its hash with few others of the container
@@ -181,7 +175,12 @@ class Machine(Opcodes):
         self._targets[id(obj)] = obj
         return obj
 
-    made_array = made_target
+    made_array = made_target  # an array: given its state once by BUILD
+
+    def is_trusted(self, obj):
+        """Whether ``obj`` is a global the caller trusts (no allowlist row)."""
+        entry = self._callables.get(id(obj))
+        return entry is not None and entry[0] is obj and entry[1] is TRUSTED
 
     def made_dtype(self, dtype):
         self.new_dtypes[id(dtype)] = dtype
@@ -203,36 +202,6 @@ class Machine(Opcodes):
                        f"only fill in objects the stream made and has not handed on",
                 remedy="load it with trusted=True only if you trust this file")
         return obj
-
-    # -- stack ------------------------------------------------------------
-    def _fence(self):
-        return self.marks[-1] if self.marks else 0
-
-    def _pop(self):
-        if len(self.stack) <= self._fence():
-            raise StreamError("unpickling stack underflow")
-        return self.stack.pop()
-
-    def _top(self):
-        if len(self.stack) <= self._fence():
-            raise StreamError("unpickling stack underflow")
-        return self.stack[-1]
-
-    def _pop_mark(self):
-        if not self.marks:
-            raise StreamError("could not find MARK")
-        start = self.marks.pop()
-        items = self.stack[start:]
-        del self.stack[start:]
-        return items
-
-    def _pop_n(self, n):
-        start = len(self.stack) - n
-        if start < self._fence():
-            raise StreamError("unpickling stack underflow")
-        items = tuple(self.stack[start:])
-        del self.stack[start:]
-        return items
 
     # -- calls --------------------------------------------------------------
     def call(self, func, args, kwargs=None, new=False):
@@ -269,40 +238,6 @@ class Machine(Opcodes):
         obj, builder = self._resolve(module, name)
         self._callables[id(obj)] = (obj, builder)
         return obj
-
-    def build(self, inst, state):
-        """``BUILD``: ``inst`` given ``state``, if the stream may still change it."""
-        if isinstance(inst, np.dtype):
-            self._build_dtype(inst, state)
-            return
-        self.target(inst, "BUILD")
-        if isinstance(inst, np.ndarray):
-            del self._targets[id(inst)]  # given its state once
-            set_array_state(self, inst, state)
-            return
-        setstate = getattr(inst, "__setstate__", None)
-        if setstate is not None:
-            setstate(state)
-            return
-        slotstate = None
-        if type(state) is tuple and len(state) == 2:
-            state, slotstate = state
-        if state:
-            if type(state) is not dict:
-                raise Refused(f"an object's state is {brief(state)}")
-            self.alloc(ENTRY * len(state))
-            attributes = inst.__dict__
-            for key, value in state.items():
-                if type(key) is not str:
-                    raise Refused(f"an attribute named {brief(key)}")
-                attributes[sys.intern(key)] = value
-        if slotstate:
-            if type(slotstate) is not dict:
-                raise Refused(f"an object's slot state is {brief(slotstate)}")
-            for key, value in slotstate.items():
-                if type(key) is not str:
-                    raise Refused(f"an attribute named {brief(key)}")
-                setattr(inst, key, value)
 
     # -- the run ------------------------------------------------------------
     def run(self):

@@ -4,18 +4,50 @@ budget, and what it refuses to change.
 """
 
 import copyreg
+import sys
 
 import numpy as np
 
 from ..exceptions import UntrustedObjectError
 from ..stream.args import NAMES, StreamError
 from ..stream.args import _READERS as _READS_ARGUMENT
+from .array_builders import set_array_state
 from .builders import ENTRY, SLOT
 from .checks import Refused, brief, check_dtype, check_plain
 
 
 class Opcodes:
     """The opcode handlers of :class:`~.restricted.Machine`."""
+
+    # -- stack ------------------------------------------------------------
+    def _fence(self):
+        return self.marks[-1] if self.marks else 0
+
+    def _pop(self):
+        if len(self.stack) <= self._fence():
+            raise StreamError("unpickling stack underflow")
+        return self.stack.pop()
+
+    def _top(self):
+        if len(self.stack) <= self._fence():
+            raise StreamError("unpickling stack underflow")
+        return self.stack[-1]
+
+    def _pop_mark(self):
+        if not self.marks:
+            raise StreamError("could not find MARK")
+        start = self.marks.pop()
+        items = self.stack[start:]
+        del self.stack[start:]
+        return items
+
+    def _pop_n(self, n):
+        start = len(self.stack) - n
+        if start < self._fence():
+            raise StreamError("unpickling stack underflow")
+        items = tuple(self.stack[start:])
+        del self.stack[start:]
+        return items
 
     def op_mark(self, arg):
         self.marks.append(len(self.stack))
@@ -245,6 +277,40 @@ class Opcodes:
             raise StreamError("unpickling stack underflow")
         state = self.stack.pop()
         self.build(self.stack[-1], state)
+
+    def build(self, inst, state):
+        """``BUILD``: ``inst`` given ``state``, if the stream may still change it."""
+        if isinstance(inst, np.dtype):
+            self._build_dtype(inst, state)
+            return
+        self.target(inst, "BUILD")
+        if isinstance(inst, np.ndarray):
+            del self._targets[id(inst)]  # given its state once
+            set_array_state(self, inst, state)
+            return
+        setstate = getattr(inst, "__setstate__", None)
+        if setstate is not None:
+            setstate(state)
+            return
+        slotstate = None
+        if type(state) is tuple and len(state) == 2:
+            state, slotstate = state
+        if state:
+            if type(state) is not dict:
+                raise Refused(f"an object's state is {brief(state)}")
+            self.alloc(ENTRY * len(state))
+            attributes = inst.__dict__
+            for key, value in state.items():
+                if type(key) is not str:
+                    raise Refused(f"an attribute named {brief(key)}")
+                attributes[sys.intern(key)] = value
+        if slotstate:
+            if type(slotstate) is not dict:
+                raise Refused(f"an object's slot state is {brief(slotstate)}")
+            for key, value in slotstate.items():
+                if type(key) is not str:
+                    raise Refused(f"an attribute named {brief(key)}")
+                setattr(inst, key, value)
 
     def _build_dtype(self, dtype, state):
         if self.new_dtypes.pop(id(dtype), None) is not dtype:

@@ -11,12 +11,10 @@ import pickle
 import sys
 import types
 
-import numpy as np
-
 from ..exceptions import CorruptFileError, CpersistError, UntrustedObjectError
 from . import names
 from .allowlist import ALLOWED, TRUSTED
-from .builders import build_stored
+from .format_builders import build_stored
 from .rebuild import BY_NAME
 
 _STORED_ARRAY = names.split(names.STORED_ARRAY)
