@@ -99,8 +99,10 @@ def build_torch_size(machine, func, args, kwargs, new):
 
 
 def build_torch_device(machine, func, args, kwargs, new):
+    # torch keeps an index in 8 bits, silently dropping higher ones.
     if kwargs or not 1 <= len(args) <= 2 or type(args[0]) is not str or len(args[0]) > 64 or (
-            len(args) == 2 and args[1] is not None and type(args[1]) is not int):
+            len(args) == 2 and args[1] is not None and not (
+                type(args[1]) is int and 0 <= args[1] < 128)):
         raise Refused("torch.device of other than a name and an index")
     try:
         return func(*args)
