@@ -309,21 +309,31 @@ def array_arg(machine, func, value):
     return value
 
 
+def _asked(machine, func, data, dtype):
+    """Charge what numpy would allocate for ``data`` as ``dtype`` (before
+    refusing a non-array: a scalar of a vast subarray dtype costs it all),
+    then check that ``data`` is an array."""
+    dtype = as_dtype(dtype) if dtype is not None else None
+    if dtype is not None:
+        machine.alloc((data.size if isinstance(data, np.ndarray) else 1) * dtype.itemsize)
+    return array_arg(machine, func, data), dtype
+
+
 def build_asfortranarray(machine, func, args, kwargs, new):
-    if len(args) != 1 or kwargs:
-        raise Refused("asfortranarray takes one array")
-    arr = array_arg(machine, func, args[0])
+    bound = bind(func, ("a", "dtype"), args, kwargs)
+    arr, dtype = _asked(machine, func, bound.get("a"), bound.get("dtype"))
     if machine.dry:
         return arr
-    machine.alloc(0 if machine.is_stored(arr) else arr.nbytes)
-    return np.asfortranarray(arr)
+    if dtype is None:
+        machine.alloc(0 if machine.is_stored(arr) else arr.nbytes)
+    return np.asfortranarray(arr, dtype)
 
 
 def build_matrix(machine, func, args, kwargs, new):
     bound = bind(func, ("data", "dtype", "copy"), args, kwargs)
-    arr = array_arg(machine, func, bound.get("data"))
-    dtype = as_dtype(bound["dtype"]) if bound.get("dtype") is not None else None
-    machine.alloc(arr.nbytes)
+    arr, dtype = _asked(machine, func, bound.get("data"), bound.get("dtype"))
+    if dtype is None:
+        machine.alloc(arr.nbytes)
     return np.matrix(arr, dtype, copy=True)
 
 

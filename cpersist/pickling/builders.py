@@ -163,6 +163,8 @@ _DATETIMES = (datetime.date, datetime.datetime, datetime.time, datetime.timedelt
 def _items_of(machine, func, source):
     if source is None:
         return ()
+    if type(source) in (bytes, bytearray, str):  # what a list of it would cost, refused
+        machine.alloc(SLOT * len(source))
     if not isinstance(source, _ITERABLES) and type(source) is not dict:
         raise Refused(f"{brief(func)} of {brief(source)}")
     if type(source) is range and len(source) > machine.limits.max_objects:
