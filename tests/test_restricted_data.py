@@ -344,3 +344,14 @@ def test_tensor_item_sizes_known_without_torch():
 
     assert {name: itemsize_by_name(name) for name in torch_dtypes()} == {
         name: dtype.itemsize for name, dtype in torch_dtypes().items()}
+
+
+def test_dtype_state_only_as_numpy_writes_it():
+    # numpy's dtype.__setstate__ reads a 6-item state unchecked and crashes.
+    dtype = call(glob("numpy", "dtype"), s("f8"), pickle.NEWFALSE, pickle.NEWTRUE)
+    short = tup(integer(3), s(">"), pickle.NONE, integer(-1), integer(-1), integer(0))
+    with pytest.raises(CorruptFileError, match="dtype state"):
+        load(proto(2, dtype + short + pickle.BUILD))
+    numpy_s = tup(integer(3), s(">"), pickle.NONE, pickle.NONE, pickle.NONE, integer(-1),
+                  integer(-1), integer(0))
+    assert load(proto(2, dtype + numpy_s + pickle.BUILD)) == np.dtype(">f8")

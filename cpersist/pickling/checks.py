@@ -178,3 +178,47 @@ def raw_extent(shape, strides, itemsize, offset):
         else:
             high += (n - 1) * step
     return low, high + itemsize
+
+
+def check_dtype_state(dtype, state):
+    """Raise :class:`Refused` unless ``state`` is one numpy's own dtypes
+    pickle for ``dtype``: ``(3, byteorder, subarray, names, fields, itemsize,
+    alignment, flags)``, with metadata after it as version 4 (numpy's
+    ``__setstate__`` reads other forms unchecked, and crashes on some)."""
+    if type(state) is not tuple or len(state) not in (8, 9) or state[0] != len(state) - 5 or (
+            type(state[0]) is not int):
+        raise Refused("a dtype state other than numpy's (version 3 or 4)")
+    _, order, subarray, names, fields, itemsize, alignment, flags = state[:8]
+    if order not in ("<", ">", "|", "="):
+        raise Refused(f"a dtype state of byte order {brief(order)}")
+    if subarray is not None and not (
+            type(subarray) is tuple and len(subarray) == 2
+            and isinstance(subarray[0], np.dtype) and type(subarray[1]) is tuple
+            and len(subarray[1]) <= 64
+            and all(type(n) is int and n >= 0 for n in subarray[1])):
+        raise Refused("a dtype state whose subarray is not (dtype, shape)")
+    if (names is None) != (fields is None):
+        raise Refused("a dtype state with names but no fields, or fields but no names")
+    if names is not None:
+        if type(names) is not tuple or not all(type(n) is str for n in names) or (
+                type(fields) is not dict):
+            raise Refused("a dtype state whose names are not strings")
+        for key, field in fields.items():
+            if not (type(field) is tuple and len(field) in (2, 3)
+                    and isinstance(field[0], np.dtype)
+                    and type(field[1]) is int and field[1] >= 0):
+                raise Refused(f"a dtype state whose field {brief(key)} is not (dtype, offset)")
+            if len(field) == 3:
+                check_plain(field[2], "a field's title", depth=1)
+        if not all(name in fields for name in names):
+            raise Refused("a dtype state naming a field it does not describe")
+    # A flexible dtype made unsized ("U") takes its size from the state.
+    if type(itemsize) is not int or itemsize not in (-1, dtype.itemsize) and not (
+            dtype.itemsize == 0 and 0 <= itemsize < 1 << 31):
+        raise Refused(f"a dtype state of item size {brief(itemsize)} for a dtype of "
+                      f"{dtype.itemsize}")
+    if type(alignment) is not int or not -1 <= alignment <= 64 or (
+            type(flags) is not int or not 0 <= flags < 1024):
+        raise Refused("a dtype state of odd alignment or flags")
+    if len(state) == 9:
+        check_plain(state[8], "a dtype's metadata", depth=4)

@@ -13,7 +13,7 @@ from ..stream.args import NAMES, StreamError
 from ..stream.args import _READERS as _READS_ARGUMENT
 from .array_builders import set_array_state
 from .builders import ENTRY, SLOT
-from .checks import Refused, brief, check_dtype, check_plain
+from .checks import Refused, brief, check_dtype, check_dtype_state
 
 
 class Opcodes:
@@ -318,7 +318,7 @@ class Opcodes:
                 "numpy", "dtype", self.source,
                 reason="the pickle stream tried to change a dtype it did not just make",
                 remedy="load it with trusted=True only if you trust this file")
-        check_plain(state, "a dtype's state")
+        check_dtype_state(dtype, state)
         try:
             dtype.__setstate__(state)
         except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
