@@ -82,7 +82,7 @@ class Machine(Opcodes):
         self.dry = dry
         self.new_dtypes = {}  # id -> dtype made here and not yet given a state
         self._targets = {}    # id -> object the stream made and may still fill in
-        self._callables = {}  # id -> (global, its builder)
+        self._callables = {}  # id -> (global, its builder, its name)
         self._stored = {}     # id -> array of a section
         self._depths = {}     # id -> (tuple or frozenset, nesting) when nested
         self._hashes = {}     # id -> (set or dict, {hash: keys of it}) of odd keys
@@ -222,9 +222,9 @@ class Machine(Opcodes):
             made = func.__new__(func, *args, **kwargs) if new else func(*args, **kwargs)
             return self.made_target(made)
         if builder is VALUE:
-            module, name = getattr(func, "__module__", "?"), getattr(func, "__qualname__", "?")
+            module, _, name = entry[2].rpartition(".")
             raise UntrustedObjectError(
-                str(module), str(name), self.source,
+                module, name, self.source,
                 reason="restricted loads take it as a value, never call it",
                 remedy="load it with trusted=True only if you trust this file")
         return builder(self, func, args, kwargs, new)
@@ -236,7 +236,7 @@ class Machine(Opcodes):
 
     def _global(self, module, name):
         obj, builder = self._resolve(module, name)
-        self._callables[id(obj)] = (obj, builder)
+        self._callables[id(obj)] = (obj, builder, f"{module}.{name}")
         return obj
 
     # -- the run ------------------------------------------------------------
