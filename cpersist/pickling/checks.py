@@ -1,31 +1,11 @@
-"""What a restricted load lets a stream call, and the check each call gets:
-arrays made over raw bytes only with a dtype holding no Python objects,
-dtypes rebuilt by numpy from a plain description and checked, sizes bounded
-by :class:`~cpersist.Limits` (see :mod:`.restricted`).
+"""The checks of what a restricted load's stream hands to the code that
+builds its objects (:mod:`.builders`): dtypes rebuilt by numpy from a plain
+description, plain values (scalars and shallow containers of them), shapes,
+and the keys of sets and dicts (see :mod:`.restricted`).
 """
-
-import copyreg
-import decimal
-import fractions
-import operator
-import re
-import sys
 
 import numpy as np
 
-from ..exceptions import UntrustedObjectError
-from .limits import exceeded
-
-try:  # numpy >= 2
-    from numpy._core.multiarray import _reconstruct, scalar
-    from numpy._core.numeric import _frombuffer
-except ImportError:  # pragma: no cover - numpy 1.x
-    from numpy.core.multiarray import _reconstruct, scalar
-    from numpy.core.numeric import _frombuffer
-
-#: Encodings a ``str``/``bytes`` call may name: looking up another imports a module.
-_TEXT_ENCODINGS = frozenset(("utf-8", "utf8", "latin1", "latin-1", "ascii", "utf-16", "utf-32"))
-_EXPONENT = re.compile(r"[eE]\s*([+-]?[0-9_]+)")
 #: numpy's dtype flags that say an item holds Python objects
 #: (NPY_ITEM_REFCOUNT, NPY_LIST_PICKLE).
 _OBJECT_FLAGS = 0x01 | 0x02
@@ -42,6 +22,12 @@ def check_dtype(dtype, depth=0):
     puts them, the flags numpy gives it."""
     if type(dtype) is not np.dtype and not isinstance(dtype, np.dtype):
         raise Refused(f"{type(dtype).__name__} given where a dtype is needed")
+    if type(dtype) is _STRING_DTYPE:
+        # numpy 2's variable-width strings: items are numpy's own string
+        # handles, never Python objects; what it may vary is its NA value.
+        if not is_scalar(getattr(dtype, "na_object", None)):
+            raise Refused("a StringDType whose NA value is not a plain scalar")
+        return dtype
     if depth > 32:
         raise Refused("a dtype nested more than 32 deep")
     holds_objects = dtype.char == "O"
@@ -92,237 +78,147 @@ def check_dtype(dtype, depth=0):
     return dtype
 
 
-def _as_dtype(value):
+
+
+_STRING_DTYPE = getattr(np.dtypes, "StringDType", None)
+#: Plain values: what a stream may hand to the code building numbers,
+#: strings, dtypes and fill values.
+_SCALARS = frozenset((type(None), bool, int, float, complex, str, bytes))
+
+
+def is_scalar(value):
+    return type(value) in _SCALARS
+
+
+def brief(value):
+    """``value`` named in a message without running its ``repr`` (which a
+    forged value makes slow or deep)."""
+    if type(value) in _SCALARS and (type(value) not in (str, bytes) or len(value) <= 60):
+        return repr(value)
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__qualname__}"
+    return f"a {type(value).__name__}"
+
+
+def check_plain(value, what, depth=8, budget=None):
+    """Raise :class:`Refused` unless ``value`` is a scalar, a dtype, or a
+    list, tuple or dict of plain values at most ``depth`` deep and of at
+    most ``budget`` (a one-item list counting down) items in all."""
+    if budget is None:
+        budget = [4096]
+    kind = type(value)
+    if kind in _SCALARS or isinstance(value, (np.dtype, np.generic)):
+        return value
+    if depth <= 0:
+        raise Refused(f"{what} nested too deeply")
+    if kind is tuple or kind is list:
+        items = value
+    elif kind is dict:
+        items = [*value.keys(), *value.values()]
+    elif isinstance(value, type) and issubclass(value, (np.generic, float, int, complex,
+                                                        str, bytes, bool)):
+        return value  # a scalar type as a dtype's description (numpy.float64)
+    else:
+        raise Refused(f"{what} holds {brief(value)}")
+    budget[0] -= len(items)
+    if budget[0] < 0:
+        raise Refused(f"{what} holds too many items")
+    for item in items:
+        check_plain(item, what, depth - 1, budget)
+    return value
+
+
+def as_dtype(value):
     """A numpy dtype from a stream's description of one, checked."""
     if not isinstance(value, np.dtype):
+        check_plain(value, "a dtype's description")
         try:
             value = np.dtype(value)
-        except (TypeError, ValueError, SyntaxError, KeyError) as exc:
-            raise Refused(f"bad dtype {value!r:.80}: {exc}") from None
+        except (TypeError, ValueError, SyntaxError, KeyError, RecursionError) as exc:
+            raise Refused(f"bad dtype {brief(value)}: {exc}") from None
     return check_dtype(value)
 
 
-def _count(shape):
-    if shape is None:
-        return 0
-    try:
-        dims = (operator.index(shape),)
-    except TypeError:
-        try:
-            dims = tuple(operator.index(n) for n in shape)
-        except TypeError:
-            return 0  # numpy refuses it
+#: numpy's limit on an array's dimensions.
+MAX_DIMS = 64
+
+
+def as_shape(value):
+    """An array shape (a tuple of non-negative ints) and its item count."""
+    if type(value) is int:
+        value = (value,)
+    elif type(value) is list:
+        value = tuple(value)
+    if type(value) is not tuple or len(value) > MAX_DIMS or not all(
+            type(n) is int and n >= 0 for n in value):
+        raise Refused(f"bad shape {brief(value)}")
     count = 1
-    for n in dims:
-        count *= max(n, 0)
-    return count
+    for n in value:
+        count *= n
+    return value, count
 
 
-def _bind(names, args, kwargs):
-    bound = dict(zip(names, args))
-    for key, value in kwargs.items():
-        bound[key] = value
-    return bound
+def as_order(value, default="C"):
+    if value is None:
+        return default
+    if value not in ("C", "F"):
+        raise Refused(f"bad order {brief(value)}")
+    return value
 
 
-def _invoke(func, args, kwargs, new):
-    if new:
-        return func.__new__(func, *args, **kwargs)
-    return func(*args, **kwargs)
-
-
-def _ndarray(machine, cls, args, kwargs, new):
-    bound = _bind(("shape", "dtype", "buffer", "offset", "strides", "order"), args, kwargs)
-    dtype = _as_dtype(bound.get("dtype", float))
-    if bound.get("buffer") is not None:
-        if dtype.hasobject:
-            raise Refused("an array of Python objects over raw bytes")
-    else:
-        machine.alloc(_count(bound.get("shape")) * dtype.itemsize)
-    return machine.fresh(_invoke(cls, args, kwargs, new))
-
-
-def _recarray(machine, cls, args, kwargs, new):
-    bound = _bind(("shape", "dtype", "buf", "offset", "strides", "formats", "names",
-                   "titles", "byteorder", "aligned", "order"), args, kwargs)
-    if bound.get("dtype") is not None:
-        dtype = _as_dtype(bound["dtype"])
-    else:
-        try:
-            dtype = np.rec.format_parser(bound.get("formats"), bound.get("names"),
-                                         bound.get("titles"), bound.get("aligned", False),
-                                         bound.get("byteorder")).dtype
-        except (TypeError, ValueError, KeyError, SyntaxError) as exc:
-            raise Refused(f"bad record format: {exc}") from None
-        check_dtype(dtype)
-    if bound.get("buf") is not None:
-        if dtype.hasobject:
-            raise Refused("an array of Python objects over raw bytes")
-    else:
-        machine.alloc(_count(bound.get("shape")) * dtype.itemsize)
-    return machine.fresh(_invoke(cls, args, kwargs, new))
-
-
-def _reconstruct_checked(machine, func, args, kwargs, new):
-    if len(args) != 3 or kwargs:
-        raise Refused("_reconstruct takes (class, shape, dtype)")
-    cls, shape, dtype = args
-    if not (isinstance(cls, type) and issubclass(cls, np.ndarray)):
-        raise Refused(f"_reconstruct of {cls!r:.80}, not an ndarray class")
-    machine.alloc(_count(shape) * _as_dtype(dtype).itemsize)
-    return machine.fresh(func(*args))
-
-
-def _mareconstruct_checked(machine, func, args, kwargs, new):
-    if len(args) != 4 or kwargs:
-        raise Refused("_mareconstruct takes (class, base class, shape, dtype)")
-    subtype, baseclass, shape, dtype = args
-    for cls in (subtype, baseclass):
-        if not (isinstance(cls, type) and issubclass(cls, np.ndarray)):
-            raise Refused(f"_mareconstruct of {cls!r:.80}, not an ndarray class")
-    machine.alloc(2 * _count(shape) * _as_dtype(dtype).itemsize)
-    return machine.fresh(func(*args))
-
-
-def _dtype(machine, cls, args, kwargs, new):
-    if cls is not np.dtype:  # numpy.dtypes.Float64DType() and the like
-        return check_dtype(_invoke(cls, args, kwargs, new))
-    bound = _bind(("obj", "align", "copy"), args, kwargs)
-    if set(bound) - {"obj", "align", "copy", "metadata"} or "obj" not in bound:
-        raise Refused(f"numpy.dtype called with {sorted(bound)}")
-    extra = {"metadata": bound["metadata"]} if bound.get("metadata") is not None else {}
-    try:
-        # Always a new dtype: BUILD may then set its state, never numpy's own.
-        made = np.dtype(bound["obj"], bool(bound.get("align", False)), True, **extra)
-    except (TypeError, ValueError, SyntaxError, KeyError) as exc:
-        raise Refused(f"bad dtype {bound['obj']!r:.80}: {exc}") from None
-    check_dtype(made)
-    machine.new_dtypes[id(made)] = made
-    return made
-
-
-def _void(machine, cls, args, kwargs, new):
-    bound = _bind(("value", "dtype"), args, kwargs)
-    if bound.get("dtype") is not None:
-        dtype = _as_dtype(bound["dtype"])
-        if dtype.hasobject:
-            raise Refused("a numpy scalar of Python objects over raw bytes")
-        machine.alloc(dtype.itemsize)
-    if isinstance(bound.get("value"), int):
-        machine.alloc(bound["value"])
-    return _invoke(cls, args, kwargs, new)
-
-
-def _dtype_first(machine, func, args, kwargs, new):
-    """``scalar(dtype, data)`` and ``_frombuffer(buffer, dtype, shape, order)``."""
-    if args:
-        dtype = _as_dtype(args[1] if func is _frombuffer and len(args) > 1 else args[0])
-        if func is scalar:
-            machine.alloc(dtype.itemsize)
-    return _invoke(func, args, kwargs, new)
-
-
-def _range(machine, func, args, kwargs, new):
-    """A range longer than ``max_objects``: anything expanding it (``list``,
-    ``bytes``, numpy, nested in a list) would make that many objects."""
-    made = _invoke(func, args, kwargs, new)
-    if _range_len(made) > machine.limits.max_objects:
-        raise exceeded("max_objects", _range_len(made), machine.limits, machine.source,
-                       "asks for a range of {} items")
-    return made
-
-
-def _reconstructor(machine, func, args, kwargs, new):
-    if len(args) == 3 and isinstance(args[1], type):
-        cls, base, state = args
-        if issubclass(base, np.dtype):
-            raise Refused("copyreg._reconstructor of a dtype")
-        if issubclass(base, (np.ndarray, np.generic)):
-            checker = _ndarray if issubclass(base, np.ndarray) else _void
-            if not (isinstance(cls, type) and issubclass(cls, base)):
-                raise Refused(f"copyreg._reconstructor of {cls!r:.80} from {base!r:.80}")
-            made = checker(machine, cls, () if state is None else (state,), {}, True)
-            return made
-    return _invoke(func, args, kwargs, new)
-
-
-def _sized_text(machine, func, args, kwargs, new):
-    """``bytes``, ``bytearray`` and ``str``: sizes and codec names."""
-    bound = _bind(("source", "encoding", "errors"), args, kwargs)
-    encoding = bound.get("encoding")
-    if encoding is not None and (type(encoding) is not str
-                                 or encoding.lower().replace("_", "-") not in _TEXT_ENCODINGS):
-        raise UntrustedObjectError("codecs", str(encoding), machine.source,
-                                   reason="restricted loads decode text only as UTF-8, "
-                                          "UTF-16, UTF-32, Latin-1 or ASCII")
-    source = bound.get("source")
-    if func is not str and type(source) is int:
-        machine.alloc(source)
-    return _invoke(func, args, kwargs, new)
-
-
-def _number(machine, func, args, kwargs, new):
-    """``int``, ``Fraction`` and ``Decimal`` from text or a Decimal: the digits
-    and the exponent they would expand to."""
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, (str, bytes, bytearray)):
-            text = value.decode("latin-1") if not isinstance(value, str) else value
-            if len(text) > 2 * machine.limits.max_digits + 64:
-                raise exceeded("max_digits", len(text), machine.limits, machine.source,
-                               "writes a number of {} characters")
-            match = _EXPONENT.search(text)
-            if match and func is not decimal.Decimal:  # a Decimal keeps the exponent as is
-                digits = match.group(1).lstrip("+-").replace("_", "").lstrip("0") or "0"
-                if len(digits) > 18 or int(digits) > machine.limits.max_digits:
-                    raise exceeded("max_digits", int(digits[:18]), machine.limits,
-                                   machine.source, "writes a number of about {} digits")
-    return _invoke(func, args, kwargs, new)
-
-
-#: Callables whose calls (``REDUCE``, ``NEWOBJ``, ``OBJ``, ``INST``) are
-#: checked: ``callable -> checker(machine, callable, args, kwargs, new)``;
-#: a class's checker also serves its subclasses. ``new``: the stream asked
-#: for ``cls.__new__(cls, *args)``.
-CHECKED_CALLS = {
-    np.ndarray: _ndarray, np.recarray: _recarray, np.dtype: _dtype,
-    np.void: _void, np.record: _void,
-    _reconstruct: _reconstruct_checked, _frombuffer: _dtype_first, scalar: _dtype_first,
-    copyreg._reconstructor: _reconstructor,
-    bytes: _sized_text, bytearray: _sized_text, str: _sized_text, range: _range,
-    int: _number, fractions.Fraction: _number, decimal.Decimal: _number,
-}
-CHECKED_CALLS.update({cls: _dtype for cls in vars(np.dtypes).values()
-                      if isinstance(cls, type) and issubclass(cls, np.dtype)})
-
-
-def _checker(func):
-    """The checker of calls to ``func``, or None."""
-    if _MARECONSTRUCT[0] is None and "numpy.ma" in sys.modules:
-        _register_ma()
-    try:
-        checker = CHECKED_CALLS.get(func)
-    except TypeError:  # an unhashable callable: no checker
+def raw_extent(shape, strides, itemsize, offset):
+    """``(lowest, highest)`` byte an array of this layout reaches, from its
+    buffer's start, or None for an empty one."""
+    if 0 in shape or itemsize == 0:
         return None
-    if checker is None and isinstance(func, type):
-        for klass in func.__mro__[1:]:
-            checker = CHECKED_CALLS.get(klass)
-            if checker is not None:
-                # A subclass with a constructor of its own (np.matrix,
-                # MaskedArray, MaskedConstant's singleton) takes no raw buffer.
-                return checker if func.__new__ is klass.__new__ else None
-    return checker
+    low = high = offset
+    for n, step in zip(shape, strides):
+        if step < 0:
+            low += (n - 1) * step
+        else:
+            high += (n - 1) * step
+    return low, high + itemsize
 
 
-_MARECONSTRUCT = [None]
-
-
-def _register_ma():
-    """``numpy.ma``'s rebuild function, once something imported numpy.ma
-    (importing it for every load would cost each one)."""
-    _MARECONSTRUCT[0] = sys.modules["numpy.ma"].core._mareconstruct
-    CHECKED_CALLS[_MARECONSTRUCT[0]] = _mareconstruct_checked
-
-
-def _range_len(value):
-    return max(0, (value.stop - value.start + value.step - (1 if value.step > 0 else -1))
-               // value.step)
+def check_dtype_state(dtype, state):
+    """Raise :class:`Refused` unless ``state`` is one numpy's own dtypes
+    pickle for ``dtype``: ``(3, byteorder, subarray, names, fields, itemsize,
+    alignment, flags)``, with metadata after it as version 4 (numpy's
+    ``__setstate__`` reads other forms unchecked, and crashes on some)."""
+    if type(state) is not tuple or len(state) not in (8, 9) or state[0] != len(state) - 5 or (
+            type(state[0]) is not int):
+        raise Refused("a dtype state other than numpy's (version 3 or 4)")
+    _, order, subarray, names, fields, itemsize, alignment, flags = state[:8]
+    if order not in ("<", ">", "|", "="):
+        raise Refused(f"a dtype state of byte order {brief(order)}")
+    if subarray is not None and not (
+            type(subarray) is tuple and len(subarray) == 2
+            and isinstance(subarray[0], np.dtype) and type(subarray[1]) is tuple
+            and len(subarray[1]) <= 64
+            and all(type(n) is int and n >= 0 for n in subarray[1])):
+        raise Refused("a dtype state whose subarray is not (dtype, shape)")
+    if (names is None) != (fields is None):
+        raise Refused("a dtype state with names but no fields, or fields but no names")
+    if names is not None:
+        if type(names) is not tuple or not all(type(n) is str for n in names) or (
+                type(fields) is not dict):
+            raise Refused("a dtype state whose names are not strings")
+        for key, field in fields.items():
+            if not (type(field) is tuple and len(field) in (2, 3)
+                    and isinstance(field[0], np.dtype)
+                    and type(field[1]) is int and field[1] >= 0):
+                raise Refused(f"a dtype state whose field {brief(key)} is not (dtype, offset)")
+            if len(field) == 3:
+                check_plain(field[2], "a field's title", depth=1)
+        if not all(name in fields for name in names):
+            raise Refused("a dtype state naming a field it does not describe")
+    # A flexible dtype made unsized ("U") takes its size from the state.
+    if type(itemsize) is not int or itemsize not in (-1, dtype.itemsize) and not (
+            dtype.itemsize == 0 and 0 <= itemsize < 1 << 31):
+        raise Refused(f"a dtype state of item size {brief(itemsize)} for a dtype of "
+                      f"{dtype.itemsize}")
+    if type(alignment) is not int or not -1 <= alignment <= 64 or (
+            type(flags) is not int or not 0 <= flags < 1024):
+        raise Refused("a dtype state of odd alignment or flags")
+    if len(state) == 9:
+        check_plain(state[8], "a dtype's metadata", depth=4)

@@ -29,9 +29,15 @@ class Limits:
         (``Fraction("1e10000000")`` has ten million digits): arithmetic on
         larger ones takes quadratic time.
     max_alloc_bytes : int, default 256 MiB
-        Memory one call may allocate beyond the stream's own bytes
-        (``bytes(n)``, an array of a given shape, a numpy scalar of a
-        given dtype).
+        Memory a whole load may allocate beyond 16 bytes per byte of its
+        stream: what every call builds (``bytes(n)``, an array of a given
+        shape, a numpy scalar of a given dtype, a copy), and the slots of
+        every container, counted as the stream runs.
+    max_depth : int, default 100
+        How deeply tuples and frozensets may nest (hashing one recurses in
+        C as deep as it nests).
+    max_seconds : float, default 60
+        Time a restricted load may take.
 
     Examples
     --------
@@ -40,13 +46,16 @@ class Limits:
     50000000
     """
 
-    __slots__ = ("max_opcodes", "max_objects", "max_digits", "max_alloc_bytes")
+    __slots__ = ("max_opcodes", "max_objects", "max_digits", "max_alloc_bytes", "max_depth",
+                 "max_seconds")
 
     def __init__(self, max_opcodes=10_000_000, max_objects=2_000_000, max_digits=4300,
-                 max_alloc_bytes=256 << 20):
+                 max_alloc_bytes=256 << 20, max_depth=100, max_seconds=60):
         for name, value in zip(self.__slots__, (max_opcodes, max_objects, max_digits,
-                                                max_alloc_bytes)):
-            if type(value) is not int or value < 0:
+                                                max_alloc_bytes, max_depth, max_seconds)):
+            if name == "max_seconds" and type(value) is float and value >= 0:
+                pass
+            elif type(value) is not int or value < 0:
                 raise ValueError(f"Limits.{name} must be a non-negative int, got {value!r}")
             object.__setattr__(self, name, value)
 

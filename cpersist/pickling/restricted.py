@@ -1,35 +1,38 @@
-"""The restricted load: a pickle machine that checks what it builds.
+"""The restricted load: a pickle machine that builds data.
 
 ``trusted=False`` (or an allowlist) loads with :class:`Machine` instead of
 the C unpickler. It reads opcodes with :mod:`cpersist.stream.args` (as the
 C unpickler reads them) and executes them itself, so that every step a
 stream asks for is decided here:
 
-* Globals are resolved by the unpickler's ``find_class`` (the allowlist);
-  copyreg extension codes and persistent ids are refused.
-* A call goes through a checker when its callable builds arrays, dtypes or
-  large objects (:data:`.checks.CHECKED_CALLS`): an array is made over raw bytes only
-  with a dtype holding no Python objects, every dtype is rebuilt by numpy
-  from a plain description and checked (its fields inside its items, its
-  flags those numpy gives it), and sizes are bounded by :class:`Limits`.
-* ``BUILD`` and the container opcodes cannot change an object the stream
-  did not make: no class, function, module, global, shared dtype or array.
-* :class:`~cpersist.Limits` bound the opcodes, objects, digits and memory.
-
-To let a new callable through with a check, add it to :data:`.checks.CHECKED_CALLS`
-(``callable -> checker(machine, func, args, kwargs, new)``).
+* A global is resolved only if :data:`.allowlist.ALLOWED` lists it (or the
+  caller trusts it), and a call only through its row's builder
+  (:mod:`.builders`), which checks the arguments and builds a fresh value:
+  arrays are copies of immutable bytes or zero-filled, never views of
+  something the stream can still change. Copyreg extension codes and
+  persistent ids are refused.
+* ``BUILD``, ``SETITEM``, ``APPEND`` and ``ADDITEMS`` change only objects the
+  stream made (plain containers, and what a builder marks as fillable), and
+  only until the object is handed to a call (it is then consumed).
+* One budget per load (:class:`~cpersist.Limits`): opcodes, objects, bytes
+  allocated by every builder and container, the nesting of tuples and
+  frozensets, digits, and a deadline, counted as the machine goes so that
+  an opcode that would exceed one is refused before it runs. Keys of sets
+  and dicts are checked as they go in, so that colliding hashes cannot make
+  filling them quadratic.
+* A dry run (``dry=True``) runs the same machine over stand-ins of the
+  stored arrays, building no tensor and copying no array, to tell whether a
+  restricted load accepts a file.
 """
 
-import decimal
 import pickle
-import types
-
-import numpy as np
+import time
 
 from .._runtime.gc import collector_paused
 from ..exceptions import CorruptFileError, CpersistError, UntrustedObjectError
 from ..stream.args import StreamError, next_frame_end, read_in_frame
-from .checks import Refused, _checker, _invoke
+from .allowlist import TRUSTED, VALUE
+from .checks import Refused, brief
 from .limits import exceeded
 from .restricted_ops import _HANDLERS, _INTS, _NO_ARG, Opcodes
 
@@ -45,12 +48,14 @@ _SHORT_BINUNICODE = pickle.SHORT_BINUNICODE[0]
 #: Opcodes of a one-byte argument, by byte: what the loop does with it.
 _ONE_BYTE_ARGUMENT = {_BININT1: None, pickle.BINGET[0]: Opcodes.op_get,
                       pickle.BINPUT[0]: Opcodes.op_put}
-
-#: Objects a stream may not change with BUILD, SETITEM, APPEND or ADDITEMS.
-_SHARED_KINDS = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
-                 types.MethodType, types.MethodWrapperType, types.WrapperDescriptorType,
-                 types.MethodDescriptorType, classmethod, staticmethod, property,
-                 np.dtype, np.generic)
+#: Types whose hash recurses into their items.
+_NESTING = frozenset((tuple, frozenset))
+#: Ints below this hash to themselves: no two collide.
+_DISTINCT_HASH = 1 << 60
+#: Keys of one set or dict that may share a hash (no two do by chance).
+_SAME_HASH = 16
+#: Opcodes run between two looks at the clock.
+_CLOCK_EVERY = 1 << 14
 
 
 class Machine(Opcodes):
@@ -59,109 +64,170 @@ class Machine(Opcodes):
     Parameters
     ----------
     data : bytes
-    find_class : callable
-        ``find_class(module, name)``: the allowlist.
+    resolve : callable
+        ``resolve(module, name) -> (object, builder)``: the allowlist.
     persistent_load : callable
     limits : cpersist.Limits
     source : str
+    dry : bool
+        Stored arrays are stand-ins: build no tensor, copy no array.
     """
 
-    def __init__(self, data, find_class, persistent_load, limits, source):
+    def __init__(self, data, resolve, persistent_load, limits, source, dry=False):
         self.data = data
-        self._find_class = find_class
+        self._resolve = resolve
         self._persistent_load = persistent_load
         self.limits = limits
         self.source = source
+        self.dry = dry
         self.new_dtypes = {}  # id -> dtype made here and not yet given a state
-        self._fresh = {}      # id -> array made here and not yet given a state
-        self._resolved = {}   # id -> (object, "module.name") of each global
+        self._targets = {}    # id -> object the stream made and may still fill in
+        self._callables = {}  # id -> (global, its builder, its name)
+        self._stored = {}     # id -> array of a section
+        self._depths = {}     # id -> (tuple or frozenset, nesting) when nested
+        self._hashes = {}     # id -> (set or dict, {hash: keys of it}) of odd keys
         self._objects = 0
         self._alloc = 0
+        self._budget = limits.max_alloc_bytes + 16 * len(data)
+        self._deadline = time.monotonic() + limits.max_seconds
         self._max_int_bits = int(limits.max_digits * 3.33) + 8
         self.stack = []
         self.marks = []
         self.memo = {}
 
-    # -- bookkeeping ---------------------------------------------------
+    # -- the budget ----------------------------------------------------------
     def alloc(self, nbytes):
-        if nbytes > self.limits.max_alloc_bytes:
-            raise exceeded("max_alloc_bytes", nbytes, self.limits, self.source,
-                           "asks one call to allocate {} bytes")
-
-    def fresh(self, arr):
-        self._fresh[id(arr)] = arr
-        return arr
+        """Charge ``nbytes`` to the load, before they are allocated."""
+        self._alloc += nbytes
+        if self._alloc > self._budget:
+            raise exceeded("max_alloc_bytes", self._alloc, self.limits, self.source,
+                           "allocates at least {} bytes (beyond 16 per byte of its stream)")
 
     def _made(self):
         self._objects += 1
         if self._objects > self.limits.max_objects:
-            raise exceeded("max_objects", self._objects, self.limits, self.source,
-                           "builds at least {} objects")
+            self.too_many_objects(self._objects, "builds at least {} objects")
 
-    def _check_int(self, value):
+    def too_many_objects(self, count, what):
+        raise exceeded("max_objects", count, self.limits, self.source, what)
+
+    def too_many_digits(self, count, what):
+        raise exceeded("max_digits", count, self.limits, self.source, what)
+
+    def check_int(self, value):
         if value.bit_length() > self._max_int_bits:
-            raise exceeded("max_digits", int(value.bit_length() / 3.33), self.limits,
-                           self.source, "writes an integer of about {} digits")
+            self.too_many_digits(int(value.bit_length() / 3.33),
+                                 "writes an integer of about {} digits")
 
-    def _shared(self, target, action):
-        """Refuse to change ``target`` unless the stream made it."""
-        resolved = self._resolved.get(id(target))
-        if resolved is not None and resolved[0] is target:
-            module, _, name = resolved[1].rpartition(".")
-        elif isinstance(target, _SHARED_KINDS):
-            module = getattr(target, "__module__", None) or type(target).__module__
-            name = getattr(target, "__qualname__", None) or type(target).__qualname__
-        else:
+    def _check_clock(self, opcodes):
+        """Refuse past ``max_opcodes`` or the deadline; when to look again."""
+        if opcodes > self.limits.max_opcodes:
+            raise exceeded("max_opcodes", opcodes, self.limits, self.source,
+                           "runs at least {} opcodes")
+        if time.monotonic() > self._deadline:
+            raise exceeded("max_seconds", self.limits.max_seconds, self.limits, self.source,
+                           "runs longer than {} seconds")
+        return min(opcodes + _CLOCK_EVERY, self.limits.max_opcodes + 1)
+
+    def nested(self, made):
+        """Record how deeply the tuple or frozenset ``made`` nests; refuse
+        past ``max_depth`` (its hash would recurse that deep in C)."""
+        depth = 1
+        depths = self._depths
+        for item in made:
+            if type(item) in _NESTING:
+                known = depths.get(id(item))
+                inner = known[1] if known is not None and known[0] is item else 1
+                if inner >= depth:
+                    depth = inner + 1
+        if depth > 1:
+            if depth > self.limits.max_depth:
+                raise exceeded("max_depth", depth, self.limits, self.source,
+                               "nests tuples or frozensets {} deep")
+            depths[id(made)] = (made, depth)
+        return made
+
+    def key(self, container, key):
+        """Check ``key`` before it goes into the set or dict ``container``:
+        hashable, and sharing its hash with few others of the container
+        (strings and bytes hash with the process's secret, small ints to
+        themselves; numbers, tuples and the rest can be forged to collide)."""
+        kind = type(key)
+        if kind is str or kind is bytes or key is None or kind is bool or (
+                kind is int and -_DISTINCT_HASH < key < _DISTINCT_HASH):
             return
-        raise UntrustedObjectError(
-            str(module), str(name), self.source,
-            reason=f"the pickle stream tried to change it ({action}); restricted loads "
-                   f"only fill in objects the stream made",
-            remedy="load it with trusted=True only if you trust this file")
+        try:
+            value = hash(key)
+        except TypeError:
+            raise Refused(f"an unhashable key ({brief(key)})") from None
+        seen = self._hashes.get(id(container))
+        if seen is None or seen[0] is not container:
+            seen = self._hashes[id(container)] = (container, {})
+        count = seen[1].get(value, 0) + 1
+        if count > _SAME_HASH:
+            raise Refused(f"more than {_SAME_HASH} keys of one container with the same "
+                          f"hash (a collision flood)")
+        seen[1][value] = count
 
-    # -- stack ------------------------------------------------------------
-    def _fence(self):
-        return self.marks[-1] if self.marks else 0
+    # -- what the stream made ------------------------------------------------------
+    def made_target(self, obj):
+        """``obj``, which the stream may fill in until it hands it to a call."""
+        self._targets[id(obj)] = obj
+        return obj
 
-    def _pop(self):
-        if len(self.stack) <= self._fence():
-            raise StreamError("unpickling stack underflow")
-        return self.stack.pop()
+    made_array = made_target  # an array: given its state once by BUILD
 
-    def _top(self):
-        if len(self.stack) <= self._fence():
-            raise StreamError("unpickling stack underflow")
-        return self.stack[-1]
+    def is_trusted(self, obj):
+        """Whether ``obj`` is a global the caller trusts (no allowlist row)."""
+        entry = self._callables.get(id(obj))
+        return entry is not None and entry[0] is obj and entry[1] is TRUSTED
 
-    def _pop_mark(self):
-        if not self.marks:
-            raise StreamError("could not find MARK")
-        start = self.marks.pop()
-        items = self.stack[start:]
-        del self.stack[start:]
-        return items
+    def made_dtype(self, dtype):
+        self.new_dtypes[id(dtype)] = dtype
+        return dtype
 
-    def _pop_n(self, n):
-        start = len(self.stack) - n
-        if start < self._fence():
-            raise StreamError("unpickling stack underflow")
-        items = tuple(self.stack[start:])
-        del self.stack[start:]
-        return items
+    def stored(self, arr):
+        self._stored[id(arr)] = arr
+        return arr
+
+    def is_stored(self, arr):
+        return self._stored.get(id(arr)) is arr
+
+    def target(self, obj, action):
+        """Refuse to change ``obj`` unless the stream made it and still holds it."""
+        if self._targets.get(id(obj)) is not obj:
+            raise UntrustedObjectError(
+                type(obj).__module__, type(obj).__qualname__, self.source,
+                reason=f"the pickle stream tried to change it ({action}); restricted loads "
+                       f"only fill in objects the stream made and has not handed on",
+                remedy="load it with trusted=True only if you trust this file")
+        return obj
 
     # -- calls --------------------------------------------------------------
     def call(self, func, args, kwargs=None, new=False):
         self._made()
-        for value in args:  # (a range is checked where it is made)
-            if type(value) is decimal.Decimal and value.is_finite() and abs(
-                    value.adjusted()) > self.limits.max_digits:
-                raise exceeded("max_digits", abs(value.adjusted()), self.limits, self.source,
-                               "writes a Decimal with an exponent of {}")
+        entry = self._callables.get(id(func))
+        if entry is None or entry[0] is not func:
+            raise Refused(f"a call of {brief(func)}, which is no global the stream named")
+        builder = entry[1]
+        targets = self._targets
+        if targets:  # what a call is handed, the stream may no longer change
+            for value in args:
+                targets.pop(id(value), None)
+            if kwargs:
+                for value in kwargs.values():
+                    targets.pop(id(value), None)
         kwargs = kwargs or {}
-        checker = _checker(func)
-        if checker is not None:
-            return checker(self, func, args, kwargs, new)
-        return _invoke(func, args, kwargs, new)
+        if builder is TRUSTED:
+            made = func.__new__(func, *args, **kwargs) if new else func(*args, **kwargs)
+            return self.made_target(made)
+        if builder is VALUE:
+            module, _, name = entry[2].rpartition(".")
+            raise UntrustedObjectError(
+                module, name, self.source,
+                reason="restricted loads take it as a value, never call it",
+                remedy="load it with trusted=True only if you trust this file")
+        return builder(self, func, args, kwargs, new)
 
     def _instantiate(self, cls, args):
         if not args and isinstance(cls, type) and not hasattr(cls, "__getinitargs__"):
@@ -169,8 +235,8 @@ class Machine(Opcodes):
         return self.call(cls, tuple(args))
 
     def _global(self, module, name):
-        obj = self._find_class(module, name)
-        self._resolved[id(obj)] = (obj, f"{module}.{name}")
+        obj, builder = self._resolve(module, name)
+        self._callables[id(obj)] = (obj, builder, f"{module}.{name}")
         return obj
 
     # -- the run ------------------------------------------------------------
@@ -179,7 +245,9 @@ class Machine(Opcodes):
         end = len(data)
         pos = 0
         opcodes = 0
-        max_opcodes = self.limits.max_opcodes
+        check_at = self._check_clock(0)
+        depths = self._depths
+        max_depth = self.limits.max_depth
         stack = self.stack
         push = stack.append
         marks = self.marks
@@ -191,9 +259,8 @@ class Machine(Opcodes):
             if pos >= end:
                 raise StreamError("pickle data was truncated")
             opcodes += 1
-            if opcodes > max_opcodes:
-                raise exceeded("max_opcodes", opcodes, self.limits, self.source,
-                               "runs at least {} opcodes")
+            if opcodes >= check_at:
+                check_at = self._check_clock(opcodes)
             code = data[pos]
             # The commonest opcodes of a state dict's stream are done here
             # rather than by their handlers, and read here rather than by
@@ -225,6 +292,17 @@ class Machine(Opcodes):
                     self._made()
                     items = tuple(stack[-n:])
                     del stack[-n:]
+                    depth = 1  # as self.nested, inline: tuples are most of some streams
+                    for item in items:
+                        if type(item) in _NESTING:
+                            known = depths.get(id(item))
+                            inner = known[1] if known is not None and known[0] is item else 1
+                            if inner >= depth:
+                                depth = inner + 1
+                    if depth > 1:
+                        if depth > max_depth:
+                            self.nested(items)  # raises
+                        depths[id(items)] = (items, depth)
                     push(items)
                 pos += 1
                 continue
@@ -264,14 +342,15 @@ class Machine(Opcodes):
                 return self._pop()
             else:  # a literal
                 if name in _INTS and type(arg) is int:
-                    self._check_int(arg)
+                    self.check_int(arg)
                 push(arg)
 
     # -- opcodes ------------------------------------------------------------
 
 
-def run(data, find_class, persistent_load, limits, source, on_protocol=None):
-    """Execute the pickle stream ``data`` under the checks; its object.
+def run(data, resolve, persistent_load, limits, source, on_protocol=None, dry=False):
+    """Execute the pickle stream ``data`` under the checks; its object
+    (see :class:`Machine` for the arguments).
 
     Raises
     ------
@@ -280,7 +359,7 @@ def run(data, find_class, persistent_load, limits, source, on_protocol=None):
         For a malformed stream, a forged numpy description, or any call of
         the stream failing (the message names the cause).
     """
-    machine = Machine(data, find_class, persistent_load, limits, source)
+    machine = Machine(data, resolve, persistent_load, limits, source, dry)
     if on_protocol is not None:
         machine.on_protocol = on_protocol
     try:
@@ -291,8 +370,8 @@ def run(data, find_class, persistent_load, limits, source, on_protocol=None):
     except StreamError as exc:
         raise CorruptFileError(f"{source}: damaged pickle stream ({exc})") from None
     except Refused as exc:
-        raise CorruptFileError(f"{source}: the pickle stream forges a numpy object: "
-                               f"{exc}") from None
+        raise CorruptFileError(f"{source}: the pickle stream asks for what a restricted "
+                               f"load refuses: {exc}") from None
     except RecursionError:
         raise CorruptFileError(f"{source}: the pickle stream nests objects too deeply") from None
     except Exception as exc:

@@ -1,5 +1,6 @@
 """The opcodes of the restricted load's pickle machine (:mod:`.restricted`):
-what each does to the stack and the memo, and what it refuses to change.
+what each does to the stack and the memo, what it charges to the load's
+budget, and what it refuses to change.
 """
 
 import copyreg
@@ -10,11 +11,43 @@ import numpy as np
 from ..exceptions import UntrustedObjectError
 from ..stream.args import NAMES, StreamError
 from ..stream.args import _READERS as _READS_ARGUMENT
-from .checks import Refused, check_dtype
+from .array_builders import set_array_state
+from .builders import ENTRY, SLOT
+from .checks import Refused, brief, check_dtype, check_dtype_state
 
 
 class Opcodes:
     """The opcode handlers of :class:`~.restricted.Machine`."""
+
+    # -- stack ------------------------------------------------------------
+    def _fence(self):
+        return self.marks[-1] if self.marks else 0
+
+    def _pop(self):
+        if len(self.stack) <= self._fence():
+            raise StreamError("unpickling stack underflow")
+        return self.stack.pop()
+
+    def _top(self):
+        if len(self.stack) <= self._fence():
+            raise StreamError("unpickling stack underflow")
+        return self.stack[-1]
+
+    def _pop_mark(self):
+        if not self.marks:
+            raise StreamError("could not find MARK")
+        start = self.marks.pop()
+        items = self.stack[start:]
+        del self.stack[start:]
+        return items
+
+    def _pop_n(self, n):
+        start = len(self.stack) - n
+        if start < self._fence():
+            raise StreamError("unpickling stack underflow")
+        items = tuple(self.stack[start:])
+        del self.stack[start:]
+        return items
 
     def op_mark(self, arg):
         self.marks.append(len(self.stack))
@@ -98,16 +131,20 @@ class Opcodes:
 
     def op_list(self, arg):
         self._made()
-        self.stack.append(self._pop_mark())
+        items = self._pop_mark()
+        self.alloc(SLOT * len(items))
+        self.stack.append(items)
 
     def op_tuple(self, arg):
         self._made()
-        self.stack.append(tuple(self._pop_mark()))
+        items = tuple(self._pop_mark())
+        self.alloc(SLOT * len(items))
+        self.stack.append(self.nested(items))
 
     def op_tuple_n(n):
         def build(self, arg):
             self._made()
-            self.stack.append(self._pop_n(n))
+            self.stack.append(self.nested(self._pop_n(n)))
         return build
 
     def op_dict(self, arg):
@@ -115,11 +152,23 @@ class Opcodes:
         if len(items) % 2:
             raise StreamError("odd number of items for DICT")
         self._made()
-        self.stack.append(dict(zip(items[0::2], items[1::2])))
+        self.alloc(ENTRY * (len(items) // 2))
+        made = {}
+        for key, value in zip(items[0::2], items[1::2]):
+            if type(key) is not str:
+                self.key(made, key)
+            made[key] = value
+        self.stack.append(made)
 
     def op_frozenset(self, arg):
         self._made()
-        self.stack.append(frozenset(self._pop_mark()))
+        items = self._pop_mark()
+        self.alloc(ENTRY * len(items))
+        made = set()
+        for item in items:
+            self.key(made, item)
+            made.add(item)
+        self.stack.append(self.nested(frozenset(made)))
 
     def op_get(self, arg):
         try:
@@ -156,13 +205,14 @@ class Opcodes:
             self._fill(start, values)
 
     def _fill(self, index, values):
-        target = self.stack[index - 1] if index > 0 else None
         if index <= 0:
             raise StreamError("unpickling stack underflow")
+        target = self.stack[index - 1]
+        self.alloc(SLOT * len(values))
         if type(target) is list:
             target.extend(values)
             return
-        self._shared(target, "APPEND")
+        self.target(target, "APPEND")
         if isinstance(target, np.ndarray):
             raise Refused("APPEND to an array")
         extend = getattr(target, "extend", None)
@@ -193,10 +243,14 @@ class Opcodes:
         del stack[start:]
         target = stack[start - 1]
         if type(target) is not dict:
-            self._shared(target, "SETITEM")
-            if isinstance(target, np.ndarray):
-                raise Refused("SETITEM on an array")
+            self.target(target, "SETITEM")
+            if not isinstance(target, dict):  # a trusted class's own mapping
+                if isinstance(target, (np.ndarray, bytearray, list)):
+                    raise Refused(f"SETITEM on {brief(target)}")
+        self.alloc(ENTRY * (len(items) // 2))
         for key, value in zip(items[0::2], items[1::2]):
+            if type(key) is not str:
+                self.key(target, key)
             target[key] = value
 
     def op_additems(self, arg):
@@ -210,26 +264,30 @@ class Opcodes:
             return
         del self.stack[start:]
         target = self.stack[start - 1]
-        if type(target) is set:
-            target.update(items)
-            return
-        self._shared(target, "ADDITEMS")
+        if type(target) is not set:
+            self.target(target, "ADDITEMS")
+        self.alloc(ENTRY * len(items))
         add = target.add
         for item in items:
+            self.key(target, item)
             add(item)
 
     def op_build(self, arg):
         if len(self.stack) - 2 < self._fence():
             raise StreamError("unpickling stack underflow")
         state = self.stack.pop()
-        inst = self.stack[-1]
+        self.build(self.stack[-1], state)
+
+    def build(self, inst, state):
+        """``BUILD``: ``inst`` given ``state``, if the stream may still change it."""
         if isinstance(inst, np.dtype):
             self._build_dtype(inst, state)
             return
+        self.target(inst, "BUILD")
         if isinstance(inst, np.ndarray):
-            self._build_array(inst, state)
+            del self._targets[id(inst)]  # given its state once
+            set_array_state(self, inst, state)
             return
-        self._shared(inst, "BUILD")
         setstate = getattr(inst, "__setstate__", None)
         if setstate is not None:
             setstate(state)
@@ -238,11 +296,20 @@ class Opcodes:
         if type(state) is tuple and len(state) == 2:
             state, slotstate = state
         if state:
+            if type(state) is not dict:
+                raise Refused(f"an object's state is {brief(state)}")
+            self.alloc(ENTRY * len(state))
             attributes = inst.__dict__
             for key, value in state.items():
-                attributes[sys.intern(key) if type(key) is str else key] = value
+                if type(key) is not str:
+                    raise Refused(f"an attribute named {brief(key)}")
+                attributes[sys.intern(key)] = value
         if slotstate:
+            if type(slotstate) is not dict:
+                raise Refused(f"an object's slot state is {brief(slotstate)}")
             for key, value in slotstate.items():
+                if type(key) is not str:
+                    raise Refused(f"an attribute named {brief(key)}")
                 setattr(inst, key, value)
 
     def _build_dtype(self, dtype, state):
@@ -251,28 +318,12 @@ class Opcodes:
                 "numpy", "dtype", self.source,
                 reason="the pickle stream tried to change a dtype it did not just make",
                 remedy="load it with trusted=True only if you trust this file")
+        check_dtype_state(dtype, state)
         try:
             dtype.__setstate__(state)
         except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
             raise Refused(f"bad dtype state: {exc}") from None
         check_dtype(dtype)
-
-    def _build_array(self, arr, state):
-        if self._fresh.pop(id(arr), None) is not arr:
-            raise UntrustedObjectError(
-                "numpy", "ndarray", self.source,
-                reason="the pickle stream tried to change an array it did not just make",
-                remedy="load it with trusted=True only if you trust this file")
-        if type(state) is not tuple:
-            raise Refused("an array's state is not a tuple")
-        for item in state:
-            if isinstance(item, np.dtype):
-                check_dtype(item)
-        try:
-            arr.__setstate__(state)
-        except (TypeError, ValueError, KeyError, IndexError, OverflowError,
-                RuntimeError) as exc:
-            raise Refused(f"bad array state: {exc}") from None
 
     def op_ext(self, arg):
         # Whether or not the code is registered: the C unpickler would serve
@@ -289,9 +340,10 @@ class Opcodes:
                           "argument was given")
 
     def op_readonly_buffer(self, arg):
-        view = memoryview(self._top())
-        if not view.readonly:
-            self.stack[-1] = view.toreadonly()
+        # Only ever after NEXT_BUFFER, which is refused: a view of something
+        # else would pin or share the memory of an object the stream made.
+        if type(self._top()) is not bytes:
+            raise Refused("READONLY_BUFFER of other than bytes")
 
     def op_nothing(self, arg):
         pass

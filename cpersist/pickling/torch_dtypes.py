@@ -57,6 +57,30 @@ def check_view(dtype, offset, shape, stride, kind, state, device):
     tdtype = torch_dtypes().get(dtype) if type(dtype) is str else None
     if tdtype is None:
         bad_tensor(f"unknown dtype {dtype!r}")
+    check_view_args(offset, shape, stride, kind, state, device)
+    return tdtype
+
+
+#: The names of the torch dtypes whose tensors are stored as arrays.
+STORED_NAMES = frozenset((
+    "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "bfloat16", "complex32", "complex64", "complex128",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+    "float4_e2m1fn_x2", "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16",
+    *(f"uint{n}" for n in range(1, 8)), *(f"int{n}" for n in range(1, 8))))
+
+
+def itemsize_by_name(name):
+    """The item size of torch dtype ``name``, without importing torch (None
+    for a name torch stores no tensor of)."""
+    if name not in STORED_NAMES:
+        return None
+    digits = name[len(name.rstrip("0123456789")):]
+    return {"16": 2, "32": 4, "64": 8, "128": 16}.get(digits, 1)
+
+
+def check_view_args(offset, shape, stride, kind, state, device):
+    """Validate :func:`rebuild_tensor`'s view arguments."""
     if type(offset) is not int or offset < 0:
         bad_tensor(f"storage offset {offset!r}")
     if (type(shape) is not tuple or type(stride) is not tuple or len(shape) != len(stride)
@@ -69,7 +93,6 @@ def check_view(dtype, offset, shape, stride, kind, state, device):
         bad_tensor("its attributes are not a dict of names")
     if device is not None and type(device) is not str:
         bad_tensor(f"device {device!r}")
-    return tdtype
 
 
 def view_extent(offset, shape, stride):

@@ -11,44 +11,19 @@ import pickle
 import sys
 import types
 
-import numpy as np
-
 from ..exceptions import CorruptFileError, CpersistError, UntrustedObjectError
 from . import names
+from .allowlist import ALLOWED, TRUSTED
+from .format_builders import build_stored
 from .rebuild import BY_NAME, rebuild_jax_numpy
 
 _STORED_ARRAY = names.split(names.STORED_ARRAY)
 _REBUILD_JAX = names.split(names.REBUILD_JAX)
 
-#: Globals a restricted load resolves: data types and their constructors,
-#: none of which can run code, import modules or touch files.
-SAFE_GLOBALS = frozenset(
-    [("builtins", n) for n in (
-        "bool", "bytearray", "bytes", "complex", "dict", "float", "frozenset", "int",
-        "list", "range", "set", "slice", "str", "tuple",
-    )]
-    + [("collections", n) for n in ("OrderedDict", "defaultdict", "deque", "Counter")]
-    + [("datetime", n) for n in ("date", "datetime", "time", "timedelta", "timezone")]
-    + [("decimal", "Decimal"), ("fractions", "Fraction"), ("uuid", "UUID"),
-       ("copyreg", "_reconstructor")]
-    + [(m, n) for m in ("numpy", "numpy.core.multiarray", "numpy._core.multiarray")
-       for n in ("ndarray", "dtype", "_reconstruct", "scalar")]
-    + [(m, "_frombuffer") for m in ("numpy.core.numeric", "numpy._core.numeric")]
-    + [("numpy.ma.core", n) for n in ("MaskedArray", "_mareconstruct", "MaskedConstant")]
-    # numpy >= 2 sets MaskedArray.__module__ to "numpy.ma", so pickle names it so.
-    + [("numpy.ma", "MaskedArray")]
-    # The max codec may store a Fortran-ordered array in C order and rebuild
-    # it with this (see ArrayPickler's fortran_as_c).
-    + [("numpy", "asfortranarray")]
-    + [("numpy", "matrix"), ("numpy.matrixlib.defmatrix", "matrix"),
-       ("numpy", "recarray"), ("numpy", "record"), ("numpy.rec", "recarray"),
-       ("numpy.rec", "record")]
-    # Not numpy.memmap: called through REDUCE it creates or truncates any file
-    # (memmaps are stored as plain arrays, so no cpersist file needs it).
-    + [names.split(n) for n in names.FORMAT_GLOBALS - {names.STORED_ARRAY}]
-    + [("numpy.dtypes", n) for n in dir(np.dtypes) if n.endswith("DType")]
-    + [("numpy", t.__name__) for t in np.sctypeDict.values()]
-)
+#: Globals a restricted load resolves (:data:`.allowlist.ALLOWED`): data
+#: types and their constructors, each called through a builder that checks
+#: its arguments; none of them can run code, import modules or touch files.
+SAFE_GLOBALS = frozenset(ALLOWED)
 
 
 def _latin1_encode(obj, encoding="utf-8", errors="strict"):
@@ -215,9 +190,10 @@ class ArrayUnpickler(pickle.Unpickler):
     """
 
     def __init__(self, file, load_array, restricted=False, allowed=SAFE_GLOBALS,
-                 prefixes=(), source=None, limits=None, jax_as_numpy=False):
+                 prefixes=(), source=None, limits=None, jax_as_numpy=False, dry=False):
         super().__init__(file)
         self._jax_as_numpy = jax_as_numpy
+        self._dry = dry
         self._file = file
         self._limits = limits
         self._stream_protocol = 0  # the restricted load's PROTO
@@ -263,6 +239,15 @@ class ArrayUnpickler(pickle.Unpickler):
             if saved is not None:
                 self._watched[id(obj)] = (obj, f"{module}.{name}", saved)
         return obj
+
+    def resolve(self, module, name):
+        """``(object, builder)`` of a global a restricted load names: the
+        builder of its row in :data:`.allowlist.ALLOWED`, or
+        :data:`~.allowlist.TRUSTED` for one the caller trusts."""
+        obj = self.find_class(module, name)
+        if obj is self._load_array:
+            return obj, build_stored
+        return obj, ALLOWED.get(compat_name(module, name), TRUSTED)
 
     def _resolve(self, module, name):
         """The object ``module.name`` names, as the C unpickler finds it
@@ -310,9 +295,9 @@ class ArrayUnpickler(pickle.Unpickler):
                                    f"({exc})") from None
         self._watched = {}
         try:
-            result = _restricted.run(bytes(data), self.find_class, self.persistent_load,
+            result = _restricted.run(bytes(data), self.resolve, self.persistent_load,
                                      as_limits(self._limits), self._source,
-                                     on_protocol=self._set_protocol)
+                                     on_protocol=self._set_protocol, dry=self._dry)
         except BaseException:
             self._restore_watched()
             raise

@@ -1,13 +1,20 @@
 """``inspect``, ``verify`` and ``reseal``: look into a cpersist file without
 unpickling it.
 
-None of them imports or calls anything the file names: :func:`inspect`
-reads the index and walks the pickle stream's opcodes as the C unpickler
-reads them (:mod:`cpersist.stream.opcodes`), tracking strings through the stack and
-the memo to find the globals ``STACK_GLOBAL`` would resolve; :func:`verify` checks every
-checksum and decodes every chunk; :func:`reseal` verifies a file whose raw
-arrays were edited through a writable map and stores their new checksums.
+None of them calls anything outside a restricted load's allowlist:
+:func:`inspect` reads the index and walks the pickle stream's opcodes as the
+C unpickler reads them (:mod:`cpersist.stream.opcodes`), tracking strings
+through the stack and the memo to find the globals ``STACK_GLOBAL`` would
+resolve; :func:`verify` checks every checksum and decodes every chunk;
+:func:`reseal` verifies a file whose raw arrays were edited through a
+writable map and stores their new checksums. :func:`inspect` and
+:func:`verify` also tell whether a restricted load accepts the file, by a
+dry run of its machine over stand-ins of the stored arrays.
 """
+
+import io
+
+import numpy as np
 
 
 from .._runtime.files import display_name, is_path
@@ -21,7 +28,7 @@ from .foreign import read_container
 from ..container import ContainerReader
 from ..container.reseal import reseal as _reseal_dump
 from ..container.sources import LocalFileSource
-from ..exceptions import CorruptFileError
+from ..exceptions import CorruptFileError, CpersistError
 from ..pickling.limits import as_limits
 from ..pickling.names import STORED_ARRAY
 from ..stream.opcodes import walk
@@ -83,6 +90,43 @@ def _globals_of(walked, name):
     }
 
 
+def restricted_verdict(reader, stream, limits=None):
+    """Whether ``cpersist.load(..., trusted=False)`` accepts the file: its
+    machine run over ``stream`` without reading any array (each stored array
+    is a read-only stand-in of its dtype and shape, taking no memory) and
+    building no tensor.
+
+    Returns
+    -------
+    dict
+        ``{"accepted": bool, "refusal": str or None}``: the refusal is the
+        message of the error a restricted load would raise.
+    """
+    from ..pickling.unpickler import ArrayUnpickler
+
+    stand_ins = {}
+
+    def stand_in(index):
+        if type(index) is not int or not 0 <= index < len(reader.sections) or (
+                index == reader.root):
+            raise reader.error(f"the pickle stream refers to a bad array section {index!r}")
+        if index not in stand_ins:
+            dtype, shape, _, _ = array_layout(reader, reader.sections[index])
+            stand_ins[index] = np.broadcast_to(np.zeros((), dtype), shape)
+        return stand_ins[index]
+
+    unpickler = ArrayUnpickler(io.BytesIO(stream), stand_in, restricted=True, source=reader.name,
+                               limits=as_limits(limits), dry=True)
+    try:
+        unpickler.load()
+    except CpersistError as exc:
+        text = str(exc)
+        if text.startswith(f"{reader.name}: "):
+            text = text[len(reader.name) + 2:]
+        return {"accepted": False, "refusal": f"{type(exc).__name__}: {text}"}
+    return {"accepted": True, "refusal": None}
+
+
 def inspect(source, *, storage_options=None, limits=None):
     """Describe a cpersist file without unpickling anything.
 
@@ -130,7 +174,10 @@ def inspect(source, *, storage_options=None, limits=None):
         was when dumped; None for the CPU);
         ``"torch_pickled"``: ``path`` and ``global`` of each object torch
         pickled itself (sparse, quantized, nested tensors, tensor
-        subclasses), which only a trusted load rebuilds.
+        subclasses), which only a trusted load rebuilds;
+        ``"restricted_load"``: ``{"accepted", "refusal"}``, whether
+        ``cpersist.load(source, trusted=False)`` accepts the file (see
+        :func:`restricted_verdict`), and if not the error it would raise.
 
         Each entry of ``"arrays"`` and ``"inline_arrays"`` has a ``"path"``:
         where the array sits in the object, as Python would reach it from
@@ -174,7 +221,8 @@ def inspect(source, *, storage_options=None, limits=None):
                 "raw_bytes": section.raw_size,
             })
         # One walk of the stream gives both the globals and the arrays' paths.
-        walked = walk(read_stream(reader, root), as_limits(limits), name)
+        stream = read_stream(reader, root)
+        walked = walk(stream, as_limits(limits), name)
         scan = _globals_of(walked, name)
         found = arrays_of(walked)
         for entry in arrays:
@@ -199,6 +247,7 @@ def inspect(source, *, storage_options=None, limits=None):
             "inline_arrays": found["inline"],
             "tensors": found["tensors"],
             "torch_pickled": found["torch_pickled"],
+            "restricted_load": restricted_verdict(reader, stream, limits),
         }
 
 
@@ -232,7 +281,9 @@ def verify(source, *, storage_options=None, limits=None):
         ``{"sections", "chunks", "stored_bytes", "raw_bytes"}`` totals of
         what was read; ``"unchecked"``: the numbers of the raw array
         sections changed through a writable map, which cannot be checked
-        (an empty list for a file never mapped for writing).
+        (an empty list for a file never mapped for writing);
+        ``"restricted_load"``: whether a restricted load accepts the file,
+        as :func:`inspect` gives it.
 
     Raises
     ------
@@ -264,9 +315,11 @@ def _verify(reader, limits=None):
         chunks += len(section.chunks)
         stored_bytes += section.stored_size
         raw_bytes += section.raw_size
-    scan_pickle(read_stream(reader, root), reader.name, limits)  # a well-formed opcode stream
+    stream = read_stream(reader, root)
+    scan_pickle(stream, reader.name, limits)  # a well-formed opcode stream
     return {"sections": len(reader.sections), "chunks": chunks,
-            "stored_bytes": stored_bytes, "raw_bytes": raw_bytes, "unchecked": unchecked}
+            "stored_bytes": stored_bytes, "raw_bytes": raw_bytes, "unchecked": unchecked,
+            "restricted_load": restricted_verdict(reader, stream, limits)}
 
 
 def reseal(path):

@@ -197,6 +197,10 @@ def _globals_lines(info, every):
         lines += [f"  {p.get('path', '?')}: {p.get('global', '?')}" for p in shown]
         if len(shown) < len(pickled):
             lines.append(f"  ... {len(pickled) - len(shown)} more (--all lists them)")
+    verdict = info.get("restricted_load")
+    if verdict is not None:
+        lines.append("restricted load (trusted=False): " + (
+            "accepted" if verdict["accepted"] else f"refused ({verdict['refusal']})"))
     return lines
 
 
@@ -305,6 +309,9 @@ def format_verified(path, result, resealed):
                 f"(mmap_mode='r+') and cannot be checked: "
                 + ("their new checksums are stored (resealed)" if resealed
                    else "'cpersist verify --reseal' stores their new checksums"))
+    verdict = result.get("restricted_load")
+    if verdict is not None and not verdict["accepted"]:
+        note += (f"; a restricted load (trusted=False) refuses it: {verdict['refusal']}")
     return (f"{path}: OK ({result['sections']} sections, {result['chunks']} chunks, "
             f"{_human(result['stored_bytes'])} checked){note}")
 
