@@ -7,7 +7,7 @@ import pickle
 from .array_builders import array_arg, array_class, fill_value, numpy_ma
 from .builders import bind
 from .checks import Refused, as_dtype, as_order, as_shape, brief
-
+from .named_dtypes import ITEMSIZES, resolve
 
 
 def build_stored(machine, func, args, kwargs, new):
@@ -22,7 +22,9 @@ def build_inline(machine, func, args, kwargs, new):
     bound = bind(func, ("data", "dtype", "shape", "order"), args, kwargs)
     if type(bound.get("data")) not in (bytes, bytearray):
         raise Refused("an inline array's data is not bytes")
-    dtype = as_dtype(bound.get("dtype"))
+    dtype = bound.get("dtype")
+    # An ml_dtypes type is named, and only a name of the table is looked up.
+    dtype = resolve(dtype) if type(dtype) is str and dtype in ITEMSIZES else as_dtype(dtype)
     shape, count = as_shape(bound.get("shape"))
     machine.alloc(count * dtype.itemsize)
     return func(bytes(bound["data"]) if type(bound["data"]) is bytearray else bound["data"],
