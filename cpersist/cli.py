@@ -14,7 +14,7 @@ import os
 import sys
 
 from . import __version__
-from ._runtime.files import TMP_SUFFIX
+from ._runtime.files import TMP_SUFFIX, display_name
 from ._runtime.remote import is_url
 from .exceptions import CpersistError
 from .tools.report import (MAX_ROWS, _human, _json_default, _message, format_info,
@@ -157,7 +157,7 @@ def _cmd_verify(args):
                 result = verify(source, storage_options=_options_for(path, args.storage_option))
         except (OSError, CpersistError, ImportError) as exc:
             message = _message(exc, path)
-            for named in (path, _display(source)):
+            for named in (path, display_name(source)):
                 if message.startswith(f"{named}: "):
                     message = message[len(named) + 2:]
                     break
@@ -205,7 +205,7 @@ def _cmd_bench(argv):
         from .benchmarks import main as bench_main
     except ImportError as exc:
         print(f"{PROG} bench: error: the benchmark needs its extra dependencies "
-              f"(pip install 'cpersist[bench]'): {exc}", file=sys.stderr)
+              f"(in a checkout: pip install '.[bench]'): {exc}", file=sys.stderr)
         return EXIT_FAILED
     try:
         return bench_main(list(argv), prog=f"{PROG} bench")
@@ -219,7 +219,7 @@ def _positive_int(text):
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+        value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
@@ -334,12 +334,6 @@ def build_parser():
         description="Run the bundled benchmark; arguments go to python -m cpersist.benchmarks.",
     )
     return parser
-
-
-def _display(source):
-    from ._runtime.files import display_name
-
-    return display_name(source)
 
 
 def _error(exc, path=None):

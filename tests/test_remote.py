@@ -152,7 +152,7 @@ def test_url_without_fsspec_names_the_extra():
             "except ImportError as exc:\n    print(exc)\n")
     out = run_code(code, check=True).stdout
     assert out.strip() == ("s3://bucket/key.cp: reading and writing URLs needs fsspec: "
-                           "pip install 'cpersist[remote]'")
+                           "pip install fsspec s3fs (the remote extra: pip install '.[remote]' in a checkout)")
 
 
 def test_merge_ranges():

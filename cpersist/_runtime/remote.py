@@ -13,7 +13,7 @@ from ..exceptions import RemoteStorageError
 from .files import TMP_SUFFIX, display_name
 
 #: What to install for URLs.
-REMOTE_EXTRA = "pip install 'cpersist[remote]'"
+REMOTE_EXTRA = "pip install fsspec s3fs (the remote extra: pip install '.[remote]' in a checkout)"
 #: Bytes buffered before a part is uploaded: what a remote write holds in
 #: memory, whatever the object's size (S3 parts are 5 MiB at least).
 PART_SIZE = 16 << 20

@@ -355,6 +355,6 @@ def _can_plot():
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print("matplotlib is not installed: no figures (pip install 'cpersist[bench]')", file=sys.stderr)
+        print("matplotlib is not installed: no figures (pip install matplotlib)", file=sys.stderr)
         return False
     return True
