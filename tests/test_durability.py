@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -178,6 +179,89 @@ def test_concurrent_writers_and_readers(tmp_path):
     k = final["writer"]
     assert k in (1, 2, 3) and (final["a"] == k).all()
     assert os.listdir(tmp_path) == ["shared.cp"]
+
+
+# -- the edited mark ----------------------------------------------------------
+
+#: An r+ load killed before its write number ``allowed`` (its pwrite calls,
+#: counted from 0), or exiting normally with the number of writes it made.
+_MARKER = textwrap.dedent("""
+    import os, signal, sys, cpersist
+    path, allowed = sys.argv[1], int(sys.argv[2])
+    write, writes = os.pwrite, [0]
+    def killed_at_the_limit(fd, data, offset):
+        if writes[0] == allowed:
+            os.kill(os.getpid(), signal.SIGKILL)
+        writes[0] += 1
+        return write(fd, data, offset)
+    os.pwrite = killed_at_the_limit
+    cpersist.load(path, mmap_mode="r+")
+    print(writes[0])
+""")
+
+
+def test_sigkill_between_the_writes_of_the_edited_mark_leaves_a_whole_file(tmp_path):
+    obj = {"a": np.arange(1000.0), "names": ["x", "y"]}
+    alone = tmp_path / "alone.cp"
+    cpersist.dump(obj, alone)
+    cpersist.load(alone, mmap_mode="r+")
+    marked = alone.read_bytes()
+    target = tmp_path / "t.cp"
+    for allowed in range(10):
+        cpersist.dump(obj, target)
+        done = run_code(_MARKER, target, allowed)
+        if done.returncode == 0:
+            break
+        assert done.returncode == -signal.SIGKILL, done.stderr
+        # Killed after `allowed` writes: the file loads whole, plainly and
+        # mapped, and verifies.
+        out = cpersist.load(target)
+        assert np.array_equal(out["a"], obj["a"]) and out["names"] == obj["names"]
+        assert np.array_equal(cpersist.load(target, mmap_mode="r")["a"], obj["a"])
+        assert cpersist.verify(target)["unchecked"] == []
+        # The next r+ load finishes the mark: the bytes of a file marked in one go.
+        cpersist.load(target, mmap_mode="r+")
+        assert target.read_bytes() == marked
+    # The mark, its checksum in the trailer, the header's flag.
+    assert int(done.stdout) == allowed == 3
+    assert target.read_bytes() == marked
+
+
+def _index_start(path):
+    with open(path, "rb") as file:
+        file.seek(-32, os.SEEK_END)
+        return int.from_bytes(file.read(8), "little")
+
+
+def test_a_reader_that_finds_an_index_half_changed_waits_for_the_lock_of_its_writer(
+        tmp_path, monkeypatch):
+    fcntl = pytest.importorskip("fcntl")
+    target = tmp_path / "t.cp"
+    obj = {"a": np.arange(1000.0)}
+    cpersist.dump(obj, target)
+    at = _index_start(target)
+    loaded = []
+    with open(target, "r+b") as writer:
+        # A writer in the middle of a change in place holds the file's lock
+        # (here: bytes of its index that no state of it has).
+        fcntl.flock(writer, fcntl.LOCK_EX)
+        os.pwrite(writer.fileno(), b'{"edited":trse ,', at)
+        reader = threading.Thread(target=lambda: loaded.append(cpersist.load(target)))
+        reader.start()
+        reader.join(0.5)
+        assert reader.is_alive() and not loaded  # waiting for the writer
+        os.pwrite(writer.fileno(), b'{"edited":false,', at)
+        fcntl.flock(writer, fcntl.LOCK_UN)
+        reader.join(30)
+    assert np.array_equal(loaded[0]["a"], obj["a"])
+    # A lock that is not released (its holder is no writer of cpersist's):
+    # the damage is reported once the wait is over.
+    monkeypatch.setattr("cpersist.container.reader.LOCK_WAIT", 0.2)
+    with open(target, "r+b") as writer:
+        fcntl.flock(writer, fcntl.LOCK_EX)
+        os.pwrite(writer.fileno(), b'{"edited":trse ,', at)
+        with pytest.raises(cpersist.CorruptFileError, match="index checksum mismatch"):
+            cpersist.load(target)
 
 
 # -- file handles and memory maps ---------------------------------------------
