@@ -87,6 +87,58 @@ def test_sigkill_during_dump_keeps_old_file(tmp_path):
     assert os.listdir(tmp_path) == ["model.cp"]
 
 
+#: A dump that writes its array to its temporary file, then waits, mid-dump,
+#: for a line on its standard input before it finishes.
+_BLOCKED = textwrap.dedent("""
+    import sys, numpy as np, cpersist
+    class Waits:
+        def __reduce__(self):
+            print("blocked", flush=True)
+            sys.stdin.readline()
+            return (str, ("done",))
+    cpersist.dump({"a": np.arange(1_000_000), "w": Waits()}, sys.argv[1], n_threads=1)
+""")
+
+
+def _blocked_writer(target):
+    """A process in the middle of a dump to ``target``, and its temporary file."""
+    child = start_python("-c", _BLOCKED, target, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert child.stdout.readline() == b"blocked\n"
+    (tmp,) = _tmp_files(os.path.dirname(target), os.path.basename(target))
+    assert os.path.getsize(tmp) >= 8_000_000  # the array is written
+    return child, tmp
+
+
+def test_the_next_dump_removes_the_temporary_files_of_dead_writers_only(tmp_path):
+    fcntl = pytest.importorskip("fcntl")
+    target = tmp_path / "model.cp"
+    cpersist.dump({"v": 0}, target)
+    # A writer killed mid-dump leaves its temporary file behind.
+    killed, dead_tmp = _blocked_writer(target)
+    with killed:
+        killed.kill()
+        killed.wait()
+    # The next dump to that path removes it, unless it is locked: the lock
+    # of its writer, released when it died, is what tells it dead.
+    with open(dead_tmp, "rb") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        cpersist.dump({"v": 1}, target)
+        assert _tmp_files(tmp_path, "model.cp") == [dead_tmp]
+    cpersist.dump({"v": 2}, target)
+    assert _tmp_files(tmp_path, "model.cp") == []
+    # A live writer's is left alone, and its dump completes.
+    live, live_tmp = _blocked_writer(target)
+    with live:
+        cpersist.dump({"v": 3}, target)
+        assert _tmp_files(tmp_path, "model.cp") == [live_tmp]
+        assert cpersist.load(target) == {"v": 3}
+        live.communicate(b"go\n", timeout=60)
+        assert live.returncode == 0
+    out = cpersist.load(target)
+    assert out["w"] == "done" and np.array_equal(out["a"], np.arange(1_000_000))
+    assert sorted(os.listdir(tmp_path)) == ["model.cp"]
+
+
 class _Unpicklable:
     def __reduce__(self):
         raise RuntimeError("boom")
