@@ -87,6 +87,11 @@ class ContainerReader(SectionReads, PieceReads):
             raise
         except CorruptFileError as exc:
             first = exc
+            # What the failed read holds (a forged index of megabytes) is
+            # not kept through the second one.
+            import traceback
+
+            traceback.clear_frames(exc.__traceback__)
         # Another process may be changing the dump in place (marking it
         # edited, resealing it) and the reads caught its change half
         # made. Its writer holds the file's lock for the whole change: read
