@@ -14,7 +14,7 @@ import os
 import sys
 
 from . import __version__
-from ._runtime.files import TMP_SUFFIX
+from ._runtime.temporaries import TMP_SUFFIX
 from ._runtime.remote import is_url
 from .exceptions import CpersistError
 from .tools.report import _human, _json_default, _message, format_info, format_verified
