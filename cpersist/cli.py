@@ -14,7 +14,8 @@ import os
 import sys
 
 from . import __version__
-from ._runtime.files import TMP_SUFFIX, display_name
+from ._runtime.files import display_name
+from ._runtime.temporaries import TMP_SUFFIX
 from ._runtime.remote import is_url
 from .exceptions import CpersistError
 from .tools.report import (MAX_ROWS, _human, _json_default, _message, format_info,

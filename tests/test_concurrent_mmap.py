@@ -1,5 +1,6 @@
 """Memory-mapped loads while other processes replace the file: every load is
-whole, its pickled fields and its array bytes from one and the same file."""
+whole, its pickled fields and its array bytes from one and the same file.
+Loads that mark a file as edited (``r+``) while others load it: none fails."""
 
 import multiprocessing
 import time
@@ -56,3 +57,74 @@ def test_mmap_loads_during_concurrent_dumps_are_whole(tmp_path):
             writer.join(30)
     assert failures == []
     assert loads > 100 and len(tags) > 10  # the file really changed under the loads
+
+
+#: An object whose load unpickles for a while before it maps its array: an
+#: ``r+`` load reads the index, then marks the file as edited only once the
+#: stream asks for the array, so other loads of the same file read its
+#: index in between.
+_HEAD = list(range(200_000))
+_EDITED_ARRAY = np.arange(1000.0)
+
+
+def _loader(path, mode, barrier, stop, results):
+    failures, loads = [], 0
+    while True:
+        barrier.wait(120)  # the file is fresh
+        if stop.is_set():
+            break
+        try:
+            obj = cpersist.load(path, mmap_mode=mode)
+            if obj["head"] != _HEAD or not np.array_equal(obj["a"], _EDITED_ARRAY):
+                failures.append(f"{mode} load: wrong values")
+        except Exception as exc:  # noqa: BLE001 - every failure is recorded
+            failures.append(f"{mode} load: {exc!r}")
+        loads += 1
+        barrier.wait(120)  # every load of this file done
+    results.put((loads, failures))
+
+
+def test_r_plus_and_plain_loads_of_one_file_at_once_raise_nothing(tmp_path):
+    # Each trial dumps a fresh (unedited) file, then three r+ loads and
+    # three plain ones start on it at once: the r+ loads mark it as edited
+    # while the others read its index.
+    path = str(tmp_path / "shared.cp")
+    obj = {"head": _HEAD, "a": _EDITED_ARRAY}
+    cpersist.dump(obj, path)
+    ctx = multiprocessing.get_context("spawn")
+    barrier, stop, results = ctx.Barrier(7), ctx.Event(), ctx.Queue()
+    loaders = [ctx.Process(target=_loader, args=(path, mode, barrier, stop, results))
+               for mode in ["r+"] * 3 + [None] * 3]
+    for loader in loaders:
+        loader.start()
+    trials = 0
+    try:
+        barrier.wait(120)  # every loader started: the first trial
+        deadline = time.monotonic() + SECONDS
+        while True:
+            trials += 1
+            barrier.wait(120)
+            if time.monotonic() > deadline:
+                stop.set()
+            else:
+                cpersist.dump(obj, path)
+            barrier.wait(120)
+            if stop.is_set():
+                break
+        outcomes = [results.get(timeout=120) for _ in loaders]
+    finally:
+        stop.set()
+        barrier.abort()
+        for loader in loaders:
+            loader.join(30)
+    failures = [failure for _, failures in outcomes for failure in failures]
+    print(f"{trials} trials, {sum(n for n, _ in outcomes)} loads, {len(failures)} failed")
+    assert failures == []
+    assert trials >= 3 and all(n == trials for n, _ in outcomes)
+    # The last trial's file, marked by three r+ loads at once: the same
+    # bytes as a file marked by one.
+    alone = tmp_path / "alone.cp"
+    cpersist.dump(obj, alone)
+    cpersist.load(alone, mmap_mode="r+")
+    with open(path, "rb") as file:
+        assert file.read() == alone.read_bytes()

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -84,6 +85,58 @@ def test_sigkill_during_dump_keeps_old_file(tmp_path):
     print(f"SIGKILL: {KILLS} kills, {mid_write} during the write")
     assert mid_write >= 20, f"only {mid_write} of {KILLS} kills hit a dump in progress"
     assert os.listdir(tmp_path) == ["model.cp"]
+
+
+#: A dump that writes its array to its temporary file, then waits, mid-dump,
+#: for a line on its standard input before it finishes.
+_BLOCKED = textwrap.dedent("""
+    import sys, numpy as np, cpersist
+    class Waits:
+        def __reduce__(self):
+            print("blocked", flush=True)
+            sys.stdin.readline()
+            return (str, ("done",))
+    cpersist.dump({"a": np.arange(1_000_000), "w": Waits()}, sys.argv[1], n_threads=1)
+""")
+
+
+def _blocked_writer(target):
+    """A process in the middle of a dump to ``target``, and its temporary file."""
+    child = start_python("-c", _BLOCKED, target, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert child.stdout.readline() == b"blocked\n"
+    (tmp,) = _tmp_files(os.path.dirname(target), os.path.basename(target))
+    assert os.path.getsize(tmp) >= 8_000_000  # the array is written
+    return child, tmp
+
+
+def test_the_next_dump_removes_the_temporary_files_of_dead_writers_only(tmp_path):
+    fcntl = pytest.importorskip("fcntl")
+    target = tmp_path / "model.cp"
+    cpersist.dump({"v": 0}, target)
+    # A writer killed mid-dump leaves its temporary file behind.
+    killed, dead_tmp = _blocked_writer(target)
+    with killed:
+        killed.kill()
+        killed.wait()
+    # The next dump to that path removes it, unless it is locked: the lock
+    # of its writer, released when it died, is what tells it dead.
+    with open(dead_tmp, "rb") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        cpersist.dump({"v": 1}, target)
+        assert _tmp_files(tmp_path, "model.cp") == [dead_tmp]
+    cpersist.dump({"v": 2}, target)
+    assert _tmp_files(tmp_path, "model.cp") == []
+    # A live writer's is left alone, and its dump completes.
+    live, live_tmp = _blocked_writer(target)
+    with live:
+        cpersist.dump({"v": 3}, target)
+        assert _tmp_files(tmp_path, "model.cp") == [live_tmp]
+        assert cpersist.load(target) == {"v": 3}
+        live.communicate(b"go\n", timeout=60)
+        assert live.returncode == 0
+    out = cpersist.load(target)
+    assert out["w"] == "done" and np.array_equal(out["a"], np.arange(1_000_000))
+    assert sorted(os.listdir(tmp_path)) == ["model.cp"]
 
 
 class _Unpicklable:
@@ -178,6 +231,89 @@ def test_concurrent_writers_and_readers(tmp_path):
     k = final["writer"]
     assert k in (1, 2, 3) and (final["a"] == k).all()
     assert os.listdir(tmp_path) == ["shared.cp"]
+
+
+# -- the edited mark ----------------------------------------------------------
+
+#: An r+ load killed before its write number ``allowed`` (its pwrite calls,
+#: counted from 0), or exiting normally with the number of writes it made.
+_MARKER = textwrap.dedent("""
+    import os, signal, sys, cpersist
+    path, allowed = sys.argv[1], int(sys.argv[2])
+    write, writes = os.pwrite, [0]
+    def killed_at_the_limit(fd, data, offset):
+        if writes[0] == allowed:
+            os.kill(os.getpid(), signal.SIGKILL)
+        writes[0] += 1
+        return write(fd, data, offset)
+    os.pwrite = killed_at_the_limit
+    cpersist.load(path, mmap_mode="r+")
+    print(writes[0])
+""")
+
+
+def test_sigkill_between_the_writes_of_the_edited_mark_leaves_a_whole_file(tmp_path):
+    obj = {"a": np.arange(1000.0), "names": ["x", "y"]}
+    alone = tmp_path / "alone.cp"
+    cpersist.dump(obj, alone)
+    cpersist.load(alone, mmap_mode="r+")
+    marked = alone.read_bytes()
+    target = tmp_path / "t.cp"
+    for allowed in range(10):
+        cpersist.dump(obj, target)
+        done = run_code(_MARKER, target, allowed)
+        if done.returncode == 0:
+            break
+        assert done.returncode == -signal.SIGKILL, done.stderr
+        # Killed after `allowed` writes: the file loads whole, plainly and
+        # mapped, and verifies.
+        out = cpersist.load(target)
+        assert np.array_equal(out["a"], obj["a"]) and out["names"] == obj["names"]
+        assert np.array_equal(cpersist.load(target, mmap_mode="r")["a"], obj["a"])
+        assert cpersist.verify(target)["unchecked"] == []
+        # The next r+ load finishes the mark: the bytes of a file marked in one go.
+        cpersist.load(target, mmap_mode="r+")
+        assert target.read_bytes() == marked
+    # The mark, its checksum in the trailer, the header's flag.
+    assert int(done.stdout) == allowed == 3
+    assert target.read_bytes() == marked
+
+
+def _index_start(path):
+    with open(path, "rb") as file:
+        file.seek(-32, os.SEEK_END)
+        return int.from_bytes(file.read(8), "little")
+
+
+def test_a_reader_that_finds_an_index_half_changed_waits_for_the_lock_of_its_writer(
+        tmp_path, monkeypatch):
+    fcntl = pytest.importorskip("fcntl")
+    target = tmp_path / "t.cp"
+    obj = {"a": np.arange(1000.0)}
+    cpersist.dump(obj, target)
+    at = _index_start(target)
+    loaded = []
+    with open(target, "r+b") as writer:
+        # A writer in the middle of a change in place holds the file's lock
+        # (here: bytes of its index that no state of it has).
+        fcntl.flock(writer, fcntl.LOCK_EX)
+        os.pwrite(writer.fileno(), b'{"edited":trse ,', at)
+        reader = threading.Thread(target=lambda: loaded.append(cpersist.load(target)))
+        reader.start()
+        reader.join(0.5)
+        assert reader.is_alive() and not loaded  # waiting for the writer
+        os.pwrite(writer.fileno(), b'{"edited":false,', at)
+        fcntl.flock(writer, fcntl.LOCK_UN)
+        reader.join(30)
+    assert np.array_equal(loaded[0]["a"], obj["a"])
+    # A lock that is not released (its holder is no writer of cpersist's):
+    # the damage is reported once the wait is over.
+    monkeypatch.setattr("cpersist.container.reader.LOCK_WAIT", 0.2)
+    with open(target, "r+b") as writer:
+        fcntl.flock(writer, fcntl.LOCK_EX)
+        os.pwrite(writer.fileno(), b'{"edited":trse ,', at)
+        with pytest.raises(cpersist.CorruptFileError, match="index checksum mismatch"):
+            cpersist.load(target)
 
 
 # -- file handles and memory maps ---------------------------------------------

@@ -6,9 +6,7 @@ import os
 import stat
 import sys
 
-#: Suffix of the temporary files ``dump`` writes next to the target before
-#: renaming them onto it; a killed process may leave one behind.
-TMP_SUFFIX = ".cpersist-tmp"
+from .temporaries import new_temporary, remove_dead_temporaries
 
 
 def is_path(obj):
@@ -54,24 +52,6 @@ def _existing_mode(name):
 WRITE_BUFFER = 1 << 20
 
 
-_NEW_FILE = (os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-             | getattr(os, "O_BINARY", 0))
-
-
-def _new_temporary(directory, base, mode):
-    """``(fd, path)`` of a new file ``.<base>.<random>.cpersist-tmp`` in
-    ``directory``, created with ``mode`` (less the umask), as
-    :func:`tempfile.mkstemp` makes one (whose import costs a one-shot script
-    more than the write: shutil, random, bz2, lzma)."""
-    for _ in range(100):
-        tmp = os.path.join(directory, f".{base}.{os.urandom(6).hex()}{TMP_SUFFIX}")
-        try:
-            return os.open(tmp, _NEW_FILE, mode), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary name in {directory} for {base}")
-
-
 def write_atomically(path, write, fsync):
     """Call ``write(file)`` on a temporary file, then rename it onto ``path``.
 
@@ -79,7 +59,10 @@ def write_atomically(path, write, fsync):
     memory): they are written with :func:`os.write`, without a buffered
     file object, whose buffer costs a small file more than its data.
     The temporary file lives in the target's directory (so ``os.replace`` is
-    an atomic rename) and is named ``.<target name>.<random>.cpersist-tmp``.
+    an atomic rename) and is named ``.<target name>.<host>-<n>.cpersist-tmp``
+    (see :func:`.temporaries.temporary_name`); it stays locked until renamed or removed,
+    and temporary files that dumps to ``path`` left when they died are
+    removed first (:func:`.temporaries.remove_dead_temporaries`).
     On any exception it is removed and an existing target is left untouched;
     an :class:`OSError` that names no file (a full disk: ``ENOSPC``) is
     raised again naming ``path``, once (closing the temporary file would
@@ -90,14 +73,18 @@ def write_atomically(path, write, fsync):
     name = os.fsdecode(path)
     mode = _existing_mode(name)
     directory, base = os.path.split(name)  # directory "": the current one
+    remove_dead_temporaries(directory, base)
     try:
         # A new file gets 0o666 less the umask from the kernel, as open()
         # gives it; a replaced one keeps its permission bits, set before
         # the rename (the data is never readable by more than either allows).
-        fd, tmp = _new_temporary(directory, base, 0o666 if mode is None else 0o600)
+        fd, tmp = new_temporary(directory, base, 0o666 if mode is None else 0o600)
     except OSError:
         _check_parent(name)
         raise
+    # The temporary file's lock lasts while a descriptor of its open file
+    # description is open: this one outlives the write's, up to the rename.
+    held = os.dup(fd)
     try:
         if callable(write):
             _write_file(fd, write, mode, fsync)
@@ -112,6 +99,8 @@ def write_atomically(path, write, fsync):
         if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
             raise OSError(exc.errno, exc.strerror, name) from None
         raise
+    finally:
+        os.close(held)
     if fsync:
         dir_fd = os.open(directory or os.curdir, os.O_RDONLY)
         try:

@@ -10,7 +10,8 @@ import errno
 import posixpath
 
 from ..exceptions import RemoteStorageError
-from .files import TMP_SUFFIX, display_name
+from .files import display_name
+from .temporaries import TMP_SUFFIX
 
 #: What to install for URLs.
 REMOTE_EXTRA = "pip install fsspec s3fs (the remote extra: pip install '.[remote]' in a checkout)"

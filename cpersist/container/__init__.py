@@ -10,7 +10,8 @@ stream), :mod:`.encode` (whether and how a chunk is encoded), :mod:`.writer`
 (writing a file sequentially, so a pipe or socket can be the target),
 :mod:`.reader` (opening a file through a byte source), :mod:`.sections` and
 :mod:`.pieces` (reading whole sections and parts of them), :mod:`.compact`
-and :mod:`.tiny` (dumps of a pickle stream alone), :mod:`.reseal`,
+and :mod:`.tiny` (dumps of a pickle stream alone), :mod:`.marking` and
+:mod:`.reseal` (marking a dump edited in place, and re-sealing it),
 :mod:`.sources` (the byte sources) and :mod:`.buffers` (reused read buffers).
 """
 

@@ -13,7 +13,7 @@ from ..codecs import codec_from_config
 from ..exceptions import CorruptFileError, UnsupportedVersionError
 from .layout import (ALIGN, ENCODED, END_MAGIC, FORMAT_MAJOR, HEADER, MAGIC, MAX_CHUNK_SIZE,
                      PACK_SECTIONS_UP_TO, RECORD_SIZE, SECTIONS_CODEC, SECTIONS_EXPANSION,
-                     TRAILER, VERBATIM, Chunk, _new_chunk, checksum, corrupt,
+                     TRAILER, VERBATIM, Chunk, _new_chunk, checksum, corrupt, index_checks_out,
                      packed_sections_accepted)
 
 
@@ -138,9 +138,12 @@ def parse_index(data, digest, end, name, base=0):
     ``end`` is where the index starts, which no section may pass; ``base``
     where the dump starts in its file (messages give file offsets).
     ``edited`` is the index's ``"edited"`` field (format 2.1), or None for
-    an index without one (format 2.0, whose header says).
+    an index without one (format 2.0, whose header says). An index whose
+    checksum is that of the same index with its mark the other way round
+    is whole too (:func:`~.layout.index_checks_out`): it was caught between
+    the two writes that mark it, and its mark is taken as it reads.
     """
-    if checksum(data) != digest:
+    if not index_checks_out(data, digest):
         raise corrupt(name, "index checksum mismatch: the file is damaged")
     try:
         with collector_paused():

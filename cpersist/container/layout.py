@@ -48,6 +48,32 @@ EDITED = 1
 #: (with the same length) and the index's checksum in the trailer.
 INDEX_UNEDITED = b'{"edited":false,'
 INDEX_EDITED = b'{"edited":true ,'
+
+
+def index_checks_out(index, digest):
+    """Whether the index bytes ``index`` have the checksum ``digest`` from
+    their trailer, as they are or with their edited mark flipped
+    (:func:`flipped_mark`)."""
+    if checksum(index) == digest:
+        return True
+    flipped = flipped_mark(index)
+    return flipped is not None and checksum(flipped) == digest
+
+
+def flipped_mark(index):
+    """The bytes of ``index`` with its edited mark the other way round, or
+    None for an index without one (format 2.0, a compact dump).
+
+    Marking a dump takes two writes, the mark and then the index's checksum
+    in the trailer: an index whose checksum is that of its flipped bytes is
+    one caught (or left, by a killed process) between them, and whole.
+    """
+    head = bytes(index[:len(INDEX_UNEDITED)])
+    if head == INDEX_UNEDITED:
+        return INDEX_EDITED + bytes(index[len(INDEX_EDITED):])
+    if head == INDEX_EDITED:
+        return INDEX_UNEDITED + bytes(index[len(INDEX_UNEDITED):])
+    return None
 #: Size of a format-2 record header (kind and payload length).
 RECORD_SIZE = 8
 #: index offset, index length, XXH3-64 checksum of the index, end magic.

@@ -6,6 +6,7 @@ compact dump, a tiny dump). Reading the sections' bytes is :mod:`.sections`
 from .compact import COMPACT, compact_dump, parse_compact_index
 from .framing import END, parse_record_quietly, walk_records
 from .index import parse_header, parse_index, parse_trailer
+from ..exceptions import CorruptFileError, UnsupportedVersionError
 from .layout import EDITED, END_MAGIC, HEADER, MAGIC, RECORD_SIZE, TRAILER, checksum, corrupt
 from .pieces import PieceReads
 from .sections import SectionReads
@@ -16,6 +17,9 @@ from .tiny import TINY_MAGIC, tiny_size, tiny_stream
 #: one read, rather than the trailer and then the index, keeps opening a
 #: file from a cold cache as fast whatever the file's size.
 TAIL_READ = 16 << 10
+#: Seconds a reader that found a dump's index half changed waits for the
+#: lock of the process changing it, before it reports what it found.
+LOCK_WAIT = 10
 
 
 class _DecodedSource(MemorySource):
@@ -71,16 +75,43 @@ class ContainerReader(SectionReads, PieceReads):
     def __init__(self, source, name=None, *, whole=False):
         if not isinstance(source, ByteSource):
             source = source_for(source, name or "<file>")
-        self._whole = whole or source.whole
-        self._tail = None
-        self.source = source
+        #: Whether the source holds this dump and nothing after it.
+        self.whole = whole or source.whole
         self.name = name or source.name
         #: Where the cpersist data starts in the underlying file.
         self.base = source.base
+        try:
+            self._open(source)
+            return
+        except UnsupportedVersionError:
+            raise
+        except CorruptFileError as exc:
+            first = exc
+            # What the failed read holds (a forged index of megabytes) is
+            # not kept through the second one.
+            import traceback
+
+            traceback.clear_frames(exc.__traceback__)
+        # Another process may be changing the dump in place (marking it
+        # edited, resealing it) and the reads caught its change half
+        # made. Its writer holds the file's lock for the whole change: read
+        # again holding it shared, and report what that read says. Bounded,
+        # so that a lock held by someone else entirely (the caller, through
+        # another descriptor) costs a wait, not a hang.
+        with source.locked(shared=True, timeout=LOCK_WAIT) as held:
+            if not held:
+                raise first
+            source.refresh()
+            self._open(source)
+
+    def _open(self, source):
+        """Read the header, find the dump's end, read its index."""
+        self.source = source
+        self._tail = None
         #: Bytes from the start of the dump to the end of the source.
         self.available = source.size
         self._read_header()
-        if self._whole and self.size < self.available:
+        if self.whole and self.size < self.available:
             raise self._trailing_data(self.size)
         source.mark_end(self.size)
         self._read_index()
@@ -98,7 +129,7 @@ class ContainerReader(SectionReads, PieceReads):
         self.major, self.minor, flags = parse_header(head, self.available, self.name)
         self.edited = bool(flags & EDITED)
         self.compact = bool(flags & COMPACT)
-        if not ((self._whole or self.source.remote) and self._ends_at_end()):
+        if not ((self.whole or self.source.remote) and self._ends_at_end()):
             self.size = walk_records(self.source.read, self.available, self.name, self.base)
 
     def _read_tiny(self, head):
@@ -176,7 +207,6 @@ class ContainerReader(SectionReads, PieceReads):
             # The index's mark, covered by its checksum; the header's flag
             # is there for readers of format 2.0 only.
             self.edited = edited is True
-        self.index_at, self.index_length = offset, length
 
     def unchecked(self, section):
         """Whether ``section``'s checksums no longer hold: a raw array

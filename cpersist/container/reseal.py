@@ -17,7 +17,9 @@ def reseal(file, reader):
 
     ``file`` is the same local file open ``'r+b'``; nothing may follow the
     dump in it. Every section other than the edited raw ones must have been
-    verified by the caller: a re-sealed file vouches for all of it.
+    verified by the caller: a re-sealed file vouches for all of it. The
+    caller holds the file's lock (:meth:`.sources.abc.ByteSource.locked`)
+    from reading the index to the end, as every change in place does.
 
     The index is rewritten in place (its length may change by a few bytes,
     the file is cut or extended to fit), then flushed to disk, and only then

@@ -10,8 +10,8 @@ import warnings
 
 import numpy as np
 
-from ..container import CHECKED_CLAIM, EDITED, ENCODED, FLAGS_AT, TRAILER, ContainerReader, checksum
-from ..container.layout import INDEX_EDITED, INDEX_UNEDITED
+from ..container import CHECKED_CLAIM, ENCODED, ContainerReader
+from ..container.marking import mark_edited
 from ..container.sections import claimed_buffer
 from .._runtime.gc import collector_paused
 from .._runtime.parallel import run_claimed
@@ -72,7 +72,11 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
                 mapped.append(_memmap(source, reader.size, "c" if private else mmap_mode))
                 mapped.append(private)
                 if mmap_mode == "r+":
-                    _mark_edited(mapped[0], reader)
+                    # Writes through the map change raw arrays behind their
+                    # checksums: marked, readers do not report those
+                    # sections as damaged, and cpersist.reseal computes
+                    # their checksums again.
+                    mark_edited(source, reader)
             start = section.offset
             arr = mapped[0][start:start + nbytes].view(dtype).reshape(shape, order=order)
             if mapped[1]:
@@ -223,32 +227,6 @@ def _memmap(source, size, mode):
     path = getattr(source, "path", None)
     arr.filename = os.path.abspath(path) if path is not None else None
     return arr
-
-
-def _mark_edited(mapped, reader):
-    """Mark the dump as edited through a writable map of it.
-
-    Writes through the map change raw arrays behind their checksums; with
-    the mark, readers do not report those sections as damaged, and
-    :func:`cpersist.reseal` computes their checksums again. From format 2.1
-    the mark is the index's ``"edited"`` field, rewritten in place with the
-    index's checksum in the trailer, so that only a whole index that checks
-    out can turn checking off; the header's flag is set too, for readers of
-    format 2.0.
-    """
-    if (reader.major, reader.minor) >= (2, 1) and not reader.edited:
-        at, n = reader.index_at, reader.index_length
-        if mapped[at:at + len(INDEX_UNEDITED)].tobytes() != INDEX_UNEDITED:
-            raise reader.error("damaged index: no edited mark where format 2.1 has it")
-        mapped[at:at + len(INDEX_EDITED)] = np.frombuffer(INDEX_EDITED, np.uint8)
-        digest = checksum(mapped[at:at + n])
-        trailer = reader.size - TRAILER.size
-        mapped[trailer + 16:trailer + 24] = np.frombuffer(digest.to_bytes(8, "little"), np.uint8)
-        reader.edited = True
-    field = mapped[FLAGS_AT:FLAGS_AT + 4]
-    flags = int.from_bytes(field.tobytes(), "little")
-    if not flags & EDITED:
-        field[:] = np.frombuffer((flags | EDITED).to_bytes(4, "little"), np.uint8)
 
 
 def _pickle_stream(reader, root, verify, n_threads):

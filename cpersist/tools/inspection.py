@@ -373,7 +373,9 @@ def reseal(path):
                          f"in remote storage")
     name = display_name(path)
     with open(path, "r+b") as file:
-        with LocalFileSource(file, name, file.fileno()) as source:
+        # Under the file's lock: an r+ load marking it waits, and a reader
+        # that catches the index half rewritten reads it again once whole.
+        with LocalFileSource(file, name, file.fileno()) as source, source.locked():
             reader = ContainerReader(source, whole=True)
             result = _verify(reader)
             result["resealed"] = _reseal_dump(file, reader) if reader.edited else []

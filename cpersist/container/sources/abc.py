@@ -8,6 +8,7 @@ memory or a remote object can each be read the way that suits it.
 """
 
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 
 from ...exceptions import CorruptFileError
 
@@ -116,6 +117,18 @@ class ByteSource(ABC):
         there when closed, so the next read gets what follows the dump.
         """
         self.end = size
+
+    @contextmanager
+    def locked(self, shared=False, timeout=None):
+        """Hold an advisory lock on the underlying file for the ``with``
+        block: exclusive for a change made in place, ``shared`` to read
+        what such a change leaves whole. Yields whether the lock is held;
+        this default locks nothing (a source with no local file)."""
+        yield False
+
+    def refresh(self):
+        """Take the source's size again (a change in place may have cut or
+        extended the file). This default does nothing."""
 
     def close(self):
         """Release what the source holds (not a file object it was given)."""

@@ -3,7 +3,9 @@ from that same descriptor."""
 
 import mmap
 import os
+from contextlib import contextmanager
 
+from ..._runtime.locks import locked
 from .abc import ByteSource
 
 _ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY}
@@ -41,6 +43,26 @@ class LocalFileSource(ByteSource):
         path = getattr(file, "name", None)
         #: The file's path, when it has one (numpy's memmap reports it).
         self.path = path if isinstance(path, str) else None
+        self._locked = False
+
+    @contextmanager
+    def locked(self, shared=False, timeout=None):
+        """See :meth:`ByteSource.locked`. Taken through a descriptor of its
+        own, so that a lock the caller holds through ``file`` is left
+        alone; within a block that holds it, a nested request holds it
+        already."""
+        if self._locked:
+            yield True
+            return
+        with locked(self.fd, self.path, shared=shared, timeout=timeout) as held:
+            self._locked = held
+            try:
+                yield held
+            finally:
+                self._locked = False
+
+    def refresh(self):
+        self._size = os.fstat(self.fd).st_size - self.base
 
     @property
     def size(self):
