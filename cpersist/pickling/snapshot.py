@@ -1,0 +1,171 @@
+"""A snapshot of an object graph, taken on the calling thread so that a
+background dump writes the object as it was at the call.
+
+:func:`take` pickles the graph with :class:`_SnapshotPickler`: everything but
+arrays goes into an in-memory pickle stream (so non-array state is captured
+by value), and each array is set aside instead of being serialized:
+
+* a numpy array of plain data (and a ``np.memmap``, stored as a plain array
+  as a dump stores it): its bytes copied once into a fresh array of the
+  same order (C or F; a non-contiguous one as C, the order a dump stores it
+  in);
+* a CPU ``torch.Tensor`` or ``nn.Parameter`` that cpersist stores as a
+  section: its storage copied once, however many tensors view it, so that
+  views and tied weights still share memory in the snapshot;
+* a ``jax.Array``: kept as it is, without a copy: JAX arrays are immutable.
+
+Anything else (object arrays, masked arrays, other tensors) keeps its own
+pickling, which copies its data into the stream. :meth:`Snapshot.restore`
+unpickles the stream on the writing thread, handing back the set-aside
+arrays, into an object graph equal to the original at the call and sharing
+no mutable memory with it.
+"""
+
+import io
+import pickle
+import sys
+
+import numpy as np
+
+from .arrays import is_plain_data
+
+
+def _kept(index):
+    """Stand-in the stream names for a set-aside object; the unpickler of
+    :meth:`Snapshot.restore` replaces it (it is never called)."""
+    raise pickle.UnpicklingError("a snapshot is restored by Snapshot.restore only")
+
+
+def _tensor(storage, dtype, offset, shape, stride, requires_grad, parameter, state):
+    """A tensor viewing ``storage`` (the snapshot's copy) as the original viewed its own."""
+    torch = sys.modules["torch"]
+    tensor = torch.empty(0, dtype=dtype).set_(storage, offset, shape, stride)
+    if parameter:
+        tensor = torch.nn.Parameter(tensor, requires_grad=requires_grad)
+    elif requires_grad:
+        tensor.requires_grad_(True)
+    if state:
+        tensor.__dict__.update(state)
+    return tensor
+
+
+def copy_array(arr):
+    """``arr``'s values in a new array (one copy of its bytes), C- or
+    F-ordered as it is, C-ordered if it is neither."""
+    order = "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
+    copy = np.empty(arr.shape, arr.dtype, order=order)
+    np.copyto(copy, arr, casting="no")
+    return copy
+
+
+class Snapshot:
+    """An object graph as :func:`take` captured it.
+
+    Attributes
+    ----------
+    nbytes : int
+        Bytes held: the pickle stream and the copied arrays and storages.
+    """
+
+    def __init__(self, stream, kept, nbytes):
+        self._stream = stream
+        self._kept = kept
+        self.nbytes = nbytes
+
+    def restore(self):
+        """The captured object graph (once: the snapshot is then emptied)."""
+        kept, stream = self._kept, self._stream
+        self._kept = self._stream = None
+
+        class Unpickler(pickle.Unpickler):
+            def find_class(self, module, name):
+                if module == __name__ and name == "_kept":
+                    return kept.__getitem__
+                return super().find_class(module, name)
+
+        return Unpickler(io.BytesIO(stream)).load()
+
+
+class _SnapshotPickler(pickle.Pickler):
+    def __init__(self, file):
+        super().__init__(file, pickle.HIGHEST_PROTOCOL)
+        self.kept = []
+        self.nbytes = 0
+        self._storages = {}  # torch storage key -> _StorageOf its copy
+        # The storages copied, alive while pickling so that no other storage
+        # takes the address of one (in its key).
+        self._originals = []
+        self._jax_type = None
+
+    def _keep(self, obj, nbytes=0):
+        self.kept.append(obj)
+        self.nbytes += nbytes
+        return _kept, (len(self.kept) - 1,)
+
+    def reducer_override(self, obj):
+        cls = type(obj)
+        if cls is np.ndarray or cls is np.memmap:
+            if not is_plain_data(obj):
+                return NotImplemented
+            return self._keep(copy_array(obj), obj.nbytes)
+        if isinstance(obj, np.ndarray):
+            return NotImplemented
+        if "torch" in sys.modules:
+            torch = sys.modules["torch"]
+            if cls is torch.Tensor or cls is torch.nn.Parameter:
+                return self._reduce_tensor(torch, obj)
+        if "jax" in sys.modules:
+            if self._jax_type is None:
+                from .jax_arrays import JaxReducer
+
+                self._jax_type = JaxReducer(None).array_type
+            if cls is self._jax_type:
+                return self._keep(obj)  # immutable: no copy
+        return NotImplemented
+
+    def _reduce_tensor(self, torch, tensor):
+        if (tensor.device.type != "cpu" or tensor.layout is not torch.strided
+                or tensor.is_quantized or tensor.is_nested or tensor.is_conj()
+                or tensor.is_neg()):
+            return NotImplemented  # torch's own pickling copies it
+        storage = tensor.untyped_storage()
+        key = (storage.data_ptr(), storage.nbytes())
+        ref = self._storages.get(key)
+        if ref is None:
+            self._originals.append(storage)
+            _, (index,) = self._keep(storage.clone(), storage.nbytes())
+            ref = self._storages[key] = _StorageOf(index)
+        state = tensor.__dict__
+        return _tensor, (
+            ref, tensor.dtype, tensor.storage_offset(), tuple(tensor.shape),
+            tuple(tensor.stride()), bool(tensor.requires_grad),
+            type(tensor) is torch.nn.Parameter, dict(state) if state else None)
+
+
+class _StorageOf:
+    """The copy of a storage set aside at ``kept[index]``, in the arguments
+    of each tensor viewing it."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+    def __reduce__(self):
+        return _kept, (self.index,)
+
+
+def take(obj):
+    """A :class:`Snapshot` of ``obj``.
+
+    Raises
+    ------
+    pickle.PicklingError, TypeError, AttributeError
+        If ``obj`` holds something that cannot be pickled (what
+        :func:`pickle.dumps` raises).
+    """
+    file = io.BytesIO()
+    pickler = _SnapshotPickler(file)
+    pickler.dump(obj)
+    stream = file.getvalue()
+    return Snapshot(stream, pickler.kept, pickler.nbytes + len(stream))
