@@ -68,7 +68,7 @@ def start(obj, write, name, snapshot_error):
         return future
 
     def run():
-        try:
+        try:  # the snapshot lives until the file is written
             result = write(snapshot.restore())
         except BaseException as exc:
             _slots.release()

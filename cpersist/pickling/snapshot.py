@@ -12,7 +12,8 @@ by value), and each array is set aside instead of being serialized:
 * a CPU ``torch.Tensor`` or ``nn.Parameter`` that cpersist stores as a
   section: its storage copied once, however many tensors view it, so that
   views and tied weights still share memory in the snapshot;
-* a ``jax.Array``: kept as it is, without a copy: JAX arrays are immutable.
+* a ``jax.Array``: kept as it is, without a copy: JAX arrays are immutable
+  (but may be donated: see :func:`_host_views`).
 
 Anything else (object arrays, masked arrays, other tensors) keeps its own
 pickling, which copies its data into the stream. :meth:`Snapshot.restore`
@@ -67,9 +68,10 @@ class Snapshot:
         Bytes held: the pickle stream and the copied arrays and storages.
     """
 
-    def __init__(self, stream, kept, nbytes):
+    def __init__(self, stream, kept, pins, nbytes):
         self._stream = stream
         self._kept = kept
+        self._pins = pins  # alive as long as the snapshot, after restore()
         self.nbytes = nbytes
 
     def restore(self):
@@ -90,6 +92,7 @@ class _SnapshotPickler(pickle.Pickler):
     def __init__(self, file):
         super().__init__(file, pickle.HIGHEST_PROTOCOL)
         self.kept = []
+        self.pins = []  # host views of the JAX arrays kept (see _host_views)
         self.nbytes = 0
         self._storages = {}  # torch storage key -> _StorageOf its copy
         # The storages copied, alive while pickling so that no other storage
@@ -120,6 +123,7 @@ class _SnapshotPickler(pickle.Pickler):
 
                 self._jax_type = JaxReducer(None).array_type
             if cls is self._jax_type:
+                self.pins.append(_host_views(obj))
                 return self._keep(obj)  # immutable: no copy
         return NotImplemented
 
@@ -140,6 +144,16 @@ class _SnapshotPickler(pickle.Pickler):
             ref, tensor.dtype, tensor.storage_offset(), tuple(tensor.shape),
             tuple(tensor.stride()), bool(tensor.requires_grad),
             type(tensor) is torch.nn.Parameter, dict(state) if state else None)
+
+
+def _host_views(array):
+    """numpy views of a JAX array's buffers on the CPU (host copies from
+    another device). While they live, jax does not reuse the buffers: a
+    jitted function given the array in ``donate_argnums`` leaves it as it is
+    (and writes its result elsewhere) instead of deleting it under the dump."""
+    if not array.is_fully_addressable or array.is_deleted():
+        return ()  # the dump reports what it can store of it
+    return tuple(np.asarray(shard.data) for shard in array.addressable_shards)
 
 
 class _StorageOf:
@@ -168,4 +182,4 @@ def take(obj):
     pickler = _SnapshotPickler(file)
     pickler.dump(obj)
     stream = file.getvalue()
-    return Snapshot(stream, pickler.kept, pickler.nbytes + len(stream))
+    return Snapshot(stream, pickler.kept, pickler.pins, pickler.nbytes + len(stream))
