@@ -68,7 +68,7 @@ def test_doctests_pass(tmp_path):
 
 def test_torch_examples_skip_without_torch_except_on_ci(tmp_path):
     """checkpoints.rst's examples, built where ``import torch`` fails: skipped
-    (the build passes, running none), unless CI=true, where they fail."""
+    (the build passes, running the others), unless CI=true, where they fail."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "conf.py").write_text(
