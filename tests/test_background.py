@@ -241,3 +241,22 @@ def test_pending_dumps_finish_and_failures_are_reported_at_exit(tmp_path):
     reports = [line for line in out.stderr.splitlines() if line.startswith("cpersist:")]
     assert len(reports) == 1, out.stderr
     assert "b.cp" in reports[0] and "FileNotFoundError" in reports[0]
+
+
+def test_a_snapshot_reuses_the_memory_of_the_last_one_nothing_references():
+    from cpersist.pickling.snapshot import Buffers, take
+
+    buffers = Buffers()
+    arrays = {"kept": np.arange(1000.0), "dropped": np.arange(2000.0)}  # buffers by size
+    first = take(arrays, buffers)
+    restored = first.restore()
+    held = restored["kept"]  # outlives its dump
+    addresses = {key: value.ctypes.data for key, value in restored.items()}
+    del restored
+    buffers.give_back(first.buffers())
+    again = take({"kept": np.zeros(1000), "dropped": np.full(2000, 5.0)}, buffers).restore()
+    assert again["dropped"].ctypes.data == addresses["dropped"]  # reused
+    assert again["kept"].ctypes.data != addresses["kept"]  # still held: not reused
+    assert held.tobytes() == np.arange(1000.0).tobytes()
+    assert again["kept"].tobytes() == np.zeros(1000).tobytes()
+    assert again["dropped"].tobytes() == np.full(2000, 5.0).tobytes()

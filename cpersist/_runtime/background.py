@@ -12,6 +12,7 @@ import threading
 MAX_PENDING = 1
 
 _slots = threading.BoundedSemaphore(MAX_PENDING)
+_buffers = None  # a cpersist.pickling.snapshot.Buffers, made by the first dump
 _lock = threading.Lock()
 #: Background dumps pending, and those that failed (until exit: whether
 #: their error was retrieved is known only then).
@@ -47,9 +48,9 @@ def start(obj, write, name, snapshot_error):
     snapshot into the error the future raises. Waits while
     :data:`MAX_PENDING` dumps are pending.
     """
-    from ..pickling.snapshot import take
+    from ..pickling.snapshot import Buffers, take
 
-    global _exit_handler_set
+    global _exit_handler_set, _buffers
     future = _future_type()()
     future.set_running_or_notify_cancel()  # started: cannot be cancelled
     future.target = name
@@ -59,8 +60,11 @@ def start(obj, write, name, snapshot_error):
             atexit.register(_finish_at_exit)
             _exit_handler_set = True
         _futures.add(future)
+        if _buffers is None:
+            _buffers = Buffers()
+    buffers = _buffers
     try:
-        snapshot = take(obj)
+        snapshot = take(obj, buffers)
     except BaseException as exc:
         _slots.release()
         error = snapshot_error(exc)
@@ -71,9 +75,12 @@ def start(obj, write, name, snapshot_error):
         try:  # the snapshot lives until the file is written
             result = write(snapshot.restore())
         except BaseException as exc:
+            buffers.give_back(snapshot.buffers())
             _slots.release()
             future.set_exception(exc)
         else:
+            # The restored object is gone: its memory serves the next snapshot.
+            buffers.give_back(snapshot.buffers())
             _slots.release()
             with _lock:
                 _futures.discard(future)

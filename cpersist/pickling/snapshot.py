@@ -25,6 +25,7 @@ no mutable memory with it.
 import io
 import pickle
 import sys
+import threading
 
 import numpy as np
 
@@ -50,13 +51,72 @@ def _tensor(storage, dtype, offset, shape, stride, requires_grad, parameter, sta
     return tensor
 
 
-def copy_array(arr):
+class Buffers:
+    """Memory for the copies of a snapshot, reused from the previous one.
+
+    A copy into fresh memory costs the kernel a page fault per page, several
+    times the copy itself; a training loop snapshots arrays of the same
+    sizes each time. :meth:`give_back` keeps the buffers of a snapshot whose
+    dump is done (those nothing else references any more), and the next
+    snapshot takes them by size; the rest are freed when it is taken. So
+    between background dumps, at most one snapshot's memory is kept.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._spare = {}  # nbytes -> list of uint8 arrays
+        self._used = []
+
+    def take(self, nbytes):
+        """A 1-d uint8 array of ``nbytes``."""
+        with self._lock:
+            spare = self._spare.get(nbytes)
+            buffer = spare.pop() if spare else None
+        if buffer is None:
+            buffer = np.empty(nbytes, np.uint8)
+        self._used.append(buffer)
+        return buffer
+
+    def taken(self):
+        """The buffers taken since the last call (those of one snapshot);
+        spare ones not taken are freed."""
+        used, self._used = self._used, []
+        with self._lock:
+            self._spare = {}
+        return used
+
+    def give_back(self, buffers):
+        """Keep ``buffers`` for the next snapshot, except any still referenced
+        (by an object of the dump that outlived it)."""
+        spare = {}
+        for buffer in buffers:
+            # References: the list, the loop variable and getrefcount's argument.
+            if sys.getrefcount(buffer) <= 3:
+                spare.setdefault(buffer.nbytes, []).append(buffer)
+        with self._lock:
+            self._spare = spare
+
+
+def copy_array(arr, buffers=None):
     """``arr``'s values in a new array (one copy of its bytes), C- or
-    F-ordered as it is, C-ordered if it is neither."""
+    F-ordered as it is, C-ordered if it is neither; its memory from
+    ``buffers`` (a :class:`Buffers`) if given."""
     order = "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
-    copy = np.empty(arr.shape, arr.dtype, order=order)
+    if buffers is None or arr.nbytes == 0:
+        copy = np.empty(arr.shape, arr.dtype, order=order)
+    else:
+        copy = np.ndarray(arr.shape, arr.dtype, buffers.take(arr.nbytes), order=order)
     np.copyto(copy, arr, casting="no")
     return copy
+
+
+def _copy_storage(torch, storage, buffers):
+    """A copy of a torch storage, its memory from ``buffers`` if given."""
+    if buffers is None or storage.nbytes() == 0:
+        return storage.clone()
+    copy = torch.frombuffer(buffers.take(storage.nbytes()), dtype=torch.uint8)
+    copy.copy_(torch.empty(0, dtype=torch.uint8).set_(storage))
+    return copy.untyped_storage()
 
 
 class Snapshot:
@@ -68,29 +128,45 @@ class Snapshot:
         Bytes held: the pickle stream and the copied arrays and storages.
     """
 
-    def __init__(self, stream, kept, pins, nbytes):
+    def __init__(self, stream, kept, pins, buffers, nbytes):
         self._stream = stream
         self._kept = kept
         self._pins = pins  # alive as long as the snapshot, after restore()
+        self._buffers = buffers
         self.nbytes = nbytes
+
+    def buffers(self):
+        """The memory of the copies (from :class:`Buffers`), handed over
+        once the dump of the restored object is done (the snapshot then no
+        longer holds it)."""
+        buffers, self._buffers = self._buffers, []
+        return buffers
 
     def restore(self):
         """The captured object graph (once: the snapshot is then emptied)."""
         kept, stream = self._kept, self._stream
         self._kept = self._stream = None
+        try:
+            return _SnapshotUnpickler(io.BytesIO(stream), kept).load()
+        finally:
+            kept.clear()  # the restored object alone holds the copies
 
-        class Unpickler(pickle.Unpickler):
-            def find_class(self, module, name):
-                if module == __name__ and name == "_kept":
-                    return kept.__getitem__
-                return super().find_class(module, name)
 
-        return Unpickler(io.BytesIO(stream)).load()
+class _SnapshotUnpickler(pickle.Unpickler):
+    def __init__(self, file, kept):
+        super().__init__(file)
+        self._kept = kept
+
+    def find_class(self, module, name):
+        if module == __name__ and name == "_kept":
+            return self._kept.__getitem__
+        return super().find_class(module, name)
 
 
 class _SnapshotPickler(pickle.Pickler):
-    def __init__(self, file):
+    def __init__(self, file, buffers):
         super().__init__(file, pickle.HIGHEST_PROTOCOL)
+        self._buffers = buffers
         self.kept = []
         self.pins = []  # host views of the JAX arrays kept (see _host_views)
         self.nbytes = 0
@@ -110,7 +186,7 @@ class _SnapshotPickler(pickle.Pickler):
         if cls is np.ndarray or cls is np.memmap:
             if not is_plain_data(obj):
                 return NotImplemented
-            return self._keep(copy_array(obj), obj.nbytes)
+            return self._keep(copy_array(obj, self._buffers), obj.nbytes)
         if isinstance(obj, np.ndarray):
             return NotImplemented
         if "torch" in sys.modules:
@@ -137,7 +213,8 @@ class _SnapshotPickler(pickle.Pickler):
         ref = self._storages.get(key)
         if ref is None:
             self._originals.append(storage)
-            _, (index,) = self._keep(storage.clone(), storage.nbytes())
+            _, (index,) = self._keep(_copy_storage(torch, storage, self._buffers),
+                                     storage.nbytes())
             ref = self._storages[key] = _StorageOf(index)
         state = tensor.__dict__
         return _tensor, (
@@ -169,8 +246,9 @@ class _StorageOf:
         return _kept, (self.index,)
 
 
-def take(obj):
-    """A :class:`Snapshot` of ``obj``.
+def take(obj, buffers=None):
+    """A :class:`Snapshot` of ``obj``, its copies in memory from ``buffers``
+    (a :class:`Buffers`) if given.
 
     Raises
     ------
@@ -179,7 +257,10 @@ def take(obj):
         :func:`pickle.dumps` raises).
     """
     file = io.BytesIO()
-    pickler = _SnapshotPickler(file)
-    pickler.dump(obj)
+    pickler = _SnapshotPickler(file, buffers)
+    try:
+        pickler.dump(obj)
+    finally:
+        used = [] if buffers is None else buffers.taken()
     stream = file.getvalue()
-    return Snapshot(stream, pickler.kept, pickler.pins, pickler.nbytes + len(stream))
+    return Snapshot(stream, pickler.kept, pickler.pins, used, pickler.nbytes + len(stream))
