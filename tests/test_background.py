@@ -260,3 +260,22 @@ def test_a_snapshot_reuses_the_memory_of_the_last_one_nothing_references():
     assert held.tobytes() == np.arange(1000.0).tobytes()
     assert again["kept"].tobytes() == np.zeros(1000).tobytes()
     assert again["dropped"].tobytes() == np.full(2000, 5.0).tobytes()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_dumps_in_the_background_while_its_parent_has_one_pending(tmp_path,
+                                                                                  gate):
+    pending = cpersist.dump({"gate": Gate(gate)}, tmp_path / "parent.cp", background=True)
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's pending dump holds no slot here
+        code = 1
+        try:
+            child = cpersist.dump({"a": np.arange(10)}, tmp_path / "child.cp", background=True)
+            code = 0 if child.result(timeout=60) == [str(tmp_path / "child.cp")] else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    _GATES[gate].set()
+    pending.result()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert cpersist.load(tmp_path / "child.cp")["a"].tobytes() == np.arange(10).tobytes()

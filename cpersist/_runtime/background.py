@@ -6,6 +6,8 @@ import atexit
 import sys
 import threading
 
+from .fork import renew_after_fork
+
 #: Background dumps pending at once. A call beyond it waits for the oldest
 #: to finish before taking its snapshot, so that at most this many
 #: snapshots (a copy of the arrays each) are held in memory.
@@ -102,3 +104,8 @@ def _finish_at_exit():
         if exc is not None and not retrieved:
             print(f"cpersist: the background dump to {future.target!r} failed: "
                   f"{type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+# A forked child has none of the parent's dump threads: its slots are all free.
+renew_after_fork(globals(), _slots=lambda: threading.BoundedSemaphore(MAX_PENDING),
+                 _lock=threading.Lock, _futures=set, _buffers=lambda: None)
