@@ -6,9 +6,9 @@ arrays goes into an in-memory pickle stream (so non-array state is captured
 by value), and each array is set aside instead of being serialized:
 
 * a numpy array of plain data (and a ``np.memmap``, stored as a plain array
-  as a dump stores it): its bytes copied once into a fresh array of the
-  same order (C or F; a non-contiguous one as C, the order a dump stores it
-  in);
+  as a dump stores it): its bytes copied once into a new array of the same
+  order (C or F; a non-contiguous one as C, the order a dump stores it in),
+  in memory of the previous snapshot where there is some (:class:`Buffers`);
 * a CPU ``torch.Tensor`` or ``nn.Parameter`` that cpersist stores as a
   section: its storage copied once, however many tensors view it, so that
   views and tied weights still share memory in the snapshot;
@@ -120,20 +120,13 @@ def _copy_storage(torch, storage, buffers):
 
 
 class Snapshot:
-    """An object graph as :func:`take` captured it.
+    """An object graph as :func:`take` captured it."""
 
-    Attributes
-    ----------
-    nbytes : int
-        Bytes held: the pickle stream and the copied arrays and storages.
-    """
-
-    def __init__(self, stream, kept, pins, buffers, nbytes):
+    def __init__(self, stream, kept, pins, buffers):
         self._stream = stream
         self._kept = kept
         self._pins = pins  # alive as long as the snapshot, after restore()
         self._buffers = buffers
-        self.nbytes = nbytes
 
     def buffers(self):
         """The memory of the copies (from :class:`Buffers`), handed over
@@ -169,16 +162,14 @@ class _SnapshotPickler(pickle.Pickler):
         self._buffers = buffers
         self.kept = []
         self.pins = []  # host views of the JAX arrays kept (see _host_views)
-        self.nbytes = 0
         self._storages = {}  # torch storage key -> _StorageOf its copy
         # The storages copied, alive while pickling so that no other storage
         # takes the address of one (in its key).
         self._originals = []
         self._jax_type = None
 
-    def _keep(self, obj, nbytes=0):
+    def _keep(self, obj):
         self.kept.append(obj)
-        self.nbytes += nbytes
         return _kept, (len(self.kept) - 1,)
 
     def reducer_override(self, obj):
@@ -186,7 +177,7 @@ class _SnapshotPickler(pickle.Pickler):
         if cls is np.ndarray or cls is np.memmap:
             if not is_plain_data(obj):
                 return NotImplemented
-            return self._keep(copy_array(obj, self._buffers), obj.nbytes)
+            return self._keep(copy_array(obj, self._buffers))
         if isinstance(obj, np.ndarray):
             return NotImplemented
         if "torch" in sys.modules:
@@ -213,8 +204,7 @@ class _SnapshotPickler(pickle.Pickler):
         ref = self._storages.get(key)
         if ref is None:
             self._originals.append(storage)
-            _, (index,) = self._keep(_copy_storage(torch, storage, self._buffers),
-                                     storage.nbytes())
+            _, (index,) = self._keep(_copy_storage(torch, storage, self._buffers))
             ref = self._storages[key] = _StorageOf(index)
         state = tensor.__dict__
         return _tensor, (
@@ -263,4 +253,4 @@ def take(obj, buffers=None):
     finally:
         used = [] if buffers is None else buffers.taken()
     stream = file.getvalue()
-    return Snapshot(stream, pickler.kept, pickler.pins, used, pickler.nbytes + len(stream))
+    return Snapshot(stream, pickler.kept, pickler.pins, used)
