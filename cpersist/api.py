@@ -17,7 +17,7 @@ from .pickling.write import _finish, _inline_below, write_sections
 
 
 def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=None,
-         fsync=False, storage_options=None, timeout=None):
+         fsync=False, storage_options=None, timeout=None, background=False):
     """Persist a Python object and the numpy arrays it holds to one file.
 
     Parameters
@@ -73,12 +73,30 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         server that stops reading or resets the connection ends the dump
         with :class:`~cpersist.RemoteStorageError` naming the URL; the
         upload is aborted and the object left as it was.
+    background : bool, default False
+        Return as soon as ``obj`` is snapshotted, and write the file on a
+        thread (see :ref:`background-dumps`): the caller may change ``obj``
+        and its arrays right after the call. The snapshot pickles ``obj``'s
+        other objects and copies the bytes of its numpy arrays and CPU torch
+        tensors (once per storage); JAX arrays are immutable and are not
+        copied (jax does not donate one while the dump is pending). The
+        copies' memory is kept for the next background dump's snapshot. Compression runs on ``n_threads`` threads as in any dump,
+        and the file appears at ``target`` atomically once complete. At
+        most one background dump is pending per process: a call while one
+        is waits for it to finish before taking its snapshot. At
+        interpreter exit, pending background dumps are finished, and the
+        error of any that failed, unless retrieved from its future, is
+        printed to stderr. ``target`` must be a path.
 
     Returns
     -------
-    list of str
+    list of str or concurrent.futures.Future
         The name of the file written (the file object's ``name`` when it has
-        one; an empty list for anonymous file objects).
+        one; an empty list for anonymous file objects). With
+        ``background=True``: a future whose ``result()`` waits for the dump
+        and returns that list, or raises the dump's error (any of those
+        below but the ``ValueError`` and ``TypeError`` for bad arguments,
+        which the call raises).
 
     Raises
     ------
@@ -118,6 +136,9 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     check_storage_options(storage_options, target)
     timeout = check_timeout(timeout)
     name = display_name(target)
+    if background:
+        return _dump_in_background(obj, target, name, compress, protocol, chunk_size,
+                                   n_threads, fsync)
     take_back = None
     if not is_path(target) and not is_remote(target):
         take_back = start_file_dump(target)
@@ -149,6 +170,28 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         raise error from exc
     name = getattr(target, "name", None)
     return [name] if isinstance(name, str) else []
+
+
+def _dump_in_background(obj, target, name, compress, protocol, chunk_size, n_threads, fsync):
+    """:func:`dump` with ``background=True`` (its arguments checked)."""
+    from ._runtime.background import start
+
+    if not is_path(target) or is_remote(target):
+        raise ValueError(f"background=True writes to a path only, got {name}: a file object "
+                         f"may be closed or written by its owner while the dump runs; dump "
+                         f"to a path, or without background=True")
+
+    def write(snapshot):
+        return dump(snapshot, target, compress, protocol=protocol, chunk_size=chunk_size,
+                    n_threads=n_threads, fsync=fsync)
+
+    def snapshot_error(exc):
+        error = unpicklable_error(obj, protocol, exc) if isinstance(exc, PICKLING_ERRORS) else None
+        if error is not None:
+            error.__cause__ = exc
+        return error
+
+    return start(obj, write, name, snapshot_error)
 
 
 def _write(obj, file, name, codec, protocol, chunk_size, n_threads, small_tried=False):

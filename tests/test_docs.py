@@ -68,7 +68,7 @@ def test_doctests_pass(tmp_path):
 
 def test_torch_examples_skip_without_torch_except_on_ci(tmp_path):
     """checkpoints.rst's examples, built where ``import torch`` fails: skipped
-    (the build passes, running none), unless CI=true, where they fail."""
+    (the build passes, running the others), unless CI=true, where they fail."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "conf.py").write_text(
@@ -91,7 +91,9 @@ def test_torch_examples_skip_without_torch_except_on_ci(tmp_path):
         if fails:
             assert "No module named 'torch'" in report
         else:
-            assert "0 tests" in report and "failures in tests" in report, report
+            # The page's examples without torch (ml_dtypes, JAX, background
+            # dumps) ran; one that imports torch would have failed the build.
+            assert "0 failures in tests" in report, report
 
 
 def test_a_failing_example_fails_the_build(tmp_path):

@@ -1,0 +1,111 @@
+"""Background dumps: a snapshot taken on the calling thread, written on a
+thread of its own, at most :data:`MAX_PENDING` at a time, and waited for at
+interpreter exit."""
+
+import atexit
+import sys
+import threading
+
+from .fork import renew_after_fork
+
+#: Background dumps pending at once. A call beyond it waits for the oldest
+#: to finish before taking its snapshot, so that at most this many
+#: snapshots (a copy of the arrays each) are held in memory.
+MAX_PENDING = 1
+
+_slots = threading.BoundedSemaphore(MAX_PENDING)
+_buffers = None  # a cpersist.pickling.snapshot.Buffers, made by the first dump
+_lock = threading.Lock()
+#: Background dumps pending, and those that failed (until exit: whether
+#: their error was retrieved is known only then).
+_futures = set()
+_exit_handler_set = False
+
+
+def _future_type():
+    from concurrent.futures import Future
+
+    class DumpFuture(Future):
+        """A :class:`concurrent.futures.Future` that knows whether its error
+        was looked at, so that one nobody retrieved is reported at exit."""
+
+        retrieved = False
+
+        def result(self, timeout=None):
+            self.retrieved = True
+            return super().result(timeout)
+
+        def exception(self, timeout=None):
+            self.retrieved = True
+            return super().exception(timeout)
+
+    return DumpFuture
+
+
+def start(obj, write, name, snapshot_error):
+    """Snapshot ``obj``, then run ``write(snapshot_obj)`` on a new thread.
+
+    Returns a :class:`concurrent.futures.Future` of what ``write`` returns
+    (or raises). ``snapshot_error(exc)`` turns an error of taking the
+    snapshot into the error the future raises. Waits while
+    :data:`MAX_PENDING` dumps are pending.
+    """
+    from ..pickling.snapshot import Buffers, take
+
+    global _exit_handler_set, _buffers
+    future = _future_type()()
+    future.set_running_or_notify_cancel()  # started: cannot be cancelled
+    future.target = name
+    _slots.acquire()
+    with _lock:
+        if not _exit_handler_set:
+            atexit.register(_finish_at_exit)
+            _exit_handler_set = True
+        _futures.add(future)
+        if _buffers is None:
+            _buffers = Buffers()
+    buffers = _buffers
+    try:
+        snapshot = take(obj, buffers)
+    except BaseException as exc:
+        _slots.release()
+        error = snapshot_error(exc)
+        future.set_exception(exc if error is None else error)
+        return future
+
+    def run():
+        try:  # the snapshot lives until the file is written
+            result = write(snapshot.restore())
+        except BaseException as exc:
+            buffers.give_back(snapshot.buffers())
+            _slots.release()
+            future.set_exception(exc)
+        else:
+            # The restored object is gone: its memory serves the next snapshot.
+            buffers.give_back(snapshot.buffers())
+            _slots.release()
+            with _lock:
+                _futures.discard(future)
+            future.set_result(result)
+
+    threading.Thread(target=run, name=f"cpersist dump of {name}", daemon=True).start()
+    return future
+
+
+def _finish_at_exit():
+    """Wait for the pending background dumps; report on stderr each that
+    failed with nobody having asked its future for the error."""
+    with _lock:
+        futures = list(_futures)
+        _futures.clear()
+    for future in futures:
+        retrieved = future.retrieved
+        exc = future.exception()  # waits for a pending one
+        if exc is not None and not retrieved:
+            print(f"cpersist: the background dump to {future.target!r} failed: "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+# A forked child has none of the parent's dump threads: its slots are all free.
+renew_after_fork(globals(), _slots=lambda: threading.BoundedSemaphore(MAX_PENDING),
+                 _lock=threading.Lock, _futures=set, _buffers=lambda: None)
