@@ -187,7 +187,7 @@ def _naming_path(exc, pickled, index):
     when something is wrong."""
     from ..stream.paths import scan_arrays
 
-    path = scan_arrays(pickled.getvalue())["paths"].get(index)
+    path = scan_arrays(_bytes_of(pickled))["paths"].get(index)
     if path is None:
         return exc
     return type(exc)(f"{exc} (the array at {path})")
@@ -197,12 +197,18 @@ def _stores_tensors(pickled):
     """Whether the pickle stream may rebuild torch tensors (it names the
     format's ``rebuild_tensor``; a string holding that name gives a false
     positive, which only maps the file privately)."""
-    return names.REBUILD_TENSOR.rpartition(".")[2].encode() in pickled.getvalue()
+    return _bytes_of(pickled).find(names.REBUILD_TENSOR.rpartition(".")[2].encode()) >= 0
 
 
 def _stores_jax(pickled):
     """Whether the pickle stream may rebuild JAX arrays (as :func:`_stores_tensors`)."""
-    return names.REBUILD_JAX.rpartition(".")[2].encode() in pickled.getvalue()
+    return _bytes_of(pickled).find(names.REBUILD_JAX.rpartition(".")[2].encode()) >= 0
+
+
+def _bytes_of(pickled):
+    """The bytes of what :func:`_pickle_stream` returns: a BytesIO's value,
+    or the anonymous map itself (which has no ``getvalue``)."""
+    return pickled.getvalue() if isinstance(pickled, io.BytesIO) else pickled
 
 
 def _view(reader, section, verify):
