@@ -31,7 +31,10 @@ TORCH = ["torch>=2.1,<3", "safetensors>=0.4"]
 # The test suite runs the benchmark in quick mode, builds the docs and runs
 # lazy arrays on dask, so the test extra pulls in all of their dependencies.
 # pytest-xdist: the README's test command runs the suite on every core.
-TEST = ["pytest>=7", "pytest-xdist>=3.5", "hypothesis>=6"] + S3_TEST + BENCH + DOCS + DASK + REMOTE
+# atheris: the coverage-guided fuzzer of the restricted load
+# (benchmarks/fuzz_restricted.py).
+TEST = ["pytest>=7", "pytest-xdist>=3.5", "hypothesis>=6",
+        "atheris>=2.3; platform_system == 'Linux'"] + S3_TEST + BENCH + DOCS + DASK + REMOTE
 
 setup(
     name="cpersist",
