@@ -124,8 +124,8 @@ def holds_nonzero(obj, limit=1_000_000):
         elif isinstance(item, np.ndarray):
             if item.dtype.hasobject:
                 todo.extend(item.ravel().tolist())
-            elif np.ndarray.tobytes(np.asarray(item)).strip(b"\x00"):
-                return True
+            elif item.size and np.asarray(item).reshape(-1, order="A").view(np.uint8).any():
+                return True  # (a view of an array in either order; a copy of any other)
         elif type(item).__module__.startswith("torch") and hasattr(item, "numpy"):
             if item.detach().contiguous().view(-1).numpy().view(np.uint8).any():
                 return True

@@ -50,7 +50,7 @@ def freed_array(size=16 * MiB, maker=None):
     ``ba[0:] = b''`` frees the memory the array still points at. Leaves the
     array on the stack (memo 1)."""
     array = maker or call(glob("numpy", "ndarray"), tup(integer(size)), s("u1"), get(0))
-    return (call(glob("builtins", "bytearray"), integer(size)) + put(0)
+    return (call(glob("builtins", "bytearray"), integer(size)) + put(0) + pickle.POP
             + array + put(1) + pickle.POP
             + get(0) + none_slice() + binbytes(b"") + pickle.SETITEM + pickle.POP
             + get(1))
