@@ -143,6 +143,9 @@ def test_hostile_file(name, corpus_results):
             continue
         if expected == make.REFUSED and outcome == "ok":
             problems.append(f"{reader}: loaded ({got['type']}), not refused")
+        if expected == make.LIMIT and outcome != "LimitExceededError":
+            problems.append(f"{reader}: {outcome} {got.get('message', '')[:200]}, not a "
+                            f"LimitExceededError")
         if expected == make.ZEROS and got.get("nonzero"):
             problems.append(f"{reader}: gave back uninitialised bytes in a {got['type']}")
         if expected == make.SAME and not got.get("same"):
