@@ -6,8 +6,9 @@ per file, the stream and what a restricted load of it must do (see
 ``README.md`` beside this script). The files are written deterministically:
 running this again gives the same bytes. Files named ``found-*.cp`` are inputs
 the fuzzer (``benchmarks/fuzz_restricted.py``) found, kept as they were found;
-this script leaves them alone. The benign files of ``benign-*`` are dumps that
-a restricted load must give back as a trusted load does.
+this script leaves them alone. The files of :data:`BENIGN` are dumps that a
+restricted load must give back as a trusted load does (writing two of them
+needs torch).
 """
 
 import io
@@ -191,27 +192,28 @@ FORGED = {**use_after_free(), **offset_past_buffer(), **deep_tuples(), **masked_
           **long_int()}
 
 
-def benign_objects():
-    """Defect 10: what ``torch.load(weights_only=True)`` and numpy's own
-    pickles load, that a restricted load must load too. ``{name: (object,
-    compress)}``; the torch ones only where torch is installed."""
+#: Defect 10: files of what ``torch.load(weights_only=True)`` and numpy's own
+#: pickles load, that a restricted load must load too: ``{name: (object's
+#: name in :func:`benign_object`, compress)}``.
+BENIGN = {**{f"10-stringdtype-compress-{c}": ("strings", c) for c in (0, 3, "max")},
+          "10-torch-size-dtype-device": ("checkpoint", 0),
+          "10-torch-size-dtype-device-compressed": ("checkpoint", 3)}
+
+
+def benign_object(kind):
+    """A numpy 2 ``StringDType`` array (``"strings"``), or a checkpoint of
+    torch's values (``"checkpoint"``: needs torch)."""
     import numpy as np
 
-    strings = np.array(["a", "", "long " * 20, "\u00e9\U0001f600"],
-                       dtype=np.dtypes.StringDType())
-    objects = {f"10-stringdtype-compress-{c}": ({"s": strings}, c)
-               for c in (0, 3, "max")}
-    try:
-        import torch
-    except ImportError:
-        return objects
-    checkpoint = {"shape": torch.Size([3, 4]), "dtypes": [torch.float32, torch.bfloat16,
-                                                          torch.int8],
-                  "device": torch.device("cpu"), "meta": torch.device("meta"),
-                  "w": torch.arange(12, dtype=torch.float32).reshape(3, 4)}
-    objects["10-torch-size-dtype-device"] = (checkpoint, 0)
-    objects["10-torch-size-dtype-device-compressed"] = (checkpoint, 3)
-    return objects
+    if kind == "strings":
+        return {"s": np.array(["a", "", "long " * 20, "\u00e9\U0001f600"],
+                              dtype=np.dtypes.StringDType())}
+    import torch
+
+    return {"shape": torch.Size([3, 4]),
+            "dtypes": [torch.float32, torch.bfloat16, torch.int8],
+            "device": torch.device("cpu"), "meta": torch.device("meta"),
+            "w": torch.arange(12, dtype=torch.float32).reshape(3, 4)}
 
 
 def container(stream):
@@ -233,18 +235,23 @@ def container(stream):
 def expectations():
     """``{file name: expectation}`` of every file this script writes."""
     names = {f"{name}.cp": expected for name, (_, expected) in FORGED.items()}
-    names.update({f"{name}.cp": SAME for name in benign_objects()})
+    names.update({f"{name}.cp": SAME for name in BENIGN})
     return names
+
+
+def write_forged(folder):
+    for name, (stream, _) in FORGED.items():
+        with open(os.path.join(folder, f"{name}.cp"), "wb") as f:
+            f.write(container(stream))
 
 
 def main(folder=HERE):
     import cpersist
 
-    for name, (stream, _) in FORGED.items():
-        with open(os.path.join(folder, f"{name}.cp"), "wb") as f:
-            f.write(container(stream))
-    for name, (obj, compress) in benign_objects().items():
-        cpersist.dump(obj, os.path.join(folder, f"{name}.cp"), compress=compress, n_threads=1)
+    write_forged(folder)
+    for name, (kind, compress) in BENIGN.items():
+        cpersist.dump(benign_object(kind), os.path.join(folder, f"{name}.cp"),
+                      compress=compress, n_threads=1)
 
 
 if __name__ == "__main__":
