@@ -141,6 +141,8 @@ def test_hostile_file(name, corpus_results):
             problems.append(f"{reader}: peak of {got['peak_mb']} MB")
         if reader not in ("load", "loads"):
             continue
+        if got.get("unchecked"):
+            problems.append(f"{reader}: loaded a {got['type']}, but {got['unchecked']}")
         if expected == make.REFUSED and outcome == "ok":
             problems.append(f"{reader}: loaded ({got['type']}), not refused")
         if expected == make.LIMIT and outcome != "LimitExceededError":
