@@ -4,9 +4,10 @@ Each file is a genuine cpersist container (correct checksums) around a pickle
 stream made opcode by opcode; the attack is the stream. :data:`FORGED` gives,
 per file, the stream and what a restricted load of it must do (see
 ``README.md`` beside this script). The files are written deterministically:
-running this again gives the same bytes. Files named ``found-*.cp`` are inputs
-the fuzzer (``benchmarks/fuzz_restricted.py``) found, kept as they were found;
-this script leaves them alone. The files of :data:`BENIGN` are dumps that a
+running this again gives the same bytes. Files named ``found-*.cp`` hold what
+the fuzzer (``benchmarks/fuzz_restricted.py``) found: those listed in
+:func:`found` cut down to their stream and written here; any other one is an
+input kept as the fuzzer wrote it, which this script leaves alone. The files of :data:`BENIGN` are dumps that a
 restricted load must give back as a trusted load does (writing two of them
 needs torch).
 """
@@ -186,10 +187,23 @@ def long_int():
                                                         integer(16))), LIMIT)}
 
 
+def found():
+    """What ``benchmarks/fuzz_restricted.py`` found, cut down by hand to the
+    opcodes that matter."""
+    return {
+        # A dtype's state of 6 items is read by numpy as (version, byte order,
+        # subarray, fields, size, alignment): fields -1, an int where numpy
+        # keeps a dict, crashes numpy when it next reads the dtype.
+        "found-dtype-state-fields-not-a-dict": (proto(2, dtype("f8") + tup(
+            integer(3), s("<"), pickle.NONE, integer(-1), integer(-1), integer(0))
+            + pickle.BUILD), ANY),
+    }
+
+
 #: The forged files: ``{name: (pickle stream, expectation)}``.
 FORGED = {**use_after_free(), **offset_past_buffer(), **deep_tuples(), **masked_singleton(),
           **hash_collisions(), **nested_lists_to_numpy(), **allocation(), **uninitialised(),
-          **long_int()}
+          **long_int(), **found()}
 
 
 #: Defect 10: files of what ``torch.load(weights_only=True)`` and numpy's own
