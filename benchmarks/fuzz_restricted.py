@@ -363,7 +363,8 @@ def main(argv):
         work = os.path.abspath(work)
         os.makedirs(os.path.join(work, "crashes"), exist_ok=True)
         corpus = os.path.join(work, "corpus")
-        if not os.path.isdir(corpus) or not os.listdir(corpus):
+        given = any(not arg.startswith("-") for arg in rest[1:])  # inputs to run or a corpus
+        if not given and (not os.path.isdir(corpus) or not os.listdir(corpus)):
             print(f"seeding {corpus}: {len(write_seeds(corpus, leave_out))} files",
                   file=sys.stderr)
         if seeds_only:
