@@ -7,9 +7,9 @@ per file, the stream and what a restricted load of it must do (see
 running this again gives the same bytes. Files named ``found-*.cp`` hold what
 the fuzzer (``benchmarks/fuzz_restricted.py``) found: those listed in
 :func:`found` cut down to their stream and written here; any other one is an
-input kept as the fuzzer wrote it, which this script leaves alone. The files of :data:`BENIGN` are dumps that a
-restricted load must give back as a trusted load does (writing two of them
-needs torch).
+input kept as the fuzzer wrote it, which this script leaves alone. The files
+of :data:`BENIGN` are dumps that a restricted load must give back as a
+trusted load does (writing two of them needs torch).
 """
 
 import io
@@ -132,7 +132,8 @@ def shared_lists(levels=4, width=2048):
     below (DUP): a few KB standing for ``width ** levels`` items."""
     stream = pickle.BININT1 + b"\x00"
     for _ in range(levels):
-        stream = pickle.EMPTY_LIST + pickle.MARK + stream + pickle.DUP * (width - 1) + pickle.APPENDS
+        stream = (pickle.EMPTY_LIST + pickle.MARK + stream + pickle.DUP * (width - 1)
+                  + pickle.APPENDS)
     return stream
 
 
