@@ -38,7 +38,10 @@ JAX = ["jax==0.10.2", "jaxlib==0.10.2", "ml_dtypes>=0.6", "flax==0.12.8", "optax
 # lazy arrays on dask, so the test extra pulls in all of their dependencies.
 # pytest-xdist: the README's test command runs the suite on every core.
 # ml_dtypes: numpy arrays of its types (bfloat16, float8...), tested without jax.
-TOOLS = ["pytest>=7", "pytest-xdist>=3.5", "hypothesis>=6", "ml_dtypes>=0.6"]
+# atheris: the coverage-guided fuzzer of the restricted load
+# (benchmarks/fuzz_restricted.py).
+TOOLS = ["pytest>=7", "pytest-xdist>=3.5", "hypothesis>=6", "ml_dtypes>=0.6",
+         "atheris>=2.3; platform_system == 'Linux'"]
 TEST = TOOLS + S3_TEST + BENCH + DOCS + DASK + REMOTE
 
 setup(

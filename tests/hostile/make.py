@@ -1,0 +1,273 @@
+"""Rebuild the forged files of the hostile corpus: ``python -m tests.hostile.make``.
+
+Each file is a genuine cpersist container (correct checksums) around a pickle
+stream made opcode by opcode; the attack is the stream. :data:`FORGED` gives,
+per file, the stream and what a restricted load of it must do (see
+``README.md`` beside this script). The files are written deterministically:
+running this again gives the same bytes. Files named ``found-*.cp`` hold what
+the fuzzer (``benchmarks/fuzz_restricted.py``) found: those listed in
+:func:`found` cut down to their stream and written here; any other one is an
+input kept as the fuzzer wrote it, which this script leaves alone. The files
+of :data:`BENIGN` are dumps that a restricted load must give back as a
+trusted load does (writing two of them needs torch).
+"""
+
+import io
+import os
+import pickle
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if __package__ in (None, ""):  # run as a script: import the checkout's packages
+    sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+
+from tests._forge import call, proto, s  # noqa: E402
+from tests._hostile import binbytes, dtype, glob, integer, tup  # noqa: E402
+
+MiB = 1 << 20
+
+#: What a restricted load of a file must do: "refused" (a cpersist error),
+#: "limit" (:class:`cpersist.LimitExceededError`), "any" (a cpersist error or
+#: data), "zeros" (a cpersist error, or data whose
+#: arrays and bytes are all zero: no uninitialised memory), "same" (load, equal
+#: to a trusted load of the file).
+REFUSED, LIMIT, ANY, ZEROS, SAME = "refused", "limit", "any", "zeros", "same"
+
+
+def put(n):
+    return pickle.BINPUT + bytes([n])
+
+
+def get(n):
+    return pickle.BINGET + bytes([n])
+
+
+def none_slice():
+    """``slice(0, None)``: ``[0:]``."""
+    return call(glob("builtins", "slice"), integer(0), pickle.NONE)
+
+
+def freed_array(size=16 * MiB, maker=None):
+    """Defect 1: ``ba = bytearray(size)``; an array over ``ba``; then
+    ``ba[0:] = b''`` frees the memory the array still points at. Leaves the
+    array on the stack (memo 1)."""
+    array = maker or call(glob("numpy", "ndarray"), tup(integer(size)), s("u1"), get(0))
+    return (call(glob("builtins", "bytearray"), integer(size)) + put(0) + pickle.POP
+            + array + put(1) + pickle.POP
+            + get(0) + none_slice() + binbytes(b"") + pickle.SETITEM + pickle.POP
+            + get(1))
+
+
+def use_after_free():
+    streams = {
+        "01-freed-buffer-bytes": proto(2, call(glob("builtins", "bytes"), freed_array())),
+        # The array given back: the load hands over freed heap memory.
+        "01-freed-buffer-returned": proto(2, freed_array()),
+        "01-freed-buffer-recarray": proto(2, call(glob("builtins", "bytes"), freed_array(
+            maker=call(glob("numpy", "recarray"), tup(integer(16 * MiB)), s("u1"),
+                       get(0))))),
+        "01-freed-buffer-asfortranarray": proto(2, call(glob("numpy", "asfortranarray"),
+                                                         freed_array())),
+        # As the storage of a tensor: a writable tensor over freed memory.
+        "01-freed-buffer-tensor": proto(2, call(
+            glob("cpersist.pickler", "rebuild_tensor"), freed_array(), s("uint8"), integer(0),
+            tup(integer(16 * MiB)), tup(integer(1)), pickle.NEWFALSE, s("tensor"),
+            pickle.NONE, pickle.NONE)),
+    }
+    return {name: (stream, ZEROS) for name, stream in streams.items()}
+
+
+def offset_past_buffer():
+    array = call(glob("numpy", "ndarray"), tup(integer(16)), s("u1"), binbytes(b"x" * 8),
+                 integer(2**63 - 1))
+    return {"02-offset-max-int64-bytes": (proto(2, call(glob("builtins", "bytes"), array)),
+                                      REFUSED),
+            "02-offset-max-int64-returned": (proto(2, array), REFUSED)}
+
+
+def deep_tuple(depth=1_000_000):
+    return pickle.EMPTY_TUPLE + pickle.TUPLE1 * depth
+
+
+def deep_tuples():
+    return {
+        "03-deep-tuple-in-set": (proto(4, pickle.EMPTY_SET + pickle.MARK + deep_tuple()
+                                       + pickle.ADDITEMS), ANY),
+        "03-deep-tuple-in-frozenset": (proto(4, pickle.MARK + deep_tuple() + pickle.FROZENSET),
+                                       ANY),
+        "03-deep-tuple-dict-key": (proto(4, pickle.EMPTY_DICT + deep_tuple() + pickle.NONE
+                                         + pickle.SETITEM), ANY),
+    }
+
+
+def masked_singleton():
+    """Defect 4: ``copyreg._reconstructor`` gives back ``np.ma.masked``; BUILD
+    then runs ``MaskedArray.__setstate__`` on the singleton."""
+    singleton = call(glob("copyreg", "_reconstructor"), glob("numpy.ma.core", "MaskedConstant"),
+                     glob("numpy.ma.core", "MaskedArray"), pickle.NONE)
+    state = tup(integer(1), tup(integer(2)), dtype("i8"), pickle.NEWFALSE, binbytes(bytes(16)),
+                binbytes(bytes(2)), pickle.NONE)
+    return {"04-build-on-masked-via-reconstructor": (proto(2, singleton + state + pickle.BUILD),
+                                                     ANY)}
+
+
+def colliding(count):
+    """``count`` distinct ints whose hashes are all 0: ``k * (2**61 - 1)``."""
+    return b"".join(integer(k * (2**61 - 1)) for k in range(1, count + 1))
+
+
+def hash_collisions(count=40_000):
+    keys = b"".join(integer(k * (2**61 - 1)) + pickle.NONE for k in range(1, count + 1))
+    return {
+        "05-colliding-dict-keys": (proto(4, pickle.EMPTY_DICT + pickle.MARK + keys
+                                         + pickle.SETITEMS), ANY),
+        "05-colliding-set-items": (proto(4, pickle.EMPTY_SET + pickle.MARK + colliding(count)
+                                         + pickle.ADDITEMS), ANY),
+    }
+
+
+def shared_lists(levels=4, width=2048):
+    """Defect 6: ``levels`` nested lists, each ``width`` references to the one
+    below (DUP): a few KB standing for ``width ** levels`` items."""
+    stream = pickle.BININT1 + b"\x00"
+    for _ in range(levels):
+        stream = (pickle.EMPTY_LIST + pickle.MARK + stream + pickle.DUP * (width - 1)
+                  + pickle.APPENDS)
+    return stream
+
+
+def nested_lists_to_numpy():
+    return {
+        "06-shared-lists-asfortranarray": (proto(2, call(glob("numpy", "asfortranarray"),
+                                                         shared_lists())), ANY),
+        "06-shared-lists-matrix": (proto(2, call(glob("numpy", "matrix"), shared_lists())), ANY),
+    }
+
+
+def allocation():
+    """Defect 7: ``max_alloc_bytes`` is per call, and some constructors skip it.
+    Each asks for more than the default budget of a load: refused
+    by a limit."""
+    # 1 GiB items: what they cost shows whatever the machine's speed.
+    subarray = tup(s("u1"), tup(integer(32768), integer(32768)))
+    bytearrays = pickle.MARK + call(glob("builtins", "bytearray"), integer(250 * MiB)) * 12 \
+        + pickle.TUPLE
+    return {
+        "07-asfortranarray-subarray-dtype": (proto(2, call(glob("numpy", "asfortranarray"),
+                                                           integer(0), subarray)), LIMIT),
+        "07-matrix-subarray-dtype": (proto(2, call(glob("numpy", "matrix"), integer(0),
+                                                   subarray)), LIMIT),
+        "07-maskedarray-subarray-dtype": (proto(2, call(glob("numpy.ma.core", "MaskedArray"),
+                                                        integer(0), pickle.NEWFALSE, subarray)),
+                                          LIMIT),
+        # 1.2 GB of list: it fits under the test's limit of 2 GiB, to show its cost.
+        "07-list-of-130MiB-bytes": (proto(2, call(glob("builtins", "list"), call(
+            glob("builtins", "bytes"), integer(130 * MiB)))), LIMIT),
+        "07-twelve-250MiB-bytearrays": (proto(2, bytearrays), LIMIT),
+    }
+
+
+def uninitialised():
+    """Defect 8: arrays allocated without being filled (``np.empty``)."""
+    return {
+        "08-ndarray-no-buffer": (proto(2, call(glob("numpy", "ndarray"), tup(integer(4096)),
+                                               s("u1"))), ZEROS),
+        "08-ndarray-no-buffer-many": (proto(2, pickle.MARK + call(
+            glob("numpy", "ndarray"), tup(integer(512)), s("u1")) * 64 + pickle.TUPLE), ZEROS),
+        "08-recarray-no-buffer": (proto(2, call(glob("numpy", "recarray"), tup(integer(4096)),
+                                                s("u1"))), ZEROS),
+        "08-reconstruct-no-state": (proto(2, call(
+            glob("numpy._core.multiarray", "_reconstruct"), glob("numpy", "ndarray"),
+            tup(integer(4096)), binbytes(b"b"))), ZEROS),
+    }
+
+
+def long_int():
+    return {"09-int-of-8000-hex-digits": (proto(2, call(glob("builtins", "int"), s("f" * 8000),
+                                                        integer(16))), LIMIT)}
+
+
+def found():
+    """What ``benchmarks/fuzz_restricted.py`` found, cut down by hand to the
+    opcodes that matter."""
+    return {
+        # A dtype's state of 6 items is read by numpy as (version, byte order,
+        # subarray, fields, size, alignment): fields -1, an int where numpy
+        # keeps a dict, crashes numpy when it next reads the dtype.
+        "found-dtype-state-fields-not-a-dict": (proto(2, dtype("f8") + tup(
+            integer(3), s("<"), pickle.NONE, integer(-1), integer(-1), integer(0))
+            + pickle.BUILD), ANY),
+    }
+
+
+#: The forged files: ``{name: (pickle stream, expectation)}``.
+FORGED = {**use_after_free(), **offset_past_buffer(), **deep_tuples(), **masked_singleton(),
+          **hash_collisions(), **nested_lists_to_numpy(), **allocation(), **uninitialised(),
+          **long_int(), **found()}
+
+
+#: Defect 10: files of what ``torch.load(weights_only=True)`` and numpy's own
+#: pickles load, that a restricted load must load too: ``{name: (object's
+#: name in :func:`benign_object`, compress)}``.
+BENIGN = {**{f"10-stringdtype-compress-{c}": ("strings", c) for c in (0, 3, "max")},
+          "10-torch-size-dtype-device": ("checkpoint", 0),
+          "10-torch-size-dtype-device-compressed": ("checkpoint", 3)}
+
+
+def benign_object(kind):
+    """A numpy 2 ``StringDType`` array (``"strings"``), or a checkpoint of
+    torch's values (``"checkpoint"``: needs torch)."""
+    import numpy as np
+
+    if kind == "strings":
+        return {"s": np.array(["a", "", "long " * 20, "\u00e9\U0001f600"],
+                              dtype=np.dtypes.StringDType())}
+    import torch
+
+    return {"shape": torch.Size([3, 4]),
+            "dtypes": [torch.float32, torch.bfloat16, torch.int8],
+            "device": torch.device("cpu"), "meta": torch.device("meta"),
+            "w": torch.arange(12, dtype=torch.float32).reshape(3, 4)}
+
+
+def container(stream):
+    """A cpersist file holding ``stream`` as its root; compressed (zstd) when
+    it is large, which keeps a file of a megabyte of opcodes small on disk."""
+    from cpersist.codecs import get_codec
+    from cpersist.container import ContainerWriter
+
+    buf = io.BytesIO()
+    writer = ContainerWriter(buf)
+    codec = get_codec("zstd", 9) if len(stream) > 64 * 1024 else None
+    view = memoryview(stream)
+    chunks = [view[i:i + MiB] for i in range(0, len(view), MiB)]
+    root = writer.add_section(chunks, codec=codec, meta={"kind": "pickle"})
+    writer.finish(root)
+    return buf.getvalue()
+
+
+def expectations():
+    """``{file name: expectation}`` of every file this script writes."""
+    names = {f"{name}.cp": expected for name, (_, expected) in FORGED.items()}
+    names.update({f"{name}.cp": SAME for name in BENIGN})
+    return names
+
+
+def write_forged(folder):
+    for name, (stream, _) in FORGED.items():
+        with open(os.path.join(folder, f"{name}.cp"), "wb") as f:
+            f.write(container(stream))
+
+
+def main(folder=HERE):
+    import cpersist
+
+    write_forged(folder)
+    for name, (kind, compress) in BENIGN.items():
+        cpersist.dump(benign_object(kind), os.path.join(folder, f"{name}.cp"),
+                      compress=compress, n_threads=1)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
