@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist._runtime.files import TMP_SUFFIX
+from cpersist._runtime.temporaries import TMP_SUFFIX
 
 from ._fresh import run_code
 from .conftest import assert_same

@@ -4,6 +4,8 @@ rebuild functions) and torch's values (see :mod:`.builders`).
 
 import pickle
 
+import numpy as np
+
 from .array_builders import array_arg, array_class, fill_value, numpy_ma
 from .builders import bind
 from .checks import Refused, as_dtype, as_order, as_shape, brief
@@ -23,9 +25,13 @@ def build_inline(machine, func, args, kwargs, new):
     if type(bound.get("data")) not in (bytes, bytearray):
         raise Refused("an inline array's data is not bytes")
     dtype = bound.get("dtype")
-    # An ml_dtypes type is named, and only a name of the table is looked up.
-    dtype = resolve(dtype) if type(dtype) is str and dtype in ITEMSIZES else as_dtype(dtype)
     shape, count = as_shape(bound.get("shape"))
+    if type(dtype) is str and dtype in ITEMSIZES:
+        # An ml_dtypes type is named, and only a name of the table is looked
+        # up; a dry run stands it in as bytes of its size, importing nothing.
+        dtype = np.dtype(f"V{ITEMSIZES[dtype]}") if machine.dry else resolve(dtype)
+    else:
+        dtype = as_dtype(dtype)
     machine.alloc(count * dtype.itemsize)
     return func(bytes(bound["data"]) if type(bound["data"]) is bytearray else bound["data"],
                 dtype, shape, as_order(bound.get("order")))

@@ -102,6 +102,7 @@ def restricted_verdict(reader, stream, limits=None):
         ``{"accepted": bool, "refusal": str or None}``: the refusal is the
         message of the error a restricted load would raise.
     """
+    from ..pickling.named_dtypes import ITEMSIZES
     from ..pickling.unpickler import ArrayUnpickler
 
     stand_ins = {}
@@ -111,7 +112,11 @@ def restricted_verdict(reader, stream, limits=None):
                 index == reader.root):
             raise reader.error(f"the pickle stream refers to a bad array section {index!r}")
         if index not in stand_ins:
-            dtype, shape, _, _ = array_layout(reader, reader.sections[index])
+            # An ml_dtypes type stands in as bytes of its size: a dry run
+            # needs shapes and sizes, not ml_dtypes.
+            dtype, shape, _, _ = array_layout(reader, reader.sections[index], resolve=False)
+            if type(dtype) is str:
+                dtype = np.dtype(f"V{ITEMSIZES[dtype]}")
             stand_ins[index] = np.broadcast_to(np.zeros((), dtype), shape)
         return stand_ins[index]
 
