@@ -80,8 +80,9 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         other objects and copies the bytes of its numpy arrays and CPU torch
         tensors (once per storage); JAX arrays are immutable and are not
         copied (jax does not donate one while the dump is pending). The
-        copies' memory is kept for the next background dump's snapshot. Compression runs on ``n_threads`` threads as in any dump,
-        and the file appears at ``target`` atomically once complete. At
+        copies' memory is kept for the next background dump's snapshot.
+        Compression runs on ``n_threads`` threads as in any dump, and the
+        file appears at ``target`` atomically once complete. At
         most one background dump is pending per process: a call while one
         is waits for it to finish before taking its snapshot. At
         interpreter exit, pending background dumps are finished, and the
