@@ -13,17 +13,34 @@ import types
 
 from ..exceptions import CorruptFileError, CpersistError, UntrustedObjectError
 from . import names
-from .allowlist import ALLOWED, TRUSTED
-from .format_builders import build_stored
 from .rebuild import BY_NAME, rebuild_jax_numpy
 
 _STORED_ARRAY = names.split(names.STORED_ARRAY)
 _REBUILD_JAX = names.split(names.REBUILD_JAX)
 
-#: Globals a restricted load resolves (:data:`.allowlist.ALLOWED`): data
-#: types and their constructors, each called through a builder that checks
-#: its arguments; none of them can run code, import modules or touch files.
-SAFE_GLOBALS = frozenset(ALLOWED)
+_safe = None
+
+
+def safe_globals():
+    """Globals a restricted load resolves (:data:`.allowlist.ALLOWED`): data
+    types and their constructors, each called through a builder that checks
+    its arguments; none of them can run code, import modules or touch files.
+
+    Also ``SAFE_GLOBALS``. Built on first use: the table and its builders
+    cost a trusted load's first call nothing.
+    """
+    global _safe
+    if _safe is None:
+        from .allowlist import ALLOWED
+
+        _safe = frozenset(ALLOWED)
+    return _safe
+
+
+def __getattr__(name):
+    if name == "SAFE_GLOBALS":
+        return safe_globals()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _latin1_encode(obj, encoding="utf-8", errors="strict"):
@@ -136,9 +153,9 @@ def normalize_trusted(trusted):
     trusted (``"sklearn"`` trusts ``sklearn`` and ``sklearn.*``).
     """
     if trusted is True:
-        return False, SAFE_GLOBALS, ()
+        return False, None, ()
     if trusted is False:
-        return True, SAFE_GLOBALS, ()
+        return True, safe_globals(), ()
     if isinstance(trusted, str) or _is_global_pair(trusted):
         items = [trusted]
     else:
@@ -149,7 +166,7 @@ def normalize_trusted(trusted):
                 f"trusted must be True, False or an iterable of module names and "
                 f"(module, name) pairs; got {trusted!r}"
             ) from None
-    allowed = set(SAFE_GLOBALS)
+    allowed = set(safe_globals())
     prefixes = []
     for item in items:
         if isinstance(item, str) and item:
@@ -179,7 +196,8 @@ class ArrayUnpickler(pickle.Unpickler):
         ``load_array(index) -> ndarray`` for ``stored_array(index)`` calls.
     restricted : bool
         Refuse globals outside ``allowed`` / ``prefixes``.
-    allowed : frozenset of (module, name)
+    allowed : frozenset of (module, name), optional
+        Default :func:`safe_globals`.
     prefixes : tuple of str
     source : str
         Name of the file, for error messages.
@@ -189,7 +207,7 @@ class ArrayUnpickler(pickle.Unpickler):
         Rebuild JAX arrays as numpy arrays (jax left unimported).
     """
 
-    def __init__(self, file, load_array, restricted=False, allowed=SAFE_GLOBALS,
+    def __init__(self, file, load_array, restricted=False, allowed=None,
                  prefixes=(), source=None, limits=None, jax_as_numpy=False, dry=False):
         super().__init__(file)
         self._jax_as_numpy = jax_as_numpy
@@ -199,7 +217,7 @@ class ArrayUnpickler(pickle.Unpickler):
         self._stream_protocol = 0  # the restricted load's PROTO
         self._load_array = load_array
         self._restricted = restricted
-        self._allowed = allowed
+        self._allowed = safe_globals() if restricted and allowed is None else allowed
         self._prefixes = prefixes
         self._source = source
         self._watched = {}
@@ -244,6 +262,9 @@ class ArrayUnpickler(pickle.Unpickler):
         """``(object, builder)`` of a global a restricted load names: the
         builder of its row in :data:`.allowlist.ALLOWED`, or
         :data:`~.allowlist.TRUSTED` for one the caller trusts."""
+        from .allowlist import ALLOWED, TRUSTED
+        from .format_builders import build_stored
+
         obj = self.find_class(module, name)
         if obj is self._load_array:
             return obj, build_stored
