@@ -441,3 +441,18 @@ def test_walk_decodes_damaged_streams_as_its_reference(tmp_path):
         for pos in rng.integers(0, len(damaged), size=2):
             damaged[pos] = int(rng.integers(0, 256))
         _same_walk(damaged)
+
+
+def test_a_state_copied_by_many_builds_is_counted_as_it_is_copied():
+    # BUILD copies a dict state's entries into its object: the state itself
+    # as the state must end, and a memoized state of many entries named by
+    # BUILD after BUILD, a few opcodes each, must meet max_objects at once.
+    itself = (b"\x80\x02}" + pickle.SHORT_BINUNICODE + b"\x01a]s" + pickle.DUP
+              + pickle.BUILD + b".")
+    assert walk(itself).error is None
+    state = b"}q\x00(" + b"".join(pickle.SHORT_BINUNICODE + bytes([len(k)]) + k.encode() + b"]"
+                                  for k in (f"k{i}" for i in range(1000))) + b"u"
+    builds = (b"}h\x00b" * 3000)  # a new dict, the memoized state, BUILD
+    flood = b"\x80\x02" + state + b"0" + builds + b"."
+    with pytest.raises(cpersist.LimitExceededError, match="max_objects"):
+        walk(flood, cpersist.Limits(max_objects=100_000))

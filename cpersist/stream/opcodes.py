@@ -13,8 +13,8 @@ import struct
 from .._runtime.gc import collector_paused
 from ..pickling.limits import DEFAULT, exceeded
 from .args import FRAME_CROSSED, next_frame_end, read_in_frame, recheck
-from .symbolic import (_MARK, _NO_ARG, _STORED_ARRAY, MAX_KEPT_BYTES, Node, _call, _key_label,
-                        _top, step)
+from .symbolic import (_MARK, _NO_ARG, _STORED_ARRAY, MAX_KEPT_BYTES, Node, ObjectsExceeded,
+                       _call, _key_label, _top, step)
 
 __all__ = ["Node", "Walk", "step", "walk"]
 
@@ -72,10 +72,14 @@ def walk(data, limits=None, source=None):
     if type(data) is not bytes:
         data = bytes(data)
     limits = DEFAULT if limits is None else limits
-    made = Node.made
+    made, ceiling = Node.made, Node.ceiling
+    Node.ceiling = made + limits.max_objects
     try:
         with collector_paused():
             _run(data, result, stack, memo, limits, source)
+    except ObjectsExceeded:
+        raise exceeded("max_objects", Node.made - made, limits, source,
+                       "builds at least {} objects") from None
     except UnicodeDecodeError as exc:  # a string the quick path decoded itself
         result.error = f"undecodable string: {exc}"
     except ValueError as exc:  # a malformed stream (StreamError, ...)
@@ -85,7 +89,7 @@ def walk(data, limits=None, source=None):
         # impossible stack): recorded as a malformed stream.
         result.error = f"malformed pickle stream ({type(exc).__name__}: {exc})"
     finally:
-        Node.made = made
+        Node.made, Node.ceiling = made, ceiling
     if result.top is None and stack and type(stack[-1]) in (Node, tuple):
         result.top = stack[-1]  # a stream ending early: what was built so far
     return result

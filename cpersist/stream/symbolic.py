@@ -19,12 +19,9 @@ from . import MAX_KEPT_BYTES
 _MARK = object()    # a MARK on the stack
 _OPAQUE = object()  # a literal not kept: long bytes (inline array data) would stay in memory
 
-_STORED_ARRAY = names.split(names.STORED_ARRAY)
-_INLINE_ARRAY = names.split(names.INLINE_ARRAY)
-_REBUILD_VIEW = names.split(names.REBUILD_VIEW)
-_REBUILD_MASKED = names.split(names.REBUILD_MASKED)
-_REBUILD_TENSOR = names.split(names.REBUILD_TENSOR)
-_REBUILD_JAX = names.split(names.REBUILD_JAX)
+_STORED_ARRAY, _INLINE_ARRAY, _REBUILD_VIEW, _REBUILD_MASKED, _REBUILD_TENSOR, _REBUILD_JAX = (
+    names.split(n) for n in (names.STORED_ARRAY, names.INLINE_ARRAY, names.REBUILD_VIEW,
+                             names.REBUILD_MASKED, names.REBUILD_TENSOR, names.REBUILD_JAX))
 
 #: Opcodes pushing their argument as the value the unpickler would push.
 _LITERALS = frozenset((
@@ -42,6 +39,9 @@ class Node:
 
     #: Nodes made so far in the process (what a walk's limits count).
     made = 0
+    #: :attr:`made` past which copying children refuses at once (set by a walk):
+    #: BUILD or a call can copy a memoized dict or tuple in a few opcodes.
+    ceiling = 1 << 62
 
     def __init__(self, kind, value=None):
         Node.made += 1
@@ -58,8 +58,20 @@ class Node:
             self.children.append((label, child))
 
 
+class ObjectsExceeded(Exception):
+    """A step would make the walk hold more than :attr:`Node.ceiling` objects."""
+
+
+def _charge(count):
+    """Count ``count`` children copied from another node as made objects."""
+    Node.made += count
+    if Node.made > Node.ceiling:
+        raise ObjectsExceeded
+
+
 def tuple_children(members):
     """``(label, member)`` of the members of a tuple that may hold arrays."""
+    _charge(len(members))  # a memoized tuple may be copied by call after call
     return [(f"[{i}]", member) for i, member in enumerate(members)
             if type(member) is Node or type(member) is tuple]
 
@@ -313,7 +325,9 @@ def _build(result, stack, memo, arg):
         parts = [child for _, child in tuple_children(state)]
     for part in parts:
         if type(part) is Node and part.kind == "dict":
-            for label, child in part.children:
+            children = list(part.children)  # the state may be ``obj`` itself
+            _charge(len(children))
+            for label, child in children:
                 key = label[2:-2] if label.startswith("['") and label.endswith("']") else None
                 if key is not None and key.isidentifier():
                     obj.add(f".{key}", child)

@@ -200,6 +200,11 @@ def found():
         "found-dtype-state-fields-not-a-dict": (proto(2, dtype("f8") + tup(
             integer(3), s("<"), pickle.NONE, integer(-1), integer(-1), integer(0))
             + pickle.BUILD), ANY),
+        # BUILD of a dict with itself as its state: the stream walker of
+        # info, verify and inspect copied the state's children into the
+        # object while iterating them, for ever (8 GB from 995 bytes).
+        "found-walker-build-with-itself-as-state": (proto(2, pickle.EMPTY_DICT + s("a")
+            + pickle.EMPTY_LIST + pickle.SETITEM + pickle.DUP + pickle.BUILD), ANY),
     }
 
 
