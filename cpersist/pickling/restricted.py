@@ -246,8 +246,6 @@ class Machine(Opcodes):
         pos = 0
         opcodes = 0
         check_at = self._check_clock(0)
-        depths = self._depths
-        max_depth = self.limits.max_depth
         stack = self.stack
         push = stack.append
         marks = self.marks
@@ -292,17 +290,10 @@ class Machine(Opcodes):
                     self._made()
                     items = tuple(stack[-n:])
                     del stack[-n:]
-                    depth = 1  # as self.nested, inline: tuples are most of some streams
-                    for item in items:
-                        if type(item) in _NESTING:
-                            known = depths.get(id(item))
-                            inner = known[1] if known is not None and known[0] is item else 1
-                            if inner >= depth:
-                                depth = inner + 1
-                    if depth > 1:
-                        if depth > max_depth:
-                            self.nested(items)  # raises
-                        depths[id(items)] = (items, depth)
+                    # Only a tuple holding a tuple or frozenset nests: flat
+                    # ones, most of some streams, skip the call.
+                    if type(items[0]) in _NESTING or n == 2 and type(items[1]) in _NESTING:
+                        self.nested(items)
                     push(items)
                 pos += 1
                 continue
