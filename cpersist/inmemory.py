@@ -18,8 +18,10 @@ from .container.framing import DATA
 from .container.layout import TRAILER
 from .container.sources import MemorySource
 from .exceptions import CorruptFileError
+from .pickling.limits import DEFAULT as _DEFAULT_LIMITS
 from .pickling.limits import as_limits
 from .pickling.pickler import ArrayPickler
+from .pickling.quick import NOT_QUICK, QUICK_UP_TO, quick_load
 from .pickling.read import _load
 from .pickling.small import KEEP_PICKLER_BELOW, RESET_MEMO_ABOVE
 from .pickling.unpickler import STREAM_ERRORS, caused_by_stream, normalize_trusted
@@ -199,6 +201,8 @@ def _raw_chunks(pickled):
 # takes apart itself.
 assert (STREAM_AT, STREAM_END, TRAILER.size) == (72, -40, 32)
 assert (OVERHEAD + 1, OVERHEAD + COPY_UP_TO) == (113, 65648)
+#: Largest compact dump whose stream a restricted loads may take the quick path.
+_QUICK_DUMP = OVERHEAD + QUICK_UP_TO
 
 
 def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_threads=None,
@@ -275,6 +279,15 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
     elif _keywords_only is not _KEYWORDS_ONLY:
         raise TypeError("loads() takes 1 positional argument (data); pass trusted, verify, "
                         "n_threads, copy, limits and jax_as_numpy by keyword")
+    elif (trusted is False and type(data) is bytes and n_threads is None and not jax_as_numpy
+          and 113 <= (size := len(data)) <= _QUICK_DUMP and _HEAD16 <= data < _AFTER_HEAD16):
+        # A restricted load of a small compact dump: its stream may take the
+        # quick path (cpersist.pickling.quick), else the general way below.
+        stream = data[72:-40]
+        if data[-40:] == _pack_back(_END, size - 32, _xxh3_64(stream), END_MAGIC):
+            obj = quick_load(stream, _DEFAULT_LIMITS if limits is None else as_limits(limits))
+            if obj is not NOT_QUICK:
+                return obj
     if n_threads is not None:
         check_n_threads(n_threads)
     if trusted is True and not jax_as_numpy:

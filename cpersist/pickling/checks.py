@@ -6,6 +6,23 @@ and the keys of sets and dicts (see :mod:`.restricted`).
 
 import numpy as np
 
+from .limits import STR_HASH_PREDICTABLE
+#: Keys ``SETITEM`` and ``DICT`` need not show to ``Machine.key``: strings,
+#: unless their hashes are predictable.
+UNCHECKED_KEY = None if STR_HASH_PREDICTABLE else str
+#: Types without ``__setstate__`` or ``__dict__``: ``BUILD`` can set nothing on them.
+_PLAIN = frozenset((type(None), bool, int, float, complex, str, bytes, bytearray, tuple, list,
+                    dict, set, frozenset))
+
+
+def sets_nothing(inst, state):
+    """Whether ``BUILD`` of ``state`` on ``inst`` is one the C unpickler
+    accepts and does nothing for: no state (``None``, or ``(None, {})``)
+    given to a plain value, which has nothing it could set."""
+    return type(inst) in _PLAIN and (state is None or type(state) is tuple and len(state) == 2
+                                     and state[0] is None and type(state[1]) is dict
+                                     and not state[1])
+
 #: numpy's dtype flags that say an item holds Python objects
 #: (NPY_ITEM_REFCOUNT, NPY_LIST_PICKLE).
 _OBJECT_FLAGS = 0x01 | 0x02

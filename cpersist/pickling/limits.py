@@ -1,6 +1,17 @@
 """How much a pickle stream may cost to read when it is not trusted."""
 
+import os
+import sys
+
 from ..exceptions import LimitExceededError
+
+#: Whether a stream's author can know the hash of a str or bytes: the process
+#: hashes them with a fixed seed (``PYTHONHASHSEED`` set to a number, or
+#: hash randomization off), so that colliding keys can be computed ahead.
+#: Restricted loads then count str and bytes keys against collision floods
+#: as they count numbers and tuples.
+STR_HASH_PREDICTABLE = (sys.flags.hash_randomization == 0
+                        or os.environ.get("PYTHONHASHSEED", "random") not in ("random", ""))
 
 
 class Limits:

@@ -33,7 +33,7 @@ from ..exceptions import CorruptFileError, CpersistError, UntrustedObjectError
 from ..stream.args import StreamError, next_frame_end, read_in_frame
 from .allowlist import TRUSTED, VALUE
 from .checks import Refused, brief
-from .limits import exceeded
+from .limits import STR_HASH_PREDICTABLE, exceeded
 from .restricted_ops import _HANDLERS, _INTS, _NO_ARG, Opcodes
 
 _MEMOIZE = pickle.MEMOIZE[0]
@@ -54,6 +54,10 @@ _NESTING = frozenset((tuple, frozenset))
 _DISTINCT_HASH = 1 << 60
 #: Keys of one set or dict that may share a hash (no two do by chance).
 _SAME_HASH = 16
+#: Key types whose hash the stream cannot choose (None: it can).
+_SECRET_STR, _SECRET_BYTES = (None, None) if STR_HASH_PREDICTABLE else (str, bytes)
+#: Containers whose keys ``in`` finds without running a stream's code.
+_PLAIN_KEYED = frozenset((dict, set))
 #: Opcodes run between two looks at the clock.
 _CLOCK_EVERY = 1 << 14
 
@@ -150,16 +154,19 @@ class Machine(Opcodes):
     def key(self, container, key):
         """Check ``key`` before it goes into the set or dict ``container``:
         hashable, and sharing its hash with few others of the container
-        (strings and bytes hash with the process's secret, small ints to
-        themselves; numbers, tuples and the rest can be forged to collide)."""
+        (strings and bytes hash with the process's secret, unless it is fixed,
+        small ints to themselves; numbers, tuples and the rest can be forged
+        to collide). A key already in it adds no entry and is not counted."""
         kind = type(key)
-        if kind is str or kind is bytes or key is None or kind is bool or (
+        if kind is _SECRET_STR or kind is _SECRET_BYTES or key is None or kind is bool or (
                 kind is int and -_DISTINCT_HASH < key < _DISTINCT_HASH):
             return
         try:
             value = hash(key)
         except TypeError:
             raise Refused(f"an unhashable key ({brief(key)})") from None
+        if type(container) in _PLAIN_KEYED and key in container:
+            return  # no new entry, no longer chain of equal hashes
         seen = self._hashes.get(id(container))
         if seen is None or seen[0] is not container:
             seen = self._hashes[id(container)] = (container, {})
@@ -176,6 +183,11 @@ class Machine(Opcodes):
         return obj
 
     made_array = made_target  # an array: given its state once by BUILD
+
+    def is_global(self, obj):
+        """Whether ``obj`` is a global the stream named."""
+        entry = self._callables.get(id(obj))
+        return entry is not None and entry[0] is obj
 
     def is_trusted(self, obj):
         """Whether ``obj`` is a global the caller trusts (no allowlist row)."""

@@ -13,7 +13,8 @@ from ..stream.args import NAMES, StreamError
 from ..stream.args import _READERS as _READS_ARGUMENT
 from .array_builders import set_array_state
 from .builders import ENTRY, SLOT
-from .checks import Refused, brief, check_dtype, check_dtype_state
+from .checks import (UNCHECKED_KEY, Refused, brief, check_dtype, check_dtype_state,
+                     sets_nothing)
 
 
 class Opcodes:
@@ -155,7 +156,7 @@ class Opcodes:
         self.alloc(ENTRY * (len(items) // 2))
         made = {}
         for key, value in zip(items[0::2], items[1::2]):
-            if type(key) is not str:
+            if type(key) is not UNCHECKED_KEY:
                 self.key(made, key)
             made[key] = value
         self.stack.append(made)
@@ -242,6 +243,11 @@ class Opcodes:
             raise StreamError("odd number of items for SETITEMS")
         del stack[start:]
         target = stack[start - 1]
+        if type(target) is list and not self.is_global(target) and all(
+                type(key) is int or type(key) is bool for key in items[0::2]):
+            for key, value in zip(items[0::2], items[1::2]):  # by index, as C does
+                target[key] = value
+            return
         if type(target) is not dict:
             self.target(target, "SETITEM")
             if not isinstance(target, dict):  # a trusted class's own mapping
@@ -249,7 +255,7 @@ class Opcodes:
                     raise Refused(f"SETITEM on {brief(target)}")
         self.alloc(ENTRY * (len(items) // 2))
         for key, value in zip(items[0::2], items[1::2]):
-            if type(key) is not str:
+            if type(key) is not UNCHECKED_KEY:
                 self.key(target, key)
             target[key] = value
 
@@ -280,6 +286,8 @@ class Opcodes:
 
     def build(self, inst, state):
         """``BUILD``: ``inst`` given ``state``, if the stream may still change it."""
+        if sets_nothing(inst, state):
+            return
         if isinstance(inst, np.dtype):
             self._build_dtype(inst, state)
             return

@@ -13,6 +13,7 @@ import types
 
 from ..exceptions import CorruptFileError, CpersistError, UntrustedObjectError
 from . import names
+from .quick import NOT_QUICK, QUICK_UP_TO, quick_load
 from .rebuild import BY_NAME, rebuild_jax_numpy
 
 _STORED_ARRAY = names.split(names.STORED_ARRAY)
@@ -314,11 +315,15 @@ class ArrayUnpickler(pickle.Unpickler):
         except (AttributeError, OSError, ValueError) as exc:
             raise CorruptFileError(f"{self._source}: cannot read the pickle stream "
                                    f"({exc})") from None
+        data, limits = bytes(data), as_limits(self._limits)
+        if len(data) <= QUICK_UP_TO:  # a small stream naming no global
+            result = quick_load(data, limits)
+            if result is not NOT_QUICK:
+                return result
         self._watched = {}
         try:
-            result = _restricted.run(bytes(data), self.resolve, self.persistent_load,
-                                     as_limits(self._limits), self._source,
-                                     on_protocol=self._set_protocol, dry=self._dry)
+            result = _restricted.run(data, self.resolve, self.persistent_load, limits,
+                                     self._source, on_protocol=self._set_protocol, dry=self._dry)
         except BaseException:
             self._restore_watched()
             raise

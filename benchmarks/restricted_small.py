@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""What ``cpersist.loads(data, trusted=False)`` of a small object costs beside
+``pickle.loads`` of the same object (the target: at most 3x), and whether the
+restricted load's quick path (``cpersist.pickling.quick``) took its stream.
+
+Run from the repository root::
+
+    python benchmarks/restricted_small.py [--repeat 7] [--number 2000]
+
+Each object's three loads are timed in turn within every round, in the
+thread's CPU time (a shared machine's other processes then add little), and
+the quickest of the rounds kept.
+"""
+
+import argparse
+import os
+import pickle
+import random
+import sys
+import time
+import timeit
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import cpersist  # noqa: E402
+from cpersist.pickling.limits import DEFAULT  # noqa: E402
+from cpersist.pickling.quick import NOT_QUICK, quick_load  # noqa: E402
+
+
+def objects():
+    rng = random.Random(0)
+    return {
+        "3-key dict": {"a": 1, "b": 2.0, "c": "x"},
+        "seed record": dict((str(n), n) for n in range(100)),
+        "1000 ints + str": {"k": list(range(1000)), "s": "x" * 100},
+        "1000 floats": [rng.random() for _ in range(1000)],
+        "nested config": {
+            "model": {"layers": [64, 128, 256], "dropout": 0.1, "act": "gelu"},
+            "optim": {"name": "adam", "lr": 0.0003, "betas": (0.9, 0.999), "eps": 1e-8},
+            "data": {"batch": 32, "shuffle": True, "path": "data/train", "splits": [0.8, 0.2]},
+            "seed": 0, "tags": ["baseline", "v2"], "notes": None,
+        },
+    }
+
+
+def measure(obj, number, repeat):
+    stream = pickle.dumps(obj, 5)
+    data = cpersist.dumps(obj)
+    assert cpersist.loads(data, trusted=False) == obj
+    calls = {"pickle": lambda: pickle.loads(stream),
+             "trusted": lambda: cpersist.loads(data),
+             "restricted": lambda: cpersist.loads(data, trusted=False)}
+    best = dict.fromkeys(calls, float("inf"))
+    for _ in range(repeat):
+        for name, call in calls.items():
+            seconds = timeit.timeit(call, number=number, timer=time.thread_time)
+            best[name] = min(best[name], seconds / number)
+    quick = quick_load(data[72:-40], DEFAULT) is not NOT_QUICK
+    return len(stream), quick, best
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--number", type=int, default=2000)
+    args = parser.parse_args(argv)
+    print(f"{'object':18} {'stream':>7} {'path':>8} {'pickle us':>10} {'trusted':>8} "
+          f"{'restricted':>10} {'ratio':>6}")
+    for name, obj in objects().items():
+        size, quick, best = measure(obj, args.number, args.repeat)
+        us = {k: v * 1e6 for k, v in best.items()}
+        print(f"{name:18} {size:7d} {'quick' if quick else 'machine':>8} {us['pickle']:10.2f} "
+              f"{us['trusted'] / us['pickle']:7.2f}x {us['restricted']:9.2f}us "
+              f"{us['restricted'] / us['pickle']:5.1f}x")
+
+
+if __name__ == "__main__":
+    main()
