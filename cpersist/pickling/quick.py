@@ -163,8 +163,8 @@ def quick_load(stream, limits):
         if verdict is _FAIL:
             return NOT_QUICK
         framed, load, digits, long1, nests = verdict
-        if framed and not (stream[0] == 0x80 and stream[2:11] == b"\x95" + (n - 11).to_bytes(
-                8, "little")):
+        if framed and not (n > 11 and stream[0] == 0x80 and stream[2:11] == b"\x95" + (
+                n - 11).to_bytes(8, "little")):
             return NOT_QUICK  # a frame that ends before the stream, or none at its start
         int_bits = bound[2]
         if (digits and 8 * n > int_bits or long1 and int_bits < 8 * 255

@@ -208,10 +208,32 @@ def found():
     }
 
 
+def quick_path():
+    """Small streams naming no global, which a restricted load may hand to
+    the C unpickler (``cpersist.pickling.quick``): what it must leave to the
+    machine."""
+    same_hash = b"".join(pickle.BINFLOAT + struct.pack(">d", 2.0 ** (61 * k))
+                         for k in range(-8, 9))  # 17 floats, each hashing to 1
+    return {
+        # The C unpickler zeroes a memo of twice the index: 4 GiB here.
+        "11-quick-memo-bomb-long-binput": (proto(4, pickle.NONE + pickle.LONG_BINPUT
+                                                 + struct.pack("<I", 1 << 28)), ANY),
+        "11-quick-memo-bomb-put": (pickle.NONE + b"p268435456\n" + pickle.STOP, ANY),
+        "11-quick-deep-tuple-in-set": (proto(4, pickle.EMPTY_SET + pickle.MARK
+                                             + pickle.EMPTY_TUPLE + pickle.TUPLE1 * 101
+                                             + pickle.ADDITEMS), LIMIT),
+        "11-quick-same-hash-floats": (proto(4, pickle.EMPTY_SET + pickle.MARK + same_hash
+                                            + pickle.ADDITEMS), REFUSED),
+        "11-quick-bytearray-setitem": (proto(5, pickle.BYTEARRAY8 + struct.pack("<Q", 4)
+                                             + b"abcd" + pickle.DUP + integer(0) + integer(0)
+                                             + pickle.SETITEM + pickle.POP), REFUSED),
+    }
+
+
 #: The forged files: ``{name: (pickle stream, expectation)}``.
 FORGED = {**use_after_free(), **offset_past_buffer(), **deep_tuples(), **masked_singleton(),
           **hash_collisions(), **nested_lists_to_numpy(), **allocation(), **uninitialised(),
-          **long_int(), **found()}
+          **long_int(), **quick_path(), **found()}
 
 
 #: Defect 10: files of what ``torch.load(weights_only=True)`` and numpy's own
