@@ -51,7 +51,7 @@ its result or says what is wrong, as without this path.
 import io
 import pickle
 
-from .limits import STR_HASH_PREDICTABLE
+from .limits import DEFAULT, STR_HASH_PREDICTABLE
 
 #: Largest pickle stream the quick path takes. Below the machine's opcodes
 #: between two looks at the clock, so that its only look is at the start.
@@ -88,8 +88,9 @@ _CLASS = _classes(X=b"r\x96\x82\x83\x84", N=b"\n", G=b"\x93", P=b"p", M=b"\x95",
                   D=b"\x8b", E=b"\x8a", I=b"IL", F=b"sud\x90")
 #: The classes of the keys whose hash a stream can choose.
 _CHOSEN_ONE = [bytes([letter]) for letter in b"TZHDEI"]
-#: What a stream whose classes are at most 16 bytes may take, by those bytes.
+#: What :func:`_verdict_of` says of a stream left to the machine.
 _FAIL = "fail"
+#: Verdicts of the streams with few bytes looked at, by those bytes' classes.
 _verdicts = {}
 
 
@@ -127,17 +128,23 @@ def _bounds_of(limits):
     return bound
 
 
+_DEFAULT_BOUND = _bounds_of(DEFAULT)
+
+
 def _verdict_of(marks):
-    """``(needs a whole-stream frame, how to load, holds a long integer)``
-    for a stream whose classes (``_CLASS``) are ``marks``, or _FAIL."""
+    """``(needs a frame over the whole stream, how to load, may hold a long
+    integer, holds a LONG1, tuple and frozenset opcodes)`` of a stream whose
+    bytes' classes (``_CLASS``) are ``marks``, or _FAIL."""
     if b"X" in marks or b"N" in marks and b"P" in marks:  # a PUT may be in it
         return _FAIL
     load = _refusing_loads if b"N" in marks or b"G" in marks else pickle.loads
     digits = b"D" in marks or b"N" in marks and b"I" in marks
     nests = marks.count(b"T") + marks.count(b"Z")
-    if len(_verdicts) > 4096:
-        _verdicts.clear()
-    verdict = _verdicts[marks] = (b"M" in marks, load, digits, b"E" in marks, nests)
+    verdict = (b"M" in marks, load, digits, b"E" in marks, nests)
+    if len(marks) <= _SAME_HASH:
+        if len(_verdicts) > 4096:
+            _verdicts.clear()
+        _verdicts[marks] = verdict
     return verdict
 
 
@@ -146,7 +153,7 @@ def quick_load(stream, limits):
     load under ``limits`` would build it; :data:`NOT_QUICK` when this module
     cannot prove that the C unpickler builds the same (see the module)."""
     n = len(stream)
-    bound = _bounds.get(id(limits))
+    bound = _DEFAULT_BOUND if limits is DEFAULT else _bounds.get(id(limits))
     if bound is None or bound[0] is not limits:
         bound = _bounds_of(limits)
     if n > bound[1]:
