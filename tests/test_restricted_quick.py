@@ -73,8 +73,9 @@ def plain_objects():
 
 def test_quick_path_builds_what_the_machine_builds():
     taken = 0
+    buffers = [pickle.PickleBuffer(b"read-only"), pickle.PickleBuffer(bytearray(b"writable"))]
     for protocol in range(6):
-        for obj in plain_objects():
+        for obj in plain_objects() + (buffers if protocol == 5 else []):
             stream = pickle.dumps(obj, protocol)
             quick = quick_load(stream, DEFAULT)
             outcome, built = machine(stream)
@@ -126,6 +127,8 @@ SAME_HASH_FLOATS = b"".join(pickle.BINFLOAT + struct.pack(">d", 2.0 ** (61 * k))
     (b"\x80\x05\x96" + struct.pack("<Q", 4) + b"abcd\x98.", None),
     # A frame ending before an opcode does: the machine refuses the crossing.
     (b"\x80\x04\x95" + struct.pack("<Q", 2) + b"\x8c\x03abc.", None),
+    # Out-of-band data, with no buffers to take it from.
+    (b"\x80\x05\x97.", None),
     # A copyreg extension code, served by the C unpickler from a cache.
     (b"\x80\x02\x82\x01)R.", None),
 ])
