@@ -121,11 +121,12 @@ def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa
 def _open_log(source, mode, trusted, verify, limits, options, error=None):
     from .api import load
     from .recordlog.tools import open_log
+    from .recordlog.writer import LogWriter
 
     if error is not None and not is_path(source):
         raise error
-    return open_log(source, mode, load, trusted=trusted, verify=verify, limits=limits,
-                    **options)
+    return open_log(source, mode, load, LogWriter, trusted=trusted, verify=verify,
+                    limits=limits, **options)
 
 
 class FileHandle:

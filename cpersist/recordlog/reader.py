@@ -6,6 +6,7 @@ bytes never change once complete), and ignores what follows them, a torn
 tail or a record being appended. :meth:`RecordLog.refresh` looks again.
 """
 
+import io
 import os
 import pickle
 
@@ -201,10 +202,10 @@ class RecordLog:
             except (pickle.UnpicklingError, EOFError) as exc:
                 raise CorruptFileError(f"{self.name}: damaged pickle stream of the record "
                                        f"at offset {start} ({exc})") from None
-        from ..inmemory import loads
-
-        return loads(compact_dump(bytes(stream)), trusted=self._trusted, verify=False,
-                     limits=self._limits)
+        # A restricted load runs cpersist's own machine over the stream, as
+        # for the compact dump the record would be alone.
+        return self._load_dump(io.BytesIO(compact_dump(bytes(stream))), trusted=self._trusted,
+                               verify=False, limits=self._limits)
 
     def _from_dump(self, start, end, mmap_mode):
         _, payload, _ = parse_frame_head(self._read(start, RECORD_SIZE), start)

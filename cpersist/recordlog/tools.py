@@ -35,18 +35,17 @@ def load_records(source, load_dump, error, *, mmap_mode=None, trusted=True, veri
         return [log.load(i, mmap_mode) for i in range(len(log))]
 
 
-def open_log(source, mode, load_dump, *, trusted=True, verify=True, limits=None, compress=0,
-             protocol=None, fsync=False, timeout=None):
-    """The :class:`RecordLog` for ``cpersist.open(source, mode)``."""
+def open_log(source, mode, load_dump, make_writer, *, trusted=True, verify=True, limits=None,
+             compress=0, protocol=None, fsync=False, timeout=None):
+    """The :class:`RecordLog` for ``cpersist.open(source, mode)``;
+    ``make_writer``: :class:`.writer.LogWriter`, for mode ``'a'``."""
     if mode not in ("r", "a"):
         raise ValueError(f"mode must be 'r' (read) or 'a' (append records), not {mode!r}")
     if mode == "r" and (compress or protocol is not None or fsync or timeout is not None):
         raise TypeError("compress, protocol, fsync and timeout are for mode 'a' (appending)")
     writer = None
     if mode == "a":
-        from .writer import LogWriter
-
-        writer = LogWriter(source, compress, protocol=protocol, fsync=fsync, timeout=timeout)
+        writer = make_writer(source, compress, protocol=protocol, fsync=fsync, timeout=timeout)
     elif not is_path(source) or is_remote(source):
         raise ValueError(f"{display_name(source)}: a record log is read through its path")
     try:

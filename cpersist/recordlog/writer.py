@@ -126,7 +126,8 @@ class LogWriter:
         self._fsync = bool(fsync)
         self.records = None
         self.cut_bytes = 0
-        fd = os.open(path, _OPEN, 0o666)
+        # repair never makes a file: a missing one is an error
+        fd = os.open(path, _OPEN & ~os.O_CREAT if _repair else _OPEN, 0o666)
         try:
             if not try_lock(fd, timeout=timeout):
                 raise FileLockedError(
