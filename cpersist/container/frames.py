@@ -70,10 +70,10 @@ class GrowingFileFound(CorruptFileError):
 
 def entry_frame(stream, start):
     """The bytes of an ENTRY frame at ``start`` holding the pickle stream
-    ``stream``, as two parts (written with one ``writev``)."""
+    ``stream``."""
     covered = _join((_ENTRY_HEAD(ENTRY << _LENGTH_BITS | (len(stream) + FRAME_TRAILER.size)),
                      stream, start.to_bytes(8, "little")))
-    return covered, _xxh3_64(covered).to_bytes(8, "little")
+    return covered + _xxh3_64(covered).to_bytes(8, "little")
 
 
 def dump_frame_head(start):

@@ -9,6 +9,7 @@ before writing, and writes every frame so that a frame is complete only
 once all its bytes are there.
 """
 
+import io
 import os
 
 from .._args import check_protocol
@@ -22,7 +23,8 @@ from ..container.frames import (ENTRY_KINDS, FILE_START, FRAME_TRAILER, FRAMES_A
                                 parse_frame_head, walk_frames)
 from ..container.layout import RECORD_SIZE, TRAILER
 from ..exceptions import CorruptFileError, FileLockedError, UnwritableTargetError
-from ..pickling.small import pickle_small
+from ..pickling.pickler import ArrayPickler
+from ..pickling.small import KEEP_PICKLER_BELOW, forget_objects
 from ..pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
 
 _OPEN = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
@@ -126,6 +128,7 @@ class LogWriter:
         self._fsync = bool(fsync)
         self.records = None
         self.cut_bytes = 0
+        self._pickler = None
         # repair never makes a file: a missing one is an error
         fd = os.open(path, _OPEN & ~os.O_CREAT if _repair else _OPEN, 0o666)
         try:
@@ -185,21 +188,20 @@ class LogWriter:
         """Append ``obj`` as one more record; returns where its frame starts."""
         start = self.end
         try:
-            small = pickle_small(obj, self._protocol, 0)
+            stream = self._pickled(obj)
         except PICKLING_ERRORS as exc:
             error = unpicklable_error(obj, self._protocol, exc)
             if error is None:
                 raise
             raise error from exc
         try:
-            if small is None:
+            if stream is None:
                 self.end = self._append_dump(obj, start)
             else:
-                covered, digest = entry_frame(small[0], start)
-                total = len(covered) + len(digest)
-                if os.writev(self._fd, (covered, digest)) != total:
+                frame = entry_frame(stream, start)
+                if os.write(self._fd, frame) != len(frame):
                     raise OSError(f"{self.name}: short write (disk full?)")
-                self.end = start + total
+                self.end = start + len(frame)
             self._durable(self._fd)
         except BaseException:
             # Nothing of a record that failed stays: the file is as before.
@@ -210,6 +212,34 @@ class LogWriter:
         if self.records is not None:
             self.records += 1
         return start
+
+    def _pickled(self, obj):
+        """The pickle stream of ``obj``, or None when it holds an array (or
+        tensor storage) to store as a section. The pickler and its buffer
+        are kept from one record to the next: making them costs about as
+        much as pickling a small record."""
+        kept = self._pickler
+        if kept is None:
+            buffer = io.BytesIO()
+            kept = self._pickler = (buffer, ArrayPickler(buffer, self._protocol, _refuse))
+        buffer, pickler = kept
+        try:
+            pickler.dump(obj)
+            stream = buffer.getvalue()
+        except _HasArrays:
+            stream = None
+        except BaseException:
+            self._pickler = None  # a pickler stopped midway may hold state of its own
+            raise
+        finally:
+            buffer.seek(0)
+            buffer.truncate()
+        if stream is None or len(stream) > KEEP_PICKLER_BELOW:
+            self._pickler = None
+        else:
+            forget_objects(pickler, len(stream))
+            pickler.forget()
+        return stream
 
     def _append_dump(self, obj, start):
         """Write ``obj`` as an ENTRY_DUMP frame at ``start``; its end. The
@@ -242,6 +272,14 @@ class LogWriter:
     @property
     def closed(self):
         return self._fd is None
+
+
+class _HasArrays(Exception):
+    """Pickling a record met an array to store as a section."""
+
+
+def _refuse(arr, favour_speed=False):
+    raise _HasArrays
 
 
 def _check_target(path):
