@@ -48,7 +48,7 @@ FRAME_TRAILER = struct.Struct("<QQ")
 #: it (as for any codec it lacks) rather than reading anything.
 STUB_INDEX = (b'{"edited":false,"format":[2,3],"root":0,"sections":[{"offset":64,'
               b'"codec":{"id":"format-2.3-record-log","level":1}}],"info":{"layout":'
-              b'"record log: read it with cpersist.open() of cpersist 0.2 or later"}}')
+              b'"record log: read it with a cpersist that reads format 2.3"}}')
 _PREAMBLE_AT = HEADER.size + RECORD_SIZE
 #: The first bytes of every growing file: the header and the preamble.
 FILE_START = b"".join((
