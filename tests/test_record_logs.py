@@ -307,3 +307,31 @@ def test_appends_killed_at_random_moments_lose_no_committed_record(tmp_path):
         child.stdout.close()
         assert check_log(path, acknowledged) >= acknowledged
     assert cpersist.verify(path)["records"] >= acknowledged
+
+
+TWO_WRITERS = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import cpersist
+    path, writer = sys.argv[1], int(sys.argv[2])
+    for k in range(150):
+        record = {"writer": writer, "k": k}
+        if k % 10 == 0:
+            record["w"] = np.full(5000, writer * 1000 + k)
+        cpersist.append(record, path)
+""")
+
+
+def test_two_processes_appending_at_once_are_never_interleaved(tmp_path):
+    path = tmp_path / "log.cpl"
+    writers = [subprocess.Popen([sys.executable, "-c", TWO_WRITERS, str(path), str(w)],
+                                cwd=os.getcwd()) for w in (1, 2)]
+    assert [w.wait() for w in writers] == [0, 0]
+    records = cpersist.load(path)
+    assert len(records) == 300
+    for writer in (1, 2):
+        mine = [r for r in records if r["writer"] == writer]
+        assert [r["k"] for r in mine] == list(range(150))
+        for r in mine[::10]:
+            assert_same(np.full(5000, writer * 1000 + r["k"]), r["w"])
+    assert cpersist.verify(path)["torn_bytes"] == 0

@@ -150,6 +150,13 @@ def inspect(source, *, storage_options=None, limits=None):
         the object holds at several places (tied weights) is listed once, at
         the first; its entry has an ``"also"`` list of the other paths.
 
+        For a record log (:doc:`/growing`), read through its path:
+        ``"layout"`` is ``"record log"``, with ``"records"``,
+        ``"records_with_arrays"``, ``"committed_bytes"`` and ``"torn_bytes"``
+        (after the last complete record); ``"globals"`` and
+        ``"restricted_load"`` are those of all records together (a refusal
+        names the record), and each of ``"arrays"`` has its ``"record"``.
+
     Raises
     ------
     CorruptFileError
@@ -252,7 +259,10 @@ def verify(source, *, storage_options=None, limits=None):
         sections changed through a writable map, which cannot be checked
         (an empty list for a file never mapped for writing);
         ``"restricted_load"``: whether a restricted load accepts the file,
-        as :func:`inspect` gives it.
+        as :func:`inspect` gives it. For a record log, every record is
+        checked, the totals are of all, ``"unchecked"`` holds ``(record,
+        section)`` pairs, and ``"records"`` and ``"torn_bytes"`` are added: a
+        torn tail is reported, not an error.
 
     Raises
     ------
