@@ -10,6 +10,7 @@ best of ``--repeat`` runs:
 * reading them all back (iterating the log) against a ``pickle.load`` loop;
 * ``cpersist.append(obj, path)`` (opening the file each time) against
   ``open(path, "ab")`` + ``pickle.dump``;
+* what ``fsync=True`` costs per append (1,000 appends each way);
 * flat cost: the median time of the last 50 of ``--calls`` calls of
   ``cpersist.append`` (and of ``--n`` appends through an open log) over
   the median of the first 50.
@@ -110,6 +111,22 @@ def handle_append_times(path, n):
     return times
 
 
+def fsync_cost(path, n=1000):
+    """Median seconds of an append through an open log without and with
+    ``fsync=True``."""
+    medians = []
+    for fsync in (False, True):
+        _fresh(path)
+        times = []
+        with cpersist.open(path, "a", fsync=fsync) as log:
+            for _ in range(n):
+                t = time.perf_counter()
+                log.append(RECORD)
+                times.append(time.perf_counter() - t)
+        medians.append(statistics.median(times))
+    return medians
+
+
 def flat(times):
     return statistics.median(times[-50:]) / statistics.median(times[:50])
 
@@ -134,6 +151,7 @@ def main(argv=None):
         calls = path_appends(log, args.calls)
         pickle_calls = pickle_path_appends(pkl, args.calls)
         handle_times = handle_append_times(log, args.n)
+        plain_median, fsync_median = fsync_cost(log)
     print(f"record: {len(pickle.dumps(RECORD, pickle.HIGHEST_PROTOCOL))} bytes pickled; "
           f"{args.n:,} records; {args.calls:,} calls of cpersist.append")
     for name, micros in per.items():
@@ -146,6 +164,8 @@ def main(argv=None):
     print(f"cpersist.append(obj, path) / open('ab')+dump: {ratio:.2f}x (target <= 3; "
           f"medians {statistics.median(calls) * 1e6:.1f} and "
           f"{statistics.median(pickle_calls) * 1e6:.1f} us)")
+    print(f"fsync=True: median append {fsync_median * 1e6:.0f} us against "
+          f"{plain_median * 1e6:.1f} us without ({fsync_median / plain_median:.0f}x)")
     print(f"flat cost, last 50 / first 50 calls of cpersist.append: {flat(calls):.2f}x; "
           f"appends through an open log: {flat(handle_times):.2f}x (target <= 1.15)")
 
