@@ -113,6 +113,17 @@ def test_records_come_back_in_order_by_number_and_all_at_once(tmp_path):
     assert isinstance(mapped_all[1]["w"], np.memmap)
 
 
+def test_a_long_record_without_arrays_is_stored_as_a_dump(tmp_path):
+    """A pickle stream over 1 MiB goes in a dump frame, whose trailer is
+    checked without reading it (as every append checks the last frame)."""
+    path = tmp_path / "log.cpl"
+    long_record = list(range(400_000))
+    write_records(path, [{"a": 1}, long_record])
+    with cpersist.open(path) as log:
+        assert log.dump_at(0) is None and log.dump_at(1) is not None
+        assert log[1] == long_record
+
+
 class Point:
     def __init__(self, x):
         self.x = x

@@ -168,8 +168,14 @@ class Walk:
         return self.size - self.end
 
 
-#: Bytes read at once while walking frames.
-WALK_BLOCK = 1 << 20
+#: Bytes read at once while walking frames: the headers of many small
+#: records come in one read, while a frame longer than this costs a read of
+#: this much for its header alone.
+WALK_BLOCK = 64 << 10
+#: Longest pickle stream writers store as an ENTRY frame: a longer one is an
+#: ENTRY_DUMP, whose trailer is checked without reading the stream, so that
+#: checking the frame at a log's end (at every append) reads at most this.
+ENTRY_UP_TO = 1 << 20
 
 
 def walk_frames(read, size, name, minor=GROWING_MINOR, begin=FRAMES_AT, starts=None):

@@ -17,10 +17,10 @@ from .._runtime.files import display_name, is_path
 from .._runtime.locks import try_lock
 from .._runtime.remote import is_remote
 from ..codecs import parse_compress
-from ..container.frames import (ENTRY_KINDS, FILE_START, FRAME_TRAILER, FRAMES_AT,
-                                check_file_start, dump_frame_head, dump_frame_header,
-                                dump_frame_trailer, entry_frame, frame_checks_out,
-                                parse_frame_head, walk_frames)
+from ..container.frames import (ENTRY_KINDS, ENTRY_UP_TO, FILE_START, FRAME_TRAILER,
+                                FRAMES_AT, check_file_start, dump_frame_head,
+                                dump_frame_header, dump_frame_trailer, entry_frame,
+                                frame_checks_out, parse_frame_head, walk_frames)
 from ..container.layout import RECORD_SIZE, TRAILER
 from ..exceptions import CorruptFileError, FileLockedError, UnwritableTargetError
 from ..pickling.pickler import ArrayPickler
@@ -215,7 +215,8 @@ class LogWriter:
 
     def _pickled(self, obj):
         """The pickle stream of ``obj``, or None when it holds an array (or
-        tensor storage) to store as a section. The pickler and its buffer
+        tensor storage) to store as a section, or is longer than
+        :data:`ENTRY_UP_TO`. The pickler and its buffer
         are kept from one record to the next: making them costs about as
         much as pickling a small record."""
         kept = self._pickler
@@ -239,7 +240,7 @@ class LogWriter:
         else:
             forget_objects(pickler, len(stream))
             pickler.forget()
-        return stream
+        return None if stream is not None and len(stream) > ENTRY_UP_TO else stream
 
     def _append_dump(self, obj, start):
         """Write ``obj`` as an ENTRY_DUMP frame at ``start``; its end. The
