@@ -84,6 +84,20 @@ def test_a_format_2_2_reader_refuses_a_record_log():
         parse_index(data[offset:offset + length], digest, offset, "log")
 
 
+def test_a_record_log_of_a_later_minor_version_is_refused(tmp_path):
+    """It may hold frames this version would take for a torn tail."""
+    path = tmp_path / "later.cpl"
+    with open(FIXTURE, "rb") as file:
+        data = bytearray(file.read())
+    data[10] = 4  # the header's minor version
+    path.write_bytes(bytes(data))
+    for use in (cpersist.load, cpersist.open, cpersist.verify,
+                lambda p: cpersist.append(1, p)):
+        with pytest.raises(cpersist.UnsupportedVersionError, match="format 2.4, newer"):
+            use(path)
+    assert path.read_bytes() == data
+
+
 def test_records_come_back_in_order_by_number_and_all_at_once(tmp_path):
     path = tmp_path / "log.cpl"
     records = fixture_records()

@@ -126,10 +126,11 @@ def check_file_start(data, name):
     if len(data) < HEADER.size or bytes(data[:len(MAGIC)]) != MAGIC:
         raise CorruptFileError(f"{name}: not a cpersist record log")
     _, major, minor, flags = HEADER.unpack(bytes(data[:HEADER.size]))
-    if major == 2 and minor > GROWING_MINOR and flags & GROWING:
+    if major > 2 or (major == 2 and minor > GROWING_MINOR and flags & GROWING):
+        # A later version may add frames this one would take for a torn tail.
         raise UnsupportedVersionError(
-            f"{name}: a record log of cpersist format {major}.{minor}, newer than the 2.3 "
-            f"this version reads and appends to; upgrade cpersist")
+            f"{name}: written in cpersist format {major}.{minor}, newer than the 2.3 this "
+            f"version reads and appends to as a record log; upgrade cpersist")
     if not flags & GROWING:
         raise CorruptFileError(f"{name}: a cpersist dump, not a record log")
     if bytes(data[:FRAMES_AT]) != FILE_START:
@@ -178,37 +179,40 @@ WALK_BLOCK = 64 << 10
 ENTRY_UP_TO = 1 << 20
 
 
-def walk_frames(read, size, name, minor=GROWING_MINOR, begin=FRAMES_AT, starts=None):
+def walk_frames(read, size, begin=FRAMES_AT, starts=None):
     """Walk the frames of a growing file of ``size`` bytes from ``begin``;
     ``read(offset, length)`` reads it. The last frame's trailer is checked:
     a frame being written, or cut short, is not counted. Returns a
-    :class:`Walk`; ``starts`` continues an earlier walk's list."""
+    :class:`Walk`; ``starts`` continues an earlier walk's list.
+
+    A frame of a kind this version does not know ends the walk: the caller
+    has checked that the header states format 2.3, in which such a frame is
+    damage or bytes that are no frame."""
     starts = [] if starts is None else starts
     append = starts.append
     position = begin
     window, window_at = b"", position
     unpack = RECORD.unpack_from
     foreign_at = None
+    shortest = FRAME_TRAILER.size
     while position + RECORD_SIZE <= size:
-        if position + RECORD_SIZE > window_at + len(window):
-            window_at = position
+        at = position - window_at
+        if at + RECORD_SIZE > len(window):
+            window_at, at = position, 0
             window = read(position, min(WALK_BLOCK, size - position))
             if len(window) < RECORD_SIZE:  # the file was cut meanwhile
                 break
-        (value,) = unpack(window, position - window_at)
+        (value,) = unpack(window, at)
         kind, length = value >> _LENGTH_BITS, value & _LENGTH_MASK
-        if kind not in ENTRY_KINDS:
-            if minor > GROWING_MINOR:
-                raise UnsupportedVersionError(
-                    f"{name}: a frame of kind {kind} at offset {position}, which format "
-                    f"2.{minor} added and this version does not read; upgrade cpersist")
+        if kind == ENTRY:
+            end = position + RECORD_SIZE + length
+        elif kind == ENTRY_DUMP:
+            end = position + RECORD_SIZE
+            end += -end % ALIGN + length
+        else:
             foreign_at = position
             break
-        payload = position + RECORD_SIZE
-        if kind == ENTRY_DUMP:
-            payload += -payload % ALIGN
-        end = payload + length
-        if length == PENDING or length < FRAME_TRAILER.size or end > size:
+        if length == PENDING or length < shortest or end > size:
             break
         append(position)
         position = end

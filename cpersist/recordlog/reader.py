@@ -105,8 +105,7 @@ class RecordLog:
         if self._walk is None:
             if self.closed:
                 raise ValueError(f"{self.name}: the record log is closed")
-            self._walk = walk_frames(self._read, os.fstat(self._file.fileno()).st_size,
-                                     self.name)
+            self._walk = walk_frames(self._read, os.fstat(self._file.fileno()).st_size)
         return self._walk
 
     def refresh(self):
@@ -121,7 +120,7 @@ class RecordLog:
         walk = self._frames()
         size = os.fstat(self._file.fileno()).st_size
         if size != walk.end:
-            self._walk = walk_frames(self._read, size, self.name, begin=walk.end,
+            self._walk = walk_frames(self._read, size, begin=walk.end,
                                      starts=walk.starts)
         return len(self._walk.starts)
 

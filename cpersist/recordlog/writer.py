@@ -167,7 +167,7 @@ class LogWriter:
             raise
         if not repair and _ends_with_frame(self._read, size):
             return size
-        walk = walk_frames(self._read, size, self.name)
+        walk = walk_frames(self._read, size)
         self.records = len(walk.starts)
         if walk.foreign_at is not None and not repair:
             raise CorruptFileError(
