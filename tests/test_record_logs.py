@@ -254,7 +254,7 @@ def test_a_second_writer_waits_for_the_lock_or_is_refused(tmp_path):
     path = tmp_path / "log.cpl"
     with cpersist.open(path, "a") as log:
         log.append(1)
-        with pytest.raises(cpersist.FileLockedError, match="another writer holds"):
+        with pytest.raises(cpersist.FileLockedError, match="for 0.05 s: another writer"):
             cpersist.append(2, path, timeout=0.05)
         log.append(3)
     cpersist.append(4, path, timeout=0.05)

@@ -133,9 +133,11 @@ class LogWriter:
         fd = os.open(path, _OPEN & ~os.O_CREAT if _repair else _OPEN, 0o666)
         try:
             if not try_lock(fd, timeout=timeout):
+                waited = "" if timeout is None else f" for {timeout} s"
                 raise FileLockedError(
-                    f"{self.name}: another writer holds the record log's lock (waited "
-                    f"{timeout} s), or the file system has no locks")
+                    f"{self.name}: could not lock the record log{waited}: another writer "
+                    f"holds it, or the file system has no locks (appending without one "
+                    f"could interleave two writers)")
             self.end = self._committed_end(fd, _repair)
             os.lseek(fd, self.end, os.SEEK_SET)
         except BaseException:
@@ -269,6 +271,10 @@ class LogWriter:
         fd, self._fd = getattr(self, "_fd", None), None
         if fd is not None:
             os.close(fd)
+
+    def __del__(self):
+        # A log left open releases its lock when collected, as a file closes.
+        self.close()
 
     @property
     def closed(self):
