@@ -136,6 +136,7 @@ def test_a_long_record_without_arrays_is_stored_as_a_dump(tmp_path):
     with cpersist.open(path) as log:
         assert log.dump_at(0) is None and log.dump_at(1) is not None
         assert log[1] == long_record
+        assert list(log) == [{"a": 1}, long_record]  # read alone, not in a block
 
 
 class Point:

@@ -185,8 +185,11 @@ class RecordLog:
             start = starts[i]
             end = starts[i + 1] if i + 1 < n else last_end
             if end > block_at + len(block):
+                if end - start > READ_BLOCK:  # a long record: read alone, not copied
+                    yield self.load(i)
+                    continue
                 block_at = start
-                block = self._read(start, min(max(READ_BLOCK, end - start), last_end - start))
+                block = self._read(start, min(READ_BLOCK, last_end - start))
             frame = memoryview(block)[start - block_at:end - block_at]
             if frame[RECORD_SIZE - 1] == ENTRY:
                 yield self._from_frame(frame, start)
