@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 from .codecs import available_codecs  # noqa: E402
 from .exceptions import (ArrayNotFoundError, CodecLibraryError,  # noqa: E402
                          CorruptFileError, CpersistError, DtypeLibraryError,
-                         FileChangedError, LimitExceededError, RemoteStorageError,
+                         FileChangedError, FileLockedError, LimitExceededError, RemoteStorageError,
                          UnpicklableError, UnsupportedVersionError, UntrustedObjectError,
                          UntrustedPickleError, UnwritableTargetError)
 
@@ -20,7 +20,8 @@ _LAZY = {"dump": "api", "load": "api", "dumps": "inmemory", "loads": "inmemory",
          "convert": "tools.convert", "inspect": "tools.inspection",
          "verify": "tools.inspection", "reseal": "tools.inspection",
          "register_joblib_backend": "joblib_store",
-         "open": "handle", "FileHandle": "handle", "LazyArray": "lazy.array",
+         "open": "handle", "FileHandle": "handle",
+         "append": "recordlog.writer", "repair": "recordlog.writer", "RecordLog": "recordlog.reader", "LazyArray": "lazy.array",
          "Limits": "pickling.limits",
          "LazyTensor": "lazy.tensor"}
 
@@ -48,10 +49,12 @@ __all__ = [
     "CpersistError",
     "DtypeLibraryError",
     "FileChangedError",
+    "FileLockedError",
     "FileHandle",
     "LazyArray",
     "LimitExceededError",
     "Limits",
+    "RecordLog",
     "LazyTensor",
     "RemoteStorageError",
     "UnsupportedVersionError",
@@ -59,6 +62,7 @@ __all__ = [
     "UntrustedPickleError",
     "UnpicklableError",
     "UnwritableTargetError",
+    "append",
     "available_codecs",
     "convert",
     "dump",
@@ -67,6 +71,7 @@ __all__ = [
     "load",
     "loads",
     "register_joblib_backend",
+    "repair",
     "reseal",
     "verify",
 ]

@@ -232,7 +232,9 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
     Parameters
     ----------
     source : str, os.PathLike or binary file object
-        A path must hold one dump, and nothing after it. A file object is
+        A path must hold one dump, and nothing after it, or be a record log
+        (:func:`cpersist.append`), whose records come back as a list, in
+        order (:func:`cpersist.open` reads them one at a time). A file object is
         read from its current position to the end of the dump there, and
         left positioned right after it: several dumps written one after
         another to a file, pipe or socket load back one by one. From a
@@ -287,6 +289,7 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
     Returns
     -------
     object
+        The object dumped; for a record log, the list of its records.
 
     Raises
     ------
@@ -332,17 +335,27 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
         obj = load_compact_file(source)
         if obj is not NOT_COMPACT:
             return obj
+    from .container.frames import GrowingFileFound
     from .container.sources.open import open_source
     from .pickling.read import _load
     from .tools.foreign import foreign_file_error
 
-    with open_source(source, mmap_mode, storage_options=storage_options) as opened:
-        try:
-            return _load(opened, mmap_mode=mmap_mode, restricted=restricted, allowed=allowed,
-                         prefixes=prefixes, verify=verify, n_threads=n_threads,
-                         whole=is_path(source), limits=limits, jax_as_numpy=jax_as_numpy)
-        except CorruptFileError as exc:
-            foreign = foreign_file_error(opened, exc)
-            if foreign is None:
+    try:
+        with open_source(source, mmap_mode, storage_options=storage_options) as opened:
+            try:
+                return _load(opened, mmap_mode=mmap_mode, restricted=restricted,
+                             allowed=allowed, prefixes=prefixes, verify=verify,
+                             n_threads=n_threads, whole=is_path(source), limits=limits,
+                             jax_as_numpy=jax_as_numpy)
+            except GrowingFileFound:
                 raise
-            raise foreign from None
+            except CorruptFileError as exc:
+                foreign = foreign_file_error(opened, exc)
+                if foreign is None:
+                    raise
+                raise foreign from None
+    except GrowingFileFound as exc:
+        from .recordlog.tools import load_records
+
+        return load_records(source, load, exc, mmap_mode=mmap_mode, trusted=trusted,
+                            verify=verify, limits=limits)

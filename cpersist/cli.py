@@ -1,4 +1,4 @@
-"""The ``cpersist`` command line: ``info``, ``verify``, ``convert`` and ``bench``.
+"""The ``cpersist`` command line: ``info``, ``verify``, ``convert``, ``repair``, ``bench``.
 
 Run as ``cpersist VERB ...`` (the console script) or ``python -m cpersist
 VERB ...``. No verb executes the pickle stream of a cpersist file: ``info``
@@ -18,6 +18,7 @@ from ._runtime.files import display_name
 from ._runtime.temporaries import TMP_SUFFIX
 from ._runtime.remote import is_url
 from .exceptions import CpersistError
+from .tools.repair_command import add_repair
 from .tools.report import (MAX_ROWS, _human, _json_default, _message, format_info,
                            format_verified)
 
@@ -330,6 +331,7 @@ def build_parser():
              "it names, so only for files you trust (a cpersist SRC is never unpickled)")
     convert.set_defaults(run=_cmd_convert)
 
+    add_repair(verbs)
     verbs.add_parser(
         "bench", add_help=False, help="run the bundled benchmark (cpersist bench --help)",
         description="Run the bundled benchmark; arguments go to python -m cpersist.benchmarks.",

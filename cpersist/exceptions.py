@@ -109,7 +109,16 @@ class UnwritableTargetError(CpersistError, TypeError):
     positioned before its end (``"r+b"``, or sought back), where the dump
     would overwrite bytes already there. Raised before anything is
     written; open the file with ``"wb"``, or ``"ab"`` to add the dump after
-    what it holds."""
+    what it holds. Also raised by :func:`cpersist.append` for a target it
+    cannot append to in place (a URL, a file object, a file that is not a
+    record log); the message says what to do instead."""
+
+
+class FileLockedError(CpersistError, TimeoutError):
+    """Another writer held the record log's lock for longer than the
+    ``timeout`` given to :func:`cpersist.append` or
+    ``cpersist.open(path, "a")`` (or the file system has no locks, so
+    writers could not be kept apart). Nothing was written."""
 
 
 class UnpicklableError(CpersistError, pickle.PicklingError, TypeError):

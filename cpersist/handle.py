@@ -8,6 +8,7 @@ from ._runtime.files import is_path
 from ._runtime.gc import collector_paused
 from ._runtime.threads import check_n_threads
 from .container import ContainerReader
+from .container.frames import GrowingFileFound
 from .container.sources import SpooledSource
 from .container.sources.open import _Borrowed, open_source
 from .exceptions import CorruptFileError, CpersistError
@@ -28,9 +29,10 @@ from .tools.foreign import foreign_file_error
 _NEED_ARRAYS = {BY_NAME[names.split(n)] for n in (names.REBUILD_VIEW, names.REBUILD_MASKED)}
 
 
-def open(source, *, trusted=True, verify=True, n_threads=None,  # noqa: A001
-         storage_options=None, limits=None):
-    """Open a cpersist file to read its arrays, or parts of them, on demand.
+def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa: A001
+         storage_options=None, limits=None, **append_options):
+    """Open a cpersist file to read its arrays, or parts of them, on demand;
+    or a record log, to read its records, or (``mode="a"``) to append some.
 
     Parameters
     ----------
@@ -38,7 +40,13 @@ def open(source, *, trusted=True, verify=True, n_threads=None,  # noqa: A001
         A path, or a file object read from its current position to its end
         (a non-seekable one is first copied to a temporary file). A URL is
         read by range requests (see :doc:`/cloud`); its lazy arrays, pickled
-        to another process, reopen it there.
+        to another process, reopen it there. A record log is read through
+        its path.
+    mode : {'r', 'a'}, default 'r'
+        ``'a'``: open the record log at the path ``source`` (created if
+        missing) to append records, holding the writers' lock until it is
+        closed; ``compress``, ``protocol``, ``fsync`` and ``timeout`` are
+        then taken as by :func:`cpersist.append`, for every record.
     trusted : bool or iterable, default True
         For :meth:`FileHandle.load`, as in :func:`cpersist.load`. Listing
         :attr:`FileHandle.arrays` never unpickles anything, whatever this is.
@@ -57,8 +65,10 @@ def open(source, *, trusted=True, verify=True, n_threads=None,  # noqa: A001
 
     Returns
     -------
-    FileHandle
-        Use it as a context manager, or call its ``close()``.
+    FileHandle or RecordLog
+        A :class:`RecordLog` for a record log (its records by number, in
+        order, and ``append`` in mode ``'a'``). Use either as a context
+        manager, or call its ``close()``.
 
     Raises
     ------
@@ -80,12 +90,18 @@ def open(source, *, trusted=True, verify=True, n_threads=None,  # noqa: A001
     normalized = normalize_trusted(trusted)
     n_threads = check_n_threads(n_threads)
     limits = as_limits(limits)
+    if mode != "r" or append_options:
+        return _open_log(source, mode, trusted, verify, limits, append_options)
     opened = open_source(source, storage_options=storage_options, what="source")
     borrowed = isinstance(opened, _Borrowed)
     byte_source = opened.source if borrowed else opened
     try:
         try:
             reader = ContainerReader(byte_source, whole=is_path(source))
+        except GrowingFileFound as exc:
+            if not borrowed:
+                byte_source.close()
+            return _open_log(source, mode, trusted, verify, limits, {}, exc)
         except CorruptFileError as exc:
             foreign = foreign_file_error(byte_source, exc)
             if foreign is None:
@@ -100,6 +116,17 @@ def open(source, *, trusted=True, verify=True, n_threads=None,  # noqa: A001
     handle = FileHandle(file, normalized, verify, n_threads)
     handle._limits = limits
     return handle
+
+
+def _open_log(source, mode, trusted, verify, limits, options, error=None):
+    from .api import load
+    from .recordlog.tools import open_log
+    from .recordlog.writer import LogWriter
+
+    if error is not None and not is_path(source):
+        raise error
+    return open_log(source, mode, load, LogWriter, trusted=trusted, verify=verify,
+                    limits=limits, **options)
 
 
 class FileHandle:

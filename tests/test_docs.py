@@ -17,7 +17,8 @@ import shutil
 from ._fresh import ROOT, fresh_env, run_code, run_python
 
 DOCS = os.path.join(ROOT, "docs")
-PAGES = ["index", "getting_started", "user_guide", "larger_than_memory", "checkpoints", "joblib",
+PAGES = ["index", "getting_started", "user_guide", "larger_than_memory", "growing", "checkpoints",
+         "joblib",
          "cloud", "cli", "safety", "format", "benchmarks", "benchmark_results", "api", "changelog",
          "contributing"]
 

@@ -4,6 +4,7 @@ compact dump, a tiny dump). Reading the sections' bytes is :mod:`.sections`
 (whole sections) and :mod:`.pieces` (parts of them)."""
 
 from .compact import COMPACT, compact_dump, parse_compact_index
+from .frames import GROWING, GROWING_MINOR, GrowingFileFound
 from .framing import END, parse_record_quietly, walk_records
 from .index import parse_header, parse_index, parse_trailer
 from ..exceptions import CorruptFileError, UnsupportedVersionError
@@ -83,7 +84,7 @@ class ContainerReader(SectionReads, PieceReads):
         try:
             self._open(source)
             return
-        except UnsupportedVersionError:
+        except (UnsupportedVersionError, GrowingFileFound):
             raise
         except CorruptFileError as exc:
             first = exc
@@ -127,6 +128,10 @@ class ContainerReader(SectionReads, PieceReads):
             self._read_tiny(head)
             return
         self.major, self.minor, flags = parse_header(head, self.available, self.name)
+        if flags & GROWING and self.minor >= GROWING_MINOR:
+            raise GrowingFileFound(f"{self.name}: a record log (format 2.3), not one dump: "
+                                   f"read it through its path with cpersist.open or "
+                                   f"cpersist.load")
         self.edited = bool(flags & EDITED)
         self.compact = bool(flags & COMPACT)
         if not ((self.whole or self.source.remote) and self._ends_at_end()):

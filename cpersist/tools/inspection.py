@@ -12,10 +12,7 @@ writable map and stores their new checksums. :func:`inspect` and
 dry run of its machine over stand-ins of the stored arrays.
 """
 
-import io
-
 import numpy as np
-
 
 from .._runtime.files import display_name, is_path
 from .._runtime.remote import is_url
@@ -23,12 +20,14 @@ from ..container.sources.open import open_source
 from ..pickling.arrays import dtype_label
 from ..pickling.read import array_layout, check_stream_start, read_stream
 from .foreign import read_container
+from .verdict import restricted_verdict
 # The global through which a pickle stream fetches a stored array is listed
 # under "arrays", not "globals".
 from ..container import ContainerReader
+from ..container.frames import GrowingFileFound
 from ..container.reseal import reseal as _reseal_dump
 from ..container.sources import LocalFileSource
-from ..exceptions import CorruptFileError, CpersistError
+from ..exceptions import CorruptFileError
 from ..pickling.limits import as_limits
 from ..pickling.names import STORED_ARRAY
 from ..stream.opcodes import walk
@@ -88,48 +87,6 @@ def _globals_of(walked, name):
         "extension_codes": sorted(set(walked.extension_codes)),
         "protocol": walked.protocol,
     }
-
-
-def restricted_verdict(reader, stream, limits=None):
-    """Whether ``cpersist.load(..., trusted=False)`` accepts the file: its
-    machine run over ``stream`` without reading any array (each stored array
-    is a read-only stand-in of its dtype and shape, taking no memory) and
-    building no tensor.
-
-    Returns
-    -------
-    dict
-        ``{"accepted": bool, "refusal": str or None}``: the refusal is the
-        message of the error a restricted load would raise.
-    """
-    from ..pickling.named_dtypes import ITEMSIZES
-    from ..pickling.unpickler import ArrayUnpickler
-
-    stand_ins = {}
-
-    def stand_in(index):
-        if type(index) is not int or not 0 <= index < len(reader.sections) or (
-                index == reader.root):
-            raise reader.error(f"the pickle stream refers to a bad array section {index!r}")
-        if index not in stand_ins:
-            # An ml_dtypes type stands in as bytes of its size: a dry run
-            # needs shapes and sizes, not ml_dtypes.
-            dtype, shape, _, _ = array_layout(reader, reader.sections[index], resolve=False)
-            if type(dtype) is str:
-                dtype = np.dtype(f"V{ITEMSIZES[dtype]}")
-            stand_ins[index] = np.broadcast_to(np.zeros((), dtype), shape)
-        return stand_ins[index]
-
-    unpickler = ArrayUnpickler(io.BytesIO(stream), stand_in, restricted=True, source=reader.name,
-                               limits=as_limits(limits), dry=True)
-    try:
-        unpickler.load()
-    except CpersistError as exc:
-        text = str(exc)
-        if text.startswith(f"{reader.name}: "):
-            text = text[len(reader.name) + 2:]
-        return {"accepted": False, "refusal": f"{type(exc).__name__}: {text}"}
-    return {"accepted": True, "refusal": None}
 
 
 def inspect(source, *, storage_options=None, limits=None):
@@ -193,6 +150,13 @@ def inspect(source, *, storage_options=None, limits=None):
         the object holds at several places (tied weights) is listed once, at
         the first; its entry has an ``"also"`` list of the other paths.
 
+        For a record log (:doc:`/growing`), read through its path:
+        ``"layout"`` is ``"record log"``, with ``"records"``,
+        ``"records_with_arrays"``, ``"committed_bytes"`` and ``"torn_bytes"``
+        (after the last complete record); ``"globals"`` and
+        ``"restricted_load"`` are those of all records together (a refusal
+        names the record), and each of ``"arrays"`` has its ``"record"``.
+
     Raises
     ------
     CorruptFileError
@@ -205,6 +169,13 @@ def inspect(source, *, storage_options=None, limits=None):
     >>> info["globals"]                                   # doctest: +SKIP
     ['sklearn.ensemble._forest.RandomForestClassifier', ...]
     """
+    try:
+        return _inspect(source, storage_options, limits)
+    except GrowingFileFound as exc:
+        return _log_tool("inspect_log", inspect, source, exc, limits)
+
+
+def _inspect(source, storage_options, limits):
     with open_source(source, storage_options=storage_options) as opened:
         reader = read_container(opened, whole=is_path(source))
         name = reader.name
@@ -288,7 +259,10 @@ def verify(source, *, storage_options=None, limits=None):
         sections changed through a writable map, which cannot be checked
         (an empty list for a file never mapped for writing);
         ``"restricted_load"``: whether a restricted load accepts the file,
-        as :func:`inspect` gives it.
+        as :func:`inspect` gives it. For a record log, every record is
+        checked, the totals are of all, ``"unchecked"`` holds ``(record,
+        section)`` pairs, and ``"records"`` and ``"torn_bytes"`` are added: a
+        torn tail is reported, not an error.
 
     Raises
     ------
@@ -300,9 +274,19 @@ def verify(source, *, storage_options=None, limits=None):
     >>> cpersist.verify("model.cp")                      # doctest: +SKIP
     {'sections': 3, 'chunks': 5, 'stored_bytes': 1234, 'raw_bytes': 5678, 'unchecked': []}
     """
-    with open_source(source, storage_options=storage_options) as opened:
-        opened.will_read_all()
-        return _verify(read_container(opened, whole=is_path(source)), as_limits(limits))
+    try:
+        with open_source(source, storage_options=storage_options) as opened:
+            opened.will_read_all()
+            return _verify(read_container(opened, whole=is_path(source)), as_limits(limits))
+    except GrowingFileFound as exc:
+        return _log_tool("verify_log", verify, source, exc, limits)
+
+
+def _log_tool(name, tool, source, error, limits):
+    """``tool`` (inspect or verify) of a record log, record by record."""
+    from ..recordlog import tools
+
+    return getattr(tools, name)(source, tool, error, limits=limits)
 
 
 def _verify(reader, limits=None):

@@ -271,6 +271,10 @@ def format_info(info, *, every=False, details=False):
     :data:`MAX_ROWS` rows the table is summarised unless ``every``;
     ``details`` lists every row too, and adds how each array is stored.
     """
+    if info.get("layout") == "record log":
+        from ..recordlog.tools import format_log_info
+
+        return format_log_info(info)
     head = f"{info['file']}: cpersist format {_format_version(info.get('format'))}"
     if info.get("layout") == "tiny":
         head += f", tiny dump of {_human(info.get('file_bytes'))}"
@@ -309,6 +313,10 @@ def format_verified(path, result, resealed):
                 f"(mmap_mode='r+') and cannot be checked: "
                 + ("their new checksums are stored (resealed)" if resealed
                    else "'cpersist verify --reseal' stores their new checksums"))
+    if result.get("layout") == "record log":
+        from ..recordlog.tools import torn_note
+
+        note += f"; {result['records']} records" + torn_note(result)
     verdict = result.get("restricted_load")
     if verdict is not None and not verdict["accepted"]:
         note += (f"; a restricted load (trusted=False) refuses it: {verdict['refusal']}")

@@ -1,0 +1,40 @@
+"""``cpersist repair``: cut off the torn tail of record logs (what an append
+killed midway left), holding the writers' lock."""
+
+from ..exceptions import CpersistError
+from .report import _message
+
+#: The command line's exit codes (see :mod:`cpersist.cli`).
+_OK, _FAILED = 0, 1
+
+
+def add_repair(verbs):
+    """Add the ``repair`` verb to the command line's subparsers."""
+    repair = verbs.add_parser(
+        "repair", help="cut off the torn tail of record logs",
+        description="Cut off what follows the last complete record of each record log "
+                    "(an append killed midway leaves a torn tail, which readers ignore and "
+                    "the next append cuts off), holding the lock that keeps writers apart. "
+                    "Prints one line per file, 'FILE: OK (N records, M bytes cut off)'.",
+    )
+    repair.add_argument("files", nargs="+", metavar="FILE", help="record logs (local paths)")
+    repair.set_defaults(run=_cmd_repair)
+
+
+def _cmd_repair(args):
+    from ..recordlog.writer import repair
+
+    status = _OK
+    for path in args.files:
+        try:
+            result = repair(path)
+        except (OSError, CpersistError) as exc:
+            message = _message(exc, path)
+            if message.startswith(f"{path}: "):
+                message = message[len(path) + 2:]
+            print(f"{path}: FAILED: {message}")
+            status = _FAILED
+            continue
+        print(f"{path}: OK ({result['records']} records, {result['cut_bytes']:,} bytes "
+              f"cut off)")
+    return status
