@@ -21,7 +21,7 @@ _LAZY = {"dump": "api", "load": "api", "dumps": "inmemory", "loads": "inmemory",
          "verify": "tools.inspection", "reseal": "tools.inspection",
          "register_joblib_backend": "joblib_store",
          "open": "handle", "FileHandle": "handle", "LazyArray": "lazy.array",
-         "Limits": "pickling.limits",
+         "Limits": "format.limits",
          "LazyTensor": "lazy.tensor"}
 
 

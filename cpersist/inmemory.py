@@ -18,7 +18,7 @@ from .container.framing import DATA
 from .container.layout import TRAILER
 from .container.sources import MemorySource
 from .exceptions import CorruptFileError
-from .pickling.limits import as_limits
+from .format.limits import as_limits
 from .pickling.pickler import ArrayPickler
 from .pickling.read import _load
 from .pickling.small import KEEP_PICKLER_BELOW, RESET_MEMO_ABOVE

@@ -13,7 +13,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import cpersist
-from cpersist.pickling import names as _format_names, rebuild as _rebuild
+from cpersist.format import names as _format_names
+from cpersist.pickling import rebuild as _rebuild
 from cpersist.stream import opcodes as _opcodes, args as _pickle_args, symbolic as _symbolic
 from cpersist.stream.opcodes import walk
 from cpersist.stream.paths import array_paths, scan_arrays

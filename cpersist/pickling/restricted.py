@@ -33,7 +33,7 @@ from ..exceptions import CorruptFileError, CpersistError, UntrustedObjectError
 from ..stream.args import StreamError, next_frame_end, read_in_frame
 from .allowlist import TRUSTED, VALUE
 from .checks import Refused, brief
-from .limits import exceeded
+from ..format.limits import exceeded
 from .restricted_ops import _HANDLERS, _INTS, _NO_ARG, Opcodes
 
 _MEMOIZE = pickle.MEMOIZE[0]

@@ -1,6 +1,6 @@
 """The unpickler of :func:`cpersist.load`: fetches stored arrays, can refuse globals.
 
-:class:`ArrayUnpickler` resolves the format's names (:mod:`cpersist.pickling.names`)
+:class:`ArrayUnpickler` resolves the format's names (:mod:`cpersist.format.names`)
 itself: ``stored_array(n)`` becomes the n-th stored array. In restricted mode it
 decides on every other global by its name alone, against an allowlist
 (:data:`SAFE_GLOBALS` plus what ``trusted`` adds), before importing anything.
@@ -12,7 +12,7 @@ import sys
 import types
 
 from ..exceptions import CorruptFileError, CpersistError, UntrustedObjectError
-from . import names
+from ..format import names
 from .rebuild import BY_NAME, rebuild_jax_numpy
 
 _STORED_ARRAY = names.split(names.STORED_ARRAY)
@@ -307,7 +307,7 @@ class ArrayUnpickler(pickle.Unpickler):
                     f"{self._source}: damaged pickle stream ({type(exc).__name__}: "
                     f"{str(exc)[:200]})") from exc
         from . import restricted as _restricted
-        from .limits import as_limits
+        from ..format.limits import as_limits
 
         try:
             data = self._file.read()

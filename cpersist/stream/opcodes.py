@@ -11,7 +11,7 @@ Its cost is bounded by :class:`cpersist.Limits` (opcodes and nodes).
 import struct
 
 from .._runtime.gc import collector_paused
-from ..pickling.limits import DEFAULT, exceeded
+from ..format.limits import DEFAULT, exceeded
 from .args import FRAME_CROSSED, next_frame_end, read_in_frame, recheck
 from .symbolic import (_MARK, _NO_ARG, _STORED_ARRAY, MAX_KEPT_BYTES, Node, ObjectsExceeded,
                        _call, _key_label, _top, step)

@@ -13,7 +13,7 @@ as cheap as they can be); everything else is a :class:`Node`.
 
 import pickletools
 
-from ..pickling import names
+from ..format import names
 from . import MAX_KEPT_BYTES
 
 _MARK = object()    # a MARK on the stack

@@ -29,8 +29,8 @@ from ..container import ContainerReader
 from ..container.reseal import reseal as _reseal_dump
 from ..container.sources import LocalFileSource
 from ..exceptions import CorruptFileError, CpersistError
-from ..pickling.limits import as_limits
-from ..pickling.names import STORED_ARRAY
+from ..format.limits import as_limits
+from ..format.names import STORED_ARRAY
 from ..stream.opcodes import walk
 from ..stream.paths import arrays_of
 
@@ -102,7 +102,7 @@ def restricted_verdict(reader, stream, limits=None):
         ``{"accepted": bool, "refusal": str or None}``: the refusal is the
         message of the error a restricted load would raise.
     """
-    from ..pickling.named_dtypes import ITEMSIZES
+    from ..format.named_dtypes import ITEMSIZES
     from ..pickling.unpickler import ArrayUnpickler
 
     stand_ins = {}
