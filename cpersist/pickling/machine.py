@@ -49,7 +49,7 @@ class Machine:
     def __init__(self, data, resolve, persistent_load, limits, source, dry=False):
         self.data = data
         self._resolve = resolve
-        self._persistent_load = persistent_load
+        self.persistent_load = persistent_load
         self.limits = limits
         self.source = source
         self.dry = dry
@@ -177,6 +177,10 @@ class Machine:
         return obj
 
     made_array = made_target  # an array: given its state once by BUILD
+
+    def settled(self, obj):
+        """``obj``, which the stream could fill in, may no longer be changed."""
+        del self._targets[id(obj)]
 
     def is_trusted(self, obj):
         """Whether ``obj`` is a global the caller trusts (no allowlist row)."""

@@ -105,7 +105,9 @@ def execute(m):
             arg, pos = readers[code](data, pos, frame_end)
             if code == FRAME:
                 frame_end = next_frame_end(frame_end, pos, arg)
-        # -- the opcode: the commonest of a dump here (their only handler) --
+        # -- the opcode: the commonest of a dump here (their only handler;
+        # each asks Machine.need, the one underflow check, only when its
+        # items are short: a call each would cost as much as the opcode) --
         if code == _MEMOIZE:
             if len(stack) <= (marks[-1] if marks else 0):
                 m.need(1)
@@ -119,7 +121,8 @@ def execute(m):
             except KeyError:
                 raise StreamError(f"Memo value not found at index {arg}") from None
         elif code == _BINPUT:
-            m.need(1)
+            if len(stack) <= (marks[-1] if marks else 0):
+                m.need(1)
             if arg not in memo:
                 m.made()
             memo[arg] = stack[-1]

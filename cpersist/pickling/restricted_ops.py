@@ -3,8 +3,9 @@ what each does to a :class:`~.machine.Machine`'s stack and memo, what it
 charges to the load's budget, and what it refuses to change.
 
 Each is a function ``op(machine, argument)``; :data:`HANDLERS` lists them by
-opcode byte. The loop of :mod:`.restricted` runs the commonest opcodes of a
-dump itself (:data:`IN_LOOP`): they have no function here.
+opcode byte. The loop of :mod:`.restricted` runs STOP and the commonest
+opcodes of a dump itself (MARK, MEMOIZE, BINGET, BINPUT, TUPLE1, TUPLE2,
+REDUCE) and pushes the :data:`LITERALS`: they have no function here.
 """
 
 import copyreg
@@ -19,16 +20,13 @@ from .builders import ENTRY, SLOT
 from .checks import Refused, brief, check_dtype, check_dtype_state
 from .machine import UNDERFLOW
 
-#: Run by the loop of :mod:`.restricted` itself, each there only: STOP, and
-#: the commonest opcodes of a dump (literals are pushed there too).
-IN_LOOP = frozenset(("STOP", "MARK", "MEMOIZE", "BINGET", "BINPUT", "TUPLE1", "TUPLE2",
-                     "REDUCE"))
-#: Opcodes pushing their argument; an integer of one is checked for its digits.
+#: Opcodes whose argument the loop pushes as it is (INT and LONG's are
+#: checked for their digits first, by :func:`op_int`).
 LITERALS = frozenset((
     "BININT", "BININT1", "BININT2", "FLOAT", "BINFLOAT", "STRING", "BINSTRING",
     "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8",
     "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "BYTEARRAY8"))
-INTS = frozenset(("INT", "LONG", "LONG1", "LONG4"))
+_INTS = ("INT", "LONG", "LONG1", "LONG4")
 
 
 def op_pop(m, arg):
@@ -67,11 +65,11 @@ def op_int(m, arg):
 
 
 def op_persid(m, arg):
-    m.stack.append(m._persistent_load(arg))
+    m.stack.append(m.persistent_load(arg))
 
 
 def op_binpersid(m, arg):
-    m.stack.append(m._persistent_load(m.pop()))
+    m.stack.append(m.persistent_load(m.pop()))
 
 
 def op_newobj(m, arg):
@@ -139,8 +137,8 @@ def op_tuple(m, arg):
 
 
 def op_tuple3(m, arg):
-    m.need(3)
     m.made()
+    m.need(3)
     items = tuple(m.stack[-3:])
     del m.stack[-3:]
     m.stack.append(m.nested(items))
@@ -283,7 +281,7 @@ def build(m, inst, state):
         return
     m.target(inst, "BUILD")
     if isinstance(inst, np.ndarray):
-        del m._targets[id(inst)]  # given its state once
+        m.settled(inst)  # given its state once
         set_array_state(m, inst, state)
         return
     setstate = getattr(inst, "__setstate__", None)
@@ -362,7 +360,7 @@ HANDLERS = by_code({
     "NONE": op_const(None), "NEWTRUE": op_const(True), "NEWFALSE": op_const(False),
     "EMPTY_TUPLE": op_const(()),
     "EMPTY_DICT": op_empty(dict), "EMPTY_LIST": op_empty(list), "EMPTY_SET": op_empty(set),
-    **dict.fromkeys(INTS, op_int),
+    **dict.fromkeys(_INTS, op_int),
     "PERSID": op_persid, "BINPERSID": op_binpersid,
     "NEWOBJ": op_newobj, "NEWOBJ_EX": op_newobj_ex, "GLOBAL": op_global,
     "STACK_GLOBAL": op_stack_global, "INST": op_inst, "OBJ": op_obj,

@@ -14,8 +14,9 @@ from .symbolic import _MARK, HANDLERS, LITERALS, Node, ObjectsExceeded, _pop
 
 __all__ = ["Node", "Walk", "walk"]
 
-_STOP, _MARK_CODE, _MEMOIZE, _GET, _BINGET, _LONG_BINGET = (
-    CODES[name] for name in ("STOP", "MARK", "MEMOIZE", "GET", "BINGET", "LONG_BINGET"))
+_STOP, _MARK_CODE, _MEMOIZE, _GET, _BINGET, _LONG_BINGET, _TUPLE1 = (
+    CODES[name] for name in ("STOP", "MARK", "MEMOIZE", "GET", "BINGET", "LONG_BINGET",
+                             "TUPLE1"))
 _BININT1, _BININT2, _SHORT_BINUNICODE = (
     CODES[name] for name in ("BININT1", "BININT2", "SHORT_BINUNICODE"))
 #: Opcode bytes whose argument the loop pushes as it is.
@@ -159,6 +160,11 @@ def _run(data, result, stack, memo, limits, source, quick_reads):
             push(memo[arg] if arg in memo else Node("other"))
         elif code == _MARK_CODE:
             push(_MARK)
+        elif code == _TUPLE1:  # a tuple is kept as a Python tuple of what it holds
+            if stack:
+                stack[-1] = (stack[-1],)
+            else:
+                push((Node("other"),))
         elif pushed[code]:
             push(arg)
         elif code == _STOP:

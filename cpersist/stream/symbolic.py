@@ -2,8 +2,8 @@
 
 Each handler of :data:`HANDLERS` applies one pickle opcode to a symbolic
 stack and memo as the unpickler would, importing and calling nothing (the
-walk's loop runs the literals, MARK, MEMOIZE, the memo's gets and STOP
-itself): it records what loading
+walk's loop runs the literals, MARK, MEMOIZE, the memo's gets, TUPLE1 and
+STOP itself): it records what loading
 would resolve (the globals named by ``GLOBAL``, ``INST`` and
 ``STACK_GLOBAL``, copyreg extension codes, the protocol) and builds a tree
 of the containers and calls that hold the format's array calls, from which
@@ -365,7 +365,7 @@ HANDLERS = by_code({
     "EMPTY_TUPLE": _bool(()),
     "DICT": _dict, "LIST": _sequence("list"), "TUPLE": _sequence("tuple"),
     "FROZENSET": _sequence("set"),
-    "TUPLE1": _tuple_n(1), "TUPLE2": _tuple_n(2), "TUPLE3": _tuple_n(3),
+    "TUPLE2": _tuple_n(2), "TUPLE3": _tuple_n(3),
     "APPEND": _append, "APPENDS": _appends, "SETITEM": _setitem, "SETITEMS": _setitems,
     "ADDITEMS": _additems,
     "GLOBAL": _global, "STACK_GLOBAL": _stack_global, "INST": _inst, "OBJ": _obj,
