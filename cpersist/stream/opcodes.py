@@ -19,6 +19,8 @@ _STOP, _MARK_CODE, _MEMOIZE, _GET, _BINGET, _LONG_BINGET, _TUPLE1 = (
                              "TUPLE1"))
 _BININT1, _BININT2, _SHORT_BINUNICODE = (
     CODES[name] for name in ("BININT1", "BININT2", "SHORT_BINUNICODE"))
+#: Opcodes walked between two checks of the limits.
+_CHECK_EVERY = 1 << 14
 #: Opcode bytes whose argument the loop pushes as it is.
 _PUSHED = bytes(NAMES.get(code) in LITERALS for code in range(256))
 
@@ -113,13 +115,15 @@ def _run(data, result, stack, memo, limits, source, quick_reads):
     short_unicode, binint1, binint2, binget = (
         (_SHORT_BINUNICODE, _BININT1, _BININT2, _BINGET) if quick_reads else (-1, -1, -1, -1))
     pos = ops = frame_end = 0
+    check_at = _CHECK_EVERY
     first_node = Node.made
     while True:
         if pos >= end:
             raise ValueError("pickle data was truncated")
         ops += 1
-        if not ops & 0x3FFF:
+        if ops >= check_at:
             _check_limits(ops, Node.made - first_node + len(memo), limits, source)
+            check_at += _CHECK_EVERY
         code = data[pos]
         # -- the commonest literals, read here and pushed --
         if code == short_unicode:
@@ -128,10 +132,17 @@ def _run(data, result, stack, memo, limits, source, quick_reads):
                 if stop <= end and not pos + 2 < frame_end < stop:
                     try:
                         push(str(data[pos + 2:stop], "utf-8", "surrogatepass"))
-                        pos = stop
-                        continue
                     except UnicodeDecodeError:
                         pass  # read below, which says what is wrong
+                    else:
+                        pos = stop
+                        if pos >= end or data[pos] != _MEMOIZE:
+                            continue
+                        # The MEMOIZE that mostly follows a string: run below
+                        # in this turn (a turn per opcode would cost a tenth
+                        # of a walk).
+                        ops += 1
+                        code = _MEMOIZE
         elif code == binint1:
             if pos + 1 < end:  # one byte: no frame's end inside it
                 push(data[pos + 1])
@@ -142,6 +153,10 @@ def _run(data, result, stack, memo, limits, source, quick_reads):
                 push(data[pos + 1] | data[pos + 2] << 8)
                 pos += 3
                 continue
+        if code == _MEMOIZE:  # the commonest opcode of all, its only handler
+            memo[len(memo)] = stack[-1] if stack and stack[-1] is not _MARK else Node("other")
+            pos += 1
+            continue
         # -- the argument of any other --
         if readers[code] is None:
             arg = None
@@ -154,9 +169,7 @@ def _run(data, result, stack, memo, limits, source, quick_reads):
             if code == FRAME:
                 frame_end = next_frame_end(frame_end, pos, arg)
         # -- the opcode: the commonest here (their only handler) --
-        if code == _MEMOIZE:
-            memo[len(memo)] = stack[-1] if stack and stack[-1] is not _MARK else Node("other")
-        elif code == _BINGET or code == _LONG_BINGET or code == _GET:
+        if code == _BINGET or code == _LONG_BINGET or code == _GET:
             push(memo[arg] if arg in memo else Node("other"))
         elif code == _MARK_CODE:
             push(_MARK)
