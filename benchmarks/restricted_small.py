@@ -23,7 +23,7 @@ import timeit
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import cpersist  # noqa: E402
-from cpersist.pickling.limits import DEFAULT  # noqa: E402
+from cpersist.format.limits import DEFAULT  # noqa: E402
 from cpersist.pickling.quick import NOT_QUICK, quick_load  # noqa: E402
 
 

@@ -22,7 +22,7 @@ _LAZY = {"dump": "api", "load": "api", "dumps": "inmemory", "loads": "inmemory",
          "register_joblib_backend": "joblib_store",
          "open": "handle", "FileHandle": "handle",
          "append": "recordlog.writer", "repair": "recordlog.writer", "RecordLog": "recordlog.reader", "LazyArray": "lazy.array",
-         "Limits": "pickling.limits",
+         "Limits": "format.limits",
          "LazyTensor": "lazy.tensor"}
 
 

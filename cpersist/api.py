@@ -10,7 +10,7 @@ from ._runtime.threads import check_n_threads
 from .codecs import parse_compress
 from .container.writer import write_all
 from .exceptions import CorruptFileError
-from .pickling.limits import as_limits
+from .format.limits import as_limits
 from .pickling.small import NOT_COMPACT, load_compact_file, small_dump
 from .pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
 from .pickling.write import _finish, _inline_below, write_sections

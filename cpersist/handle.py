@@ -15,9 +15,9 @@ from .exceptions import CorruptFileError, CpersistError
 from .lazy.array import LazyArray, _Bound
 from .lazy.array_paths import ArrayPaths, placed
 from .lazy.openfile import OpenFile, reference_for
-from .pickling import names
-from .pickling.limits import DEFAULT as _DEFAULT_LIMITS
-from .pickling.limits import as_limits
+from .format import names
+from .format.limits import DEFAULT as _DEFAULT_LIMITS
+from .format.limits import as_limits
 from .pickling.read import _load, _pickle_stream, array_layout
 from .pickling.rebuild import BY_NAME
 from .pickling.unpickler import ArrayUnpickler, normalize_trusted

@@ -18,8 +18,8 @@ from .container.framing import DATA
 from .container.layout import TRAILER
 from .container.sources import MemorySource
 from .exceptions import CorruptFileError
-from .pickling.limits import DEFAULT as _DEFAULT_LIMITS
-from .pickling.limits import as_limits
+from .format.limits import DEFAULT as _DEFAULT_LIMITS
+from .format.limits import as_limits
 from .pickling.pickler import ArrayPickler
 from .pickling.quick import NOT_QUICK, QUICK_UP_TO, quick_load
 from .pickling.read import _load

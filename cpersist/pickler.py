@@ -1,5 +1,5 @@
 """The module every cpersist pickle stream names: ``cpersist.pickler.stored_array`` and the
-other globals of :mod:`cpersist.pickling.names`.
+other globals of :mod:`cpersist.format.names`.
 
 Files name these globals by this literal module path, so the path stays while
 the code behind it lives in :mod:`cpersist.pickling`: the C pickler checks

@@ -23,10 +23,15 @@ PACKAGE = "cpersist"
 EXCLUDED = ("cpersist.benchmarks",)
 #: Subpackages that import nothing of the package outside themselves but these:
 #: the process services and the exceptions, and for the container the codecs
-#: it decodes chunks with (they know nothing of the container).
+#: it decodes chunks with (they know nothing of the container). The stream
+#: walker and the format's names and limits sit below the pickling, which
+#: imports both: neither imports it back.
 SELF_CONTAINED = {"cpersist.container": ("cpersist._runtime", "cpersist.exceptions",
                                          "cpersist.codecs"),
-                  "cpersist.codecs": ("cpersist._runtime", "cpersist.exceptions")}
+                  "cpersist.codecs": ("cpersist._runtime", "cpersist.exceptions"),
+                  "cpersist.format": ("cpersist.exceptions",),
+                  "cpersist.stream": ("cpersist._runtime", "cpersist.exceptions",
+                                      "cpersist.format")}
 MAX_LINES = 400
 
 

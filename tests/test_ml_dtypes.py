@@ -13,7 +13,7 @@ import pytest
 
 import cpersist
 from cpersist.container import ContainerReader
-from cpersist.pickling import named_dtypes
+from cpersist.format import named_dtypes
 
 from ._forge import call, container_bytes, forge, proto, s, stack_global
 from ._fresh import ROOT, run_code

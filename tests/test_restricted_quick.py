@@ -14,7 +14,7 @@ import pytest
 import cpersist
 from cpersist.container.compact import compact_dump
 from cpersist.pickling import restricted
-from cpersist.pickling.limits import DEFAULT
+from cpersist.format.limits import DEFAULT
 from cpersist.pickling.quick import NOT_QUICK, quick_load
 from cpersist.pickling.unpickler import ArrayUnpickler
 
@@ -133,7 +133,7 @@ SAME_HASH_FLOATS = b"".join(pickle.BINFLOAT + struct.pack(">d", 2.0 ** (61 * k))
     (b"\x80\x02\x82\x01)R.", None),
 ])
 def test_what_the_checks_leave_to_the_machine(stream, limits):
-    limits_ = cpersist.pickling.limits.as_limits(limits)
+    limits_ = cpersist.format.limits.as_limits(limits)
     assert quick_load(stream, limits_) is NOT_QUICK
     assert loaded(stream, limits) == machine(stream, limits_)
 
@@ -171,12 +171,13 @@ def test_deep_lists_and_dicts_load_without_crashing():
 def test_str_keys_are_counted_when_the_hash_seed_is_fixed():
     """With PYTHONHASHSEED fixed, a stream's author can compute colliding
     strings: str and bytes keys then count towards a collision flood."""
-    code = ("import io, pickle; from cpersist.pickling import restricted, limits; "
+    code = ("import io, pickle; from cpersist.format import limits; "
+            "from cpersist.pickling import restricted; from cpersist.pickling.machine import Machine; "
             "from cpersist.pickling.unpickler import ArrayUnpickler; "
             "s = pickle.dumps({'a': 1, b'b': 2, 'c': 3}, 4); "
             "u = ArrayUnpickler(io.BytesIO(s), None, True, source='<s>'); "
-            "m = restricted.Machine(s, u.resolve, u.persistent_load, limits.DEFAULT, '<s>'); "
-            "m.run(); print(limits.STR_HASH_PREDICTABLE, sum(len(h[1]) for h in "
+            "m = Machine(s, u.resolve, u.persistent_load, limits.DEFAULT, '<s>'); "
+            "restricted.execute(m); print(limits.STR_HASH_PREDICTABLE, sum(len(h[1]) for h in "
             "m._hashes.values()))")
     for seed, expected in (("0", "True 3"), ("12345", "True 3"), ("random", "False 0")):
         env = dict(os.environ, PYTHONHASHSEED=seed)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist.pickling import names as _format_names
+from cpersist.format import names as _format_names
 from cpersist.stream.opcodes import walk
 
 from .conftest import spy_reads

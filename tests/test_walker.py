@@ -13,8 +13,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import cpersist
-from cpersist.pickling import names as _format_names, rebuild as _rebuild
-from cpersist.stream import opcodes as _opcodes, args as _pickle_args, symbolic as _symbolic
+from cpersist.format import names as _format_names
+from cpersist.pickling import rebuild as _rebuild
+from cpersist.stream import symbolic as _symbolic
 from cpersist.stream.opcodes import walk
 from cpersist.stream.paths import array_paths, scan_arrays
 from cpersist.container import ContainerReader
@@ -202,30 +203,10 @@ def test_walk_never_raises_on_damaged_real_streams(tmp_path):
 # -- the walker's decoding against its reference, its paths against the object --
 
 def _reference_walk(data):
-    """The walk driven by :func:`cpersist.stream.args.read` alone, the
-    reference decoder (the C unpickler's reading of each opcode): every
-    opcode goes through the walker's one ``step``, none is decoded by hand."""
-    result = _opcodes.Walk()
-    stack, memo = [], {}
-    data = bytes(data)
-    pos = frame_end = 0
-    try:
-        while True:
-            if pos >= len(data):
-                raise ValueError("pickle data was truncated")
-            name, arg, pos = _pickle_args.read_in_frame(data, pos, frame_end)
-            if name == "FRAME":
-                frame_end = _pickle_args.next_frame_end(frame_end, pos, arg)
-            _symbolic.step(result, stack, memo, name, arg)
-            if name == "STOP":
-                break
-    except ValueError as exc:
-        result.error = str(exc)
-    except (IndexError, KeyError, TypeError, AttributeError) as exc:
-        result.error = f"malformed pickle stream ({type(exc).__name__}: {exc})"
-    if result.top is None and stack and type(stack[-1]) in (_symbolic.Node, tuple):
-        result.top = stack[-1]
-    return result
+    """The walk with every argument read by
+    :data:`cpersist.stream.args.READERS`, the reference reader (the C
+    unpickler's reading of each opcode): none read by the loop's quick reads."""
+    return walk(data, quick_reads=False)
 
 
 def _tree(value, seen):

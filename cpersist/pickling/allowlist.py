@@ -17,7 +17,7 @@ import numpy as np
 from . import array_builders as a
 from . import builders as b
 from . import format_builders as f
-from . import names
+from ..format import names
 
 #: Marks an entry that may be named but not called.
 VALUE = "value"

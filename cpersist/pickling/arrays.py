@@ -15,14 +15,14 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from ..container import DEFAULT_CHUNK_SIZE
-from . import named_dtypes
+from ..format import named_dtypes
 
 
 def is_plain_data(arr):
     """True if ``arr``'s bytes and its dtype's description hold all its data.
 
     The description is the ``.npy`` dtype descriptor, or the name of an
-    ml_dtypes type (:mod:`.named_dtypes`). False for object arrays (their
+    ml_dtypes type (:mod:`cpersist.format.named_dtypes`). False for object arrays (their
     items are Python objects), and for dtypes neither can record:
     ``metadata``, overlapping or out-of-order fields, another library's
     types. All are left to plain pickling, which keeps them.
@@ -74,7 +74,7 @@ def _parse_dtype_text(text):
 
 def inline_dtype(dtype):
     """How an inline array's dtype is pickled: the name of an ml_dtypes
-    type (which a restricted load resolves from :mod:`.named_dtypes` alone),
+    type (which a restricted load resolves from :mod:`cpersist.format.named_dtypes` alone),
     else the dtype itself."""
     return named_dtypes.name_of(dtype) or dtype
 
@@ -85,7 +85,7 @@ def describe(arr):
     The dtype is kept as the ``repr`` of its ``.npy`` descriptor (the same
     form ``np.save`` writes), read back with ``ast.literal_eval``, which
     evaluates literals only; an ml_dtypes type as the ``repr`` of its name
-    (``"'bfloat16'"``, see :mod:`.named_dtypes`). The descriptor keeps a
+    (``"'bfloat16'"``, see :mod:`cpersist.format.named_dtypes`). The descriptor keeps a
     structured dtype's layout but not whether it was made with
     ``align=True`` (``dtype.isalignedstruct``, which pickle keeps): the
     field paths of such structs are listed under ``"aligned"``.

@@ -8,7 +8,7 @@ anything is made) and builds a value from them. Arrays are made here only,
 as fresh copies of immutable bytes or zero-filled, never over an object the
 stream can still change and never with uninitialised memory; no numpy
 function is applied to lists the stream built; containers are filled item
-by item, each key checked (:meth:`~.restricted.Machine.key`).
+by item, each key checked (:meth:`~.machine.Machine.key`).
 
 Each builder is ``builder(machine, func, args, kwargs, new)`` (``new``: the
 stream asked for ``func.__new__(func, *args)``), registered against its

@@ -6,7 +6,7 @@ and the keys of sets and dicts (see :mod:`.restricted`).
 
 import numpy as np
 
-from .limits import STR_HASH_PREDICTABLE
+from ..format.limits import STR_HASH_PREDICTABLE
 #: Keys ``SETITEM`` and ``DICT`` need not show to ``Machine.key``: strings,
 #: unless their hashes are predictable.
 UNCHECKED_KEY = None if STR_HASH_PREDICTABLE else str

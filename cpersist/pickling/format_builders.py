@@ -9,7 +9,7 @@ import numpy as np
 from .array_builders import array_arg, array_class, fill_value, numpy_ma
 from .builders import bind
 from .checks import Refused, as_dtype, as_order, as_shape, brief
-from .named_dtypes import ITEMSIZES, resolve
+from ..format.named_dtypes import ITEMSIZES, resolve
 
 
 def build_stored(machine, func, args, kwargs, new):

@@ -14,10 +14,10 @@ import sys
 import numpy as np
 
 from .arrays import inline_dtype, is_plain_data, to_inline
-from .named_dtypes import favours_speed
+from ..format.named_dtypes import favours_speed
 from .rebuild import inline_array, rebuild_jax, rebuild_masked, rebuild_view, stored_array
 
-# The format names these functions "cpersist.pickler.<name>" (see .names), and the
+# The format names these functions "cpersist.pickler.<name>" (see cpersist.format.names), and the
 # C pickler imports that module to check each name: loaded here, before any dump.
 from .. import pickler as _format_module  # noqa: E402,F401  isort:skip
 

@@ -51,7 +51,7 @@ its result or says what is wrong, as without this path.
 import io
 import pickle
 
-from .limits import DEFAULT, STR_HASH_PREDICTABLE
+from ..format.limits import DEFAULT, STR_HASH_PREDICTABLE
 
 #: Largest pickle stream the quick path takes. Below the machine's opcodes
 #: between two looks at the clock, so that its only look is at the start.

@@ -16,7 +16,7 @@ from ..container.sections import claimed_buffer
 from .._runtime.gc import collector_paused
 from .._runtime.parallel import run_claimed
 from ..exceptions import CorruptFileError, CpersistError, DtypeLibraryError
-from . import names
+from ..format import names
 from .arrays import allocate, parse_description
 from .jax_arrays import ALIGNMENT as JAX_ALIGNMENT
 from .unpickler import ArrayUnpickler

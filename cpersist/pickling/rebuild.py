@@ -1,6 +1,6 @@
 """The functions a cpersist pickle stream calls to rebuild its arrays.
 
-Each is pickled under its literal name from :mod:`cpersist.pickling.names`,
+Each is pickled under its literal name from :mod:`cpersist.format.names`,
 not under this module's name: :func:`_format_name` sets ``__module__`` and
 ``__qualname__`` from the literal, so moving a function cannot change what
 files name. The C pickler checks that the name resolves back to the same
@@ -13,7 +13,7 @@ import weakref
 
 import numpy as np
 
-from . import names
+from ..format import names
 from .arrays import from_inline
 from .jax_arrays import assemble, bad_jax, check_placement, to_jax
 from .torch_dtypes import bad_tensor, check_view, import_torch, view_extent

@@ -1,6 +1,11 @@
 """The opcodes of the restricted load's pickle machine (:mod:`.restricted`):
-what each does to the stack and the memo, what it charges to the load's
-budget, and what it refuses to change.
+what each does to a :class:`~.machine.Machine`'s stack and memo, what it
+charges to the load's budget, and what it refuses to change.
+
+Each is a function ``op(machine, argument)``; :data:`HANDLERS` lists them by
+opcode byte. The loop of :mod:`.restricted` runs STOP and the commonest
+opcodes of a dump itself (MARK, MEMOIZE, BINGET, BINPUT, TUPLE1, TUPLE2,
+REDUCE) and pushes the :data:`LITERALS`: they have no function here.
 """
 
 import copyreg
@@ -9,392 +14,371 @@ import sys
 import numpy as np
 
 from ..exceptions import UntrustedObjectError
-from ..stream.args import NAMES, StreamError
-from ..stream.args import _READERS as _READS_ARGUMENT
+from ..stream.args import StreamError, by_code
 from .array_builders import set_array_state
 from .builders import ENTRY, SLOT
 from .checks import (UNCHECKED_KEY, Refused, brief, check_dtype, check_dtype_state,
                      sets_nothing)
+from .machine import UNDERFLOW
+
+#: Opcodes whose argument the loop pushes as it is (INT and LONG's are
+#: checked for their digits first, by :func:`op_int`).
+LITERALS = frozenset((
+    "BININT", "BININT1", "BININT2", "FLOAT", "BINFLOAT", "STRING", "BINSTRING",
+    "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8",
+    "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "BYTEARRAY8"))
+_INTS = ("INT", "LONG", "LONG1", "LONG4")
 
 
-class Opcodes:
-    """The opcode handlers of :class:`~.restricted.Machine`."""
+def op_pop(m, arg):
+    if m.marks and m.marks[-1] == len(m.stack):
+        m.marks.pop()
+    else:
+        m.pop()
 
-    # -- stack ------------------------------------------------------------
-    def _fence(self):
-        return self.marks[-1] if self.marks else 0
 
-    def _pop(self):
-        if len(self.stack) <= self._fence():
-            raise StreamError("unpickling stack underflow")
-        return self.stack.pop()
+def op_pop_mark(m, arg):
+    m.pop_mark()
 
-    def _top(self):
-        if len(self.stack) <= self._fence():
-            raise StreamError("unpickling stack underflow")
-        return self.stack[-1]
 
-    def _pop_mark(self):
-        if not self.marks:
-            raise StreamError("could not find MARK")
-        start = self.marks.pop()
-        items = self.stack[start:]
-        del self.stack[start:]
-        return items
+def op_dup(m, arg):
+    m.need(1)
+    m.stack.append(m.stack[-1])
 
-    def _pop_n(self, n):
-        start = len(self.stack) - n
-        if start < self._fence():
-            raise StreamError("unpickling stack underflow")
-        items = tuple(self.stack[start:])
-        del self.stack[start:]
-        return items
 
-    def op_mark(self, arg):
-        self.marks.append(len(self.stack))
+def op_const(value):
+    def push(m, arg):
+        m.stack.append(value)
+    return push
 
-    def op_pop(self, arg):
-        if self.marks and self.marks[-1] == len(self.stack):
-            self.marks.pop()
-        else:
-            self._pop()
 
-    def op_pop_mark(self, arg):
-        self._pop_mark()
+def op_empty(kind):
+    def push(m, arg):
+        m.made()
+        m.stack.append(kind())
+    return push
 
-    def op_dup(self, arg):
-        self.stack.append(self._top())
 
-    def op_const(value):
-        def push(self, arg):
-            self.stack.append(value)
-        return push
+def op_int(m, arg):
+    if type(arg) is int:  # INT's "00"/"01" are bools
+        m.check_int(arg)
+    m.stack.append(arg)
 
-    def op_empty(kind):
-        def push(self, arg):
-            self._made()
-            self.stack.append(kind())
-        return push
 
-    def op_persid(self, arg):
-        self.stack.append(self._persistent_load(arg))
+def op_persid(m, arg):
+    m.stack.append(m.persistent_load(arg))
 
-    def op_binpersid(self, arg):
-        self.stack.append(self._persistent_load(self._pop()))
 
-    def op_reduce(self, arg):
-        args = self._pop()
-        func = self._top()
-        if type(args) is not tuple:
-            raise StreamError("argument list must be a tuple")
-        self.stack[-1] = self.call(func, args)
+def op_binpersid(m, arg):
+    m.stack.append(m.persistent_load(m.pop()))
 
-    def op_newobj(self, arg):
-        args = self._pop()
-        cls = self._pop()
-        if not isinstance(cls, type):
-            raise StreamError("NEWOBJ class argument isn't a type object")
-        if type(args) is not tuple:
-            raise StreamError("NEWOBJ expected an arg tuple.")
-        self.stack.append(self.call(cls, args, None, new=True))
 
-    def op_newobj_ex(self, arg):
-        kwargs = self._pop()
-        args = self._pop()
-        cls = self._pop()
-        if not isinstance(cls, type):
-            raise StreamError("NEWOBJ_EX class argument must be a type")
-        if type(args) is not tuple or type(kwargs) is not dict:
-            raise StreamError("NEWOBJ_EX args and kwargs must be a tuple and a dict")
-        self.stack.append(self.call(cls, args, kwargs, new=True))
+def op_newobj(m, arg):
+    m.need(2)
+    args = m.stack.pop()
+    cls = m.stack.pop()
+    if not isinstance(cls, type):
+        raise StreamError("NEWOBJ class argument isn't a type object")
+    if type(args) is not tuple:
+        raise StreamError("NEWOBJ expected an arg tuple.")
+    m.stack.append(m.call(cls, args, None, new=True))
 
-    def op_global(self, arg):
-        module, _, name = arg.partition(" ")
-        self.stack.append(self._global(module, name))
 
-    def op_stack_global(self, arg):
-        name = self._pop()
-        module = self._pop()
-        if type(name) is not str or type(module) is not str:
-            raise StreamError("STACK_GLOBAL requires str")
-        self.stack.append(self._global(module, name))
+def op_newobj_ex(m, arg):
+    m.need(3)
+    kwargs = m.stack.pop()
+    args = m.stack.pop()
+    cls = m.stack.pop()
+    if not isinstance(cls, type):
+        raise StreamError("NEWOBJ_EX class argument must be a type")
+    if type(args) is not tuple or type(kwargs) is not dict:
+        raise StreamError("NEWOBJ_EX args and kwargs must be a tuple and a dict")
+    m.stack.append(m.call(cls, args, kwargs, new=True))
 
-    def op_inst(self, arg):
-        module, _, name = arg.partition(" ")
-        cls = self._global(module, name)
-        self.stack.append(self._instantiate(cls, self._pop_mark()))
 
-    def op_obj(self, arg):
-        items = self._pop_mark()
-        if not items:
-            raise StreamError("unpickling stack underflow")
-        self.stack.append(self._instantiate(items[0], items[1:]))
+def op_global(m, arg):
+    module, _, name = arg.partition(" ")
+    m.stack.append(m.named_global(module, name))
 
-    def op_list(self, arg):
-        self._made()
-        items = self._pop_mark()
-        self.alloc(SLOT * len(items))
-        self.stack.append(items)
 
-    def op_tuple(self, arg):
-        self._made()
-        items = tuple(self._pop_mark())
-        self.alloc(SLOT * len(items))
-        self.stack.append(self.nested(items))
+def op_stack_global(m, arg):
+    m.need(2)
+    name = m.stack.pop()
+    module = m.stack.pop()
+    if type(name) is not str or type(module) is not str:
+        raise StreamError("STACK_GLOBAL requires str")
+    m.stack.append(m.named_global(module, name))
 
-    def op_tuple_n(n):
-        def build(self, arg):
-            self._made()
-            self.stack.append(self.nested(self._pop_n(n)))
-        return build
 
-    def op_dict(self, arg):
-        items = self._pop_mark()
-        if len(items) % 2:
-            raise StreamError("odd number of items for DICT")
-        self._made()
-        self.alloc(ENTRY * (len(items) // 2))
-        made = {}
-        for key, value in zip(items[0::2], items[1::2]):
-            if type(key) is not UNCHECKED_KEY:
-                self.key(made, key)
-            made[key] = value
-        self.stack.append(made)
+def op_inst(m, arg):
+    module, _, name = arg.partition(" ")
+    cls = m.named_global(module, name)
+    m.stack.append(m.instantiate(cls, m.pop_mark()))
 
-    def op_frozenset(self, arg):
-        self._made()
-        items = self._pop_mark()
-        self.alloc(ENTRY * len(items))
-        made = set()
-        for item in items:
-            self.key(made, item)
-            made.add(item)
-        self.stack.append(self.nested(frozenset(made)))
 
-    def op_get(self, arg):
-        try:
-            self.stack.append(self.memo[arg])
-        except KeyError:
-            raise StreamError(f"Memo value not found at index {arg}") from None
+def op_obj(m, arg):
+    if m.marks:
+        m.need(1)  # the class, above the MARK
+    items = m.pop_mark()
+    m.stack.append(m.instantiate(items[0], items[1:]))
 
-    def op_put(self, arg):
-        if arg < 0:
-            raise StreamError("negative PUT argument")
-        self._memoize(arg, self._top())
 
-    def op_memoize(self, arg):
-        self._memoize(len(self.memo), self._top())
+def op_list(m, arg):
+    m.made()
+    items = m.pop_mark()
+    m.alloc(SLOT * len(items))
+    m.stack.append(items)
 
-    def _memoize(self, key, value):
-        if key not in self.memo:
-            self._made()
-        self.memo[key] = value
 
-    def op_append(self, arg):
-        value = self._pop()
-        self._fill(len(self.stack), [value])
+def op_tuple(m, arg):
+    m.made()
+    items = tuple(m.pop_mark())
+    m.alloc(SLOT * len(items))
+    m.stack.append(m.nested(items))
 
-    def op_appends(self, arg):
-        if not self.marks:
-            raise StreamError("could not find MARK")
-        start = self.marks.pop()
-        values = self.stack[start:]
-        del self.stack[start:]
-        if start <= 0:
-            raise StreamError("unpickling stack underflow")
-        if values:
-            self._fill(start, values)
 
-    def _fill(self, index, values):
-        if index <= 0:
-            raise StreamError("unpickling stack underflow")
-        target = self.stack[index - 1]
-        self.alloc(SLOT * len(values))
-        if type(target) is list:
-            target.extend(values)
-            return
-        self.target(target, "APPEND")
-        if isinstance(target, np.ndarray):
-            raise Refused("APPEND to an array")
-        extend = getattr(target, "extend", None)
-        if extend is not None:
-            extend(values)
-        else:
-            append = target.append
-            for value in values:
-                append(value)
+def op_tuple3(m, arg):
+    m.made()
+    m.need(3)
+    items = tuple(m.stack[-3:])
+    del m.stack[-3:]
+    m.stack.append(m.nested(items))
 
-    def op_setitem(self, arg):
-        self._setitems(len(self.stack) - 2)
 
-    def op_setitems(self, arg):
-        if not self.marks:
-            raise StreamError("could not find MARK")
-        self._setitems(self.marks.pop())
+def op_dict(m, arg):
+    items = m.pop_mark()
+    if len(items) % 2:
+        raise StreamError("odd number of items for DICT")
+    m.made()
+    m.alloc(ENTRY * (len(items) // 2))
+    made = {}
+    for key, value in zip(items[0::2], items[1::2]):
+        if type(key) is not UNCHECKED_KEY:
+            m.key(made, key)
+        made[key] = value
+    m.stack.append(made)
 
-    def _setitems(self, start):
-        stack = self.stack
-        if start <= 0 or start > len(stack):
-            raise StreamError("unpickling stack underflow")
-        items = stack[start:]
-        if not items:
-            return
-        if len(items) % 2:
-            raise StreamError("odd number of items for SETITEMS")
-        del stack[start:]
-        target = stack[start - 1]
-        if type(target) is list and not self.is_global(target) and all(
-                type(key) is int or type(key) is bool for key in items[0::2]):
-            for key, value in zip(items[0::2], items[1::2]):  # by index, as C does
-                target[key] = value
-            return
-        if type(target) is not dict:
-            self.target(target, "SETITEM")
-            if not isinstance(target, dict):  # a trusted class's own mapping
-                if isinstance(target, (np.ndarray, bytearray, list)):
-                    raise Refused(f"SETITEM on {brief(target)}")
-        self.alloc(ENTRY * (len(items) // 2))
-        for key, value in zip(items[0::2], items[1::2]):
-            if type(key) is not UNCHECKED_KEY:
-                self.key(target, key)
+
+def op_frozenset(m, arg):
+    m.made()
+    items = m.pop_mark()
+    m.alloc(ENTRY * len(items))
+    made = set()
+    for item in items:
+        m.key(made, item)
+        made.add(item)
+    m.stack.append(m.nested(frozenset(made)))
+
+
+def op_get(m, arg):  # GET, LONG_BINGET (BINGET is the loop's)
+    try:
+        m.stack.append(m.memo[arg])
+    except KeyError:
+        raise StreamError(f"Memo value not found at index {arg}") from None
+
+
+def op_put(m, arg):  # PUT, LONG_BINPUT (BINPUT is the loop's)
+    if arg < 0:
+        raise StreamError("negative PUT argument")
+    m.need(1)
+    if arg not in m.memo:
+        m.made()
+    m.memo[arg] = m.stack[-1]
+
+
+def op_append(m, arg):
+    value = m.pop()
+    _fill(m, m.below(len(m.stack)), [value])
+
+
+def op_appends(m, arg):
+    if not m.marks:
+        raise StreamError("could not find MARK")
+    start = m.marks.pop()
+    values = m.stack[start:]
+    del m.stack[start:]
+    if start <= 0:
+        raise StreamError(UNDERFLOW)
+    if values:
+        _fill(m, m.below(start), values)
+
+
+def _fill(m, target, values):
+    m.alloc(SLOT * len(values))
+    if type(target) is list:
+        target.extend(values)
+        return
+    m.target(target, "APPEND")
+    if isinstance(target, np.ndarray):
+        raise Refused("APPEND to an array")
+    extend = getattr(target, "extend", None)
+    if extend is not None:
+        extend(values)
+    else:
+        append = target.append
+        for value in values:
+            append(value)
+
+
+def op_setitem(m, arg):
+    _setitems(m, len(m.stack) - 2)
+
+
+def op_setitems(m, arg):
+    if not m.marks:
+        raise StreamError("could not find MARK")
+    _setitems(m, m.marks.pop())
+
+
+def _setitems(m, start):
+    target = m.below(start)
+    stack = m.stack
+    items = stack[start:]
+    if not items:
+        return
+    if len(items) % 2:
+        raise StreamError("odd number of items for SETITEMS")
+    del stack[start:]
+    if type(target) is list and not m.is_global(target) and all(
+            type(key) is int or type(key) is bool for key in items[0::2]):
+        for key, value in zip(items[0::2], items[1::2]):  # by index, as C does
             target[key] = value
+        return
+    if type(target) is not dict:
+        m.target(target, "SETITEM")
+        if not isinstance(target, dict):  # a trusted class's own mapping
+            if isinstance(target, (np.ndarray, bytearray, list)):
+                raise Refused(f"SETITEM on {brief(target)}")
+    m.alloc(ENTRY * (len(items) // 2))
+    for key, value in zip(items[0::2], items[1::2]):
+        if type(key) is not UNCHECKED_KEY:
+            m.key(target, key)
+        target[key] = value
 
-    def op_additems(self, arg):
-        if not self.marks:
-            raise StreamError("could not find MARK")
-        start = self.marks.pop()
-        if start <= 0 or start > len(self.stack):
-            raise StreamError("unpickling stack underflow")
-        items = self.stack[start:]
-        if not items:
-            return
-        del self.stack[start:]
-        target = self.stack[start - 1]
-        if type(target) is not set:
-            self.target(target, "ADDITEMS")
-        self.alloc(ENTRY * len(items))
-        add = target.add
-        for item in items:
-            self.key(target, item)
-            add(item)
 
-    def op_build(self, arg):
-        if len(self.stack) - 2 < self._fence():
-            raise StreamError("unpickling stack underflow")
-        state = self.stack.pop()
-        self.build(self.stack[-1], state)
+def op_additems(m, arg):
+    if not m.marks:
+        raise StreamError("could not find MARK")
+    start = m.marks.pop()
+    target = m.below(start)
+    items = m.stack[start:]
+    if not items:
+        return
+    del m.stack[start:]
+    if type(target) is not set:
+        m.target(target, "ADDITEMS")
+    m.alloc(ENTRY * len(items))
+    add = target.add
+    for item in items:
+        m.key(target, item)
+        add(item)
 
-    def build(self, inst, state):
-        """``BUILD``: ``inst`` given ``state``, if the stream may still change it."""
-        if sets_nothing(inst, state):
-            return
-        if isinstance(inst, np.dtype):
-            self._build_dtype(inst, state)
-            return
-        self.target(inst, "BUILD")
-        if isinstance(inst, np.ndarray):
-            del self._targets[id(inst)]  # given its state once
-            set_array_state(self, inst, state)
-            return
-        setstate = getattr(inst, "__setstate__", None)
-        if setstate is not None:
-            setstate(state)
-            return
-        slotstate = None
-        if type(state) is tuple and len(state) == 2:
-            state, slotstate = state
-        if state:
-            if type(state) is not dict:
-                raise Refused(f"an object's state is {brief(state)}")
-            self.alloc(ENTRY * len(state))
-            attributes = inst.__dict__
-            for key, value in state.items():
-                if type(key) is not str:
-                    raise Refused(f"an attribute named {brief(key)}")
-                attributes[sys.intern(key)] = value
-        if slotstate:
-            if type(slotstate) is not dict:
-                raise Refused(f"an object's slot state is {brief(slotstate)}")
-            for key, value in slotstate.items():
-                if type(key) is not str:
-                    raise Refused(f"an attribute named {brief(key)}")
-                setattr(inst, key, value)
 
-    def _build_dtype(self, dtype, state):
-        if self.new_dtypes.pop(id(dtype), None) is not dtype:
-            raise UntrustedObjectError(
-                "numpy", "dtype", self.source,
-                reason="the pickle stream tried to change a dtype it did not just make",
-                remedy="load it with trusted=True only if you trust this file")
-        check_dtype_state(dtype, state)
-        try:
-            dtype.__setstate__(state)
-        except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
-            raise Refused(f"bad dtype state: {exc}") from None
-        check_dtype(dtype)
+def op_build(m, arg):
+    m.need(2)
+    state = m.stack.pop()
+    build(m, m.stack[-1], state)
 
-    def op_ext(self, arg):
-        # Whether or not the code is registered: the C unpickler would serve
-        # a registered one from a process-wide cache, never asking find_class.
-        module, name = copyreg._inverted_registry.get(arg, ("copyreg", f"ext{arg}"))
+
+def build(m, inst, state):
+    """``BUILD``: ``inst`` given ``state``, if the stream may still change it."""
+    if sets_nothing(inst, state):
+        return
+    if isinstance(inst, np.dtype):
+        _build_dtype(m, inst, state)
+        return
+    m.target(inst, "BUILD")
+    if isinstance(inst, np.ndarray):
+        m.settled(inst)  # given its state once
+        set_array_state(m, inst, state)
+        return
+    setstate = getattr(inst, "__setstate__", None)
+    if setstate is not None:
+        setstate(state)
+        return
+    slotstate = None
+    if type(state) is tuple and len(state) == 2:
+        state, slotstate = state
+    if state:
+        if type(state) is not dict:
+            raise Refused(f"an object's state is {brief(state)}")
+        m.alloc(ENTRY * len(state))
+        attributes = inst.__dict__
+        for key, value in state.items():
+            if type(key) is not str:
+                raise Refused(f"an attribute named {brief(key)}")
+            attributes[sys.intern(key)] = value
+    if slotstate:
+        if type(slotstate) is not dict:
+            raise Refused(f"an object's slot state is {brief(slotstate)}")
+        for key, value in slotstate.items():
+            if type(key) is not str:
+                raise Refused(f"an attribute named {brief(key)}")
+            setattr(inst, key, value)
+
+
+def _build_dtype(m, dtype, state):
+    if m.new_dtypes.pop(id(dtype), None) is not dtype:
         raise UntrustedObjectError(
-            module, name, self.source,
-            reason=f"it is named by copyreg extension code {arg}, which restricted loads "
-                   f"refuse",
+            "numpy", "dtype", m.source,
+            reason="the pickle stream tried to change a dtype it did not just make",
             remedy="load it with trusted=True only if you trust this file")
-
-    def op_next_buffer(self, arg):
-        raise StreamError("pickle stream refers to out-of-band data but no *buffers* "
-                          "argument was given")
-
-    def op_readonly_buffer(self, arg):
-        # Only ever after NEXT_BUFFER, which is refused: a view of something
-        # else would pin or share the memory of an object the stream made.
-        if type(self._top()) is not bytes:
-            raise Refused("READONLY_BUFFER of other than bytes")
-
-    def op_nothing(self, arg):
-        pass
-
-    def op_proto(self, arg):
-        self.on_protocol(arg)
-
-    @staticmethod
-    def on_protocol(protocol):
-        """Told each PROTO (the unpickler resolves dotted names from 4 on)."""
+    check_dtype_state(dtype, state)
+    try:
+        dtype.__setstate__(state)
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
+        raise Refused(f"bad dtype state: {exc}") from None
+    check_dtype(dtype)
 
 
-_INTS = frozenset(("INT", "LONG", "LONG1", "LONG4"))
+def op_ext(m, arg):
+    # Whether or not the code is registered: the C unpickler would serve
+    # a registered one from a process-wide cache, never asking find_class.
+    module, name = copyreg._inverted_registry.get(arg, ("copyreg", f"ext{arg}"))
+    raise UntrustedObjectError(
+        module, name, m.source,
+        reason=f"it is named by copyreg extension code {arg}, which restricted loads refuse",
+        remedy="load it with trusted=True only if you trust this file")
 
-_HANDLERS = {
-    "MARK": Opcodes.op_mark, "POP": Opcodes.op_pop, "POP_MARK": Opcodes.op_pop_mark,
-    "DUP": Opcodes.op_dup, "NONE": Opcodes.op_const(None),
-    "NEWTRUE": Opcodes.op_const(True), "NEWFALSE": Opcodes.op_const(False),
-    "EMPTY_TUPLE": Opcodes.op_const(()),
-    "EMPTY_DICT": Opcodes.op_empty(dict), "EMPTY_LIST": Opcodes.op_empty(list),
-    "EMPTY_SET": Opcodes.op_empty(set),
-    "PERSID": Opcodes.op_persid, "BINPERSID": Opcodes.op_binpersid,
-    "REDUCE": Opcodes.op_reduce, "NEWOBJ": Opcodes.op_newobj,
-    "NEWOBJ_EX": Opcodes.op_newobj_ex, "GLOBAL": Opcodes.op_global,
-    "STACK_GLOBAL": Opcodes.op_stack_global, "INST": Opcodes.op_inst, "OBJ": Opcodes.op_obj,
-    "LIST": Opcodes.op_list, "TUPLE": Opcodes.op_tuple,
-    "TUPLE1": Opcodes.op_tuple_n(1), "TUPLE2": Opcodes.op_tuple_n(2),
-    "TUPLE3": Opcodes.op_tuple_n(3),
-    "DICT": Opcodes.op_dict, "FROZENSET": Opcodes.op_frozenset,
-    "GET": Opcodes.op_get, "BINGET": Opcodes.op_get, "LONG_BINGET": Opcodes.op_get,
-    "PUT": Opcodes.op_put, "BINPUT": Opcodes.op_put, "LONG_BINPUT": Opcodes.op_put,
-    "MEMOIZE": Opcodes.op_memoize,
-    "APPEND": Opcodes.op_append, "APPENDS": Opcodes.op_appends,
-    "SETITEM": Opcodes.op_setitem, "SETITEMS": Opcodes.op_setitems,
-    "ADDITEMS": Opcodes.op_additems, "BUILD": Opcodes.op_build,
-    "EXT1": Opcodes.op_ext, "EXT2": Opcodes.op_ext, "EXT4": Opcodes.op_ext,
-    "NEXT_BUFFER": Opcodes.op_next_buffer, "READONLY_BUFFER": Opcodes.op_readonly_buffer,
-    "PROTO": Opcodes.op_proto, "FRAME": Opcodes.op_nothing,
-}
-# STOP is handled by the loop; literals (numbers, strings, bytes) have no handler.
 
-#: Handlers of the opcodes without an argument, by opcode byte.
-_NO_ARG = [None] * 256
-for _code, _name in NAMES.items():
-    if _name in _HANDLERS and _name not in _READS_ARGUMENT:
-        _NO_ARG[_code] = _HANDLERS[_name]
+def op_next_buffer(m, arg):
+    raise StreamError("pickle stream refers to out-of-band data but no *buffers* "
+                      "argument was given")
+
+
+def op_readonly_buffer(m, arg):
+    # Only ever after NEXT_BUFFER, which is refused: a view of something
+    # else would pin or share the memory of an object the stream made.
+    m.need(1)
+    if type(m.stack[-1]) is not bytes:
+        raise Refused("READONLY_BUFFER of other than bytes")
+
+
+def op_nothing(m, arg):
+    pass
+
+
+def op_proto(m, arg):
+    m.on_protocol(arg)
+
+
+#: The handler of each opcode the loop does not run itself, by opcode byte.
+HANDLERS = by_code({
+    "POP": op_pop, "POP_MARK": op_pop_mark, "DUP": op_dup,
+    "NONE": op_const(None), "NEWTRUE": op_const(True), "NEWFALSE": op_const(False),
+    "EMPTY_TUPLE": op_const(()),
+    "EMPTY_DICT": op_empty(dict), "EMPTY_LIST": op_empty(list), "EMPTY_SET": op_empty(set),
+    **dict.fromkeys(_INTS, op_int),
+    "PERSID": op_persid, "BINPERSID": op_binpersid,
+    "NEWOBJ": op_newobj, "NEWOBJ_EX": op_newobj_ex, "GLOBAL": op_global,
+    "STACK_GLOBAL": op_stack_global, "INST": op_inst, "OBJ": op_obj,
+    "LIST": op_list, "TUPLE": op_tuple, "TUPLE3": op_tuple3,
+    "DICT": op_dict, "FROZENSET": op_frozenset,
+    "GET": op_get, "LONG_BINGET": op_get, "PUT": op_put, "LONG_BINPUT": op_put,
+    "APPEND": op_append, "APPENDS": op_appends,
+    "SETITEM": op_setitem, "SETITEMS": op_setitems,
+    "ADDITEMS": op_additems, "BUILD": op_build,
+    "EXT1": op_ext, "EXT2": op_ext, "EXT4": op_ext,
+    "NEXT_BUFFER": op_next_buffer, "READONLY_BUFFER": op_readonly_buffer,
+    "PROTO": op_proto, "FRAME": op_nothing,
+})

@@ -1,6 +1,6 @@
 """The unpickler of :func:`cpersist.load`: fetches stored arrays, can refuse globals.
 
-:class:`ArrayUnpickler` resolves the format's names (:mod:`cpersist.pickling.names`)
+:class:`ArrayUnpickler` resolves the format's names (:mod:`cpersist.format.names`)
 itself: ``stored_array(n)`` becomes the n-th stored array. In restricted mode it
 decides on every other global by its name alone, against an allowlist
 (:data:`SAFE_GLOBALS` plus what ``trusted`` adds), before importing anything.
@@ -12,7 +12,7 @@ import sys
 import types
 
 from ..exceptions import CorruptFileError, CpersistError, UntrustedObjectError
-from . import names
+from ..format import names
 from .quick import NOT_QUICK, QUICK_UP_TO, quick_load
 from .rebuild import BY_NAME, rebuild_jax_numpy
 
@@ -308,7 +308,7 @@ class ArrayUnpickler(pickle.Unpickler):
                     f"{self._source}: damaged pickle stream ({type(exc).__name__}: "
                     f"{str(exc)[:200]})") from exc
         from . import restricted as _restricted
-        from .limits import as_limits
+        from ..format.limits import as_limits
 
         try:
             data = self._file.read()

@@ -1,8 +1,11 @@
-"""Each pickle opcode's argument, read the way the C unpickler reads it.
+"""The pickle opcodes and the one reader of their arguments.
 
-The walker of :mod:`cpersist.stream.opcodes` and the restricted load of
-:mod:`cpersist.pickling.restricted` both read a stream's opcodes with :func:`read`,
-so that what they see is what ``pickle.load`` (the C ``_pickle`` module)
+:data:`NAMES` names each opcode byte; :data:`READERS` reads each one's
+argument, as the C unpickler reads it; :func:`argument` reads the argument
+of one opcode of a framed stream. The walker of :mod:`cpersist.stream.opcodes`
+and the restricted load of :mod:`cpersist.pickling.restricted` both loop over
+a stream with these and dispatch on the opcode byte through tables
+:func:`by_code` builds, so that what they see is what ``pickle.load`` (the C ``_pickle`` module)
 would execute: ``I0x10\\n`` is an INT of 16, ``I010\\n`` one of 8 (C's
 ``strtol`` with base 0), a text line ends at its first NUL, a frame does
 not bound the opcodes inside it. :mod:`pickletools` reads several of these
@@ -10,9 +13,10 @@ differently, and an opcode it rejects is one the C unpickler may run.
 Anything the C unpickler would refuse raises :class:`StreamError`.
 """
 
-import math
-import re
 import struct
+
+from .text_args import (StreamError, _decode, _line, _memo_index, _truncated, float_text,
+                        int_text, long_text, string_text)
 
 #: Opcode byte -> its name, as :mod:`pickletools` names it (protocols 0 to 5).
 NAMES = {
@@ -38,11 +42,10 @@ NAMES = {
 HIGHEST_PROTOCOL = 5
 
 _I4 = struct.Struct("<i").unpack_from
-_U2 = struct.Struct("<H").unpack_from
 _U4 = struct.Struct("<I").unpack_from
 _U8 = struct.Struct("<Q").unpack_from
+_U2 = struct.Struct("<H").unpack_from
 _F8 = struct.Struct(">d").unpack_from
-_SSIZE_MAX = 2 ** 63 - 1
 
 
 #: Why a stream whose opcode runs past the end of its frame is refused. No
@@ -50,147 +53,6 @@ _SSIZE_MAX = 2 ** 63 - 1
 #: another from a file (it drops the rest of a frame it cannot finish an
 #: opcode from): the walker and the restricted load refuse it.
 FRAME_CROSSED = "an opcode runs past the end of its frame"
-
-
-class StreamError(ValueError):
-    """The stream is one the C unpickler refuses (its words, and where)."""
-
-
-def _truncated():
-    return StreamError("pickle data was truncated")
-
-
-def _line(data, pos):
-    """The line at ``pos`` with its newline (none at the very end) and what follows."""
-    end = data.find(b"\n", pos)
-    if end < 0:
-        if pos >= len(data):
-            raise _truncated()
-        return data[pos:], len(data)
-    return data[pos:end + 1], end + 1
-
-
-def _c_string(line):
-    """What C's string functions see of ``line``: up to its first NUL."""
-    nul = line.find(b"\0")
-    return line if nul < 0 else line[:nul]
-
-
-_SPACE = b" \t\n\v\f\r"
-_HEX = b"0123456789abcdefABCDEF"
-
-
-def _strtol(s):
-    """``(value, end)`` as C ``strtol(s, &end, 0)``: value None on overflow,
-    end 0 when no digits were read."""
-    n = len(s)
-    i = 0
-    while i < n and s[i] in _SPACE:
-        i += 1
-    negative = i < n and s[i] == 0x2D
-    if i < n and s[i] in b"+-":
-        i += 1
-    base = 10
-    if i < n and s[i] == 0x30:
-        if i + 2 < n and s[i + 1] in b"xX" and s[i + 2] in _HEX:
-            base, i = 16, i + 2
-        else:
-            base = 8
-    digits = _HEX if base == 16 else b"01234567" if base == 8 else b"0123456789"
-    start = i
-    while i < n and s[i] in digits:
-        i += 1
-    if i == start:
-        return 0, 0
-    value = int(s[start:i], base)
-    value = -value if negative else value
-    if not -2 ** 63 <= value < 2 ** 63:
-        return None, i
-    return value, i
-
-
-def _pylong(s, base):
-    """``PyLong_FromString(s, NULL, base)``, as the C unpickler calls it."""
-    try:
-        return int(_c_string(s), base)
-    except ValueError as exc:
-        if "digits" in str(exc):  # the interpreter's limit on decimal digits
-            raise StreamError(f"an integer of too many digits: {exc}") from None
-        raise StreamError("could not convert string to int") from None
-
-
-def int_text(line):
-    """INT's argument (an int, or a bool for ``00``/``01``)."""
-    if len(line) < 2:
-        raise _truncated()
-    s = _c_string(line)
-    value, end = _strtol(s)
-    if value is None or s[end:] != b"\n":
-        return _pylong(s, 0)
-    if len(line) == 3 and value in (0, 1):
-        return bool(value)
-    return value
-
-
-def long_text(line):
-    """LONG's argument: an optional trailing ``L`` is dropped."""
-    if len(line) < 2:
-        raise _truncated()
-    if line[-2:-1] == b"L":
-        line = line[:-2]
-    return _pylong(line, 0)
-
-
-_FLOAT = re.compile(rb"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
-                    rb"|[iI][nN][fF](?:[iI][nN][iI][tT][yY])?|[nN][aA][nN])")
-
-
-def float_text(line):
-    """FLOAT's argument, as ``PyOS_string_to_double`` reads it."""
-    if len(line) < 2:
-        raise _truncated()
-    s = _c_string(line)
-    match = _FLOAT.match(s)
-    if match is None or s[match.end():match.end() + 1] not in (b"\n", b""):
-        raise StreamError("could not convert string to float")
-    text = match.group()
-    value = float(text)
-    if math.isinf(value) and b"n" not in text.lower():
-        raise StreamError(f"float {text.decode()} out of range")
-    return value
-
-
-def _memo_index(line):
-    if len(line) < 2:
-        raise _truncated()
-    value = _pylong(line, 10)
-    if not -_SSIZE_MAX - 1 <= value <= _SSIZE_MAX:
-        raise StreamError("memo index out of range")
-    return value
-
-
-def _decode(raw, encoding, errors="strict"):
-    try:
-        return str(raw, encoding, errors)
-    except UnicodeDecodeError as exc:
-        raise StreamError(f"undecodable string: {exc}") from None
-
-
-def string_text(line):
-    """STRING's argument: a quoted, escaped, ASCII string."""
-    raw = line[:-1]
-    if len(raw) < 2 or raw[0] != raw[-1] or raw[0] not in b"\"'":
-        raise StreamError("the STRING opcode argument must be quoted")
-    import codecs
-    import warnings
-
-    try:
-        with warnings.catch_warnings():  # "invalid escape sequence": a file's, not the caller's
-            warnings.simplefilter("ignore", DeprecationWarning)
-            raw = codecs.escape_decode(raw[1:-1])[0]
-    except ValueError as exc:
-        raise StreamError(f"bad STRING escape: {exc}") from None
-    return _decode(raw, "ascii")
 
 
 def _sized(data, pos, size):
@@ -201,7 +63,8 @@ def _sized(data, pos, size):
 
 
 def read(data, pos):
-    """``(name, argument, next position)`` of the opcode at ``pos``.
+    """``(name, argument, next position)`` of the opcode at ``pos``, frames
+    not looked at (:data:`READERS` reads in a frame).
 
     ``data`` is bytes. Raises :class:`StreamError` for an unknown opcode or
     an argument the C unpickler refuses; ``EXT*`` codes and ``PERSID``
@@ -210,34 +73,23 @@ def read(data, pos):
     code = data[pos]
     name = NAMES.get(code)
     if name is None:
-        raise StreamError(f"invalid load key, {bytes([code])!r} at position {pos}")
-    pos += 1
+        _unknown(data, pos + 1)
     reader = _READERS.get(name)
     if reader is None:
-        return name, None, pos
-    arg, pos = reader(data, pos)
+        return name, None, pos + 1
+    arg, pos = reader(data, pos + 1)
     return name, arg, pos
 
 
 def read_in_frame(data, pos, frame_end):
-    """:func:`read`, for an opcode at ``pos`` in a stream whose current frame
-    ends at ``frame_end`` (0: none yet).
-
-    The C unpickler reads an opcode as a few reads (the opcode byte, a size,
-    the bytes it counts, a line); one that starts before the frame's end and
-    ends after it is refused with :data:`FRAME_CROSSED`.
-    """
-    try:
-        name, arg, end = read(data, pos)
-    except StreamError:
-        if pos < frame_end and _unreadable_in(data, pos, frame_end):
-            raise StreamError(FRAME_CROSSED) from None
-        raise
-    if pos + 1 < frame_end < end and crosses(data, name, arg, pos, end, frame_end):
-        raise StreamError(FRAME_CROSSED)
-    if name == "FRAME" and end + arg > frame_end > end:
-        raise StreamError(FRAME_CROSSED)  # a frame in a frame, ending after it
-    return name, arg, end
+    """``(name, argument, next position)`` of the opcode at ``pos`` in a
+    stream whose current frame ends at ``frame_end`` (see :data:`READERS`),
+    for a reader that goes by the opcodes' names."""
+    code = data[pos]
+    if READERS[code] is None:
+        return NAMES[code], None, pos + 1
+    arg, end = READERS[code](data, pos, frame_end)
+    return NAMES[code], arg, end
 
 
 def next_frame_end(frame_end, end, arg):
@@ -278,17 +130,6 @@ def _unreadable_in(data, pos, frame_end):
     return name in _LINE_OPS and not window[:end].endswith(b"\n")
 
 
-def recheck(data, start, stop, frame_end):
-    """Raise :data:`FRAME_CROSSED` if an opcode from ``start`` to ``stop``
-    (read whole by a faster path) has a read across ``frame_end``."""
-    pos = start
-    while pos < stop:
-        name, arg, end = read(data, pos)
-        if crosses(data, name, arg, pos, end, frame_end):
-            raise StreamError(FRAME_CROSSED)
-        pos = end
-
-
 def _fixed(size, unpack):
     def reader(data, pos):
         if pos + size > len(data):
@@ -301,6 +142,10 @@ def _byte(data, pos):
     if pos >= len(data):
         raise _truncated()
     return data[pos], pos + 1
+
+
+def _unknown(data, pos):  # a byte that is no opcode
+    raise StreamError(f"invalid load key, {data[pos - 1:pos]!r} at position {pos - 1}")
 
 
 def _text(parse):
@@ -378,3 +223,45 @@ _READERS = {
     "LONG4": _counted(_I4_READER, _long_bytes, "LONG pickle has negative byte count"),
     "FRAME": _frame,
 }
+
+def _in_frame(code, reader):
+    """The :data:`READERS` entry of an opcode whose argument ``reader``
+    reads: the argument, read under the frame rules."""
+    def read(data, pos, frame_end):
+        try:
+            arg, end = reader(data, pos + 1)
+        except StreamError:
+            if pos < frame_end and _unreadable_in(data, pos, frame_end):
+                raise StreamError(FRAME_CROSSED) from None
+            raise
+        if pos + 1 < frame_end < end and crosses(data, NAMES[code], arg, pos, end, frame_end):
+            raise StreamError(FRAME_CROSSED)
+        if code == FRAME and end + arg > frame_end > end:
+            raise StreamError(FRAME_CROSSED)  # a frame in a frame, ending after it
+        return arg, end
+    return read
+
+
+#: Opcode byte -> ``read(data, position of the opcode, end of its frame (0:
+#: none yet)) -> (argument, next position)``, the argument as the C
+#: unpickler reads it; None for an opcode without one. The C unpickler reads
+#: an opcode as a few reads (the opcode byte, a size, the bytes it counts, a
+#: line): one that starts before the frame's end and ends after it is
+#: refused with :data:`FRAME_CROSSED`. A byte that is no opcode is refused.
+READERS = [None] * 256
+CODES = {name: code for code, name in NAMES.items()}
+FRAME = CODES["FRAME"]
+for _code in range(256):
+    if _code not in NAMES:
+        READERS[_code] = _in_frame(_code, _unknown)
+    elif NAMES[_code] in _READERS:
+        READERS[_code] = _in_frame(_code, _READERS[NAMES[_code]])
+
+
+def by_code(handlers):
+    """``handlers`` (by opcode name) as a list indexed by opcode byte, None
+    where it has none: the dispatch table of a loop over a stream."""
+    table = [None] * 256
+    for code, name in NAMES.items():
+        table[code] = handlers.get(name)
+    return table

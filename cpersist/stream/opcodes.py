@@ -1,26 +1,28 @@
 """Walk a pickle stream's opcodes symbolically, importing and calling nothing.
 
-:func:`walk` decodes a stream once and drives :mod:`cpersist.stream.symbolic`'s
-stack machine through its opcodes. The opcodes dumps write most often are
-decoded by hand, with no object made per opcode; any other is read by
-:func:`cpersist.stream.args.read`, which reads each argument as the C
-unpickler does, so that the walk sees the opcodes ``pickle.load`` would run.
-Its cost is bounded by :class:`cpersist.Limits` (opcodes and nodes).
+:func:`walk` decodes a stream once, in one loop: each opcode's argument is
+read by :data:`cpersist.stream.args.READERS`, as the C unpickler reads it,
+so that the walk sees the opcodes ``pickle.load`` would run, and the opcode
+is run on :mod:`cpersist.stream.symbolic`'s stack machine. Its cost is
+bounded by :class:`cpersist.Limits` (opcodes and nodes).
 """
 
-import struct
-
 from .._runtime.gc import collector_paused
-from ..pickling.limits import DEFAULT, exceeded
-from .args import FRAME_CROSSED, next_frame_end, read_in_frame, recheck
-from .symbolic import (_MARK, _NO_ARG, _STORED_ARRAY, MAX_KEPT_BYTES, Node, ObjectsExceeded,
-                       _call, _key_label, _top, step)
+from ..format.limits import DEFAULT, exceeded
+from .args import CODES, FRAME, NAMES, READERS, next_frame_end
+from .symbolic import _MARK, HANDLERS, LITERALS, Node, ObjectsExceeded, _pop
 
-__all__ = ["Node", "Walk", "step", "walk"]
+__all__ = ["Node", "Walk", "walk"]
 
-_INT4 = struct.Struct("<i").unpack_from
-_UINT4 = struct.Struct("<I").unpack_from
-_UINT8 = struct.Struct("<Q").unpack_from
+_STOP, _MARK_CODE, _MEMOIZE, _GET, _BINGET, _LONG_BINGET, _TUPLE1 = (
+    CODES[name] for name in ("STOP", "MARK", "MEMOIZE", "GET", "BINGET", "LONG_BINGET",
+                             "TUPLE1"))
+_BININT1, _BININT2, _SHORT_BINUNICODE = (
+    CODES[name] for name in ("BININT1", "BININT2", "SHORT_BINUNICODE"))
+#: Opcodes walked between two checks of the limits.
+_CHECK_EVERY = 1 << 14
+#: Opcode bytes whose argument the loop pushes as it is.
+_PUSHED = bytes(NAMES.get(code) in LITERALS for code in range(256))
 
 
 class Walk:
@@ -55,12 +57,14 @@ class Walk:
         self.error = None
 
 
-def walk(data, limits=None, source=None):
+def walk(data, limits=None, source=None, quick_reads=True):
     """Walk the pickle stream ``data`` (bytes-like) once.
 
     Never raises on a malformed stream (see :attr:`Walk.error`), only
     :class:`~cpersist.LimitExceededError` when ``limits`` (default
-    :class:`~cpersist.Limits`) are exceeded.
+    :class:`~cpersist.Limits`) are exceeded. ``quick_reads=False`` reads
+    every argument by :data:`~cpersist.stream.args.READERS`, none in the
+    loop: the walk the quick reads must match.
 
     Returns
     -------
@@ -76,12 +80,10 @@ def walk(data, limits=None, source=None):
     Node.ceiling = made + limits.max_objects
     try:
         with collector_paused():
-            _run(data, result, stack, memo, limits, source)
+            _run(data, result, stack, memo, limits, source, quick_reads)
     except ObjectsExceeded:
         raise exceeded("max_objects", Node.made - made, limits, source,
                        "builds at least {} objects") from None
-    except UnicodeDecodeError as exc:  # a string the quick path decoded itself
-        result.error = f"undecodable string: {exc}"
     except ValueError as exc:  # a malformed stream (StreamError, ...)
         result.error = str(exc)
     except (IndexError, KeyError, TypeError, AttributeError) as exc:
@@ -95,159 +97,94 @@ def walk(data, limits=None, source=None):
     return result
 
 
-def _run(data, result, stack, memo, limits, source):
-    """Decode ``data``'s opcodes and :func:`step` through them.
+def _run(data, result, stack, memo, limits, source, quick_reads):
+    """Decode ``data``'s opcodes and run each on the symbolic stack machine.
 
-    The opcodes dumps write most often are decoded here, with no object
-    made per opcode; any other, and any opcode whose argument runs past the
-    end, is read by :func:`cpersist.stream.args.read` (whose errors are the
-    walk's errors), so both decode a stream identically.
+    The arguments of the commonest opcodes of a dump (BININT1, BININT2,
+    SHORT_BINUNICODE, BINGET) are read here, where they lie whole in the
+    data and cross no frame's end, with no call per opcode; any other, and
+    any one that does not, by :data:`cpersist.stream.args.READERS` (whose
+    errors are the walk's errors). Each opcode is then run once, here or by
+    its handler.
     """
     push = stack.append
     end = len(data)
-    no_arg = _NO_ARG
-    stored = _STORED_ARRAY
-    pos = 0
-    ops = 0
+    readers = READERS
+    handlers = HANDLERS
+    pushed = _PUSHED
+    short_unicode, binint1, binint2, binget = (
+        (_SHORT_BINUNICODE, _BININT1, _BININT2, _BINGET) if quick_reads else (-1, -1, -1, -1))
+    pos = ops = frame_end = 0
+    check_at = _CHECK_EVERY
     first_node = Node.made
-    start = frame_end = 0
     while True:
         if pos >= end:
             raise ValueError("pickle data was truncated")
-        if start < frame_end < pos:
-            recheck(data, start, pos, frame_end)  # read by hand across a frame's end
-        start = pos
         ops += 1
-        if not ops & 0x3FFF:
+        if ops >= check_at:
             _check_limits(ops, Node.made - first_node + len(memo), limits, source)
+            check_at += _CHECK_EVERY
         code = data[pos]
-        if code == 0x94:  # MEMOIZE
+        # -- the commonest literals, read here and pushed --
+        if code == short_unicode:
+            if pos + 2 <= end:
+                stop = pos + 2 + data[pos + 1]
+                if stop <= end and not pos + 2 < frame_end < stop:
+                    try:
+                        push(str(data[pos + 2:stop], "utf-8", "surrogatepass"))
+                    except UnicodeDecodeError:
+                        pass  # read below, which says what is wrong
+                    else:
+                        pos = stop
+                        if pos >= end or data[pos] != _MEMOIZE:
+                            continue
+                        # The MEMOIZE that mostly follows a string: run below
+                        # in this turn (a turn per opcode would cost a tenth
+                        # of a walk).
+                        ops += 1
+                        code = _MEMOIZE
+        elif code == binint1:
+            if pos + 1 < end:  # one byte: no frame's end inside it
+                push(data[pos + 1])
+                pos += 2
+                continue
+        elif code == binint2:
+            if pos + 3 <= end and frame_end != pos + 2:
+                push(data[pos + 1] | data[pos + 2] << 8)
+                pos += 3
+                continue
+        if code == _MEMOIZE:  # the commonest opcode of all, its only handler
             memo[len(memo)] = stack[-1] if stack and stack[-1] is not _MARK else Node("other")
             pos += 1
-        elif code == 0x68 and pos + 1 < end:  # BINGET
-            key = data[pos + 1]
-            value = memo[key] if key in memo else Node("other")
-            pos += 2
-            if type(value) is Node and value.value == stored and value.kind == "global":
-                pos = _stored_array_call(data, pos, end, memo, push, value)
-            else:
-                push(value)
-        elif code == 0x8C and pos + 1 < end and pos + 2 + data[pos + 1] <= end:
-            # SHORT_BINUNICODE, and the MEMOIZE that mostly follows
-            start = pos + 2
-            pos = start + data[pos + 1]
-            value = data[start:pos].decode("utf-8", "surrogatepass")
-            push(value)
-            if pos < end and data[pos] == 0x94:
-                memo[len(memo)] = value
-                pos += 1
-        elif code == 0x4B and pos + 1 < end:  # BININT1
-            push(data[pos + 1])
-            pos += 2
-        elif code == 0x4D and pos + 3 <= end:  # BININT2
-            push(data[pos + 1] | data[pos + 2] << 8)
-            pos += 3
-        elif code == 0x85 and stack:  # TUPLE1
-            stack[-1] = (stack[-1],)
+            continue
+        # -- the argument of any other --
+        if readers[code] is None:
+            arg = None
             pos += 1
-        elif code == 0x28:  # MARK
+        elif code == binget and pos + 1 < end:
+            arg = data[pos + 1]
+            pos += 2
+        else:
+            arg, pos = readers[code](data, pos, frame_end)
+            if code == FRAME:
+                frame_end = next_frame_end(frame_end, pos, arg)
+        # -- the opcode: the commonest here (their only handler) --
+        if code == _BINGET or code == _LONG_BINGET or code == _GET:
+            push(memo[arg] if arg in memo else Node("other"))
+        elif code == _MARK_CODE:
             push(_MARK)
-            pos += 1
-        elif code == 0x7D:  # EMPTY_DICT, and the MEMOIZE that mostly follows
-            value = Node("dict")
-            push(value)
-            pos += 1
-            if pos < end and data[pos] == 0x94:
-                memo[len(memo)] = value
-                pos += 1
-        elif code == 0x52 and len(stack) > 1:  # REDUCE, as _reduce
-            args = stack.pop()
-            stack[-1] = _call(stack[-1], args)
-            pos += 1
-        elif code == 0x73 and len(stack) > 2:  # SETITEM, as _setitem
-            value = stack.pop()
-            key = stack.pop()
-            target = stack[-1]
-            if type(target) is Node and (type(value) is Node or type(value) is tuple):
-                if type(key) is str and len(key) <= MAX_KEPT_BYTES:
-                    label = f"[{key!r}]"  # as _key_label
-                else:
-                    label = _key_label(key)
-                target.children.append((label, value))
-            pos += 1
-        elif no_arg[code] is not None:
-            no_arg[code](result, stack, memo, None)
-            pos += 1
-            if code == 0x2E:  # STOP
-                return
-        elif code == 0x4A and pos + 5 <= end:  # BININT
-            push(_INT4(data, pos + 1)[0])
-            pos += 5
-        elif code == 0x6A and pos + 5 <= end:  # LONG_BINGET
-            key = _UINT4(data, pos + 1)[0]
-            value = memo[key] if key in memo else Node("other")
-            pos += 5
-            if type(value) is Node and value.value == stored and value.kind == "global":
-                pos = _stored_array_call(data, pos, end, memo, push, value)
+        elif code == _TUPLE1:  # a tuple is kept as a Python tuple of what it holds
+            if stack:
+                stack[-1] = (stack[-1],)
             else:
-                push(value)
-        elif code == 0x58 and pos + 5 <= end and pos + 5 + _UINT4(data, pos + 1)[0] <= end:
-            # BINUNICODE
-            start = pos + 5
-            pos = start + _UINT4(data, pos + 1)[0]
-            push(data[start:pos].decode("utf-8", "surrogatepass"))
-        elif code == 0x95 and pos + 9 <= end and pos + 9 + _UINT8(data, pos + 1)[0] <= end:
-            pos += 9  # FRAME: frames change no opcode, only where one may end
-            if pos + _UINT8(data, pos - 8)[0] > frame_end > pos:
-                raise ValueError(FRAME_CROSSED)
-            frame_end = next_frame_end(frame_end, pos, _UINT8(data, pos - 8)[0])
-        elif code == 0x71 and pos + 1 < end:  # BINPUT
-            memo[data[pos + 1]] = _top(stack)
-            pos += 2
+                push((Node("other"),))
+        elif pushed[code]:
+            push(arg)
+        elif code == _STOP:
+            result.top = _pop(stack)
+            return
         else:
-            pos = _decoded_step(data, pos, result, stack, memo, frame_end)
-            if code == 0x95:
-                frame_end = next_frame_end(frame_end, pos, _UINT8(data, pos - 8)[0])
-            if code == 0x2E:
-                return
-
-
-def _stored_array_call(data, pos, end, memo, push, func):
-    """Push ``func``, the ``stored_array`` global just fetched from the memo,
-    and step through the call a dump writes after it, all at once.
-
-    A dump calls it as ``BININT1``/``BININT2`` n, ``TUPLE1``, ``REDUCE``
-    (protocol 4 and later memoize the tuple and the result): when exactly
-    those bytes follow, the stack and memo end as the opcodes one by one
-    would leave them, with an array node pushed. Otherwise only ``func`` is
-    pushed, and the walk goes on from ``pos``. Returns where it goes on.
-    """
-    if pos + 3 < end:
-        code = data[pos]
-        if code == 0x4B:  # BININT1
-            section = data[pos + 1]
-            tuple1 = pos + 2
-        elif code == 0x4D:  # BININT2
-            section = data[pos + 1] | data[pos + 2] << 8
-            tuple1 = pos + 3
-        else:
-            tuple1 = end
-        if tuple1 + 1 < end and data[tuple1] == 0x85:
-            reduce = tuple1 + 1
-            memoize_args = data[reduce] == 0x94
-            reduce += memoize_args
-            if reduce < end and data[reduce] == 0x52:
-                if memoize_args:
-                    memo[len(memo)] = (section,)
-                node = Node("array", section)
-                push(node)
-                pos = reduce + 1
-                if pos < end and data[pos] == 0x94:
-                    memo[len(memo)] = node
-                    pos += 1
-                return pos
-    push(func)
-    return pos
+            handlers[code](result, stack, memo, arg)
 
 
 def _check_limits(ops, objects, limits, source):
@@ -255,10 +192,3 @@ def _check_limits(ops, objects, limits, source):
         raise exceeded("max_opcodes", ops, limits, source, "runs at least {} opcodes")
     if objects > limits.max_objects:
         raise exceeded("max_objects", objects, limits, source, "builds at least {} objects")
-
-
-def _decoded_step(data, pos, result, stack, memo, frame_end):
-    """Read the opcode at ``pos`` as the C unpickler does and step; its end."""
-    name, arg, pos = read_in_frame(data, pos, frame_end)
-    step(result, stack, memo, name, arg)
-    return pos

@@ -10,7 +10,7 @@ taking a non-dict state) get no path.
 
 from collections import deque
 
-from ..pickling import named_dtypes, names
+from ..format import named_dtypes, names
 from .opcodes import walk
 from .symbolic import Node, tuple_children
 

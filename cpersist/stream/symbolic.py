@@ -1,7 +1,9 @@
-"""The symbolic stack machine :func:`cpersist.stream.opcodes.walk` drives.
+"""The opcodes of the symbolic stack machine :func:`cpersist.stream.opcodes.walk` runs.
 
-:func:`step` applies one pickle opcode to a symbolic stack and memo as the
-unpickler would, importing and calling nothing: it records what loading
+Each handler of :data:`HANDLERS` applies one pickle opcode to a symbolic
+stack and memo as the unpickler would, importing and calling nothing (the
+walk's loop runs the literals, MARK, MEMOIZE, the memo's gets, TUPLE1 and
+STOP itself): it records what loading
 would resolve (the globals named by ``GLOBAL``, ``INST`` and
 ``STACK_GLOBAL``, copyreg extension codes, the protocol) and builds a tree
 of the containers and calls that hold the format's array calls, from which
@@ -13,8 +15,9 @@ as cheap as they can be); everything else is a :class:`Node`.
 
 import pickletools
 
-from ..pickling import names
+from ..format import names
 from . import MAX_KEPT_BYTES
+from .args import by_code
 
 _MARK = object()    # a MARK on the stack
 _OPAQUE = object()  # a literal not kept: long bytes (inline array data) would stay in memory
@@ -23,11 +26,12 @@ _STORED_ARRAY, _INLINE_ARRAY, _REBUILD_VIEW, _REBUILD_MASKED, _REBUILD_TENSOR, _
     names.split(n) for n in (names.STORED_ARRAY, names.INLINE_ARRAY, names.REBUILD_VIEW,
                              names.REBUILD_MASKED, names.REBUILD_TENSOR, names.REBUILD_JAX))
 
-#: Opcodes pushing their argument as the value the unpickler would push.
-_LITERALS = frozenset((
+#: Opcodes pushing their argument as the value the unpickler would push
+#: (the walk's loop pushes them).
+LITERALS = frozenset((
     "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT",
     "STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE",
-    "BINUNICODE8", "NONE",
+    "BINUNICODE8",
 ))
 _BYTES = frozenset(("BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "BYTEARRAY8"))
 
@@ -76,24 +80,6 @@ def tuple_children(members):
             if type(member) is Node or type(member) is tuple]
 
 
-def step(result, stack, memo, name, arg):
-    """Apply one opcode, named as :mod:`pickletools` names it, with its argument."""
-    if name in _LITERALS:
-        stack.append(arg)
-    elif name == "MEMOIZE":
-        memo[len(memo)] = _top(stack)
-    elif name == "BINGET" or name == "LONG_BINGET" or name == "GET":
-        stack.append(memo[arg] if arg in memo else Node("other"))
-    else:
-        handler = _HANDLERS.get(name)
-        if handler is None:
-            _generic(pickletools.opcodes[_OPCODE_INDEX[name]], stack)
-        else:
-            handler(result, stack, memo, arg)
-
-_OPCODE_INDEX = {op.name: i for i, op in enumerate(pickletools.opcodes)}
-
-
 def _top(stack):
     """The value on top of the stack, as PUT and DUP see it."""
     if stack and stack[-1] is not _MARK:
@@ -123,17 +109,21 @@ def _pop_mark(stack):
     return items
 
 
-def _generic(op, stack):
-    """Keep the stack's shape for an opcode not modelled: its results are "other"."""
+def _generic(name):
+    """The handler of an opcode not modelled, which keeps the stack's shape:
+    its results are "other"."""
+    op = next(op for op in pickletools.opcodes if op.name == name)
     before = op.stack_before
-    if pickletools.markobject in before:
-        _pop_mark(stack)
-        n = before.index(pickletools.markobject)
-    else:
-        n = len(before)
-    if n:
-        del stack[max(0, len(stack) - n):]
-    stack.extend(Node("other") for _ in op.stack_after)
+    marked = pickletools.markobject in before
+    n = before.index(pickletools.markobject) if marked else len(before)
+
+    def keep_shape(result, stack, memo, arg):
+        if marked:
+            _pop_mark(stack)
+        if n:
+            del stack[max(0, len(stack) - n):]
+        stack.extend(Node("other") for _ in op.stack_after)
+    return keep_shape
 
 
 def _key_label(key):
@@ -150,14 +140,6 @@ def _proto(result, stack, memo, arg):
 
 def _frame(result, stack, memo, arg):
     pass
-
-
-def _stop(result, stack, memo, arg):
-    result.top = _pop(stack)
-
-
-def _mark(result, stack, memo, arg):
-    stack.append(_MARK)
 
 
 def _put(result, stack, memo, arg):
@@ -372,29 +354,23 @@ def _call(func, args):
     return node
 
 
-_HANDLERS = {
-    "PROTO": _proto, "FRAME": _frame, "STOP": _stop, "MARK": _mark,
+#: The handler of each opcode the walk's loop does not run itself, by opcode byte.
+HANDLERS = by_code({
+    "PROTO": _proto, "FRAME": _frame,
     "PUT": _put, "BINPUT": _put, "LONG_BINPUT": _put,
     "POP": _pop_one, "POP_MARK": _pop_to_mark, "DUP": _dup,
-    "NEWTRUE": _bool(True), "NEWFALSE": _bool(False),
+    "NONE": _bool(None), "NEWTRUE": _bool(True), "NEWFALSE": _bool(False),
     **{name: _bytes for name in _BYTES},
     **{f"EMPTY_{kind.upper()}": _empty(kind) for kind in ("dict", "list", "set")},
     "EMPTY_TUPLE": _bool(()),
     "DICT": _dict, "LIST": _sequence("list"), "TUPLE": _sequence("tuple"),
     "FROZENSET": _sequence("set"),
-    "TUPLE1": _tuple_n(1), "TUPLE2": _tuple_n(2), "TUPLE3": _tuple_n(3),
+    "TUPLE2": _tuple_n(2), "TUPLE3": _tuple_n(3),
     "APPEND": _append, "APPENDS": _appends, "SETITEM": _setitem, "SETITEMS": _setitems,
     "ADDITEMS": _additems,
     "GLOBAL": _global, "STACK_GLOBAL": _stack_global, "INST": _inst, "OBJ": _obj,
     "REDUCE": _reduce, "NEWOBJ": _reduce, "NEWOBJ_EX": _newobj_ex, "BUILD": _build,
     "EXT1": _ext, "EXT2": _ext, "EXT4": _ext,
-}
-
-_HANDLERS["NONE"] = _bool(None)
-
-#: Handlers of the opcodes that take no argument, by opcode byte (None for
-#: the others, and for those modelled only by :func:`_generic`).
-_NO_ARG = [None] * 256
-for _op in pickletools.opcodes:
-    if _op.arg is None and _op.name in _HANDLERS:
-        _NO_ARG[ord(_op.code)] = _HANDLERS[_op.name]
+    **{name: _generic(name) for name in ("PERSID", "BINPERSID", "NEXT_BUFFER",
+                                         "READONLY_BUFFER")},
+})

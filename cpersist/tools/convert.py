@@ -223,7 +223,7 @@ def _favoured_sections(reader, codec):
     fast = codec.favouring_speed() if codec is not None else None
     if fast is None or fast is codec:
         return frozenset(), codec
-    from ..pickling.named_dtypes import BY_TEXT, FAVOUR_SPEED as NAMED_FAVOUR_SPEED
+    from ..format.named_dtypes import BY_TEXT, FAVOUR_SPEED as NAMED_FAVOUR_SPEED
 
     arrays = {s.index for s in reader.sections if s.index != reader.root
               and isinstance(s.meta.get("dtype"), str)

@@ -28,8 +28,8 @@ from ..container.frames import GrowingFileFound
 from ..container.reseal import reseal as _reseal_dump
 from ..container.sources import LocalFileSource
 from ..exceptions import CorruptFileError
-from ..pickling.limits import as_limits
-from ..pickling.names import STORED_ARRAY
+from ..format.limits import as_limits
+from ..format.names import STORED_ARRAY
 from ..stream.opcodes import walk
 from ..stream.paths import arrays_of
 

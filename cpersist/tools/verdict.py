@@ -6,7 +6,7 @@ import io
 import numpy as np
 
 from ..exceptions import CpersistError
-from ..pickling.limits import as_limits
+from ..format.limits import as_limits
 from ..pickling.read import array_layout
 
 
@@ -22,7 +22,7 @@ def restricted_verdict(reader, stream, limits=None):
         ``{"accepted": bool, "refusal": str or None}``: the refusal is the
         message of the error a restricted load would raise.
     """
-    from ..pickling.named_dtypes import ITEMSIZES
+    from ..format.named_dtypes import ITEMSIZES
     from ..pickling.unpickler import ArrayUnpickler
 
     stand_ins = {}
