@@ -334,7 +334,7 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
             return obj
     from .container.sources.open import open_source
     from .pickling.read import _load
-    from .tools.foreign import foreign_file_error
+    from .container.foreign import foreign_file_error
 
     with open_source(source, mmap_mode, storage_options=storage_options) as opened:
         try:
