@@ -19,11 +19,10 @@ Measures, side by side in one run, what :func:`cpersist.open` promises:
   ``distributed.LocalCluster`` of 2 worker processes, against the same on
   zarr v3 and against one thread.
 
-Run ``python -m cpersist.benchmarks.lazy --out DIR`` (``--scale 0.1`` for a
-quick run); the results go to ``DIR/lazy.json`` and are printed.
+Run ``python -m cpersist.benchmarks --suite lazy`` (``--scale 0.1`` for a
+quick run); the results go to ``OUT/lazy.json`` and are printed.
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -323,26 +322,5 @@ def format_results(results):
     return "\n".join(lines)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m cpersist.benchmarks.lazy",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="bench-lazy", help="directory for lazy.json")
-    parser.add_argument("--scale", type=float, default=1.0,
-                        help="multiply the array sizes (0.1 for a quick run)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--only", default="slice,peak,listing,dask",
-                        help="comma-separated parts to run")
-    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child:
-        what, *rest = args.child
-        if what == "peak":
-            print(json.dumps(_child_peak(rest[0], float(rest[1]))))
-        return 0
-    results = run(args.out, args.scale, args.repeats, tuple(args.only.split(",")))
-    print(format_results(results))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the child of measure_peak: --child peak PATH FRACTION
+    print(json.dumps(_child_peak(sys.argv[3], float(sys.argv[4]))))

@@ -11,7 +11,7 @@ import os
 import platform
 import sys
 
-__all__ = ["write_csv", "read_csv", "as_float", "machine_info", "load_average", "write_machine_json"]
+__all__ = ["write_csv", "as_float", "machine_info", "load_average", "write_machine_json"]
 
 _VERSIONED = (
     "cpersist", "numpy", "tables", "blosc", "blosc2", "nibabel", "joblib", "lz4", "zstandard",
@@ -27,12 +27,6 @@ def write_csv(path, rows, columns):
         for r in rows:
             w.writerow(r)
     return path
-
-
-def read_csv(path):
-    """Read a results CSV back (all values as strings)."""
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def as_float(v):

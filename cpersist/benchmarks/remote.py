@@ -11,10 +11,9 @@ alone: what any reader of that object must at least spend). Each reading is
 timed ``runs`` times with a fresh file system each time; the median is
 reported with throughput in MB/s of array data.
 
-Run ``python -m cpersist.benchmarks.remote --help``.
+Run ``python -m cpersist.benchmarks --suite remote``.
 """
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -25,7 +24,7 @@ import numpy as np
 from ..tools.table import format_table
 from .measure import time_runs
 
-__all__ = ["REMOTE_COLUMNS", "run", "format_results", "main"]
+__all__ = ["REMOTE_COLUMNS", "run", "format_results"]
 
 #: Keys of each result row (``requests`` and ``served_mb``: what one read of
 #: the slice row asks of the server).
@@ -242,7 +241,7 @@ def _zarr_array(data, bucket, options, chunk_size, level):
 
 
 def format_results(rows):
-    """The table printed by :func:`main`."""
+    """The suite's printed table."""
     table = []
     for r in rows:
         span = f"{r['min_s']:.2f}-{r['max_s']:.2f}" if r.get("status") == "ok" else ""
@@ -257,25 +256,3 @@ def format_results(rows):
                           r.get("ratio_vs_cpersist", "-")])
     return format_table(["method", "median s", "range s", "MB/s", "stored MB", "time / cpersist"],
                         table, right=(1, 2, 3, 4, 5))
-
-
-def main(argv=None):
-    """Command line: ``python -m cpersist.benchmarks.remote [--mb N] [--runs N]``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m cpersist.benchmarks.remote",
-        description="Full load of a compressed object from a loopback S3 server (moto), "
-                    "beside zarr v3 (FsspecStore) and an s3fs download of the same bytes.")
-    parser.add_argument("--mb", type=float, default=210,
-                        help="uncompressed array size in MB (default 210, about 100 MB stored)")
-    parser.add_argument("--runs", type=int, default=3, help="timed reads per method")
-    parser.add_argument("--chunk-mib", type=int, default=4, help="chunk size in MiB")
-    parser.add_argument("--level", type=int, default=3, help="Zstandard level")
-    args = parser.parse_args(argv)
-    rows = run(args.mb, args.runs, args.chunk_mib << 20, args.level,
-               progress=lambda text: print(f"... {text}", file=sys.stderr, flush=True))
-    print(format_results(rows))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
