@@ -18,12 +18,13 @@ what it chose); the storage suite's :mod:`.datasets` (with
 (fresh process per measurement, time, peak RSS), :mod:`.pagecache`,
 :mod:`.compare` (checking what was read back); the other suites
 (:mod:`.serializers`, :mod:`.memory`, :mod:`.lazy`, :mod:`.remote`,
-:mod:`.checkpoints`, :mod:`.importtime`, :mod:`.coldstart`) and
-:mod:`.ratios` (their comparisons as ratios); the outputs :mod:`.output`
-(CSV, JSON), :mod:`.figures` and :mod:`.report` (the printed text). Tools
-that hold the ratios to bounds, publish results and investigate this
-project's own performance live in the repository's top-level
-``benchmarks/`` folder and are not installed.
+:mod:`.checkpoints`) and :mod:`.ratios` (the checkpoint suite's
+comparisons as ratios); the outputs :mod:`.output` (CSV, JSON),
+:mod:`.figures` and :mod:`.report` (the printed text). The acceptance
+machinery (start-up and cold-start timings, the comparisons keyed for the
+bounds and the bounds), the tools that publish results and those that
+investigate this project's own performance live in the repository's
+top-level ``benchmarks/`` folder and are not installed.
 """
 
 from .cli import build_parser, main
