@@ -175,7 +175,7 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
 
 def _dump_in_background(obj, target, name, compress, protocol, chunk_size, n_threads, fsync):
     """:func:`dump` with ``background=True`` (its arguments checked)."""
-    from ._runtime.background import start
+    from .pickling.background import start
 
     if not is_path(target) or is_remote(target):
         raise ValueError(f"background=True writes to a path only, got {name}: a file object "

@@ -1,5 +1,6 @@
 """Objects to pickle streams and back: the pickler that routes numpy arrays and
 torch tensors to container sections, the unpicklers (trusted and restricted),
 the functions a stream calls to rebuild arrays and the literal names files
-give them, and the writers of small and ``compress="max"`` dumps.
+give them, the writers of small and ``compress="max"`` dumps, and background
+dumps (a snapshot of the object written on a thread of its own).
 """
