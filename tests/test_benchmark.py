@@ -333,26 +333,6 @@ def test_dataframe_and_sparse_datasets_round_trip_exactly():
     assert "format" in first_difference(m, m.tocsc()) or first_difference(m, m.tocsc())
 
 
-def test_max_vs_peers_report():
-    from cpersist.benchmarks.report import format_max_vs_peers, max_vs_peers
-
-    def row(dataset, method, family, level, disk):
-        return {"dataset": dataset, "method": method, "family": family, "level": level,
-                "disk_bytes": disk, "status": "ok"}
-
-    rows = [row("a", "cpersist max", "cpersist", 9, 800), row("a", "cpersist:zstd", "cpersist", 9, 700),
-            row("a", "joblib", "joblib", 9, 1000), row("a", "zarr:zstd", "zarr", 3, 900),
-            row("b", "cpersist max", "cpersist", 9, 500), row("b", "np.save", "numpy", 0, 400),
-            dict(row("b", "tables:zlib", "tables", 9, 10), status="failed"),
-            row("c", "joblib", "joblib", 3, 50)]
-    got = max_vs_peers(rows)
-    assert [(e["dataset"], e["peer"], e["ratio"]) for e in got] == [
-        ("a", "zarr:zstd L3", pytest.approx(800 / 900, rel=1e-3)), ("b", "np.save L0", 1.25)]
-    text = format_max_vs_peers(got)
-    assert "zarr:zstd L3" in text and "1.25" in text
-    assert max_vs_peers([r for r in rows if r["method"] != "cpersist max"]) == []
-
-
 def test_method_list_follows_available_codecs(monkeypatch):
     """cpersist's codecs (and its "max" preset) come from cpersist.available_codecs()."""
     import cpersist

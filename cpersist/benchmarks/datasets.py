@@ -288,19 +288,11 @@ def all_datasets():
     return builtin_datasets() + package_datasets()
 
 
-def select_datasets(patterns, available):
-    """Filter datasets by names or shell-style patterns (``nifti_*``).
-
-    Parameters
-    ----------
-    patterns : sequence of str or None
-        None or empty keeps everything; ``"builtin"``/``"package"`` select a
-        whole source.
-    available : sequence of Dataset
-
-    Returns
-    -------
-    list of Dataset
+def select(patterns, available, group="source", kind="dataset"):
+    """The items of ``available`` (datasets or methods) whose name matches
+    one of ``patterns`` (shell-style: ``nifti_*``, ``cpersist*``) or whose
+    ``group`` attribute (a dataset's source, a method's family) is one of
+    them, in the order matched; every item when ``patterns`` is empty.
 
     Raises
     ------
@@ -309,17 +301,19 @@ def select_datasets(patterns, available):
     """
     if not patterns:
         return list(available)
-    chosen, seen = [], set()
+    chosen = {}
     for pat in patterns:
-        hits = [d for d in available if fnmatch.fnmatchcase(d.name, pat) or d.source == pat]
+        hits = [x for x in available if fnmatch.fnmatchcase(x.name, pat) or getattr(x, group) == pat]
         if not hits:
-            names = ", ".join(d.name for d in available)
-            raise ValueError(f"no dataset matches {pat!r}; known: {names}")
-        for d in hits:
-            if d.name not in seen:
-                seen.add(d.name)
-                chosen.append(d)
-    return chosen
+            known = ", ".join(x.name for x in available)
+            raise ValueError(f"no {kind} matches {pat!r}; known: {known}")
+        chosen.update((x.name, x) for x in hits if x.name not in chosen)
+    return list(chosen.values())
+
+
+def select_datasets(patterns, available):
+    """:func:`select` on datasets (``"builtin"``/``"package"`` select a source)."""
+    return select(patterns, available)
 
 
 def datasets_for_run(patterns, files, trust_pickles, default=None):

@@ -1,26 +1,10 @@
-"""Lazy access: reading a slice of a compressed array without loading it.
-
-Measures, side by side in one run, what :func:`cpersist.open` promises:
-
-* **bytes read** for a slice of 1% of the rows of a compressed array
-  (compressible and incompressible data), counted as the change of
-  ``rchar`` in ``/proc/self/io`` (bytes returned by read system calls,
-  ``pread`` included, whether from the disk or the page cache:
-  ``read_bytes`` would miss what the page cache served), over the least a
-  reader needs: "the rows' share of the file + two chunks + the index";
-* **time** for that slice (opening the file included) against a full
-  :func:`cpersist.load` of the same file, and against zarr v3 and blosc2
-  (``blosc2.open(...)[slice]``) holding the same array with their default
-  compressor, warm page cache, median of repeats;
-* **peak memory** above the RSS before, while opening a file and slicing
-  0.1% of a larger compressed array, in a fresh process;
-* **listing** ``cpersist.open(...).arrays`` of a file of 10,000 arrays;
-* **dask**: the sum over a large compressed array on a
-  ``distributed.LocalCluster`` of 2 worker processes, against the same on
-  zarr v3 and against one thread.
-
-Run ``python -m cpersist.benchmarks --suite lazy`` (``--scale 0.1`` for a
-quick run); the results go to ``OUT/lazy.json`` and are printed.
+"""The lazy suite: what :func:`cpersist.open` reads and costs for part of a
+compressed array, beside a full load, zarr v3 and blosc2 (see "The suites"
+in docs/benchmarks.rst). Bytes read are the change of ``rchar`` in
+``/proc/self/io`` (what read system calls returned, page cache included),
+over the least a reader needs: the rows' share of the file, two chunks and
+the index. Times are medians, warm page cache; the peak memory is measured
+in a fresh process.
 """
 
 import json

@@ -3,6 +3,8 @@
 :mod:`cpersist.benchmarks.peers`); the interface is :class:`.method.Method`.
 """
 
+import cpersist
+
 from .method import Method
 from .peers import peer_methods
 from .peers_classic import classic_methods
@@ -27,24 +29,12 @@ MAX_PRESET = "max"
 
 def cpersist_codecs():
     """Codec (and preset) names the installed cpersist offers."""
-    from cpersist import available_codecs
-
-    return list(available_codecs())
+    return list(cpersist.available_codecs())
 
 
 # ---------------------------------------------------------------------------
 # cpersist
 # ---------------------------------------------------------------------------
-
-
-def _cpersist_missing():
-    try:
-        import cpersist
-    except Exception as e:  # pragma: no cover - depends on the core
-        return f"cpersist not importable: {e!r}"
-    if not hasattr(cpersist, "dump") or not hasattr(cpersist, "load"):
-        return "cpersist core (dump/load) not importable yet"
-    return None
 
 
 def kept_raw_fraction(path):
@@ -87,20 +77,13 @@ class Cpersist(Method):
         self.codec = "default"
         self.note = "compress=<int level>: the default codec; level 0 = raw"
 
-    def available(self):
-        return _cpersist_missing()
-
     def _compress(self, level):
         return level
 
     def write(self, obj, path, level):
-        import cpersist
-
         cpersist.dump(obj, path, compress=self._compress(level), n_threads=self.threads)
 
     def read(self, path):
-        import cpersist
-
         return cpersist.load(path, n_threads=self.threads)
 
     def kept_raw(self, path):
@@ -153,8 +136,6 @@ class CpersistMmap(Cpersist):
         self.note = "compress=0, load(mmap_mode='r'); read time includes touching every byte"
 
     def read(self, path):
-        import cpersist
-
         return cpersist.load(path, mmap_mode="r")
 
 
@@ -194,24 +175,7 @@ def all_methods(threads=None):
 
 
 def select_methods(patterns, available):
-    """Filter methods by names or shell patterns (``cpersist*``, ``tables:*``) or family.
+    """Methods by names or shell patterns (``cpersist*``, ``tables:*``) or family."""
+    from .datasets import select
 
-    Raises
-    ------
-    ValueError
-        A pattern matched nothing.
-    """
-    import fnmatch
-
-    if not patterns:
-        return list(available)
-    out, seen = [], set()
-    for pat in patterns:
-        hits = [m for m in available if fnmatch.fnmatchcase(m.name, pat) or m.family == pat]
-        if not hits:
-            raise ValueError(f"no method matches {pat!r}; known: {', '.join(m.name for m in available)}")
-        for m in hits:
-            if m.name not in seen:
-                seen.add(m.name)
-                out.append(m)
-    return out
+    return select(patterns, available, "family", "method")

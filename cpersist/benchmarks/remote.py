@@ -1,17 +1,9 @@
-"""Reading from object storage: a full load from a loopback S3 server beside
-zarr v3 and a plain download.
-
-moto's S3 server runs in a child process on 127.0.0.1 (port 0), so that
-serving does not share this process's interpreter lock with the readers.
-One array is stored three ways in the same bucket: a compressed cpersist
-object, a zarr v3 array with the same chunk size and codec (Zstandard at the
-same level) read through :class:`zarr.storage.FsspecStore`, and the
-cpersist object's bytes downloaded with s3fs ``cat_file`` (the transfer
-alone: what any reader of that object must at least spend). Each reading is
-timed ``runs`` times with a fresh file system each time; the median is
-reported with throughput in MB/s of array data.
-
-Run ``python -m cpersist.benchmarks --suite remote``.
+"""The remote suite: a full load from a loopback S3 server (moto, in a child
+process so that serving does not share this interpreter's lock) beside zarr
+v3 through :class:`zarr.storage.FsspecStore` with the same chunks and codec,
+and a plain s3fs download of the same bytes (what any reader must at least
+spend); then the requests and bytes the server answers for a slice after a
+fresh :func:`cpersist.open`. Medians over ``runs``, a fresh file system each.
 """
 
 import os

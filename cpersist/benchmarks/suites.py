@@ -45,7 +45,7 @@ def run(parser, args, argv, size, levels, repeats):
     from .checkpoints import is_checkpoint_file
     from .figures import plot_serializers, plot_storage
     from .output import load_average, write_csv, write_machine_json
-    from .report import format_max_vs_peers, format_recommendations, format_table, max_vs_peers
+    from .report import format_recommendations, format_table
 
     os.makedirs(args.out, exist_ok=True)
     failed = 0
@@ -116,9 +116,6 @@ def run(parser, args, argv, size, levels, repeats):
                 why = next(r["reason"] for r in refused if r["dataset"] == name)
                 print(f"error: {name} was not measured: {why.split(': ', 2)[-1]}", file=sys.stderr)
             refused_files = True
-        extra["max_vs_peers"] = max_vs_peers(rows)
-        if extra["max_vs_peers"]:
-            show(*format_max_vs_peers(extra["max_vs_peers"]).split("\n", 1))
         failed += sum(r["status"] == "failed" for r in rows)
 
     if args.suite in ("serializers", "all"):
