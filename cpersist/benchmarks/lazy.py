@@ -20,6 +20,7 @@ import numpy as np
 import cpersist
 
 from .measure import time_runs
+from .turns import medians, timed_in_turn
 
 MB = 1 << 20
 
@@ -69,16 +70,6 @@ def _slice_of(arr, fraction):
     return slice(start, start + count)
 
 
-def _interleaved(contenders, rounds):
-    """Median time of each contender, timed in turn round after round, so
-    that a slower or faster spell of a shared machine falls on all of them."""
-    times = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, func in contenders.items():
-            times[name] += time_runs(func, 1)
-    return {name: statistics.median(runs) for name, runs in times.items()}
-
-
 def _lazy_slice(path, index):
     with cpersist.open(path) as f:
         return next(iter(f.arrays.values()))[index]
@@ -117,9 +108,9 @@ def measure_slice(kind, nbytes, directory, repeats):
     del arr
     # The full load is timed in the same rounds: the slice, the load and the
     # peers each run after another's, on the same caches.
-    times = _interleaved({"cpersist": lambda: _lazy_slice(path, index),
-                          "load": lambda: cpersist.load(path), **peers},
-                         max(9, 3 * repeats))
+    times = medians(timed_in_turn({"cpersist": lambda: _lazy_slice(path, index),
+                                   "load": lambda: cpersist.load(path), **peers},
+                                  max(9, 3 * repeats)))
     t_lazy = times["cpersist"]
     t_load = times["load"]
     result = {
@@ -235,21 +226,9 @@ def _run_child(what, *args):
 
 
 def run(out_dir, scale=1.0, repeats=5, parts=("slice", "peak", "listing", "dask")):
-    """Run the lazy-access measurements and write ``out_dir/lazy.json``.
-
-    Parameters
-    ----------
-    out_dir : str
-    scale : float
-        Multiplies the array sizes (200 MB for the slice, 400 MB for the
-        peak memory, 1 GB for dask) and the number of arrays listed.
-    repeats : int
-    parts : iterable of str
-
-    Returns
-    -------
-    dict
-    """
+    """Run the lazy-access measurements ``parts`` and write ``out_dir/lazy.json``;
+    ``scale`` multiplies the array sizes (200 MB for the slice, 400 MB for the
+    peak memory, 1 GB for dask) and the number of arrays listed."""
     os.makedirs(out_dir, exist_ok=True)
     directory = tempfile.mkdtemp(prefix="cpersist-lazy-")
     results = {"scale": scale, "cpus": os.cpu_count()}

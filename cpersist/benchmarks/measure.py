@@ -326,21 +326,10 @@ def _interrupt_after():
 
 
 def run_in_subprocess(task, timeout=None):
-    """Run one write/read task in a fresh process and return its report.
-
-    Parameters
-    ----------
-    task : dict
-        ``op`` (``"write"``/``"read"``), ``method``, ``level``, ``file_path``,
-        ``data_path``, ``repeats`` and for reads ``cold``.
-    timeout : float, optional
-        Seconds before the worker is killed and the task reported failed.
-
-    Returns
-    -------
-    dict
-        ``status`` ``"ok"`` or ``"failed"`` (with ``reason``) and the numbers.
-    """
+    """Run one task (``op``, and ``call`` or a write/read task's ``method``,
+    ``level``, ``file_path``, ``data_path``, ``repeats``, ``cold``) in a fresh
+    process; its report: ``status`` ``"ok"`` with the numbers, or ``"failed"``
+    with the ``reason`` (an error, a death, or ``timeout`` seconds passed)."""
     ctx = _context()
     parent, child = ctx.Pipe(duplex=False)
     p = ctx.Process(target=_worker, args=(child, task), daemon=True)

@@ -9,13 +9,7 @@ from .method import Method
 from .peers import peer_methods
 from .peers_classic import classic_methods
 
-__all__ = [
-    "all_methods",
-    "select_methods",
-    "cpersist_codecs",
-    "DEFAULT_LEVELS",
-    "FULL_LEVELS",
-]
+__all__ = ["all_methods", "select_methods", "cpersist_codecs", "DEFAULT_LEVELS", "FULL_LEVELS"]
 
 #: The level grid of the default run: raw, a fast level and a strong one
 #: (level 9 of the Blosc-based peers alone would take longer than the rest).
@@ -145,18 +139,9 @@ class CpersistMmap(Cpersist):
 
 
 def all_methods(threads=None):
-    """Every method, in display order (including ones not installed here).
-
-    Parameters
-    ----------
-    threads : int or list of int, optional
-        Passed to cpersist as ``n_threads``. With several counts, every
-        cpersist method comes once per count, its name suffixed ``@<N>t``.
-
-    Returns
-    -------
-    list of Method
-    """
+    """Every method, in display order (including ones not installed here);
+    ``threads`` goes to cpersist as ``n_threads``: with several counts, every
+    cpersist method comes once per count, named with the suffix ``@<N>t``."""
     counts = list(threads) if isinstance(threads, (list, tuple)) else [threads]
     codecs = cpersist_codecs()
     ms = []

@@ -77,17 +77,8 @@ def load_average():
 
 
 def machine_info(extra=None):
-    """Machine description and library versions for the side JSON.
-
-    Parameters
-    ----------
-    extra : dict, optional
-        Merged in (command line, options, measurement notes).
-
-    Returns
-    -------
-    dict
-    """
+    """The machine, the library versions and ``extra`` (the command line,
+    options, what each column means), for machine.json."""
     info = {
         "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "platform": platform.platform(),

@@ -13,18 +13,8 @@ import numpy as np
 
 from .method import Method, array_reason, is_dict_of_arrays, is_plain_array, missing
 
-__all__ = [
-    "NpSave",
-    "NpSaveMmap",
-    "NpSavezCompressed",
-    "Pickle5",
-    "Joblib",
-    "JoblibLZ4",
-    "JoblibMmap",
-    "Tables",
-    "Nibabel",
-    "classic_methods",
-]
+__all__ = ["NpSave", "NpSaveMmap", "NpSavezCompressed", "Pickle5", "Joblib", "JoblibLZ4",
+           "JoblibMmap", "Tables", "Nibabel", "classic_methods"]
 
 
 # ---------------------------------------------------------------------------

@@ -88,29 +88,12 @@ def make_array(mb, seed=0):
 
 
 def run(mb=210, runs=3, chunk_size=4 << 20, level=3, progress=print):
-    """Store ``mb`` MB of array data on a loopback S3 server and time full reads.
-
-    Parameters
-    ----------
-    mb : float
-        Size of the array (uncompressed); the default compresses to about
-        100 MB.
-    runs : int
-        Timed reads per method (median reported).
-    chunk_size : int
-        Bytes per chunk, in cpersist and zarr alike.
-    level : int
-        Zstandard level of both.
-    progress : callable
-        Called with a line of text as each step starts.
-
-    Returns
-    -------
-    list of dict
-        Rows with the :data:`REMOTE_COLUMNS` keys: ``cpersist.load``, ``zarr
-        FsspecStore`` and ``s3fs cat_file``; a method that cannot run has
-        status ``n/a`` and the reason.
-    """
+    """Rows (:data:`REMOTE_COLUMNS`) of reading ``mb`` MB of float32 data (about
+    half that stored) from a loopback S3 server: ``cpersist.load``, ``zarr
+    FsspecStore`` and ``s3fs cat_file``, ``runs`` times each (Zstandard at
+    ``level``, ``chunk_size`` bytes per chunk in cpersist and zarr alike), then
+    the slice row; a reader that cannot run is ``n/a`` with the reason.
+    ``progress`` is called with a line of text as each step starts."""
     import s3fs
 
     import cpersist

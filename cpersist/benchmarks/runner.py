@@ -280,23 +280,10 @@ class _CsvSink:
 
 
 def run_storage(cfg):
-    """Run the storage suite, writing each row to the CSV as it is measured.
-
-    Parameters
-    ----------
-    cfg : StorageConfig
-
-    Returns
-    -------
-    list of dict
-        Every row of the CSV (one per dataset, method and level, with the
-        :data:`COLUMNS` keys): with ``cfg.resume``, the earlier rows first.
-
-    Raises
-    ------
-    Interrupted
-        On KeyboardInterrupt; the CSV holds every row finished until then.
-    """
+    """Run the storage suite, writing each row to the CSV as it is measured,
+    and return every row of the CSV (with ``cfg.resume``, the earlier rows
+    first); raises :class:`Interrupted` on Ctrl-C, the CSV holding every row
+    finished until then."""
     from ._progress import progress_bar
 
     os.makedirs(cfg.out, exist_ok=True)

@@ -146,29 +146,11 @@ def _load_task(task):
 
 def run_serializers(out_dir, max_entries=4_096_000, mem_budget_mb=4096, serializers=None,
                     timeout=1800, progress=True):
-    """Run the growing-dict experiment.
-
-    Parameters
-    ----------
-    out_dir : str
-        Scratch files go to ``out_dir/_work``.
-    max_entries : int
-        Largest dict size (sizes are 1000 * 4**k up to this).
-    mem_budget_mb : float
-        Stop a serializer before a size whose expected peak RSS (x4 the
-        previous size's) would exceed this.
-    serializers : list of str, optional
-        Subset of :data:`SERIALIZERS`.
-    timeout : float
-        Seconds per store/load before the worker is killed.
-    progress : bool
-        Show a tqdm bar.
-
-    Returns
-    -------
-    list of dict
-        Rows with the :data:`SER_COLUMNS` keys.
-    """
+    """The growing-dict rows (:data:`SER_COLUMNS`): sizes 1000 * 4**k up to
+    ``max_entries``, a serializer stopped before a size whose expected peak RSS
+    (4x the previous size's) would exceed ``mem_budget_mb``; scratch files in
+    ``out_dir/_work``; each store and load in a fresh process, killed after
+    ``timeout`` seconds."""
     from ._progress import progress_bar
 
     names = serializers or SERIALIZERS
@@ -180,7 +162,7 @@ def run_serializers(out_dir, max_entries=4_096_000, mem_budget_mb=4096, serializ
     work = os.path.join(out_dir, "_work")
     os.makedirs(work, exist_ok=True)
     rows = []
-    bar = progress_bar(None, total=len(names) * len(sizes), desc="picklebench", disable=not progress)
+    bar = progress_bar(len(names) * len(sizes), desc="picklebench", disable=not progress)
     for name in names:
         prev_peak = 0.0
         stopped = None
@@ -244,22 +226,10 @@ def _small_calls(name, dumps, loads):
 
 
 def run_small_objects(number=2000):
-    """Time ``dumps``/``loads`` of the seeds' two small objects (in process).
-
-    Each figure is timed as :mod:`timeit` times a statement: ``number``
-    calls per clock read, best of 7, so that the harness adds nothing to
-    a call of a microsecond.
-
-    Parameters
-    ----------
-    number : int
-        Calls per clock read.
-
-    Returns
-    -------
-    list of dict
-        Rows with the :data:`SMALL_COLUMNS` keys; times in microseconds.
-    """
+    """Rows (:data:`SMALL_COLUMNS`, microseconds) of ``dumps``/``loads`` of
+    the small objects, timed in this process as :mod:`timeit` does: ``number``
+    calls per clock read, best of 7, so that the harness adds nothing to a call
+    of a microsecond."""
     rows = []
     serializers = dict(_serializers(), **{"cpersist dumps/loads": (None, None, cpersist.dumps,
                                                                     cpersist.loads)})

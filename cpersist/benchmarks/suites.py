@@ -4,6 +4,7 @@ table printed and its files written to the output folder."""
 import datetime as _dt
 import os
 import shlex
+import shutil
 import sys
 import time
 
@@ -133,12 +134,7 @@ def run(parser, args, argv, size, levels, repeats):
         extra["serializers"] = {"max_entries": max_entries, "mem_budget_MB": args.mem_budget}
         show("Serializers: picklebench, and small objects", format_serializers(srows, small))
         failed += sum(r["status"] == "failed" for r in srows + small)
-        try:
-            import shutil
-
-            shutil.rmtree(os.path.join(args.out, "_work"), ignore_errors=True)
-        except OSError:
-            pass
+        shutil.rmtree(os.path.join(args.out, "_work"), ignore_errors=True)
 
     if args.suite in ("memory", "all"):
         from .memory import MEMORY_COLUMNS, format_memory, run_memory
@@ -153,8 +149,6 @@ def run(parser, args, argv, size, levels, repeats):
         show("joblib.Memory: cache write and hit", format_memory(mrows))
         failed += sum(r["status"] == "failed" for r in mrows)
         if not args.keep_files:
-            import shutil
-
             shutil.rmtree(os.path.join(args.out, "_work"), ignore_errors=True)
 
     scale = args.scale if args.scale is not None else QUICK_SCALE if args.quick else 1.0
@@ -285,8 +279,6 @@ def _write_summary(path, extra, advice, shown):
 
 
 def _say_interrupted(exc, csv_path, given):
-    import shlex
-
     again = [a for a in given if a != "--resume"] + ["--resume"]
     print(f"\ninterrupted: {len(exc.rows)} row(s) kept in {csv_path} ({exc.measured} measured "
           f"in this run).\nTo measure the rest: python -m cpersist.benchmarks {shlex.join(again)}\n"
