@@ -4,27 +4,26 @@ a verdict on a run: met or missed, target by target.
 Run from the repository root (it is not installed with cpersist)::
 
     python -m cpersist.benchmarks --suite all --out RUN    # or any suites
+    python -m benchmarks.coldstart RUN                     # start-up and cold start
     python -m benchmarks.bounds RUN [RUN ...]
 
-The installed suites (lazy, remote, checkpoints, cold start) write each
-comparison as a ratio with a ``key`` (``lazy.csv``, ``remote_targets.csv``,
-``checkpoints.csv``, ``coldstart.csv``); this module maps each key to its
-bound. A row without a key (a scaled-down run, a user's own file, a ratio
-given for context) is shown without a verdict. Exits 1 when a target is
-missed or a keyed comparison failed.
+Each comparison is a ratio row with a ``key``: :mod:`benchmarks.ratios`
+makes those of the lazy and remote suites from their results, the
+checkpoint suite writes ``checkpoints.csv`` and :mod:`benchmarks.coldstart`
+``coldstart.csv``; this module maps each key to its bound. A row without a
+key (a scaled-down run, a user's own file, a ratio given for context) is
+shown without a verdict. Exits 1 when a target is missed or a keyed
+comparison failed.
 """
 
 import argparse
-import csv
-import os
 import sys
 
 from cpersist.tools.table import format_table
 
-__all__ = ["BOUNDS", "RATIO_FILES", "judge", "format_verdicts", "main"]
+from .ratios import ratio_files
 
-#: Files of a run holding ratio rows.
-RATIO_FILES = ("lazy.csv", "remote_targets.csv", "checkpoints.csv", "coldstart.csv")
+__all__ = ["BOUNDS", "judge", "format_verdicts", "main"]
 
 #: Ratio key -> (operator, bound).
 BOUNDS = {
@@ -96,11 +95,6 @@ def format_verdicts(rows):
         for r in rows], right=(1, 2, 3))
 
 
-def _read(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bounds",
                                      description=__doc__.split("\n\n")[0])
@@ -108,17 +102,15 @@ def main(argv=None):
     args = parser.parse_args(argv)
     missed = found = 0
     for run in args.runs:
-        for name in RATIO_FILES:
-            path = os.path.join(run, name)
-            if not os.path.exists(path):
-                continue
+        for name, rows in ratio_files(run).items():
             found += 1
-            rows = judge(_read(path))
-            print(f"{path}\n{format_verdicts(rows)}\n")
+            rows = judge(rows)
+            print(f"{run}: {name}\n{format_verdicts(rows)}\n")
             missed += sum(r["met"] == "no" or bool(r["bound"] and r["status"] == "failed")
                           for r in rows)
     if not found:
-        parser.error(f"no ratio files ({', '.join(RATIO_FILES)}) in {', '.join(args.runs)}")
+        parser.error(f"no results of the lazy, remote, checkpoints or cold-start suites in "
+                     f"{', '.join(args.runs)}")
     print(f"{missed} target(s) missed" if missed else "every target with a bound met")
     return 1 if missed else 0
 

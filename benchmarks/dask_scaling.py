@@ -31,7 +31,7 @@ import numpy as np
 
 import cpersist
 from cpersist.benchmarks.lazy import make_array
-from cpersist.lazy.plan import _merged_blocks
+from cpersist.lazy.plan import merged_blocks
 from cpersist.tools.table import format_table
 
 MB = 1 << 20
@@ -112,7 +112,7 @@ def cluster(lazy, counts, malloc="nanny"):
     if malloc == "glibc":
         environ.pop("MALLOC_TRIM_THRESHOLD_", None)
 
-    sums = {n: lazy.to_dask(chunks=_merged_blocks(lazy.chunks, lazy.shape, lazy.nbytes,
+    sums = {n: lazy.to_dask(chunks=merged_blocks(lazy.chunks, lazy.shape, lazy.nbytes,
                                                   lazy.nbytes // n)).sum(dtype=np.int64)
             for n in counts}
     rows = []

@@ -15,7 +15,7 @@ from cpersist.benchmarks import main as bench_main
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    return bench_main(["--suite", "memory", "--import-runs", "0"] + argv)
+    return bench_main(["--suite", "memory"] + argv)
 
 
 if __name__ == "__main__":

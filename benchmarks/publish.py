@@ -37,13 +37,15 @@ import shutil
 import statistics
 import sys
 
-from cpersist.benchmarks.coldstart import SIDE_BY_SIDE_READ, SIDE_BY_SIDE_REPEAT
-from cpersist.tools.table import format_table
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 if __name__ == "__main__":  # use this checkout's cpersist, installed or not
     sys.path.insert(0, ROOT)
+
+from cpersist.tools.table import format_table  # noqa: E402
+
+from benchmarks.coldstart import SIDE_BY_SIDE_READ, SIDE_BY_SIDE_REPEAT  # noqa: E402
+from benchmarks.ratios import ratio_files  # noqa: E402
 
 PAGE = os.path.join(ROOT, "docs", "benchmark_results.rst")
 STATIC = os.path.join(ROOT, "docs", "_static", "bench")
@@ -472,13 +474,11 @@ def replace_readme_block(text, block):
 def redraw(run_dir):
     """Figures and ``summary.rst`` in ``run_dir`` from its CSVs; the figures written."""
     from cpersist.benchmarks.figures import plot_serializers, plot_storage
-    from cpersist.benchmarks.output import read_csv
-
-    rows = read_csv(os.path.join(run_dir, "results.csv"))
+    rows = _read_csv(os.path.join(run_dir, "results.csv"))
     written = plot_storage(rows, run_dir)
     ser = os.path.join(run_dir, "serializers.csv")
     if os.path.exists(ser):
-        written.append(plot_serializers(read_csv(ser), os.path.join(run_dir, "serializers.png")))
+        written.append(plot_serializers(_read_csv(ser), os.path.join(run_dir, "serializers.png")))
     with open(os.path.join(run_dir, "summary.rst"), "w") as f:
         f.write(summary_rst(rows))
     return written
@@ -513,10 +513,11 @@ def publish(run_dir, datasets=DEFAULT_FIGURES, targets_dir=None, page=PAGE, stat
 
     rows, imports, serializers = (optional("results.csv"), optional("import_time.csv"),
                                   optional("serializers.csv"))
-    lazy, remote = optional("lazy.csv"), optional("remote.csv")
-    coldstart = optional("coldstart.csv")
-    remote_targets = optional("remote_targets.csv")
-    checkpoints = optional("checkpoints.csv")
+    ratios = ratio_files(run_dir)
+    lazy, remote = ratios.get("lazy.csv", []), optional("remote.csv")
+    coldstart = ratios.get("coldstart.csv", [])
+    remote_targets = ratios.get("remote_targets.csv", [])
+    checkpoints = ratios.get("checkpoints.csv", [])
     present = {r["dataset"] for r in rows}
     missing = [d for d in datasets if d not in present]
     if missing:
@@ -570,9 +571,12 @@ def main(argv=None):
     if args.run:
         from cpersist.benchmarks import main as bench_main
 
+        from benchmarks.coldstart import main as coldstart_main
+
         rc = bench_main(["--suite", "all", "--out", args.results, "--no-plots"] + extra)
         if rc not in (0, 1):  # 1 = some method failed: still worth drawing
             return rc
+        coldstart_main([args.results, "--runs", "21" if "--full" in extra else "5"])
     if not os.path.exists(os.path.join(args.results, "results.csv")):
         p.error(f"{os.path.join(args.results, 'results.csv')} not found: run with --run, or "
                 "point at a benchmark output directory")

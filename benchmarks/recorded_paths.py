@@ -25,7 +25,7 @@ import numpy as np
 
 import cpersist
 from cpersist.pickling import write
-from cpersist.handle import _recorded_paths
+from cpersist.container import ContainerReader
 from cpersist.tools.table import format_table
 
 
@@ -64,8 +64,9 @@ def main(argv=None):
             write.RECORD_PATHS_FROM = default
         for way, path in paths.items():
             sizes[way] = os.path.getsize(path)
-            with cpersist.open(path) as handle:
-                recorded = _recorded_paths(handle._reader()) is not None
+            with open(path, "rb") as f:
+                reader = ContainerReader(f, path)
+                recorded = all("path" in s.meta for s in reader.sections if s.index != reader.root)
             assert recorded == (way == "recorded"), f"{way}: paths recorded {recorded}"
     pickled = statistics.median(_time(lambda: pickle.dumps(obj, protocol=5))
                                 for _ in range(args.repeat))

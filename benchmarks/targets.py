@@ -107,8 +107,7 @@ def run_round(out, k, only=None):
             cmd = [sys.executable, *args, "--out", run_dir]
         else:
             common = [c for c in COMMON if c != "--warm-cache"] if name in COLD_RUNS else COMMON
-            cmd = [sys.executable, "-m", "cpersist.benchmarks", *args, *common, "--import-runs",
-                   "0", "--out", run_dir]
+            cmd = [sys.executable, "-m", "cpersist.benchmarks", *args, *common, "--out", run_dir]
         print("$", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
 

@@ -436,7 +436,7 @@ def format_threads(rows):
 
 def build_parser():
     """The argument parser of ``python benchmarks/threads.py``."""
-    from cpersist.benchmarks.cli import _csv_list, _levels, _thread_counts
+    from cpersist.benchmarks.cli import csv_list, level_list, thread_counts
 
     p = argparse.ArgumentParser(
         prog="python benchmarks/threads.py",
@@ -447,11 +447,11 @@ def build_parser():
                         "when given, only these run unless --datasets is also given")
     p.add_argument("--out", default="cpersist-threads", metavar="DIR",
                    help="output directory (threads.csv, machine.json); default ./cpersist-threads")
-    p.add_argument("--datasets", type=_csv_list, default=None, metavar="NAMES",
+    p.add_argument("--datasets", type=csv_list, default=None, metavar="NAMES",
                    help="dataset names or patterns (default: " + ",".join(THREADS_DATASETS) + ")")
-    p.add_argument("--levels", type=_levels, default=[3], metavar="L,L,...",
+    p.add_argument("--levels", type=level_list, default=[3], metavar="L,L,...",
                    help="cpersist compress levels (default 3)")
-    p.add_argument("--threads", type=_thread_counts, default=None, metavar="N[,N...]",
+    p.add_argument("--threads", type=thread_counts, default=None, metavar="N[,N...]",
                    help="thread counts, speed-ups relative to the first (default: 1 and all CPUs)")
     p.add_argument("--size", default="medium",
                    help="size of each generated dataset (tiny, small, medium, large or e.g. 250MB)")

@@ -175,7 +175,7 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
 
 def _dump_in_background(obj, target, name, compress, protocol, chunk_size, n_threads, fsync):
     """:func:`dump` with ``background=True`` (its arguments checked)."""
-    from ._runtime.background import start
+    from .pickling.background import start
 
     if not is_path(target) or is_remote(target):
         raise ValueError(f"background=True writes to a path only, got {name}: a file object "
@@ -338,7 +338,7 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
     from .container.frames import GrowingFileFound
     from .container.sources.open import open_source
     from .pickling.read import _load
-    from .tools.foreign import foreign_file_error
+    from .container.foreign import foreign_file_error
 
     try:
         with open_source(source, mmap_mode, storage_options=storage_options) as opened:

@@ -2,31 +2,24 @@
 
 import pickle
 
-import numpy as np
-
 from ._runtime.files import is_path
 from ._runtime.gc import collector_paused
 from ._runtime.threads import check_n_threads
 from .container import ContainerReader
 from .container.frames import GrowingFileFound
 from .container.sources import SpooledSource
+from .container.foreign import foreign_file_error
 from .container.sources.open import _Borrowed, open_source
 from .exceptions import CorruptFileError, CpersistError
 from .lazy.array import LazyArray, _Bound
 from .lazy.array_paths import ArrayPaths, placed
 from .lazy.openfile import OpenFile, reference_for
-from .format import names
 from .format.limits import DEFAULT as _DEFAULT_LIMITS
 from .format.limits import as_limits
+from .lazy.rebuild import in_lazy_load, lazy_tensor
 from .pickling.read import _load, _pickle_stream, array_layout
-from .pickling.rebuild import BY_NAME
 from .pickling.unpickler import ArrayUnpickler, normalize_trusted
 from .stream.paths import scan_arrays
-from .tools.foreign import foreign_file_error
-
-#: Functions of the format that need real arrays (they call ndarray methods
-#: on them): a lazy load reads the arrays it passes them.
-_NEED_ARRAYS = {BY_NAME[names.split(n)] for n in (names.REBUILD_VIEW, names.REBUILD_MASKED)}
 
 
 def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa: A001
@@ -343,10 +336,8 @@ def _recorded_paths(reader):
 
 def _lazy_tensor(reader, storage, tensor):
     """The :class:`~cpersist.LazyTensor` a walk of the stream describes."""
-    from .pickling.rebuild import rebuild_tensor as rebuild
-
     try:
-        lazy = rebuild(storage, tensor["dtype"], tensor["offset"], tensor["shape"],
+        lazy = lazy_tensor(storage, tensor["dtype"], tensor["offset"], tensor["shape"],
                        tensor["stride"], tensor["requires_grad"], tensor["kind"], None,
                        tensor["device"])
     except pickle.UnpicklingError as exc:
@@ -374,20 +365,10 @@ def _layout(reader, section, layouts):
 
 
 class _LazyUnpickler(ArrayUnpickler):
-    """Hands the format's rebuild functions real arrays in a lazy load."""
+    """Calls the lazy forms of the format's rebuild functions (:mod:`.lazy.rebuild`)."""
 
     def find_class(self, module, name):
-        found = super().find_class(module, name)
-        if any(found is f for f in _NEED_ARRAYS):
-            return _reading(found)
-        return found
-
-
-def _reading(func):
-    def call(*args):
-        return func(*(np.asarray(a) if isinstance(a, LazyArray) else a for a in args))
-
-    return call
+        return in_lazy_load(super().find_class(module, name))
 
 
 def _stream_bytes(stream):

@@ -364,7 +364,7 @@ def test_recorded_paths_compares_a_dump_with_paths_and_without(capsys):
 def test_bounds_apply_at_the_sizes_they_are_made_for(tmp_path):
     """A full-size peak and listing get a bound; a key without a bound is an
     error, not a silent pass; a folder without ratio files is refused."""
-    from cpersist.benchmarks.ratios import lazy_ratios
+    from benchmarks.ratios import lazy_ratios
 
     full = {"peak": {"array_mb": 400, "peak_mb": 80.0, "exact": True},
             "listing": {"arrays": 10000, "listing_s": 0.01}}

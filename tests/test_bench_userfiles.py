@@ -73,8 +73,6 @@ def test_npz_with_a_0d_array_works_with_every_peer(tmp_path, capsys):
     summary = (out / "summary.md").read_text()
     assert summary.index("## What to pick") < summary.index("## Storage")
     assert block.strip().split("\n\n")[0] in summary
-    # Start-up timings say nothing about the user's files: not measured.
-    assert "start-up" not in printed and not (out / "import_time.csv").exists()
     # The dataset name is printed whole, and "(0 ... not applicable)" never.
     assert "file_checkpoint.npz " in printed
     assert "(0 dataset/method" not in printed
@@ -105,7 +103,7 @@ def test_max_is_left_out_of_user_file_runs_unless_asked(tmp_path, monkeypatch, c
     for extra, excluded in (([], ["cpersist max"]), (["--methods", "cpersist*"], []),
                             (["--full"], []), (["--datasets", "noise"], [])):
         main(["--out", str(tmp_path / "out"), "--no-progress", "--no-plots",
-              "--import-runs", "0", str(p)] + extra)
+              str(p)] + extra)
         assert seen[-1].exclude_methods == excluded, extra
     assert "cpersist max (compress=\"max\") is not measured on your files" in capsys.readouterr().err
 

@@ -77,7 +77,7 @@ def test_user_files_each_type(tmp_path):
     paths, vol = _make_user_files(tmp_path)
     out = tmp_path / "out"
     rc = main(["--quick", "--out", str(out), "--no-progress", "--no-plots", "--trust-pickles",
-               "--import-runs", "0", "--methods", "np.save,pickle5,cpersist,np.savez_compressed,tables"]
+               "--methods", "np.save,pickle5,cpersist,np.savez_compressed,tables"]
               + [str(p) for p in paths.values()])
     rows = _read(out / "results.csv")
     assert rc == 0
@@ -261,7 +261,7 @@ def test_several_thread_counts_side_by_side(tmp_path, capsys):
     out = tmp_path / "run"
     rc = main(["--datasets", "timeseries", "--size", "tiny", "--methods", "cpersist@*",
                "--levels", "3", "--repeat", "1", "--threads", "1,2", "--no-plots",
-               "--import-runs", "0", "--no-progress", "--out", str(out)])
+               "--no-progress", "--out", str(out)])
     assert rc == 0
     rows = {r["method"]: r for r in _read(out / "results.csv")}
     assert set(rows) == {"cpersist@1t", "cpersist@2t"}
@@ -333,26 +333,6 @@ def test_dataframe_and_sparse_datasets_round_trip_exactly():
     assert "format" in first_difference(m, m.tocsc()) or first_difference(m, m.tocsc())
 
 
-def test_max_vs_peers_report():
-    from cpersist.benchmarks.report import format_max_vs_peers, max_vs_peers
-
-    def row(dataset, method, family, level, disk):
-        return {"dataset": dataset, "method": method, "family": family, "level": level,
-                "disk_bytes": disk, "status": "ok"}
-
-    rows = [row("a", "cpersist max", "cpersist", 9, 800), row("a", "cpersist:zstd", "cpersist", 9, 700),
-            row("a", "joblib", "joblib", 9, 1000), row("a", "zarr:zstd", "zarr", 3, 900),
-            row("b", "cpersist max", "cpersist", 9, 500), row("b", "np.save", "numpy", 0, 400),
-            dict(row("b", "tables:zlib", "tables", 9, 10), status="failed"),
-            row("c", "joblib", "joblib", 3, 50)]
-    got = max_vs_peers(rows)
-    assert [(e["dataset"], e["peer"], e["ratio"]) for e in got] == [
-        ("a", "zarr:zstd L3", pytest.approx(800 / 900, rel=1e-3)), ("b", "np.save L0", 1.25)]
-    text = format_max_vs_peers(got)
-    assert "zarr:zstd L3" in text and "1.25" in text
-    assert max_vs_peers([r for r in rows if r["method"] != "cpersist max"]) == []
-
-
 def test_method_list_follows_available_codecs(monkeypatch):
     """cpersist's codecs (and its "max" preset) come from cpersist.available_codecs()."""
     import cpersist
@@ -386,7 +366,7 @@ def test_hdf5_compound_dataset_is_loaded_and_measured(tmp_path):
     assert set(obj) == {"vol", "grp/ids", "table"}
     assert first_difference(rec, obj["table"]) is None
     out = tmp_path / "out"
-    rc = main(["--out", str(out), "--no-progress", "--no-plots", "--import-runs", "0", "--levels", "3",
+    rc = main(["--out", str(out), "--no-progress", "--no-plots", "--levels", "3",
                "--methods", "cpersist,h5py:zstd,tables,np.savez_compressed", str(path)])
     assert rc == 0
     rows = {r["method"]: r for r in _read(out / "results.csv")}
@@ -400,8 +380,7 @@ def test_npz_with_str_array_is_a_dict_of_arrays_for_pytables(tmp_path):
     path = tmp_path / "labels.npz"
     np.savez(path, names=np.array(["alpha", "beta", "gamma"]), x=np.arange(6.0).reshape(2, 3))
     out = tmp_path / "out"
-    rc = main(["--out", str(out), "--no-progress", "--no-plots", "--import-runs", "0",
-               "--methods", "tables,tables:zlib", str(path)])
+    rc = main(["--out", str(out), "--no-progress", "--no-plots", "--methods", "tables,tables:zlib", str(path)])
     assert rc == 0
     rows = {r["method"]: r for r in _read(out / "results.csv")}
     assert rows["tables"]["status"] == "ok" and rows["tables:zlib"]["status"] == "ok"
@@ -493,7 +472,7 @@ def test_interrupt_keeps_rows_and_resume_completes(tmp_path):
     methods = ["cpersist:zstd", "cpersist:lz4", "cpersist-mmap", "np.save", "joblib:lz4"]
     args = ["-m", "cpersist.benchmarks", "--out", str(out), "--size", "tiny",
             "--datasets", "atlas_c,timeseries", "--methods", ",".join(methods),
-            "--levels", "1,3", "--no-progress", "--import-runs", "0"]
+            "--levels", "1,3", "--no-progress"]
     # A test run started in the background by a shell inherits SIGINT
     # ignored, and Python then keeps ignoring it: Ctrl-C is restored here.
     proc = start_python(*args, "--no-plots", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -529,39 +508,24 @@ def test_interrupt_keeps_rows_and_resume_completes(tmp_path):
 
 
 def test_lazy_and_remote_suites_without_optional_libraries(tmp_path, monkeypatch, capsys):
-    """A peer's library not installed makes its rows 'not installed', not a failure."""
+    """A peer's library not installed is said so, not a failure."""
+    import json
     import sys
 
     for name in ("zarr", "s3fs"):
         monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
-    rc = main(["--suite", "lazy", "--scale", "0.003", "--repeat", "1", "--import-runs", "0",
+    rc = main(["--suite", "lazy", "--scale", "0.003", "--repeat", "1",
                "--out", str(tmp_path), "--no-progress"])
     assert rc == 0
-    rows = {r["target"]: r for r in _read(tmp_path / "lazy.csv")}
-    zarr_rows = [r for t, r in rows.items() if "zarr" in t]
-    assert len(zarr_rows) == 3
-    for r in zarr_rows:
-        assert r["status"] == "not installed" and "zarr" in r["reason"] and r["ratio"] == ""
-    others = [r for t, r in rows.items() if "zarr" not in t]
-    assert others and all(r["status"] == "ok" for r in others)
-    rc = main(["--suite", "remote", "--import-runs", "0", "--out", str(tmp_path),
-               "--no-progress"])
+    raw = json.loads((tmp_path / "lazy.json").read_text())
+    assert [(r["zarr_s"], r["missing"]) for r in raw["slice"]] == [(None, ["zarr"])] * 2
+    assert all(r["blosc2_s"] > 0 and r["slice_s"] > 0 for r in raw["slice"])
+    text = (tmp_path / "lazy.txt").read_text()
+    assert text.count("zarr not installed") == 2 + (raw["dask"] is not None)
+    rc = main(["--suite", "remote", "--out", str(tmp_path), "--no-progress"])
     assert rc == 0
     assert [r["status"] for r in _read(tmp_path / "remote.csv")] == ["not installed"]
-    targets = _read(tmp_path / "remote_targets.csv")
-    assert len(targets) == 2
-    assert all(t["status"] == "not installed" and "s3fs" in t["reason"] for t in targets)
     assert "not installed" in capsys.readouterr().out
-
-
-def test_lazy_and_remote_entry_points_still_run(tmp_path, capsys):
-    from cpersist.benchmarks import lazy, remote
-
-    assert lazy.main(["--out", str(tmp_path), "--scale", "0.002", "--repeats", "1",
-                      "--only", "slice,listing"]) == 0
-    assert "1% row slice" in capsys.readouterr().out
-    assert remote.main(["--mb", "1", "--runs", "1"]) == 0
-    assert "cpersist.load" in capsys.readouterr().out
 
 
 def test_benchmark_modules_are_short_and_import_no_cycle():

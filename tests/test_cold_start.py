@@ -29,7 +29,7 @@ def test_a_dump_imports_nothing_of_the_reading_side(tmp_path):
     code = (f"import numpy as np, cpersist\n"
             f"cpersist.dump({{'w': np.arange(1e5)}}, {str(tmp_path / 'w.cp')!r}, compress=3)")
     reading = ("pickletools", "cpersist.pickling.read", "cpersist.pickling.unpickler",
-               "cpersist.stream.symbolic", "cpersist.tools.foreign", "cpersist.container.reader",
+               "cpersist.stream.symbolic", "cpersist.container.foreign", "cpersist.container.reader",
                "cpersist.container.sources")
     assert imported_after(code, reading) == set()
 

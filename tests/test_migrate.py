@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist.tools import kinds
+from cpersist.container import kinds
 
 from ._fresh import run_cli, run_code
 from .conftest import assert_same, make_matrix, random_array

@@ -1,9 +1,4 @@
-"""The bundled benchmark of cpersist.
-
-Compares cpersist with PyTables, NIfTI (nibabel), ``np.savez_compressed``,
-``np.save``, joblib and pickle across compression levels, on generated
-datasets, on real data shipped with installed packages and on the user's own
-files; plus the picklebench serializer comparison.
+"""The bundled benchmark of cpersist (docs/benchmarks.rst).
 
 Run ``python -m cpersist.benchmarks --help``; from code::
 
@@ -18,12 +13,11 @@ what it chose); the storage suite's :mod:`.datasets` (with
 (fresh process per measurement, time, peak RSS), :mod:`.pagecache`,
 :mod:`.compare` (checking what was read back); the other suites
 (:mod:`.serializers`, :mod:`.memory`, :mod:`.lazy`, :mod:`.remote`,
-:mod:`.checkpoints`, :mod:`.importtime`, :mod:`.coldstart`) and
-:mod:`.ratios` (their comparisons as ratios); the outputs :mod:`.output`
-(CSV, JSON), :mod:`.figures` and :mod:`.report` (the printed text). Tools
-that hold the ratios to bounds, publish results and investigate this
-project's own performance live in the repository's top-level
-``benchmarks/`` folder and are not installed.
+:mod:`.checkpoints`), with :mod:`.turns` (contenders timed in turn) and
+:mod:`.ratios` (the checkpoint suite's comparisons as ratios); the outputs
+:mod:`.output` (CSV, JSON), :mod:`.figures` and :mod:`.report` (the printed
+text). The acceptance machinery and the tools that publish results live in
+the repository's ``benchmarks/`` folder, not installed.
 """
 
 from .cli import build_parser, main

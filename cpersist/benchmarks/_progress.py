@@ -4,12 +4,6 @@
 class _Silent:
     """The part of tqdm's interface the benchmark uses, doing nothing."""
 
-    def __init__(self, iterable=None, **_kw):
-        self._it = iterable
-
-    def __iter__(self):
-        return iter(self._it if self._it is not None else ())
-
     def update(self, n=1):
         pass
 
@@ -25,18 +19,18 @@ class _Silent:
 _WEIGHTED_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {elapsed} elapsed, ~{remaining} left {postfix}"
 
 
-def progress_bar(iterable=None, total=None, desc="", disable=False, weighted=False):
-    """A tqdm bar over ``iterable`` (or counting to ``total``), or a no-op one.
+def progress_bar(total, desc="", disable=False, weighted=False):
+    """A tqdm bar counting to ``total``, or a no-op one.
 
     With ``weighted``, ``total`` and the updates are estimated costs, and the
     bar shows the percentage done and the time left rather than counts.
     """
     if disable:
-        return _Silent(iterable)
+        return _Silent()
     try:
         from tqdm.auto import tqdm
     except ImportError:  # tqdm is in the [bench] extra; the benchmark runs without it
-        return _Silent(iterable)
+        return _Silent()
     if weighted:
-        return tqdm(iterable, total=total, desc=desc, dynamic_ncols=True, bar_format=_WEIGHTED_FORMAT)
-    return tqdm(iterable, total=total, desc=desc, unit="run", dynamic_ncols=True)
+        return tqdm(total=total, desc=desc, dynamic_ncols=True, bar_format=_WEIGHTED_FORMAT)
+    return tqdm(total=total, desc=desc, unit="run", dynamic_ncols=True)

@@ -19,15 +19,13 @@ width 640: 98 MB), or a user's own ``.pt`` / ``.safetensors`` file:
 Times are medians of rounds in which every contender runs once in turn,
 warm page cache, in this process, so that a shared machine's slow spells
 fall on all of them; each dump writes a new file (the previous one is
-removed, untimed, before it). Run ``python -m cpersist.benchmarks.checkpoints --out
-DIR`` (``--quick`` for small checkpoints, or paths of your own files).
+removed, untimed, before it). Run ``python -m cpersist.benchmarks --suite
+checkpoints`` (``--quick`` for small checkpoints), or give it your own files.
 """
 
-import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 
 import cpersist
@@ -367,22 +365,3 @@ def format_results(results):
                                   right=(2, 3), indent="  "))
     return "\n".join(lines)
 
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m cpersist.benchmarks.checkpoints",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("files", nargs="*", help="your own .pt / .safetensors files")
-    parser.add_argument("--out", default="bench-checkpoints")
-    parser.add_argument("--quick", action="store_true", help="small checkpoints")
-    parser.add_argument("--rounds", type=int, default=ROUNDS)
-    args = parser.parse_args(argv)
-    from .ratios import format_ratios
-
-    results = run(args.out, args.quick, args.rounds, args.files)
-    print(TITLE + "\n" + format_ratios(ratios(results)))
-    print(format_results(results))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

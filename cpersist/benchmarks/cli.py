@@ -10,7 +10,7 @@ from . import userfiles
 from ..tools.table import format_table
 from .suites import EXIT_INTERRUPTED, SUITES, run
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "csv_list", "level_list", "thread_counts"]
 
 QUICK_SIZE = "tiny"
 QUICK_LEVELS = (0, 3)
@@ -27,13 +27,14 @@ FULL_SIZE = "medium"
 FULL_REPEATS = 3
 
 
-def _csv_list(text):
+def csv_list(text):
+    """``"a, b,"`` -> ``["a", "b"]`` (an argparse type)."""
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _levels(text):
+def level_list(text):
     try:
-        levels = sorted({int(t) for t in _csv_list(text)})
+        levels = sorted({int(t) for t in csv_list(text)})
     except ValueError:
         raise argparse.ArgumentTypeError(f"levels must be integers 0-9, got {text!r}")
     if not levels or any(not 0 <= lv <= 9 for lv in levels):
@@ -68,9 +69,7 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                         "slices of cpersist.open arrays and dask beside zarr and blosc2; remote: "
                         "a full load from a loopback S3 server beside zarr and a download; "
                         "checkpoints: torch checkpoints (generated, or your .pt/.safetensors "
-                        "files) beside torch.save, safetensors and joblib; coldstart: only the "
-                        "start-up times and the cold-start and small-object comparisons, which "
-                        "every other suite runs too (see --import-runs); all: every suite")
+                        "files) beside torch.save, safetensors and joblib; all: every suite")
     p.add_argument("--full", action="store_true",
                    help="the complete grid: every dataset at 100 MB, levels 0,1,3,6,9, three "
                         "repeats (hours); default: built-in data at 1 MB, levels 0,3,6 (0,3 on "
@@ -79,12 +78,12 @@ def build_parser(prog="python -m cpersist.benchmarks"):
     p.add_argument("--resume", action="store_true",
                    help="keep the rows already in OUT/results.csv (e.g. of an interrupted run) "
                         "and measure only the missing ones")
-    p.add_argument("--datasets", type=_csv_list, default=None, metavar="NAMES",
+    p.add_argument("--datasets", type=csv_list, default=None, metavar="NAMES",
                    help="comma-separated dataset names or patterns (e.g. 'atlas_*,nifti_*', "
                         "'builtin', 'package'); default all")
-    p.add_argument("--methods", type=_csv_list, default=None, metavar="NAMES",
+    p.add_argument("--methods", type=csv_list, default=None, metavar="NAMES",
                    help="comma-separated method names, patterns or families (e.g. 'cpersist*,np.save,tables')")
-    p.add_argument("--levels", type=_levels, default=None, metavar="L,L,...",
+    p.add_argument("--levels", type=level_list, default=None, metavar="L,L,...",
                    help="generic compression level grid (default 0,3,6, on your files 0,3; "
                         "--full: 0,1,3,6,9; --quick: 0,3)")
     p.add_argument("--size", default=None,
@@ -95,7 +94,7 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                         "where they would take over 2 s; --full: 3; --quick: 1)")
     p.add_argument("--warm-cache", action="store_true",
                    help="read with the file in the page cache (default: evicted, cold)")
-    p.add_argument("--threads", type=_thread_counts, default=None, metavar="N[,N...]",
+    p.add_argument("--threads", type=thread_counts, default=None, metavar="N[,N...]",
                    help="n_threads passed to cpersist.dump and cpersist.load (default: all "
                         "CPUs); several counts (e.g. 1,2) measure every cpersist method at "
                         "each, named like cpersist@1t, side by side in one run")
@@ -115,11 +114,6 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                    help="picklebench: largest dict (default 4,096,000; --quick: 16,000)")
     p.add_argument("--mem-budget", type=float, default=4096.0, metavar="MB",
                    help="picklebench: stop growing before this peak RSS (default 4096 MB)")
-    p.add_argument("--import-runs", type=int, default=None, metavar="N",
-                   help="fresh interpreters timing 'import cpersist', 'import joblib', each "
-                        "with a first load of a small model, and 'cpersist --help'; and the "
-                        "cold-start and small-object comparisons, coldstart.csv (median "
-                        "reported; default 5, --full: 21, a run of your files only: 0; 0 skips)")
     p.add_argument("--scale", type=float, default=None, metavar="X",
                    help="lazy and remote suites: multiply their array sizes (default 1, the "
                         "sizes their comparisons are made for: 200 MB slices, 1 GB for dask, 210 MB from "
@@ -128,7 +122,7 @@ def build_parser(prog="python -m cpersist.benchmarks"):
     return p
 
 
-def _thread_counts(text):
+def thread_counts(text):
     try:
         counts = [int(part) for part in text.split(",")]
     except ValueError:

@@ -52,20 +52,8 @@ def _array_diff(a, b, where):
 
 
 def first_difference(expected, actual, where="obj"):
-    """Recursively compare two object graphs.
-
-    Parameters
-    ----------
-    expected, actual : object
-        The original and what was read back.
-    where : str
-        Path used in the message.
-
-    Returns
-    -------
-    str or None
-        None when equal, else a description of the first difference found.
-    """
+    """None when ``actual`` equals ``expected`` (an object graph compared
+    recursively), else the first difference, named by its path from ``where``."""
     a, b = expected, actual
     if isinstance(a, np.ndarray):
         return _array_diff(a, b, where)
@@ -175,21 +163,10 @@ def _sparse_diff(a, b, where):
 
 
 def touch(obj):
-    """Read every byte of every memory-mapped array inside ``obj``.
-
-    Opening a memmap costs almost nothing; the data is read from disk on
-    first access. Counting non-zero bytes forces every page in (and is a
-    fast SIMD loop, so it adds little CPU time of its own).
-
-    Parameters
-    ----------
-    obj : object
-
-    Returns
-    -------
-    int
-        Number of bytes touched.
-    """
+    """Read every byte of every memory-mapped array inside ``obj`` and return
+    how many: opening a memmap costs almost nothing, the data is read on first
+    access. Counting non-zero bytes forces every page in, in a fast SIMD loop
+    that adds little CPU time of its own."""
     n = 0
     stack = [obj]
     seen = set()

@@ -24,21 +24,10 @@ def _special_nbytes(obj):
 
 
 def deep_nbytes(obj):
-    """In-memory size of an object graph.
-
-    Arrays count their data bytes (``nbytes``; views of a shared base count
-    once per view, which is what gets serialised), everything else counts
-    ``sys.getsizeof`` of each distinct object reached through containers,
-    ``__dict__`` and ``__getstate__``.
-
-    Parameters
-    ----------
-    obj : object
-
-    Returns
-    -------
-    int
-    """
+    """In-memory size of an object graph: arrays count their data bytes
+    (``nbytes``; views of a shared base once per view, which is what gets
+    serialised), everything else ``sys.getsizeof`` of each distinct object
+    reached through containers, ``__dict__`` and ``__getstate__``."""
     seen = set()
     keep = []  # states made by __getstate__ must outlive the walk, or ids get reused
     total = 0

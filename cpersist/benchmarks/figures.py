@@ -206,19 +206,9 @@ def plot_pareto(rows, path, title=""):
 
 
 def plot_storage(rows, out_dir):
-    """Per dataset: disk/write/read bar charts and the Pareto scatter.
-
-    Parameters
-    ----------
-    rows : list of dict
-        Storage-suite rows: ``ok`` rows are drawn, ``failed`` ones marked.
-    out_dir : str
-
-    Returns
-    -------
-    list of str
-        Paths of the PNG files written.
-    """
+    """Per dataset of the storage rows: disk, write and read bar charts and the
+    Pareto scatter (``ok`` rows drawn, ``failed`` ones marked); the paths of the
+    PNG files written to ``out_dir``."""
     plt = _plt()
     os.makedirs(out_dir, exist_ok=True)
     paths = []

@@ -9,19 +9,8 @@ pure noise, a pandas DataFrame, a scipy sparse matrix and a "big" variant.
 
 import numpy as np
 
-__all__ = [
-    "SEED",
-    "BIG_FACTOR",
-    "make_atlas",
-    "make_images",
-    "make_text",
-    "make_sparse_table",
-    "make_timeseries",
-    "make_noise",
-    "make_dataframe",
-    "make_sparse_matrix",
-    "make_big",
-]
+__all__ = ["SEED", "BIG_FACTOR", "make_atlas", "make_images", "make_text", "make_sparse_table",
+           "make_timeseries", "make_noise", "make_dataframe", "make_sparse_matrix", "make_big"]
 
 SEED = 20240503
 
@@ -29,26 +18,11 @@ _MNI_2MM = (91, 109, 91)  # the usual 2 mm MNI template grid
 
 
 def make_atlas(size_bytes, order="C", seed=SEED):
-    """A smooth 4-D probabilistic atlas (x, y, z, region), float32.
-
-    Each region is a sum of a few Gaussian blobs; the maps are normalised so
-    that they sum to at most one per voxel (like a probabilistic atlas) and
-    are zero outside an ellipsoidal "brain" mask, which is what real atlases
-    look like and what makes them compressible.
-
-    Parameters
-    ----------
-    size_bytes : int
-        Target in-memory size.
-    order : {"C", "F"}
-        Memory layout of the result.
-    seed : int
-        Seed of the generator.
-
-    Returns
-    -------
-    numpy.ndarray
-    """
+    """A smooth 4-D probabilistic atlas (x, y, z, region), float32, of about
+    ``size_bytes`` in ``order``: each region a sum of a few Gaussian blobs, the
+    maps normalised to sum to at most one per voxel and zero outside an
+    ellipsoidal "brain" mask, which is what real atlases look like and what
+    makes them compressible."""
     rng = np.random.default_rng(seed)
     voxels = int(np.prod(_MNI_2MM))
     n_regions = int(round(size_bytes / (4 * voxels)))

@@ -1,29 +1,12 @@
-"""Lazy access: reading a slice of a compressed array without loading it.
-
-Measures, side by side in one run, what :func:`cpersist.open` promises:
-
-* **bytes read** for a slice of 1% of the rows of a compressed array
-  (compressible and incompressible data), counted as the change of
-  ``rchar`` in ``/proc/self/io`` (bytes returned by read system calls,
-  ``pread`` included, whether from the disk or the page cache:
-  ``read_bytes`` would miss what the page cache served), over the least a
-  reader needs: "the rows' share of the file + two chunks + the index";
-* **time** for that slice (opening the file included) against a full
-  :func:`cpersist.load` of the same file, and against zarr v3 and blosc2
-  (``blosc2.open(...)[slice]``) holding the same array with their default
-  compressor, warm page cache, median of repeats;
-* **peak memory** above the RSS before, while opening a file and slicing
-  0.1% of a larger compressed array, in a fresh process;
-* **listing** ``cpersist.open(...).arrays`` of a file of 10,000 arrays;
-* **dask**: the sum over a large compressed array on a
-  ``distributed.LocalCluster`` of 2 worker processes, against the same on
-  zarr v3 and against one thread.
-
-Run ``python -m cpersist.benchmarks.lazy --out DIR`` (``--scale 0.1`` for a
-quick run); the results go to ``DIR/lazy.json`` and are printed.
+"""The lazy suite: what :func:`cpersist.open` reads and costs for part of a
+compressed array, beside a full load, zarr v3 and blosc2 (see "The suites"
+in docs/benchmarks.rst). Bytes read are the change of ``rchar`` in
+``/proc/self/io`` (what read system calls returned, page cache included),
+over the least a reader needs: the rows' share of the file, two chunks and
+the index. Times are medians, warm page cache; the peak memory is measured
+in a fresh process.
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -37,6 +20,7 @@ import numpy as np
 import cpersist
 
 from .measure import time_runs
+from .turns import medians, timed_in_turn
 
 MB = 1 << 20
 
@@ -86,16 +70,6 @@ def _slice_of(arr, fraction):
     return slice(start, start + count)
 
 
-def _interleaved(contenders, rounds):
-    """Median time of each contender, timed in turn round after round, so
-    that a slower or faster spell of a shared machine falls on all of them."""
-    times = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, func in contenders.items():
-            times[name] += time_runs(func, 1)
-    return {name: statistics.median(runs) for name, runs in times.items()}
-
-
 def _lazy_slice(path, index):
     with cpersist.open(path) as f:
         return next(iter(f.arrays.values()))[index]
@@ -134,9 +108,9 @@ def measure_slice(kind, nbytes, directory, repeats):
     del arr
     # The full load is timed in the same rounds: the slice, the load and the
     # peers each run after another's, on the same caches.
-    times = _interleaved({"cpersist": lambda: _lazy_slice(path, index),
-                          "load": lambda: cpersist.load(path), **peers},
-                         max(9, 3 * repeats))
+    times = medians(timed_in_turn({"cpersist": lambda: _lazy_slice(path, index),
+                                   "load": lambda: cpersist.load(path), **peers},
+                                  max(9, 3 * repeats)))
     t_lazy = times["cpersist"]
     t_load = times["load"]
     result = {
@@ -252,21 +226,9 @@ def _run_child(what, *args):
 
 
 def run(out_dir, scale=1.0, repeats=5, parts=("slice", "peak", "listing", "dask")):
-    """Run the lazy-access measurements and write ``out_dir/lazy.json``.
-
-    Parameters
-    ----------
-    out_dir : str
-    scale : float
-        Multiplies the array sizes (200 MB for the slice, 400 MB for the
-        peak memory, 1 GB for dask) and the number of arrays listed.
-    repeats : int
-    parts : iterable of str
-
-    Returns
-    -------
-    dict
-    """
+    """Run the lazy-access measurements ``parts`` and write ``out_dir/lazy.json``;
+    ``scale`` multiplies the array sizes (200 MB for the slice, 400 MB for the
+    peak memory, 1 GB for dask) and the number of arrays listed."""
     os.makedirs(out_dir, exist_ok=True)
     directory = tempfile.mkdtemp(prefix="cpersist-lazy-")
     results = {"scale": scale, "cpus": os.cpu_count()}
@@ -323,26 +285,5 @@ def format_results(results):
     return "\n".join(lines)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m cpersist.benchmarks.lazy",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="bench-lazy", help="directory for lazy.json")
-    parser.add_argument("--scale", type=float, default=1.0,
-                        help="multiply the array sizes (0.1 for a quick run)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--only", default="slice,peak,listing,dask",
-                        help="comma-separated parts to run")
-    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child:
-        what, *rest = args.child
-        if what == "peak":
-            print(json.dumps(_child_peak(rest[0], float(rest[1]))))
-        return 0
-    results = run(args.out, args.scale, args.repeats, tuple(args.only.split(",")))
-    print(format_results(results))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the child of measure_peak: --child peak PATH FRACTION
+    print(json.dumps(_child_peak(sys.argv[3], float(sys.argv[4]))))

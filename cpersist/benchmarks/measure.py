@@ -1,35 +1,16 @@
 """Measuring one write or read: time, peak RSS, page-cache state.
 
-How a measurement is made (this is what the CSV numbers mean):
-
-* **A fresh process per (dataset, method, level, operation).**  All repeats
-  of the write run in one new process, all repeats of the read in another.
-  Processes are forked from a multiprocessing *forkserver* that has already
-  imported numpy, PyTables, nibabel, joblib, cpersist, ... so starting one
-  costs ~15 ms instead of ~1.5 s, while still sharing no heap with earlier
-  measurements (one method's garbage cannot inflate or, by being reused,
-  hide another's memory use).
-* **Time**: ``time.perf_counter`` around the library call; the reported
-  value is the median over the repeats (a run given a budget stops
-  repeating an operation once its repeats have taken that long).  Write
-  time ends when the library call returns (file closed, data in the page
-  cache); the ``fsync`` that follows is timed separately (``fsync_s``) and
-  not included.
-* **Peak memory**: RSS above the level just before the call.  The kernel's
-  own high-water mark (``VmHWM``, reset through ``/proc/self/clear_refs``)
-  is exact; a sampler thread reading ``/proc/self/statm`` every millisecond
-  backs it up where the reset is not allowed (it can miss short peaks while
-  a C extension holds the GIL).  Only the first repeat's peak is reported:
-  it is the only one made in a pristine process.  RSS includes file pages
-  mapped by a memmapped read, as they are touched.
-* **Cache**: by default ("cold") the file is ``fsync``-ed and evicted with
-  ``posix_fadvise(POSIX_FADV_DONTNEED)`` before every read repeat, and the
-  fraction still resident afterwards (``mincore``) is recorded; with
-  ``--warm-cache`` the file is read once before timing.
-* **Memmapped reads** include touching every byte of every mapped array.
-* **Correctness**: the first read's result is compared with the original
-  (loaded *after* the read so its allocation does not perturb the read's
-  memory figures); a difference makes the row "failed" and no time is kept.
+What the numbers mean is the user's guide's "How it measures"
+(docs/benchmarks.rst): a fresh process per (dataset, method, level,
+operation), forked from a *forkserver* that has imported every library;
+medians over the repeats, the ``fsync`` timed apart; peak RSS above the
+level before the call, from the kernel's high-water mark (``VmHWM``, reset
+through ``/proc/self/clear_refs``) or, where the reset is not allowed, a
+sampler thread reading ``/proc/self/statm`` every millisecond, the first
+repeat's only (the one made in a pristine process); cold reads evicted with
+``posix_fadvise`` (what stays resident is measured with ``mincore``); the
+first read compared with the original, loaded only after the read so that
+its allocation does not perturb the read's figures.
 """
 
 import contextlib
@@ -345,21 +326,10 @@ def _interrupt_after():
 
 
 def run_in_subprocess(task, timeout=None):
-    """Run one write/read task in a fresh process and return its report.
-
-    Parameters
-    ----------
-    task : dict
-        ``op`` (``"write"``/``"read"``), ``method``, ``level``, ``file_path``,
-        ``data_path``, ``repeats`` and for reads ``cold``.
-    timeout : float, optional
-        Seconds before the worker is killed and the task reported failed.
-
-    Returns
-    -------
-    dict
-        ``status`` ``"ok"`` or ``"failed"`` (with ``reason``) and the numbers.
-    """
+    """Run one task (``op``, and ``call`` or a write/read task's ``method``,
+    ``level``, ``file_path``, ``data_path``, ``repeats``, ``cold``) in a fresh
+    process; its report: ``status`` ``"ok"`` with the numbers, or ``"failed"``
+    with the ``reason`` (an error, a death, or ``timeout`` seconds passed)."""
     ctx = _context()
     parent, child = ctx.Pipe(duplex=False)
     p = ctx.Process(target=_worker, args=(child, task), daemon=True)

@@ -97,33 +97,16 @@ def _memory_task(task):
 
 
 def run_memory(out_dir, data, repeats=3, timeout=1800, progress=True):
-    """Cache each object with each store, in fresh processes.
-
-    Parameters
-    ----------
-    out_dir : str
-        Scratch caches go to ``out_dir/_work/memory``.
-    data : dict
-        Dataset name -> ``{"path": pickled object, "size_bytes": ...}`` (what
-        :func:`cpersist.benchmarks.datacache.save_cached` returns).
-    repeats : int
-        Write + hit rounds per store (medians reported).
-    timeout : float
-        Seconds before one (object, store) process is killed.
-    progress : bool
-        Show a tqdm bar.
-
-    Returns
-    -------
-    list of dict
-        Rows with the :data:`MEMORY_COLUMNS` keys.
-    """
+    """Rows (:data:`MEMORY_COLUMNS`) of caching each object of ``data`` (name
+    -> what :func:`.datacache.save_cached` returns) with each store, one fresh
+    process per (object, store), ``repeats`` write + hit rounds in it (medians
+    reported); scratch caches in ``out_dir/_work/memory``."""
     from ._progress import progress_bar
 
     work = os.path.join(out_dir, "_work", "memory")
     os.makedirs(work, exist_ok=True)
     rows = []
-    bar = progress_bar(None, total=len(data) * len(STORES), desc="joblib.Memory", disable=not progress)
+    bar = progress_bar(len(data) * len(STORES), desc="joblib.Memory", disable=not progress)
     try:
         for name, info in data.items():
             for label, options in STORES:

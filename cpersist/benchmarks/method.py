@@ -18,7 +18,7 @@ measurement subprocesses.
 
 import numpy as np
 
-__all__ = ["Method", "is_plain_array", "is_dict_of_arrays"]
+__all__ = ["Method", "is_plain_array", "is_dict_of_arrays", "missing", "array_reason"]
 
 
 def is_plain_array(obj):
@@ -32,6 +32,40 @@ def is_dict_of_arrays(obj, ok_dtype=lambda dt: True):
         and all(isinstance(k, str) and k for k in obj)
         and all(is_plain_array(v) and ok_dtype(v.dtype) for v in obj.values())
     )
+
+
+def missing(module, package=None):
+    """None when ``module`` imports, else the reason a method is ``n/a``."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return f"{package or module} not installed"
+    return None
+
+
+#: Numeric kinds every array format stores as such (no str, object,
+#: datetime or void).
+NUMERIC = "biufc"
+
+
+def array_reason(obj, lib, kinds=NUMERIC, allow_dict=True, allow_records=False):
+    """None when ``obj`` is an array (or dict of arrays) ``lib`` stores, else why not."""
+    def ok(dt):
+        if dt.fields is not None:
+            return allow_records
+        return dt.kind in kinds
+
+    if isinstance(obj, np.ndarray):
+        return None if ok(obj.dtype) else f"{lib} cannot hold dtype {obj.dtype}"
+    if allow_dict and is_dict_of_arrays(obj):
+        bad = [(k, v.dtype) for k, v in obj.items() if not ok(v.dtype)]
+        if bad:
+            return f"{lib} cannot hold dtype {bad[0][1]} (key {bad[0][0]!r})"
+        return None
+    what = "arrays or dicts of arrays" if allow_dict else "one array"
+    return f"{lib} stores {what}, not {type(obj).__name__}"
 
 
 class Method:
@@ -83,10 +117,6 @@ class Method:
     def why_not(self, obj):
         """None when ``obj`` can be stored, else the reason."""
         return None
-
-    def applies_to(self, obj):
-        """Whether this method can store ``obj`` (see :meth:`why_not`)."""
-        return self.available() is None and self.why_not(obj) is None
 
     def write(self, obj, path, level):  # pragma: no cover - abstract
         raise NotImplementedError

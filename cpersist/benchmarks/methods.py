@@ -3,17 +3,13 @@
 :mod:`cpersist.benchmarks.peers`); the interface is :class:`.method.Method`.
 """
 
+import cpersist
+
 from .method import Method
 from .peers import peer_methods
 from .peers_classic import classic_methods
 
-__all__ = [
-    "all_methods",
-    "select_methods",
-    "cpersist_codecs",
-    "DEFAULT_LEVELS",
-    "FULL_LEVELS",
-]
+__all__ = ["all_methods", "select_methods", "cpersist_codecs", "DEFAULT_LEVELS", "FULL_LEVELS"]
 
 #: The level grid of the default run: raw, a fast level and a strong one
 #: (level 9 of the Blosc-based peers alone would take longer than the rest).
@@ -27,24 +23,12 @@ MAX_PRESET = "max"
 
 def cpersist_codecs():
     """Codec (and preset) names the installed cpersist offers."""
-    from cpersist import available_codecs
-
-    return list(available_codecs())
+    return list(cpersist.available_codecs())
 
 
 # ---------------------------------------------------------------------------
 # cpersist
 # ---------------------------------------------------------------------------
-
-
-def _cpersist_missing():
-    try:
-        import cpersist
-    except Exception as e:  # pragma: no cover - depends on the core
-        return f"cpersist not importable: {e!r}"
-    if not hasattr(cpersist, "dump") or not hasattr(cpersist, "load"):
-        return "cpersist core (dump/load) not importable yet"
-    return None
 
 
 def kept_raw_fraction(path):
@@ -87,20 +71,13 @@ class Cpersist(Method):
         self.codec = "default"
         self.note = "compress=<int level>: the default codec; level 0 = raw"
 
-    def available(self):
-        return _cpersist_missing()
-
     def _compress(self, level):
         return level
 
     def write(self, obj, path, level):
-        import cpersist
-
         cpersist.dump(obj, path, compress=self._compress(level), n_threads=self.threads)
 
     def read(self, path):
-        import cpersist
-
         return cpersist.load(path, n_threads=self.threads)
 
     def kept_raw(self, path):
@@ -153,8 +130,6 @@ class CpersistMmap(Cpersist):
         self.note = "compress=0, load(mmap_mode='r'); read time includes touching every byte"
 
     def read(self, path):
-        import cpersist
-
         return cpersist.load(path, mmap_mode="r")
 
 
@@ -164,18 +139,9 @@ class CpersistMmap(Cpersist):
 
 
 def all_methods(threads=None):
-    """Every method, in display order (including ones not installed here).
-
-    Parameters
-    ----------
-    threads : int or list of int, optional
-        Passed to cpersist as ``n_threads``. With several counts, every
-        cpersist method comes once per count, its name suffixed ``@<N>t``.
-
-    Returns
-    -------
-    list of Method
-    """
+    """Every method, in display order (including ones not installed here);
+    ``threads`` goes to cpersist as ``n_threads``: with several counts, every
+    cpersist method comes once per count, named with the suffix ``@<N>t``."""
     counts = list(threads) if isinstance(threads, (list, tuple)) else [threads]
     codecs = cpersist_codecs()
     ms = []
@@ -194,24 +160,7 @@ def all_methods(threads=None):
 
 
 def select_methods(patterns, available):
-    """Filter methods by names or shell patterns (``cpersist*``, ``tables:*``) or family.
+    """Methods by names or shell patterns (``cpersist*``, ``tables:*``) or family."""
+    from .datasets import select
 
-    Raises
-    ------
-    ValueError
-        A pattern matched nothing.
-    """
-    import fnmatch
-
-    if not patterns:
-        return list(available)
-    out, seen = [], set()
-    for pat in patterns:
-        hits = [m for m in available if fnmatch.fnmatchcase(m.name, pat) or m.family == pat]
-        if not hits:
-            raise ValueError(f"no method matches {pat!r}; known: {', '.join(m.name for m in available)}")
-        for m in hits:
-            if m.name not in seen:
-                seen.add(m.name)
-                out.append(m)
-    return out
+    return select(patterns, available, "family", "method")

@@ -11,7 +11,7 @@ import os
 import platform
 import sys
 
-__all__ = ["write_csv", "read_csv", "as_float", "machine_info", "load_average", "write_machine_json"]
+__all__ = ["write_csv", "as_float", "machine_info", "load_average", "write_machine_json"]
 
 _VERSIONED = (
     "cpersist", "numpy", "tables", "blosc", "blosc2", "nibabel", "joblib", "lz4", "zstandard",
@@ -27,12 +27,6 @@ def write_csv(path, rows, columns):
         for r in rows:
             w.writerow(r)
     return path
-
-
-def read_csv(path):
-    """Read a results CSV back (all values as strings)."""
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def as_float(v):
@@ -83,17 +77,8 @@ def load_average():
 
 
 def machine_info(extra=None):
-    """Machine description and library versions for the side JSON.
-
-    Parameters
-    ----------
-    extra : dict, optional
-        Merged in (command line, options, measurement notes).
-
-    Returns
-    -------
-    dict
-    """
+    """The machine, the library versions and ``extra`` (the command line,
+    options, what each column means), for machine.json."""
     info = {
         "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "platform": platform.platform(),

@@ -8,43 +8,11 @@ Each is optional: when its library does not import, the method's
 
 import numpy as np
 
-from .method import Method, is_dict_of_arrays
+from .method import Method, array_reason as _numeric_reason, missing as _missing
 
 __all__ = ["Blosc2NDArray", "Zarr", "H5py", "Safetensors", "peer_methods"]
 
 _SINGLE_KEY = "__array__"
-# Numeric kinds every one of these formats stores as such (no str, object,
-# datetime or void).
-_NUMERIC = "biufc"
-
-
-def _missing(module, package=None):
-    import importlib
-
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        return f"{package or module} not installed"
-    return None
-
-
-def _numeric_reason(obj, lib, kinds=_NUMERIC, allow_dict=True, allow_records=False):
-    """None when ``obj`` is an array (or dict of arrays) ``lib`` stores, else why not."""
-    def ok(dt):
-        if dt.fields is not None:
-            return allow_records
-        return dt.kind in kinds
-
-    if isinstance(obj, np.ndarray):
-        return None if ok(obj.dtype) else f"{lib} cannot hold dtype {obj.dtype}"
-    if allow_dict and is_dict_of_arrays(obj):
-        bad = [(k, v.dtype) for k, v in obj.items() if not ok(v.dtype)]
-        if bad:
-            return f"{lib} cannot hold dtype {bad[0][1]} (key {bad[0][0]!r})"
-        return None
-    what = "arrays or dicts of arrays" if allow_dict else "one array"
-    return f"{lib} stores {what}, not {type(obj).__name__}"
-
 
 # ---------------------------------------------------------------------------
 # blosc2

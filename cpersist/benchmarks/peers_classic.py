@@ -11,20 +11,10 @@ import warnings
 
 import numpy as np
 
-from .method import Method, is_dict_of_arrays, is_plain_array
+from .method import Method, array_reason, is_dict_of_arrays, is_plain_array, missing
 
-__all__ = [
-    "NpSave",
-    "NpSaveMmap",
-    "NpSavezCompressed",
-    "Pickle5",
-    "Joblib",
-    "JoblibLZ4",
-    "JoblibMmap",
-    "Tables",
-    "Nibabel",
-    "classic_methods",
-]
+__all__ = ["NpSave", "NpSaveMmap", "NpSavezCompressed", "Pickle5", "Joblib", "JoblibLZ4",
+           "JoblibMmap", "Tables", "Nibabel", "classic_methods"]
 
 
 # ---------------------------------------------------------------------------
@@ -117,14 +107,6 @@ class Pickle5(Method):
             return pickle.load(f)
 
 
-def _joblib_missing():
-    try:
-        import joblib  # noqa: F401
-    except ImportError:
-        return "joblib not installed"
-    return None
-
-
 class Joblib(Method):
     """``joblib.dump(obj, path, compress=level)``: zlib, 0 = raw."""
 
@@ -136,7 +118,7 @@ class Joblib(Method):
     note = "compress=<int>: zlib; level 0 = raw"
 
     def available(self):
-        return _joblib_missing()
+        return missing("joblib")
 
     def _compress(self, level):
         return level
@@ -161,14 +143,7 @@ class JoblibLZ4(Joblib):
     note = ""
 
     def available(self):
-        r = _joblib_missing()
-        if r:
-            return r
-        try:
-            import lz4  # noqa: F401
-        except ImportError:
-            return "lz4 not installed (joblib needs it for ('lz4', level))"
-        return None
+        return missing("joblib") or missing("lz4", "lz4 (joblib needs it for ('lz4', level))")
 
     def _compress(self, level):
         return ("lz4", level)
@@ -220,26 +195,17 @@ class Tables(Method):
             self.note = "create_carray, default chunkshape, shuffle on"
 
     def available(self):
-        try:
-            import tables
-        except ImportError:
-            return "PyTables (tables) not installed"
+        why = missing("tables", "PyTables (tables)")
+        if why:
+            return why
+        import tables
+
         if self.complib and not tables.which_lib_version(self.complib):
             return f"{self.complib} is not built into this PyTables"
         return None
 
     def why_not(self, obj):
-        ok = lambda dt: dt.kind in _TABLES_KINDS + "U" and dt.fields is None  # noqa: E731
-        if isinstance(obj, np.ndarray):
-            if obj.dtype.hasobject or not ok(obj.dtype):
-                return f"PyTables arrays cannot hold dtype {obj.dtype}"
-            return None
-        if is_dict_of_arrays(obj):
-            bad = [(k, v.dtype) for k, v in obj.items() if not ok(v.dtype)]
-            if bad:
-                return f"PyTables arrays cannot hold dtype {bad[0][1]} (key {bad[0][0]!r})"
-            return None
-        return f"PyTables stores arrays (or a dict of arrays), not {type(obj).__name__}"
+        return array_reason(obj, "PyTables", kinds=_TABLES_KINDS + "U")
 
     def _put(self, f, where, name, arr, level):
         import tables
@@ -330,11 +296,7 @@ class Nibabel(Method):
                          "includes touching every byte")
 
     def available(self):
-        try:
-            import nibabel  # noqa: F401
-        except ImportError:
-            return "nibabel not installed"
-        return None
+        return missing("nibabel")
 
     def why_not(self, obj):
         if not isinstance(obj, np.ndarray):

@@ -1,20 +1,11 @@
-"""Reading from object storage: a full load from a loopback S3 server beside
-zarr v3 and a plain download.
-
-moto's S3 server runs in a child process on 127.0.0.1 (port 0), so that
-serving does not share this process's interpreter lock with the readers.
-One array is stored three ways in the same bucket: a compressed cpersist
-object, a zarr v3 array with the same chunk size and codec (Zstandard at the
-same level) read through :class:`zarr.storage.FsspecStore`, and the
-cpersist object's bytes downloaded with s3fs ``cat_file`` (the transfer
-alone: what any reader of that object must at least spend). Each reading is
-timed ``runs`` times with a fresh file system each time; the median is
-reported with throughput in MB/s of array data.
-
-Run ``python -m cpersist.benchmarks.remote --help``.
+"""The remote suite: a full load from a loopback S3 server (moto, in a child
+process so that serving does not share this interpreter's lock) beside zarr
+v3 through :class:`zarr.storage.FsspecStore` with the same chunks and codec,
+and a plain s3fs download of the same bytes (what any reader must at least
+spend); then the requests and bytes the server answers for a slice after a
+fresh :func:`cpersist.open`. Medians over ``runs``, a fresh file system each.
 """
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -25,7 +16,7 @@ import numpy as np
 from ..tools.table import format_table
 from .measure import time_runs
 
-__all__ = ["REMOTE_COLUMNS", "run", "format_results", "main"]
+__all__ = ["REMOTE_COLUMNS", "run", "format_results"]
 
 #: Keys of each result row (``requests`` and ``served_mb``: what one read of
 #: the slice row asks of the server).
@@ -97,29 +88,12 @@ def make_array(mb, seed=0):
 
 
 def run(mb=210, runs=3, chunk_size=4 << 20, level=3, progress=print):
-    """Store ``mb`` MB of array data on a loopback S3 server and time full reads.
-
-    Parameters
-    ----------
-    mb : float
-        Size of the array (uncompressed); the default compresses to about
-        100 MB.
-    runs : int
-        Timed reads per method (median reported).
-    chunk_size : int
-        Bytes per chunk, in cpersist and zarr alike.
-    level : int
-        Zstandard level of both.
-    progress : callable
-        Called with a line of text as each step starts.
-
-    Returns
-    -------
-    list of dict
-        Rows with the :data:`REMOTE_COLUMNS` keys: ``cpersist.load``, ``zarr
-        FsspecStore`` and ``s3fs cat_file``; a method that cannot run has
-        status ``n/a`` and the reason.
-    """
+    """Rows (:data:`REMOTE_COLUMNS`) of reading ``mb`` MB of float32 data (about
+    half that stored) from a loopback S3 server: ``cpersist.load``, ``zarr
+    FsspecStore`` and ``s3fs cat_file``, ``runs`` times each (Zstandard at
+    ``level``, ``chunk_size`` bytes per chunk in cpersist and zarr alike), then
+    the slice row; a reader that cannot run is ``n/a`` with the reason.
+    ``progress`` is called with a line of text as each step starts."""
     import s3fs
 
     import cpersist
@@ -242,7 +216,7 @@ def _zarr_array(data, bucket, options, chunk_size, level):
 
 
 def format_results(rows):
-    """The table printed by :func:`main`."""
+    """The suite's printed table."""
     table = []
     for r in rows:
         span = f"{r['min_s']:.2f}-{r['max_s']:.2f}" if r.get("status") == "ok" else ""
@@ -257,25 +231,3 @@ def format_results(rows):
                           r.get("ratio_vs_cpersist", "-")])
     return format_table(["method", "median s", "range s", "MB/s", "stored MB", "time / cpersist"],
                         table, right=(1, 2, 3, 4, 5))
-
-
-def main(argv=None):
-    """Command line: ``python -m cpersist.benchmarks.remote [--mb N] [--runs N]``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m cpersist.benchmarks.remote",
-        description="Full load of a compressed object from a loopback S3 server (moto), "
-                    "beside zarr v3 (FsspecStore) and an s3fs download of the same bytes.")
-    parser.add_argument("--mb", type=float, default=210,
-                        help="uncompressed array size in MB (default 210, about 100 MB stored)")
-    parser.add_argument("--runs", type=int, default=3, help="timed reads per method")
-    parser.add_argument("--chunk-mib", type=int, default=4, help="chunk size in MiB")
-    parser.add_argument("--level", type=int, default=3, help="Zstandard level")
-    args = parser.parse_args(argv)
-    rows = run(args.mb, args.runs, args.chunk_mib << 20, args.level,
-               progress=lambda text: print(f"... {text}", file=sys.stderr, flush=True))
-    print(format_results(rows))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

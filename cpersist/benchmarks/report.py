@@ -1,5 +1,4 @@
-"""The run's text: the results table, what to pass to cpersist per dataset, and
-``compress="max"`` against the smallest peer file."""
+"""The run's text: the results table and what to pass to cpersist per dataset."""
 
 import math
 import statistics
@@ -8,7 +7,7 @@ from ..tools.table import format_table as _table
 from .output import as_float as _f
 
 __all__ = ["format_table", "setting", "alike", "recommendations", "format_recommendations",
-           "max_vs_peers", "format_max_vs_peers", "KEPT_RAW_NOTE"]
+           "KEPT_RAW_NOTE"]
 
 
 # ---------------------------------------------------------------------------
@@ -174,44 +173,3 @@ def format_recommendations(rows):
                  for goal, found in rec["goals"].items()]
         lines += ["", f"{rec['dataset']}: {rec['description']}", _table(None, cells, indent="  ")]
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------
-# cpersist max against the smallest peer file
-# ---------------------------------------------------------------------------
-
-
-def max_vs_peers(rows, max_method="cpersist max"):
-    """Per dataset, the ``max`` preset's file against the smallest peer file.
-
-    A peer is any method outside the cpersist family, at any level it ran.
-
-    Returns
-    -------
-    list of dict
-        ``dataset``, ``max_bytes``, ``peer`` (method and level),
-        ``peer_bytes`` and ``ratio`` (``max_bytes / peer_bytes``: at most 1
-        means the ``max`` file is no larger); empty when no row of
-        ``max_method`` was measured.
-    """
-    ok = [r for r in rows if r.get("status") == "ok" and _f(r.get("disk_bytes"))]
-    out = []
-    for name in dict.fromkeys(r["dataset"] for r in ok):
-        mine = [r for r in ok if r["dataset"] == name and r["method"] == max_method]
-        peers = [r for r in ok if r["dataset"] == name and r["family"] != "cpersist"]
-        if not mine or not peers:
-            continue
-        best = min(peers, key=lambda r: _f(r["disk_bytes"]))
-        mx, pb = _f(mine[0]["disk_bytes"]), _f(best["disk_bytes"])
-        out.append({"dataset": name, "max_bytes": int(mx), "peer": f"{best['method']} L{best['level']}",
-                    "peer_bytes": int(pb), "ratio": round(mx / pb, 4)})
-    return out
-
-
-def format_max_vs_peers(entries):
-    """Printed table of :func:`max_vs_peers`."""
-    return ("cpersist max against the smallest peer file (size ratio: <= 1.00 means max is no larger)\n"
-            + _table(["dataset", "max MB", "smallest peer", "peer MB", "ratio"],
-                     [[e["dataset"], f"{e['max_bytes'] / 1e6:.4f}", e["peer"],
-                       f"{e['peer_bytes'] / 1e6:.4f}", f"{e['ratio']:.2f}"] for e in entries],
-                     right=(1, 3, 4)))

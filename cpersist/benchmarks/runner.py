@@ -74,52 +74,13 @@ assert list(COLUMN_DOCS) == COLUMNS
 
 @dataclass
 class StorageConfig:
-    """Options of the storage suite (the CLI fills this in).
-
-    Attributes
-    ----------
-    out : str
-        Output directory (CSV, JSON, PNGs; scratch files under ``_work``).
-    datasets, methods : list of str, optional
-        Name patterns; None for all.
-    levels : sequence of int
-        Generic level grid.
-    size_bytes : int
-        Target size of each generated dataset.
-    repeats : int
-        Timed repeats per operation (median reported).
-    repeat_budget : float, optional
-        Seconds after which an operation is not repeated again (None:
-        every repeat).
-    warm_cache : bool
-        Read with the file in the page cache instead of evicted.
-    files : list of str
-        User files to add as datasets.
-    trust_pickles : bool
-        Allow loading pickle/joblib user files.
-    quick : bool
-        Tiny data, levels (0, 3), one repeat.
-    threads : int, optional
-        ``n_threads`` for cpersist.
-    timeout : float
-        Seconds before one operation is killed and reported failed.
-    keep_files : bool
-        Keep written files and the dataset cache.
-    progress : bool
-        Show the tqdm bar.
-    csv_path : str, optional
-        Where rows go as they are measured (default ``out/results.csv``).
-    resume : bool
-        Keep the rows already in ``csv_path`` and measure only the others.
-    default_datasets : list of str, optional
-        Datasets run when neither ``datasets`` nor ``files`` are given
-        (None: every dataset).
-    codec_levels : sequence of int, optional
-        Levels of the ``cpersist:<codec>`` methods (None: ``levels``); the
-        default codec and the peers run at ``levels``.
-    exclude_methods : list of str
-        Method names left out of the run.
-    """
+    """Options of the storage suite, filled in by the command line from the
+    options of the same names (``python -m cpersist.benchmarks --help``).
+    ``repeat_budget``: seconds after which an operation is not repeated
+    again (None: every repeat); ``default_datasets``: what runs when neither
+    ``datasets`` nor ``files`` are given (None: every dataset);
+    ``codec_levels``: the levels of the ``cpersist:<codec>`` methods (None:
+    ``levels``); ``exclude_methods``: method names left out."""
 
     out: str = "cpersist-bench"
     datasets: Optional[List[str]] = None
@@ -319,23 +280,10 @@ class _CsvSink:
 
 
 def run_storage(cfg):
-    """Run the storage suite, writing each row to the CSV as it is measured.
-
-    Parameters
-    ----------
-    cfg : StorageConfig
-
-    Returns
-    -------
-    list of dict
-        Every row of the CSV (one per dataset, method and level, with the
-        :data:`COLUMNS` keys): with ``cfg.resume``, the earlier rows first.
-
-    Raises
-    ------
-    Interrupted
-        On KeyboardInterrupt; the CSV holds every row finished until then.
-    """
+    """Run the storage suite, writing each row to the CSV as it is measured,
+    and return every row of the CSV (with ``cfg.resume``, the earlier rows
+    first); raises :class:`Interrupted` on Ctrl-C, the CSV holding every row
+    finished until then."""
     from ._progress import progress_bar
 
     os.makedirs(cfg.out, exist_ok=True)

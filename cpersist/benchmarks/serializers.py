@@ -1,32 +1,12 @@
-"""The serializer comparison of the seed blog posts ("picklebench").
-
-A dict of str -> int, ``{str(n): n for n in range(N)}``, grown x4 from 1,000
-entries up to ``max_entries`` (default 4,096,000) or until the next size
-would exceed a memory budget, is stored to and loaded from disk with pickle
-protocols 0-5, the pickler's "fast" mode (``Pickler.fast = True``: no memo),
-``marshal``, ``json`` and cpersist (raw and compressed).  As in the main
-suite, each store and each load runs in a fresh process.
-
-Columns (``serializers.csv``):
-
-``store_s``/``load_s``
-    seconds for one store / load (file closed, not fsync-ed; reads are from
-    the page cache, as in the original experiment);
-``file_MB``
-    file size (MB = 10**6 bytes); ``store_MBps``/``load_MBps`` are file MB
-    per second;
-``rss_store_MB``/``rss_load_MB``
-    peak RSS above the level before the call;
-``rss_taken_MB``
-    RSS still held after the load returned (the loaded dict's footprint);
-``rss_per_file_MB``
-    ``rss_load_MB / file_MB``: memory a load needs per MB of file.
-
-The small-object timing (``small_objects.csv``) times ``dumps``/``loads`` of
-``{'people': [{'name': 'Alice'}]}`` and ``dict((str(n), n) for n in
-range(100))`` in memory as :mod:`timeit` does (many calls per clock read,
-best of 7), in this process; pickle's rows time ``pickle.dumps``/``loads``
-themselves.
+"""The serializer suite (picklebench): a dict of str -> int grown x4 from
+1,000 entries, stored to and loaded from disk (each in a fresh process) with
+pickle protocols 0-5, the pickler's "fast" mode (no memo), ``marshal``,
+``json`` and cpersist; and ``dumps``/``loads`` of two small objects timed in
+this process as :mod:`timeit` does (many calls per clock read, best of 7).
+Sizes are MB = 10**6 bytes; ``rss_*`` are peaks above the level before the
+call, ``rss_taken_MB`` what the loaded dict still holds, ``rss_per_file_MB``
+the load's peak per MB of file. The store is not fsync-ed and the load reads
+from the page cache, as in the original experiment.
 """
 
 import gc
@@ -36,6 +16,8 @@ import marshal
 import os
 import pickle
 import time
+
+import cpersist
 
 from ..tools.table import format_table
 from .measure import PeakMemory, best_time, rss_bytes, run_in_subprocess
@@ -101,44 +83,20 @@ def _json_ser():
 
 def _cpersist_ser(compress):
     def store(obj, path):
-        import cpersist
-
         cpersist.dump(obj, path, compress=compress)
 
-    def load(path):
-        import cpersist
-
-        return cpersist.load(path)
-
     def dumps(obj):
-        import cpersist
-
         bio = io.BytesIO()
         cpersist.dump(obj, bio, compress=compress)
         return bio.getvalue()
 
-    def loads(b):
-        import cpersist
+    def load(path):
+        return cpersist.load(path)
 
+    def loads(b):
         return cpersist.load(io.BytesIO(b))
 
     return store, load, dumps, loads
-
-
-def _cpersist_in_memory():
-    """``cpersist.dumps``/``loads``, for the small-object table only (on disk
-    they are ``cpersist``)."""
-    def dumps(obj):
-        import cpersist
-
-        return cpersist.dumps(obj)
-
-    def loads(b):
-        import cpersist
-
-        return cpersist.loads(b)
-
-    return None, None, dumps, loads
 
 
 def _serializers():
@@ -159,16 +117,6 @@ SER_COLUMNS = [
     "rss_store_MB", "rss_load_MB", "rss_taken_MB", "rss_per_file_MB", "status", "reason",
 ]
 SMALL_COLUMNS = ["serializer", "object", "dumps_us", "loads_us", "bytes", "status", "reason"]
-
-
-def _cpersist_missing():
-    try:
-        import cpersist
-
-        cpersist.dump, cpersist.load  # noqa: B018
-    except Exception as e:
-        return f"cpersist not importable: {e!r}"
-    return None
 
 
 def _store_task(task):
@@ -198,29 +146,11 @@ def _load_task(task):
 
 def run_serializers(out_dir, max_entries=4_096_000, mem_budget_mb=4096, serializers=None,
                     timeout=1800, progress=True):
-    """Run the growing-dict experiment.
-
-    Parameters
-    ----------
-    out_dir : str
-        Scratch files go to ``out_dir/_work``.
-    max_entries : int
-        Largest dict size (sizes are 1000 * 4**k up to this).
-    mem_budget_mb : float
-        Stop a serializer before a size whose expected peak RSS (x4 the
-        previous size's) would exceed this.
-    serializers : list of str, optional
-        Subset of :data:`SERIALIZERS`.
-    timeout : float
-        Seconds per store/load before the worker is killed.
-    progress : bool
-        Show a tqdm bar.
-
-    Returns
-    -------
-    list of dict
-        Rows with the :data:`SER_COLUMNS` keys.
-    """
+    """The growing-dict rows (:data:`SER_COLUMNS`): sizes 1000 * 4**k up to
+    ``max_entries``, a serializer stopped before a size whose expected peak RSS
+    (4x the previous size's) would exceed ``mem_budget_mb``; scratch files in
+    ``out_dir/_work``; each store and load in a fresh process, killed after
+    ``timeout`` seconds."""
     from ._progress import progress_bar
 
     names = serializers or SERIALIZERS
@@ -232,8 +162,7 @@ def run_serializers(out_dir, max_entries=4_096_000, mem_budget_mb=4096, serializ
     work = os.path.join(out_dir, "_work")
     os.makedirs(work, exist_ok=True)
     rows = []
-    missing = _cpersist_missing()
-    bar = progress_bar(None, total=len(names) * len(sizes), desc="picklebench", disable=not progress)
+    bar = progress_bar(len(names) * len(sizes), desc="picklebench", disable=not progress)
     for name in names:
         prev_peak = 0.0
         stopped = None
@@ -241,9 +170,6 @@ def run_serializers(out_dir, max_entries=4_096_000, mem_budget_mb=4096, serializ
             bar.update(1)
             row = {c: "" for c in SER_COLUMNS}
             row.update(serializer=name, entries=n)
-            if name.startswith("cpersist") and missing:
-                rows.append(dict(row, status="n/a", reason=missing))
-                continue
             if stopped:
                 rows.append(dict(row, status="n/a", reason=stopped))
                 continue
@@ -300,36 +226,17 @@ def _small_calls(name, dumps, loads):
 
 
 def run_small_objects(number=2000):
-    """Time ``dumps``/``loads`` of the seeds' two small objects (in process).
-
-    Each figure is timed as :mod:`timeit` times a statement: ``number``
-    calls per clock read, best of 7, so that the harness adds nothing to
-    a call of a microsecond.
-
-    Parameters
-    ----------
-    number : int
-        Calls per clock read.
-
-    Returns
-    -------
-    list of dict
-        Rows with the :data:`SMALL_COLUMNS` keys; times in microseconds.
-    """
+    """Rows (:data:`SMALL_COLUMNS`, microseconds) of ``dumps``/``loads`` of
+    the small objects, timed in this process as :mod:`timeit` does: ``number``
+    calls per clock read, best of 7, so that the harness adds nothing to a call
+    of a microsecond."""
     rows = []
-    missing = _cpersist_missing()
-    serializers = dict(_serializers(), **{"cpersist dumps/loads": _cpersist_in_memory()})
-    if not missing:
-        import cpersist
-
-        serializers["cpersist dumps/loads"] = (None, None, cpersist.dumps, cpersist.loads)
+    serializers = dict(_serializers(), **{"cpersist dumps/loads": (None, None, cpersist.dumps,
+                                                                    cpersist.loads)})
     for name, (_, _, dumps, loads) in serializers.items():
         for oname, make in SMALL_OBJECTS.items():
             row = {c: "" for c in SMALL_COLUMNS}
             row.update(serializer=name, object=oname)
-            if name.startswith("cpersist") and missing:
-                rows.append(dict(row, status="n/a", reason=missing))
-                continue
             obj = make()
             space, dumps_call, loads_call = _small_calls(name, dumps, loads)
             try:

@@ -4,6 +4,7 @@ table printed and its files written to the output folder."""
 import datetime as _dt
 import os
 import shlex
+import shutil
 import sys
 import time
 
@@ -22,7 +23,7 @@ DEFAULT_CODEC_LEVELS = (3,)
 #: slow one (whose share of noise is smaller) fewer.
 REPEAT_BUDGET_S = 2.0
 #: The suites ``--suite`` chooses from (``all`` runs each).
-SUITES = ("storage", "serializers", "memory", "lazy", "remote", "checkpoints", "coldstart")
+SUITES = ("storage", "serializers", "memory", "lazy", "remote", "checkpoints")
 #: ``--quick``: the lazy and remote suites' sizes are multiplied by this.
 QUICK_SCALE = 0.01
 #: Exit code after Ctrl-C (128 + SIGINT, what shells report).
@@ -45,7 +46,7 @@ def run(parser, args, argv, size, levels, repeats):
     from .checkpoints import is_checkpoint_file
     from .figures import plot_serializers, plot_storage
     from .output import load_average, write_csv, write_machine_json
-    from .report import format_max_vs_peers, format_recommendations, format_table, max_vs_peers
+    from .report import format_recommendations, format_table
 
     os.makedirs(args.out, exist_ok=True)
     failed = 0
@@ -116,9 +117,6 @@ def run(parser, args, argv, size, levels, repeats):
                 why = next(r["reason"] for r in refused if r["dataset"] == name)
                 print(f"error: {name} was not measured: {why.split(': ', 2)[-1]}", file=sys.stderr)
             refused_files = True
-        extra["max_vs_peers"] = max_vs_peers(rows)
-        if extra["max_vs_peers"]:
-            show(*format_max_vs_peers(extra["max_vs_peers"]).split("\n", 1))
         failed += sum(r["status"] == "failed" for r in rows)
 
     if args.suite in ("serializers", "all"):
@@ -136,12 +134,7 @@ def run(parser, args, argv, size, levels, repeats):
         extra["serializers"] = {"max_entries": max_entries, "mem_budget_MB": args.mem_budget}
         show("Serializers: picklebench, and small objects", format_serializers(srows, small))
         failed += sum(r["status"] == "failed" for r in srows + small)
-        try:
-            import shutil
-
-            shutil.rmtree(os.path.join(args.out, "_work"), ignore_errors=True)
-        except OSError:
-            pass
+        shutil.rmtree(os.path.join(args.out, "_work"), ignore_errors=True)
 
     if args.suite in ("memory", "all"):
         from .memory import MEMORY_COLUMNS, format_memory, run_memory
@@ -156,8 +149,6 @@ def run(parser, args, argv, size, levels, repeats):
         show("joblib.Memory: cache write and hit", format_memory(mrows))
         failed += sum(r["status"] == "failed" for r in mrows)
         if not args.keep_files:
-            import shutil
-
             shutil.rmtree(os.path.join(args.out, "_work"), ignore_errors=True)
 
     scale = args.scale if args.scale is not None else QUICK_SCALE if args.quick else 1.0
@@ -171,31 +162,6 @@ def run(parser, args, argv, size, levels, repeats):
     if model_files or args.suite in ("checkpoints", "all"):
         written += _checkpoints_suite(args, model_files, extra, show, settings)
         failed += extra["checkpoints"]["failed"]
-
-    # Start-up times say nothing about the user's files: not timed on a run of them.
-    import_runs = args.import_runs if args.import_runs is not None else (
-        0 if _only_files(args) else 21 if args.full else 5)
-    if import_runs > 0:
-        from .importtime import IMPORT_COLUMNS, format_import_times, run_import_times
-
-        irows = run_import_times(import_runs)
-        written.append(write_csv(os.path.join(args.out, "import_time.csv"), irows, IMPORT_COLUMNS))
-        extra["import_time"] = {"runs": import_runs,
-                                "units": "milliseconds; imports timed inside a fresh interpreter "
-                                         "after 'import numpy', commands as wall time",
-                                "bytecode_written": not sys.flags.dont_write_bytecode}
-        show("Start-up", format_import_times(irows))
-        if sys.flags.dont_write_bytecode:
-            print("PYTHONDONTWRITEBYTECODE is set: every module without a bytecode cache "
-                  "is compiled at each import, and the start-up figures include it")
-        from .coldstart import run_cold_start
-        from .ratios import RATIO_COLUMNS, format_ratios
-
-        crows = run_cold_start(min(import_runs, 2) if args.quick else import_runs,
-                               200 if args.quick else 2000)
-        written.append(write_csv(os.path.join(args.out, "coldstart.csv"), crows, RATIO_COLUMNS))
-        show("Cold start and small objects: each comparison as a ratio", format_ratios(crows))
-        failed += sum(r["status"] == "failed" for r in crows)
 
     advice = format_recommendations(settings)
     if advice:
@@ -217,73 +183,61 @@ def _only_files(args):
 
 
 def _lazy_suite(args, scale, extra, show):
-    """``--suite lazy``: writes lazy.json, lazy.csv (the ratios) and lazy.txt."""
+    """``--suite lazy``: writes lazy.json and lazy.txt."""
     from . import lazy
-    from .ratios import lazy_ratios
 
     repeats = args.repeat if args.repeat is not None else 1 if args.quick else 5
-
-    def run():
-        results = lazy.run(args.out, scale=scale, repeats=repeats)
-        return lazy_ratios(results), lazy.format_results(results)
-
-    return _ratios_suite(args, "lazy", "Lazy access: each comparison as a ratio", "lazy access",
-                         run, extra, show, {
-        "scale": scale, "repeats": repeats,
-        "units": "ratios of medians over the repeats, warm page cache; MB = 2**20 bytes in "
-                 "lazy.json"})
+    title = "Lazy access: slices of cpersist.open arrays beside a full load, zarr and blosc2"
+    failed = 0
+    try:
+        text = lazy.format_results(lazy.run(args.out, scale=scale, repeats=repeats))
+    except Exception as exc:  # reported; the other suites go on
+        text, failed = f"failed: {type(exc).__name__}: {exc}"[:300], 1
+    show(title, text)
+    extra["lazy"] = {"scale": scale, "repeats": repeats, "failed": failed,
+                     "units": "medians over the repeats, warm page cache; MB = 2**20 bytes"}
+    paths = [_write_text(os.path.join(args.out, "lazy.txt"), f"{title}\n{text}")]
+    if os.path.exists(os.path.join(args.out, "lazy.json")):
+        paths.append(os.path.join(args.out, "lazy.json"))
+    return paths
 
 
 def _checkpoints_suite(args, files, extra, show, settings):
     """``--suite checkpoints``, or the user's checkpoint files: writes
     checkpoints.json, .csv (the ratios) and .txt; adds the rows of
-    cpersist's settings on each checkpoint to ``settings``."""
+    cpersist's settings on each checkpoint to ``settings``. A suite that
+    raises is one failed row, and the other suites go on."""
     from . import checkpoints
-
-    rounds = (args.repeat if args.repeat is not None
-              else 1 if args.quick else checkpoints.ROUNDS)
-
-    def run():
-        results = checkpoints.run(args.out, quick=args.quick, rounds=rounds, files=files)
-        settings.extend(checkpoints.setting_rows(results))
-        return checkpoints.ratios(results), checkpoints.format_results(results)
-
-    return _ratios_suite(args, "checkpoints", checkpoints.TITLE, "checkpoints", run, extra, show, {
-        "rounds": rounds, "files": files,
-        "units": "ratios of medians over the rounds (every contender once per round, in this "
-                 "process), warm page cache"}, show_text=True)
-
-
-def _ratios_suite(args, suite, title, what, run, extra, show, info, show_text=False):
-    """Run a suite whose results are ratio rows: ``run()`` gives ``(rows,
-    text)``. Writes SUITE.csv and SUITE.txt (and lists SUITE.json where the
-    suite wrote one); a suite that raises is one failed row, and the other
-    suites go on."""
     from .output import write_csv
     from .ratios import RATIO_COLUMNS, failed_row, format_ratios
 
+    rounds = (args.repeat if args.repeat is not None
+              else 1 if args.quick else checkpoints.ROUNDS)
     try:
-        rows, text = run()
+        results = checkpoints.run(args.out, quick=args.quick, rounds=rounds, files=files)
+        settings.extend(checkpoints.setting_rows(results))
+        rows, text = checkpoints.ratios(results), checkpoints.format_results(results)
     except Exception as exc:  # reported as a failed row; the other suites go on
-        rows = [failed_row(suite, what, f"{type(exc).__name__}: {exc}"[:300])]
+        rows = [failed_row("checkpoints", "checkpoints", f"{type(exc).__name__}: {exc}"[:300])]
         text = ""
-    table = format_ratios(rows)
-    show(title, table + ("\n" + text if show_text else ""))
-    paths = [write_csv(os.path.join(args.out, f"{suite}.csv"), rows, RATIO_COLUMNS),
-             _write_text(os.path.join(args.out, f"{suite}.txt"),
-                         f"{title}\n{table}\n\n{text}")]
-    if os.path.exists(os.path.join(args.out, f"{suite}.json")):
-        paths.append(os.path.join(args.out, f"{suite}.json"))
-    extra[suite] = {**info, "failed": sum(r["status"] == "failed" for r in rows)}
+    title, table = checkpoints.TITLE, format_ratios(rows)
+    show(title, table + "\n" + text)
+    paths = [write_csv(os.path.join(args.out, "checkpoints.csv"), rows, RATIO_COLUMNS),
+             _write_text(os.path.join(args.out, "checkpoints.txt"), f"{title}\n{table}\n\n{text}")]
+    if os.path.exists(os.path.join(args.out, "checkpoints.json")):
+        paths.append(os.path.join(args.out, "checkpoints.json"))
+    extra["checkpoints"] = {
+        "rounds": rounds, "files": files, "failed": sum(r["status"] == "failed" for r in rows),
+        "units": "ratios of medians over the rounds (every contender once per round, in this "
+                 "process), warm page cache"}
     return paths
 
 
 def _remote_suite(args, scale, extra, show):
-    """``--suite remote``: writes remote.csv, remote_targets.csv (the ratios) and remote.txt."""
+    """``--suite remote``: writes remote.csv and remote.txt."""
     from . import remote
     from .lazy import optional
     from .output import write_csv
-    from .ratios import RATIO_COLUMNS, format_ratios, remote_ratios
 
     runs = args.repeat if args.repeat is not None else 1 if args.quick else 3
     mb = max(1.0, 210 * scale)
@@ -298,19 +252,13 @@ def _remote_suite(args, scale, extra, show):
         except Exception as exc:  # reported as a failed row; the other suites go on
             rows = [{"method": "cpersist.load", "status": "failed",
                      "reason": f"{type(exc).__name__}: {exc}"[:300]}]
-    targets = remote_ratios(rows)
-    if missing:
-        for row in targets:
-            row.update(status="not installed", reason=rows[0]["reason"])
     title = "Reading from S3 (moto on 127.0.0.1)"
-    table = (remote.format_results(rows) + "\n\nEach comparison as a ratio\n"
-             + format_ratios(targets))
+    table = remote.format_results(rows)
     show(title, table)
     extra["remote"] = {"mb": mb, "runs": runs,
-                       "failed": sum(r.get("status") == "failed" for r in rows + targets),
+                       "failed": sum(r.get("status") == "failed" for r in rows),
                        "units": "seconds, median of the runs; MB = 1e6 bytes"}
     return [write_csv(os.path.join(args.out, "remote.csv"), rows, remote.REMOTE_COLUMNS),
-            write_csv(os.path.join(args.out, "remote_targets.csv"), targets, RATIO_COLUMNS),
             _write_text(os.path.join(args.out, "remote.txt"), f"{title}\n{table}")]
 
 
@@ -331,8 +279,6 @@ def _write_summary(path, extra, advice, shown):
 
 
 def _say_interrupted(exc, csv_path, given):
-    import shlex
-
     again = [a for a in given if a != "--resume"] + ["--resume"]
     print(f"\ninterrupted: {len(exc.rows)} row(s) kept in {csv_path} ({exc.measured} measured "
           f"in this run).\nTo measure the rest: python -m cpersist.benchmarks {shlex.join(again)}\n"

@@ -5,14 +5,8 @@ and, only with ``trust_pickles``, joblib/pickle files) and how each is loaded.
 
 import numpy as np
 
-__all__ = [
-    "PICKLE_SUFFIXES",
-    "USER_SUFFIXES",
-    "unsupported_file",
-    "untrusted_pickle",
-    "load_user_file",
-    "load_nifti_array",
-]
+__all__ = ["PICKLE_SUFFIXES", "USER_SUFFIXES", "unsupported_file", "untrusted_pickle",
+           "load_user_file", "load_nifti_array"]
 
 #: Suffixes of files that are unpickled to load them (code can run).
 PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib", ".jl", ".pck", ".p")
@@ -53,32 +47,12 @@ def _unwrap_single(d):
 
 
 def load_user_file(path, trust_pickles=False):
-    """Load a user file into the object to benchmark.
-
-    Parameters
-    ----------
-    path : str
-        ``.npy``, ``.npz``, ``.nii``, ``.nii.gz``, ``.h5``, ``.hdf5``, ``.cp``,
-        or a joblib/pickle file (``.pkl``, ``.pickle``, ``.joblib``, ...).
-    trust_pickles : bool
-        Pickle-based files (joblib, pickle, and ``.cp`` files which may hold
-        pickled objects) run code when loaded: they are only loaded when this
-        is True.
-
-    Returns
-    -------
-    object
-        An array, or a dict of arrays for multi-array containers (a container
-        holding a single array yields that array, so array-only methods
-        apply).
-
-    Raises
-    ------
-    PermissionError
-        A pickle-based file without ``trust_pickles``.
-    ValueError
-        Unknown file type.
-    """
+    """The object to benchmark from a user's file: an array, or a dict of
+    arrays for a container of several (one array alone is returned as such, so
+    that array-only methods apply). Pickle-based files (joblib, pickle) run code
+    when loaded: without ``trust_pickles`` they raise :class:`PermissionError`,
+    as does a ``.cp`` file holding classes outside the restricted load's
+    allowlist; a file of another kind raises :class:`ValueError`."""
     low = path.lower()
     if low.endswith(".npy"):
         return np.load(path, allow_pickle=False)
@@ -99,7 +73,7 @@ def load_user_file(path, trust_pickles=False):
         # of other classes need trust, like any pickle.
         try:
             return cpersist.load(path, trusted=trust_pickles)
-        except getattr(cpersist, "UntrustedObjectError", ()) as e:
+        except cpersist.UntrustedObjectError as e:
             raise PermissionError(f"{path}: {e}; pass --trust-pickles to allow it") from e
     if low.endswith(PICKLE_SUFFIXES):
         if not trust_pickles:
@@ -114,22 +88,14 @@ def load_user_file(path, trust_pickles=False):
 
 def _read_hdf5(path):
     """Every dataset of an HDF5 file by path; compound ones as structured arrays."""
-    try:
-        import h5py
-    except ImportError:
-        h5py = None
-    if h5py is not None:
-        out = {}
+    import h5py
 
-        def visit(name, node):
-            if isinstance(node, h5py.Dataset):
-                out[name] = node[()]
+    out = {}
 
-        with h5py.File(path, "r") as f:
-            f.visititems(visit)
-        return out
-    import tables
+    def visit(name, node):
+        if isinstance(node, h5py.Dataset):
+            out[name] = node[()]
 
-    with tables.open_file(path, "r") as f:
-        # Leaf covers arrays and tables (compound datasets, read as records).
-        return {node._v_pathname.lstrip("/"): node.read() for node in f.walk_nodes("/", "Leaf")}
+    with h5py.File(path, "r") as f:
+        f.visititems(visit)
+    return out

@@ -24,7 +24,7 @@ from ..pickling.arrays import parse_description
 from .block_memory import BLOCK_MEMORY
 from .fetch import _ChunkParts
 from .openfile import shared_file
-from .plan import _c_strides, _contiguous_span, _groups, _merged_blocks, select
+from .plan import _c_strides, _contiguous_span, _groups, merged_blocks, select
 
 
 def section_fingerprint(section):
@@ -257,7 +257,7 @@ class LazyArray:
 
         if chunks is None:
             limit = min(parse_bytes(dask.config.get("array.chunk-size")), self.nbytes // 16)
-            chunks = _merged_blocks(self.chunks, self.shape, self.nbytes, limit)
+            chunks = merged_blocks(self.chunks, self.shape, self.nbytes, limit)
         return da.from_array(self, chunks=chunks, asarray=False, fancy=False,
                              getitem=_read_block,
                              meta=np.empty((0,) * self.ndim, dtype=self.dtype))

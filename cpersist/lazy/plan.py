@@ -130,7 +130,7 @@ def select(index, shape):
 LIST_POSITIONS_UP_TO = 4096
 
 
-def _merged_blocks(chunks, shape, nbytes, limit):
+def merged_blocks(chunks, shape, nbytes, limit):
     """``chunks`` with consecutive blocks along the axis cut into several
     merged while a block stays within ``limit`` bytes."""
     out = []

@@ -1,6 +1,7 @@
 """Objects to pickle streams and back: the pickler that routes numpy arrays and
 torch tensors to container sections, the unpicklers (trusted and restricted),
 the functions a stream calls to rebuild arrays (under the literal names of
-:mod:`cpersist.format.names`), and the writers of small and
-``compress="max"`` dumps.
+:mod:`cpersist.format.names`), the writers of small and ``compress="max"``
+dumps, and background dumps (a snapshot of the object written on a thread of
+its own).
 """

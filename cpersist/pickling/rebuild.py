@@ -76,34 +76,36 @@ def rebuild_masked(cls, data, mask, fill_value, hard_mask):
     return arr
 
 
+def check_tensor(stored, data, dtype, offset, shape, stride, requires_grad, kind, state,
+                 device):
+    """torch's dtype of the tensor :func:`rebuild_tensor`'s arguments describe,
+    once they are checked: ``stored`` says whether ``data`` is a stored array
+    (an ndarray here; a lazy load passes its lazy arrays, see
+    :mod:`cpersist.lazy.rebuild`), which must be 1-d and hold the view."""
+    tdtype = check_view(dtype, offset, shape, stride, kind, state, device)
+    if type(requires_grad) is not bool:
+        bad_tensor(f"requires_grad {requires_grad!r}")
+    if not stored or data.ndim != 1:
+        bad_tensor("its storage is not a stored array")
+    if view_extent(offset, shape, stride) * tdtype.itemsize > data.nbytes:
+        bad_tensor(f"the view {shape} (strides {stride}, offset {offset}) reaches past its "
+                   f"storage of {data.nbytes} bytes")
+    return tdtype
+
+
 @_format_name(names.REBUILD_TENSOR)
 def rebuild_tensor(data, dtype, offset, shape, stride, requires_grad, kind, state, device):
     """Rebuild a torch tensor as a view of a stored storage (stored by :mod:`cpersist.pickling.tensors`).
 
     ``data`` is the storage's bytes as a 1-d array (a memory map of the
-    file with ``mmap_mode``; a :class:`~cpersist.LazyArray` in a lazy load,
-    which gives a lazy tensor); ``dtype`` torch's name of the tensor's
+    file with ``mmap_mode``); ``dtype`` torch's name of the tensor's
     dtype; ``offset``, ``shape``, ``stride`` the view, in elements;
     ``kind`` ``"tensor"`` or ``"parameter"`` (``nn.Parameter``); ``state``
     the tensor's ``__dict__`` or None; ``device`` where it was when dumped
     (None for the CPU). The tensor comes back on the CPU.
     """
-    tdtype = check_view(dtype, offset, shape, stride, kind, state, device)
-    if type(requires_grad) is not bool:
-        bad_tensor(f"requires_grad {requires_grad!r}")
-    from ..lazy.array import LazyArray
-
-    lazy = isinstance(data, LazyArray)
-    if not (lazy or isinstance(data, np.ndarray)) or data.ndim != 1:
-        bad_tensor("its storage is not a stored array")
-    if view_extent(offset, shape, stride) * tdtype.itemsize > data.nbytes:
-        bad_tensor(f"the view {shape} (strides {stride}, offset {offset}) reaches past its "
-                   f"storage of {data.nbytes} bytes")
-    if lazy:
-        from ..lazy.tensor import LazyTensor
-
-        return LazyTensor(data, tdtype, dtype, offset, shape, stride, requires_grad, kind,
-                          device)
+    tdtype = check_tensor(isinstance(data, np.ndarray), data, dtype, offset, shape, stride,
+                          requires_grad, kind, state, device)
     torch = import_torch()
     tensor = _empty(torch, tdtype).set_(storage_of(data), offset, shape, stride)
     try:
@@ -127,21 +129,12 @@ def rebuild_jax(data, placement):
     and a dict saying where each shard sits and, for a ``NamedSharding``,
     the mesh and partition spec (see :func:`.jax_arrays.check_placement`).
     The array comes back with that sharding where this process has the
-    devices its mesh needs, else on the default device. In a lazy load
-    (``data`` a :class:`~cpersist.LazyArray`) the lazy array is returned
-    itself; a sharded array's shards are read and assembled into a numpy
-    array.
+    devices its mesh needs, else on the default device.
     """
-    from ..lazy.array import LazyArray
-
     if placement is None:
-        if isinstance(data, LazyArray):
-            return data
         if not isinstance(data, np.ndarray):
             bad_jax("its data is not a stored array")
         return to_jax(data, None)
-    if type(data) is tuple and any(isinstance(shard, LazyArray) for shard in data):
-        return rebuild_jax_numpy(tuple(np.asarray(shard) for shard in data), placement)
     if type(data) is not tuple or not all(isinstance(shard, np.ndarray) for shard in data):
         bad_jax("its shards are not stored arrays")
     return to_jax(data, placement)

@@ -26,7 +26,7 @@ from ..container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWr
 from .._runtime.remote import is_remote, is_url, write_remote
 from ..exceptions import LimitExceededError, UnsupportedVersionError
 from . import migrate as _migrate
-from .kinds import detect
+from ..container.kinds import detect
 
 
 def convert(src, dst, compress=None, *, chunk_size=None, n_threads=None, fsync=False,

@@ -19,7 +19,7 @@ from .._runtime.remote import is_url
 from ..container.sources.open import open_source
 from ..pickling.arrays import dtype_label
 from ..pickling.read import array_layout, check_stream_start, read_stream
-from .foreign import read_container
+from ..container.foreign import read_container
 from .verdict import restricted_verdict
 # The global through which a pickle stream fetches a stored array is listed
 # under "arrays", not "globals".

@@ -1,6 +1,6 @@
 """Loading joblib files and plain pickles to convert them.
 
-:func:`cpersist.tools.kinds.detect` tells what kind of file
+:func:`cpersist.container.kinds.detect` tells what kind of file
 :func:`cpersist.convert` was given, without loading anything. For a joblib
 file or a pickle, :func:`load_pickled` then loads the object, which runs
 whatever code the file names: the caller asks first whether the file is
@@ -20,7 +20,7 @@ def load_pickled(kind, src, source):
     Parameters
     ----------
     kind : Kind
-        What :func:`~cpersist.tools.kinds.detect` found.
+        What :func:`~cpersist.container.kinds.detect` found.
     src : str, os.PathLike or file object
         What the caller passed: an uncompressed joblib file given by its
         path is memory-mapped (read-only) rather than read into memory.

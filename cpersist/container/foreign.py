@@ -62,7 +62,7 @@ def foreign_file_error(source, exc):
 def read_container(source, whole):
     """:class:`~cpersist.container.ContainerReader` of ``source``; a file of
     another kind raises the error of :func:`foreign_file_error`."""
-    from ..container import ContainerReader
+    from .reader import ContainerReader
 
     try:
         return ContainerReader(source, whole=whole)

@@ -1,6 +1,12 @@
 """Cold start and small objects: what a one-shot script, a first call and a
 small object cost, each as a ratio (rows of ``coldstart.csv``, in the
-columns of :data:`.ratios.RATIO_COLUMNS`).
+columns of :data:`cpersist.benchmarks.ratios.RATIO_COLUMNS`), keyed for
+:mod:`benchmarks.bounds`; with the start-up times of
+:mod:`benchmarks.importtime` (``import_time.csv``).
+
+Run from the repository root (it is not installed with cpersist)::
+
+    python -m benchmarks.coldstart RUN_DIR [--runs 21]
 
 - **One-shot script**: ``import`` + ``dump`` + ``load`` of ``{'w':
   np.arange(100_000.0), 'meta': {...}}`` in a fresh interpreter (numpy
@@ -21,13 +27,15 @@ columns of :data:`.ratios.RATIO_COLUMNS`).
 Process-level figures are medians over ``runs`` fresh interpreters.
 """
 
+import argparse
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 
-from .ratios import failed_row, ratio_row
+from cpersist.benchmarks.ratios import RATIO_COLUMNS, failed_row, format_ratios, ratio_row
+
 from .importtime import _cli_command
 
 __all__ = ["run_cold_start", "SMALL_OBJECT"]
@@ -206,7 +214,7 @@ def _in_memory(number):
     import cpersist
 
     rows = []
-    from .serializers import SMALL_OBJECTS
+    from cpersist.benchmarks.serializers import SMALL_OBJECTS
 
     for name, make in SMALL_OBJECTS.items():
         obj = make()
@@ -283,3 +291,36 @@ def run_cold_start(runs=5, number=2000):
         return (_one_shot(directory, runs) + _first_calls(directory, runs)
                 + _info_command(directory, runs) + _in_memory(number)
                 + _to_a_file(directory, max(10, number // 10)))
+
+
+def main(argv=None):
+    """Measure the start-up times and the cold-start comparisons; write
+    ``import_time.csv`` and ``coldstart.csv`` to the run's folder."""
+    from cpersist.benchmarks.output import write_csv
+
+    from .importtime import IMPORT_COLUMNS, format_import_times, run_import_times
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.coldstart",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", metavar="RUN_DIR", help="folder of a benchmark run (made if new)")
+    parser.add_argument("--runs", type=int, default=5,
+                        help="fresh interpreters per start-up figure (median kept; default 5)")
+    parser.add_argument("--number", type=int, default=2000,
+                        help="calls per clock read of the in-memory figures (default 2000)")
+    args = parser.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    imports = run_import_times(args.runs)
+    write_csv(os.path.join(args.out, "import_time.csv"), imports, IMPORT_COLUMNS)
+    print(f"Start-up\n{format_import_times(imports)}")
+    if sys.flags.dont_write_bytecode:
+        print("PYTHONDONTWRITEBYTECODE is set: every module without a bytecode cache is "
+              "compiled at each import, and the start-up figures include it")
+    rows = run_cold_start(args.runs, args.number)
+    write_csv(os.path.join(args.out, "coldstart.csv"), rows, RATIO_COLUMNS)
+    print(f"\nCold start and small objects: each comparison as a ratio\n{format_ratios(rows)}")
+    failed = sum(r["status"] == "failed" for r in rows + imports)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,7 +6,8 @@ import atexit
 import sys
 import threading
 
-from .fork import renew_after_fork
+from .._runtime.fork import renew_after_fork
+from .snapshot import Buffers, take
 
 #: Background dumps pending at once. A call beyond it waits for the oldest
 #: to finish before taking its snapshot, so that at most this many
@@ -14,7 +15,7 @@ from .fork import renew_after_fork
 MAX_PENDING = 1
 
 _slots = threading.BoundedSemaphore(MAX_PENDING)
-_buffers = None  # a cpersist.pickling.snapshot.Buffers, made by the first dump
+_buffers = None  # a snapshot.Buffers, made by the first dump
 _lock = threading.Lock()
 #: Background dumps pending, and those that failed (until exit: whether
 #: their error was retrieved is known only then).
@@ -50,8 +51,6 @@ def start(obj, write, name, snapshot_error):
     snapshot into the error the future raises. Waits while
     :data:`MAX_PENDING` dumps are pending.
     """
-    from ..pickling.snapshot import Buffers, take
-
     global _exit_handler_set, _buffers
     future = _future_type()()
     future.set_running_or_notify_cancel()  # started: cannot be cancelled

@@ -19,7 +19,7 @@ import statistics
 import subprocess
 import sys
 
-from ..tools.table import format_table
+from cpersist.tools.table import format_table
 
 __all__ = ["IMPORT_COLUMNS", "run_import_times", "format_import_times"]
 

@@ -9,9 +9,9 @@ import lzma
 import pickle
 import zlib
 
-from ..container import MAGIC
-from ..container.tiny import TINY_MAGIC
 from ..exceptions import CorruptFileError
+from .layout import MAGIC
+from .tiny import TINY_MAGIC
 
 #: Bytes read to recognise a file: enough for every magic number, and for
 #: the first bytes a compressed stream decompresses to.
