@@ -9,7 +9,7 @@ import pytest
 
 import cpersist
 from cpersist import inmemory
-from cpersist.pickling import small
+from cpersist.pickling import dump as writer
 from cpersist.pickling.pickler import ArrayPickler
 
 from ._fresh import run_code
@@ -72,7 +72,7 @@ def test_a_kept_pickler_writes_what_a_new_one_writes(protocol):
 
 
 def _fresh_dump(obj, path, **kwargs):
-    vars(small._kept).pop("picklers", None)
+    vars(writer._kept).pop("picklers", None)
     cpersist.dump(obj, path, **kwargs)
     return path.read_bytes()
 
@@ -180,9 +180,9 @@ def test_a_memo_grown_by_a_longer_stream_is_replaced_not_cleared(tmp_path, monke
     object needed: after a longer stream the kept pickler gets a new table,
     and small objects pickled next clear a small one."""
     monkeypatch.setattr(inmemory, "ArrayPickler", _RecordingPickler)
-    monkeypatch.setattr(small, "ArrayPickler", _RecordingPickler)
+    monkeypatch.setattr(writer, "ArrayPickler", _RecordingPickler)
     monkeypatch.delattr(inmemory._kept, "picklers", raising=False)
-    monkeypatch.delattr(small._kept, "picklers", raising=False)
+    monkeypatch.delattr(writer._kept, "picklers", raising=False)
     many = {str(i): [i] for i in range(100)}  # a 700-byte stream, 200 memo entries
     for dump in (cpersist.dumps, lambda obj: cpersist.dump(obj, tmp_path / "a.cp")):
         _RecordingPickler.replaced.clear()
