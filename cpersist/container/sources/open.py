@@ -5,12 +5,11 @@ becomes the :class:`~.abc.ByteSource` the container reader reads through.
 
 import warnings
 
-from ..._runtime.files import display_name, is_path, is_writable
-from ..._runtime.remote import check_storage_options, is_remote
+from ..._runtime.files import display_name, is_writable
+from ..._runtime.remote import check_storage_options, locate
 from . import source_for
 from .abc import ByteSource
 from .local import LocalFileSource
-from .remote import fsspec_file_source, open_remote
 from .spooled import SpooledSource
 
 
@@ -48,22 +47,22 @@ def open_source(source, mmap_mode=None, *, storage_options=None, what="source", 
     if isinstance(source, ByteSource):
         return _Borrowed(source)
     check_storage_options(storage_options, source)
-    if is_remote(source):
-        opened = open_remote(source, storage_options)
-        if isinstance(opened, ByteSource):
-            if mmap_mode:
-                _warn_not_mapped(opened.name, "it is in remote storage", stacklevel)
-            return opened
-        source = opened  # the path of a file:// URL
-    else:
-        opened = fsspec_file_source(source)
-        if opened is not None:
-            if mmap_mode:
-                _warn_not_mapped(opened.name, "it is in remote storage", stacklevel)
-            return opened
-    name = display_name(source)
-    if is_path(source):
-        file = open(source, "r+b" if mmap_mode == "r+" else "rb")
+    where = locate(source, storage_options)
+    kind = where.kind
+    if kind == "remote" or kind == "fsspec file":
+        from .fsspec import FsspecSource  # imports concurrent.futures: only for remote objects
+
+        if kind == "remote":
+            opened = FsspecSource(where.fs, where.path, where.name,
+                                  storage_options if where.url else None, url=where.url)
+        else:
+            opened = FsspecSource(where.fs, where.path, file=where.file)
+        if mmap_mode:
+            _warn_not_mapped(opened.name, "it is in remote storage", stacklevel)
+        return opened
+    if kind == "path":
+        name = display_name(where.path)
+        file = open(where.path, "r+b" if mmap_mode == "r+" else "rb")
         try:
             opened = source_for(file, name, owned=True)
         except BaseException:
@@ -76,6 +75,7 @@ def open_source(source, mmap_mode=None, *, storage_options=None, what="source", 
         raise TypeError(
             f"{what} must be a path or a binary file object, got {type(source).__name__}"
         )
+    name = display_name(source)
     opened = source_for(source, name)
     if mmap_mode:
         if isinstance(opened, SpooledSource):
