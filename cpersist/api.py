@@ -2,12 +2,13 @@
 (a path, a file object, a stream or a URL), and the object written by
 :mod:`cpersist.pickling.dump` or read back by :mod:`cpersist.pickling.read`."""
 
+import functools
 import os
 import pickle
 
 from ._args import check_chunk_size, check_mmap_mode, check_protocol, check_target, check_timeout
 from ._runtime.files import display_name, is_path
-from ._runtime.remote import check_storage_options, is_remote
+from ._runtime.remote import is_remote
 from ._runtime.targets import open_target
 from ._runtime.threads import check_n_threads
 from .codecs import parse_compress
@@ -135,12 +136,23 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     chunk_size = check_chunk_size(chunk_size)
     if n_threads is not None:  # None: resolved when there is work for threads
         check_n_threads(n_threads)
-    check_target(target)
-    check_storage_options(storage_options, target)
+    check_target(target, storage_options, background)
     timeout = check_timeout(timeout)
     if background:
-        return _dump_in_background(obj, target, compress, protocol, chunk_size, n_threads,
-                                   fsync)
+        from ._runtime.background import start
+
+        def snapshot_error(exc):
+            if not isinstance(exc, PICKLING_ERRORS):
+                return None
+            error = unpicklable_error(obj, protocol, exc)
+            if error is not None:
+                error.__cause__ = exc
+            return error
+
+        # The snapshot is dumped as any object is, on the background thread.
+        write = functools.partial(dump, target=target, compress=compress, protocol=protocol,
+                                  chunk_size=chunk_size, n_threads=n_threads, fsync=fsync)
+        return start(obj, write, display_name(target), snapshot_error)
     out = open_target(target, fsync, storage_options, timeout)
     try:
         with out:
@@ -151,29 +163,6 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
             raise
         raise error from exc
     return out.names
-
-
-def _dump_in_background(obj, target, compress, protocol, chunk_size, n_threads, fsync):
-    """:func:`dump` with ``background=True`` (its arguments checked)."""
-    from ._runtime.background import start
-
-    name = display_name(target)
-    if not is_path(target) or is_remote(target):
-        raise ValueError(f"background=True writes to a path only, got {name}: a file object "
-                         f"may be closed or written by its owner while the dump runs; dump "
-                         f"to a path, or without background=True")
-
-    def write(snapshot):
-        return dump(snapshot, target, compress, protocol=protocol, chunk_size=chunk_size,
-                    n_threads=n_threads, fsync=fsync)
-
-    def snapshot_error(exc):
-        error = unpicklable_error(obj, protocol, exc) if isinstance(exc, PICKLING_ERRORS) else None
-        if error is not None:
-            error.__cause__ = exc
-        return error
-
-    return start(obj, write, name, snapshot_error)
 
 
 def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,

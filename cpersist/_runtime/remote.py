@@ -7,7 +7,6 @@ fsspec is optional: it is imported only when a URL is given.
 """
 
 import errno
-import os
 import posixpath
 
 from ..exceptions import RemoteStorageError
@@ -104,58 +103,6 @@ def resolve(obj, storage_options=None):
         return None, fs._strip_protocol(path), path
     name = obj if is_url(obj) else fs.unstrip_protocol(path)
     return fs, path, name
-
-
-class Location:
-    """What :func:`locate` finds a source or target to be.
-
-    Attributes
-    ----------
-    kind : str
-        ``"remote"`` (an object in remote storage: ``fs``, ``path``,
-        ``name``, and ``url`` when a URL named it), ``"fsspec file"`` (an
-        fsspec file open for reading at its start: ``file``), ``"path"`` (a
-        local path, a ``file://`` URL's included: ``path``) or ``"other"``
-        (a file object, or anything else: left to the caller).
-    """
-
-    __slots__ = ("kind", "fs", "path", "name", "url", "file")
-
-    def __init__(self, kind, fs=None, path=None, name=None, url=None, file=None):
-        self.kind = kind
-        self.fs = fs
-        self.path = path
-        self.name = name
-        self.url = url
-        self.file = file
-
-
-def locate(obj, storage_options=None):
-    """Where ``obj`` (a path, a URL, a ``(file system, path)`` pair, an
-    :class:`fsspec.core.OpenFile`, an fsspec file or any file object) is:
-    a :class:`Location`, found in one pass.
-
-    Raises
-    ------
-    ImportError
-        For a URL when fsspec (or the package of its protocol) is missing.
-    ValueError
-        For storage options given with anything but a URL.
-    """
-    if is_remote(obj):
-        fs, path, name = resolve(obj, storage_options)
-        if fs is None:
-            return Location("path", path=path)
-        return Location("remote", fs, path, name, obj if is_url(obj) else None)
-    if isinstance(obj, (str, os.PathLike)):
-        return Location("path", path=obj)
-    file_system = getattr(obj, "fs", None)
-    if (file_system is not None and getattr(obj, "mode", None) == "rb"
-            and isinstance(getattr(obj, "path", None), str) and is_filesystem(file_system)
-            and "file" not in protocols_of(file_system) and obj.tell() == 0):
-        # Read by ranges: its own reads would cost a request per read-ahead block.
-        return Location("fsspec file", file_system, obj.path, file=obj)
-    return Location("other")
 
 
 def protocols_of(fs):

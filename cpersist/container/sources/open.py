@@ -5,10 +5,9 @@ becomes the :class:`~.abc.ByteSource` the container reader reads through.
 
 import warnings
 
-from ..._runtime.files import display_name, is_writable
-from ..._runtime.remote import check_storage_options, locate
-from . import source_for
+from ..._runtime.locations import FILE_OBJECT, FSSPEC_FILE, LOCAL_FILE, REMOTE, STREAM, locate
 from .abc import ByteSource
+from .fileobj import FileObjectSource
 from .local import LocalFileSource
 from .spooled import SpooledSource
 
@@ -46,13 +45,12 @@ def open_source(source, mmap_mode=None, *, storage_options=None, what="source", 
     """
     if isinstance(source, ByteSource):
         return _Borrowed(source)
-    check_storage_options(storage_options, source)
-    where = locate(source, storage_options)
+    where = locate(source, storage_options, mmap_mode)
     kind = where.kind
-    if kind == "remote" or kind == "fsspec file":
+    if kind == REMOTE or kind == FSSPEC_FILE:
         from .fsspec import FsspecSource  # imports concurrent.futures: only for remote objects
 
-        if kind == "remote":
+        if kind == REMOTE:
             opened = FsspecSource(where.fs, where.path, where.name,
                                   storage_options if where.url else None, url=where.url)
         else:
@@ -60,35 +58,43 @@ def open_source(source, mmap_mode=None, *, storage_options=None, what="source", 
         if mmap_mode:
             _warn_not_mapped(opened.name, "it is in remote storage", stacklevel)
         return opened
-    if kind == "path":
-        name = display_name(where.path)
-        file = open(where.path, "r+b" if mmap_mode == "r+" else "rb")
+    if where.owned:
         try:
-            opened = source_for(file, name, owned=True)
+            return _file_source(source, where, mmap_mode, what, stacklevel)
         except BaseException:
-            file.close()
+            where.file.close()
             raise
-        if mmap_mode and isinstance(opened, SpooledSource):
-            _warn_not_mapped(name, "it is not seekable (a pipe?)", stacklevel)
+    return _file_source(source, where, mmap_mode, what, stacklevel)
+
+
+def _file_source(source, where, mmap_mode, what, stacklevel):
+    """The byte source of a local file object (``where.owned``: opened
+    from a path, by :func:`~cpersist._runtime.locations.locate`)."""
+    kind, name, file = where.kind, where.name, where.file
+    if kind == STREAM:
+        opened = SpooledSource(file, name)
+        if where.owned:
+            file.close()
+        if mmap_mode:
+            _warn_not_mapped(name, "it is not seekable (a pipe?)" if where.owned
+                             else "the stream is not seekable", stacklevel + 1)
         return opened
-    if not hasattr(source, "read"):
-        raise TypeError(
-            f"{what} must be a path or a binary file object, got {type(source).__name__}"
-        )
-    name = display_name(source)
-    opened = source_for(source, name)
-    if mmap_mode:
-        if isinstance(opened, SpooledSource):
-            _warn_not_mapped(name, "the stream is not seekable", stacklevel)
-        elif not isinstance(opened, LocalFileSource):
-            _warn_not_mapped(name, f"a {type(source).__name__} is not a plain file object "
-                                   f"(only those made by open() are mapped)", stacklevel)
-        elif mmap_mode == "r+" and not is_writable(source):
+    if kind == LOCAL_FILE:
+        if not where.writable:
             raise ValueError(
                 f"mmap_mode='r+' maps {name} for writing, but the file object is "
                 f"open read-only; open it with 'r+b', or use mmap_mode='r' or 'c'"
             )
-    return opened
+        return LocalFileSource(file, name, where.fd, where.owned)
+    if kind == FILE_OBJECT:
+        opened = FileObjectSource(file, name)
+        if where.owned:  # a path opens as a plain file: only on Windows
+            opened.close = file.close
+        elif mmap_mode:
+            _warn_not_mapped(name, f"a {type(source).__name__} is not a plain file object "
+                                   f"(only those made by open() are mapped)", stacklevel + 1)
+        return opened
+    raise TypeError(f"{what} must be a path or a binary file object, got {type(source).__name__}")
 
 
 class _Borrowed:
