@@ -277,12 +277,12 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
                 raise CorruptFileError(
                     f"{os.fsdecode(source)}: damaged pickle stream ({exc})") from None
     from .container.sources.open import open_source
-    from .pickling.read import _load
+    from .pickling.read import load_source
     from .tools.foreign import foreign_file_error
 
     with open_source(source, mmap_mode, storage_options=storage_options) as opened:
         try:
-            return _load(opened, mmap_mode=mmap_mode, restricted=restricted, allowed=allowed,
+            return load_source(opened, mmap_mode=mmap_mode, restricted=restricted, allowed=allowed,
                          prefixes=prefixes, verify=verify, n_threads=n_threads,
                          whole=is_path(source), limits=limits, jax_as_numpy=jax_as_numpy)
         except CorruptFileError as exc:

@@ -9,15 +9,15 @@ from ._runtime.gc import collector_paused
 from ._runtime.threads import check_n_threads
 from .container import ContainerReader
 from .container.sources import SpooledSource
-from .container.sources.open import _Borrowed, open_source
+from .container.sources.open import Borrowed, open_source
 from .exceptions import CorruptFileError, CpersistError
-from .lazy.array import LazyArray, _Bound
+from .lazy.array import LazyArray, BoundSection
 from .lazy.array_paths import ArrayPaths, placed
 from .lazy.openfile import OpenFile, reference_for
 from .pickling import names
 from .pickling.limits import DEFAULT as _DEFAULT_LIMITS
 from .pickling.limits import as_limits
-from .pickling.read import _load, _pickle_stream, array_layout
+from .pickling.read import load_source, pickle_stream, array_layout
 from .pickling.rebuild import BY_NAME
 from .pickling.unpickler import ArrayUnpickler, normalize_trusted
 from .stream.paths import scan_arrays
@@ -81,7 +81,7 @@ def open(source, *, trusted=True, verify=True, n_threads=None,  # noqa: A001
     n_threads = check_n_threads(n_threads)
     limits = as_limits(limits)
     opened = open_source(source, storage_options=storage_options, what="source")
-    borrowed = isinstance(opened, _Borrowed)
+    borrowed = isinstance(opened, Borrowed)
     byte_source = opened.source if borrowed else opened
     try:
         try:
@@ -154,7 +154,7 @@ class FileHandle:
         root = reader.sections[reader.root]
         if root.meta.get("kind") != "pickle":
             raise reader.error("damaged index: the root section is not a pickle stream")
-        return _pickle_stream(reader, root, self._verify, self._n_threads)
+        return pickle_stream(reader, root, self._verify, self._n_threads)
 
     def _lazy_array(self, reader, index, path):
         lazy = self._lazy.get(index)
@@ -162,7 +162,7 @@ class FileHandle:
             section = reader.sections[index]
             layout = array_layout(reader, section)  # checks it matches the bytes stored
             lazy = self._lazy[index] = LazyArray(
-                self._file, index, path, section.meta, bound=_Bound(reader, section),
+                self._file, index, path, section.meta, bound=BoundSection(reader, section),
                 verify=self._verify, n_threads=self._n_threads, layout=layout)
         return lazy
 
@@ -217,7 +217,7 @@ class FileHandle:
                     if lazy is None:
                         lazy = made[index] = LazyArray(
                             self._file, index, path, section.meta,
-                            bound=_Bound(reader, section), verify=self._verify,
+                            bound=BoundSection(reader, section), verify=self._verify,
                             n_threads=self._n_threads,
                             layout=_layout(reader, section, layouts))
                     if index in tensors:
@@ -264,7 +264,7 @@ class FileHandle:
         restricted, allowed, prefixes = self._trusted
         reader = self._reader()
         if not lazy:
-            return _load(reader.source, mmap_mode=None, restricted=restricted,
+            return load_source(reader.source, mmap_mode=None, restricted=restricted,
                          allowed=allowed, prefixes=prefixes, verify=self._verify,
                          n_threads=self._n_threads, whole=False, limits=self._limits)
         paths = {}
@@ -364,6 +364,6 @@ def _reading(func):
 
 
 def _stream_bytes(stream):
-    """The bytes of what :func:`~cpersist.pickling.read._pickle_stream` returns: a
+    """The bytes of what :func:`~cpersist.pickling.read.pickle_stream` returns: a
     BytesIO's buffer, or the anonymous map itself."""
     return stream.getbuffer() if hasattr(stream, "getbuffer") else stream

@@ -17,7 +17,7 @@ from .exceptions import CorruptFileError
 from .pickling.dump import RESET_MEMO_ABOVE, write_dump
 from .pickling.limits import as_limits
 from .pickling.pickler import ArrayPickler
-from .pickling.read import _load
+from .pickling.read import load_source
 from .pickling.unpickler import STREAM_ERRORS, caused_by_stream, normalize_trusted
 from .pickling.write import PICKLE_CHUNK_SIZE, array_store, finish_dump
 
@@ -279,7 +279,7 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
                 _raise_damaged(exc)
     source = MemorySource(_byte_view(data), NAME)
     restricted, allowed, prefixes = normalize_trusted(trusted)
-    return _load(source, mmap_mode=None, restricted=restricted, allowed=allowed,
+    return load_source(source, mmap_mode=None, restricted=restricted, allowed=allowed,
                  prefixes=prefixes, verify=verify, n_threads=check_n_threads(n_threads),
                  whole=True, views=not copy, limits=as_limits(limits),
                  jax_as_numpy=jax_as_numpy)

@@ -131,8 +131,8 @@ def test_dumps_and_loads_frame_as_compact_dump_and_compact_stream(monkeypatch):
     from cpersist.container.compact import COPY_UP_TO, OVERHEAD, compact_dump, compact_stream
 
     general = []
-    real_load = inmemory._load
-    monkeypatch.setattr(inmemory, "_load", lambda *a, **kw: general.append(1) or real_load(*a, **kw))
+    real_load = inmemory.load_source
+    monkeypatch.setattr(inmemory, "load_source", lambda *a, **kw: general.append(1) or real_load(*a, **kw))
     small = {"people": [{"name": "Alice"}]}
     large = list(range(COPY_UP_TO // 2))  # a stream past COPY_UP_TO: viewed, not copied
     for obj in (small, large, [bytearray(b"y" * 70000)]):

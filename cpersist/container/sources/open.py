@@ -44,7 +44,7 @@ def open_source(source, mmap_mode=None, *, storage_options=None, what="source", 
         For ``mmap_mode='r+'`` on a file object open read-only.
     """
     if isinstance(source, ByteSource):
-        return _Borrowed(source)
+        return Borrowed(source)
     where = locate(source, storage_options, mmap_mode)
     kind = where.kind
     if kind == REMOTE or kind == FSSPEC_FILE:
@@ -97,7 +97,7 @@ def _file_source(source, where, mmap_mode, what, stacklevel):
     raise TypeError(f"{what} must be a path or a binary file object, got {type(source).__name__}")
 
 
-class _Borrowed:
+class Borrowed:
     """A byte source passed in by the caller: used, not closed."""
 
     def __init__(self, source):
