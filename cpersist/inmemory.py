@@ -16,7 +16,7 @@ from .container.sources import MemorySource
 from .exceptions import CorruptFileError
 from .pickling.dump import RESET_MEMO_ABOVE, write_dump
 from .pickling.limits import as_limits
-from .pickling.pickler import ArrayPickler
+from .pickling.array_pickler import ArrayPickler
 from .pickling.read import load_source
 from .pickling.unpickler import STREAM_ERRORS, caused_by_stream, normalize_trusted
 from .pickling.write import PICKLE_CHUNK_SIZE, array_store, finish_dump

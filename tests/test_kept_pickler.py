@@ -10,7 +10,7 @@ import pytest
 import cpersist
 from cpersist import inmemory
 from cpersist.pickling import dump as writer
-from cpersist.pickling.pickler import ArrayPickler
+from cpersist.pickling.array_pickler import ArrayPickler
 
 from ._fresh import run_code
 

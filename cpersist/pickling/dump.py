@@ -23,7 +23,7 @@ import threading
 from .._runtime.threads import default_n_threads
 from ..container import VERBATIM, ContainerWriter, encode_chunk
 from ..container.compact import compact_dump
-from .pickler import ArrayPickler
+from .array_pickler import ArrayPickler
 from .write import SectionWriter, finish_dump, inline_below_for
 from .write_max import write_smallest
 

@@ -8,7 +8,7 @@ from .. import __version__
 from ..container import ContainerWriter, EncodedStream
 from ..stream.object_paths import object_paths
 from .arrays import describe, iter_chunks, rows_per_chunk
-from .pickler import ArrayPickler
+from .array_pickler import ArrayPickler
 
 #: Chunk size of the pickle stream: smaller than array chunks so that its
 #: compression, which overlaps pickling, spreads evenly over the threads.

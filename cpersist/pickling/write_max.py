@@ -15,7 +15,7 @@ smallest file is kept:
   (:mod:`cpersist.container.tiny`), whose 13 bytes of framing and built-in
   dictionary suit objects of a few hundred bytes;
 * when the object holds Fortran-ordered arrays, both again with those
-  arrays stored in C order (see :class:`~cpersist.pickling.pickler.ArrayPickler`).
+  arrays stored in C order (see :class:`~cpersist.pickling.array_pickler.ArrayPickler`).
 
 "Small" means a pickle stream, arrays inside, of at most
 :data:`WHOLE_STREAM_UP_TO` bytes: that stream and the candidate files are
@@ -28,7 +28,7 @@ import io
 
 from ..container import ENCODED, VERBATIM, ContainerWriter, checksum, encode_chunk
 from ..container.tiny import MAX_STREAM, tiny_dump
-from .pickler import ArrayPickler
+from .array_pickler import ArrayPickler
 from .write import INLINE_BELOW, finish_dump, write_sections
 
 #: Largest pickle stream (arrays inside) written as one chunk, or as a tiny dump.
