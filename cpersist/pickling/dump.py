@@ -144,6 +144,7 @@ class _Pickling:
         if self.memory.tell():
             sections.stream.write(self.memory.getvalue())
         self.memory = None
+        self.pickler.store = sections.store  # the next arrays straight there
         return sections
 
     def reset(self, stream_length):
