@@ -3,8 +3,8 @@ the argument and what it accepts, or returns the value to use."""
 
 import pickle
 
-from ._runtime.files import check_writable_file, is_path
-from ._runtime.remote import WRITE_TIMEOUT, is_remote
+from ._runtime.files import check_writable_file, display_name, is_path
+from ._runtime.remote import WRITE_TIMEOUT, check_storage_options, is_remote
 from .container import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE
 
 MMAP_MODES = (None, "r", "r+", "c")
@@ -43,14 +43,23 @@ def check_mmap_mode(mmap_mode):
     return mmap_mode
 
 
-def check_target(target, what="target"):
-    """Raise TypeError unless ``target`` is a path or has ``write``."""
-    if not is_path(target) and not hasattr(target, "write") and not is_remote(target):
-        raise TypeError(
-            f"{what} must be a path or a binary file object, got {type(target).__name__}"
-        )
-    if not is_path(target) and not is_remote(target):
+def check_target(target, storage_options=None, background=False, what="target"):
+    """Raise unless ``target`` is a path, a URL or a binary file object
+    open for writing, ``storage_options`` go with a URL, and a
+    ``background`` dump goes to a path."""
+    remote = is_remote(target)
+    local_path = is_path(target) and not remote
+    if not local_path and not remote:
+        if not hasattr(target, "write"):
+            raise TypeError(
+                f"{what} must be a path or a binary file object, got {type(target).__name__}"
+            )
         check_writable_file(target)
+    check_storage_options(storage_options, target)
+    if background and not local_path:
+        raise ValueError(f"background=True writes to a path only, got {display_name(target)}: "
+                         f"a file object may be closed or written by its owner while the dump "
+                         f"runs; dump to a path, or without background=True")
 
 
 def check_timeout(timeout):

@@ -1,19 +1,22 @@
 """``dump`` and ``load``: the arguments checked, the target or source opened
 (a path, a file object, a stream or a URL), and the object written by
-:mod:`cpersist.pickling.write` (or its small and ``compress="max"`` forms)
-or read back by :mod:`cpersist.pickling.read`."""
+:mod:`cpersist.pickling.dump` or read back by :mod:`cpersist.pickling.read`."""
+
+import functools
+import os
+import pickle
 
 from ._args import check_chunk_size, check_mmap_mode, check_protocol, check_target, check_timeout
-from ._runtime.files import display_name, is_path, start_file_dump, write_atomically
-from ._runtime.remote import check_storage_options, is_remote, write_remote
+from ._runtime.files import display_name, is_path
+from ._runtime.remote import is_remote
+from ._runtime.targets import open_target
 from ._runtime.threads import check_n_threads
 from .codecs import parse_compress
-from .container.writer import write_all
+from .container.compact import compact_file_stream
 from .exceptions import CorruptFileError
+from .pickling.dump import write_dump
 from .format.limits import as_limits
-from .pickling.small import NOT_COMPACT, load_compact_file, small_dump
 from .pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
-from .pickling.write import _finish, _inline_below, write_sections
 
 
 def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=None,
@@ -133,96 +136,33 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     chunk_size = check_chunk_size(chunk_size)
     if n_threads is not None:  # None: resolved when there is work for threads
         check_n_threads(n_threads)
-    check_target(target)
-    check_storage_options(storage_options, target)
+    check_target(target, storage_options, background)
     timeout = check_timeout(timeout)
-    name = display_name(target)
     if background:
-        return _dump_in_background(obj, target, name, compress, protocol, chunk_size,
-                                   n_threads, fsync)
-    take_back = None
-    if not is_path(target) and not is_remote(target):
-        take_back = start_file_dump(target)
+        from .pickling.background import start
 
-    def write(file, small_tried=False):
-        _write(obj, file, name, codec, protocol, chunk_size, n_threads, small_tried)
+        def snapshot_error(exc):
+            if not isinstance(exc, PICKLING_ERRORS):
+                return None
+            error = unpicklable_error(obj, protocol, exc)
+            if error is not None:
+                error.__cause__ = exc
+            return error
 
+        # The snapshot is dumped as any object is, on the background thread.
+        write = functools.partial(dump, target=target, compress=compress, protocol=protocol,
+                                  chunk_size=chunk_size, n_threads=n_threads, fsync=fsync)
+        return start(obj, write, display_name(target), snapshot_error)
+    out = open_target(target, fsync, storage_options, timeout)
     try:
-        if is_remote(target):
-            return [write_remote(target, storage_options, write, timeout)]
-        if is_path(target):
-            # A small object is written from memory, in one system call.
-            small = _small_dump(obj, name, codec, protocol, chunk_size)
-            if small is None:
-                write_atomically(target, lambda file: write(file, small_tried=True), fsync)
-            else:
-                write_atomically(target, small, fsync)
-            return [name]
-        try:
-            write(target)
-        except BaseException:
-            if take_back is not None:
-                take_back()
-            raise
+        with out:
+            write_dump(obj, out, codec, protocol, chunk_size, n_threads)
     except PICKLING_ERRORS as exc:
         error = unpicklable_error(obj, protocol, exc)
         if error is None:
             raise
         raise error from exc
-    name = getattr(target, "name", None)
-    return [name] if isinstance(name, str) else []
-
-
-def _dump_in_background(obj, target, name, compress, protocol, chunk_size, n_threads, fsync):
-    """:func:`dump` with ``background=True`` (its arguments checked)."""
-    from .pickling.background import start
-
-    if not is_path(target) or is_remote(target):
-        raise ValueError(f"background=True writes to a path only, got {name}: a file object "
-                         f"may be closed or written by its owner while the dump runs; dump "
-                         f"to a path, or without background=True")
-
-    def write(snapshot):
-        return dump(snapshot, target, compress, protocol=protocol, chunk_size=chunk_size,
-                    n_threads=n_threads, fsync=fsync)
-
-    def snapshot_error(exc):
-        error = unpicklable_error(obj, protocol, exc) if isinstance(exc, PICKLING_ERRORS) else None
-        if error is not None:
-            error.__cause__ = exc
-        return error
-
-    return start(obj, write, name, snapshot_error)
-
-
-def _write(obj, file, name, codec, protocol, chunk_size, n_threads, small_tried=False):
-    """Write the dump of ``obj`` to ``file``; ``small_tried``: it is known
-    not to be small. ``n_threads`` None: all available CPUs."""
-    n_threads = check_n_threads(n_threads)
-    if _is_max(codec):
-        from .pickling.smallest import write_smallest
-
-        write_smallest(obj, file, name, codec, protocol, chunk_size, n_threads)
-        return
-    if not small_tried:
-        small = _small_dump(obj, name, codec, protocol, chunk_size)
-        if small is not None:
-            write_all(file, small, name)
-            return
-    write_sections(obj, file, name, codec, protocol, chunk_size, n_threads)
-
-
-def _is_max(codec):
-    return codec is not None and codec.codec_id == "max"
-
-
-def _small_dump(obj, name, codec, protocol, chunk_size):
-    """The bytes of the whole dump of ``obj`` if it is small (see
-    :mod:`cpersist.pickling.small`), else None; ``compress="max"`` makes
-    its own small forms."""
-    if _is_max(codec):
-        return None
-    return small_dump(obj, name, codec, protocol, _inline_below(codec, chunk_size), _finish)
+    return out.names
 
 
 def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
@@ -332,21 +272,25 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
         # An object without arrays (a compact dump): read in one call and
         # unpickled, without the container reader; anything else, damage
         # included, goes the general way, which says what is wrong.
-        obj = load_compact_file(source)
-        if obj is not NOT_COMPACT:
-            return obj
+        stream = compact_file_stream(source)
+        if stream is not None:
+            try:
+                return pickle.loads(stream)
+            except (pickle.UnpicklingError, EOFError) as exc:
+                raise CorruptFileError(
+                    f"{os.fsdecode(source)}: damaged pickle stream ({exc})") from None
+    from .container.foreign import foreign_file_error
     from .container.frames import GrowingFileFound
     from .container.sources.open import open_source
-    from .pickling.read import _load
-    from .container.foreign import foreign_file_error
+    from .pickling.read import load_source
 
     try:
         with open_source(source, mmap_mode, storage_options=storage_options) as opened:
             try:
-                return _load(opened, mmap_mode=mmap_mode, restricted=restricted,
-                             allowed=allowed, prefixes=prefixes, verify=verify,
-                             n_threads=n_threads, whole=is_path(source), limits=limits,
-                             jax_as_numpy=jax_as_numpy)
+                return load_source(opened, mmap_mode=mmap_mode, restricted=restricted,
+                                   allowed=allowed, prefixes=prefixes, verify=verify,
+                                   n_threads=n_threads, whole=is_path(source), limits=limits,
+                                   jax_as_numpy=jax_as_numpy)
             except GrowingFileFound:
                 raise
             except CorruptFileError as exc:

@@ -19,7 +19,7 @@ from ._runtime.temporaries import TMP_SUFFIX
 from ._runtime.remote import is_url
 from .exceptions import CpersistError
 from .tools.repair_command import add_repair
-from .tools.report import (MAX_ROWS, _human, _json_default, _message, format_info,
+from .tools.report import (MAX_ROWS, human_size, json_default, error_line, format_info,
                            format_verified)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -45,10 +45,10 @@ def parse_compress_spec(spec):
         allowed range of levels.
     """
     from .codecs import parse_compress
-    from .codecs.registry import _parse_text
+    from .codecs.registry import parse_text
 
     parse_compress(spec)  # raises ValueError naming the accepted values
-    return _parse_text(spec)
+    return parse_text(spec)
 
 
 #: The FILE argument that names standard input.
@@ -130,7 +130,7 @@ def _cmd_info(args):
     if args.json:
         payload = reports[0] if len(args.files) == 1 and reports else reports
         if reports or len(args.files) != 1:
-            print(json.dumps(payload, indent=2, default=_json_default))
+            print(json.dumps(payload, indent=2, default=json_default))
     elif reports:
         print("\n\n".join(format_info(r, every=args.all, details=args.details)
                             for r in reports))
@@ -158,7 +158,7 @@ def _cmd_verify(args):
             else:
                 result = verify(source, storage_options=_options_for(path, args.storage_option))
         except (OSError, CpersistError, ImportError) as exc:
-            message = _message(exc, path)
+            message = error_line(exc, path)
             for named in (path, display_name(source)):
                 if message.startswith(f"{named}: "):
                     message = message[len(named) + 2:]
@@ -195,8 +195,8 @@ def _cmd_convert(args):
     before, after = stats["stored_bytes_before"], stats["stored_bytes_after"]
     ratio = f"{stats['raw_bytes'] / after:.2f}" if after else "-"
     print(f"{args.src} ({stats['source_kind']}) -> {args.dst}: {stats['sections']} sections, "
-          f"{_human(stats['raw_bytes'])} of data stored in {_human(before)} -> "
-          f"{_human(after)} (ratio {ratio}, compress={args.compress or 'raw'})")
+          f"{human_size(stats['raw_bytes'])} of data stored in {human_size(before)} -> "
+          f"{human_size(after)} (ratio {ratio}, compress={args.compress or 'raw'})")
     return EXIT_OK
 
 
@@ -340,7 +340,7 @@ def build_parser():
 
 
 def _error(exc, path=None):
-    print(f"{PROG}: error: {_message(exc, path)}", file=sys.stderr)
+    print(f"{PROG}: error: {error_line(exc, path)}", file=sys.stderr)
 
 
 def main(argv=None):

@@ -9,15 +9,15 @@ from .container import ContainerReader
 from .container.frames import GrowingFileFound
 from .container.sources import SpooledSource
 from .container.foreign import foreign_file_error
-from .container.sources.open import _Borrowed, open_source
+from .container.sources.open import Borrowed, open_source
 from .exceptions import CorruptFileError, CpersistError
-from .lazy.array import LazyArray, _Bound
+from .lazy.array import LazyArray, BoundSection
 from .lazy.array_paths import ArrayPaths, placed
 from .lazy.openfile import OpenFile, reference_for
 from .format.limits import DEFAULT as _DEFAULT_LIMITS
 from .format.limits import as_limits
 from .lazy.rebuild import in_lazy_load, lazy_tensor
-from .pickling.read import _load, _pickle_stream, array_layout
+from .pickling.read import array_layout, load_source, pickle_stream
 from .pickling.unpickler import ArrayUnpickler, normalize_trusted
 from .stream.paths import scan_arrays
 
@@ -86,7 +86,7 @@ def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa
     if mode != "r" or append_options:
         return _open_log(source, mode, trusted, verify, limits, append_options)
     opened = open_source(source, storage_options=storage_options, what="source")
-    borrowed = isinstance(opened, _Borrowed)
+    borrowed = isinstance(opened, Borrowed)
     byte_source = opened.source if borrowed else opened
     try:
         try:
@@ -174,7 +174,7 @@ class FileHandle:
         root = reader.sections[reader.root]
         if root.meta.get("kind") != "pickle":
             raise reader.error("damaged index: the root section is not a pickle stream")
-        return _pickle_stream(reader, root, self._verify, self._n_threads)
+        return pickle_stream(reader, root, self._verify, self._n_threads)
 
     def _lazy_array(self, reader, index, path):
         lazy = self._lazy.get(index)
@@ -182,7 +182,7 @@ class FileHandle:
             section = reader.sections[index]
             layout = array_layout(reader, section)  # checks it matches the bytes stored
             lazy = self._lazy[index] = LazyArray(
-                self._file, index, path, section.meta, bound=_Bound(reader, section),
+                self._file, index, path, section.meta, bound=BoundSection(reader, section),
                 verify=self._verify, n_threads=self._n_threads, layout=layout)
         return lazy
 
@@ -237,7 +237,7 @@ class FileHandle:
                     if lazy is None:
                         lazy = made[index] = LazyArray(
                             self._file, index, path, section.meta,
-                            bound=_Bound(reader, section), verify=self._verify,
+                            bound=BoundSection(reader, section), verify=self._verify,
                             n_threads=self._n_threads,
                             layout=_layout(reader, section, layouts))
                     if index in tensors:
@@ -284,7 +284,7 @@ class FileHandle:
         restricted, allowed, prefixes = self._trusted
         reader = self._reader()
         if not lazy:
-            return _load(reader.source, mmap_mode=None, restricted=restricted,
+            return load_source(reader.source, mmap_mode=None, restricted=restricted,
                          allowed=allowed, prefixes=prefixes, verify=self._verify,
                          n_threads=self._n_threads, whole=False, limits=self._limits)
         paths = {}
@@ -372,6 +372,6 @@ class _LazyUnpickler(ArrayUnpickler):
 
 
 def _stream_bytes(stream):
-    """The bytes of what :func:`~cpersist.pickling.read._pickle_stream` returns: a
+    """The bytes of what :func:`~cpersist.pickling.read.pickle_stream` returns: a
     BytesIO's buffer, or the anonymous map itself."""
     return stream.getbuffer() if hasattr(stream, "getbuffer") else stream

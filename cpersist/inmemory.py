@@ -7,33 +7,35 @@ import pickle
 import threading
 
 from ._args import check_chunk_size, check_protocol
+from ._runtime.targets import BytesTarget
 from ._runtime.threads import check_n_threads
-from .api import _write
 from .codecs import parse_compress
 from .container import MAX_CHUNK_SIZE, VERBATIM, ContainerWriter, checksum
-from .container.compact import (_AFTER_HEAD16, _END, _HEAD, _HEAD16, _INDEX_AT, COPY_UP_TO,
-                                END_MAGIC, OVERHEAD, STREAM_AT, STREAM_END, _join, _pack_back,
-                                _pack_data, _xxh3_64, compact_stream)
-from .container.framing import DATA
-from .container.layout import TRAILER
+from .container.compact import OVERHEAD as COMPACT_OVERHEAD
+from .container.compact import compact_dump, compact_stream, small_bytes_stream
 from .container.sources import MemorySource
 from .exceptions import CorruptFileError
 from .format.limits import DEFAULT as _DEFAULT_LIMITS
 from .format.limits import as_limits
-from .pickling.pickler import ArrayPickler
+from .pickling.array_pickler import ArrayPickler
+from .pickling.dump import RESET_MEMO_ABOVE, write_dump
 from .pickling.quick import NOT_QUICK, QUICK_UP_TO, quick_load
-from .pickling.read import _load
-from .pickling.small import KEEP_PICKLER_BELOW, RESET_MEMO_ABOVE
+from .pickling.read import load_source
 from .pickling.unpickler import STREAM_ERRORS, caused_by_stream, normalize_trusted
-from .pickling.write import PICKLE_CHUNK_SIZE, _array_store, _finish
+from .pickling.write import PICKLE_CHUNK_SIZE, array_store, finish_dump
 
 #: How the buffer is named in messages.
 NAME = "<bytes>"
 _unpickle = pickle.loads
 _HIGHEST = check_protocol(None)
+_join = b"".join
 #: Stands for "no further positional argument" in :func:`dumps` and :func:`loads`.
 _KEYWORDS_ONLY = object()
 _DEFAULT_CHUNK = check_chunk_size(None)
+#: A kept pickler that wrote a longer stream is dropped: the C pickler sizes
+#: the buffer it starts every later stream in by the longest it wrote.
+KEEP_PICKLER_BELOW = 1 << 16
+assert KEEP_PICKLER_BELOW <= MAX_CHUNK_SIZE
 
 
 def dumps(obj, compress=0, _keywords_only=_KEYWORDS_ONLY, protocol=None, chunk_size=None,
@@ -87,9 +89,8 @@ def dumps(obj, compress=0, _keywords_only=_KEYWORDS_ONLY, protocol=None, chunk_s
         if n_threads is not None:
             check_n_threads(n_threads)
         if codec is not None:
-            out = io.BytesIO()
-            _write(obj, out, NAME, codec, protocol, chunk_size, check_n_threads(n_threads))
-            # The BytesIO hands over its own buffer: no copy of the dump.
+            out = BytesTarget(NAME)
+            write_dump(obj, out, codec, protocol, chunk_size, n_threads)
             return out.getvalue()
     else:
         # The defaults, known good: a small object's dumps costs little
@@ -114,15 +115,19 @@ def dumps(obj, compress=0, _keywords_only=_KEYWORDS_ONLY, protocol=None, chunk_s
     pieces = kept.pieces
     # Joined at once: a piece may be a bytearray of the object itself. (A
     # single bytes piece is returned as it is, not copied.)
-    pickled = b"".join(pieces)
+    pickled = _join(pieces)
     pieces.clear()
     n = len(pickled)
-    # forget_objects(kept.pickler, n), written out, as for the framing below.
+    # forget_objects(kept.pickler, n), written out: a call costs a small
+    # object's dumps more than the test.
     if n > RESET_MEMO_ABOVE:
         kept.pickler.memo = {}
     else:
         kept.clear_memo()
     arrays = kept.arrays
+    if not arrays and n <= KEEP_PICKLER_BELOW:  # the usual case, first
+        kept.busy = False
+        return compact_dump(pickled)
     if arrays:
         kept.pickler.forget()
         arrays = arrays[:]
@@ -131,16 +136,13 @@ def dumps(obj, compress=0, _keywords_only=_KEYWORDS_ONLY, protocol=None, chunk_s
     if n > KEEP_PICKLER_BELOW:
         _kept.picklers.pop(protocol, None)  # see KEEP_PICKLER_BELOW
     if not arrays and n <= MAX_CHUNK_SIZE:
-        # compact_dump(pickled), written out: the call would cost a tenth of
-        # a small object's dumps (tests/test_kept_pickler.py checks they agree).
-        return _join((_HEAD, _pack_data(n, DATA), pickled,
-                      _pack_back(_END, _INDEX_AT + n, _xxh3_64(pickled), END_MAGIC)))
+        return compact_dump(pickled)
     out = io.BytesIO()
     writer = ContainerWriter(out, check_n_threads(n_threads) if arrays else 1, NAME)
-    store = _array_store(writer, None, chunk_size)
+    store = array_store(writer, None, chunk_size)
     for arr in arrays:
         store(arr)
-    _finish(writer, _raw_chunks(memoryview(pickled)), None, protocol)
+    finish_dump(writer, _raw_chunks(memoryview(pickled)), None, protocol)
     return out.getvalue()
 
 
@@ -195,14 +197,8 @@ def _raw_chunks(pickled):
                           for i in range(0, len(pickled), PICKLE_CHUNK_SIZE))]
 
 
-# loads' quick path writes these as literals, a constant being quicker to
-# load than a global: where the stream starts and ends, where the (empty)
-# index starts counted from the end, and the sizes of the compact dumps it
-# takes apart itself.
-assert (STREAM_AT, STREAM_END, TRAILER.size) == (72, -40, 32)
-assert (OVERHEAD + 1, OVERHEAD + COPY_UP_TO) == (113, 65648)
 #: Largest compact dump whose stream a restricted loads may take the quick path.
-_QUICK_DUMP = OVERHEAD + QUICK_UP_TO
+_QUICK_DUMP = COMPACT_OVERHEAD + QUICK_UP_TO
 
 
 def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_threads=None,
@@ -264,14 +260,12 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
     # checked whatever ``verify`` says (they are how it is recognised, at the
     # cost of one pass over a stream unpickling reads anyway). Anything
     # else, or damage, goes the long way, which says what is wrong.
-    # A small one in ``bytes``: compact_stream(data), written out, as the
-    # call would cost a tenth of a tiny object's loads
+    # A small one in ``bytes``: compact_stream(data), specialised for speed
     # (tests/test_kept_pickler.py checks that they agree).
     if (type(data) is bytes and trusted is True and n_threads is None and not jax_as_numpy
-            and _keywords_only is _KEYWORDS_ONLY and 113 <= (size := len(data)) <= 65648
-            and _HEAD16 <= data < _AFTER_HEAD16):
-        stream = data[72:-40]
-        if data[-40:] == _pack_back(_END, size - 32, _xxh3_64(stream), END_MAGIC):
+            and _keywords_only is _KEYWORDS_ONLY):
+        stream = small_bytes_stream(data)
+        if stream is not None:
             try:
                 return _unpickle(stream)
             except _STREAM_FAILURES as exc:
@@ -280,11 +274,11 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
         raise TypeError("loads() takes 1 positional argument (data); pass trusted, verify, "
                         "n_threads, copy, limits and jax_as_numpy by keyword")
     elif (trusted is False and type(data) is bytes and n_threads is None and not jax_as_numpy
-          and 113 <= (size := len(data)) <= _QUICK_DUMP and _HEAD16 <= data < _AFTER_HEAD16):
+          and len(data) <= _QUICK_DUMP):
         # A restricted load of a small compact dump: its stream may take the
         # quick path (cpersist.pickling.quick), else the general way below.
-        stream = data[72:-40]
-        if data[-40:] == _pack_back(_END, size - 32, _xxh3_64(stream), END_MAGIC):
+        stream = small_bytes_stream(data)
+        if stream is not None:
             obj = quick_load(stream, _DEFAULT_LIMITS if limits is None else as_limits(limits))
             if obj is not NOT_QUICK:
                 return obj
@@ -301,7 +295,7 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
                 _raise_damaged(exc)
     source = MemorySource(_byte_view(data), NAME)
     restricted, allowed, prefixes = normalize_trusted(trusted)
-    return _load(source, mmap_mode=None, restricted=restricted, allowed=allowed,
+    return load_source(source, mmap_mode=None, restricted=restricted, allowed=allowed,
                  prefixes=prefixes, verify=verify, n_threads=check_n_threads(n_threads),
                  whole=True, views=not copy, limits=as_limits(limits),
                  jax_as_numpy=jax_as_numpy)

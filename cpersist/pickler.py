@@ -7,7 +7,8 @@ that each name resolves back to the function it pickles, and plain
 :func:`pickle.load` of a cpersist stream imports them from here (and gets
 :func:`stored_array`'s message saying to use :func:`cpersist.load`). The
 unpicklers of :mod:`cpersist.pickling` map the names without importing this
-module.
+module. It holds no code: the pickler is
+:class:`cpersist.pickling.array_pickler.ArrayPickler`.
 """
 
 from .pickling.rebuild import (inline_array, rebuild_jax, rebuild_masked,  # noqa: F401

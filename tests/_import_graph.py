@@ -33,6 +33,8 @@ SELF_CONTAINED = {"cpersist.container": ("cpersist._runtime", "cpersist.exceptio
                   "cpersist.stream": ("cpersist._runtime", "cpersist.exceptions",
                                       "cpersist.format")}
 MAX_LINES = 400
+#: Most private names the package's modules may import from one another.
+MAX_PRIVATE_IMPORTS = 15
 
 
 def _inside(module, package):
@@ -158,6 +160,20 @@ class Graph:
 
     def too_long(self, limit=MAX_LINES):
         return sorted((m, n) for m, n in self.lines.items() if n > limit)
+
+    def private_imports(self):
+        """``(module, imported from, name)`` for each private name (one
+        underscore, not a dunder) a module imports from another."""
+        found = []
+        for module, path in self.files.items():
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom):
+                    found.extend((module, "." * node.level + (node.module or ""), alias.name)
+                                 for alias in node.names
+                                 if alias.name.startswith("_") and not alias.name.startswith("__"))
+        return sorted(found)
 
     def package_of(self, module):
         """``cpersist.container`` for anything in it; ``cpersist`` for top-level modules."""

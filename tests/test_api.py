@@ -662,7 +662,7 @@ def test_threads_give_identical_files(compress, tmp_path, monkeypatch):
     if compress == "max":
         # Threads encode sections; "max" would also try the small object
         # as one chunk (no threads) and might keep that: sections only.
-        monkeypatch.setattr("cpersist.pickling.smallest.WHOLE_STREAM_UP_TO", -1)
+        monkeypatch.setattr("cpersist.pickling.write_max.WHOLE_STREAM_UP_TO", -1)
     files = []
     for n_threads in (1, 2, 1, 4):
         buf = io.BytesIO()

@@ -311,7 +311,7 @@ def test_cli_reads_a_fifo(verb, cp_bytes, tmp_path):
 
 
 def test_cli_errors_without_a_file_name_get_it(tmp_path):
-    from cpersist.tools.report import _message
+    from cpersist.tools.report import error_line
 
-    assert _message(OSError(29, "Illegal seek"), "x.cp") == "x.cp: Illegal seek"
-    assert _message(OSError(2, "No such file", "y.cp"), "x.cp") == "y.cp: No such file"
+    assert error_line(OSError(29, "Illegal seek"), "x.cp") == "x.cp: Illegal seek"
+    assert error_line(OSError(2, "No such file", "y.cp"), "x.cp") == "y.cp: No such file"

@@ -9,8 +9,8 @@ import pytest
 
 import cpersist
 from cpersist import inmemory
-from cpersist.pickling import small
-from cpersist.pickling.pickler import ArrayPickler
+from cpersist.pickling import dump as writer
+from cpersist.pickling.array_pickler import ArrayPickler
 
 from ._fresh import run_code
 
@@ -72,7 +72,7 @@ def test_a_kept_pickler_writes_what_a_new_one_writes(protocol):
 
 
 def _fresh_dump(obj, path, **kwargs):
-    vars(small._kept).pop("picklers", None)
+    vars(writer._kept).pop("picklers", None)
     cpersist.dump(obj, path, **kwargs)
     return path.read_bytes()
 
@@ -131,8 +131,8 @@ def test_dumps_and_loads_frame_as_compact_dump_and_compact_stream(monkeypatch):
     from cpersist.container.compact import COPY_UP_TO, OVERHEAD, compact_dump, compact_stream
 
     general = []
-    real_load = inmemory._load
-    monkeypatch.setattr(inmemory, "_load", lambda *a, **kw: general.append(1) or real_load(*a, **kw))
+    real_load = inmemory.load_source
+    monkeypatch.setattr(inmemory, "load_source", lambda *a, **kw: general.append(1) or real_load(*a, **kw))
     small = {"people": [{"name": "Alice"}]}
     large = list(range(COPY_UP_TO // 2))  # a stream past COPY_UP_TO: viewed, not copied
     for obj in (small, large, [bytearray(b"y" * 70000)]):
@@ -180,9 +180,9 @@ def test_a_memo_grown_by_a_longer_stream_is_replaced_not_cleared(tmp_path, monke
     object needed: after a longer stream the kept pickler gets a new table,
     and small objects pickled next clear a small one."""
     monkeypatch.setattr(inmemory, "ArrayPickler", _RecordingPickler)
-    monkeypatch.setattr(small, "ArrayPickler", _RecordingPickler)
+    monkeypatch.setattr(writer, "ArrayPickler", _RecordingPickler)
     monkeypatch.delattr(inmemory._kept, "picklers", raising=False)
-    monkeypatch.delattr(small._kept, "picklers", raising=False)
+    monkeypatch.delattr(writer._kept, "picklers", raising=False)
     many = {str(i): [i] for i in range(100)}  # a 700-byte stream, 200 memo entries
     for dump in (cpersist.dumps, lambda obj: cpersist.dump(obj, tmp_path / "a.cp")):
         _RecordingPickler.replaced.clear()

@@ -5,7 +5,7 @@ nothing above them, and no module grows past 400 lines
 
 import pytest
 
-from ._import_graph import MAX_LINES, Graph
+from ._import_graph import MAX_LINES, MAX_PRIVATE_IMPORTS, Graph
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +29,13 @@ def test_lower_layers_import_nothing_above_them(graph):
 
 def test_no_module_over_the_line_limit(graph):
     assert graph.too_long() == [], f"modules over {MAX_LINES} lines"
+
+
+def test_few_private_names_are_imported_across_modules(graph):
+    # A private name another module needs is part of an interface: name it
+    # publicly, or keep the work where the name lives.
+    private = graph.private_imports()
+    assert len(private) <= MAX_PRIVATE_IMPORTS, private
 
 
 def test_the_graph_sees_what_it_checks(graph):
@@ -65,3 +72,6 @@ def test_the_checks_find_a_cycle_and_an_upward_import(tmp_path):
                                               ("cpersist.container.writer", "cpersist.api")]
     assert found.too_long() == [("cpersist.container.layout", MAX_LINES + 1)]
     assert found.unresolved == [("cpersist.codecs.zstd", "cpersist.missing")]
+    assert found.private_imports() == []
+    (package / "api.py").write_text("from .container.writer import _write\n")
+    assert Graph(str(package)).private_imports() == [("cpersist.api", ".container.writer", "_write")]

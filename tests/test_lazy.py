@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import cpersist
-from cpersist.pickling import smallest as _smallest
+from cpersist.pickling import write_max as _smallest
 from cpersist.lazy import plan as plan_module
 from cpersist.container.sources.open import open_source
 from cpersist.container import ContainerReader

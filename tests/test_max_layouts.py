@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist.pickling import smallest as _smallest
+from cpersist.pickling import write_max as _smallest
 
 from .conftest import assert_same
 

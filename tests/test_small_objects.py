@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist.pickling import small as _small
+from cpersist.pickling import dump as _writer
 from cpersist.container import ContainerReader
 from cpersist.container.compact import OVERHEAD
 from cpersist.container.sources import MemorySource
@@ -54,7 +54,7 @@ def test_small_arrays_kept_in_a_compressed_stream_pickle_once(tmp_path, monkeypa
     obj = {"coef": np.arange(12.0).reshape(3, 4, order="F"), "classes": np.array([0, 1])}
     path = tmp_path / "m.cp"
     calls = []
-    monkeypatch.setattr("cpersist.api.write_sections", lambda *args, **kw: calls.append(args))
+    monkeypatch.setattr(_writer, "SectionWriter", lambda *args, **kw: calls.append(args))
     cpersist.dump(obj, path, compress=3)
     assert calls == []
     back = cpersist.load(path)
@@ -76,9 +76,9 @@ def test_what_compresses_well_or_needs_a_section_is_written_the_general_way(tmp_
     cpersist.dump({"a": arr}, path)
     assert len(_reader(path.read_bytes()).sections) == 2
     np.testing.assert_array_equal(cpersist.load(path, mmap_mode="r")["a"], arr)
-    large = ["x" * 100] * 1000 + [str(i) for i in range(_small.SMALL_STREAM // 4)]
+    large = ["x" * 100] * 1000 + [str(i) for i in range(_writer.SMALL_STREAM // 4)]
     cpersist.dump(large, path)
-    assert len(path.read_bytes()) > _small.SMALL_STREAM
+    assert len(path.read_bytes()) > _writer.SMALL_STREAM
     assert cpersist.load(path) == large
 
 
@@ -141,3 +141,34 @@ def test_dumps_inside_dumps_and_failed_dumps_leave_it_working():
         cpersist.dumps([SMALL, Broken()])
     assert cpersist.loads(cpersist.dumps(SMALL)) == SMALL
     assert cpersist.dumps(SMALL) == cpersist.dumps(dict(SMALL))  # no memo left between calls
+
+
+class _CountsPickling:
+    pickled = 0
+
+    def __reduce__(self):
+        type(self).pickled += 1
+        return _CountsPickling, ()
+
+
+@pytest.mark.parametrize("compress", [0, 3])
+@pytest.mark.parametrize("target", ["path", "file object", "bytes"])
+def test_an_object_turning_out_large_is_pickled_once(tmp_path, compress, target):
+    """The dump starts in memory and becomes sectioned at the first array
+    that needs a section: what was pickled before it is not pickled again."""
+    obj = {"first": _CountsPickling(), "weights": np.arange(100_000.0), "last": _CountsPickling()}
+    _CountsPickling.pickled = 0
+    if target == "path":
+        cpersist.dump(obj, tmp_path / "m.cp", compress=compress)
+        data = (tmp_path / "m.cp").read_bytes()
+    elif target == "file object":
+        with open(tmp_path / "m.cp", "wb") as file:
+            cpersist.dump(obj, file, compress=compress)
+        data = (tmp_path / "m.cp").read_bytes()
+    else:
+        data = cpersist.dumps(obj, compress=compress)
+    assert _CountsPickling.pickled == 2
+    assert len(_reader(data).sections) == 2
+    back = cpersist.loads(data)
+    assert type(back["first"]) is _CountsPickling and type(back["last"]) is _CountsPickling
+    assert back["weights"].tobytes() == obj["weights"].tobytes()

@@ -243,7 +243,7 @@ def _table_rows(out):
 
 def test_info_of_a_model_fits_a_screen_with_names_dtypes_and_shapes(tmp_path, capsys):
     from cpersist.cli import main
-    from cpersist.tools.report import _human
+    from cpersist.tools.report import human_size
 
     checkpoint = _six_layer_checkpoint()
     path = tmp_path / "model.cp"
@@ -261,8 +261,8 @@ def test_info_of_a_model_fits_a_screen_with_names_dtypes_and_shapes(tmp_path, ca
     assert len(lines) <= 45
     in_memory = sum(t.nbytes for t in stored.values()) + checkpoint["seen"].nbytes
     assert lines[1] == (f"1 array (1 inside the pickle stream) and {len(stored)} torch "
-                        f"tensors: {_human(in_memory)} in memory, "
-                        f"{_human(path.stat().st_size)} in the file "
+                        f"tensors: {human_size(in_memory)} in memory, "
+                        f"{human_size(path.stat().st_size)} in the file "
                         f"(ratio {in_memory / path.stat().st_size:.2f})")
     assert f"codec: {codec} ({len(stored)} sections)" in lines
     at = lines.index("globals needed to load: 3")
@@ -282,7 +282,7 @@ def test_info_of_a_model_fits_a_screen_with_names_dtypes_and_shapes(tmp_path, ca
     every = _table_rows(capsys.readouterr().out)
     assert list(every) == [first, tied, *list(stored)[1:], last]  # the tied one by its twin
     for name, tensor in tensors.items():
-        assert every[name] == [str(tensor.dtype), str(tuple(tensor.shape)), _human(tensor.nbytes),
+        assert every[name] == [str(tensor.dtype), str(tuple(tensor.shape)), human_size(tensor.nbytes),
                                f"same as {first}" if name == tied else codec]
 
     assert main(["info", "--details", str(path)]) == 0

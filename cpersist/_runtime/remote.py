@@ -1,6 +1,6 @@
 """Remote storage through fsspec: telling a URL from a path, resolving it to
 a file system and a path, and writing an object there complete or not at all
-(the remote twin of :func:`cpersist._runtime.files.write_atomically`). Reading
+(the remote twin of :class:`cpersist._runtime.atomic.AtomicFile`). Reading
 remote objects is :mod:`cpersist.container.sources.remote`.
 
 fsspec is optional: it is imported only when a URL is given.
@@ -10,7 +10,8 @@ import errno
 import posixpath
 
 from ..exceptions import RemoteStorageError
-from .files import display_name
+from .atomic import AtomicFile
+from .files import display_name, write_all
 from .temporaries import TMP_SUFFIX
 
 #: What to install for URLs.
@@ -110,45 +111,76 @@ def protocols_of(fs):
 
 
 def write_remote(obj, storage_options, write, timeout=WRITE_TIMEOUT):
-    """Call ``write(file)`` on a file that becomes the object ``obj`` names
-    only once complete; return that object's name.
+    """Call ``write(file)`` on the file of :func:`remote_target`; return the
+    name of the object written."""
+    with remote_target(obj, storage_options, timeout) as target:
+        write(target.file())
+    return target.name
+
+
+def remote_target(obj, storage_options=None, timeout=None):
+    """The object ``obj`` names as a dump target (see
+    :mod:`cpersist._runtime.targets`), which becomes that object only once
+    complete.
 
     S3 receives the bytes as a multipart upload, in parts of
-    :data:`PART_SIZE`, completed only after ``write`` returns and aborted on
-    any exception, so that the object is replaced whole or not at all. Each
-    of its requests (s3fs's retries included) ends within ``timeout``
-    seconds, else the write fails with a :class:`RemoteStorageError` naming
-    the URL: a server that stops reading, or a connection reset mid-part,
-    cannot make it hang.
+    :data:`PART_SIZE`, completed only when the ``with`` block ends without
+    an exception and aborted on any, so that the object is replaced whole
+    or not at all. Each of its requests (s3fs's retries included) ends
+    within ``timeout`` seconds (default :data:`WRITE_TIMEOUT`), else the
+    write fails with a :class:`RemoteStorageError` naming the URL: a server
+    that stops reading, or a connection reset mid-part, cannot make it hang.
     Other stores are written to a temporary object next to the target
     (``.<name>.<random>.cpersist-tmp``), moved onto it once complete and
     removed on failure. A ``file://`` URL is written like a local path.
     """
-    from .files import write_atomically
-
     fs, path, name = resolve(obj, storage_options)
     if fs is None:
-        write_atomically(path, write, fsync=False)
-        return path
+        return AtomicFile(path)
     if "https" in protocols_of(fs) or "http" in protocols_of(fs):
         raise ValueError(f"{name}: cannot write over HTTP; HTTP URLs are read-only")
     if "s3" in protocols_of(fs):
-        _write_multipart(fs, path, name, write, timeout)
-    else:
-        _write_then_move(fs, path, name, write)
-    return name
+        return _MultipartTarget(fs, path, name, WRITE_TIMEOUT if timeout is None else timeout)
+    return _MovedTarget(fs, path, name)
 
 
-def _write_multipart(fs, path, name, write, timeout):
-    upload = S3Upload(fs, path, name, timeout)
-    try:
-        write(upload)
-        upload.complete()
-    except BaseException:
-        upload.abort()
-        raise
-    finally:
-        fs.invalidate_cache(path)
+class _RemoteTarget:
+    """What the targets of :func:`remote_target` share."""
+
+    def __init__(self, fs, path, name):
+        self._fs = fs
+        self._path = path
+        self.name = name
+        self.names = [name]
+
+    def write_whole(self, data):
+        write_all(self.file(), data, self.name)
+
+    def __enter__(self):
+        return self
+
+
+class _MultipartTarget(_RemoteTarget):
+    def __init__(self, fs, path, name, timeout):
+        super().__init__(fs, path, name)
+        self._upload = S3Upload(fs, path, name, timeout)
+
+    def file(self):
+        return self._upload
+
+    def __exit__(self, kind, exc, traceback):
+        try:
+            if kind is None:
+                try:
+                    self._upload.complete()
+                except BaseException:
+                    self._upload.abort()
+                    raise
+            else:
+                self._upload.abort()
+        finally:
+            self._fs.invalidate_cache(self._path)
+        return False
 
 
 class S3Upload:
@@ -236,25 +268,40 @@ def _timed_out(exc):
     return isinstance(exc, (asyncio.TimeoutError, TimeoutError))
 
 
-def _write_then_move(fs, path, name, write):
-    # Imported here: secrets imports hashlib and hmac, which reading never needs.
-    import secrets
+class _MovedTarget(_RemoteTarget):
+    def __init__(self, fs, path, name):
+        super().__init__(fs, path, name)
+        # Imported here: secrets imports hashlib and hmac, which reading never needs.
+        import secrets
 
-    parent, base = posixpath.split(path)
-    tmp = posixpath.join(parent, f".{base}.{secrets.token_hex(4)}{TMP_SUFFIX}")
-    try:
-        file = _call(name, fs.open, tmp, "wb", block_size=PART_SIZE)
+        parent, base = posixpath.split(path)
+        self._tmp = posixpath.join(parent, f".{base}.{secrets.token_hex(4)}{TMP_SUFFIX}")
+        self._file = None
+
+    def file(self):
+        if self._file is None:
+            self._file = _call(self.name, self._fs.open, self._tmp, "wb", block_size=PART_SIZE)
+        return self._file
+
+    def __exit__(self, kind, exc, traceback):
         try:
-            write(file)
-        finally:
-            _call(name, file.close)
-        _call(name, fs.mv, tmp, path)
-    except BaseException:
+            if self._file is not None:
+                file, self._file = self._file, None
+                _call(self.name, file.close)
+            if kind is None:
+                _call(self.name, self._fs.mv, self._tmp, self._path)
+                return False
+        except BaseException:
+            self._remove_temporary()
+            raise
+        self._remove_temporary()
+        return False
+
+    def _remove_temporary(self):
         try:
-            fs.rm(tmp)
+            self._fs.rm(self._tmp)
         except Exception:
             pass
-        raise
 
 
 def _call(name, func, *args, **kwargs):

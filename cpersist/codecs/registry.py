@@ -290,7 +290,7 @@ def _level_error(compress, level):
 RAW_NAMES = ("raw", "none", "0")
 
 
-def _parse_text(text):
+def parse_text(text):
     """The int or ``(name, level)`` a ``compress`` string stands for, or the
     name itself: ``'raw'``, ``'6'``, ``'zstd'``, ``'zstd:9'``, ``'blosc:lz4:5'``."""
     spec = text.strip().lower()
@@ -340,7 +340,7 @@ def parse_compress(compress):
     """
     given = compress
     if isinstance(compress, str):
-        compress = _parse_text(compress)
+        compress = parse_text(compress)
     if compress is True:
         return get_codec(DEFAULT_CODEC, DEFAULT_LEVEL)
     if compress is False or compress is None:

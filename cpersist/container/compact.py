@@ -15,6 +15,8 @@ The stream is covered by a checksum as in the JSON form; the index, being
 empty, needs none.
 """
 
+import os
+import stat
 import struct
 
 # The C function itself, not layout.checksum (the same XXH3-64): the quick
@@ -56,17 +58,51 @@ _INDEX_AT = STREAM_AT + RECORD_SIZE
 #: Up to this size a stream is sliced (copied) out of a ``bytes``, rather
 #: than viewed: unpickling a small ``bytes`` is quicker.
 COPY_UP_TO = 1 << 16
+#: The header and the DATA record's header, packed at once.
+_HEAD_AND_DATA = struct.Struct(f"<{HEADER.size}s{_DATA.format[1:]}")
+assert _HEAD_AND_DATA.size == STREAM_AT
+#: :func:`compact_dump` joins the parts of a stream this long or longer.
+_JOIN_FROM = 4096
 # Bound once: these are most of a small object's framing, called per dump.
 _join = b"".join
-_pack_data = _DATA.pack
+_pack_head = _HEAD_AND_DATA.pack
 _pack_back = _BACK.pack
 
 
 def compact_dump(pickled):
-    """The bytes of a compact dump of the pickle stream ``pickled``."""
+    """The bytes of a compact dump of the pickle stream ``pickled``.
+
+    Specialised for speed, as :func:`cpersist.dumps` of a small object
+    calls it: a short stream is concatenated (quicker than a join, which a
+    long one needs: concatenating copies it twice)."""
     n = len(pickled)
-    return _join((_HEAD, _pack_data(n, DATA), pickled,
+    if n < _JOIN_FROM:
+        return (_pack_head(_HEAD, n, DATA) + pickled
+                + _pack_back(_END, _INDEX_AT + n, _xxh3_64(pickled), END_MAGIC))
+    return _join((_pack_head(_HEAD, n, DATA), pickled,
                   _pack_back(_END, _INDEX_AT + n, _xxh3_64(pickled), END_MAGIC)))
+
+
+#: The sizes of the dumps :func:`small_bytes_stream` takes: a stream of 1 to
+#: :data:`COPY_UP_TO` bytes.
+_SMALLEST, _LARGEST_COPIED = OVERHEAD + 1, OVERHEAD + COPY_UP_TO
+# small_bytes_stream writes these as literals, a constant being quicker to
+# load than a global: where the stream starts, where it ends counted from the
+# end, the trailer's size, and the sizes above.
+assert (STREAM_AT, -_BACK.size, TRAILER.size) == (72, -40, 32)
+assert (_SMALLEST, _LARGEST_COPIED) == (113, 65648)
+
+
+def small_bytes_stream(data):
+    """:func:`compact_stream` for a ``bytes`` object of at most
+    :data:`COPY_UP_TO` bytes of stream, else None: the quick path of
+    :func:`cpersist.loads` of a small object, written out for speed (its
+    offsets are checked against the layout above)."""
+    if 113 <= (size := len(data)) <= 65648 and _HEAD16 <= data < _AFTER_HEAD16:
+        stream = data[72:-40]
+        if data[-40:] == _pack_back(_END, size - 32, _xxh3_64(stream), END_MAGIC):
+            return stream
+    return None
 
 
 def compact_stream(data):
@@ -89,6 +125,31 @@ def compact_stream(data):
     if data[STREAM_AT + n:] != _pack_back(_END, _INDEX_AT + n, _xxh3_64(stream), END_MAGIC):
         return None
     return stream
+
+
+#: Largest pickle stream :func:`compact_file_stream` reads: larger compact
+#: dumps (only :func:`cpersist.dumps` makes them) go through the reader.
+READ_WHOLE_UP_TO = 64 << 10
+
+
+def compact_file_stream(path):
+    """The pickle stream of the compact dump at the local path ``path``, or
+    None when the file is anything else (left to the container reader,
+    which says what is wrong with a damaged one), read in one call."""
+    largest = READ_WHOLE_UP_TO + OVERHEAD
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None  # the general reader raises the error
+    # A regular file only: opening a FIFO here would take its writer's data.
+    if not stat.S_ISREG(info.st_mode) or not OVERHEAD < info.st_size <= largest:
+        return None
+    try:
+        with open(path, "rb", buffering=0) as file:
+            data = file.read(largest + 1)
+    except OSError:
+        return None
+    return compact_stream(data)
 
 
 def parse_compact_index(data, digest, offset, name, base=0):

@@ -13,7 +13,7 @@ from ..codecs import codec_from_config
 from ..exceptions import CorruptFileError, UnsupportedVersionError
 from .layout import (ALIGN, ENCODED, END_MAGIC, FORMAT_MAJOR, HEADER, MAGIC, MAX_CHUNK_SIZE,
                      PACK_SECTIONS_UP_TO, RECORD_SIZE, SECTIONS_CODEC, SECTIONS_EXPANSION,
-                     TRAILER, VERBATIM, Chunk, _new_chunk, checksum, corrupt, index_checks_out,
+                     TRAILER, VERBATIM, Chunk, new_chunk, checksum, corrupt, index_checks_out,
                      packed_sections_accepted)
 
 
@@ -322,7 +322,7 @@ def _parse_table(section, table, end, name, base):
                               f"section {i} claims a {section.codec.codec_id} chunk of "
                               f"{length} bytes decodes to {raw_length}, more than that "
                               f"codec can produce ({bound}): forged or damaged index")
-        chunks.append(_new_chunk(Chunk, (pos, length, raw_length, digest, flag)))
+        chunks.append(new_chunk(Chunk, (pos, length, raw_length, digest, flag)))
         pos += length + section.gap
         raw_size += raw_length
         stored_size += length

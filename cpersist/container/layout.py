@@ -220,7 +220,7 @@ def corrupt(name, what):
 
 #: Chunk(...) without the keyword handling of a namedtuple's __new__: a
 #: table lists up to thousands of chunks.
-_new_chunk = tuple.__new__
+new_chunk = tuple.__new__
 
 
 def chunk_table_text(table):

@@ -5,7 +5,7 @@ chunks, and the end record with the index and trailer (the layout is in
 import os
 from collections import deque
 
-from .._runtime.files import reservable_fd
+from .._runtime.files import named_os_error, reservable_fd
 from .._runtime.parallel import COPY_ALONE_BELOW, IN_FLIGHT_PER_THREAD, ordered_map
 from .._runtime.threads import get_pool
 from .encode import encode_array_chunk
@@ -337,14 +337,6 @@ class ContainerWriter:
         return self._pos
 
 
-def named_os_error(exc, name):
-    """``exc`` again, naming ``name`` if it names no file (a full disk's
-    ``ENOSPC`` from ``write`` names none)."""
-    if name is None or exc.filename is not None or exc.errno is None or not exc.strerror:
-        return exc
-    return OSError(exc.errno, exc.strerror, name)
-
-
 class _PendingSection:
     """A compressed section whose chunks are being encoded on the pool."""
 
@@ -357,16 +349,3 @@ class _PendingSection:
         self.first = None  # where its first chunk's payload starts
         self.table = []
         self.pieces = []
-
-
-def write_all(file, data, name):
-    """Write all of ``data`` to ``file``; an :class:`OSError` names ``name``."""
-    view = memoryview(data)
-    try:
-        while view.nbytes:
-            n = file.write(view)
-            # Raw (unbuffered) streams may write less than asked; buffered
-            # ones return None or the full length.
-            view = view[view.nbytes if n is None else n:]
-    except OSError as exc:
-        raise named_os_error(exc, name) from None

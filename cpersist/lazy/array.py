@@ -39,7 +39,7 @@ def section_fingerprint(section):
     return checksum(text.encode())
 
 
-class _Bound:
+class BoundSection:
     """A section as one reader of the file describes it, with where each
     chunk's decoded bytes start (computed on first use)."""
 
@@ -184,7 +184,7 @@ class LazyArray:
                 f"{self._file.name} has changed since the array {self.path} was opened: "
                 f"its section {self._index} no longer holds the same data; open the "
                 f"file again")
-        bound = self._bound = _Bound(reader, section)
+        bound = self._bound = BoundSection(reader, section)
         return bound
 
     def __reduce__(self):

@@ -38,7 +38,7 @@ _MAX_SHARDS = 1 << 16
 
 
 class JaxReducer:
-    """The JAX half of :class:`cpersist.pickling.pickler.ArrayPickler`.
+    """The JAX half of :class:`cpersist.pickling.array_pickler.ArrayPickler`.
 
     Parameters
     ----------

@@ -21,7 +21,7 @@ from .arrays import allocate, parse_description
 from .jax_arrays import ALIGNMENT as JAX_ALIGNMENT
 from .unpickler import ArrayUnpickler
 
-def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole,
+def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole,
           views=False, limits=None, jax_as_numpy=False):
     """``views``: return raw arrays as views of ``source.read``'s bytes (a
     :class:`~cpersist.container.sources.MemorySource`, whose reads are views)."""
@@ -31,7 +31,7 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
     root = reader.sections[reader.root]
     if root.meta.get("kind") != "pickle":
         raise reader.error("damaged index: the root section is not a pickle stream")
-    pickled = _pickle_stream(reader, root, verify, n_threads)
+    pickled = pickle_stream(reader, root, verify, n_threads)
     can_map = mmap_mode is not None and source.can_map
     # jax uses a CPU buffer in place only when it is aligned: the arrays of
     # a file of JAX arrays are, else each would be copied once more.
@@ -118,7 +118,7 @@ def _load(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads
         # Whether or not any array had a section of its own (small ones are
         # kept in a compressed pickle stream), nothing of such a file is
         # mapped. Warned once, here rather than in load_array: the
-        # unpickler's call depth varies, this frame's is fixed (load -> _load).
+        # unpickler's call depth varies, this frame's is fixed (load -> load_source).
         warnings.warn(
             f"cpersist: {name} holds compressed arrays, which cannot be "
             f"memory-mapped; they are loaded into memory",
@@ -206,7 +206,7 @@ def _stores_jax(pickled):
 
 
 def _bytes_of(pickled):
-    """The bytes of what :func:`_pickle_stream` returns: a BytesIO's value,
+    """The bytes of what :func:`pickle_stream` returns: a BytesIO's value,
     or the anonymous map itself (which has no ``getvalue``)."""
     return pickled.getvalue() if isinstance(pickled, io.BytesIO) else pickled
 
@@ -235,7 +235,7 @@ def _memmap(source, size, mode):
     return arr
 
 
-def _pickle_stream(reader, root, verify, n_threads):
+def pickle_stream(reader, root, verify, n_threads):
     """The pickle stream as a file object, decoded straight into its buffer.
 
     A BytesIO, or above :data:`~cpersist.container.CHECKED_CLAIM` bytes the

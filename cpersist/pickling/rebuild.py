@@ -165,7 +165,7 @@ def storage_of(data):
     """The torch storage sharing the memory of the 1-d array ``data``.
 
     A read-only map made by ``mmap_mode='r'`` is private (see
-    :func:`cpersist.pickling.read._load`): the tensor may write to it, and its writes
+    :func:`cpersist.pickling.read.load_source`): the tensor may write to it, and its writes
     stay in the process, as with ``torch.load(mmap=True)``. Any other
     read-only buffer (``cpersist.loads`` of ``bytes``) is copied.
     """

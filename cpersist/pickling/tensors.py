@@ -52,7 +52,7 @@ class _StorageRef:
 
 
 class TensorReducer:
-    """The tensor half of :class:`cpersist.pickling.pickler.ArrayPickler`.
+    """The tensor half of :class:`cpersist.pickling.array_pickler.ArrayPickler`.
 
     Parameters
     ----------

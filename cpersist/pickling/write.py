@@ -8,7 +8,7 @@ from .. import __version__
 from ..container import ContainerWriter, EncodedStream
 from ..stream.object_paths import object_paths
 from .arrays import describe, iter_chunks, rows_per_chunk
-from .pickler import ArrayPickler
+from .array_pickler import ArrayPickler
 
 #: Chunk size of the pickle stream: smaller than array chunks so that its
 #: compression, which overlaps pickling, spreads evenly over the threads.
@@ -24,6 +24,60 @@ INLINE_BELOW = 64 << 10
 RECORD_PATHS_FROM = 1
 
 
+class SectionWriter:
+    """A dump with each array a section, being written to ``file``.
+
+    The pickler writes its stream to :attr:`stream` and hands each array to
+    :meth:`store`; :meth:`finish` then writes the stream as the root section,
+    and the index.
+
+    Parameters
+    ----------
+    file : binary file object
+    name : str
+        Named in errors.
+    codec : Codec or None
+    protocol : int
+        Recorded in the index.
+    chunk_size : int
+        Bytes of array data per chunk.
+    n_threads : int
+    pickle_chunk_size : int
+        Bytes of pickle stream per chunk (at most ``chunk_size``).
+    """
+
+    def __init__(self, file, name, codec, protocol, chunk_size, n_threads,
+                 pickle_chunk_size=PICKLE_CHUNK_SIZE):
+        self.writer = ContainerWriter(file, n_threads, name)
+        self.store = array_store(self.writer, codec, chunk_size)
+        # The pickle stream is encoded chunk by chunk on the pool while
+        # pickling goes on.
+        self.stream = EncodedStream(codec, min(chunk_size, pickle_chunk_size), n_threads)
+        self._codec = codec
+        self._protocol = protocol
+
+    def finish(self, obj, placed, record_paths=True):
+        """Write the root section and the index; ``placed``: the pickler's
+        :attr:`~.pickler.ArrayPickler.placed`, to record the arrays' paths.
+
+        The paths are found by a second, breadth-first walk over ``obj``
+        (:func:`cpersist.stream.object_paths.object_paths`), not while
+        pickling: the C pickler, which pickles dicts, lists and strings
+        without calling back into Python, does not say where in the object
+        an array it hands to ``reducer_override`` sits, and tracking the
+        path would mean pickling every container in Python. The walk is
+        bounded by the number of sections (it gives up on large or unusual
+        objects, whose readers then walk the pickle stream).
+        """
+        writer = self.writer
+        n_sections = writer.n_sections
+        if record_paths and n_sections >= RECORD_PATHS_FROM:
+            paths = object_paths(obj, placed, n_sections)
+            if paths is not None:
+                for section, path in paths.items():
+                    writer.section_meta(section)["path"] = path
+        finish_dump(writer, self.stream.encoded_chunks(), self._codec, self._protocol)
+
 
 def write_sections(obj, file, name, codec, protocol, chunk_size, n_threads,
                    pickle_chunk_size=PICKLE_CHUNK_SIZE, fortran_as_c=False,
@@ -31,32 +85,23 @@ def write_sections(obj, file, name, codec, protocol, chunk_size, n_threads,
     """Write ``obj`` with each array a section (in a compressed file, those
     under ``inline_below`` bytes in the pickle stream); return the
     :class:`ArrayPickler` (see it for ``fortran_as_c``)."""
-    writer = ContainerWriter(file, n_threads, name)
-    store = _array_store(writer, codec, chunk_size)
-
-    # The pickle stream is encoded chunk by chunk on the pool while pickling
-    # goes on. In a compressed file, small arrays go into it too: they
-    # compress better together, and there is no memmap to lose.
-    stream = EncodedStream(codec, min(chunk_size, pickle_chunk_size), n_threads)
-    inline_below = _inline_below(codec, chunk_size, inline_below)
-    pickler = ArrayPickler(stream, protocol, store, inline_below, fortran_as_c)
+    sections = SectionWriter(file, name, codec, protocol, chunk_size, n_threads,
+                             pickle_chunk_size)
+    pickler = ArrayPickler(sections.stream, protocol, sections.store,
+                           inline_below_for(codec, chunk_size, inline_below), fortran_as_c)
     pickler.dump(obj)
-    n_sections = writer.n_sections
-    if n_sections >= RECORD_PATHS_FROM and not fortran_as_c:
-        paths = object_paths(obj, pickler.placed, n_sections)
-        if paths is not None:
-            for section, path in paths.items():
-                writer.section_meta(section)["path"] = path
-    _finish(writer, stream.encoded_chunks(), codec, protocol)
+    sections.finish(obj, pickler.placed, record_paths=not fortran_as_c)
     return pickler
 
 
-def _inline_below(codec, chunk_size, inline_below=INLINE_BELOW):
-    """Bytes under which an array is kept in the pickle stream."""
+def inline_below_for(codec, chunk_size, inline_below=INLINE_BELOW):
+    """Bytes under which an array is kept in the pickle stream: in a
+    compressed file, small arrays compress better together, and there is no
+    memmap to lose; in a raw one, every array is a section."""
     return 0 if codec is None else min(inline_below, chunk_size)
 
 
-def _array_store(writer, codec, chunk_size):
+def array_store(writer, codec, chunk_size):
     """The ``store`` function of :class:`ArrayPickler`: each array a section,
     compressed by ``codec.favouring_speed()`` when the pickler says its
     data favours speed (made on the first such array: most dumps hold none)."""
@@ -87,7 +132,7 @@ def _array_store(writer, codec, chunk_size):
     return store
 
 
-def _finish(writer, encoded, codec, protocol):
+def finish_dump(writer, encoded, codec, protocol):
     """Write the pickle stream's encoded chunks as the root section, and the index."""
     root = writer.add_encoded_section(encoded, codec=codec, meta={"kind": "pickle"})
     writer.finish(root, info={"writer": f"cpersist {__version__}", "protocol": protocol})

@@ -23,13 +23,16 @@ from ..container.frames import (ENTRY_KINDS, ENTRY_UP_TO, FILE_START, FRAME_TRAI
                                 frame_checks_out, parse_frame_head, walk_frames)
 from ..container.layout import RECORD_SIZE, TRAILER
 from ..exceptions import CorruptFileError, FileLockedError, UnwritableTargetError
-from ..pickling.pickler import ArrayPickler
-from ..pickling.small import KEEP_PICKLER_BELOW, forget_objects
+from ..pickling.array_pickler import ArrayPickler
+from ..pickling.dump import forget_objects
 from ..pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
 
 _OPEN = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 #: Bytes read at once from the end of a log to check its last frame.
 TAIL_READ = 4096
+#: A record's pickler is kept for the next record only after a stream this
+#: short: one that pickled a large record holds large buffers and memo.
+KEEP_PICKLER_BELOW = 1 << 16
 
 
 def append(obj, path, compress=0, *, protocol=None, fsync=False, timeout=None):

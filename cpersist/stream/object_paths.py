@@ -34,7 +34,7 @@ def object_paths(obj, placed, n_sections, root="obj"):
     placed : dict
         ``{id(array): section}`` for the arrays pickled as a section of
         their own, ``{id(array): None}`` for those kept in the stream
-        (:attr:`cpersist.pickling.pickler.ArrayPickler.placed`).
+        (:attr:`cpersist.pickling.array_pickler.ArrayPickler.placed`).
     n_sections : int
         How many array sections the dump wrote: every one must be found.
     root : str

@@ -19,7 +19,8 @@ import os
 from .. import __version__
 from .._args import check_chunk_size
 from ..container.sources.open import open_source
-from .._runtime.files import display_name, is_path, write_atomically
+from .._runtime.atomic import write_atomically
+from .._runtime.files import display_name, is_path
 from .._runtime.threads import check_n_threads
 from ..codecs import parse_compress
 from ..container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWriter

@@ -2,7 +2,7 @@
 killed midway left), holding the writers' lock."""
 
 from ..exceptions import CpersistError
-from .report import _message
+from .report import error_line
 
 #: The command line's exit codes (see :mod:`cpersist.cli`).
 _OK, _FAILED = 0, 1
@@ -29,7 +29,7 @@ def _cmd_repair(args):
         try:
             result = repair(path)
         except (OSError, CpersistError) as exc:
-            message = _message(exc, path)
+            message = error_line(exc, path)
             if message.startswith(f"{path}: "):
                 message = message[len(path) + 2:]
             print(f"{path}: FAILED: {message}")

@@ -7,7 +7,7 @@ command line (:mod:`cpersist.cli`) builds the reports and prints these.
 from .table import format_table
 
 
-def _human(n):
+def human_size(n):
     """Bytes as a short string: ``'812 B'``, ``'4.2 KiB'``, ``'1.0 GiB'``."""
     if n is None:
         return "?"
@@ -121,7 +121,7 @@ def _rows(info):
         tensors = views.get(entry.get("section"))
         if not tensors:
             add(entry, [entry.get("path", "?"), _dtype_name(entry.get("dtype", "?")),
-                        _shape(entry.get("shape")), _human(entry.get("raw_bytes")), codec])
+                        _shape(entry.get("shape")), human_size(entry.get("raw_bytes")), codec])
             continue
         itemsize = _itemsize(entry.get("dtype"))
         for tensor in tensors:
@@ -130,11 +130,11 @@ def _rows(info):
             add(tensor, [tensor.get("path", "?"),
                          f"torch.{dtype}" if isinstance(dtype, str) else "?",
                          _shape(tensor.get("shape")),
-                         _human(numel * itemsize if numel is not None and itemsize else None),
+                         human_size(numel * itemsize if numel is not None and itemsize else None),
                          codec])
     for entry in info.get("inline_arrays") or []:
         add(entry, [entry.get("path", "?"), _dtype_name(entry.get("dtype", "?")),
-                    _shape(entry.get("shape")), _human(entry.get("raw_bytes")), IN_STREAM])
+                    _shape(entry.get("shape")), human_size(entry.get("raw_bytes")), IN_STREAM])
     return rows
 
 
@@ -160,7 +160,7 @@ def _contents(info):
                  + sum(a.get("raw_bytes") or 0 for a in inline))
     size = info.get("file_bytes")
     ratio = f" (ratio {in_memory / size:.2f})" if size and in_memory else ""
-    return (f"{' and '.join(parts)}: {_human(in_memory)} in memory, {_human(size)} "
+    return (f"{' and '.join(parts)}: {human_size(in_memory)} in memory, {human_size(size)} "
             f"in the file{ratio}")
 
 
@@ -230,8 +230,8 @@ def _details(info):
     arrays = info.get("arrays", [])
     if arrays:
         lines.append(f"sections: {_count(len(arrays), 'array')}, "
-                     f"{_human(sum(a.get('raw_bytes') or 0 for a in arrays))} uncompressed, "
-                     f"{_human(sum(a.get('stored_bytes') or 0 for a in arrays))} stored")
+                     f"{human_size(sum(a.get('raw_bytes') or 0 for a in arrays))} uncompressed, "
+                     f"{human_size(sum(a.get('stored_bytes') or 0 for a in arrays))} stored")
         rows = []
         for a in arrays:
             ratio = a.get("ratio")
@@ -239,7 +239,7 @@ def _details(info):
                 a.get("section", "?"), a.get("path", "?"), _shape(a.get("shape")),
                 a.get("dtype", "?"), a.get("order", "?"), a.get("codec") or "raw",
                 a.get("level") if a.get("level") is not None else "-",
-                _human(a.get("stored_bytes")), _human(a.get("raw_bytes")),
+                human_size(a.get("stored_bytes")), human_size(a.get("raw_bytes")),
                 f"{ratio:.2f}" if ratio is not None else "-",
             ])
         lines += _table(rows, ["section", "path", "shape", "dtype", "order", "codec", "level",
@@ -257,7 +257,7 @@ def _details(info):
     if inline:
         lines.append(f"small arrays inside the pickle stream: {len(inline)}")
         rows = [[a.get("path", "?"), _shape(a.get("shape")), a.get("dtype", "?"),
-                 a.get("order", "?"), _human(a.get("raw_bytes"))] for a in inline]
+                 a.get("order", "?"), human_size(a.get("raw_bytes"))] for a in inline]
         lines += _table(rows, ["path", "shape", "dtype", "order", "raw"], right=(4,))
     return lines
 
@@ -277,7 +277,7 @@ def format_info(info, *, every=False, details=False):
         return format_log_info(info)
     head = f"{info['file']}: cpersist format {_format_version(info.get('format'))}"
     if info.get("layout") == "tiny":
-        head += f", tiny dump of {_human(info.get('file_bytes'))}"
+        head += f", tiny dump of {human_size(info.get('file_bytes'))}"
     writer_info = info.get("info") if isinstance(info.get("info"), dict) else {}
     if writer_info.get("writer"):
         head += f", written by {writer_info['writer']}"
@@ -287,8 +287,8 @@ def format_info(info, *, every=False, details=False):
     pickle_info = info.get("pickle") or {}
     if pickle_info:
         lines.append(
-            f"pickle stream: {_human(pickle_info.get('stored_bytes'))} stored, "
-            f"{_human(pickle_info.get('raw_bytes'))} uncompressed, "
+            f"pickle stream: {human_size(pickle_info.get('stored_bytes'))} stored, "
+            f"{human_size(pickle_info.get('raw_bytes'))} uncompressed, "
             f"protocol {pickle_info.get('protocol', '?')}"
         )
     lines += _globals_lines(info, every or details)
@@ -298,7 +298,7 @@ def format_info(info, *, every=False, details=False):
     return "\n".join(lines)
 
 
-def _json_default(value):
+def json_default(value):
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     return str(value)
@@ -321,10 +321,10 @@ def format_verified(path, result, resealed):
     if verdict is not None and not verdict["accepted"]:
         note += (f"; a restricted load (trusted=False) refuses it: {verdict['refusal']}")
     return (f"{path}: OK ({result['sections']} sections, {result['chunks']} chunks, "
-            f"{_human(result['stored_bytes'])} checked){note}")
+            f"{human_size(result['stored_bytes'])} checked){note}")
 
 
-def _message(exc, path=None):
+def error_line(exc, path=None):
     """One line for ``exc``, naming the file: its own ``filename``, else
     ``path`` unless the message starts with a name already."""
     text = str(exc)

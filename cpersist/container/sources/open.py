@@ -5,12 +5,10 @@ becomes the :class:`~.abc.ByteSource` the container reader reads through.
 
 import warnings
 
-from ..._runtime.files import display_name, is_path, is_writable
-from ..._runtime.remote import check_storage_options, is_remote
-from . import source_for
+from ..._runtime.locations import FILE_OBJECT, FSSPEC_FILE, LOCAL_FILE, REMOTE, STREAM, locate
 from .abc import ByteSource
+from .fileobj import FileObjectSource
 from .local import LocalFileSource
-from .remote import fsspec_file_source, open_remote
 from .spooled import SpooledSource
 
 
@@ -46,52 +44,60 @@ def open_source(source, mmap_mode=None, *, storage_options=None, what="source", 
         For ``mmap_mode='r+'`` on a file object open read-only.
     """
     if isinstance(source, ByteSource):
-        return _Borrowed(source)
-    check_storage_options(storage_options, source)
-    if is_remote(source):
-        opened = open_remote(source, storage_options)
-        if isinstance(opened, ByteSource):
-            if mmap_mode:
-                _warn_not_mapped(opened.name, "it is in remote storage", stacklevel)
-            return opened
-        source = opened  # the path of a file:// URL
-    else:
-        opened = fsspec_file_source(source)
-        if opened is not None:
-            if mmap_mode:
-                _warn_not_mapped(opened.name, "it is in remote storage", stacklevel)
-            return opened
-    name = display_name(source)
-    if is_path(source):
-        file = open(source, "r+b" if mmap_mode == "r+" else "rb")
-        try:
-            opened = source_for(file, name, owned=True)
-        except BaseException:
-            file.close()
-            raise
-        if mmap_mode and isinstance(opened, SpooledSource):
-            _warn_not_mapped(name, "it is not seekable (a pipe?)", stacklevel)
+        return Borrowed(source)
+    where = locate(source, storage_options, mmap_mode)
+    kind = where.kind
+    if kind == REMOTE or kind == FSSPEC_FILE:
+        from .fsspec import FsspecSource  # imports concurrent.futures: only for remote objects
+
+        if kind == REMOTE:
+            opened = FsspecSource(where.fs, where.path, where.name,
+                                  storage_options if where.url else None, url=where.url)
+        else:
+            opened = FsspecSource(where.fs, where.path, file=where.file)
+        if mmap_mode:
+            _warn_not_mapped(opened.name, "it is in remote storage", stacklevel)
         return opened
-    if not hasattr(source, "read"):
-        raise TypeError(
-            f"{what} must be a path or a binary file object, got {type(source).__name__}"
-        )
-    opened = source_for(source, name)
-    if mmap_mode:
-        if isinstance(opened, SpooledSource):
-            _warn_not_mapped(name, "the stream is not seekable", stacklevel)
-        elif not isinstance(opened, LocalFileSource):
-            _warn_not_mapped(name, f"a {type(source).__name__} is not a plain file object "
-                                   f"(only those made by open() are mapped)", stacklevel)
-        elif mmap_mode == "r+" and not is_writable(source):
+    if where.owned:
+        try:
+            return _file_source(source, where, mmap_mode, what, stacklevel)
+        except BaseException:
+            where.file.close()
+            raise
+    return _file_source(source, where, mmap_mode, what, stacklevel)
+
+
+def _file_source(source, where, mmap_mode, what, stacklevel):
+    """The byte source of a local file object (``where.owned``: opened
+    from a path, by :func:`~cpersist._runtime.locations.locate`)."""
+    kind, name, file = where.kind, where.name, where.file
+    if kind == STREAM:
+        opened = SpooledSource(file, name)
+        if where.owned:
+            file.close()
+        if mmap_mode:
+            _warn_not_mapped(name, "it is not seekable (a pipe?)" if where.owned
+                             else "the stream is not seekable", stacklevel + 1)
+        return opened
+    if kind == LOCAL_FILE:
+        if not where.writable:
             raise ValueError(
                 f"mmap_mode='r+' maps {name} for writing, but the file object is "
                 f"open read-only; open it with 'r+b', or use mmap_mode='r' or 'c'"
             )
-    return opened
+        return LocalFileSource(file, name, where.fd, where.owned)
+    if kind == FILE_OBJECT:
+        opened = FileObjectSource(file, name)
+        if where.owned:  # a path opens as a plain file: only on Windows
+            opened.close = file.close
+        elif mmap_mode:
+            _warn_not_mapped(name, f"a {type(source).__name__} is not a plain file object "
+                                   f"(only those made by open() are mapped)", stacklevel + 1)
+        return opened
+    raise TypeError(f"{what} must be a path or a binary file object, got {type(source).__name__}")
 
 
-class _Borrowed:
+class Borrowed:
     """A byte source passed in by the caller: used, not closed."""
 
     def __init__(self, source):

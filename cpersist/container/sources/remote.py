@@ -1,19 +1,17 @@
-"""Remote objects opened as byte sources: a URL, a ``(file system, path)``
-pair, an :class:`fsspec.core.OpenFile` or an fsspec file becomes an
-:class:`~.fsspec.FsspecSource`; a :class:`RemoteReference` reopens the same
-version of the object in another process (a dask worker). Telling a URL from
-a path and resolving it is :mod:`cpersist._runtime.remote`.
+"""Remote objects reopened: a :class:`RemoteReference` reopens the same
+version of an object in another process (a dask worker). Telling a URL from
+a path and resolving it is :mod:`cpersist._runtime.remote`; opening any
+source, :mod:`.open`.
 """
 
 import sys
 
-from ..._runtime.remote import is_filesystem, is_url, protocols_of, resolve
+from ..._runtime.remote import resolve
 from ...exceptions import FileChangedError, RemoteStorageError
 
 
-def open_remote(obj, storage_options=None):
-    """The byte source of a remote object, or the local path of a
-    ``file://`` URL.
+def open_remote(url, storage_options=None):
+    """The byte source of the remote object ``url`` names.
 
     Raises
     ------
@@ -22,25 +20,8 @@ def open_remote(obj, storage_options=None):
     """
     from .fsspec import FsspecSource  # imports concurrent.futures: only for remote objects
 
-    fs, path, name = resolve(obj, storage_options)
-    if fs is None:
-        return path
-    return FsspecSource(fs, path, name, storage_options if is_url(obj) else None,
-                        url=obj if is_url(obj) else None)
-
-
-def fsspec_file_source(file):
-    """A range-reading source for an fsspec file object open for reading
-    at its start (``fs.open(path)``), or None: read any other through its
-    methods. Its own reads would cost a request per read-ahead block."""
-    if not (getattr(file, "mode", None) == "rb" and hasattr(file, "fs")
-            and isinstance(getattr(file, "path", None), str) and is_filesystem(file.fs)):
-        return None
-    if "file" in protocols_of(file.fs) or file.tell() != 0:
-        return None
-    from .fsspec import FsspecSource
-
-    return FsspecSource(file.fs, file.path, file=file)
+    fs, path, name = resolve(url, storage_options)
+    return FsspecSource(fs, path, name, storage_options, url=url)
 
 
 def reopen(url, storage_options, identity):

@@ -15,7 +15,7 @@ smallest file is kept:
   (:mod:`cpersist.container.tiny`), whose 13 bytes of framing and built-in
   dictionary suit objects of a few hundred bytes;
 * when the object holds Fortran-ordered arrays, both again with those
-  arrays stored in C order (see :class:`~cpersist.pickling.pickler.ArrayPickler`).
+  arrays stored in C order (see :class:`~cpersist.pickling.array_pickler.ArrayPickler`).
 
 "Small" means a pickle stream, arrays inside, of at most
 :data:`WHOLE_STREAM_UP_TO` bytes: that stream and the candidate files are
@@ -28,9 +28,8 @@ import io
 
 from ..container import ENCODED, VERBATIM, ContainerWriter, checksum, encode_chunk
 from ..container.tiny import MAX_STREAM, tiny_dump
-from ..container.writer import write_all
-from .small import pickle_within
-from .write import INLINE_BELOW, _finish, write_sections
+from .array_pickler import ArrayPickler
+from .write import INLINE_BELOW, finish_dump, write_sections
 
 #: Largest pickle stream (arrays inside) written as one chunk, or as a tiny dump.
 WHOLE_STREAM_UP_TO = MAX_STREAM
@@ -40,13 +39,36 @@ TINY_UP_TO = 64 << 10
 
 
 
+class _TooLarge(Exception):
+    """Pickling met an array for a section, or passed the stream's limit."""
+
+
+class _BoundedBuffer(io.BytesIO):
+    def __init__(self, limit):
+        super().__init__()
+        self._limit = limit
+
+    def write(self, data):
+        if self.tell() + memoryview(data).nbytes > self._limit:
+            raise _TooLarge
+        return super().write(data)
+
+
+def _refuse(arr, favour_speed=False):
+    raise _TooLarge
+
+
 def whole_stream(obj, protocol, fortran_as_c=False):
     """``(stream, saw_fortran)``: the pickle stream of ``obj`` with every
     array inside it, or None for the stream when it would pass
     :data:`WHOLE_STREAM_UP_TO` bytes."""
-    buf, pickler = pickle_within(obj, protocol, WHOLE_STREAM_UP_TO, WHOLE_STREAM_UP_TO + 1,
-                                 fortran_as_c)
-    return (None if buf is None else buf.getvalue()), pickler.saw_fortran
+    buf = _BoundedBuffer(WHOLE_STREAM_UP_TO)
+    pickler = ArrayPickler(buf, protocol, _refuse, WHOLE_STREAM_UP_TO + 1, fortran_as_c)
+    try:
+        pickler.dump(obj)
+    except _TooLarge:
+        return None, pickler.saw_fortran
+    return buf.getvalue(), pickler.saw_fortran
 
 
 def _one_chunk_dump(stream, name, codec, protocol):
@@ -63,7 +85,7 @@ def _one_chunk_dump(stream, name, codec, protocol):
         encoded = codec.encode(memoryview(stream), 1)
         if len(encoded) < len(stream):
             stored, digest, flag = encoded, checksum(encoded), ENCODED
-    _finish(writer, [(stored, len(stream), digest, flag)], codec, protocol)
+    finish_dump(writer, [(stored, len(stream), digest, flag)], codec, protocol)
     return out.getvalue()
 
 
@@ -77,13 +99,15 @@ def _sections_dump(obj, name, codec, protocol, chunk_size, n_threads, fortran_as
     return out.getvalue(), pickler.inlined
 
 
-def write_smallest(obj, file, name, codec, protocol, chunk_size, n_threads):
-    """Write to ``file`` the smallest dump of ``obj`` (see the module's doc)."""
+def write_smallest(obj, target, codec, protocol, chunk_size, n_threads):
+    """Write to ``target`` (see :mod:`cpersist._runtime.targets`) the
+    smallest dump of ``obj`` (see the module's doc)."""
+    name = target.name
     stream, fortran = whole_stream(obj, protocol)
     if stream is None:
         # The pickle stream in chunks as large as the arrays': the back ends
         # find more to match in a larger chunk.
-        write_sections(obj, file, name, codec, protocol, chunk_size, n_threads,
+        write_sections(obj, target.file(), name, codec, protocol, chunk_size, n_threads,
                        pickle_chunk_size=chunk_size)
         return
     candidates = [_one_chunk_dump(stream, name, codec, protocol)]
@@ -107,4 +131,4 @@ def write_smallest(obj, file, name, codec, protocol, chunk_size, n_threads):
             candidates.append(_sections_dump(obj, name, codec, protocol, chunk_size,
                                              n_threads, fortran_as_c, 0)[0])
         candidates = [min(candidates, key=len)]
-    write_all(file, candidates[0], name)
+    target.write_whole(candidates[0])

@@ -57,6 +57,9 @@ class ArrayPickler(pickle.Pickler):
 
     Attributes
     ----------
+    store : callable
+        As the parameter; the dump's writer replaces it when the dump turns
+        sectioned (:mod:`cpersist.pickling.dump`).
     saw_fortran : bool
         Whether a Fortran-ordered array of 2 or more dimensions (not also
         C-contiguous) was pickled.
@@ -71,7 +74,7 @@ class ArrayPickler(pickle.Pickler):
     def __init__(self, file, protocol, store, inline_below=0, fortran_as_c=False):
         super().__init__(file, protocol)
         self._protocol = protocol
-        self._store = store
+        self.store = store
         self._inline_below = inline_below
         self._fortran_as_c = fortran_as_c
         self.saw_fortran = False
@@ -104,8 +107,8 @@ class ArrayPickler(pickle.Pickler):
             data, order = to_inline(arr, self._protocol)
             return inline_array, (data, inline_dtype(arr.dtype), arr.shape, order)
         if favours_speed(arr.dtype):  # ml_dtypes' bfloat16, as torch's
-            return stored_array, (self._store(arr, favour_speed=True),)
-        return stored_array, (self._store(arr),)
+            return stored_array, (self.store(arr, favour_speed=True),)
+        return stored_array, (self.store(arr),)
 
     def reducer_override(self, obj):
         cls = type(obj)
@@ -127,7 +130,7 @@ class ArrayPickler(pickle.Pickler):
             if tensors is None and "torch" in sys.modules:
                 from .tensors import TensorReducer
 
-                tensors = self.tensors = TensorReducer(self._store)
+                tensors = self.tensors = TensorReducer(self.store)
             if tensors is not None:
                 if isinstance(obj, tensors.tensor_type):
                     return tensors.reduce(obj)

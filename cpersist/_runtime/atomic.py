@@ -1,0 +1,192 @@
+"""Writing a file whole or not at all: through a temporary file beside it,
+renamed onto it once complete."""
+
+import errno
+import os
+import stat
+
+from .temporaries import new_temporary, remove_dead_temporaries
+
+
+#: Write buffer of files cpersist creates. A file holds a section (with its
+#: alignment padding) per array: with the default 8 KiB buffer, a file of
+#: many small arrays costs about two write calls per array. Writes larger
+#: than the buffer bypass it.
+WRITE_BUFFER = 1 << 20
+
+
+def write_atomically(path, write, fsync):
+    """Call ``write(file)`` on an :class:`AtomicFile` at ``path``'s file
+    (``write`` may also be the bytes to write)."""
+    with AtomicFile(path, fsync) as target:
+        if callable(write):
+            write(target.file())
+        else:
+            target.write_whole(write)
+
+
+class AtomicFile:
+    """A file that appears at ``path`` whole or not at all: written as a
+    temporary file, renamed onto ``path`` when the ``with`` block ends
+    without an exception, removed when it raises.
+
+    The temporary file lives in the target's directory (so ``os.replace`` is
+    an atomic rename) and is named ``.<target name>.<host>-<n>.cpersist-tmp``
+    (see :func:`.temporaries.temporary_name`); it stays locked until renamed
+    or removed, and temporary files that dumps to ``path`` left when they
+    died are removed first (:func:`.temporaries.remove_dead_temporaries`).
+    On an exception an existing target is left untouched; an
+    :class:`OSError` that names no file (a full disk: ``ENOSPC``) is raised
+    again naming ``path``, once (closing the temporary file would report
+    the same error a second time). With ``fsync`` the data and then the
+    directory entry are flushed to disk before the block ends, so the new
+    file survives a power loss.
+
+    Either :meth:`file` (a buffered file object, made on first call) or
+    :meth:`write_whole` (a dump made in memory, written with
+    :func:`os.write`: a buffered file object's buffer costs a small file
+    more than its data) writes the bytes.
+    """
+
+    __slots__ = ("name", "names", "_fsync", "_mode", "_directory", "_fd", "_tmp", "_held", "_file")
+
+    def __init__(self, path, fsync=False):
+        name = self.name = os.fsdecode(path)
+        self.names = [name]
+        self._fsync = fsync
+        self._mode = _existing_mode(name)
+        directory, base = os.path.split(name)  # directory "": the current one
+        self._directory = directory
+        remove_dead_temporaries(directory, base)
+        try:
+            # A new file gets 0o666 less the umask from the kernel, as open()
+            # gives it; a replaced one keeps its permission bits, set before
+            # the rename (the data is never readable by more than either allows).
+            self._fd, self._tmp = new_temporary(
+                directory, base, 0o666 if self._mode is None else 0o600)
+        except OSError:
+            _check_parent(name)
+            raise
+        self._file = None
+        # The temporary file's lock lasts while a descriptor of its open file
+        # description is open: this one outlives the write's, up to the rename.
+        self._held = os.dup(self._fd)
+
+    def __enter__(self):
+        return self
+
+    def file(self):
+        """The temporary file as a buffered binary file object."""
+        if self._file is None:
+            self._file = open(self._fd, "wb", buffering=WRITE_BUFFER, closefd=False)
+        return self._file
+
+    def write_whole(self, data):
+        """Write ``data``, the whole file, with :func:`os.write`."""
+        fd = self._fd
+        written = os.write(fd, data)
+        if written < len(data):
+            view = memoryview(data)[written:]
+            while view:
+                view = view[os.write(fd, view):]
+
+    def __exit__(self, kind, exc, traceback):
+        try:
+            if kind is None:
+                try:
+                    self._close()
+                    os.replace(self._tmp, self.name)
+                except BaseException as error:
+                    exc = error
+            if exc is not None:
+                self._discard()
+                if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+                    raise OSError(exc.errno, exc.strerror, self.name) from None
+                if kind is None:
+                    raise exc
+                return False
+        finally:
+            os.close(self._held)
+        if self._fsync:
+            dir_fd = os.open(self._directory or os.curdir, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        return False
+
+    def _close(self):
+        """Flush what is written, set the mode and close the temporary file."""
+        if self._file is not None:
+            self._file.flush()
+        if self._mode is not None:
+            os.fchmod(self._fd, self._mode)
+        if self._fsync:
+            os.fsync(self._fd)
+        fd, self._fd = self._fd, None
+        try:
+            if self._file is not None:
+                self._file.close()
+        finally:
+            os.close(fd)
+
+    def _discard(self):
+        """Close and remove the temporary file."""
+        if self._fd is not None:
+            try:
+                if self._file is not None:
+                    self._file.close()  # fails again if what is buffered cannot be written
+            except OSError:
+                pass
+            os.close(self._fd)
+            self._fd = None
+        try:
+            os.unlink(self._tmp)
+        except OSError:
+            pass
+
+
+def _existing_mode(name):
+    """Permission bits of the file at ``name``, None when there is none.
+
+    Raises
+    ------
+    IsADirectoryError
+        If ``name`` is a directory or ends with a separator: checked before
+        anything is written.
+    """
+    try:
+        mode = os.stat(name).st_mode
+    except OSError:  # none there, or not one we may look at: a new file's mode
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(
+            errno.EISDIR, f"is a directory; give the path of a file to write, such as "
+            f"{os.path.join(name, 'data.cp')!r}", name)
+    if name.endswith(("/", os.sep)):
+        raise IsADirectoryError(
+            errno.EISDIR, "names a directory (it ends with a separator); give the path of a "
+            "file to write", name)
+    return None if mode is None else stat.S_IMODE(mode)
+
+
+def _check_parent(name):
+    """Raise the error that says why no file can be created at the path
+    ``name``: its parent directory is missing or is not a directory. Called
+    when creating the temporary file failed, to name the path as the user
+    gave it (not the temporary file's).
+
+    Raises
+    ------
+    FileNotFoundError, NotADirectoryError
+    """
+    parent = os.path.dirname(os.path.abspath(name))
+    if not os.path.exists(parent):
+        raise FileNotFoundError(
+            errno.ENOENT, f"no directory {os.path.dirname(name) or parent!r} to write into; "
+            f"create it first (os.makedirs)", name)
+    if not os.path.isdir(parent):
+        raise NotADirectoryError(
+            errno.ENOTDIR, f"{os.path.dirname(name)!r} is not a directory", name)
+
+

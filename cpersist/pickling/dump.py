@@ -1,0 +1,184 @@
+"""``dump``'s writer: the object pickled once, into memory while its dump may
+still be small, into sections from the moment it cannot be.
+
+Most objects a program dumps are small and hold no array that needs a
+section of its own: a result cached by ``joblib.Memory``, a message, a small
+model's settings. Their dump is made in memory and handed to the target
+whole (one system call for a path): a compact dump
+(:mod:`cpersist.container.compact`: the pickle stream behind a fixed
+header, no JSON index), or, where compressing the stream saves more than an
+index costs or the stream holds arrays, a dump of one compressed section.
+
+The pickler writes its stream into memory until an array needs a section
+(every array in a raw dump, those of :func:`.write.inline_below_for` bytes
+or more in a compressed one) or the stream passes :data:`SMALL_STREAM`
+bytes. From that moment the dump is a sectioned one
+(:class:`.write.SectionWriter` on the target's file): the stream so far
+goes to it, and pickling goes on where it was; nothing is pickled twice.
+"""
+
+import io
+import threading
+
+from .._runtime.threads import default_n_threads
+from ..container import VERBATIM, ContainerWriter, encode_chunk
+from ..container.compact import compact_dump
+from .array_pickler import ArrayPickler
+from .write import SectionWriter, finish_dump, inline_below_for
+from .write_max import write_smallest
+
+#: Largest pickle stream written as a whole dump made in memory: past it,
+#: the general writer's index costs little beside the stream.
+SMALL_STREAM = 64 << 10
+#: About what the JSON index and section records of a one-section dump add
+#: to a compact dump's fixed bytes: a compressed stream is written as a
+#: one-section dump only when compressing saves more than this.
+INDEX_BYTES = 320
+#: After a longer stream, a kept pickler's memo table is replaced by a new
+#: one rather than cleared (here and in :func:`cpersist.dumps`): a table
+#: keeps the size the largest object needed, and clearing walks all of it,
+#: at every later call (after a dict of 100 keys, as long as pickling a small
+#: object takes).
+RESET_MEMO_ABOVE = 256
+
+
+def write_dump(obj, target, codec, protocol, chunk_size, n_threads):
+    """Write the dump of ``obj`` to ``target`` (see
+    :mod:`cpersist._runtime.targets`), its arguments checked;
+    ``n_threads`` None: all available CPUs."""
+    if codec is not None and codec.codec_id == "max":
+        write_smallest(obj, target, codec, protocol, chunk_size,
+                       n_threads or default_n_threads())
+        return
+    key = protocol, inline_below_for(codec, chunk_size)
+    pickling = _kept_pickling(key)
+    pickling.start(target, codec, protocol, chunk_size, n_threads)
+    try:
+        pickling.pickler.dump(obj)
+    except BaseException:
+        # Not reused: a pickler stopped midway may hold state of its own.
+        _drop(key, pickling)
+        raise
+    sections = pickling.sections
+    if sections is not None:
+        # Not reused either: it holds the sections' numbers and, maybe, a
+        # long stream's buffers (see _Pickling.reset).
+        _drop(key, pickling)
+        sections.finish(obj, pickling.pickler.placed)
+        return
+    stream = pickling.memory.getvalue()
+    inlined = pickling.pickler.inlined
+    pickling.reset(len(stream))
+    target.write_whole(whole_dump(stream, inlined, target.name, codec, protocol))
+
+
+def whole_dump(stream, inlined, name, codec, protocol):
+    """The bytes of the dump of a pickle stream with ``inlined`` arrays inside."""
+    if codec is not None:
+        stored, digest, flag = encode_chunk(codec, stream)
+        # Arrays kept in a compressed stream are written with an index too:
+        # the file says it is compressed, so a load asking to map them says
+        # they cannot be.
+        if inlined or (flag != VERBATIM and len(stored) + INDEX_BYTES < len(stream)):
+            out = io.BytesIO()
+            finish_dump(ContainerWriter(out, 1, name), [(stored, len(stream), digest, flag)],
+                        codec, protocol)
+            return out.getvalue()
+    return compact_dump(stream)
+
+
+def forget_objects(pickler, stream_length):
+    """Empty ``pickler``'s memo after a stream of ``stream_length`` bytes."""
+    if stream_length > RESET_MEMO_ABOVE:
+        pickler.memo = {}
+    else:
+        pickler.clear_memo()
+
+
+class _Pickling:
+    """A thread's pickler, kept between dumps (making one costs more than
+    pickling a small object does), and the dump it is writing.
+
+    It is the pickler's file: the stream goes to :attr:`memory` until the
+    dump turns sectioned, then to its :attr:`sections`' stream.
+    """
+
+    __slots__ = ("pickler", "memory", "sections", "busy", "_target", "_codec", "_protocol",
+                 "_chunk_size", "_n_threads")
+
+    def __init__(self, protocol, inline_below):
+        self.memory = io.BytesIO()
+        self.sections = None
+        self.busy = False
+        self.pickler = ArrayPickler(self, protocol, self._store, inline_below)
+
+    def start(self, target, codec, protocol, chunk_size, n_threads):
+        self.busy = True
+        self._target = target
+        self._codec = codec
+        self._protocol = protocol
+        self._chunk_size = chunk_size
+        self._n_threads = n_threads
+
+    def write(self, data):
+        sections = self.sections
+        if sections is None:
+            memory = self.memory
+            if memory.tell() + memoryview(data).nbytes <= SMALL_STREAM:
+                return memory.write(data)
+            sections = self._to_sections()
+        return sections.stream.write(data)
+
+    def _store(self, arr, favour_speed=False):
+        sections = self.sections
+        if sections is None:
+            sections = self._to_sections()
+        return sections.store(arr, favour_speed)
+
+    def _to_sections(self):
+        """Turn the dump into a sectioned one on the target's file."""
+        target = self._target
+        sections = self.sections = SectionWriter(
+            target.file(), target.name, self._codec, self._protocol, self._chunk_size,
+            self._n_threads or default_n_threads())
+        if self.memory.tell():
+            sections.stream.write(self.memory.getvalue())
+        self.memory = None
+        self.pickler.store = sections.store  # the next arrays straight there
+        return sections
+
+    def reset(self, stream_length):
+        """Ready for the next dump, after one written whole from memory."""
+        self.memory.seek(0)
+        self.memory.truncate()
+        pickler = self.pickler
+        forget_objects(pickler, stream_length)
+        pickler.forget()
+        pickler.inlined = 0
+        pickler.saw_fortran = False
+        self._target = None
+        self.busy = False
+
+
+_kept = threading.local()
+
+
+def _kept_pickling(key):
+    """This thread's kept :class:`_Pickling` for ``key`` (protocol,
+    inline_below), made if there is none; a new one, not kept, while that
+    one is in use (an object whose pickling dumps another)."""
+    picklers = getattr(_kept, "picklers", None)
+    if picklers is None:
+        picklers = _kept.picklers = {}
+    kept = picklers.get(key)
+    if kept is None:
+        kept = picklers[key] = _Pickling(*key)
+    elif kept.busy:
+        return _Pickling(*key)
+    return kept
+
+
+def _drop(key, kept):
+    """Stop keeping ``kept``, if it is the one kept for ``key``."""
+    if _kept.picklers.get(key) is kept:
+        del _kept.picklers[key]
