@@ -28,6 +28,9 @@ class RecordLog:
     Made by :func:`cpersist.open`: ``cpersist.open(path)`` reads,
     ``cpersist.open(path, "a")`` also appends (holding the writers' lock
     until closed). Use it as a context manager, or call :meth:`close`.
+    ``cpersist.open(path)`` also gives one for a file of several dumps
+    written one after another (to the file opened ``"ab"``), each dump a
+    record, read the same way (:attr:`dumps` is then true).
 
     ``len(log)`` is the number of complete records; ``log[i]`` loads record
     ``i`` (negative numbers count from the end; a slice gives a list)
@@ -40,6 +43,9 @@ class RecordLog:
     ----------
     name : str
         The file's path.
+    dumps : bool
+        Whether the file is plain dumps one after another rather than a
+        record log (only a record log is appended to).
     """
 
     def __init__(self, path, load_dump, *, trusted=True, verify=True, limits=None,
@@ -52,8 +58,6 @@ class RecordLog:
         try:
             self._file = open(path, "rb")
             head = os.pread(self._file.fileno(), FRAMES_AT, 0)
-            #: Whether the file is plain dumps written one after another,
-            #: each a record, rather than a record log.
             self.dumps = writer is None and starts_with_dump(head)
             if not self.dumps:
                 check_file_start(head, self.name)
