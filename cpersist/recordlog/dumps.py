@@ -67,6 +67,33 @@ def _dump_size(read, position, rest, name):
         raise
 
 
+#: Bytes read at once while walking dumps: the records of many small
+#: dumps come in one read.
+WALK_BLOCK = 64 << 10
+
+
+class _Blocks:
+    """``read(offset, length)`` served from one block of the file read at a
+    time: each dump's walk asks for a window from its own start, which for
+    small dumps lies in the block already read. A window given may be
+    shorter than asked for (the walk reads on where it ends), but holds a
+    record header at least."""
+
+    def __init__(self, read, size):
+        self._read, self._size = read, size
+        self._block, self._at = b"", 0
+
+    def __call__(self, offset, length):
+        start = offset - self._at
+        if 0 <= start and start + min(length, HEADER.size) <= len(self._block):
+            return memoryview(self._block)[start:start + length]
+        if length > WALK_BLOCK:
+            return self._read(offset, length)
+        self._at = offset
+        self._block = self._read(offset, min(WALK_BLOCK, self._size - offset))
+        return memoryview(self._block)[:length]
+
+
 def walk_dumps(read, size, name, begin=0, starts=None):
     """Walk the dumps of a file of ``size`` bytes from ``begin``, which
     starts one; ``read(offset, length)`` reads it. Returns a
@@ -81,6 +108,7 @@ def walk_dumps(read, size, name, begin=0, starts=None):
     """
     starts = [] if starts is None else starts
     position = begin
+    read = _Blocks(read, size)
     while position < size:
         length = _dump_size(read, position, size - position, name)
         if length is None:
