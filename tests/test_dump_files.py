@@ -1,7 +1,8 @@
 """Files of several dumps written one after another (``open(path, "ab")``,
 then ``cpersist.dump`` again and again): read by path as a sequence of
 records, as a record log is; a dump cut short at the end is a torn tail,
-ignored and kept; damage anywhere else is reported. A file object reads one
+ignored and kept by readers, cut by repair; damage anywhere else is
+reported, and not cut. A file object reads one
 dump at a time, from where it is."""
 
 import json
@@ -125,10 +126,21 @@ def test_a_dump_cut_short_at_the_end_is_a_torn_tail(tmp_path, last):
         assert log.refresh() == 3
         assert_same(items[2][0], log[2], mmap=True)
     assert main(["verify", str(path)]) == 0
-    # the first dump cut short is a truncated dump, as before
+    # repair cuts the torn dump off, after which dumping again is safe
+    path.write_bytes(data[:committed + half])
+    assert cpersist.repair(path) == {"records": 2, "cut_bytes": half}
+    assert path.read_bytes() == data[:committed]
+    assert cpersist.repair(path) == {"records": 2, "cut_bytes": 0}
+    write_dumps(path, items[2:])
+    assert_same([obj for obj, _ in items], cpersist.load(path))
+    # the first dump cut short is a truncated dump, as before, which repair
+    # leaves alone
     path.write_bytes(data[:offsets[1] - 1])
     with pytest.raises(cpersist.CorruptFileError, match="truncated"):
         cpersist.load(path)
+    with pytest.raises(cpersist.CorruptFileError, match="nothing was cut"):
+        cpersist.repair(path)
+    assert path.stat().st_size == offsets[1] - 1
 
 
 def test_damage_between_or_inside_dumps_is_reported(tmp_path, capsys):
@@ -149,6 +161,10 @@ def test_damage_between_or_inside_dumps_is_reported(tmp_path, capsys):
         cpersist.load(path)
     assert main(["verify", str(path)]) == 1
     assert "FAILED: trailing data after a complete dump" in capsys.readouterr().out
+    path.write_bytes(data[:offsets[2]] + junk + data[offsets[2]:])
+    assert main(["repair", str(path)]) == 1  # damage is not cut
+    assert "FAILED: damaged file of dumps" in capsys.readouterr().out
+    assert path.stat().st_size == len(data) + len(junk)
 
     # the middle dump's first record header damaged: its end cannot be found
     damaged = bytearray(data)

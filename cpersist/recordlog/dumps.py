@@ -8,6 +8,8 @@ that are no dump, or a dump damaged so that where it ends cannot be found,
 anywhere else are damage, and raise.
 """
 
+import os
+
 from ..container.frames import GROWING, Walk
 from ..container.framing import TruncatedDump, walk_records
 from ..container.index import parse_header
@@ -116,3 +118,30 @@ def walk_dumps(read, size, name, begin=0, starts=None):
         starts.append(position)
         position += length
     return Walk(starts, position, size, None)
+
+
+def cut_torn_dump(path, name):
+    """What ``cpersist repair`` does to a file of dumps: cut off a dump cut
+    short at its end. Returns ``{"records", "cut_bytes"}``, or None for a
+    file that does not start with a dump (a record log, or no cpersist
+    file). Writers of dumps take no lock: run while no dump is being
+    written to the file.
+
+    Raises
+    ------
+    CorruptFileError
+        For damage, which is not cut; for a file whose only dump is cut
+        short, which would be cut whole.
+    """
+    with open(path, "r+b") as file:
+        fd = file.fileno()
+        if not starts_with_dump(os.pread(fd, HEADER.size, 0)):
+            return None
+        walk = walk_dumps(lambda offset, length: os.pread(fd, length, offset),
+                          os.fstat(fd).st_size, name)
+        if not walk.starts:
+            raise CorruptFileError(f"{name}: truncated: its only dump is cut short, and "
+                                   f"repair would leave nothing; nothing was cut")
+        if walk.torn:
+            os.ftruncate(fd, walk.end)
+    return {"records": len(walk.starts), "cut_bytes": walk.torn}

@@ -162,8 +162,8 @@ def format_log_info(info):
 
 #: What a torn tail is, and what removes it, in ``cpersist info``.
 _LOG_TORN = "an append cut short, or in progress; `cpersist repair` cuts it off"
-_DUMPS_TORN = ("a dump cut short, or in progress; cut the file to its committed bytes "
-               "before dumping to it again")
+_DUMPS_TORN = ("a dump cut short, or in progress; `cpersist repair` cuts it off, "
+               "which dumping to the file again needs first")
 
 
 def torn_note(result):
