@@ -172,9 +172,10 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
     Parameters
     ----------
     source : str, os.PathLike or binary file object
-        A path must hold one dump, and nothing after it, or be a record log
-        (:func:`cpersist.append`), whose records come back as a list, in
-        order (:func:`cpersist.open` reads them one at a time). A file object is
+        A path holds one dump; or several, dumped one after another to it
+        opened ``"ab"``, or a record log (:func:`cpersist.append`), whose
+        records (dumps) come back as a list, in order (:func:`cpersist.open`
+        reads them one at a time; see :doc:`/growing`). A file object is
         read from its current position to the end of the dump there, and
         left positioned right after it: several dumps written one after
         another to a file, pipe or socket load back one by one. From a
@@ -229,14 +230,16 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
     Returns
     -------
     object
-        The object dumped; for a record log, the list of its records.
+        The object dumped. For a record log, or a path holding several
+        dumps, the list of its records, even if it holds one: a record
+        or dump cut short at the end of the file (a torn tail) is not one.
 
     Raises
     ------
     CorruptFileError
         If the source is not a cpersist file, or is truncated or damaged, or
-        a path holds bytes after its dump (the message says how many, and
-        whether another dump follows).
+        a path holds bytes after its dump that are not another dump (the
+        message says how many).
     DtypeLibraryError
         If the file holds arrays whose dtype or kind needs a library that
         is missing (ml_dtypes, or jax without ``jax_as_numpy``).

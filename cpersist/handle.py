@@ -25,7 +25,8 @@ from .stream.paths import scan_arrays
 def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa: A001
          storage_options=None, limits=None, **append_options):
     """Open a cpersist file to read its arrays, or parts of them, on demand;
-    or a record log, to read its records, or (``mode="a"``) to append some.
+    or a record log, or a file of several dumps, to read its records, or
+    (``mode="a"``) append some to a record log.
 
     Parameters
     ----------
@@ -33,8 +34,9 @@ def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa
         A path, or a file object read from its current position to its end
         (a non-seekable one is first copied to a temporary file). A URL is
         read by range requests (see :doc:`/cloud`); its lazy arrays, pickled
-        to another process, reopen it there. A record log is read through
-        its path.
+        to another process, reopen it there. A record log, or a file of
+        several dumps one after another, is read through its path (a file
+        object gives the dump at its position).
     mode : {'r', 'a'}, default 'r'
         ``'a'``: open the record log at the path ``source`` (created if
         missing) to append records, holding the writers' lock until it is
@@ -59,9 +61,9 @@ def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa
     Returns
     -------
     FileHandle or RecordLog
-        A :class:`RecordLog` for a record log (its records by number, in
-        order, and ``append`` in mode ``'a'``). Use either as a context
-        manager, or call its ``close()``.
+        A :class:`RecordLog` for a record log or a path holding several
+        dumps (its records by number, in order; ``append`` in mode ``'a'``),
+        even of one record. Use either as a context manager, or ``close()``.
 
     Raises
     ------

@@ -192,13 +192,13 @@ def test_trailing_data_named(version, tmp_path):
 
 
 @pytest.mark.parametrize("version", [None, "2.0"], ids=["new", "2.0"])
-def test_another_dump_follows_named(version, tmp_path):
-    data = pathlib.Path(_one_dump(tmp_path, version)).read_bytes()
+def test_a_path_of_two_dumps_loads_as_their_list(version, tmp_path):
+    source = _one_dump(tmp_path, version)
+    data = pathlib.Path(source).read_bytes()
     path = tmp_path / "two.cp"
     path.write_bytes(data + data)
-    with pytest.raises(cpersist.CorruptFileError,
-                       match=f"another dump follows a complete dump at offset {len(data)}"):
-        cpersist.load(path)
+    one = cpersist.load(source)
+    assert_same([one, one], cpersist.load(path))
 
 
 def test_truncated_dump_named(tmp_path):

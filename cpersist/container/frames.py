@@ -68,6 +68,12 @@ class GrowingFileFound(CorruptFileError):
     that read record logs catch to read it as one."""
 
 
+class DumpsFollow(GrowingFileFound):
+    """Raised by the dump reader of a path on meeting another dump (or the
+    start of one) after the first: the file is read as a sequence of dumps,
+    record by record, as a record log is."""
+
+
 def entry_frame(stream, start):
     """The bytes of an ENTRY frame at ``start`` holding the pickle stream
     ``stream``."""

@@ -66,6 +66,11 @@ def parse_record_quietly(head):
     return value >> _LENGTH_BITS, value & ((1 << _LENGTH_BITS) - 1)
 
 
+class TruncatedDump(CorruptFileError):
+    """A dump whose records run past the end of its source: cut short, as a
+    write interrupted leaves it (rather than damaged)."""
+
+
 def walk_records(read, available, name, base=0):
     """Where the dump ends, found by walking its records from the header.
 
@@ -77,7 +82,7 @@ def walk_records(read, available, name, base=0):
     window, window_at = b"", position
     while True:
         if position + RECORD_SIZE > available:
-            raise corrupt(name, f"truncated: the dump's records stop at offset "
+            raise TruncatedDump(f"{name}: truncated: the dump's records stop at offset "
                                 f"{base + position} without an end record (an "
                                 f"interrupted write?)")
         if position + RECORD_SIZE > window_at + len(window):
@@ -86,8 +91,8 @@ def walk_records(read, available, name, base=0):
         at = position - window_at
         kind, _, end = parse_record(window[at:at + RECORD_SIZE], position, name, base)
         if end > available:
-            raise corrupt(name, f"truncated: a record at offset {base + position} runs to "
-                                f"offset {base + end}, past the end of the file at offset "
+            raise TruncatedDump(f"{name}: truncated: a record at offset {base + position} "
+                                f"runs to offset {base + end}, past the end of the file at offset "
                                 f"{base + available} (an interrupted write?)")
         if kind == END:
             if end - position < RECORD_SIZE + TRAILER.size:

@@ -4,7 +4,7 @@ compact dump, a tiny dump). Reading the sections' bytes is :mod:`.sections`
 (whole sections) and :mod:`.pieces` (parts of them)."""
 
 from .compact import COMPACT, compact_dump, parse_compact_index
-from .frames import GROWING, GROWING_MINOR, GrowingFileFound
+from .frames import GROWING, GROWING_MINOR, DumpsFollow, GrowingFileFound
 from .framing import END, parse_record_quietly, walk_records
 from .index import parse_header, parse_index, parse_trailer
 from ..exceptions import CorruptFileError, UnsupportedVersionError
@@ -174,10 +174,12 @@ class ContainerReader(SectionReads, PieceReads):
         """The error for bytes after a complete dump that ends at ``end``."""
         extra = self.available - end
         follows = bytes(self.source.read(end, min(extra, len(MAGIC))))
-        if follows == MAGIC or follows[:len(TINY_MAGIC)] == TINY_MAGIC:
-            return self.error(
-                f"another dump follows a complete dump at offset {self.base + end} ({extra} "
-                f"bytes more): load several dumps one after another from an open file")
+        if MAGIC.startswith(follows) or TINY_MAGIC.startswith(follows[:len(TINY_MAGIC)]):
+            # Read by path as a sequence of records; the message is for
+            # the sources that cannot be (a URL).
+            return DumpsFollow(
+                f"{self.name}: another dump follows a complete dump at offset "
+                f"{self.base + end} ({extra} bytes more): load several dumps one after another from an open file")
         return self.error(f"trailing data after a complete dump ({extra} bytes after "
                           f"its {end})")
 

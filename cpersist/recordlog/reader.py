@@ -15,6 +15,7 @@ from ..container.frames import (ENTRY, FRAMES_AT, check_file_start, entry_stream
                                 parse_frame_head, walk_frames)
 from ..container.layout import RECORD_SIZE
 from ..exceptions import CorruptFileError
+from .dumps import starts_with_dump, walk_dumps
 
 #: Bytes read at once while reading records in order: many small records
 #: come in one read.
@@ -27,6 +28,9 @@ class RecordLog:
     Made by :func:`cpersist.open`: ``cpersist.open(path)`` reads,
     ``cpersist.open(path, "a")`` also appends (holding the writers' lock
     until closed). Use it as a context manager, or call :meth:`close`.
+    ``cpersist.open(path)`` also gives one for a file of several dumps
+    written one after another (to the file opened ``"ab"``), each dump a
+    record, read the same way (:attr:`dumps` is then true).
 
     ``len(log)`` is the number of complete records; ``log[i]`` loads record
     ``i`` (negative numbers count from the end; a slice gives a list)
@@ -39,6 +43,9 @@ class RecordLog:
     ----------
     name : str
         The file's path.
+    dumps : bool
+        Whether the file is plain dumps one after another rather than a
+        record log (only a record log is appended to).
     """
 
     def __init__(self, path, load_dump, *, trusted=True, verify=True, limits=None,
@@ -50,7 +57,10 @@ class RecordLog:
         self._walk = None
         try:
             self._file = open(path, "rb")
-            check_file_start(os.pread(self._file.fileno(), FRAMES_AT, 0), self.name)
+            head = os.pread(self._file.fileno(), FRAMES_AT, 0)
+            self.dumps = writer is None and starts_with_dump(head)
+            if not self.dumps:
+                check_file_start(head, self.name)
         except BaseException:
             self.close()
             raise
@@ -105,7 +115,11 @@ class RecordLog:
         if self._walk is None:
             if self.closed:
                 raise ValueError(f"{self.name}: the record log is closed")
-            self._walk = walk_frames(self._read, os.fstat(self._file.fileno()).st_size)
+            size = os.fstat(self._file.fileno()).st_size
+            if self.dumps:
+                self._walk = walk_dumps(self._read, size, self.name)
+            else:
+                self._walk = walk_frames(self._read, size)
         return self._walk
 
     def refresh(self):
@@ -120,8 +134,12 @@ class RecordLog:
         walk = self._frames()
         size = os.fstat(self._file.fileno()).st_size
         if size != walk.end:
-            self._walk = walk_frames(self._read, size, begin=walk.end,
-                                     starts=walk.starts)
+            if self.dumps:
+                self._walk = walk_dumps(self._read, size, self.name, begin=walk.end,
+                                        starts=walk.starts)
+            else:
+                self._walk = walk_frames(self._read, size, begin=walk.end,
+                                         starts=walk.starts)
         return len(self._walk.starts)
 
     @property
@@ -172,6 +190,8 @@ class RecordLog:
                              "committed bytes never change; load the record and append it "
                              "changed")
         start, end = self._extent(i)
+        if self.dumps:
+            return self._dump_from(start, mmap_mode)
         head = self._read(start, RECORD_SIZE)
         if head[RECORD_SIZE - 1] == ENTRY:
             return self._from_frame(self._read(start, end - start), start)
@@ -180,6 +200,10 @@ class RecordLog:
     def __iter__(self):
         walk = self._frames()
         starts, n, last_end = walk.starts, len(walk.starts), walk.end
+        if self.dumps:
+            for start in starts:
+                yield self._dump_from(start, None)
+            return
         block, block_at = b"", 0
         for i in range(n):
             start = starts[i]
@@ -211,6 +235,9 @@ class RecordLog:
 
     def _from_dump(self, start, end, mmap_mode):
         _, payload, _ = parse_frame_head(self._read(start, RECORD_SIZE), start)
+        return self._dump_from(payload, mmap_mode)
+
+    def _dump_from(self, payload, mmap_mode):
         self._file.seek(payload)
         return self._load_dump(self._file, mmap_mode=mmap_mode, trusted=self._trusted,
                                verify=self._verify, limits=self._limits)
@@ -220,5 +247,7 @@ class RecordLog:
         stored as its pickle stream alone (for the tools that read a
         record's dump as a file)."""
         start, _ = self._extent(i)
+        if self.dumps:
+            return start
         kind, payload, _ = parse_frame_head(self._read(start, RECORD_SIZE), start)
         return None if kind == ENTRY else payload

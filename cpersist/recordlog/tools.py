@@ -13,7 +13,8 @@ from .._runtime.files import display_name, is_path
 from .._runtime.remote import is_remote
 from ..container.compact import compact_dump
 from ..container.frames import ENTRY, entry_stream
-from ..container.layout import RECORD_SIZE
+from ..container.layout import HEADER, RECORD_SIZE
+from ..container.tiny import TINY_MAGIC
 from ..exceptions import CorruptFileError
 from .reader import RecordLog
 
@@ -75,7 +76,15 @@ def _each_dump(log):
 
 
 def _summary(log):
-    return {"format": "2.3", "layout": "record log", "file_bytes": log._frames().size,
+    if log.dumps:
+        # Each dump states its own version: the report gives the first's.
+        head = log._read(0, HEADER.size)
+        version = ("2.0" if head[:len(TINY_MAGIC)] == TINY_MAGIC
+                   else "{1}.{2}".format(*HEADER.unpack(head)))
+        layout = "dumps"
+    else:
+        version, layout = "2.3", "record log"
+    return {"format": version, "layout": layout, "file_bytes": log._frames().size,
             "committed_bytes": log.committed_bytes, "torn_bytes": log.torn_bytes,
             "records": len(log)}
 
@@ -132,14 +141,18 @@ def verify_log(source, verify_dump, error, *, limits=None):
 
 
 def format_log_info(info):
-    """The text of ``cpersist info`` for a record log."""
-    lines = [f"{info['file']}: cpersist format 2.3, record log of {info['records']} "
-             f"records ({info['records_with_arrays']} with arrays), "
+    """The text of ``cpersist info`` for a record log, or a file of dumps."""
+    n = info["records"]
+    if info["layout"] == "dumps":
+        what, ends = f"{n} dumps one after another, read as records", _DUMPS_TORN
+    else:
+        what, ends = f"record log of {n} records", _LOG_TORN
+    lines = [f"{info['file']}: cpersist format {info['format']}, {what} "
+             f"({info['records_with_arrays']} with arrays), "
              f"{info['committed_bytes']:,} bytes"]
     if info["torn_bytes"]:
         lines.append(f"torn tail: {info['torn_bytes']:,} bytes after the last complete "
-                     f"record (an append cut short, or in progress); `cpersist repair` "
-                     f"cuts it off")
+                     f"record ({ends})")
     lines.append("globals a load imports: " + (", ".join(info["globals"]) or "none"))
     verdict = info["restricted_load"]
     lines.append("restricted load (trusted=False): " + (
@@ -147,9 +160,16 @@ def format_log_info(info):
     return "\n".join(lines)
 
 
+#: What a torn tail is, and what removes it, in ``cpersist info``.
+_LOG_TORN = "an append cut short, or in progress; `cpersist repair` cuts it off"
+_DUMPS_TORN = ("a dump cut short, or in progress; `cpersist repair` cuts it off, "
+               "which dumping to the file again needs first")
+
+
 def torn_note(result):
-    """What ``cpersist verify`` adds for a record log's torn tail."""
+    """What ``cpersist verify`` adds for a torn tail."""
     if not result.get("torn_bytes"):
         return ""
+    ends = _DUMPS_TORN if result.get("layout") == "dumps" else _LOG_TORN
     return (f"; {result['torn_bytes']:,} bytes of torn tail after record "
-            f"{result['records'] - 1} are ignored (`cpersist repair` cuts them off)")
+            f"{result['records'] - 1} are ignored ({ends})")

@@ -100,12 +100,22 @@ def repair(path, *, timeout=None):
     torn tail (a frame of a kind it does not know, or other data), this
     cuts off everything after the last complete record.
 
+    Of a file of several dumps written one after another, this cuts off a
+    dump cut short at the end; damage elsewhere is refused, not cut. Writers
+    of dumps take no lock: repair such a file while none is writing to it.
+
     Returns
     -------
     dict
         ``"records"``: how many the log holds; ``"cut_bytes"``: how many
         bytes were cut off (0 for a log that needed no repair).
     """
+    from .dumps import cut_torn_dump
+
+    _check_target(path)
+    done = cut_torn_dump(path, os.fsdecode(path)) if os.path.exists(path) else None
+    if done is not None:
+        return done
     writer = LogWriter(path, timeout=timeout, _repair=True)
     try:
         return {"records": writer.records, "cut_bytes": writer.cut_bytes}

@@ -151,7 +151,9 @@ def inspect(source, *, storage_options=None, limits=None):
         the first; its entry has an ``"also"`` list of the other paths.
 
         For a record log (:doc:`/growing`), read through its path:
-        ``"layout"`` is ``"record log"``, with ``"records"``,
+        ``"layout"`` is ``"record log"`` (``"dumps"`` for a path holding
+        several dumps one after another, each a record; ``"format"`` is the
+        first's), with ``"records"``,
         ``"records_with_arrays"``, ``"committed_bytes"`` and ``"torn_bytes"``
         (after the last complete record); ``"globals"`` and
         ``"restricted_load"`` are those of all records together (a refusal
@@ -259,10 +261,11 @@ def verify(source, *, storage_options=None, limits=None):
         sections changed through a writable map, which cannot be checked
         (an empty list for a file never mapped for writing);
         ``"restricted_load"``: whether a restricted load accepts the file,
-        as :func:`inspect` gives it. For a record log, every record is
-        checked, the totals are of all, ``"unchecked"`` holds ``(record,
-        section)`` pairs, and ``"records"`` and ``"torn_bytes"`` are added: a
-        torn tail is reported, not an error.
+        as :func:`inspect` gives it. For a record log, or a path holding
+        several dumps, every record is checked, the totals are of all,
+        ``"unchecked"`` holds ``(record, section)`` pairs, and ``"layout"``
+        (``"record log"`` or ``"dumps"``), ``"records"`` and
+        ``"torn_bytes"`` are added: a torn tail is reported, not an error.
 
     Raises
     ------

@@ -1,5 +1,5 @@
 """``cpersist repair``: cut off the torn tail of record logs (what an append
-killed midway left), holding the writers' lock."""
+killed midway left), holding the writers' lock, or of files of dumps."""
 
 from ..exceptions import CpersistError
 from .report import error_line
@@ -11,13 +11,16 @@ _OK, _FAILED = 0, 1
 def add_repair(verbs):
     """Add the ``repair`` verb to the command line's subparsers."""
     repair = verbs.add_parser(
-        "repair", help="cut off the torn tail of record logs",
+        "repair", help="cut off the torn tail of record logs, or files of dumps",
         description="Cut off what follows the last complete record of each record log "
                     "(an append killed midway leaves a torn tail, which readers ignore and "
-                    "the next append cuts off), holding the lock that keeps writers apart. "
+                    "the next append cuts off), holding the lock that keeps writers apart; "
+                    "or the dump cut short at the end of a file of several dumps (run it "
+                    "while no dump is written to the file). "
                     "Prints one line per file, 'FILE: OK (N records, M bytes cut off)'.",
     )
-    repair.add_argument("files", nargs="+", metavar="FILE", help="record logs (local paths)")
+    repair.add_argument("files", nargs="+", metavar="FILE",
+                        help="record logs or files of dumps (local paths)")
     repair.set_defaults(run=_cmd_repair)
 
 

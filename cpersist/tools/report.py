@@ -271,7 +271,7 @@ def format_info(info, *, every=False, details=False):
     :data:`MAX_ROWS` rows the table is summarised unless ``every``;
     ``details`` lists every row too, and adds how each array is stored.
     """
-    if info.get("layout") == "record log":
+    if info.get("layout") in ("record log", "dumps"):
         from ..recordlog.tools import format_log_info
 
         return format_log_info(info)
@@ -313,7 +313,7 @@ def format_verified(path, result, resealed):
                 f"(mmap_mode='r+') and cannot be checked: "
                 + ("their new checksums are stored (resealed)" if resealed
                    else "'cpersist verify --reseal' stores their new checksums"))
-    if result.get("layout") == "record log":
+    if result.get("layout") in ("record log", "dumps"):
         from ..recordlog.tools import torn_note
 
         note += f"; {result['records']} records" + torn_note(result)
