@@ -192,7 +192,9 @@ def _dump_in_background(obj, target, name, compress, protocol, chunk_size, n_thr
             error.__cause__ = exc
         return error
 
-    return start(obj, write, name, snapshot_error)
+    # compress="max" tries its codecs on arrays before writing sections:
+    # its snapshot copies every array before the dump starts.
+    return start(obj, write, name, snapshot_error, deferred=not _is_max(parse_compress(compress)))
 
 
 def _write(obj, file, name, codec, protocol, chunk_size, n_threads, small_tried=False):
