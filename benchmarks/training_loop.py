@@ -7,6 +7,10 @@ round after round: a copy of its arrays into memory copied into before
 (``np.copyto``), a plain ``cpersist.dump``, and ``dump(...,
 background=True)``: the call, and until ``result()`` returns.
 
+"background dump" writes each large array while the call copies the next
+(as cpersist does); "bg copy first" copies all of them before the dump
+starts (``cpersist._runtime.background.OVERLAP_COPIES = False``).
+
 ``loop``: the steps per second of a numpy, torch or jax loop whose state
 (weights and momentum of ``--mb`` MB in all, layers of ``--side`` x
 ``--side`` float32, 4096 by default)
@@ -40,6 +44,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import cpersist  # noqa: E402
+from cpersist._runtime import background as _background  # noqa: E402
 
 MB = 1 << 20
 
@@ -70,7 +75,6 @@ def calls(args, directory):
            for i in range(n)}
     copies = {k: np.empty_like(v) for k, v in obj.items()}
     path = os.path.join(directory, "calls.cp")
-    background = {"call": []}
 
     def memcpy():
         t0 = time.perf_counter()
@@ -85,25 +89,32 @@ def calls(args, directory):
         os.unlink(path)
         return elapsed
 
-    def in_background():
-        t0 = time.perf_counter()
-        future = cpersist.dump(obj, path, compress=args.compress, background=True)
-        background["call"].append(time.perf_counter() - t0)
-        future.result()
-        elapsed = time.perf_counter() - t0
-        os.unlink(path)
-        return elapsed
+    def in_background(overlap):
+        def timed():
+            _background.OVERLAP_COPIES = overlap
+            t0 = time.perf_counter()
+            future = cpersist.dump(obj, path, compress=args.compress, background=True)
+            call_times[overlap].append(time.perf_counter() - t0)
+            future.result()
+            elapsed = time.perf_counter() - t0
+            _background.OVERLAP_COPIES = True
+            os.unlink(path)
+            return elapsed
+        return timed
 
+    call_times = {True: [], False: []}
     before = load_average()
-    times = in_turn({"memcpy": memcpy, "plain dump": plain, "background dump": in_background},
-                    args.rounds)
-    times["background call"] = background["call"][1:]
+    times = in_turn({"memcpy": memcpy, "plain dump": plain, "background dump": in_background(True),
+                     "bg copy first": in_background(False)}, args.rounds)
+    times["background call"] = call_times[True][1:]
+    times["bg copy first call"] = call_times[False][1:]
     print(f"{args.mb} MB in {n} arrays, compress={args.compress}, {args.rounds} rounds; "
           f"load average {before} -> {load_average()}")
     for name, runs in times.items():
-        print(f"  {name:16s} median {statistics.median(runs) * 1e3:7.1f} ms  min "
+        print(f"  {name:18s} median {statistics.median(runs) * 1e3:7.1f} ms  min "
               f"{min(runs) * 1e3:7.1f} ms  ({' '.join(f'{t * 1e3:.0f}' for t in runs)})")
-    for mine, peer in (("background call", "memcpy"), ("background dump", "plain dump")):
+    for mine, peer in (("background call", "memcpy"), ("background dump", "plain dump"),
+                       ("bg copy first call", "memcpy"), ("bg copy first", "plain dump")):
         print(f"  {mine} / {peer}: median {statistics.median(times[mine]) / statistics.median(times[peer]):.3f}"
               f", min {min(times[mine]) / min(times[peer]):.3f}")
 
@@ -163,6 +174,15 @@ def _jax_loop(n, side, batch):
     return state, step
 
 
+def copy_first(call):
+    """``call()`` with the background dump's copies made before it writes."""
+    _background.OVERLAP_COPIES = False
+    try:
+        return call()
+    finally:
+        _background.OVERLAP_COPIES = True
+
+
 def loop(args, directory):
     """Steps per second of a loop saving its state every ``args.every`` steps."""
     layer_mb = args.side * args.side * 4 / MB
@@ -174,6 +194,8 @@ def loop(args, directory):
     savers = {"none": None,
               "cpersist background": lambda: pending.append(
                   cpersist.dump(state, path, compress=args.compress, background=True)),
+              "bg copy first": lambda: pending.append(copy_first(
+                  lambda: cpersist.dump(state, path, compress=args.compress, background=True))),
               "cpersist dump": lambda: cpersist.dump(state, path, compress=args.compress)}
     checkpointer = None
     if args.framework == "torch":

@@ -389,7 +389,7 @@ def test_training_loop_compares_checkpointing_with_none(capsys):
     out = capsys.readouterr().out
     rates = {line[2:22].strip(): float(line.split("steps/s")[0].split()[-1])
              for line in out.splitlines() if "steps/s" in line}
-    assert set(rates) == {"none", "cpersist background", "cpersist dump"}
+    assert set(rates) == {"none", "cpersist background", "bg copy first", "cpersist dump"}
     assert all(rate > 0 for rate in rates.values())
     training_loop.main(["calls", "--mb", "2", "--rounds", "1"])
     out = capsys.readouterr().out

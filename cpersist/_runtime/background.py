@@ -13,6 +13,10 @@ from .fork import renew_after_fork
 #: snapshots (a copy of the arrays each) are held in memory.
 MAX_PENDING = 1
 
+#: Whether the dump starts writing while the call copies the large arrays
+#: (see :func:`start`); the maintainers' lab compares both ways.
+OVERLAP_COPIES = True
+
 _slots = threading.BoundedSemaphore(MAX_PENDING)
 _buffers = None  # a cpersist.pickling.snapshot.Buffers, made by the first dump
 _lock = threading.Lock()
@@ -69,7 +73,7 @@ def start(obj, write, name, snapshot_error, deferred=True):
             _buffers = Buffers()
     buffers = _buffers
     try:
-        snapshot = take(obj, buffers, deferred)
+        snapshot = take(obj, buffers, deferred and OVERLAP_COPIES)
     except BaseException as exc:
         _slots.release()
         error = snapshot_error(exc)
