@@ -175,25 +175,51 @@ def test_the_dump_of_a_snapshot_waits_for_each_large_array_to_be_copied(tmp_path
     assert_same(obj, cpersist.load(tmp_path / "s.cp"))
 
 
+class _CtrlCAfterFirstCopy:
+    """Raises KeyboardInterrupt in ``Snapshot.copy`` once it has made its
+    first copy, as Ctrl-C would."""
+
+    def __enter__(self):
+        from cpersist.pickling.snapshot import Snapshot
+
+        def tracer(frame, event, arg):
+            return in_copy if event == "call" and frame.f_code is Snapshot.copy.__code__ else None
+
+        def in_copy(frame, event, arg):
+            if event == "line" and frame.f_locals.get("number") == 1:
+                raise KeyboardInterrupt
+            return in_copy
+
+        sys.settrace(tracer)
+
+    def __exit__(self, *exc):
+        sys.settrace(None)
+
+
+def test_a_dump_waits_for_the_copy_holding_each_array():
+    from cpersist.pickling.snapshot import DEFER_FROM, IncompleteSnapshot, take
+
+    n = DEFER_FROM // 8
+    obj = {key: np.full(n * (i + 1), i, np.float64) for i, key in enumerate("abcd")}
+    snapshot = take(obj, deferred=True)
+    restored = snapshot.restore()
+    with _CtrlCAfterFirstCopy(), pytest.raises(KeyboardInterrupt):
+        snapshot.copy()
+    snapshot.wait_copied(restored["a"][n // 2:])  # copied first: no wait
+    assert restored["a"].tobytes() == obj["a"].tobytes()
+    for key in "bcd":  # never copied
+        with pytest.raises(IncompleteSnapshot):
+            snapshot.wait_copied(restored[key][1:])
+    snapshot.wait_copied(np.ones(n))  # not of the snapshot
+
+
 def test_a_call_interrupted_while_copying_writes_no_file(tmp_path):
     from cpersist._runtime import background
-    from cpersist.pickling.snapshot import DEFER_FROM, IncompleteSnapshot, Snapshot
-
-    def tracer(frame, event, arg):
-        return in_copy if event == "call" and frame.f_code is Snapshot.copy.__code__ else None
-
-    def in_copy(frame, event, arg):
-        if event == "line" and frame.f_locals.get("number") == 1:
-            raise KeyboardInterrupt  # Ctrl-C after the first array's copy
-        return in_copy
+    from cpersist.pickling.snapshot import DEFER_FROM, IncompleteSnapshot
 
     obj = {key: np.full(DEFER_FROM // 8, i, np.float64) for i, key in enumerate("abc")}
-    sys.settrace(tracer)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            cpersist.dump(obj, tmp_path / "x.cp", background=True)
-    finally:
-        sys.settrace(None)
+    with _CtrlCAfterFirstCopy(), pytest.raises(KeyboardInterrupt):
+        cpersist.dump(obj, tmp_path / "x.cp", background=True)
     [future] = [f for f in list(background._futures) if f.target == str(tmp_path / "x.cp")]
     assert isinstance(future.exception(60), IncompleteSnapshot)
     # Nothing written, nothing left behind, and the next dump goes ahead.

@@ -172,7 +172,11 @@ class Snapshot:
         self._buffers = buffers
         # Deferred copies, in order: (copy function, start address, end address).
         self._deferred = list(deferred)
-        self._starts = [start for _, start, _ in self._deferred]
+        # By address, to find the copy holding an array's memory:
+        # (start, end, its number in the order of the copies).
+        self._by_address = sorted((start, end, number)
+                                  for number, (_, start, end) in enumerate(self._deferred))
+        self._starts = [start for start, _, _ in self._by_address]
         self._copied = 0
         self._finished = not self._deferred  # copy() has returned or raised
         self._progress = threading.Condition()
@@ -190,8 +194,7 @@ class Snapshot:
         finally:
             with self._progress:
                 self._finished = True
-                # The originals are no longer needed.
-                self._deferred = [(None, start, end) for _, start, end in self._deferred]
+                self._deferred = []  # the originals are no longer needed
                 self._progress.notify_all()
 
     def wait_finished(self):
@@ -207,9 +210,10 @@ class Snapshot:
         if not self._starts or arr.nbytes == 0:
             return
         address = arr.__array_interface__["data"][0]
-        number = bisect.bisect_right(self._starts, address) - 1
-        if number < 0 or address >= self._deferred[number][2]:
+        place = bisect.bisect_right(self._starts, address) - 1
+        if place < 0 or address >= self._by_address[place][1]:
             return
+        number = self._by_address[place][2]
         with self._progress:
             while self._copied <= number:
                 if self._finished:
