@@ -51,6 +51,11 @@ BOUNDS = {
     "checkpoints.compress3_dump_vs_raw": ("<=", 2),
     "checkpoints.compress3_load_vs_torch": ("<=", 1),
     "checkpoints.max_size": ("<=", 0.87),
+    # JAX training states against orbax StandardCheckpointer (both zstd level 3).
+    "checkpoints.jax_dump_vs_orbax": ("<=", 0.67),
+    "checkpoints.jax_load_vs_orbax": ("<=", 0.67),
+    "checkpoints.jax_size_vs_orbax": ("<=", 1),
+    "checkpoints.jax_mmap_vs_orbax": ("<=", 1),
     # Cold start and small objects.
     "coldstart.one_shot": ("<=", 0.5),
     "coldstart.first_call": ("<=", 1.3),

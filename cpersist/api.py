@@ -152,7 +152,10 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         # The snapshot is dumped as any object is, on the background thread.
         write = functools.partial(dump, target=target, compress=compress, protocol=protocol,
                                   chunk_size=chunk_size, n_threads=n_threads, fsync=fsync)
-        return start(obj, write, display_name(target), snapshot_error)
+        # compress="max" tries its codecs on arrays before writing sections:
+        # its snapshot copies every array before the dump starts.
+        return start(obj, write, display_name(target), snapshot_error,
+                     deferred=codec is None or codec.codec_id != "max")
     out = open_target(target, fsync, storage_options, timeout)
     try:
         with out:

@@ -4,6 +4,7 @@ dump pending at a time; pending dumps finish at interpreter exit."""
 
 import io
 import os
+import sys
 import threading
 
 import numpy as np
@@ -96,7 +97,7 @@ def test_a_memmap_is_snapshotted_as_a_plain_array(tmp_path, gate):
 
 def test_torch_tensors_changed_after_the_call_are_written_as_they_were(tmp_path, gate):
     torch = pytest.importorskip("torch")
-    weight = torch.randn(64, 32)
+    weight = torch.randn(512, 512)  # 1 MiB: copied while the dump runs
     obj = {"w": weight, "w_t": weight.t(), "row": weight[3],
            "p": torch.nn.Parameter(torch.randn(16, dtype=torch.bfloat16)),
            "steps": torch.arange(10, dtype=torch.int64)}
@@ -118,7 +119,7 @@ def test_torch_tensors_changed_after_the_call_are_written_as_they_were(tmp_path,
     assert loaded["p"].requires_grad
     # Views of one storage still share it.
     assert loaded["w_t"].untyped_storage().data_ptr() == loaded["w"].untyped_storage().data_ptr()
-    assert loaded["row"].storage_offset() == 3 * 32
+    assert loaded["row"].storage_offset() == 3 * 512
 
 
 def test_jax_arrays_are_written_without_a_copy(tmp_path, gate):
@@ -142,6 +143,89 @@ def test_jax_arrays_are_written_without_a_copy(tmp_path, gate):
     assert loaded["w"].dtype == jnp.bfloat16 and loaded["w"].shape == (3, 4)
     assert np.asarray(loaded["w"]).tobytes() == np.asarray(
         jnp.arange(12, dtype=jnp.bfloat16).reshape(3, 4)).tobytes()
+
+
+def test_the_dump_of_a_snapshot_waits_for_each_large_array_to_be_copied(tmp_path):
+    from cpersist.pickling.snapshot import DEFER_FROM, take
+    from cpersist.pickling.write import INLINE_BELOW
+
+    # Arrays a dump keeps in its pickle stream are read without waiting:
+    # they are copied with the snapshot.
+    assert DEFER_FROM >= INLINE_BELOW
+    n = DEFER_FROM // 8
+    obj = {"small": np.arange(10.0), "a": np.arange(n, dtype=np.float64),
+           "b": np.asfortranarray(np.arange(2 * n, dtype=np.int64).reshape(2, n) % 999)}
+    snapshot = take(obj, deferred=True)
+    restored = snapshot.restore()
+    assert restored["small"].tobytes() == obj["small"].tobytes()
+    written = threading.Event()
+
+    def write():
+        with snapshot.waited_for_by_this_thread():
+            cpersist.dump(restored, tmp_path / "s.cp")
+        written.set()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    assert not written.wait(0.5)  # waiting for the copy of "a"
+    assert not (tmp_path / "s.cp").exists()
+    snapshot.copy()
+    thread.join(60)
+    assert written.is_set()
+    assert_same(obj, cpersist.load(tmp_path / "s.cp"))
+
+
+class _CtrlCAfterFirstCopy:
+    """Raises KeyboardInterrupt in ``Snapshot.copy`` once it has made its
+    first copy, as Ctrl-C would."""
+
+    def __enter__(self):
+        from cpersist.pickling.snapshot import Snapshot
+
+        def tracer(frame, event, arg):
+            return in_copy if event == "call" and frame.f_code is Snapshot.copy.__code__ else None
+
+        def in_copy(frame, event, arg):
+            if event == "line" and frame.f_locals.get("number") == 1:
+                raise KeyboardInterrupt
+            return in_copy
+
+        sys.settrace(tracer)
+
+    def __exit__(self, *exc):
+        sys.settrace(None)
+
+
+def test_a_dump_waits_for_the_copy_holding_each_array():
+    from cpersist.pickling.snapshot import DEFER_FROM, IncompleteSnapshot, take
+
+    n = DEFER_FROM // 8
+    obj = {key: np.full(n * (i + 1), i, np.float64) for i, key in enumerate("abcd")}
+    snapshot = take(obj, deferred=True)
+    restored = snapshot.restore()
+    with _CtrlCAfterFirstCopy(), pytest.raises(KeyboardInterrupt):
+        snapshot.copy()
+    snapshot.wait_copied(restored["a"][n // 2:])  # copied first: no wait
+    assert restored["a"].tobytes() == obj["a"].tobytes()
+    for key in "bcd":  # never copied
+        with pytest.raises(IncompleteSnapshot):
+            snapshot.wait_copied(restored[key][1:])
+    snapshot.wait_copied(np.ones(n))  # not of the snapshot
+
+
+def test_a_call_interrupted_while_copying_writes_no_file(tmp_path):
+    from cpersist.pickling import background
+    from cpersist.pickling.snapshot import DEFER_FROM, IncompleteSnapshot
+
+    obj = {key: np.full(DEFER_FROM // 8, i, np.float64) for i, key in enumerate("abc")}
+    with _CtrlCAfterFirstCopy(), pytest.raises(KeyboardInterrupt):
+        cpersist.dump(obj, tmp_path / "x.cp", background=True)
+    [future] = [f for f in list(background._futures) if f.target == str(tmp_path / "x.cp")]
+    assert isinstance(future.exception(60), IncompleteSnapshot)
+    # Nothing written, nothing left behind, and the next dump goes ahead.
+    assert cpersist.dump(obj, tmp_path / "y.cp", background=True).result(60)
+    assert sorted(os.listdir(tmp_path)) == ["y.cp"]
+    assert_same(obj, cpersist.load(tmp_path / "y.cp"))
 
 
 def test_the_file_appears_only_once_complete(tmp_path, gate):

@@ -324,6 +324,12 @@ def test_quick_checkpoints_suite(quick_run):
     assert all(" / " in r["target"] and "speed" not in r["target"] for r in rows)
     assert any(r["target"].startswith("compress='max'") for r in rows)
     assert "torch.load weights_only" in (out / "checkpoints.txt").read_text()
+    if importlib.util.find_spec("orbax") is not None:
+        # A quick run's JAX states are too small for the bounds: no key.
+        jax_rows = [r for r in rows if r["target"].startswith("JAX ")]
+        assert {r["target"].split(" ", 2)[1] for r in jax_rows} == {"float32", "bfloat16"}
+        assert len(jax_rows) == 20 and all(r["key"] == "" for r in jax_rows)
+        assert "orbax restore" in (out / "checkpoints.txt").read_text()
     # Every round's time is kept, and a time's spread is shown beside its median.
     results = json.loads((out / "checkpoints.json").read_text())
     loads = results["checkpoints"][0]["load_rounds_s"]["cpersist.load"]

@@ -24,7 +24,8 @@ from ._fresh import ROOT
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import bounds, publish, recorded_paths, targets, threads  # noqa: E402
+from benchmarks import (bf16_ml_dtypes, bounds, publish, recorded_paths, targets,  # noqa: E402
+                        threads, training_loop)
 
 
 def _read(path):
@@ -378,3 +379,46 @@ def test_bounds_apply_at_the_sizes_they_are_made_for(tmp_path):
         bounds.judge([{"key": "lazy.no_such_target", "status": "ok", "ratio": "1"}])
     with pytest.raises(SystemExit):
         bounds.main([str(tmp_path)])
+
+
+def test_training_loop_compares_checkpointing_with_none(capsys):
+    """Each way of saving runs in turn with a loop that does not save; the
+    background dump's call and end are timed beside a copy and a plain dump."""
+    training_loop.main(["loop", "--framework", "numpy", "--mb", "1", "--side", "128",
+                        "--batch", "4", "--steps", "4", "--every", "2", "--rounds", "1"])
+    out = capsys.readouterr().out
+    rates = {line[2:22].strip(): float(line.split("steps/s")[0].split()[-1])
+             for line in out.splitlines() if "steps/s" in line}
+    assert set(rates) == {"none", "cpersist background", "bg copy first", "cpersist dump"}
+    assert all(rate > 0 for rate in rates.values())
+    training_loop.main(["calls", "--mb", "2", "--rounds", "1"])
+    out = capsys.readouterr().out
+    assert "background call / memcpy: median" in out and "background dump / plain dump" in out
+
+
+def test_bf16_script_compares_ml_dtypes_arrays_with_torch_tensors(capsys):
+    pytest.importorskip("torch")
+    pytest.importorskip("ml_dtypes")
+    bf16_ml_dtypes.main(["--mb", "8", "--levels", "3", "--rounds", "1"])
+    out = capsys.readouterr().out
+    # The same bits take the same path: the files are as large.
+    assert "ml_dtypes / torch: ratio 1.0000, dump time" in out
+
+
+def test_jax_checkpoint_ratios_are_keyed_at_full_size():
+    from cpersist.benchmarks import jax_checkpoints
+
+    times = {name: 1.0 for name in ("cpersist raw", "cpersist compress=3", "orbax save",
+                                    "orbax async save", "flax msgpack",
+                                    "cpersist background=True", "cpersist.load",
+                                    "cpersist.load compress=3", "cpersist.load mmap_mode='r'",
+                                    "orbax restore")}
+    state = {"name": "float32", "array_mb": 288.0, "arrays": 38, "dump_s": times,
+             "load_s": times, "call_s": times, "file_bytes": {"cp3": 2, "orbax": 4}}
+    full = jax_checkpoints.ratios({"states": [state], "quick": False})
+    keys = [r["key"] for r in full if r["key"]]
+    assert keys == ["checkpoints.jax_dump_vs_orbax", "checkpoints.jax_load_vs_orbax",
+                    "checkpoints.jax_mmap_vs_orbax", "checkpoints.jax_size_vs_orbax"]
+    assert {r["met"] for r in bounds.judge(full) if r["key"]} == {"no", "yes"}  # 1 > 0.67; sizes 0.5
+    quick = jax_checkpoints.ratios({"states": [state], "quick": True})
+    assert all(r["key"] == "" for r in quick)

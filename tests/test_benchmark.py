@@ -581,3 +581,17 @@ def test_checkpoint_contenders_follow_a_different_one_in_each_round(monkeypatch)
     for previous, name in zip(calls[8:], calls[9:]):
         before[name][previous] += 1
     assert all(max(counts.values()) == 1 for counts in before.values())
+
+
+def test_jax_checkpoints_without_the_jax_extra_are_one_row(tmp_path, monkeypatch):
+    import sys
+
+    from cpersist.benchmarks import jax_checkpoints
+
+    monkeypatch.setitem(sys.modules, "orbax", None)  # import raises ImportError
+    results = jax_checkpoints.run(str(tmp_path), quick=True, rounds=1)
+    assert results == {"missing": "orbax-checkpoint"}
+    [row] = jax_checkpoints.ratios(results)
+    assert row["status"] == "not installed" and "orbax-checkpoint" in row["reason"]
+    assert jax_checkpoints.format_results(results) == "" and os.listdir(tmp_path) == []
+

@@ -14,7 +14,9 @@ width 640: 98 MB), or a user's own ``.pt`` / ``.safetensors`` file:
   ``mmap_mode='r'``) against ``torch.load(weights_only=True)`` and
   ``torch.load(mmap=True)``, safetensors ``load_file`` and ``joblib.load``;
 * file sizes, and the compression ratio of ``compress=3`` (and of
-  ``compress="max"`` on the weights of one layer: it is slow by design).
+  ``compress="max"`` on the weights of one layer: it is slow by design);
+* a JAX training state (flax parameters and an optax Adam state) against
+  orbax-checkpoint and flax's msgpack: :mod:`.jax_checkpoints`.
 
 Times are medians of rounds in which every contender runs once in turn,
 warm page cache, in this process, so that a shared machine's slow spells
@@ -31,6 +33,7 @@ import tempfile
 import cpersist
 
 from ..tools.table import format_table
+from . import jax_checkpoints
 from .measure import time_runs
 from .ratios import ratio_row
 from .turns import medians, timed_in_turn
@@ -238,6 +241,7 @@ def run(out_dir, quick=False, rounds=ROUNDS, files=()):
                 if dtype == "float32":
                     results["max"] = measure_max(obj, directory, quick)
                 del obj
+            results["jax"] = jax_checkpoints.run(directory, quick, rounds)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     with open(os.path.join(out_dir, "checkpoints.json"), "w") as file:
@@ -315,6 +319,8 @@ def ratios(results):
                         lo["cpersist.load compress=3"] / lo["torch.load weights_only"],
                         ms("cpersist.load compress=3", "torch.load weights_only", t=lo),
                         "compress3_load_vs_torch", ("bfloat16",)))
+    if "jax" in results:
+        rows += jax_checkpoints.ratios(results["jax"])
     if "max" in results:
         m = results["max"]
         rows.append(ratio_row("checkpoints", f"compress='max' file size / the bytes of one "
@@ -363,5 +369,7 @@ def format_results(results):
                   for key, n in sorted(r["file_bytes"].items())]
         lines.append(format_table(["op", "contender", "time or size", "range"], cells,
                                   right=(2, 3), indent="  "))
-    return "\n".join(lines)
+    if "jax" in results:
+        lines.append(jax_checkpoints.format_results(results["jax"]))
+    return "\n".join(line for line in lines if line)
 

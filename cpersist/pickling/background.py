@@ -14,6 +14,10 @@ from .snapshot import Buffers, take
 #: snapshots (a copy of the arrays each) are held in memory.
 MAX_PENDING = 1
 
+#: Whether the dump starts writing while the call copies the large arrays
+#: (see :func:`start`); the maintainers' lab compares both ways.
+OVERLAP_COPIES = True
+
 _slots = threading.BoundedSemaphore(MAX_PENDING)
 _buffers = None  # a snapshot.Buffers, made by the first dump
 _lock = threading.Lock()
@@ -43,13 +47,16 @@ def _future_type():
     return DumpFuture
 
 
-def start(obj, write, name, snapshot_error):
+def start(obj, write, name, snapshot_error, deferred=True):
     """Snapshot ``obj``, then run ``write(snapshot_obj)`` on a new thread.
 
     Returns a :class:`concurrent.futures.Future` of what ``write`` returns
     (or raises). ``snapshot_error(exc)`` turns an error of taking the
     snapshot into the error the future raises. Waits while
-    :data:`MAX_PENDING` dumps are pending.
+    :data:`MAX_PENDING` dumps are pending. With ``deferred``, ``write``
+    starts once the snapshot's stream is taken, while this thread copies
+    the large arrays (see :mod:`cpersist.pickling.snapshot`): ``write``
+    must write sections with ``write_sections``, which waits for each.
     """
     global _exit_handler_set, _buffers
     future = _future_type()()
@@ -65,7 +72,7 @@ def start(obj, write, name, snapshot_error):
             _buffers = Buffers()
     buffers = _buffers
     try:
-        snapshot = take(obj, buffers)
+        snapshot = take(obj, buffers, deferred and OVERLAP_COPIES)
     except BaseException as exc:
         _slots.release()
         error = snapshot_error(exc)
@@ -74,13 +81,16 @@ def start(obj, write, name, snapshot_error):
 
     def run():
         try:  # the snapshot lives until the file is written
-            result = write(snapshot.restore())
+            with snapshot.waited_for_by_this_thread():
+                result = write(snapshot.restore())
         except BaseException as exc:
+            snapshot.wait_finished()  # nothing copies into the buffers any more
             buffers.give_back(snapshot.buffers())
             _slots.release()
             future.set_exception(exc)
         else:
             # The restored object is gone: its memory serves the next snapshot.
+            snapshot.wait_finished()
             buffers.give_back(snapshot.buffers())
             _slots.release()
             with _lock:
@@ -88,6 +98,9 @@ def start(obj, write, name, snapshot_error):
             future.set_result(result)
 
     threading.Thread(target=run, name=f"cpersist dump of {name}", daemon=True).start()
+    # Copied while the dump writes the arrays before: the call returns once
+    # all are, as without deferral.
+    snapshot.copy()
     return future
 
 

@@ -20,8 +20,16 @@ pickling, which copies its data into the stream. :meth:`Snapshot.restore`
 unpickles the stream on the writing thread, handing back the set-aside
 arrays, into an object graph equal to the original at the call and sharing
 no mutable memory with it.
+
+With ``deferred=True``, the copies of arrays and storages of at least
+:data:`DEFER_FROM` bytes are left to :meth:`Snapshot.copy` (their memory
+taken at once): the caller starts the dump of the restored graph on its
+thread first, so that the writing of each array overlaps the copies of
+those after it. The writing thread calls :func:`wait_for_copy` before it
+reads an array's memory (``write_sections`` does, for each section).
 """
 
+import bisect
 import io
 import pickle
 import sys
@@ -36,6 +44,30 @@ def _kept(index):
     """Stand-in the stream names for a set-aside object; the unpickler of
     :meth:`Snapshot.restore` replaces it (it is never called)."""
     raise pickle.UnpicklingError("a snapshot is restored by Snapshot.restore only")
+
+
+#: Arrays and storages of at least this many bytes are copied by
+#: :meth:`Snapshot.copy` when the snapshot is deferred. A dump keeps arrays
+#: under ``cpersist.pickling.write.INLINE_BELOW`` (64 KiB) in its pickle
+#: stream, which is written without :func:`wait_for_copy`: this is above it.
+DEFER_FROM = 1 << 20
+
+#: The deferred snapshot whose copies the current thread's dump waits for.
+_dumping = threading.local()
+
+
+def wait_for_copy(arr):
+    """Wait until the copy holding ``arr``'s memory is done, if ``arr`` is
+    part of the deferred snapshot this thread is dumping (see
+    :meth:`Snapshot.waited_for_by_this_thread`); else return at once."""
+    snapshot = getattr(_dumping, "snapshot", None)
+    if snapshot is not None:
+        snapshot.wait_copied(arr)
+
+
+class IncompleteSnapshot(RuntimeError):
+    """The copies of a deferred snapshot stopped before the end (the call
+    taking it was interrupted): its dump must not be written."""
 
 
 def _tensor(storage, dtype, offset, shape, stride, requires_grad, parameter, state):
@@ -101,32 +133,98 @@ def copy_array(arr, buffers=None):
     """``arr``'s values in a new array (one copy of its bytes), C- or
     F-ordered as it is, C-ordered if it is neither; its memory from
     ``buffers`` (a :class:`Buffers`) if given."""
-    order = "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
-    if buffers is None or arr.nbytes == 0:
-        copy = np.empty(arr.shape, arr.dtype, order=order)
-    else:
-        copy = np.ndarray(arr.shape, arr.dtype, buffers.take(arr.nbytes), order=order)
+    copy = _empty_like(arr, buffers)
     np.copyto(copy, arr, casting="no")
     return copy
 
 
-def _copy_storage(torch, storage, buffers):
-    """A copy of a torch storage, its memory from ``buffers`` if given."""
+def _empty_like(arr, buffers):
+    """An array for :func:`copy_array`'s copy of ``arr``, not yet filled."""
+    order = "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
+    if buffers is None or arr.nbytes == 0:
+        return np.empty(arr.shape, arr.dtype, order=order)
+    return np.ndarray(arr.shape, arr.dtype, buffers.take(arr.nbytes), order=order)
+
+
+def _copy_storage(torch, storage, buffers, empty=False):
+    """A copy of a torch storage (with ``empty``, memory for it, not yet
+    filled: see :func:`_fill_storage`), its memory from ``buffers`` if given."""
     if buffers is None or storage.nbytes() == 0:
-        return storage.clone()
+        return torch.UntypedStorage(storage.nbytes()) if empty else storage.clone()
     copy = torch.frombuffer(buffers.take(storage.nbytes()), dtype=torch.uint8)
-    copy.copy_(torch.empty(0, dtype=torch.uint8).set_(storage))
+    if not empty:
+        _fill_storage(torch, copy.untyped_storage(), storage)
     return copy.untyped_storage()
+
+
+def _fill_storage(torch, copy, storage):
+    uint8 = torch.uint8
+    torch.empty(0, dtype=uint8).set_(copy).copy_(torch.empty(0, dtype=uint8).set_(storage))
 
 
 class Snapshot:
     """An object graph as :func:`take` captured it."""
 
-    def __init__(self, stream, kept, pins, buffers):
+    def __init__(self, stream, kept, pins, buffers, deferred=()):
         self._stream = stream
         self._kept = kept
         self._pins = pins  # alive as long as the snapshot, after restore()
         self._buffers = buffers
+        # Deferred copies, in order: (copy function, start address, end address).
+        self._deferred = list(deferred)
+        # By address, to find the copy holding an array's memory:
+        # (start, end, its number in the order of the copies).
+        self._by_address = sorted((start, end, number)
+                                  for number, (_, start, end) in enumerate(self._deferred))
+        self._starts = [start for start, _, _ in self._by_address]
+        self._copied = 0
+        self._finished = not self._deferred  # copy() has returned or raised
+        self._progress = threading.Condition()
+
+    def copy(self):
+        """Make the deferred copies, in order (on the thread that took the
+        snapshot, before it returns to its caller). If it stops early, the
+        dump waiting for a copy raises :class:`IncompleteSnapshot`."""
+        try:
+            for number, (copy, _, _) in enumerate(self._deferred):
+                copy()
+                with self._progress:
+                    self._copied = number + 1
+                    self._progress.notify_all()
+        finally:
+            with self._progress:
+                self._finished = True
+                self._deferred = []  # the originals are no longer needed
+                self._progress.notify_all()
+
+    def wait_finished(self):
+        """Wait until :meth:`copy` has returned or raised (nothing writes
+        into the copies' memory any more)."""
+        with self._progress:
+            while not self._finished:
+                self._progress.wait()
+
+    def wait_copied(self, arr):
+        """Wait until the deferred copy holding ``arr``'s memory is done (at
+        once if none holds it)."""
+        if not self._starts or arr.nbytes == 0:
+            return
+        address = arr.__array_interface__["data"][0]
+        place = bisect.bisect_right(self._starts, address) - 1
+        if place < 0 or address >= self._by_address[place][1]:
+            return
+        number = self._by_address[place][2]
+        with self._progress:
+            while self._copied <= number:
+                if self._finished:
+                    raise IncompleteSnapshot("the snapshot of the object was interrupted "
+                                             "before all its arrays were copied")
+                self._progress.wait()
+
+    def waited_for_by_this_thread(self):
+        """A context manager under which :func:`wait_for_copy` on this
+        thread waits for this snapshot's copies."""
+        return _Waiting(self)
 
     def buffers(self):
         """The memory of the copies (from :class:`Buffers`), handed over
@@ -145,6 +243,17 @@ class Snapshot:
             kept.clear()  # the restored object alone holds the copies
 
 
+class _Waiting:
+    def __init__(self, snapshot):
+        self._snapshot = snapshot
+
+    def __enter__(self):
+        _dumping.snapshot = self._snapshot
+
+    def __exit__(self, *exc):
+        _dumping.snapshot = None
+
+
 class _SnapshotUnpickler(pickle.Unpickler):
     def __init__(self, file, kept):
         super().__init__(file)
@@ -157,9 +266,11 @@ class _SnapshotUnpickler(pickle.Unpickler):
 
 
 class _SnapshotPickler(pickle.Pickler):
-    def __init__(self, file, buffers):
+    def __init__(self, file, buffers, deferred):
         super().__init__(file, pickle.HIGHEST_PROTOCOL)
         self._buffers = buffers
+        self._defer = deferred
+        self.deferred = []  # (copy function, start address, end address)
         self.kept = []
         self.pins = []  # host views of the JAX arrays kept (see _host_views)
         self._storages = {}  # torch storage key -> _StorageOf its copy
@@ -167,6 +278,9 @@ class _SnapshotPickler(pickle.Pickler):
         # takes the address of one (in its key).
         self._originals = []
         self._jax_type = None
+
+    def _later(self, copy, start, nbytes):
+        self.deferred.append((copy, start, start + nbytes))
 
     def _keep(self, obj):
         self.kept.append(obj)
@@ -177,6 +291,11 @@ class _SnapshotPickler(pickle.Pickler):
         if cls is np.ndarray or cls is np.memmap:
             if not is_plain_data(obj):
                 return NotImplemented
+            if self._defer and obj.nbytes >= DEFER_FROM:
+                copy = _empty_like(obj, self._buffers)
+                self._later(lambda: np.copyto(copy, obj, casting="no"), copy.ctypes.data,
+                            copy.nbytes)
+                return self._keep(copy)
             return self._keep(copy_array(obj, self._buffers))
         if isinstance(obj, np.ndarray):
             return NotImplemented
@@ -204,7 +323,12 @@ class _SnapshotPickler(pickle.Pickler):
         ref = self._storages.get(key)
         if ref is None:
             self._originals.append(storage)
-            _, (index,) = self._keep(_copy_storage(torch, storage, self._buffers))
+            defer = self._defer and storage.nbytes() >= DEFER_FROM
+            copy = _copy_storage(torch, storage, self._buffers, defer)
+            if defer:
+                self._later(lambda: _fill_storage(torch, copy, storage), copy.data_ptr(),
+                            copy.nbytes())
+            _, (index,) = self._keep(copy)
             ref = self._storages[key] = _StorageOf(index)
         state = tensor.__dict__
         return _tensor, (
@@ -236,9 +360,10 @@ class _StorageOf:
         return _kept, (self.index,)
 
 
-def take(obj, buffers=None):
+def take(obj, buffers=None, deferred=False):
     """A :class:`Snapshot` of ``obj``, its copies in memory from ``buffers``
-    (a :class:`Buffers`) if given.
+    (a :class:`Buffers`) if given; with ``deferred``, the copies of large
+    arrays are left to :meth:`Snapshot.copy`.
 
     Raises
     ------
@@ -247,10 +372,10 @@ def take(obj, buffers=None):
         :func:`pickle.dumps` raises).
     """
     file = io.BytesIO()
-    pickler = _SnapshotPickler(file, buffers)
+    pickler = _SnapshotPickler(file, buffers, deferred)
     try:
         pickler.dump(obj)
     finally:
         used = [] if buffers is None else buffers.taken()
     stream = file.getvalue()
-    return Snapshot(stream, pickler.kept, pickler.pins, used)
+    return Snapshot(stream, pickler.kept, pickler.pins, used, pickler.deferred)

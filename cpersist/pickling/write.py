@@ -9,6 +9,7 @@ from ..container import ContainerWriter, EncodedStream
 from ..stream.object_paths import object_paths
 from .arrays import describe, iter_chunks, rows_per_chunk
 from .array_pickler import ArrayPickler
+from .snapshot import wait_for_copy
 
 #: Chunk size of the pickle stream: smaller than array chunks so that its
 #: compression, which overlaps pickling, spreads evenly over the threads.
@@ -109,6 +110,7 @@ def array_store(writer, codec, chunk_size):
 
     def store(arr, favour_speed=False):
         nonlocal fast
+        wait_for_copy(arr)  # a background dump's snapshot may still be copying it
         chosen = codec
         if favour_speed and codec is not None:
             if fast is None:

@@ -1,0 +1,263 @@
+"""JAX training states: cpersist against orbax-checkpoint and flax's msgpack.
+
+A part of the checkpoints suite (:mod:`.checkpoints`). The state is a flax
+model (a stack of ``nn.Dense`` layers of width 2048) with its optax Adam
+state after one update (so that the moments are not zeros) and a step
+counter, about 300 MB: 6 layers in ``float32``, 12 in ``bfloat16`` (the
+moments of the same dtype as the parameters).
+
+* save: ``cpersist.dump`` raw and ``compress=3`` against orbax's
+  ``StandardCheckpointer`` (``save`` then ``wait_until_finished``: zarr v3
+  under OCDBT, zstd level 3 by default) and ``flax.serialization.to_bytes``
+  written to a file; the time a call blocks the caller: ``background=True``
+  against orbax's asynchronous ``save`` (until it returns);
+* restore: ``cpersist.load`` (raw, ``compress=3``, ``mmap_mode='r'``)
+  against ``StandardCheckpointer.restore`` given the abstract state (jax
+  arrays on the default device) and ``flax.serialization.from_bytes``;
+* file sizes (orbax's directory, all its files).
+
+Every contender runs once in turn per round (:func:`.turns.timed_in_turn`),
+warm page cache, each save to a new file or directory (the previous one
+removed, untimed). The suite skips with a ``not installed`` row when jax,
+flax, optax or orbax-checkpoint is missing (``pip install 'cpersist[jax]'``).
+"""
+
+import os
+import shutil
+import time
+
+import cpersist
+
+from .ratios import ratio_row
+from .turns import medians, timed_in_turn
+
+MB = 1 << 20
+#: (layers, width) of the generated states, full size and ``--quick``.
+SHAPES = {"float32": (6, 2048), "bfloat16": (12, 2048)}
+QUICK_SHAPES = {"float32": (2, 64), "bfloat16": (2, 64)}
+#: What the part needs, as modules and as pip names them.
+NEEDS = (("jax", "jax"), ("flax", "flax"), ("optax", "optax"),
+         ("orbax.checkpoint", "orbax-checkpoint"))
+
+
+def missing():
+    """The pip name of the first of :data:`NEEDS` not installed, or None."""
+    import importlib.util
+
+    for module, package in NEEDS:
+        try:
+            if importlib.util.find_spec(module) is None:
+                return package
+        except ModuleNotFoundError:  # the parent package of a dotted name
+            return package
+    return None
+
+
+def training_state(dtype, layers, width, seed=0):
+    """``{"params", "opt_state", "step"}``: a flax MLP of ``layers`` dense
+    layers of ``width`` in ``dtype`` and its optax Adam state after one
+    update with random gradients."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from flax import linen as nn
+
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            for _ in range(layers):
+                x = nn.relu(nn.Dense(width)(x))
+            return x
+
+    params = MLP().init(jax.random.key(seed), jnp.ones((1, width)))
+    params = jax.tree.map(lambda p: p.astype(dtype), params)
+    tx = optax.adam(1e-3)
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
+    grads = jax.tree.unflatten(tree, [(jax.random.normal(k, p.shape) * 0.01).astype(dtype)
+                                      for k, p in zip(keys, leaves)])
+    updates, opt_state = tx.update(grads, tx.init(params), params)
+    state = {"params": optax.apply_updates(params, updates), "opt_state": opt_state,
+             "step": 1000}
+    return jax.block_until_ready(state)
+
+
+def _leaves(state):
+    import jax
+    import numpy as np
+
+    return [np.asarray(x) for x in jax.tree.leaves(state)]
+
+
+def _check(expected, got, jax_arrays=True):
+    """Same tree structure and leaf types, dtypes, shapes and bytes."""
+    import jax
+
+    assert jax.tree.structure(expected) == jax.tree.structure(got)
+    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(got)):
+        if jax_arrays:
+            assert type(a) is type(b)
+    for a, b in zip(_leaves(expected), _leaves(got)):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def _size(path):
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(root, f))
+                   for root, _, files in os.walk(path) for f in files)
+    return os.path.getsize(path)
+
+
+def _remover(path):
+    def remove():
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.unlink(path)
+    return remove
+
+
+def measure(name, state, directory, rounds):
+    """Times and sizes of every contender on one training state."""
+    import jax
+    import orbax.checkpoint as ocp
+    from flax import serialization
+
+    p = {k: os.path.abspath(os.path.join(directory, f"jax-{name}.{k}"))
+         for k in ("cp", "cp3", "bg", "orbax", "orbax_async", "msgpack")}
+    checkpointer = ocp.StandardCheckpointer()
+    calls = {"cpersist background=True": [], "orbax async save": []}
+
+    def timed_call(name, start, finish):
+        t0 = time.perf_counter()
+        pending = start()
+        calls[name].append(time.perf_counter() - t0)
+        finish(pending)
+
+    def msgpack_save():
+        with open(p["msgpack"], "wb") as file:
+            file.write(serialization.to_bytes(state))
+
+    def msgpack_load():
+        with open(p["msgpack"], "rb") as file:
+            return serialization.from_bytes(state, file.read())
+
+    def orbax_save(path):
+        checkpointer.save(path, state)
+        checkpointer.wait_until_finished()
+
+    dumps = {
+        "cpersist raw": lambda: cpersist.dump(state, p["cp"]),
+        "cpersist compress=3": lambda: cpersist.dump(state, p["cp3"], compress=3),
+        "cpersist background=True": lambda: timed_call(
+            "cpersist background=True", lambda: cpersist.dump(state, p["bg"], background=True),
+            lambda future: future.result()),
+        "orbax save": lambda: orbax_save(p["orbax"]),
+        "orbax async save": lambda: timed_call(
+            "orbax async save", lambda: checkpointer.save(p["orbax_async"], state),
+            lambda _: checkpointer.wait_until_finished()),
+        "flax msgpack": msgpack_save,
+    }
+    keys = {"cpersist raw": "cp", "cpersist compress=3": "cp3", "cpersist background=True": "bg",
+            "orbax save": "orbax", "orbax async save": "orbax_async", "flax msgpack": "msgpack"}
+    try:
+        dump_rounds = timed_in_turn(dumps, rounds, {n: _remover(p[k]) for n, k in keys.items()})
+        for n in calls:  # the first round is untimed
+            calls[n] = calls[n][1:]
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+        loads = {
+            "cpersist.load": lambda: jax.block_until_ready(cpersist.load(p["cp"])),
+            "cpersist.load compress=3": lambda: jax.block_until_ready(cpersist.load(p["cp3"])),
+            "cpersist.load mmap_mode='r'": lambda: cpersist.load(p["cp"], mmap_mode="r"),
+            "orbax restore": lambda: jax.block_until_ready(
+                checkpointer.restore(p["orbax"], abstract)),
+            "flax msgpack": msgpack_load,
+        }
+        # Every file checked to hold the state before its loads are timed.
+        for n in ("cpersist.load", "cpersist.load compress=3", "cpersist.load mmap_mode='r'",
+                  "orbax restore"):
+            _check(state, loads[n]())
+        _check(state, cpersist.load(p["bg"]))
+        _check(state, msgpack_load(), jax_arrays=False)  # flax gives numpy arrays
+        load_rounds = timed_in_turn(loads, rounds)
+        sizes = {k: _size(v) for k, v in p.items() if os.path.exists(v)}
+    finally:
+        checkpointer.close()
+        for path in p.values():
+            _remover(path)()
+    array_bytes = sum(x.nbytes for x in _leaves(state))
+    return {"name": name, "array_mb": array_bytes / MB, "arrays": len(_leaves(state)),
+            "dump_s": medians(dump_rounds), "load_s": medians(load_rounds),
+            "call_s": medians(calls), "dump_rounds_s": dump_rounds,
+            "load_rounds_s": load_rounds, "call_rounds_s": calls, "file_bytes": sizes}
+
+
+def run(directory, quick=False, rounds=5):
+    """Every generated state measured: ``{"states": [...]}``, or
+    ``{"missing": pip name}``."""
+    absent = missing()
+    if absent:
+        return {"missing": absent}
+    import jax.numpy as jnp
+
+    states = []
+    for dtype, (layers, width) in (QUICK_SHAPES if quick else SHAPES).items():
+        state = training_state(getattr(jnp, dtype), layers, width)
+        states.append(measure(dtype, state, directory, rounds))
+        del state
+    return {"states": states, "quick": quick}
+
+
+def ratios(results):
+    """Ratio rows: cpersist's time or size over orbax's (and flax's)."""
+    if results.get("missing"):
+        return [ratio_row("checkpoints", "JAX training state", missing=results["missing"])]
+    rows = []
+    for r in results["states"]:
+        d, lo, c, size = r["dump_s"], r["load_s"], r["call_s"], r["file_bytes"]
+        what = f"JAX {r['name']} state ({r['array_mb']:.0f} MB, {r['arrays']} arrays)"
+        keyed = not results.get("quick")
+
+        def row(target, mine, peer, times, key=""):
+            ratio = times[mine] / times[peer]
+            measured = f"{times[mine] * 1e3:.0f} ms / {times[peer] * 1e3:.0f} ms"
+            rows.append(ratio_row("checkpoints", f"{what}: {target}", ratio, measured,
+                                  key=f"checkpoints.{key}" if key and keyed else ""))
+
+        row("compress=3 dump time / orbax StandardCheckpointer save's",
+            "cpersist compress=3", "orbax save", d, "jax_dump_vs_orbax")
+        row("raw dump time / orbax save's", "cpersist raw", "orbax save", d)
+        row("compress=3 load time / orbax restore's", "cpersist.load compress=3",
+            "orbax restore", lo, "jax_load_vs_orbax")
+        row("raw load time / orbax restore's", "cpersist.load", "orbax restore", lo)
+        row("mmap_mode='r' load time / orbax restore's", "cpersist.load mmap_mode='r'",
+            "orbax restore", lo, "jax_mmap_vs_orbax")
+        rows.append(ratio_row(
+            "checkpoints", f"{what}: compress=3 file size / orbax's", size["cp3"] / size["orbax"],
+            f"{size['cp3']:,} B / {size['orbax']:,} B",
+            key="checkpoints.jax_size_vs_orbax" if keyed else ""))
+        row("background=True call / orbax async save call", "cpersist background=True",
+            "orbax async save", c)
+        row("background=True until written / orbax async until written",
+            "cpersist background=True", "orbax async save", d)
+        row("raw dump time / flax msgpack to_bytes and write", "cpersist raw", "flax msgpack", d)
+        row("raw load time / flax msgpack read and from_bytes", "cpersist.load",
+            "flax msgpack", lo)
+    return rows
+
+
+def format_results(results):
+    """Every contender's median time and size, per state."""
+    from ..tools.table import format_table
+
+    if results.get("missing"):
+        return ""
+    lines = []
+    for r in results["states"]:
+        lines.append(f"JAX {r['name']} state: {r['array_mb']:.0f} MB in {r['arrays']} arrays")
+        cells = [[op, method, f"{t * 1e3:.1f} ms"] for op in ("dump", "call", "load")
+                 for method, t in sorted(r[f"{op}_s"].items(), key=lambda kv: kv[1])]
+        cells += [["size", key, f"{n / MB:.1f} MB"] for key, n in sorted(r["file_bytes"].items())]
+        lines.append(format_table(["op", "contender", "time or size"], cells, right=(2,),
+                                  indent="  "))
+    return "\n".join(lines)
