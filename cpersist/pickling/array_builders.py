@@ -8,6 +8,7 @@ import sys
 import numpy as np
 
 from .builders import SLOT, bind, invoke
+from .named_dtypes import FIRST_USER_TYPE
 from .checks import (Refused, as_dtype, as_order, as_shape, brief, check_dtype, check_plain,
                      is_scalar, raw_extent)
 
@@ -38,6 +39,15 @@ def fresh_array(machine, cls, shape, dtype, order="C"):
         return np.ndarray.__new__(cls, shape, dtype, order=order)
     arr = np.zeros(shape, dtype, order=order)
     return arr if cls is np.ndarray else arr.view(cls)
+
+
+def fresh_copy(view):
+    """A copy of ``view`` that owns its memory, in its order; an empty one
+    keeps its strides (numpy's copy of an empty array has zero strides, a
+    trusted load's view of it the shape's)."""
+    if view.size:
+        return view.copy(order="K")
+    return np.ndarray(view.shape, view.dtype, bytearray(), 0, view.strides)
 
 
 def raw_array(machine, cls, shape, dtype, buffer, offset, strides, order):
@@ -71,8 +81,7 @@ def raw_array(machine, cls, shape, dtype, buffer, offset, strides, order):
         if extent is not None and (extent[0] < 0 or extent[1] > len(data)):
             raise Refused("strides reaching outside the buffer")
     machine.alloc(count * dtype.itemsize)
-    view = np.ndarray(shape, dtype, data, offset, strides, order)
-    arr = view.copy(order="K")
+    arr = fresh_copy(np.ndarray(shape, dtype, data, offset, strides, order))
     return arr if cls is np.ndarray else arr.view(cls)
 
 
@@ -206,7 +215,7 @@ def build_frombuffer(machine, func, args, kwargs, new):
     if len(data) != count * dtype.itemsize:
         raise Refused(f"_frombuffer of {len(data)} bytes for {count} items of {dtype}")
     machine.alloc(2 * len(data))
-    arr = np.frombuffer(data, dtype, count).reshape(shape, order=as_order(order)).copy("K")
+    arr = fresh_copy(np.frombuffer(data, dtype, count).reshape(shape, order=as_order(order)))
     if type(buffer) is bytes or (type(buffer) is memoryview and buffer.readonly):
         arr.flags.writeable = False
     return arr
@@ -251,6 +260,12 @@ def build_dtype(machine, cls, args, kwargs, new):
         made = np.dtype(bound["obj"], bool(bound.get("align", False)), True, **extra)
     except (TypeError, ValueError, SyntaxError, KeyError, RecursionError) as exc:
         raise Refused(f"bad dtype {brief(bound['obj'])}: {exc}") from None
+    if made.num >= FIRST_USER_TYPE:
+        # numpy gives back its one instance of a type it does not define
+        # (ml_dtypes'), copy or not: a BUILD would change it for the process.
+        made = made.newbyteorder("=")
+    if made is np.dtype(made.type):
+        raise Refused(f"numpy's own instance of {made} where a new dtype is made")
     check_dtype(made)
     return machine.made_dtype(made)
 
