@@ -45,8 +45,13 @@ import warnings
 
 import numpy as np
 
-#: ``compress`` settings every object is dumped with (those available).
-COMPRESS = (0, 3, "lz4", "zstd", "max")
+#: ``compress`` settings every object is dumped with (those available): raw,
+#: Zstandard, LZ4, and Blosc's shuffle before LZ4.
+COMPRESS = (0, 3, "lz4", "blosc:lz4")
+#: One object in this many is also dumped with ``compress="max"`` (which
+#: stores Fortran-ordered arrays in C order and names numpy.asfortranarray),
+#: the slowest setting to write.
+MAX_EVERY = 10
 #: Protocols of the raw pickles.
 PROTOCOLS = tuple(range(pickle.HIGHEST_PROTOCOL + 1))
 #: Elements of the arrays of each size: a compressed dump keeps arrays under
@@ -675,19 +680,22 @@ def check(name, obj, family, label, data, is_dump, counts, problems):
             problems.append(f"{name} [{label}]: the dry run refuses it: {verdict['refusal']}")
 
 
-def run(every=1, compress=COMPRESS, protocols=PROTOCOLS, families=None, out=None):
-    """Compare the loads of one object in ``every``; ``(counts, problems)``."""
+def run(every=1, compress=COMPRESS, protocols=PROTOCOLS, families=None, out=None, part=(0, 1)):
+    """Compare the loads of one object in ``every`` (of those numbered
+    ``part[0]`` modulo ``part[1]``); ``(counts, problems)``."""
     counts = collections.Counter()
     problems = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for number, (name, obj, family) in enumerate(benign_objects()):
-            if number % every or (families is not None and family not in families):
+            if number % every or number % part[1] != part[0] or (
+                    families is not None and family not in families):
                 continue
             counts["objects"] += 1
             counts[f"objects ({family})"] += 1
             try:
-                for label, data, is_dump in encodings(obj, family, compress, protocols):
+                levels = compress + ("max",) if number % MAX_EVERY == 0 else compress
+                for label, data, is_dump in encodings(obj, family, levels, protocols):
                     check(name, obj, family, label, data, is_dump, counts, problems)
             except Exception as exc:  # noqa: BLE001 - a dump failing is reported
                 counts["dump failed"] += 1
@@ -702,11 +710,15 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--every", type=int, default=1,
                         help="compare one object in EVERY (default: all)")
+    parser.add_argument("--part", default="0/1",
+                        help="K/N: compare only objects numbered K modulo N (to run N "
+                             "processes side by side; add their counts)")
     parser.add_argument("--show", type=int, default=50,
                         help="list at most this many differences (default 50)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    counts, problems = run(args.every, out=sys.stdout)
+    part = tuple(int(n) for n in args.part.split("/"))
+    counts, problems = run(args.every, out=sys.stdout, part=part)
     seconds = time.perf_counter() - start
     import numpy
     versions = [f"numpy {numpy.__version__}"]
