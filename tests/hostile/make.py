@@ -266,6 +266,18 @@ def torch_advisories():
     }
 
 
+def shared_dtypes():
+    """numpy's pickle of a big-endian bfloat16 array: ``numpy.dtype(ml_dtypes.bfloat16,
+    False, True)`` gives numpy's one bfloat16 dtype, which the ``BUILD`` after
+    it would turn big-endian for the whole process."""
+    bfloat16 = call(glob("numpy", "dtype"), glob("ml_dtypes", "bfloat16"), pickle.NEWFALSE,
+                    pickle.NEWTRUE)
+    state = tup(integer(3), s(">"), pickle.NONE, pickle.NONE, pickle.NONE, integer(2),
+                integer(2), integer(64))
+    return {"12-ml-dtypes-build-on-numpys-own-bfloat16": (proto(2, bfloat16 + state
+                                                                 + pickle.BUILD), REFUSED)}
+
+
 #: Stored arrays of the forged files that have some: ``{name: [(bytes, meta)]}``.
 STORAGES = {
     **{name: storage() for name in torch_advisories() if "tensor" in name or "stored" in name},
@@ -297,7 +309,7 @@ def found():
 #: The forged files: ``{name: (pickle stream, expectation)}``.
 FORGED = {**use_after_free(), **offset_past_buffer(), **deep_tuples(), **masked_singleton(),
           **hash_collisions(), **nested_lists_to_numpy(), **allocation(), **uninitialised(),
-          **long_int(), **torch_advisories(), **found()}
+          **long_int(), **torch_advisories(), **shared_dtypes(), **found()}
 
 
 #: Defect 10: files of what ``torch.load(weights_only=True)`` and numpy's own
