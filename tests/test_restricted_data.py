@@ -463,3 +463,25 @@ def test_empty_arrays_keep_their_strides(protocol):
         assert (out.shape, out.strides, out.dtype) == (trusted.shape, trusted.strides,
                                                        trusted.dtype)
         assert out.flags.writeable == trusted.flags.writeable
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_padding_of_structured_items_copied_not_left_uninitialised(protocol):
+    # numpy copies a structured array field by field: the bytes between fields
+    # of its copy are whatever its new memory held.
+    padded = np.dtype([("x", "u1"), ("y", "<i8")], align=True)
+    items = np.frombuffer(bytes(range(96)), padded).reshape(2, 3)
+    for arr in (items, items.T, np.asfortranarray(items)):
+        for data in (container_bytes(pickle.dumps(arr, protocol=protocol)),
+                     cpersist.dumps(arr, compress="max")):
+            out = cpersist.loads(data, trusted=False)
+            assert out.dtype == padded and out.strides == cpersist.loads(data).strides
+            assert out.tobytes(order="A") == arr.tobytes(order="A")
+
+
+def test_string_arrays_with_a_nan_for_na_and_constants():
+    strings = np.array(["a", np.nan, "b"], dtype=np.dtypes.StringDType(na_object=np.nan))
+    out = cpersist.loads(cpersist.dumps({"s": strings, "index": (Ellipsis, 1),
+                                         "flag": NotImplemented}), trusted=False)
+    assert out["s"].dtype == strings.dtype and repr(out["s"].tolist()) == "['a', nan, 'b']"
+    assert out["index"] == (Ellipsis, 1) and out["flag"] is NotImplemented

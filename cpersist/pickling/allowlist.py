@@ -55,6 +55,7 @@ def _table():
     add("builtins", "dict", b.build_mapping)
     add("builtins", "range", b.build_range)
     add("builtins", "slice", b.build_scalars)
+    add("builtins", ("Ellipsis", "NotImplemented"), VALUE)  # constants, as in an index
     add("collections", ("OrderedDict", "defaultdict", "Counter"), b.build_mapping)
     add("collections", "deque", b.build_sequence)
     add("datetime", ("date", "datetime", "time", "timedelta", "timezone"), b.build_scalars)

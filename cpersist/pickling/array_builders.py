@@ -41,12 +41,19 @@ def fresh_array(machine, cls, shape, dtype, order="C"):
     return arr if cls is np.ndarray else arr.view(cls)
 
 
+def whole_items(arr):
+    """``arr`` viewed as items of raw bytes: numpy copies a structured
+    array field by field, leaving the bytes between fields (padding) as
+    uninitialised as its new memory; raw items are copied whole."""
+    return arr.view(np.dtype((np.void, arr.dtype.itemsize))) if arr.dtype.itemsize else arr
+
+
 def fresh_copy(view):
-    """A copy of ``view`` that owns its memory, in its order; an empty one
-    keeps its strides (numpy's copy of an empty array has zero strides, a
-    trusted load's view of it the shape's)."""
+    """A copy of ``view`` that owns its memory, byte for byte, in its order;
+    an empty one keeps its strides (numpy's copy of an empty array has zero
+    strides, a trusted load's view of it the shape's)."""
     if view.size:
-        return view.copy(order="K")
+        return whole_items(view).copy(order="K").view(view.dtype)
     return np.ndarray(view.shape, view.dtype, bytearray(), 0, view.strides)
 
 
@@ -160,9 +167,8 @@ def array_state(machine, arr, state):
         if type(data) is not list or len(data) != count:
             raise Refused(f"an array of {count} objects with {brief(data)} as items")
         machine.alloc(SLOT * count)
-        na = getattr(dtype, "na_object", str)
-        if type(dtype) is _STRING_DTYPE and not all(type(item) is str or item is na
-                                                    for item in data):
+        if type(dtype) is _STRING_DTYPE and not all(
+                type(item) is str or _is_na(item, dtype) for item in data):
             raise Refused("a string array of other items than strings")
     else:
         if type(data) is bytearray:
@@ -171,6 +177,19 @@ def array_state(machine, arr, state):
             raise Refused(f"an array of {count * dtype.itemsize} bytes given "
                           f"{brief(data) if type(data) is not bytes else len(data)} bytes")
     return (version, shape, dtype, fortran, data)
+
+
+def _is_na(item, dtype):
+    """Whether ``item`` is a StringDType's NA value: that object, or a
+    scalar of its type equal to it (NaN to NaN), as pickling copies it."""
+    na = getattr(dtype, "na_object", _NO_NA)
+    if item is na:
+        return True
+    return type(item) is type(na) and is_scalar(item) and (
+        item == na or (item != item and na != na))
+
+
+_NO_NA = object()
 
 
 def set_array_state(machine, arr, state):
@@ -339,9 +358,12 @@ def build_asfortranarray(machine, func, args, kwargs, new):
     arr, dtype = _asked(machine, func, bound.get("a"), bound.get("dtype"))
     if machine.dry:
         return arr
-    if dtype is None:
+    if dtype is None or dtype == arr.dtype:
         machine.alloc(0 if machine.is_stored(arr) else arr.nbytes)
-    return np.asfortranarray(arr, dtype)
+        return np.asfortranarray(whole_items(arr)).view(arr.dtype)
+    made = np.zeros(arr.shape, dtype, order="F")  # a conversion fills fields only
+    np.copyto(made, arr, casting="unsafe")
+    return made
 
 
 def build_matrix(machine, func, args, kwargs, new):
