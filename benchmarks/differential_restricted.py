@@ -577,10 +577,15 @@ class Comparison:
                                  np.ma.getmaskarray(b).view(np.ndarray), f"{where}.mask")
             if found:
                 return found
-            fa, fb = np.asarray(a.fill_value), np.asarray(b.fill_value)
-            if fa.dtype != fb.dtype or _array_bytes(fa) != _array_bytes(fb) or (
-                    fa.dtype.hasobject and fa.tolist() != fb.tolist()):
-                return f"{where}: fill value {a.fill_value!r} != {b.fill_value!r}"
+            # Not .fill_value, which sets a default (refused by np.ma.masked).
+            fa, fb = a._fill_value, b._fill_value
+            if (fa is None) != (fb is None):
+                return f"{where}: a fill value on one side only"
+            if fa is not None:
+                fa, fb = np.asarray(fa), np.asarray(fb)
+                if fa.dtype != fb.dtype or _array_bytes(fa) != _array_bytes(fb) or (
+                        fa.dtype.hasobject and fa.tolist() != fb.tolist()):
+                    return f"{where}: fill value {fa!r} != {fb!r}"
             if (a.hardmask, a.baseclass) != (b.hardmask, b.baseclass):
                 return f"{where}: hardmask or baseclass differ"
             a, b = a.data, b.data
@@ -666,6 +671,11 @@ def check(name, obj, family, label, data, is_dump, counts, problems):
         counts["refused"] += 1
         problems.append(f"{name} [{label}]: refused: {type(exc).__name__}: {str(exc)[:300]}")
         return
+    except Exception as exc:  # noqa: BLE001 - a restricted load must raise cpersist's errors
+        counts["restricted failed"] += 1
+        problems.append(f"{name} [{label}]: the restricted load raises {type(exc).__name__}: "
+                        f"{str(exc)[:200]}")
+        return
     found = first_difference(trusted, restricted)
     if found:
         counts["differing"] += 1
@@ -728,7 +738,7 @@ def main(argv=None):
     print(f"Python {sys.version.split()[0]}, {', '.join(versions)}; {seconds:.0f} s")
     for key in ("objects", *sorted(k for k in counts if k.startswith("objects (")),
                 "loads compared", "identical", "differing", "refused", "trusted failed",
-                "dump failed", "dry runs", "dry run refused"):
+                "restricted failed", "dump failed", "dry runs", "dry run refused"):
         print(f"{key:>24}: {counts[key]}")
     for line in problems[:args.show]:
         print(line)
