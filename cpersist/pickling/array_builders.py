@@ -53,7 +53,9 @@ def fresh_copy(view):
     an empty one keeps its strides (numpy's copy of an empty array has zero
     strides, a trusted load's view of it the shape's)."""
     if view.size:
-        return whole_items(view).copy(order="K").view(view.dtype)
+        made = np.empty_like(view, order="K")  # every byte written just below
+        whole_items(made)[...] = whole_items(view)
+        return made
     return np.ndarray(view.shape, view.dtype, bytearray(), 0, view.strides)
 
 
@@ -360,7 +362,11 @@ def build_asfortranarray(machine, func, args, kwargs, new):
         return arr
     if dtype is None or dtype == arr.dtype:
         machine.alloc(0 if machine.is_stored(arr) else arr.nbytes)
-        return np.asfortranarray(whole_items(arr)).view(arr.dtype)
+        if arr.flags.f_contiguous:
+            return np.asfortranarray(arr)  # itself, as numpy gives it
+        made = np.empty(arr.shape, arr.dtype, order="F")  # every byte written just below
+        whole_items(made)[...] = whole_items(arr)
+        return made
     made = np.zeros(arr.shape, dtype, order="F")  # a conversion fills fields only
     np.copyto(made, arr, casting="unsafe")
     return made
