@@ -476,7 +476,7 @@ def _is_jax(obj):
 def _dtype_facts(d):
     return (type(d), d.str, d.descr, d.names, d.fields and {k: v[1:] for k, v in d.fields.items()},
             d.metadata, d.isalignedstruct, d.itemsize, d.alignment, d.flags, d.shape,
-            getattr(d, "na_object", "-"), getattr(d, "coerce", "-"), repr(d))
+            repr(getattr(d, "na_object", "-")), getattr(d, "coerce", "-"), repr(d))
 
 
 def _array_facts(a):

@@ -40,3 +40,6 @@ def test_the_comparison_sees_what_it_checks():
     assert first_difference(float("nan"), float("nan")) is None
     assert first_difference(0.0, -0.0) is not None
     assert first_difference(collections.OrderedDict(a=1), {"a": 1}) is not None
+    nan_na = np.dtypes.StringDType(na_object=float("nan"))  # NaN is not NaN, yet the same NA
+    assert first_difference(np.array(["a", np.nan], nan_na),
+                            np.array(["a", np.nan], np.dtypes.StringDType(na_object=np.nan))) is None
