@@ -355,3 +355,133 @@ def test_dtype_state_only_as_numpy_writes_it():
     numpy_s = tup(integer(3), s(">"), pickle.NONE, pickle.NONE, pickle.NONE, integer(-1),
                   integer(-1), integer(0))
     assert load(proto(2, dtype + numpy_s + pickle.BUILD)) == np.dtype(">f8")
+
+
+# -- the ways around torch.load(weights_only=True), as they meet this load ---------------
+
+def _storage(shape=None):
+    """A stored array of 4 float32 zeros (section 0), its index saying ``shape``."""
+    from .hostile.make import storage
+
+    return storage(4, shape=shape)
+
+
+def _tensor(**view):
+    from .hostile.make import tensor
+
+    return tensor(**view)
+
+
+@pytest.mark.parametrize("where", ["persistent id", "section number"])
+def test_refusals_name_the_streams_objects_by_type(where):
+    # The repr of lists holding each other 2,048 times, four deep, never ends.
+    from .hostile.make import shared_lists, stored
+
+    stream = (shared_lists() + pickle.BINPERSID if where == "persistent id"
+              else stored(shared_lists()))
+    with pytest.raises(CorruptFileError, match=r"\(a list\)|section a list"):
+        cpersist.loads(container_bytes(proto(2, stream), _storage()), trusted=False)
+
+
+def _dry_run_and_load(data, tmp_path):
+    path = tmp_path / "f.cp"
+    path.write_bytes(data)
+    verdict = cpersist.verify(path)["restricted_load"]
+    with pytest.raises(cpersist.CpersistError) as refused:
+        cpersist.load(path, trusted=False)
+    return verdict, refused.value
+
+
+def test_dry_run_refuses_a_jax_array_the_load_refuses(tmp_path):
+    from .hostile.make import stored
+
+    stream = proto(2, call(glob("cpersist.pickler", "rebuild_jax"), stored(),
+                           pickle.EMPTY_DICT))
+    verdict, refused = _dry_run_and_load(container_bytes(stream, _storage()), tmp_path)
+    assert verdict["accepted"] is False and "shards are not stored arrays" in str(refused)
+
+
+@pytest.mark.parametrize("view", [{"shape": (1 << 62, 1 << 62), "stride": (0, 0)},
+                                  {"shape": (1 << 31,) * 3, "stride": (0,) * 3}])
+def test_tensor_of_more_elements_than_torch_counts(view, tmp_path):
+    pytest.importorskip("torch")
+    data = container_bytes(proto(2, _tensor(**view)), _storage())
+    verdict, refused = _dry_run_and_load(data, tmp_path)
+    assert verdict["accepted"] is False
+    assert "more elements than torch can count" in str(refused)
+
+
+@pytest.mark.parametrize("name", ["__class__", "numpy", "grad", "__dict__"])
+def test_tensor_attributes_hide_nothing_of_the_tensors_own(name, tmp_path):
+    torch = pytest.importorskip("torch")
+    state = pickle.EMPTY_DICT + s(name) + glob("numpy", "ndarray") + pickle.SETITEM
+    data = container_bytes(proto(2, _tensor(kind="parameter", state=state)), _storage())
+    verdict, refused = _dry_run_and_load(data, tmp_path)
+    assert verdict["accepted"] is False and f"attribute named '{name}'" in str(refused)
+    # A trusted load takes the file as it is; a dump's own attributes load restricted.
+    assert type(cpersist.load(data and tmp_path / "f.cp")) is torch.nn.Parameter
+    param = torch.nn.Parameter(torch.ones(2))
+    param.tag = "kept"
+    assert cpersist.loads(cpersist.dumps(param), trusted=False).tag == "kept"
+
+
+def test_uuid_without_its_state_is_the_nil_uuid():
+    import uuid
+
+    made = load(proto(2, glob("uuid", "UUID") + pickle.EMPTY_TUPLE + pickle.NEWOBJ))
+    assert made == uuid.UUID(int=0) and str(made) == "00000000-0000-0000-0000-000000000000"
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_numpy_pickles_of_ml_dtypes(protocol):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    obj = {"a": np.arange(6).astype(ml_dtypes.bfloat16).reshape(2, 3)[:, ::2],
+           "s": np.array(1.5, ml_dtypes.float8_e4m3fn)[()], "d": np.dtype(ml_dtypes.int4)}
+    data = container_bytes(pickle.dumps(obj, protocol=protocol))
+    out, trusted = cpersist.loads(data, trusted=False), cpersist.loads(data)
+    assert out["d"] == trusted["d"] == obj["d"]
+    for key in ("a", "s"):
+        assert type(out[key]) is type(trusted[key]) and out[key].dtype == obj[key].dtype
+        assert out[key].tobytes() == trusted[key].tobytes() == obj[key].tobytes()
+    # Only ml_dtypes' types of the table, in native byte order, stand for dtypes.
+    swapped = pickle.dumps(np.zeros(2, np.dtype(ml_dtypes.bfloat16).newbyteorder()), 2)
+    with pytest.raises(CorruptFileError, match="native byte order"):
+        cpersist.loads(container_bytes(swapped), trusted=False)
+    # numpy's one bfloat16 dtype (numpy.dtype(..., copy=True) gives it back) is
+    # not what that BUILD changed.
+    assert np.dtype(ml_dtypes.bfloat16).isnative and np.dtype(ml_dtypes.bfloat16).str == "<V2"
+    with pytest.raises(UntrustedObjectError):
+        cpersist.loads(container_bytes(proto(2, glob("ml_dtypes", "finfo"))), trusted=False)
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_empty_arrays_keep_their_strides(protocol):
+    for arr in (np.zeros((0, 3), ">i4"), np.zeros((0, 3), "c16", order="F"),
+                np.zeros((2, 0, 4), "u1")):
+        data = container_bytes(pickle.dumps(arr, protocol=protocol))
+        out, trusted = cpersist.loads(data, trusted=False), cpersist.loads(data)
+        assert (out.shape, out.strides, out.dtype) == (trusted.shape, trusted.strides,
+                                                       trusted.dtype)
+        assert out.flags.writeable == trusted.flags.writeable
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_padding_of_structured_items_copied_not_left_uninitialised(protocol):
+    # numpy copies a structured array field by field: the bytes between fields
+    # of its copy are whatever its new memory held.
+    padded = np.dtype([("x", "u1"), ("y", "<i8")], align=True)
+    items = np.frombuffer(bytes(range(96)), padded).reshape(2, 3)
+    for arr in (items, items.T, np.asfortranarray(items)):
+        for data in (container_bytes(pickle.dumps(arr, protocol=protocol)),
+                     cpersist.dumps(arr, compress="max")):
+            out = cpersist.loads(data, trusted=False)
+            assert out.dtype == padded and out.strides == cpersist.loads(data).strides
+            assert out.tobytes(order="A") == arr.tobytes(order="A")
+
+
+def test_string_arrays_with_a_nan_for_na_and_constants():
+    strings = np.array(["a", np.nan, "b"], dtype=np.dtypes.StringDType(na_object=np.nan))
+    out = cpersist.loads(cpersist.dumps({"s": strings, "index": (Ellipsis, 1),
+                                         "flag": NotImplemented}), trusted=False)
+    assert out["s"].dtype == strings.dtype and repr(out["s"].tolist()) == "['a', nan, 'b']"
+    assert out["index"] == (Ellipsis, 1) and out["flag"] is NotImplemented

@@ -161,6 +161,8 @@ def _layouts():
         "zero_size_f": np.zeros((0, 4, 5), "c8", order="F"),
         "zero_size_view": np.zeros((4, 0, 3))[::2].transpose(2, 0, 1),
         "structured_view": random_array(NESTED, (20, 3), seed=6)[::3, ::-1],
+        # Its items are numpy str_ scalars as long as their text: the first, '', is 0 bytes.
+        "strings_reversed": np.array(["", "a", "bc", ""] * 30, "<U2")[::-1],
     }
 
 

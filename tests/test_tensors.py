@@ -434,6 +434,21 @@ def test_a_legacy_torch_file_needs_trust(tmp_path):
     assert torch.equal(cpersist.load(tmp_path / "x.cp")["w"], obj["w"])
 
 
+def test_a_torch_file_needs_trust_where_weights_only_has_published_bypasses(tmp_path,
+                                                                          monkeypatch):
+    from cpersist.tools.torch_files import weights_only_is_safe
+
+    assert [weights_only_is_safe(v) for v in ("2.10.0", "2.13.0+cpu", "3.0", "2.9.1",
+                                              "2.5.1+cu121", "1.13")] == [True] * 3 + [False] * 3
+    torch.save({"w": torch.ones(3)}, tmp_path / "m.pt")
+    monkeypatch.setattr(torch, "__version__", "2.9.1")  # as an older torch says it
+    with pytest.raises(cpersist.UntrustedPickleError, match=r"torch 2\.9\.1 .* torch 2\.10"):
+        cpersist.convert(tmp_path / "m.pt", tmp_path / "x.cp")
+    assert not (tmp_path / "x.cp").exists()
+    cpersist.convert(tmp_path / "m.pt", tmp_path / "x.cp", trust_pickles=True)
+    assert torch.equal(cpersist.load(tmp_path / "x.cp", trusted=False)["w"], torch.ones(3))
+
+
 def test_bf16_sections_are_grouped_by_two_bytes(tmp_path):
     w = torch.randn(512, 512, generator=torch.Generator().manual_seed(1)).bfloat16()
     cpersist.dump({"w": w}, tmp_path / "w.cp", compress=3)

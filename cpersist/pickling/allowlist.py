@@ -18,6 +18,7 @@ from . import array_builders as a
 from . import builders as b
 from . import format_builders as f
 from ..format import names
+from ..format.named_dtypes import ITEMSIZES
 
 #: Marks an entry that may be named but not called.
 VALUE = "value"
@@ -54,6 +55,7 @@ def _table():
     add("builtins", "dict", b.build_mapping)
     add("builtins", "range", b.build_range)
     add("builtins", "slice", b.build_scalars)
+    add("builtins", ("Ellipsis", "NotImplemented"), VALUE)  # constants, as in an index
     add("collections", ("OrderedDict", "defaultdict", "Counter"), b.build_mapping)
     add("collections", "deque", b.build_sequence)
     add("datetime", ("date", "datetime", "time", "timedelta", "timezone"), b.build_scalars)
@@ -84,6 +86,10 @@ def _table():
     add("numpy.dtypes", [n for n in dir(np.dtypes) if n.endswith("DType")], a.build_dtype)
     add("numpy", [t.__name__ for t in np.sctypeDict.values()], a.build_numpy_scalar)
     add("numpy", "void", a.build_void)
+    # ml_dtypes' types as numpy's own pickles name them (a dtype's type:
+    # ``numpy.dtype(ml_dtypes.bfloat16)``): values, and only those of the
+    # table of named dtypes.
+    add("ml_dtypes", list(ITEMSIZES), VALUE)
     # Not numpy.memmap: called through REDUCE it creates or truncates any file
     # (memmaps are stored as plain arrays, so no cpersist file needs it).
 

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 
 from .builders import SLOT, bind, invoke
+from ..format.named_dtypes import FIRST_USER_TYPE
 from .checks import (Refused, as_dtype, as_order, as_shape, brief, check_dtype, check_plain,
                      is_scalar, raw_extent)
 
@@ -38,6 +39,24 @@ def fresh_array(machine, cls, shape, dtype, order="C"):
         return np.ndarray.__new__(cls, shape, dtype, order=order)
     arr = np.zeros(shape, dtype, order=order)
     return arr if cls is np.ndarray else arr.view(cls)
+
+
+def whole_items(arr):
+    """``arr`` viewed as items of raw bytes: numpy copies a structured
+    array field by field, leaving the bytes between fields (padding) as
+    uninitialised as its new memory; raw items are copied whole."""
+    return arr.view(np.dtype((np.void, arr.dtype.itemsize))) if arr.dtype.itemsize else arr
+
+
+def fresh_copy(view):
+    """A copy of ``view`` that owns its memory, byte for byte, in its order;
+    an empty one keeps its strides (numpy's copy of an empty array has zero
+    strides, a trusted load's view of it the shape's)."""
+    if view.size:
+        made = np.empty_like(view, order="K")  # every byte written just below
+        whole_items(made)[...] = whole_items(view)
+        return made
+    return np.ndarray(view.shape, view.dtype, bytearray(), 0, view.strides)
 
 
 def raw_array(machine, cls, shape, dtype, buffer, offset, strides, order):
@@ -71,8 +90,7 @@ def raw_array(machine, cls, shape, dtype, buffer, offset, strides, order):
         if extent is not None and (extent[0] < 0 or extent[1] > len(data)):
             raise Refused("strides reaching outside the buffer")
     machine.alloc(count * dtype.itemsize)
-    view = np.ndarray(shape, dtype, data, offset, strides, order)
-    arr = view.copy(order="K")
+    arr = fresh_copy(np.ndarray(shape, dtype, data, offset, strides, order))
     return arr if cls is np.ndarray else arr.view(cls)
 
 
@@ -151,9 +169,8 @@ def array_state(machine, arr, state):
         if type(data) is not list or len(data) != count:
             raise Refused(f"an array of {count} objects with {brief(data)} as items")
         machine.alloc(SLOT * count)
-        na = getattr(dtype, "na_object", str)
-        if type(dtype) is _STRING_DTYPE and not all(type(item) is str or item is na
-                                                    for item in data):
+        if type(dtype) is _STRING_DTYPE and not all(
+                type(item) is str or _is_na(item, dtype) for item in data):
             raise Refused("a string array of other items than strings")
     else:
         if type(data) is bytearray:
@@ -162,6 +179,19 @@ def array_state(machine, arr, state):
             raise Refused(f"an array of {count * dtype.itemsize} bytes given "
                           f"{brief(data) if type(data) is not bytes else len(data)} bytes")
     return (version, shape, dtype, fortran, data)
+
+
+def _is_na(item, dtype):
+    """Whether ``item`` is a StringDType's NA value: that object, or a
+    scalar of its type equal to it (NaN to NaN), as pickling copies it."""
+    na = getattr(dtype, "na_object", _NO_NA)
+    if item is na:
+        return True
+    return type(item) is type(na) and is_scalar(item) and (
+        item == na or (item != item and na != na))
+
+
+_NO_NA = object()
 
 
 def set_array_state(machine, arr, state):
@@ -206,7 +236,7 @@ def build_frombuffer(machine, func, args, kwargs, new):
     if len(data) != count * dtype.itemsize:
         raise Refused(f"_frombuffer of {len(data)} bytes for {count} items of {dtype}")
     machine.alloc(2 * len(data))
-    arr = np.frombuffer(data, dtype, count).reshape(shape, order=as_order(order)).copy("K")
+    arr = fresh_copy(np.frombuffer(data, dtype, count).reshape(shape, order=as_order(order)))
     if type(buffer) is bytes or (type(buffer) is memoryview and buffer.readonly):
         arr.flags.writeable = False
     return arr
@@ -251,6 +281,12 @@ def build_dtype(machine, cls, args, kwargs, new):
         made = np.dtype(bound["obj"], bool(bound.get("align", False)), True, **extra)
     except (TypeError, ValueError, SyntaxError, KeyError, RecursionError) as exc:
         raise Refused(f"bad dtype {brief(bound['obj'])}: {exc}") from None
+    if made.num >= FIRST_USER_TYPE:
+        # numpy gives back its one instance of a type it does not define
+        # (ml_dtypes'), copy or not: a BUILD would change it for the process.
+        made = made.newbyteorder("=")
+    if made is np.dtype(made.type):
+        raise Refused(f"numpy's own instance of {made} where a new dtype is made")
     check_dtype(made)
     return machine.made_dtype(made)
 
@@ -324,9 +360,16 @@ def build_asfortranarray(machine, func, args, kwargs, new):
     arr, dtype = _asked(machine, func, bound.get("a"), bound.get("dtype"))
     if machine.dry:
         return arr
-    if dtype is None:
+    if dtype is None or dtype == arr.dtype:
         machine.alloc(0 if machine.is_stored(arr) else arr.nbytes)
-    return np.asfortranarray(arr, dtype)
+        if arr.flags.f_contiguous:
+            return np.asfortranarray(arr)  # itself, as numpy gives it
+        made = np.empty(arr.shape, arr.dtype, order="F")  # every byte written just below
+        whole_items(made)[...] = whole_items(arr)
+        return made
+    made = np.zeros(arr.shape, dtype, order="F")  # a conversion fills fields only
+    np.copyto(made, arr, casting="unsafe")
+    return made
 
 
 def build_matrix(machine, func, args, kwargs, new):

@@ -307,7 +307,9 @@ def _iter_strided(arr, step):
         for start in range(0, len(data), step):
             yield memoryview(data[start:start + step])
         return
-    row_bytes = arr[0].nbytes if len(arr) else 0
+    # Not arr[0].nbytes: of a 1-d string array that is a scalar, as long as
+    # its text ('' takes no bytes).
+    row_bytes = arr.nbytes // len(arr) if len(arr) else 0
     if row_bytes == 0:
         return
     if row_bytes > step:

@@ -244,7 +244,8 @@ _FACTORIES = (list, dict, set, int, float, str, bytes, tuple, frozenset, bool, c
 
 
 def build_instance(machine, func, args, kwargs, new):
-    """A class made empty and filled in by ``BUILD`` (``uuid.UUID``)."""
+    """A class made empty and filled in by ``BUILD`` (``uuid.UUID``, made
+    as the nil UUID until then)."""
     if args or kwargs or not new:
         if func.__name__ == "UUID":
             bound = bind(func, ("hex", "bytes", "bytes_le", "fields", "int", "version",
@@ -253,7 +254,11 @@ def build_instance(machine, func, args, kwargs, new):
                 check_plain(value, "a UUID's argument", depth=2)
             return invoke(func, args, kwargs, False)
         raise Refused(f"{brief(func)} called with arguments")
-    return machine.made_target(func.__new__(func))
+    made = func.__new__(func)
+    # A whole value until BUILD gives it its state (a stream may give none):
+    # never an object missing the attributes its methods read.
+    made.__setstate__({"int": 0})
+    return machine.made_target(made)
 
 
 def build_reconstructor(machine, func, args, kwargs, new):

@@ -7,6 +7,8 @@ and the keys of sets and dicts (see :mod:`.restricted`).
 import numpy as np
 
 from ..format.limits import STR_HASH_PREDICTABLE
+from ..format.named_dtypes import FIRST_USER_TYPE, name_of
+
 #: Keys ``SETITEM`` and ``DICT`` need not show to ``Machine.key``: strings,
 #: unless their hashes are predictable.
 UNCHECKED_KEY = None if STR_HASH_PREDICTABLE else str
@@ -22,6 +24,7 @@ def sets_nothing(inst, state):
     return type(inst) in _PLAIN and (state is None or type(state) is tuple and len(state) == 2
                                      and state[0] is None and type(state[1]) is dict
                                      and not state[1])
+
 
 #: numpy's dtype flags that say an item holds Python objects
 #: (NPY_ITEM_REFCOUNT, NPY_LIST_PICKLE).
@@ -80,6 +83,11 @@ def check_dtype(dtype, depth=0):
                                 align=dtype.isalignedstruct)
         except (TypeError, ValueError) as exc:
             raise Refused(f"a structured dtype numpy refuses: {exc}") from None
+    elif dtype.num >= FIRST_USER_TYPE:  # a type numpy does not define
+        if name_of(dtype) is None:
+            raise Refused(f"a dtype of type {brief(dtype.type)}, not one of ml_dtypes' named "
+                          f"types in native byte order")
+        expected = np.dtype(dtype.type)
     else:
         try:
             expected = np.dtype(dtype.str)
@@ -111,6 +119,10 @@ def brief(value):
     """``value`` named in a message without running its ``repr`` (which a
     forged value makes slow or deep)."""
     if type(value) in _SCALARS and (type(value) not in (str, bytes) or len(value) <= 60):
+        return repr(value)
+    if type(value) in (tuple, list) and len(value) <= 16 and all(
+            type(v) in _SCALARS and (type(v) not in (str, bytes) or len(v) <= 60)
+            for v in value):  # a shape, strides: short, flat, plain
         return repr(value)
     if isinstance(value, type):
         return f"{value.__module__}.{value.__qualname__}"

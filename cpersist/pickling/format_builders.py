@@ -73,27 +73,47 @@ def build_masked(machine, func, args, kwargs, new):
     return func(cls, data, mask, bound.get("fill_value"), bound["hard_mask"])
 
 
+def _tensor_attributes(state):
+    """A tensor's attributes (its ``__dict__``) as a dump holds them: names
+    that shadow nothing of ``torch.Tensor`` (a method, ``__class__``)."""
+    if type(state) is not dict:
+        return
+    from .torch_dtypes import import_torch
+
+    tensor_type = import_torch().Tensor
+    for key in state:
+        if type(key) is str and (key.startswith("__") or hasattr(tensor_type, key)):
+            raise Refused(f"a tensor attribute named {brief(key)}, which would hide "
+                          f"torch.Tensor's own")
+
+
 def build_tensor(machine, func, args, kwargs, new):
-    """``rebuild_tensor(storage, ...)``: a tensor over a stored storage only."""
+    """``rebuild_tensor(storage, ...)``: a tensor over a stored storage only,
+    its attributes hiding none of the tensor's own."""
     if not args or not machine.is_stored(args[0]):
         raise Refused("a tensor whose storage is not an array of a section")
+    if len(args) != 9 or kwargs:
+        raise Refused("rebuild_tensor takes 9 arguments")
     if machine.dry:  # checked as rebuild_tensor would, without importing torch
         from .torch_dtypes import check_view_args, itemsize_by_name, view_extent
 
-        if len(args) != 9 or kwargs:
-            raise Refused("rebuild_tensor takes 9 arguments")
         dtype, offset, shape, stride, requires_grad, kind, state, device = args[1:9]
         itemsize = itemsize_by_name(dtype) if type(dtype) is str else None
-        if itemsize is None or type(requires_grad) is not bool:
+        if itemsize is None:
             raise Refused(f"a tensor of dtype {brief(dtype)}")
+        if type(requires_grad) is not bool:
+            raise Refused(f"a tensor's requires_grad is {brief(requires_grad)}")
         try:
             check_view_args(offset, shape, stride, kind, state, device)
         except pickle.UnpicklingError as exc:
             raise Refused(str(exc)) from None
         if view_extent(offset, shape, stride) * itemsize > args[0].nbytes:
             raise Refused("a tensor view reaching past its storage")
+        if state:
+            _tensor_attributes(state)
         return None
-    return func(*args, **kwargs)
+    _tensor_attributes(args[7])
+    return func(*args)
 
 
 def build_jax(machine, func, args, kwargs, new):
@@ -101,7 +121,21 @@ def build_jax(machine, func, args, kwargs, new):
     plain data (which ``rebuild_jax`` checks before jax sees it)."""
     if kwargs or len(args) != 2:
         raise Refused("rebuild_jax takes 2 arguments")
-    if machine.dry:
+    if machine.dry:  # checked as rebuild_jax would, without importing jax
+        from .jax_arrays import check_placement
+
+        data, placement = args
+        if placement is None:
+            if not isinstance(data, np.ndarray):
+                raise Refused("a JAX array whose data is not a stored array")
+        elif type(data) is not tuple or not all(isinstance(shard, np.ndarray)
+                                                  for shard in data):
+            raise Refused("a JAX array whose shards are not stored arrays")
+        else:
+            try:
+                check_placement(data, placement)
+            except pickle.UnpicklingError as exc:
+                raise Refused(str(exc)) from None
         return None
     return func(*args)
 

@@ -25,6 +25,8 @@ jax is imported neither by a dump that meets no JAX array (the pickler checks
 
 import sys
 
+from .checks import brief
+
 #: jax uses a CPU buffer in place (``jax.device_put`` without a copy) only
 #: when its first byte is at a multiple of this many bytes: a load of a file
 #: holding JAX arrays reads its arrays into memory so aligned.
@@ -133,23 +135,23 @@ def check_placement(data, placement):
         bad_jax("its shards are not a tuple with a placement dict")
     known = {"shape", "index", "mesh", "axes", "axis_types", "spec"}
     if not set(placement) <= known or not {"shape", "index"} <= set(placement):
-        bad_jax(f"placement keys {sorted(map(str, placement))}")
+        bad_jax(f"placement keys {sorted(brief(k) for k in list(placement)[:8])}")
     shape, indices = placement["shape"], placement["index"]
     if (type(shape) is not tuple or len(shape) > _MAX_NDIM
             or not all(_is_int(n) for n in shape)):
-        bad_jax(f"shape {shape!r}")
+        bad_jax(f"shape {brief(shape)}")
     if (type(indices) is not tuple or not 0 < len(indices) <= _MAX_SHARDS
             or len(indices) != len(data)):
         bad_jax("the shard indices do not match its shards")
     edges = [set() for _ in shape]
     for index, shard in zip(indices, data):
         if type(index) is not tuple or len(index) != len(shape):
-            bad_jax(f"shard index {index!r}")
+            bad_jax(f"shard index {brief(index)}")
         for d, bounds in enumerate(index):
             if (type(bounds) is not tuple or len(bounds) != 2
                     or not all(_is_int(n) for n in bounds)
                     or not bounds[0] <= bounds[1] <= shape[d]):
-                bad_jax(f"shard index {index!r} for shape {shape}")
+                bad_jax(f"shard index {brief(index)} for shape {shape}")
             edges[d].add(bounds)
         if getattr(shard, "shape", None) != tuple(b - a for a, b in index):
             bad_jax(f"a shard of shape {getattr(shard, 'shape', None)} at {index}")
@@ -180,22 +182,22 @@ def _check_mesh(placement, ndim):
     types, spec = placement.get("axis_types"), placement.get("spec")
     if (type(mesh) is not tuple or not 0 < len(mesh) <= _MAX_NDIM
             or not all(type(n) is int and n > 0 for n in mesh)):
-        bad_jax(f"mesh shape {mesh!r}")
+        bad_jax(f"mesh shape {brief(mesh)}")
     if (type(axes) is not tuple or len(axes) != len(mesh)
             or not all(type(a) is str for a in axes) or len(set(axes)) != len(axes)):
-        bad_jax(f"mesh axis names {axes!r}")
+        bad_jax(f"mesh axis names {brief(axes)}")
     if type(types) is not tuple or len(types) not in (0, len(mesh)) or not set(types) <= AXIS_TYPES:
-        bad_jax(f"mesh axis types {types!r}")
+        bad_jax(f"mesh axis types {brief(types)}")
     if type(spec) is not tuple or len(spec) > ndim:
-        bad_jax(f"partition spec {spec!r}")
+        bad_jax(f"partition spec {brief(spec)}")
     used = []
     for entry in spec:
         names = (entry,) if type(entry) is str else entry if type(entry) is tuple else ()
         if not (entry is None or names) or not all(type(n) is str and n in axes for n in names):
-            bad_jax(f"partition spec {spec!r} for mesh axes {axes}")
+            bad_jax(f"partition spec {brief(spec)} for mesh axes {axes}")
         used.extend(names)
     if len(set(used)) != len(used):
-        bad_jax(f"partition spec {spec!r} uses a mesh axis twice")
+        bad_jax(f"partition spec {brief(spec)} uses a mesh axis twice")
 
 
 def assemble(data, shape, indices):

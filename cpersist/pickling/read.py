@@ -18,6 +18,7 @@ from .._runtime.parallel import run_claimed
 from ..exceptions import CorruptFileError, CpersistError, DtypeLibraryError
 from ..format import names
 from .arrays import allocate, parse_description
+from .checks import brief
 from .jax_arrays import ALIGNMENT as JAX_ALIGNMENT
 from .unpickler import ArrayUnpickler
 
@@ -42,7 +43,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
     def load_array(index):
         nonlocal ahead
         if type(index) is not int or not 0 <= index < len(reader.sections) or index == reader.root:
-            raise reader.error(f"the pickle stream refers to a bad array section {index!r}")
+            raise reader.error(f"the pickle stream refers to a bad array section {brief(index)}")
         if index in loaded:
             return loaded[index]
         if index in ahead_of:

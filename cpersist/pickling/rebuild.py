@@ -15,6 +15,7 @@ import numpy as np
 
 from ..format import names
 from .arrays import from_inline
+from .checks import brief
 from .jax_arrays import assemble, bad_jax, check_placement, to_jax
 from .torch_dtypes import bad_tensor, check_view, import_torch, view_extent
 
@@ -56,7 +57,7 @@ def inline_array(data, dtype, shape, order):
 def rebuild_view(base, cls, state):
     """Rebuild an ndarray subclass (e.g. ``np.matrix``) as a view of ``base``."""
     if not (isinstance(cls, type) and issubclass(cls, np.ndarray)):
-        raise pickle.UnpicklingError(f"{cls!r} is not an ndarray subclass")
+        raise pickle.UnpicklingError(f"{brief(cls)} is not an ndarray subclass")
     arr = base.view(cls)
     if state:
         arr.__dict__.update(state)
@@ -67,7 +68,7 @@ def rebuild_view(base, cls, state):
 def rebuild_masked(cls, data, mask, fill_value, hard_mask):
     """Rebuild a masked array from its stored data and mask."""
     if not (isinstance(cls, type) and issubclass(cls, np.ma.MaskedArray)):
-        raise pickle.UnpicklingError(f"{cls!r} is not a MaskedArray subclass")
+        raise pickle.UnpicklingError(f"{brief(cls)} is not a MaskedArray subclass")
     arr = np.ma.MaskedArray(data, mask=mask, copy=False, hard_mask=hard_mask).view(cls)
     if mask is not np.ma.nomask:
         arr._mask = mask  # keep the stored mask object (and its memmap) as is
@@ -84,7 +85,7 @@ def check_tensor(stored, data, dtype, offset, shape, stride, requires_grad, kind
     :mod:`cpersist.lazy.rebuild`), which must be 1-d and hold the view."""
     tdtype = check_view(dtype, offset, shape, stride, kind, state, device)
     if type(requires_grad) is not bool:
-        bad_tensor(f"requires_grad {requires_grad!r}")
+        bad_tensor(f"requires_grad {brief(requires_grad)}")
     if not stored or data.ndim != 1:
         bad_tensor("its storage is not a stored array")
     if view_extent(offset, shape, stride) * tdtype.itemsize > data.nbytes:

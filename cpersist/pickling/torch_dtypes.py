@@ -7,6 +7,8 @@ import pickle
 
 import numpy as np
 
+from .checks import brief
+
 #: torch dtypes numpy has, by torch's name.
 _NUMPY_TWINS = {
     "bool": "?", "uint8": "u1", "int8": "i1", "int16": "i2", "uint16": "u2", "int32": "i4",
@@ -56,7 +58,7 @@ def check_view(dtype, offset, shape, stride, kind, state, device):
     anything); return the torch dtype."""
     tdtype = torch_dtypes().get(dtype) if type(dtype) is str else None
     if tdtype is None:
-        bad_tensor(f"unknown dtype {dtype!r}")
+        bad_tensor(f"unknown dtype {brief(dtype)}")
     check_view_args(offset, shape, stride, kind, state, device)
     return tdtype
 
@@ -82,17 +84,22 @@ def itemsize_by_name(name):
 def check_view_args(offset, shape, stride, kind, state, device):
     """Validate :func:`rebuild_tensor`'s view arguments."""
     if type(offset) is not int or offset < 0:
-        bad_tensor(f"storage offset {offset!r}")
+        bad_tensor(f"storage offset {brief(offset)}")
     if (type(shape) is not tuple or type(stride) is not tuple or len(shape) != len(stride)
             or not all(type(n) is int and n >= 0 for n in shape)
             or not all(type(s) is int and s >= 0 for s in stride)):
-        bad_tensor(f"shape {shape!r} with strides {stride!r}")
+        bad_tensor(f"shape {brief(shape)} with strides {brief(stride)}")
+    numel = 1
+    for n in shape:
+        numel *= n
+    if numel >= 1 << 63:  # torch counts elements in 64 bits
+        bad_tensor(f"shape {brief(shape)} of more elements than torch can count")
     if kind not in KINDS:
-        bad_tensor(f"kind {kind!r}")
+        bad_tensor(f"kind {brief(kind)}")
     if state is not None and (type(state) is not dict or not all(type(k) is str for k in state)):
         bad_tensor("its attributes are not a dict of names")
     if device is not None and type(device) is not str:
-        bad_tensor(f"device {device!r}")
+        bad_tensor(f"device {brief(device)}")
 
 
 def view_extent(offset, shape, stride):

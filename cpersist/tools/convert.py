@@ -46,8 +46,9 @@ def convert(src, dst, compress=None, *, chunk_size=None, n_threads=None, fsync=F
         Also a checkpoint of torch or safetensors (see
         :doc:`/checkpoints`): a safetensors file, a ``torch.save`` zip
         file (read with ``torch.load(weights_only=True)``, which runs
-        nothing the file names) or, with ``trust_pickles``, a legacy
-        ``torch.save`` file.
+        nothing the file names; before torch 2.10, which has published
+        ways around it, only with ``trust_pickles``) or, with
+        ``trust_pickles``, a legacy ``torch.save`` file.
     dst : str, os.PathLike or URL
         Where to write the copy, atomically (a temporary file in the same
         directory renamed onto ``dst``). ``dst`` may be ``src`` itself. A

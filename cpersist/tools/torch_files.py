@@ -16,6 +16,12 @@ import struct
 from .._runtime.files import is_path
 from ..exceptions import CpersistError, UntrustedPickleError
 
+#: The first torch whose ``torch.load(weights_only=True)`` has no published
+#: way around it: before 2.6 it handed TorchScript archives to the
+#: unrestricted ``torch.jit.load`` (CVE-2025-32434); before 2.10 a file could
+#: corrupt memory by ``SETITEM`` on a tensor or a storage shorter than its
+#: tensors (CVE-2026-24747).
+WEIGHTS_ONLY_SAFE_FROM = (2, 10)
 #: The number torch's legacy format pickles first (torch.serialization.MAGIC_NUMBER).
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 _ZIP = b"PK\x03\x04"
@@ -85,6 +91,14 @@ def load_source(kind, src, source, trust_pickles):
             f"any code it names. Convert only files you trust: pass --trust-pickles to "
             f"'cpersist convert' or trust_pickles=True to cpersist.convert(). Nothing was "
             f"written.")
+    if kind.name == "torch" and not trust_pickles and not weights_only_is_safe(torch.__version__):
+        raise UntrustedPickleError(
+            f"{source.name} is a {kind.label}, read with torch.load(weights_only=True); torch "
+            f"{torch.__version__} has published ways around weights_only that run code or "
+            f"corrupt memory (fixed in torch "
+            f"{'.'.join(map(str, WEIGHTS_ONLY_SAFE_FROM))}). Upgrade torch, or pass "
+            f"--trust-pickles (trust_pickles=True) only for a file you trust. Nothing was "
+            f"written.")
     options = {"map_location": "cpu", "weights_only": kind.name == "torch" or not trust_pickles}
     if isinstance(target, str) and kind.name == "torch":
         options["mmap"] = True  # no copy of the weights before they are written again
@@ -98,6 +112,18 @@ def load_source(kind, src, source, trust_pickles):
                 f"it fully runs any code it names: pass --trust-pickles (trust_pickles=True) "
                 f"only for a file you trust. Nothing was written.") from None
         raise
+
+
+def weights_only_is_safe(version):
+    """Whether torch ``version`` (``torch.__version__``, such as
+    ``"2.9.1+cpu"``) is at least :data:`WEIGHTS_ONLY_SAFE_FROM`."""
+    numbers = []
+    for part in str(version).split("+")[0].split(".")[:2]:
+        digits = part[:len(part) - len(part.lstrip("0123456789"))]
+        if not digits:
+            return False
+        numbers.append(int(digits))
+    return tuple(numbers) >= WEIGHTS_ONLY_SAFE_FROM
 
 
 def _bytes_io(source):

@@ -23,6 +23,7 @@ def restricted_verdict(reader, stream, limits=None):
         message of the error a restricted load would raise.
     """
     from ..format.named_dtypes import ITEMSIZES
+    from ..pickling.checks import brief
     from ..pickling.unpickler import ArrayUnpickler
 
     stand_ins = {}
@@ -30,7 +31,7 @@ def restricted_verdict(reader, stream, limits=None):
     def stand_in(index):
         if type(index) is not int or not 0 <= index < len(reader.sections) or (
                 index == reader.root):
-            raise reader.error(f"the pickle stream refers to a bad array section {index!r}")
+            raise reader.error(f"the pickle stream refers to a bad array section {brief(index)}")
         if index not in stand_ins:
             # An ml_dtypes type stands in as bytes of its size: a dry run
             # needs shapes and sizes, not ml_dtypes.

@@ -81,6 +81,13 @@ def snapshot():
         d = np.dtype(text)
         state[f"dtype {text}"] = [d.str, d.flags, d.itemsize, d.byteorder, repr(d.fields),
                                   repr(d.names), repr(d.subdtype)]
+    try:  # ml_dtypes' types: numpy hands out one dtype instance of each
+        import ml_dtypes
+    except ImportError:
+        ml_dtypes = None
+    for name in ("bfloat16", "float8_e4m3fn", "int4") if ml_dtypes is not None else ():
+        d = np.dtype(getattr(ml_dtypes, name))
+        state[f"dtype ml_dtypes.{name}"] = [d.str, d.flags, d.itemsize, d.byteorder]
     for module, name in _GLOBALS:
         try:
             obj = getattr(importlib.import_module(module), name)

@@ -190,6 +190,104 @@ def long_int():
                                                         integer(16))), LIMIT)}
 
 
+def storage(count=4, shape=None, dtype="'<f4'"):
+    """One stored array (section 0) of ``count`` float32 zeros, its index
+    saying ``shape`` (default ``[count]``): a tensor's storage."""
+    return [(bytes(4 * count), {"kind": "array", "dtype": dtype,
+                                "shape": [count] if shape is None else shape, "order": "C"})]
+
+
+def stored(section_ops=None):
+    return call(glob("cpersist.pickler", "stored_array"), section_ops or integer(0))
+
+
+def tensor(shape=(4,), stride=(1,), offset=None, dtype="float32", kind="tensor",
+           state=pickle.NONE):
+    """``rebuild_tensor`` of a view of section 0."""
+    return call(glob("cpersist.pickler", "rebuild_tensor"), stored(), s(dtype),
+                offset or integer(0), tup(*map(integer, shape)), tup(*map(integer, stride)),
+                pickle.NEWFALSE, s(kind), state, pickle.NONE)
+
+
+def torch_advisories():
+    """The published ways around ``torch.load(weights_only=True)`` (torch's
+    security advisories and the fixes of its restricted unpickler), each as
+    it would meet cpersist's restricted load."""
+    changes_numpy = call(glob("builtins", "setattr"), glob("numpy", "ma"), s("masked"),
+                         pickle.NONE)
+    shadowing = {"__class__": glob("numpy", "ndarray"), "numpy": glob("numpy", "asfortranarray")}
+    return {
+        # CVE-2025-32434: weights_only handed TorchScript archives to the
+        # unrestricted torch.jit.load. A compact dump (no index) is the one
+        # other way into a load: its stream sets numpy.ma.masked.
+        "11-cve-2025-32434-compact-dump-changing-numpy": (proto(2, changes_numpy), REFUSED),
+        # CVE-2026-24747: SETITEM on a tensor wrote its memory; a storage
+        # shorter than its tensors was read past its end.
+        "11-cve-2026-24747-setitem-on-tensor": (proto(2, tensor() + integer(0) + pickle.BINFLOAT
+                                                     + struct.pack(">d", 1e308)
+                                                     + pickle.SETITEM), REFUSED),
+        "11-cve-2026-24747-setitems-on-stored-array": (proto(2, stored() + pickle.MARK + call(
+            glob("builtins", "slice"), pickle.NONE, pickle.NONE) + integer(7)
+            + pickle.SETITEMS), REFUSED),
+        "11-cve-2026-24747-tensor-view-past-storage": (proto(2, tensor(shape=(1 << 20,))),
+                                                       REFUSED),
+        "11-cve-2026-24747-section-shorter-than-its-array": (proto(2, stored()), REFUSED),
+        # torch's BUILD of a tensor calls Tensor.set_(storage, offset, size, stride).
+        "11-build-set-on-tensor": (proto(2, tensor() + tup(stored(), integer(0), tup(
+            integer(1 << 20)), tup(integer(1))) + pickle.BUILD), REFUSED),
+        # GHSA-jg6j-8w4h-2pg2: a quantized tensor's strides went unchecked.
+        "11-ghsa-jg6j-quantized-tensor-huge-stride": (proto(2, tensor(dtype="qint8",
+                                                                     stride=(1 << 40,))),
+                                                      REFUSED),
+        "11-ghsa-jg6j-rebuild-qtensor-by-name": (proto(2, call(
+            glob("torch._utils", "_rebuild_qtensor"), stored(), integer(0),
+            tup(integer(4)), tup(integer(1)))), REFUSED),
+        # torch's storage size (elements times item size) overflowed 64 bits.
+        "11-numel-overflow-tensor": (proto(2, tensor(shape=(1 << 62, 1 << 62), stride=(0, 0))),
+                                     REFUSED),
+        "11-numel-overflow-section": (proto(2, stored()), REFUSED),
+        # A tensor's attributes were set from stream-chosen names: __class__,
+        # a method's name.
+        **{f"11-tensor-attribute-{key.strip('_')}": (proto(2, tensor(
+            kind="parameter", state=pickle.EMPTY_DICT + s(key) + value + pickle.SETITEM)),
+            REFUSED) for key, value in shadowing.items()},
+        # NEWOBJ without BUILD left an object missing its state.
+        "11-newobj-uuid-without-build": (proto(2, glob("uuid", "UUID") + pickle.EMPTY_TUPLE
+                                               + pickle.NEWOBJ), ANY),
+        # An error message printed what the stream gave (a persistent id):
+        # the repr of lists holding each other 2,048 times, four deep.
+        "11-persistent-id-of-shared-lists": (proto(2, shared_lists() + pickle.BINPERSID),
+                                             REFUSED),
+        "11-stored-array-of-shared-lists": (proto(2, stored(shared_lists())), REFUSED),
+        "11-tensor-offset-of-shared-lists": (proto(2, tensor(offset=shared_lists())), REFUSED),
+        # Malformed streams raised IndexError, KeyError, struct.error.
+        "11-tuple3-on-empty-stack": (proto(2, pickle.TUPLE3), REFUSED),
+        "11-get-of-missing-memo": (proto(2, get(9)), REFUSED),
+    }
+
+
+def shared_dtypes():
+    """numpy's pickle of a big-endian bfloat16 array: ``numpy.dtype(ml_dtypes.bfloat16,
+    False, True)`` gives numpy's one bfloat16 dtype, which the ``BUILD`` after
+    it would turn big-endian for the whole process."""
+    bfloat16 = call(glob("numpy", "dtype"), glob("ml_dtypes", "bfloat16"), pickle.NEWFALSE,
+                    pickle.NEWTRUE)
+    state = tup(integer(3), s(">"), pickle.NONE, pickle.NONE, pickle.NONE, integer(2),
+                integer(2), integer(64))
+    return {"12-ml-dtypes-build-on-numpys-own-bfloat16": (proto(2, bfloat16 + state
+                                                                 + pickle.BUILD), REFUSED)}
+
+
+#: Stored arrays of the forged files that have some: ``{name: [(bytes, meta)]}``.
+STORAGES = {
+    **{name: storage() for name in torch_advisories() if "tensor" in name or "stored" in name},
+    "11-cve-2026-24747-section-shorter-than-its-array": storage(4, shape=[1 << 20]),
+    "11-numel-overflow-section": storage(4, shape=[1 << 32, 1 << 32], dtype="'|u1'"),
+}
+#: Forged files written as compact dumps (no index), not as containers.
+COMPACT = {"11-cve-2025-32434-compact-dump-changing-numpy"}
+
+
 def found():
     """What ``benchmarks/fuzz_restricted.py`` found, cut down by hand to the
     opcodes that matter."""
@@ -233,7 +331,7 @@ def quick_path():
 #: The forged files: ``{name: (pickle stream, expectation)}``.
 FORGED = {**use_after_free(), **offset_past_buffer(), **deep_tuples(), **masked_singleton(),
           **hash_collisions(), **nested_lists_to_numpy(), **allocation(), **uninitialised(),
-          **long_int(), **quick_path(), **found()}
+          **long_int(), **quick_path(), **torch_advisories(), **shared_dtypes(), **found()}
 
 
 #: Defect 10: files of what ``torch.load(weights_only=True)`` and numpy's own
@@ -260,14 +358,17 @@ def benign_object(kind):
             "w": torch.arange(12, dtype=torch.float32).reshape(3, 4)}
 
 
-def container(stream):
-    """A cpersist file holding ``stream`` as its root; compressed (zstd) when
-    it is large, which keeps a file of a megabyte of opcodes small on disk."""
+def container(stream, arrays=()):
+    """A cpersist file holding ``stream`` as its root, after the stored
+    ``arrays`` (``(bytes, meta)`` each); compressed (zstd) when it is large,
+    which keeps a file of a megabyte of opcodes small on disk."""
     from cpersist.codecs import get_codec
     from cpersist.container import ContainerWriter
 
     buf = io.BytesIO()
     writer = ContainerWriter(buf)
+    for data, meta in arrays:
+        writer.add_section([memoryview(data)], meta=meta)
     codec = get_codec("zstd", 9) if len(stream) > 64 * 1024 else None
     view = memoryview(stream)
     chunks = [view[i:i + MiB] for i in range(0, len(view), MiB)]
@@ -284,9 +385,12 @@ def expectations():
 
 
 def write_forged(folder):
+    from cpersist.container.compact import compact_dump
+
     for name, (stream, _) in FORGED.items():
         with open(os.path.join(folder, f"{name}.cp"), "wb") as f:
-            f.write(container(stream))
+            f.write(compact_dump(stream) if name in COMPACT
+                    else container(stream, STORAGES.get(name, ())))
 
 
 def main(folder=HERE):
