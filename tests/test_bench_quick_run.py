@@ -4,7 +4,7 @@ The run (``python -m cpersist.benchmarks --quick --suite all``: every method
 and suite on tiny data, in real subprocesses, against real PyTables,
 nibabel, joblib, zarr ...) takes minutes, so it is made once, here, with the
 lab's suites (``python -m benchmarks.serializers``, ``memory_store``,
-``remote``) and start-up and cold-start measurements (``python -m
+``remote``, ``lazy_dask``) and start-up and cold-start measurements (``python -m
 benchmarks.coldstart``) in the same folder, and every test of its output is in this module: ``pytest
 -n`` (pytest-xdist, ``--dist loadfile``) runs a module on one worker, so the
 run is not made once per worker. The benchmark's other tests are in
@@ -29,7 +29,8 @@ from ._fresh import ROOT
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import bounds, coldstart, memory_store, publish, remote, serializers  # noqa: E402
+from benchmarks import (bounds, coldstart, lazy_dask, memory_store, publish, remote,  # noqa: E402
+                        serializers)
 from benchmarks.ratios import ratio_files  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -57,6 +58,7 @@ def quick_run(tmp_path_factory):
     return (rc or serializers.main([str(out), "--quick", "--no-plots"])
             or memory_store.main([str(out), "--quick"])
             or remote.main([str(out), "--mb", "2.1", "--runs", "1"])
+            or lazy_dask.main([str(out), "--scale", "0.01", "--repeat", "1"])
             or coldstart.main([str(out), "--runs", "2", "--number", "200"])), out
 
 
@@ -254,8 +256,8 @@ def test_lab_memory_store(quick_run):
 
 
 def test_quick_lazy_suite(quick_run):
-    """--suite all runs the lazy suite; the lab makes every comparison of it a
-    ratio, keyed for its bound."""
+    """--suite all runs the lazy suite; the lab adds its dask sum and makes
+    every comparison a ratio, keyed for its bound."""
     _, out = quick_run
     assert not (out / "lazy.csv").exists()  # keyed rows are the lab's
     rows = ratio_files(out)["lazy.csv"]
@@ -279,10 +281,13 @@ def test_quick_lazy_suite(quick_run):
     assert len(peak) == 1 and peak[0]["target"].endswith("/ 64 MB")
     assert peak[0]["key"] == ""  # a scaled-down array: no bound applies
     text = (out / "lazy.txt").read_text()
-    assert text.startswith("Lazy access") and "faster than 1 thread" in text
+    assert text.startswith("Lazy access") and "dask" not in text
     assert "zarr" in text and "blosc2" in text
     raw = json.loads((out / "lazy.json").read_text())
-    assert raw["scale"] == 0.01 and len(raw["slice"]) == 2 and raw["dask"]["blocks"] >= 1
+    assert raw["scale"] == 0.01 and len(raw["slice"]) == 2 and "dask" not in raw
+    dask = json.loads((out / "dask.json").read_text())
+    assert dask["blocks"] >= 1 and dask["array_mb"] == pytest.approx(10.24)
+    assert "faster than 1 thread" in lazy_dask.format_dask(dask)
     info = json.loads((out / "machine.json").read_text())
     assert info["lazy"]["scale"] == 0.01 and info["lazy"]["failed"] == 0
 

@@ -527,7 +527,7 @@ def test_lazy_suite_and_lab_remote_without_optional_libraries(tmp_path, monkeypa
     assert [(r["zarr_s"], r["missing"]) for r in raw["slice"]] == [(None, ["zarr"])] * 2
     assert all(r["blosc2_s"] > 0 and r["slice_s"] > 0 for r in raw["slice"])
     text = (tmp_path / "lazy.txt").read_text()
-    assert text.count("zarr not installed") == 2 + (raw["dask"] is not None)
+    assert text.count("zarr not installed") == 2
     assert remote.main([str(tmp_path)]) == 0
     assert [r["status"] for r in _read(tmp_path / "remote.csv")] == ["not installed"]
     assert "not installed" in capsys.readouterr().out

@@ -65,7 +65,7 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                         "with what to pass to cpersist.dump and load for each")
     p.add_argument("--suite", choices=SUITES + ("all",), default="storage",
                    help="storage (default): datasets x methods x levels; lazy: slices of "
-                        "cpersist.open arrays and dask beside zarr and blosc2; checkpoints: "
+                        "cpersist.open arrays beside zarr and blosc2; checkpoints: "
                         "torch and JAX checkpoints (generated, or your .pt/.safetensors files) "
                         "beside torch.save, safetensors, joblib and orbax; all: every suite")
     p.add_argument("--full", action="store_true",
@@ -110,7 +110,7 @@ def build_parser(prog="python -m cpersist.benchmarks"):
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--scale", type=float, default=None, metavar="X",
                    help="lazy suite: multiply its array sizes (default 1, the sizes its "
-                        "comparisons are made for: 200 MB slices, 1 GB for dask; --quick: 0.01)")
+                        "comparisons are made for: 200 MB slices; --quick: 0.01)")
     p.add_argument("--list", action="store_true", help="list datasets and methods, then exit")
     return p
 
