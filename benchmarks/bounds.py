@@ -4,13 +4,16 @@ a verdict on a run: met or missed, target by target.
 Run from the repository root (it is not installed with cpersist)::
 
     python -m cpersist.benchmarks --suite all --out RUN    # or any suites
+    python -m benchmarks.remote RUN                        # reading from S3
+    python -m benchmarks.lazy_dask RUN                     # a dask sum, 2 workers
     python -m benchmarks.coldstart RUN                     # start-up and cold start
     python -m benchmarks.bounds RUN [RUN ...]
 
 Each comparison is a ratio row with a ``key``: :mod:`benchmarks.ratios`
-makes those of the lazy and remote suites from their results, the
-checkpoint suite writes ``checkpoints.csv`` and :mod:`benchmarks.coldstart`
-``coldstart.csv``; this module maps each key to its bound. A row without a
+makes those of the lazy suite, the dask sum and the S3 reads from their
+results and keys the checkpoint suite's ``checkpoints.csv``;
+:mod:`benchmarks.coldstart` writes ``coldstart.csv``. This module maps each
+key to its bound. A row without a
 key (a scaled-down run, a user's own file, a ratio given for context) is
 shown without a verdict. Exits 1 when a target is missed or a keyed
 comparison failed.

@@ -214,7 +214,7 @@ def _in_memory(number):
     import cpersist
 
     rows = []
-    from cpersist.benchmarks.serializers import SMALL_OBJECTS
+    from .serializers import SMALL_OBJECTS
 
     for name, make in SMALL_OBJECTS.items():
         obj = make()

@@ -3,6 +3,10 @@
 Run from the repository root (it is not installed with cpersist)::
 
     python -m cpersist.benchmarks --suite all --out bench-results   # or --run below
+    python -m benchmarks.serializers bench-results   # the lab's suites the page shows
+    python -m benchmarks.remote bench-results
+    python -m benchmarks.lazy_dask bench-results
+    python -m benchmarks.coldstart bench-results
     python benchmarks/publish.py bench-results
     python benchmarks/publish.py bench-results --targets tgt   # with benchmarks/targets.py's rounds
     python benchmarks/publish.py bench-results --run -- --levels 0,1,3,6   # measure first
@@ -399,13 +403,13 @@ def page_lines(rows, machine, datasets, figures, imports, serializers, targets, 
     if lazy:
         lines += ["Lazy access", "-----------", "",
                   "Slices of arrays opened with ``cpersist.open`` beside zarr v3 and blosc2 "
-                  "holding the same array, and a dask sum on a local cluster of 2 worker "
-                  "processes (``--suite lazy``), as ratios (for times, below 1 means cpersist "
+                  "holding the same array (``--suite lazy``), and a dask sum on a local "
+                  "cluster of 2 worker processes (``python -m benchmarks.lazy_dask``), as ratios (for times, below 1 means cpersist "
                   "took less):", "", *comparisons_table(lazy), ""]
     if remote:
         lines += ["Object storage", "--------------", "",
                   "A full load from a loopback S3 server (moto) beside zarr v3 and a plain "
-                  "download of the same bytes (``--suite remote``):", "",
+                  "download of the same bytes (``python -m benchmarks.remote``):", "",
                   *remote_table(remote), ""]
         if remote_targets:
             lines += [*comparisons_table(remote_targets), ""]
@@ -473,7 +477,10 @@ def replace_readme_block(text, block):
 
 def redraw(run_dir):
     """Figures and ``summary.rst`` in ``run_dir`` from its CSVs; the figures written."""
-    from cpersist.benchmarks.figures import plot_serializers, plot_storage
+    from cpersist.benchmarks.figures import plot_storage
+
+    from benchmarks.serializers import plot_serializers
+
     rows = _read_csv(os.path.join(run_dir, "results.csv"))
     written = plot_storage(rows, run_dir)
     ser = os.path.join(run_dir, "serializers.csv")
@@ -559,8 +566,9 @@ def main(argv=None):
     p.add_argument("results", nargs="?", default="bench-results", metavar="RUN_DIR",
                    help="directory of a benchmark run (default bench-results)")
     p.add_argument("--run", action="store_true",
-                   help="run the full benchmark (--suite all) into RUN_DIR first; benchmark "
-                        "options after --")
+                   help="run the full benchmark (--suite all) into RUN_DIR first, then the "
+                        "lab's serializer, S3 and cold-start measurements; benchmark options "
+                        "after --")
     p.add_argument("--figures", default=",".join(DEFAULT_FIGURES), metavar="NAMES",
                    help="datasets whose tables and charts to publish (comma-separated)")
     p.add_argument("--targets", metavar="DIR",
@@ -571,12 +579,16 @@ def main(argv=None):
     if args.run:
         from cpersist.benchmarks import main as bench_main
 
-        from benchmarks.coldstart import main as coldstart_main
+        from benchmarks import coldstart, lazy_dask, remote, serializers
 
         rc = bench_main(["--suite", "all", "--out", args.results, "--no-plots"] + extra)
         if rc not in (0, 1):  # 1 = some method failed: still worth drawing
             return rc
-        coldstart_main([args.results, "--runs", "21" if "--full" in extra else "5"])
+        quick = ["--quick"] if "--quick" in extra else []
+        serializers.main([args.results, "--no-plots"] + quick)
+        remote.main([args.results] + (["--mb", "2", "--runs", "1"] if quick else []))
+        lazy_dask.main([args.results] + (["--scale", "0.01", "--repeat", "1"] if quick else []))
+        coldstart.main([args.results, "--runs", "21" if "--full" in extra else "5"])
     if not os.path.exists(os.path.join(args.results, "results.csv")):
         p.error(f"{os.path.join(args.results, 'results.csv')} not found: run with --run, or "
                 "point at a benchmark output directory")

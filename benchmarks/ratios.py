@@ -1,12 +1,14 @@
-"""The lazy and remote suites' results as ratio rows keyed for the bounds of
+"""The suites' comparisons as ratio rows keyed for the bounds of
 :mod:`benchmarks.bounds`, and every ratio file of a run.
 
-The installed suites write what they measured (``lazy.json``, ``remote.csv``)
-and print it; the comparisons the maintainers hold to bounds are made here,
+The lazy suite (installed), :mod:`benchmarks.lazy_dask` and
+:mod:`benchmarks.remote` write what they measured (``lazy.json``,
+``dask.json``, ``remote.csv``) and print it; the comparisons the maintainers hold to bounds are made here,
 from those files: ``lazy.csv`` and ``remote_targets.csv`` in the columns of
-:data:`cpersist.benchmarks.ratios.RATIO_COLUMNS` (the checkpoint suite
-writes its own ``checkpoints.csv``; ``coldstart.csv`` comes from
-:mod:`benchmarks.coldstart`).
+:data:`cpersist.benchmarks.ratios.RATIO_COLUMNS`. The checkpoint suite
+writes its own ratios (``checkpoints.csv``, unkeyed), to which
+:func:`checkpoint_keys` gives the keys; ``coldstart.csv`` comes from
+:mod:`benchmarks.coldstart`.
 """
 
 import csv
@@ -15,7 +17,7 @@ import os
 
 from cpersist.benchmarks.ratios import failed_row, ratio_row
 
-__all__ = ["lazy_ratios", "remote_ratios", "ratio_files"]
+__all__ = ["lazy_ratios", "remote_ratios", "checkpoint_keys", "ratio_files"]
 
 #: ``open().arrays`` of 10,000 arrays is compared with this many seconds.
 LISTING_S_PER_10000 = 0.050
@@ -24,10 +26,32 @@ PEAK_ABOVE_RSS_MB = 64
 #: A 1% row slice from S3: its requests (the object's lookup and every GET)
 #: are compared with this many.
 SLICE_REQUESTS = 4
+#: The checkpoint suite's comparisons held to a bound: what follows the
+#: checkpoint's name in the target -> (key, the generated checkpoints it is
+#: held on). A user's own checkpoint gets no key.
+CHECKPOINT_KEYS = {
+    "dump time / torch.save's": ("dump_vs_torch", ("float32",)),
+    "load time / torch.load(weights_only)'s": ("load_vs_torch", ("float32",)),
+    "file size / torch.save's": ("size_vs_torch", ("float32", "bfloat16")),
+    "mmap_mode='r' load time / torch.load(mmap)'s": ("mmap_vs_torch", ("float32",)),
+    "mmap_mode='r' load time / safetensors load_file's": ("mmap_vs_safetensors", ("float32",)),
+    "trusted=False load time / trusted's": ("untrusted_vs_trusted", ("float32",)),
+    "compress=3 file size / torch.save's": ("compress3_size_vs_torch", ("bfloat16",)),
+    "compress=3 dump time / raw dump's": ("compress3_dump_vs_raw", ("bfloat16",)),
+    "compress=3 load time / torch.load(weights_only)'s": ("compress3_load_vs_torch", ("bfloat16",)),
+}
+#: The JAX states' comparisons held to a bound, at full size only.
+JAX_KEYS = {
+    "compress=3 dump time / orbax StandardCheckpointer save's": "jax_dump_vs_orbax",
+    "compress=3 load time / orbax restore's": "jax_load_vs_orbax",
+    "mmap_mode='r' load time / orbax restore's": "jax_mmap_vs_orbax",
+    "compress=3 file size / orbax's": "jax_size_vs_orbax",
+}
 
 
 def lazy_ratios(results):
-    """Ratio rows of :func:`cpersist.benchmarks.lazy.run`'s results."""
+    """Ratio rows of :func:`cpersist.benchmarks.lazy.run`'s results, with
+    :func:`benchmarks.lazy_dask.measure_dask`'s as ``results["dask"]``."""
     rows = []
     for r in results.get("slice", []):
         kind = r["kind"]
@@ -88,7 +112,7 @@ def lazy_ratios(results):
 
 
 def remote_ratios(rows):
-    """Ratio rows of :func:`cpersist.benchmarks.remote.run`'s rows: a full
+    """Ratio rows of :func:`benchmarks.remote.run`'s rows: a full
     load's speed over each peer's (the peer's time over cpersist's)."""
     by = {r["method"]: r for r in rows}
     base = by.get("cpersist.load", {})
@@ -122,6 +146,28 @@ def remote_ratios(rows):
     return out
 
 
+def checkpoint_keys(rows, results):
+    """The checkpoint suite's ratio rows with the keys of the comparisons
+    held to a bound, given the suite's results (``checkpoints.json``): those
+    of the generated checkpoints, of the full-size JAX states and of
+    ``compress='max'`` on a float32 weight."""
+    generated = {c["name"] for c in results.get("checkpoints", []) if c.get("generated")}
+    jax_keyed = not results.get("jax", {}).get("quick", True)
+    out = []
+    for r in rows:
+        name, _, what = r["target"].partition(": ")
+        key = ""
+        if name.split(" ")[0] in generated and what in CHECKPOINT_KEYS:
+            key, dtypes = CHECKPOINT_KEYS[what]
+            key = key if name.split(" ")[0] in dtypes else ""
+        elif name.startswith("JAX ") and jax_keyed:
+            key = JAX_KEYS.get(what, "")
+        elif r["target"].startswith("compress='max' file size / the bytes of one float32 "):
+            key = "max_size"
+        out.append(dict(r, key=f"checkpoints.{key}" if key else ""))
+    return out
+
+
 def _read(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -129,21 +175,34 @@ def _read(path):
 
 def ratio_files(run):
     """``{file name: ratio rows}`` of a run's folder: ``lazy.csv`` and
-    ``remote_targets.csv`` made from the suites' results, ``checkpoints.csv``
-    and ``coldstart.csv`` as written; a file whose suite did not run is
-    left out."""
+    ``remote_targets.csv`` made from the suites' results (``lazy.json``
+    and ``dask.json``, ``remote.csv``), ``checkpoints.csv``
+    keyed from ``checkpoints.json`` and ``coldstart.csv`` as written; a file
+    whose suite did not run is left out."""
     found = {}
-    path = os.path.join(run, "lazy.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            found["lazy.csv"] = lazy_ratios(json.load(f))
+    lazy = None
+    for name in ("lazy.json", "dask.json"):  # the suite's and benchmarks.lazy_dask's
+        path = os.path.join(run, name)
+        if os.path.exists(path):
+            with open(path) as f:
+                part = json.load(f)
+            lazy = dict(lazy or {}, **(part if name == "lazy.json" else {"dask": part}))
+    if lazy is not None:
+        found["lazy.csv"] = lazy_ratios(lazy)
     path = os.path.join(run, "remote.csv")
     if os.path.exists(path):
         found["remote_targets.csv"] = remote_ratios(
             [{k: _number(v) for k, v in r.items()} for r in _read(path)])
-    for name in ("checkpoints.csv", "coldstart.csv"):
-        if os.path.exists(os.path.join(run, name)):
-            found[name] = _read(os.path.join(run, name))
+    if os.path.exists(os.path.join(run, "checkpoints.csv")):
+        path = os.path.join(run, "checkpoints.json")
+        results = {}
+        if os.path.exists(path):
+            with open(path) as f:
+                results = json.load(f)
+        found["checkpoints.csv"] = checkpoint_keys(
+            _read(os.path.join(run, "checkpoints.csv")), results)
+    if os.path.exists(os.path.join(run, "coldstart.csv")):
+        found["coldstart.csv"] = _read(os.path.join(run, "coldstart.csv"))
     return found
 
 

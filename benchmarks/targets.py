@@ -6,8 +6,8 @@ Run from the repository root (it is not installed with cpersist)::
     python benchmarks/publish.py RUN_DIR --targets OUT   # the table in the docs
 
 Each round runs the bundled benchmark (``python -m cpersist.benchmarks``)
-four times and ``benchmarks/threads.py`` once, every write and read in a
-fresh process (in T, every series of them), reads with the file in the page cache (the issue's reference
+three times, ``benchmarks/serializers.py`` and ``benchmarks/threads.py``
+once, every write and read in a fresh process (in T, every series of them), reads with the file in the page cache (the issue's reference
 figures are warm) except in D:
 
 A. ``atlas_f, timeseries, noise, random_forest``: cpersist (every codec),
@@ -32,7 +32,8 @@ D. memory-mapped opens of 1 MB and of 1 GB of noise (two .npy files of
    float64 noise, benchmarked as user files in one run; cold cache, since
    warming the cache by reading 1 GB before each open also cools the CPU
    caches and slowed np.load's own open 2x);
-E. the serializer suite up to the dict of 1,024,000 entries.
+E. the serializer comparison (``python -m benchmarks.serializers``) up to
+   the dict of 1,024,000 entries.
 
 Every target is computed per round from rows of the same run; the table
 gives the median over rounds of each target's worst case (the smallest
@@ -75,7 +76,7 @@ RUNS = {
     # Both sizes in one run: two .npy files of noise, written by make_mmap_files.
     "D": ["--methods", "cpersist-mmap,np.save-mmap", "--levels", "0", "--repeat", "11",
           "{data}/noise_1MB.npy", "{data}/noise_1GB.npy"],
-    "E": ["--suite", "serializers", "--max-entries", "1024000"],
+    "E": ["-m", "benchmarks.serializers", "{run_dir}", "--max-entries", "1024000", "--no-plots"],
 }
 #: Runs read with a cold cache: a warm-up read of 1 GB right before each open
 #: left the CPU caches cold and made np.load's own memory-mapped open 2.07x
@@ -102,8 +103,11 @@ def run_round(out, k, only=None):
         if only and name not in only.split(","):
             continue
         run_dir = os.path.join(out, f"round{k}", name)
-        args = [a.format(data=data_dir, threads_script=THREADS_SCRIPT) for a in args]
-        if args[0] == THREADS_SCRIPT:  # always warm, draws nothing
+        args = [a.format(data=data_dir, threads_script=THREADS_SCRIPT, run_dir=run_dir)
+                for a in args]
+        if args[0] == "-m":  # a lab script, its run folder among its arguments
+            cmd = [sys.executable, *args]
+        elif args[0] == THREADS_SCRIPT:  # always warm, draws nothing
             cmd = [sys.executable, *args, "--out", run_dir]
         else:
             common = [c for c in COMMON if c != "--warm-cache"] if name in COLD_RUNS else COMMON

@@ -1,12 +1,11 @@
 """The lab's cold-start and small-object targets (coldstart.csv, made by
-``python -m benchmarks.coldstart``), and the installed serializer suite's
+``python -m benchmarks.coldstart``), and the lab's serializer comparison's
 small-object timing."""
 
 import pickle
 import sys
 
 from cpersist.benchmarks.ratios import RATIO_COLUMNS
-from cpersist.benchmarks.serializers import _small_calls, run_small_objects
 
 from ._fresh import ROOT
 
@@ -14,6 +13,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from benchmarks import coldstart  # noqa: E402
+from benchmarks.serializers import _small_calls, run_small_objects  # noqa: E402
 
 
 def test_every_comparison_is_measured_as_a_keyed_ratio():

@@ -3,8 +3,9 @@
 The run (``python -m cpersist.benchmarks --quick --suite all``: every method
 and suite on tiny data, in real subprocesses, against real PyTables,
 nibabel, joblib, zarr ...) takes minutes, so it is made once, here, with the
-lab's start-up and cold-start measurements (``python -m benchmarks.coldstart``)
-in the same folder, and every test of its output is in this module: ``pytest
+lab's suites (``python -m benchmarks.serializers``, ``memory_store``,
+``remote``, ``lazy_dask``) and start-up and cold-start measurements (``python -m
+benchmarks.coldstart``) in the same folder, and every test of its output is in this module: ``pytest
 -n`` (pytest-xdist, ``--dist loadfile``) runs a module on one worker, so the
 run is not made once per worker. The benchmark's other tests are in
 test_benchmark.py, the lab's (publishing, bounds) in test_bench_tools.py.
@@ -28,7 +29,8 @@ from ._fresh import ROOT
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import bounds, coldstart, publish  # noqa: E402
+from benchmarks import (bounds, coldstart, lazy_dask, memory_store, publish, remote,  # noqa: E402
+                        serializers)
 from benchmarks.ratios import ratio_files  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -46,13 +48,18 @@ def quick_run(tmp_path_factory):
     """``(exit code, output folder)`` of the quick run of every suite,
     without figures: drawing one per dataset and kind would take a third of
     the run; ``drawn_run`` draws the published ones, and
-    test_benchmark.py's interrupted run draws its own. The lab's cold-start
-    measurements are added to the folder (their exit code must be 0 too)."""
+    test_benchmark.py's interrupted run draws its own. The lab's suites and
+    cold-start measurements are added to the folder (their exit codes must
+    be 0 too)."""
     from cpersist.benchmarks import main
 
     out = tmp_path_factory.mktemp("bench_quick")
     rc = main(["--quick", "--suite", "all", "--out", str(out), "--no-progress", "--no-plots"])
-    return rc or coldstart.main([str(out), "--runs", "2", "--number", "200"]), out
+    return (rc or serializers.main([str(out), "--quick", "--no-plots"])
+            or memory_store.main([str(out), "--quick"])
+            or remote.main([str(out), "--mb", "2.1", "--runs", "1"])
+            or lazy_dask.main([str(out), "--scale", "0.01", "--repeat", "1"])
+            or coldstart.main([str(out), "--runs", "2", "--number", "200"])), out
 
 
 @pytest.fixture(scope="module")
@@ -158,9 +165,10 @@ def test_summary_opens_with_a_pick_per_dataset_then_every_table(quick_run):
     sections = [part.split("\n", 1)[0] for part in summary.split("\n## ")[1:]]
     assert sections[:2] == ["What to pick", "Storage: every dataset, method and level (ratio: "
                             "in-memory size / file size, MB/s of in-memory data, peaks in MB)"]
-    for title in ("Serializers", "joblib.Memory", "Lazy access", "Reading from S3",
-                  "Model checkpoints"):
+    for title in ("Lazy access", "Model checkpoints"):
         assert any(s.startswith(title) for s in sections), title
+    for lab in ("Serializers", "joblib.Memory", "Reading from S3"):  # the lab's suites
+        assert not any(s.startswith(lab) for s in sections), lab
     picks = summary.split("\n## ")[1].split(PICK_HEADER, 1)[1].split("```")[0]
     stored = {r["dataset"] for r in _read(out / "results.csv")
               if r["family"] == "cpersist" and r["status"] == "ok"}
@@ -192,10 +200,10 @@ def test_lab_start_up_times(quick_run):
     assert rows["cpersist --help"]["command"].endswith("--help")
 
 
-def test_quick_serializers(quick_run):
+def test_lab_serializers(quick_run):
     _, out = quick_run
     rows = _read(out / "serializers.csv")
-    from cpersist.benchmarks.serializers import SERIALIZERS
+    SERIALIZERS = serializers.SERIALIZERS
 
     by = {(r["serializer"], int(r["entries"])): r for r in rows}
     for s in SERIALIZERS:
@@ -227,10 +235,10 @@ def test_quick_run_new_methods_and_datasets(quick_run):
         assert "not DataFrame" in rows[("dataframe", "tables", "0")]["reason"]
 
 
-def test_quick_memory_suite(quick_run):
+def test_lab_memory_store(quick_run):
     """joblib.Memory's store against cpersist's on the forest and the atlas."""
     _, out = quick_run
-    from cpersist.benchmarks.memory import MEMORY_OBJECTS, STORES
+    MEMORY_OBJECTS, STORES = memory_store.MEMORY_OBJECTS, memory_store.STORES
 
     rows = _read(out / "memory.csv")
     assert {(r["dataset"], r["store"]) for r in rows} == {
@@ -244,13 +252,12 @@ def test_quick_memory_suite(quick_run):
     for store in ("joblib", "cpersist"):
         assert (int(by[("atlas_c", f"{store} compress=3")]["file_bytes"])
                 < int(by[("atlas_c", f"{store} raw")]["file_bytes"]) / 1.5)
-    info = json.loads((out / "machine.json").read_text())
-    assert info["memory"]["objects"] == list(MEMORY_OBJECTS)
+    assert not (out / "_work").exists()  # scratch files cleaned up
 
 
 def test_quick_lazy_suite(quick_run):
-    """--suite all runs the lazy suite; the lab makes every comparison of it a
-    ratio, keyed for its bound."""
+    """--suite all runs the lazy suite; the lab adds its dask sum and makes
+    every comparison a ratio, keyed for its bound."""
     _, out = quick_run
     assert not (out / "lazy.csv").exists()  # keyed rows are the lab's
     rows = ratio_files(out)["lazy.csv"]
@@ -274,16 +281,19 @@ def test_quick_lazy_suite(quick_run):
     assert len(peak) == 1 and peak[0]["target"].endswith("/ 64 MB")
     assert peak[0]["key"] == ""  # a scaled-down array: no bound applies
     text = (out / "lazy.txt").read_text()
-    assert text.startswith("Lazy access") and "faster than 1 thread" in text
+    assert text.startswith("Lazy access") and "dask" not in text
     assert "zarr" in text and "blosc2" in text
     raw = json.loads((out / "lazy.json").read_text())
-    assert raw["scale"] == 0.01 and len(raw["slice"]) == 2 and raw["dask"]["blocks"] >= 1
+    assert raw["scale"] == 0.01 and len(raw["slice"]) == 2 and "dask" not in raw
+    dask = json.loads((out / "dask.json").read_text())
+    assert dask["blocks"] >= 1 and dask["array_mb"] == pytest.approx(10.24)
+    assert "faster than 1 thread" in lazy_dask.format_dask(dask)
     info = json.loads((out / "machine.json").read_text())
     assert info["lazy"]["scale"] == 0.01 and info["lazy"]["failed"] == 0
 
 
-def test_quick_remote_suite(quick_run):
-    """--suite all runs the remote suite against a loopback moto server."""
+def test_lab_remote(quick_run):
+    """The lab's S3 comparison against a loopback moto server."""
     _, out = quick_run
     rows = _read(out / "remote.csv")
     assert [r["method"] for r in rows] == ["cpersist.load", "zarr FsspecStore", "s3fs cat_file",
@@ -308,10 +318,12 @@ def test_quick_remote_suite(quick_run):
 
 
 def test_quick_checkpoints_suite(quick_run):
-    """--suite all runs the checkpoints suite: every comparison a ratio, keyed where a bound applies."""
+    """--suite all runs the checkpoints suite: every comparison a ratio; the
+    lab keys those a bound applies to."""
     pytest.importorskip("torch")
     _, out = quick_run
-    rows = _read(out / "checkpoints.csv")
+    assert all(r["key"] == "" for r in _read(out / "checkpoints.csv"))  # keys are the lab's
+    rows = ratio_files(out)["checkpoints.csv"]
     assert all(r["suite"] == "checkpoints" and r["status"] == "ok" for r in rows), rows
     float32 = {r["target"].split(": ", 1)[1]: r for r in rows if r["target"].startswith("float32")}
     assert float32["dump time / torch.save's"]["key"] == "checkpoints.dump_vs_torch"
@@ -463,8 +475,8 @@ def test_bounds_judge_every_keyed_ratio_of_a_run(run_dir, capsys):
     slices = {t.split(": ", 1)[1]: r["bound"] for t, r in judged["lazy.csv"].items()
               if t.startswith("1%")}
     assert slices["time / full load"] == "<= 0.05" and slices["time / blosc2.open()[slice]"] == "<= 1"
-    remote = list(judged["remote_targets.csv"].values())
-    assert [r["bound"] for r in remote] == [">= 0.8", ">= 0.8", "<= 1"]
+    remote_rows = list(judged["remote_targets.csv"].values())
+    assert [r["bound"] for r in remote_rows] == [">= 0.8", ">= 0.8", "<= 1"]
     coldstart = {t: r["bound"] for t, r in judged["coldstart.csv"].items()}
     assert coldstart["one-shot script (import, dump, load), compress=3: time / joblib's"] == "<= 0.5"
     assert coldstart["first compress=3 load of a 48 MB array in a process: time / the second's"] == "<= 1.3"

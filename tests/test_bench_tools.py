@@ -408,6 +408,8 @@ def test_bf16_script_compares_ml_dtypes_arrays_with_torch_tensors(capsys):
 def test_jax_checkpoint_ratios_are_keyed_at_full_size():
     from cpersist.benchmarks import jax_checkpoints
 
+    from benchmarks.ratios import checkpoint_keys
+
     times = {name: 1.0 for name in ("cpersist raw", "cpersist compress=3", "orbax save",
                                     "orbax async save", "flax msgpack",
                                     "cpersist background=True", "cpersist.load",
@@ -415,10 +417,10 @@ def test_jax_checkpoint_ratios_are_keyed_at_full_size():
                                     "orbax restore")}
     state = {"name": "float32", "array_mb": 288.0, "arrays": 38, "dump_s": times,
              "load_s": times, "call_s": times, "file_bytes": {"cp3": 2, "orbax": 4}}
-    full = jax_checkpoints.ratios({"states": [state], "quick": False})
+    full = checkpoint_keys(jax_checkpoints.ratios({"states": [state]}), {"jax": {"quick": False}})
     keys = [r["key"] for r in full if r["key"]]
     assert keys == ["checkpoints.jax_dump_vs_orbax", "checkpoints.jax_load_vs_orbax",
                     "checkpoints.jax_mmap_vs_orbax", "checkpoints.jax_size_vs_orbax"]
     assert {r["met"] for r in bounds.judge(full) if r["key"]} == {"no", "yes"}  # 1 > 0.67; sizes 0.5
-    quick = jax_checkpoints.ratios({"states": [state], "quick": True})
+    quick = checkpoint_keys(jax_checkpoints.ratios({"states": [state]}), {"jax": {"quick": True}})
     assert all(r["key"] == "" for r in quick)

@@ -12,12 +12,13 @@ what it chose); the storage suite's :mod:`.datasets` (with
 :mod:`.peers_classic` and :mod:`.peers`, :mod:`.runner`; :mod:`.measure`
 (fresh process per measurement, time, peak RSS), :mod:`.pagecache`,
 :mod:`.compare` (checking what was read back); the other suites
-(:mod:`.serializers`, :mod:`.memory`, :mod:`.lazy`, :mod:`.remote`,
-:mod:`.checkpoints`), with :mod:`.turns` (contenders timed in turn) and
-:mod:`.ratios` (the checkpoint suite's comparisons as ratios); the outputs
-:mod:`.output` (CSV, JSON), :mod:`.figures` and :mod:`.report` (the printed
-text). The acceptance machinery and the tools that publish results live in
-the repository's ``benchmarks/`` folder, not installed.
+(:mod:`.lazy`, :mod:`.checkpoints` with :mod:`.jax_checkpoints`), with
+:mod:`.turns` (contenders timed in turn) and :mod:`.ratios` (the checkpoint
+suite's comparisons as ratios); the outputs :mod:`.output` (CSV, JSON),
+:mod:`.figures` and :mod:`.report` (the printed text). The maintainers'
+investigations (reading from S3, serializers, joblib.Memory's store), the
+acceptance machinery and the tools that publish results live in the
+repository's ``benchmarks/`` folder, not installed.
 """
 
 from .cli import build_parser, main

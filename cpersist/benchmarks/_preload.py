@@ -22,7 +22,6 @@ _NAMES = (
     "cpersist.benchmarks.compare",
     "cpersist.benchmarks.datasets",
     "cpersist.benchmarks.datacache",
-    "cpersist.benchmarks.serializers",
     # The peers: a measurement times one call, which must not include the
     # import of its library (zarr's alone costs more than a small dataset's
     # write).

@@ -265,7 +265,7 @@ def missing():
 
 def ratios(results):
     """Ratio rows (:data:`.ratios.RATIO_COLUMNS`): each comparison measured in
-    this run, keyed for the maintainers' bounds on the generated checkpoints."""
+    this run."""
     if results.get("missing"):
         return [ratio_row("checkpoints", "model checkpoints", missing=results["missing"])]
     rows = []
@@ -273,60 +273,41 @@ def ratios(results):
         d, lo, size = r["dump_s"], r["load_s"], r["file_bytes"]
         spread = {**r["dump_rounds_s"], **r["load_rounds_s"]}  # no name is in both
         what = f"{r['name']} ({r['tensor_mb']:.0f} MB, {r['tensors']} tensors)"
-        # Bounds are held on the generated checkpoints, some on one dtype
-        # only: a user's file gets its ratios alone (no key).
-        dtype = r["name"] if r.get("generated") else None
 
-        def row(target, ratio, measured, key, dtypes=("float32", "bfloat16")):
-            return ratio_row("checkpoints", f"{what}: {target}", ratio, measured,
-                             key=f"checkpoints.{key}" if dtype in dtypes else "")
+        def timed(target, mine, peer, t):
+            measured = (f"{t[mine] * 1e3:.0f} ms / {t[peer] * 1e3:.0f} ms (ranges "
+                        f"{_range_ms(spread[mine])} / {_range_ms(spread[peer])} ms)")
+            rows.append(ratio_row("checkpoints", f"{what}: {target}", t[mine] / t[peer], measured))
 
-        def ms(*names, t):
-            return (" / ".join(f"{t[n] * 1e3:.0f} ms" for n in names)
-                    + f" (ranges {' / '.join(_range_ms(spread[n]) for n in names)} ms)")
+        def sized(target, mine, peer, measured):
+            rows.append(ratio_row("checkpoints", f"{what}: {target}", size[mine] / size[peer],
+                                  measured))
 
-        rows.append(row("dump time / torch.save's", d["cpersist raw"] / d["torch.save"],
-                        ms("cpersist raw", "torch.save", t=d), "dump_vs_torch", ("float32",)))
-        rows.append(row("load time / torch.load(weights_only)'s",
-                        lo["cpersist.load"] / lo["torch.load weights_only"],
-                        ms("cpersist.load", "torch.load weights_only", t=lo), "load_vs_torch",
-                        ("float32",)))
+        timed("dump time / torch.save's", "cpersist raw", "torch.save", d)
+        timed("load time / torch.load(weights_only)'s", "cpersist.load", "torch.load weights_only",
+              lo)
         # In bytes: the files differ by kilobytes, which megabytes would hide.
-        rows.append(row("file size / torch.save's", size["cp"] / size["pt"],
-                        f"{size['cp']:,} B / {size['pt']:,} B ({size['cp'] - size['pt']:+,} B)",
-                        "size_vs_torch"))
-        rows.append(row("mmap_mode='r' load time / torch.load(mmap)'s",
-                        lo["cpersist.load mmap_mode='r'"] / lo["torch.load mmap"],
-                        ms("cpersist.load mmap_mode='r'", "torch.load mmap", t=lo),
-                        "mmap_vs_torch", ("float32",)))
+        sized("file size / torch.save's", "cp", "pt",
+              f"{size['cp']:,} B / {size['pt']:,} B ({size['cp'] - size['pt']:+,} B)")
+        timed("mmap_mode='r' load time / torch.load(mmap)'s", "cpersist.load mmap_mode='r'",
+              "torch.load mmap", lo)
         if "safetensors load_file" in lo:
-            rows.append(row("mmap_mode='r' load time / safetensors load_file's",
-                            lo["cpersist.load mmap_mode='r'"] / lo["safetensors load_file"],
-                            ms("cpersist.load mmap_mode='r'", "safetensors load_file", t=lo),
-                            "mmap_vs_safetensors", ("float32",)))
-        rows.append(row("trusted=False load time / trusted's",
-                        lo["cpersist.load trusted=False"] / lo["cpersist.load"],
-                        ms("cpersist.load trusted=False", "cpersist.load", t=lo),
-                        "untrusted_vs_trusted", ("float32",)))
-        rows.append(row("compress=3 file size / torch.save's", size["cp3"] / size["pt"],
-                        f"{size['cp3'] / MB:.1f} MB / {size['pt'] / MB:.1f} MB",
-                        "compress3_size_vs_torch", ("bfloat16",)))
-        rows.append(row("compress=3 dump time / raw dump's",
-                        d["cpersist compress=3"] / d["cpersist raw"],
-                        ms("cpersist compress=3", "cpersist raw", t=d), "compress3_dump_vs_raw",
-                        ("bfloat16",)))
-        rows.append(row("compress=3 load time / torch.load(weights_only)'s",
-                        lo["cpersist.load compress=3"] / lo["torch.load weights_only"],
-                        ms("cpersist.load compress=3", "torch.load weights_only", t=lo),
-                        "compress3_load_vs_torch", ("bfloat16",)))
+            timed("mmap_mode='r' load time / safetensors load_file's",
+                  "cpersist.load mmap_mode='r'", "safetensors load_file", lo)
+        timed("trusted=False load time / trusted's", "cpersist.load trusted=False",
+              "cpersist.load", lo)
+        sized("compress=3 file size / torch.save's", "cp3", "pt",
+              f"{size['cp3'] / MB:.1f} MB / {size['pt'] / MB:.1f} MB")
+        timed("compress=3 dump time / raw dump's", "cpersist compress=3", "cpersist raw", d)
+        timed("compress=3 load time / torch.load(weights_only)'s", "cpersist.load compress=3",
+              "torch.load weights_only", lo)
     if "jax" in results:
         rows += jax_checkpoints.ratios(results["jax"])
     if "max" in results:
         m = results["max"]
         rows.append(ratio_row("checkpoints", f"compress='max' file size / the bytes of one "
                               f"{m['dtype']} weight ({m['tensor_mb']:.3g} MB)", 1 / m["ratio"],
-                              f"{m['dump_s']:.1f} s to dump",
-                              key="checkpoints.max_size" if m["dtype"] == "float32" else ""))
+                              f"{m['dump_s']:.1f} s to dump"))
     return rows
 
 

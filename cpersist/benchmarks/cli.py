@@ -49,10 +49,10 @@ def build_parser(prog="python -m cpersist.benchmarks"):
         description="Benchmark cpersist against np.save, np.savez_compressed, pickle, joblib, "
                     "PyTables (tables), NIfTI (nibabel), blosc2, zarr, h5py and safetensors "
                     "(--list names every method): disk size, write/read time and peak memory "
-                    "per dataset, method and compression level. It ends with what to pass to "
-                    "cpersist.dump for each dataset or file, and saves every table in "
-                    "OUT/summary.md. Also the picklebench serializer comparison (--suite "
-                    "serializers).",
+                    "per dataset, method and compression level; model checkpoints beside "
+                    "torch.save, safetensors and orbax; slices of lazily opened arrays beside "
+                    "zarr and blosc2. It ends with what to pass to cpersist.dump for each "
+                    "dataset or file, and saves every table in OUT/summary.md.",
         epilog="Each write and each read runs in a fresh process; reads are cold-cache "
                "(fsync + POSIX_FADV_DONTNEED) unless --warm-cache. See the CSV 'cache' and "
                "'notes' columns and machine.json for what every number means.",
@@ -64,12 +64,10 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                         "given, only these run unless --datasets is also given; the run ends "
                         "with what to pass to cpersist.dump and load for each")
     p.add_argument("--suite", choices=SUITES + ("all",), default="storage",
-                   help="storage (default): datasets x methods x levels; serializers: picklebench; "
-                        "memory: joblib.Memory's default store vs backend='cpersist'; lazy: "
-                        "slices of cpersist.open arrays and dask beside zarr and blosc2; remote: "
-                        "a full load from a loopback S3 server beside zarr and a download; "
-                        "checkpoints: torch checkpoints (generated, or your .pt/.safetensors "
-                        "files) beside torch.save, safetensors and joblib; all: every suite")
+                   help="storage (default): datasets x methods x levels; lazy: slices of "
+                        "cpersist.open arrays beside zarr and blosc2; checkpoints: "
+                        "torch and JAX checkpoints (generated, or your .pt/.safetensors files) "
+                        "beside torch.save, safetensors, joblib and orbax; all: every suite")
     p.add_argument("--full", action="store_true",
                    help="the complete grid: every dataset at 100 MB, levels 0,1,3,6,9, three "
                         "repeats (hours); default: built-in data at 1 MB, levels 0,3,6 (0,3 on "
@@ -110,14 +108,9 @@ def build_parser(prog="python -m cpersist.benchmarks"):
     p.add_argument("--keep-files", action="store_true", help="keep written files and the dataset cache")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--max-entries", type=int, default=None,
-                   help="picklebench: largest dict (default 4,096,000; --quick: 16,000)")
-    p.add_argument("--mem-budget", type=float, default=4096.0, metavar="MB",
-                   help="picklebench: stop growing before this peak RSS (default 4096 MB)")
     p.add_argument("--scale", type=float, default=None, metavar="X",
-                   help="lazy and remote suites: multiply their array sizes (default 1, the "
-                        "sizes their comparisons are made for: 200 MB slices, 1 GB for dask, 210 MB from "
-                        "S3; --quick: 0.01)")
+                   help="lazy suite: multiply its array sizes (default 1, the sizes its "
+                        "comparisons are made for: 200 MB slices; --quick: 0.01)")
     p.add_argument("--list", action="store_true", help="list datasets and methods, then exit")
     return p
 

@@ -106,10 +106,6 @@ def _optional_builtins():
     return out
 
 
-# ---------------------------------------------------------------------------
-# Real data shipped inside installed packages
-# ---------------------------------------------------------------------------
-
 _NIBABEL_EXAMPLES = (
     "anatomical.nii",
     "functional.nii",

@@ -1,5 +1,5 @@
 """The run's figures (matplotlib, PNG): storage bars and Pareto fronts per
-dataset, and the serializer suite's curves."""
+dataset."""
 
 import math
 import os
@@ -7,7 +7,7 @@ import re
 
 from .output import as_float as _f
 
-__all__ = ["plot_storage", "plot_serializers", "bar_figure", "plot_pareto"]
+__all__ = ["plot_storage", "bar_figure", "plot_pareto"]
 
 
 def _plt():
@@ -238,31 +238,3 @@ def _disk_chart(plt, rs, sub, out_dir, name):
     # Linear: sizes of one dataset are comparable and bars must start at 0.
     return _grouped_bars(plt, rows, "disk_MB", "disk size, MB", f"{sub}: disk size",
                          os.path.join(out_dir, f"{_safe(name)}_disk.png"), log=False)
-
-
-def plot_serializers(rows, path):
-    """Store/load seconds vs number of dict entries, one line per serializer."""
-    plt = _plt()
-    ok = [r for r in rows if r.get("status") == "ok"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    sers = list(dict.fromkeys(r["serializer"] for r in ok))
-    for ax, key, lab in ((axes[0], "store_s", "store seconds"), (axes[1], "load_s", "load seconds"),
-                         (axes[2], "file_MB", "file size, MB")):
-        cmap = plt.get_cmap("tab20")
-        for i, s in enumerate(sers):
-            rs = sorted((r for r in ok if r["serializer"] == s), key=lambda r: int(r["entries"]))
-            xs = [int(r["entries"]) for r in rs]
-            ys = [max(_f(r[key]) or 0, 1e-7) for r in rs]
-            ax.plot(xs, ys, marker="o", ms=3, label=s, color=cmap(i % 20),
-                    ls="--" if s.startswith("cpersist") else "-")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("dict entries (str -> int)")
-        ax.set_ylabel(lab)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.suptitle("picklebench: dict of str -> int, stored to and loaded from disk", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path

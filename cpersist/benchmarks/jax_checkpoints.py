@@ -216,26 +216,23 @@ def ratios(results):
     for r in results["states"]:
         d, lo, c, size = r["dump_s"], r["load_s"], r["call_s"], r["file_bytes"]
         what = f"JAX {r['name']} state ({r['array_mb']:.0f} MB, {r['arrays']} arrays)"
-        keyed = not results.get("quick")
 
-        def row(target, mine, peer, times, key=""):
+        def row(target, mine, peer, times):
             ratio = times[mine] / times[peer]
             measured = f"{times[mine] * 1e3:.0f} ms / {times[peer] * 1e3:.0f} ms"
-            rows.append(ratio_row("checkpoints", f"{what}: {target}", ratio, measured,
-                                  key=f"checkpoints.{key}" if key and keyed else ""))
+            rows.append(ratio_row("checkpoints", f"{what}: {target}", ratio, measured))
 
         row("compress=3 dump time / orbax StandardCheckpointer save's",
-            "cpersist compress=3", "orbax save", d, "jax_dump_vs_orbax")
+            "cpersist compress=3", "orbax save", d)
         row("raw dump time / orbax save's", "cpersist raw", "orbax save", d)
         row("compress=3 load time / orbax restore's", "cpersist.load compress=3",
-            "orbax restore", lo, "jax_load_vs_orbax")
+            "orbax restore", lo)
         row("raw load time / orbax restore's", "cpersist.load", "orbax restore", lo)
         row("mmap_mode='r' load time / orbax restore's", "cpersist.load mmap_mode='r'",
-            "orbax restore", lo, "jax_mmap_vs_orbax")
+            "orbax restore", lo)
         rows.append(ratio_row(
             "checkpoints", f"{what}: compress=3 file size / orbax's", size["cp3"] / size["orbax"],
-            f"{size['cp3']:,} B / {size['orbax']:,} B",
-            key="checkpoints.jax_size_vs_orbax" if keyed else ""))
+            f"{size['cp3']:,} B / {size['orbax']:,} B"))
         row("background=True call / orbax async save call", "cpersist background=True",
             "orbax async save", c)
         row("background=True until written / orbax async until written",

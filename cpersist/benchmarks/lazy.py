@@ -163,72 +163,16 @@ def measure_listing(n_arrays, directory, repeats):
     return {"arrays": n_arrays, "listing_s": _median_time(listing, repeats)}
 
 
-def measure_dask(nbytes, directory, repeats):
-    """Sum over a compressed array: 2 worker processes vs zarr v3 vs 1 thread.
-
-    Returns None if dask or distributed is not installed; without zarr, its
-    time is None."""
-    if optional("dask") is None or optional("distributed") is None:
-        return None
-    import dask
-    import dask.array as da
-    from distributed import Client, LocalCluster
-
-    zarr = optional("zarr")
-    arr = make_array("compressible", nbytes, seed=2)
-    expected = int(arr.sum(dtype=np.int64))
-    path = os.path.join(directory, "dask.cp")
-    cpersist.dump({"a": arr}, path, compress=True)
-    zpath = os.path.join(directory, "dask.zarr")
-    if zarr is not None:
-        zarr.create_array(store=zpath, data=arr, overwrite=True)
-    del arr
-    # One decoding thread per block: the parallelism is dask's, one block
-    # per worker process (or the one thread of the baseline).
-    with cpersist.open(path, n_threads=1) as handle:
-        x = handle.arrays["obj['a']"].to_dask()
-    # Closed: the arrays reopen the file from its path, as they do on the workers.
-    z = da.from_zarr(zpath) if zarr is not None else None
-    total = x.sum(dtype=np.int64)
-    ztotal = None if z is None else z.sum(dtype=np.int64)
-
-    def one_thread():
-        with dask.config.set(scheduler="synchronous"):
-            return total.compute()
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      scheduler_port=0, dashboard_address="127.0.0.1:0",
-                      worker_dashboard_address=None) as cluster, Client(cluster) as client:
-        assert int(client.compute(total).result()) == expected
-        if ztotal is not None:
-            assert int(client.compute(ztotal).result()) == expected
-        # Rounds alternate the three, so that a machine whose speed drifts
-        # (other processes, a shared host) weighs on each alike.
-        times = {"one": [], "cp": [], "zarr": []}
-        for _ in range(repeats):
-            times["one"].append(_median_time(one_thread, 1))
-            times["cp"].append(_median_time(lambda: client.compute(total).result(), 1))
-            if ztotal is not None:
-                times["zarr"].append(_median_time(lambda: client.compute(ztotal).result(), 1))
-    t_one, t_cp = statistics.median(times["one"]), statistics.median(times["cp"])
-    t_zarr = statistics.median(times["zarr"]) if times["zarr"] else None
-    return {"array_mb": nbytes / MB, "blocks": len(x.chunks[0]),
-            "zarr_blocks": None if z is None else len(z.chunks[0]),
-            "cpersist_2proc_s": t_cp, "zarr_2proc_s": t_zarr, "cpersist_1thread_s": t_one,
-            "over_zarr": None if t_zarr is None else t_cp / t_zarr,
-            "speedup_over_1thread": t_one / t_cp}
-
-
 def _run_child(what, *args):
     done = subprocess.run([sys.executable, "-m", "cpersist.benchmarks.lazy", "--child", what,
                            *args], capture_output=True, text=True, check=True)
     return json.loads(done.stdout)
 
 
-def run(out_dir, scale=1.0, repeats=5, parts=("slice", "peak", "listing", "dask")):
+def run(out_dir, scale=1.0, repeats=5, parts=("slice", "peak", "listing")):
     """Run the lazy-access measurements ``parts`` and write ``out_dir/lazy.json``;
     ``scale`` multiplies the array sizes (200 MB for the slice, 400 MB for the
-    peak memory, 1 GB for dask) and the number of arrays listed."""
+    peak memory) and the number of arrays listed."""
     os.makedirs(out_dir, exist_ok=True)
     directory = tempfile.mkdtemp(prefix="cpersist-lazy-")
     results = {"scale": scale, "cpus": os.cpu_count()}
@@ -241,8 +185,6 @@ def run(out_dir, scale=1.0, repeats=5, parts=("slice", "peak", "listing", "dask"
         if "listing" in parts:
             results["listing"] = measure_listing(max(10, int(10000 * scale)), directory,
                                                  repeats)
-        if "dask" in parts:
-            results["dask"] = measure_dask(int(1024 * MB * scale), directory, repeats)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     with open(os.path.join(out_dir, "lazy.json"), "w") as file:
@@ -271,17 +213,6 @@ def format_results(results):
     if "listing" in results:
         p = results["listing"]
         lines.append(f"open().arrays of {p['arrays']} arrays: {p['listing_s'] * 1e3:.1f} ms")
-    if "dask" in results:
-        p = results["dask"]
-        if p is None:
-            lines.append("dask: not installed (dask and distributed)")
-        else:
-            zarr = (f"{p['over_zarr']:.2f}x zarr ({p['zarr_2proc_s']:.2f} s)"
-                    if p["zarr_2proc_s"] is not None else "zarr not installed")
-            lines.append(
-                f"dask sum over {p['array_mb']:.0f} MB: {p['cpersist_2proc_s']:.2f} s on 2 "
-                f"worker processes = {zarr}, {p['speedup_over_1thread']:.2f}x faster than "
-                f"1 thread ({p['cpersist_1thread_s']:.2f} s)")
     return "\n".join(lines)
 
 

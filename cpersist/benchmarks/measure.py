@@ -138,11 +138,6 @@ class PeakMemory:
         return False
 
 
-# ---------------------------------------------------------------------------
-# Tasks run inside the measurement subprocess
-# ---------------------------------------------------------------------------
-
-
 def _load_original(data_path):
     from .datacache import load_cached
 
@@ -262,10 +257,6 @@ def _worker(conn, task):
     finally:
         conn.close()
 
-
-# ---------------------------------------------------------------------------
-# Launching subprocesses
-# ---------------------------------------------------------------------------
 
 #: Imported once in the forkserver so each measurement starts fast.
 preload_modules = ["cpersist.benchmarks._preload"]

@@ -26,11 +26,6 @@ def cpersist_codecs():
     return list(cpersist.available_codecs())
 
 
-# ---------------------------------------------------------------------------
-# cpersist
-# ---------------------------------------------------------------------------
-
-
 def kept_raw_fraction(path):
     """The fraction of a cpersist file's array bytes stored verbatim
     (uncompressed), or None for a file with no compressed array section.
@@ -131,11 +126,6 @@ class CpersistMmap(Cpersist):
 
     def read(self, path):
         return cpersist.load(path, mmap_mode="r")
-
-
-# ---------------------------------------------------------------------------
-# Registry
-# ---------------------------------------------------------------------------
 
 
 def all_methods(threads=None):

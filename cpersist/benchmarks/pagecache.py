@@ -11,11 +11,6 @@ __all__ = ["files_of", "disk_size", "remove_output", "evict_from_cache", "warm_c
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-# ---------------------------------------------------------------------------
-# Outputs: one file, or a directory of files (zarr)
-# ---------------------------------------------------------------------------
-
-
 def files_of(path):
     """``[path]`` for a file, every file under ``path`` for a directory."""
     if os.path.isdir(path):
@@ -36,11 +31,6 @@ def remove_output(path):
         shutil.rmtree(path)
     elif os.path.exists(path):
         os.unlink(path)
-
-
-# ---------------------------------------------------------------------------
-# Page cache
-# ---------------------------------------------------------------------------
 
 
 def evict_from_cache(path):

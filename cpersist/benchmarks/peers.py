@@ -14,10 +14,6 @@ __all__ = ["Blosc2NDArray", "Zarr", "H5py", "Safetensors", "peer_methods"]
 
 _SINGLE_KEY = "__array__"
 
-# ---------------------------------------------------------------------------
-# blosc2
-# ---------------------------------------------------------------------------
-
 
 class Blosc2NDArray(Method):
     """``blosc2.asarray(arr, urlpath=path, mode="w", cparams=...)``: one ``.b2nd`` file.
@@ -73,11 +69,6 @@ class Blosc2NDArray(Method):
         import blosc2
 
         return blosc2.open(path, mode="r")[...]
-
-
-# ---------------------------------------------------------------------------
-# zarr
-# ---------------------------------------------------------------------------
 
 
 class Zarr(Method):
@@ -138,11 +129,6 @@ class Zarr(Method):
         return out[_SINGLE_KEY] if list(out) == [_SINGLE_KEY] else out
 
 
-# ---------------------------------------------------------------------------
-# h5py + hdf5plugin
-# ---------------------------------------------------------------------------
-
-
 class H5py(Method):
     """HDF5 through h5py, chunked, with an hdf5plugin filter (Blosc2 or Zstd)."""
 
@@ -190,11 +176,6 @@ class H5py(Method):
             f.visititems(lambda k, node: out.__setitem__(k, np.asarray(node[()]))
                          if isinstance(node, h5py.Dataset) else None)
         return out[_SINGLE_KEY] if list(out) == [_SINGLE_KEY] else out
-
-
-# ---------------------------------------------------------------------------
-# safetensors
-# ---------------------------------------------------------------------------
 
 
 class Safetensors(Method):

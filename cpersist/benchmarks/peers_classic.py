@@ -17,11 +17,6 @@ __all__ = ["NpSave", "NpSaveMmap", "NpSavezCompressed", "Pickle5", "Joblib", "Jo
            "JoblibMmap", "Tables", "Nibabel", "classic_methods"]
 
 
-# ---------------------------------------------------------------------------
-# numpy
-# ---------------------------------------------------------------------------
-
-
 class NpSave(Method):
     """``np.save`` / ``np.load`` (raw, arrays only)."""
 
@@ -83,11 +78,6 @@ class NpSavezCompressed(Method):
             if z.files == [_SINGLE_KEY]:
                 return z[_SINGLE_KEY]
             return {k: z[k] for k in z.files}
-
-
-# ---------------------------------------------------------------------------
-# pickle and joblib
-# ---------------------------------------------------------------------------
 
 
 class Pickle5(Method):
@@ -163,10 +153,6 @@ class JoblibMmap(Joblib):
 
         return joblib.load(path, mmap_mode="r")
 
-
-# ---------------------------------------------------------------------------
-# PyTables
-# ---------------------------------------------------------------------------
 
 _TABLES_KINDS = "biufcS"  # HDF5 atoms PyTables maps from numpy (no U, O, V, M)
 # PyTables has no unicode atom: str arrays go in as their UCS-4 code points
@@ -252,11 +238,6 @@ class Tables(Method):
             dtype = np.dtype(node.attrs[_TABLES_STR_ATTR])
             return data.view(dtype).reshape(data.shape[:-1])
         return data
-
-
-# ---------------------------------------------------------------------------
-# nibabel
-# ---------------------------------------------------------------------------
 
 
 @contextlib.contextmanager

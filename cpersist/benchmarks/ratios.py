@@ -2,11 +2,10 @@
 checkpoint suite (``checkpoints.csv``) and their text.
 
 A ratio is cpersist's time over a peer's, a file's size over another's, and
-the like, with what was measured. Its ``key`` names the comparison for the
-maintainers' bounds (``benchmarks/bounds.py`` in the source tree); it is
-empty where no bound applies (a user's own file, a ratio given for
-context). A ratio whose measurement needs a library that is not installed
-is a row with status ``not installed``.
+the like, with what was measured. Its ``key``, empty here, is where the
+maintainers' lab (``benchmarks/`` in the source tree) names a comparison it
+holds to a bound. A ratio whose measurement needs a library that is not
+installed is a row with status ``not installed``.
 """
 
 from ..tools.table import format_table

@@ -10,11 +10,6 @@ __all__ = ["format_table", "setting", "alike", "recommendations", "format_recomm
            "KEPT_RAW_NOTE"]
 
 
-# ---------------------------------------------------------------------------
-# Text table
-# ---------------------------------------------------------------------------
-
-
 def _fmt(v, spec):
     x = _f(v)
     return "-" if x is None else format(x, spec)
@@ -56,10 +51,6 @@ KEPT_RAW_NOTE = (
     "it saving under 15% (levels 1-5; 5% at 6-9), which costs more time than it saves space; "
     "a stronger codec or level compresses them (see the CSV 'kept_raw' column)")
 
-
-# ---------------------------------------------------------------------------
-# What to pass to cpersist.dump and load, per dataset
-# ---------------------------------------------------------------------------
 
 #: Two settings' times are alike when their medians differ by less than
 #: this fraction, or when the middle halves of their repeats overlap (the

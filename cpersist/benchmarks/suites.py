@@ -4,16 +4,13 @@ table printed and its files written to the output folder."""
 import datetime as _dt
 import os
 import shlex
-import shutil
 import sys
 import time
 
-from . import datacache
 from . import datasets as ds
 
 __all__ = ["SUITES", "EXIT_INTERRUPTED", "run"]
 
-QUICK_MAX_ENTRIES = 16000
 #: The default run measures each of cpersist's codecs at this level only
 #: (cpersist's default codec and the peers at every level of the grid).
 DEFAULT_CODEC_LEVELS = (3,)
@@ -23,8 +20,8 @@ DEFAULT_CODEC_LEVELS = (3,)
 #: slow one (whose share of noise is smaller) fewer.
 REPEAT_BUDGET_S = 2.0
 #: The suites ``--suite`` chooses from (``all`` runs each).
-SUITES = ("storage", "serializers", "memory", "lazy", "remote", "checkpoints")
-#: ``--quick``: the lazy and remote suites' sizes are multiplied by this.
+SUITES = ("storage", "lazy", "checkpoints")
+#: ``--quick``: the lazy suite's sizes are multiplied by this.
 QUICK_SCALE = 0.01
 #: Exit code after Ctrl-C (128 + SIGINT, what shells report).
 EXIT_INTERRUPTED = 130
@@ -44,8 +41,8 @@ def run(parser, args, argv, size, levels, repeats):
     """Run the suites ``args`` choose at this grid, print their tables and
     write their files to ``args.out``; the exit code of :func:`.cli.main`."""
     from .checkpoints import is_checkpoint_file
-    from .figures import plot_serializers, plot_storage
-    from .output import load_average, write_csv, write_machine_json
+    from .figures import plot_storage
+    from .output import load_average, write_machine_json
     from .report import format_recommendations, format_table
 
     os.makedirs(args.out, exist_ok=True)
@@ -119,45 +116,10 @@ def run(parser, args, argv, size, levels, repeats):
             refused_files = True
         failed += sum(r["status"] == "failed" for r in rows)
 
-    if args.suite in ("serializers", "all"):
-        from .serializers import (SER_COLUMNS, SMALL_COLUMNS, format_serializers, run_serializers,
-                                  run_small_objects)
-
-        max_entries = args.max_entries or (QUICK_MAX_ENTRIES if args.quick else 4_096_000)
-        srows = run_serializers(args.out, max_entries=max_entries, mem_budget_mb=args.mem_budget,
-                                timeout=args.timeout, progress=not args.no_progress)
-        small = run_small_objects(200 if args.quick else 5000)
-        written.append(write_csv(os.path.join(args.out, "serializers.csv"), srows, SER_COLUMNS))
-        written.append(write_csv(os.path.join(args.out, "small_objects.csv"), small, SMALL_COLUMNS))
-        if not args.no_plots and _can_plot():
-            written.append(plot_serializers(srows, os.path.join(args.out, "serializers.png")))
-        extra["serializers"] = {"max_entries": max_entries, "mem_budget_MB": args.mem_budget}
-        show("Serializers: picklebench, and small objects", format_serializers(srows, small))
-        failed += sum(r["status"] == "failed" for r in srows + small)
-        shutil.rmtree(os.path.join(args.out, "_work"), ignore_errors=True)
-
-    if args.suite in ("memory", "all"):
-        from .memory import MEMORY_COLUMNS, format_memory, run_memory
-
-        data = _memory_data(args.out, size, args.quick)
-        runs = max(args.repeat or 1, 1 if args.quick else 3)
-        mrows = run_memory(args.out, data, repeats=runs, timeout=args.timeout,
-                           progress=not args.no_progress)
-        written.append(write_csv(os.path.join(args.out, "memory.csv"), mrows, MEMORY_COLUMNS))
-        extra["memory"] = {"objects": list(data), "units": "seconds, median of the repeats; file_bytes "
-                           "= the cached output file", "repeats": runs}
-        show("joblib.Memory: cache write and hit", format_memory(mrows))
-        failed += sum(r["status"] == "failed" for r in mrows)
-        if not args.keep_files:
-            shutil.rmtree(os.path.join(args.out, "_work"), ignore_errors=True)
-
     scale = args.scale if args.scale is not None else QUICK_SCALE if args.quick else 1.0
     if args.suite in ("lazy", "all"):
         written += _lazy_suite(args, scale, extra, show)
         failed += extra["lazy"]["failed"]
-    if args.suite in ("remote", "all"):
-        written += _remote_suite(args, scale, extra, show)
-        failed += extra["remote"]["failed"]
 
     if model_files or args.suite in ("checkpoints", "all"):
         written += _checkpoints_suite(args, model_files, extra, show, settings)
@@ -233,35 +195,6 @@ def _checkpoints_suite(args, files, extra, show, settings):
     return paths
 
 
-def _remote_suite(args, scale, extra, show):
-    """``--suite remote``: writes remote.csv and remote.txt."""
-    from . import remote
-    from .lazy import optional
-    from .output import write_csv
-
-    runs = args.repeat if args.repeat is not None else 1 if args.quick else 3
-    mb = max(1.0, 210 * scale)
-    missing = [name for name in ("s3fs", "moto") if optional(name) is None]
-    if missing:
-        rows = [{"method": "cpersist.load", "status": "not installed",
-                 "reason": f"needs {' and '.join(missing)} (pip install "
-                           f"'cpersist[remote]' 'moto[server]')"}]
-    else:
-        try:
-            rows = remote.run(mb=mb, runs=runs, progress=lambda text: None)
-        except Exception as exc:  # reported as a failed row; the other suites go on
-            rows = [{"method": "cpersist.load", "status": "failed",
-                     "reason": f"{type(exc).__name__}: {exc}"[:300]}]
-    title = "Reading from S3 (moto on 127.0.0.1)"
-    table = remote.format_results(rows)
-    show(title, table)
-    extra["remote"] = {"mb": mb, "runs": runs,
-                       "failed": sum(r.get("status") == "failed" for r in rows),
-                       "units": "seconds, median of the runs; MB = 1e6 bytes"}
-    return [write_csv(os.path.join(args.out, "remote.csv"), rows, remote.REMOTE_COLUMNS),
-            _write_text(os.path.join(args.out, "remote.txt"), f"{title}\n{table}")]
-
-
 def _write_text(path, text):
     with open(path, "w", encoding="utf-8") as file:
         file.write(text.rstrip() + "\n")
@@ -283,18 +216,6 @@ def _say_interrupted(exc, csv_path, given):
     print(f"\ninterrupted: {len(exc.rows)} row(s) kept in {csv_path} ({exc.measured} measured "
           f"in this run).\nTo measure the rest: python -m cpersist.benchmarks {shlex.join(again)}\n"
           f"To start again from nothing: the same command without --resume.", file=sys.stderr)
-
-
-def _memory_data(out, size, quick):
-    """The joblib.Memory suite's objects, materialised once (as for the storage suite)."""
-    from .memory import MEMORY_OBJECTS
-
-    cache_dir = os.path.join(out, "_work", "memory_data")
-    os.makedirs(cache_dir, exist_ok=True)
-    data = {}
-    for d in ds.select_datasets(list(MEMORY_OBJECTS), ds.all_datasets()):
-        data[d.name] = datacache.save_cached(d, d.make(size, quick), os.path.join(cache_dir, d.name + ".pkl"))
-    return data
 
 
 def _can_plot():

@@ -1,11 +1,21 @@
-"""The remote suite: a full load from a loopback S3 server (moto, in a child
+"""Reading from S3: a full load from a loopback S3 server (moto, in a child
 process so that serving does not share this interpreter's lock) beside zarr
 v3 through :class:`zarr.storage.FsspecStore` with the same chunks and codec,
 and a plain s3fs download of the same bytes (what any reader must at least
 spend); then the requests and bytes the server answers for a slice after a
 fresh :func:`cpersist.open`. Medians over ``runs``, a fresh file system each.
+
+Run from the repository root (it is not installed with cpersist; it needs
+``pip install 'cpersist[remote]' 'moto[server]'``)::
+
+    python -m benchmarks.remote RUN_DIR [--mb 210] [--runs 3]
+
+It writes ``remote.csv`` and ``remote.txt`` to the run's folder;
+:mod:`benchmarks.ratios` makes its comparisons ratios keyed for the bounds.
 """
 
+import argparse
+import importlib.util
 import os
 import statistics
 import subprocess
@@ -13,10 +23,11 @@ import sys
 
 import numpy as np
 
-from ..tools.table import format_table
-from .measure import time_runs
+from cpersist.benchmarks.measure import time_runs
+from cpersist.benchmarks.output import write_csv
+from cpersist.tools.table import format_table
 
-__all__ = ["REMOTE_COLUMNS", "run", "format_results"]
+__all__ = ["REMOTE_COLUMNS", "run", "format_results", "main"]
 
 #: Keys of each result row (``requests`` and ``served_mb``: what one read of
 #: the slice row asks of the server).
@@ -231,3 +242,40 @@ def format_results(rows):
                           r.get("ratio_vs_cpersist", "-")])
     return format_table(["method", "median s", "range s", "MB/s", "stored MB", "time / cpersist"],
                         table, right=(1, 2, 3, 4, 5))
+
+
+#: The table's title.
+TITLE = "Reading from S3 (moto on 127.0.0.1)"
+
+
+def main(argv=None):
+    """Measure, print the table, write ``remote.csv`` and ``remote.txt``; 1
+    when a row failed (a reader that cannot run is ``n/a``, not a failure)."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.remote",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", metavar="RUN_DIR", help="folder of a benchmark run (made if new)")
+    parser.add_argument("--mb", type=float, default=210, help="array size in MB (default 210)")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per reader (default 3)")
+    args = parser.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    missing = [name for name in ("s3fs", "moto") if importlib.util.find_spec(name) is None]
+    if missing:
+        rows = [{"method": "cpersist.load", "status": "not installed",
+                 "reason": f"needs {' and '.join(missing)} (pip install "
+                           f"'cpersist[remote]' 'moto[server]')"}]
+    else:
+        try:
+            rows = run(mb=args.mb, runs=args.runs, progress=lambda text: None)
+        except Exception as exc:  # reported as a failed row
+            rows = [{"method": "cpersist.load", "status": "failed",
+                     "reason": f"{type(exc).__name__}: {exc}"[:300]}]
+    table = format_results(rows)
+    print(f"{TITLE}\n{table}")
+    write_csv(os.path.join(args.out, "remote.csv"), rows, REMOTE_COLUMNS)
+    with open(os.path.join(args.out, "remote.txt"), "w", encoding="utf-8") as file:
+        file.write(f"{TITLE}\n{table}\n")
+    return 1 if any(r.get("status") == "failed" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""The serializer suite (picklebench): a dict of str -> int grown x4 from
+"""The serializer comparison (picklebench): a dict of str -> int grown x4 from
 1,000 entries, stored to and loaded from disk (each in a fresh process) with
 pickle protocols 0-5, the pickler's "fast" mode (no memo), ``marshal``,
 ``json`` and cpersist; and ``dumps``/``loads`` of two small objects timed in
@@ -7,23 +7,34 @@ Sizes are MB = 10**6 bytes; ``rss_*`` are peaks above the level before the
 call, ``rss_taken_MB`` what the loaded dict still holds, ``rss_per_file_MB``
 the load's peak per MB of file. The store is not fsync-ed and the load reads
 from the page cache, as in the original experiment.
+
+Run from the repository root (it is not installed with cpersist)::
+
+    python -m benchmarks.serializers RUN_DIR [--quick] [--max-entries N]
+
+It writes ``serializers.csv``, ``small_objects.csv`` and ``serializers.png``
+to the run's folder, which ``benchmarks/publish.py`` publishes.
 """
 
+import argparse
 import gc
 import io
 import json
 import marshal
 import os
 import pickle
+import shutil
+import sys
 import time
 
 import cpersist
 
-from ..tools.table import format_table
-from .measure import PeakMemory, best_time, rss_bytes, run_in_subprocess
+from cpersist.benchmarks.measure import PeakMemory, best_time, rss_bytes, run_in_subprocess
+from cpersist.benchmarks.output import write_csv
+from cpersist.tools.table import format_table
 
-__all__ = ["SERIALIZERS", "SER_COLUMNS", "SMALL_COLUMNS", "make_dict", "run_serializers", "run_small_objects",
-           "format_serializers"]
+__all__ = ["SERIALIZERS", "SER_COLUMNS", "SMALL_COLUMNS", "make_dict", "run_serializers",
+           "run_small_objects", "format_serializers", "plot_serializers", "main"]
 
 MB = 1e6
 
@@ -151,7 +162,7 @@ def run_serializers(out_dir, max_entries=4_096_000, mem_budget_mb=4096, serializ
     (4x the previous size's) would exceed ``mem_budget_mb``; scratch files in
     ``out_dir/_work``; each store and load in a fresh process, killed after
     ``timeout`` seconds."""
-    from ._progress import progress_bar
+    from cpersist.benchmarks._progress import progress_bar
 
     names = serializers or SERIALIZERS
     sizes = []
@@ -269,3 +280,72 @@ def format_serializers(rows, small):
          if r["status"] == "ok" else [r["serializer"], r["object"], f"{r['status']}: {r['reason']}"]
          for r in small], right=(2, 3, 4))
     return big + "\n\n" + objects
+
+
+def plot_serializers(rows, path):
+    """Store/load seconds vs number of dict entries, one line per serializer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r.get("status") == "ok"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    sers = list(dict.fromkeys(r["serializer"] for r in ok))
+    for ax, key, lab in ((axes[0], "store_s", "store seconds"), (axes[1], "load_s", "load seconds"),
+                         (axes[2], "file_MB", "file size, MB")):
+        cmap = plt.get_cmap("tab20")
+        for i, s in enumerate(sers):
+            rs = sorted((r for r in ok if r["serializer"] == s), key=lambda r: int(r["entries"]))
+            xs = [int(r["entries"]) for r in rs]
+            ys = [max(float(r[key] or 0), 1e-7) for r in rs]
+            ax.plot(xs, ys, marker="o", ms=3, label=s, color=cmap(i % 20),
+                    ls="--" if s.startswith("cpersist") else "-")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("dict entries (str -> int)")
+        ax.set_ylabel(lab)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("picklebench: dict of str -> int, stored to and loaded from disk", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None):
+    """Measure, print the tables, write the CSVs (and the figure); 1 when a
+    row failed."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.serializers",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", metavar="RUN_DIR", help="folder of a benchmark run (made if new)")
+    parser.add_argument("--quick", action="store_true",
+                        help="dicts up to 16,000 entries, 200 calls per clock read")
+    parser.add_argument("--max-entries", type=int, default=None,
+                        help="largest dict (default 4,096,000; --quick: 16,000)")
+    parser.add_argument("--mem-budget", type=float, default=4096.0, metavar="MB",
+                        help="stop growing before this peak RSS (default 4096 MB)")
+    parser.add_argument("--timeout", type=float, default=1800.0, metavar="S",
+                        help="seconds before one store or load is killed and reported failed")
+    parser.add_argument("--no-plots", action="store_true", help="skip the figure")
+    args = parser.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    max_entries = args.max_entries or (16000 if args.quick else 4_096_000)
+    rows = run_serializers(args.out, max_entries=max_entries, mem_budget_mb=args.mem_budget,
+                           timeout=args.timeout, progress=False)
+    shutil.rmtree(os.path.join(args.out, "_work"), ignore_errors=True)
+    small = run_small_objects(200 if args.quick else 5000)
+    write_csv(os.path.join(args.out, "serializers.csv"), rows, SER_COLUMNS)
+    write_csv(os.path.join(args.out, "small_objects.csv"), small, SMALL_COLUMNS)
+    if not args.no_plots:
+        plot_serializers(rows, os.path.join(args.out, "serializers.png"))
+    print(f"Serializers: picklebench, and small objects\n{format_serializers(rows, small)}")
+    return 1 if any(r["status"] == "failed" for r in rows + small) else 0
+
+
+if __name__ == "__main__":
+    # Imported by its name, so that the measuring processes find its tasks.
+    from benchmarks import serializers
+
+    sys.exit(serializers.main())
