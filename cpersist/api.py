@@ -6,16 +6,15 @@ import functools
 import os
 import pickle
 
-from ._args import check_chunk_size, check_mmap_mode, check_protocol, check_target, check_timeout
+from ._args import (check_chunk_size, check_compress, check_limits, check_mmap_mode, check_n_threads,
+                    check_protocol, check_storage_options, check_target, check_timeout,
+                    check_trusted)
 from ._runtime.files import display_name, is_path
 from ._runtime.remote import is_remote
 from ._runtime.targets import open_target
-from ._runtime.threads import check_n_threads
-from .codecs import parse_compress
 from .container.compact import compact_file_stream
 from .exceptions import CorruptFileError
 from .pickling.dump import write_dump
-from .format.limits import as_limits
 from .pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
 
 
@@ -131,7 +130,7 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     >>> cpersist.dump(model, "model.cp", compress=3)
     ['model.cp']
     """
-    codec = parse_compress(compress)
+    codec = check_compress(compress)
     protocol = check_protocol(protocol)
     chunk_size = check_chunk_size(chunk_size)
     if n_threads is not None:  # None: resolved when there is work for threads
@@ -266,13 +265,11 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
     array([[0., 1., 2.],
            [3., 4., 5.]])
     """
-    # The reading side is imported by the first load, not by a dump.
-    from .pickling.unpickler import normalize_trusted
-
     check_mmap_mode(mmap_mode)
-    restricted, allowed, prefixes = normalize_trusted(trusted)
+    restricted, allowed, prefixes = check_trusted(trusted)
     n_threads = check_n_threads(n_threads)
-    limits = as_limits(limits)
+    limits = check_limits(limits)
+    check_storage_options(storage_options, source)
     if (not restricted and not jax_as_numpy and mmap_mode != "r+" and storage_options is None
             and is_path(source) and not is_remote(source)):
         # An object without arrays (a compact dump): read in one call and
