@@ -270,8 +270,10 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
     n_threads = check_n_threads(n_threads)
     limits = check_limits(limits)
     check_storage_options(storage_options, source)
-    if (not restricted and not jax_as_numpy and mmap_mode != "r+" and storage_options is None
-            and is_path(source) and not is_remote(source)):
+    # Told once: a compact dump at a local path takes the quick path below,
+    # and only a local path is read again as a file of several records.
+    local_path = is_path(source) and not is_remote(source)
+    if local_path and not restricted and not jax_as_numpy and mmap_mode != "r+":
         # An object without arrays (a compact dump): read in one call and
         # unpickled, without the container reader; anything else, damage
         # included, goes the general way, which says what is wrong.
@@ -302,7 +304,9 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
                     raise
                 raise foreign from None
     except GrowingFileFound as exc:
+        if not local_path:
+            raise  # the reader's message says to read it through its path
         from .recordlog.tools import load_records
 
-        return load_records(source, load, exc, mmap_mode=mmap_mode, trusted=trusted,
+        return load_records(source, load, mmap_mode=mmap_mode, trusted=trusted,
                             verify=verify, limits=limits)

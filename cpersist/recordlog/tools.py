@@ -26,10 +26,9 @@ def _local_path(source, error):
         raise error
 
 
-def load_records(source, load_dump, error, *, mmap_mode=None, trusted=True, verify=True,
+def load_records(source, load_dump, *, mmap_mode=None, trusted=True, verify=True,
                  limits=None):
-    """Every record of the log at ``source``, in order, as a list."""
-    _local_path(source, error)
+    """Every record of the log at the local path ``source``, in order, as a list."""
     with RecordLog(source, load_dump, trusted=trusted, verify=verify, limits=limits) as log:
         if mmap_mode is None:
             return list(log)
