@@ -107,9 +107,10 @@ def check_trusted(trusted):
 
 
 def check_target(target, storage_options=None, background=False, what="target"):
-    """Raise unless ``target`` is a path, a URL or a binary file object
-    open for writing, ``storage_options`` go with a URL, and a
+    """Raise unless ``storage_options`` go with a URL, ``target`` is a
+    path, a URL or a binary file object open for writing, and a
     ``background`` dump goes to a path."""
+    check_storage_options(storage_options, target)
     remote = is_remote(target)
     local_path = is_path(target) and not remote
     if not local_path and not remote:
@@ -118,7 +119,6 @@ def check_target(target, storage_options=None, background=False, what="target"):
                 f"{what} must be a path or a binary file object, got {type(target).__name__}"
             )
         check_writable_file(target)
-    check_storage_options(storage_options, target)
     if background and not local_path:
         raise ValueError(f"background=True writes to a path only, got {display_name(target)}: "
                          f"a file object may be closed or written by its owner while the dump "
