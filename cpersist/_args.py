@@ -2,7 +2,8 @@
 the argument and what it accepts, or returns the value to use.
 
 The public faces (:mod:`cpersist.api`, :mod:`cpersist.handle`,
-:mod:`cpersist.inmemory`, the tools) check their arguments here, once, and
+:mod:`cpersist.inmemory`, ``append`` and ``repair`` of
+:mod:`cpersist.recordlog.writer`, the tools) check their arguments here, once, and
 hand the values returned downwards, where nothing checks them again. Two
 checks call the layer whose knowledge they need: :func:`check_compress` is
 :func:`cpersist.codecs.parse_compress` (parsing a codec spec needs the
@@ -19,11 +20,12 @@ from ._runtime.remote import WRITE_TIMEOUT, is_remote, is_url
 from ._runtime.threads import default_n_threads
 from .codecs import parse_compress as check_compress
 from .container import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE
+from .exceptions import UnwritableTargetError
 from .format.limits import DEFAULT as DEFAULT_LIMITS, Limits
 
 __all__ = ["MMAP_MODES", "check_chunk_size", "check_compress", "check_limits", "check_mmap_mode",
-           "check_n_threads", "check_protocol", "check_storage_options", "check_target",
-           "check_timeout", "check_trusted"]
+           "check_log_path", "check_n_threads", "check_open_mode", "check_protocol",
+           "check_storage_options", "check_target", "check_timeout", "check_trusted"]
 
 MMAP_MODES = (None, "r", "r+", "c")
 
@@ -123,6 +125,29 @@ def check_target(target, storage_options=None, background=False, what="target"):
         raise ValueError(f"background=True writes to a path only, got {display_name(target)}: "
                          f"a file object may be closed or written by its owner while the dump "
                          f"runs; dump to a path, or without background=True")
+
+
+def check_log_path(path):
+    """Raise unless ``path`` is a local path, which a record log is
+    appended to (or repaired) through."""
+    if is_remote(path):
+        raise UnwritableTargetError(
+            f"{display_name(path)}: object stores cannot append to an object in place; "
+            f"append to a local record log and upload it when done (cpersist.load it and "
+            f"cpersist.dump the list of records to the URL), or write one object per record")
+    if not is_path(path):
+        raise UnwritableTargetError(
+            f"cpersist.append takes a local path, not {type(path).__name__}: to write "
+            f"several dumps to a stream, cpersist.dump each to a file opened 'ab'")
+
+
+def check_open_mode(mode, compress=0, protocol=None, fsync=False, timeout=None):
+    """Raise unless ``cpersist.open``'s ``mode`` is ``'r'`` or ``'a'``, and
+    the options of appending come with ``'a'``."""
+    if mode not in ("r", "a"):
+        raise ValueError(f"mode must be 'r' (read) or 'a' (append records), not {mode!r}")
+    if mode == "r" and (compress or protocol is not None or fsync or timeout is not None):
+        raise TypeError("compress, protocol, fsync and timeout are for mode 'a' (appending)")
 
 
 def check_timeout(timeout):

@@ -2,7 +2,8 @@
 
 import pickle
 
-from ._args import check_limits, check_n_threads, check_storage_options, check_trusted
+from ._args import (check_compress, check_limits, check_log_path, check_n_threads,
+                    check_open_mode, check_protocol, check_storage_options, check_trusted)
 from ._runtime.files import is_path
 from ._runtime.gc import collector_paused
 from .container import ContainerReader
@@ -120,6 +121,11 @@ def _open_log(source, mode, trusted, verify, limits, options, error=None):
 
     if error is not None and not is_path(source):
         raise error
+    check_open_mode(mode, **options)
+    if mode == "a":
+        check_log_path(source)
+        options = dict(options, compress=check_compress(options.get("compress", 0)),
+                       protocol=check_protocol(options.get("protocol")))
     return open_log(source, mode, load, LogWriter, trusted=trusted, verify=verify,
                     limits=limits, **options)
 

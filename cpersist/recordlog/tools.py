@@ -38,11 +38,8 @@ def load_records(source, load_dump, *, mmap_mode=None, trusted=True, verify=True
 def open_log(source, mode, load_dump, make_writer, *, trusted=True, verify=True, limits=None,
              compress=0, protocol=None, fsync=False, timeout=None):
     """The :class:`RecordLog` for ``cpersist.open(source, mode)``;
-    ``make_writer``: :class:`.writer.LogWriter`, for mode ``'a'``."""
-    if mode not in ("r", "a"):
-        raise ValueError(f"mode must be 'r' (read) or 'a' (append records), not {mode!r}")
-    if mode == "r" and (compress or protocol is not None or fsync or timeout is not None):
-        raise TypeError("compress, protocol, fsync and timeout are for mode 'a' (appending)")
+    ``make_writer``: :class:`.writer.LogWriter`, for mode ``'a'``. The
+    arguments are checked (``compress`` as a codec) by :mod:`cpersist._args`."""
     writer = None
     if mode == "a":
         writer = make_writer(source, compress, protocol=protocol, fsync=fsync, timeout=timeout)
