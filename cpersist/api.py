@@ -137,24 +137,32 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         check_n_threads(n_threads)
     check_target(target, storage_options, background)
     timeout = check_timeout(timeout)
-    if background:
-        from .pickling.background import start
+    if not background:
+        return _write(obj, target, codec, protocol, chunk_size, n_threads, fsync,
+                      storage_options, timeout)
+    from .pickling.background import start
 
-        def snapshot_error(exc):
-            if not isinstance(exc, PICKLING_ERRORS):
-                return None
-            error = unpicklable_error(obj, protocol, exc)
-            if error is not None:
-                error.__cause__ = exc
-            return error
+    def snapshot_error(exc):
+        if not isinstance(exc, PICKLING_ERRORS):
+            return None
+        error = unpicklable_error(obj, protocol, exc)
+        if error is not None:
+            error.__cause__ = exc
+        return error
 
-        # The snapshot is dumped as any object is, on the background thread.
-        write = functools.partial(dump, target=target, compress=compress, protocol=protocol,
-                                  chunk_size=chunk_size, n_threads=n_threads, fsync=fsync)
-        # compress="max" tries its codecs on arrays before writing sections:
-        # its snapshot copies every array before the dump starts.
-        return start(obj, write, display_name(target), snapshot_error,
-                     deferred=codec is None or codec.codec_id != "max")
+    # The snapshot is written as any object is, on the background thread,
+    # with the arguments checked here.
+    write = functools.partial(_write, target=target, codec=codec, protocol=protocol,
+                              chunk_size=chunk_size, n_threads=n_threads, fsync=fsync,
+                              storage_options=storage_options, timeout=timeout)
+    # compress="max" tries its codecs on arrays before writing sections:
+    # its snapshot copies every array before the dump starts.
+    return start(obj, write, display_name(target), snapshot_error,
+                 deferred=codec is None or codec.codec_id != "max")
+
+
+def _write(obj, target, codec, protocol, chunk_size, n_threads, fsync, storage_options, timeout):
+    """:func:`dump` of checked arguments: the target opened, ``obj`` written."""
     out = open_target(target, fsync, storage_options, timeout)
     try:
         with out:
