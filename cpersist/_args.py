@@ -1,11 +1,31 @@
 """Checking the arguments of the public functions: each raises an error naming
-the argument and what it accepts, or returns the value to use."""
+the argument and what it accepts, or returns the value to use.
+
+The public faces (:mod:`cpersist.api`, :mod:`cpersist.handle`,
+:mod:`cpersist.inmemory`, ``append`` and ``repair`` of
+:mod:`cpersist.recordlog.writer`, the tools) check their arguments here, once, and
+hand the values returned downwards, where nothing checks them again. Two
+checks call the layer whose knowledge they need: :func:`check_compress` is
+:func:`cpersist.codecs.parse_compress` (parsing a codec spec needs the
+registry of codecs), and :func:`check_trusted` calls
+:func:`cpersist.pickling.unpickler.normalize_trusted` (the globals a
+restricted load allows are the unpickler's), imported on first use so that
+a dump does not import the reading side.
+"""
 
 import pickle
 
 from ._runtime.files import check_writable_file, display_name, is_path
-from ._runtime.remote import WRITE_TIMEOUT, check_storage_options, is_remote
+from ._runtime.remote import WRITE_TIMEOUT, is_remote, is_url
+from ._runtime.threads import default_n_threads
+from .codecs import parse_compress as check_compress
 from .container import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE
+from .exceptions import UnwritableTargetError
+from .format.limits import DEFAULT as DEFAULT_LIMITS, Limits
+
+__all__ = ["MMAP_MODES", "check_chunk_size", "check_compress", "check_limits", "check_mmap_mode",
+           "check_log_path", "check_n_threads", "check_open_mode", "check_protocol",
+           "check_storage_options", "check_target", "check_timeout", "check_trusted"]
 
 MMAP_MODES = (None, "r", "r+", "c")
 
@@ -43,10 +63,56 @@ def check_mmap_mode(mmap_mode):
     return mmap_mode
 
 
+def check_n_threads(n_threads):
+    """``n_threads`` as an int >= 1 (None: the CPUs this process may run on)."""
+    if n_threads is None:
+        return default_n_threads()
+    if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1:
+        raise ValueError(f"n_threads must be None or an int >= 1, got {n_threads!r}")
+    return n_threads
+
+
+def check_storage_options(storage_options, target):
+    """Raise unless ``storage_options`` is None, or a dict given with a URL."""
+    if storage_options is None:
+        return
+    if not isinstance(storage_options, dict):
+        raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
+    if storage_options and not is_url(target):
+        raise ValueError(f"storage_options apply to URLs only, not to {display_name(target)}")
+
+
+def check_limits(limits):
+    """``limits`` (None, a :class:`cpersist.Limits` or a dict of its fields)
+    as a :class:`cpersist.Limits`."""
+    if limits is None:
+        return DEFAULT_LIMITS
+    if isinstance(limits, Limits):
+        return limits
+    if isinstance(limits, dict):
+        try:
+            return Limits(**limits)
+        except TypeError:
+            known = ", ".join(Limits.__slots__)
+            raise ValueError(f"limits: unknown field in {sorted(limits)}; the fields are "
+                             f"{known}") from None
+    raise TypeError(f"limits must be None, a cpersist.Limits or a dict, got "
+                    f"{type(limits).__name__}")
+
+
+def check_trusted(trusted):
+    """``load``'s ``trusted`` as ``(restricted, allowed globals, trusted
+    prefixes)``: see :func:`cpersist.pickling.unpickler.normalize_trusted`."""
+    from .pickling.unpickler import normalize_trusted
+
+    return normalize_trusted(trusted)
+
+
 def check_target(target, storage_options=None, background=False, what="target"):
-    """Raise unless ``target`` is a path, a URL or a binary file object
-    open for writing, ``storage_options`` go with a URL, and a
+    """Raise unless ``storage_options`` go with a URL, ``target`` is a
+    path, a URL or a binary file object open for writing, and a
     ``background`` dump goes to a path."""
+    check_storage_options(storage_options, target)
     remote = is_remote(target)
     local_path = is_path(target) and not remote
     if not local_path and not remote:
@@ -55,11 +121,33 @@ def check_target(target, storage_options=None, background=False, what="target"):
                 f"{what} must be a path or a binary file object, got {type(target).__name__}"
             )
         check_writable_file(target)
-    check_storage_options(storage_options, target)
     if background and not local_path:
         raise ValueError(f"background=True writes to a path only, got {display_name(target)}: "
                          f"a file object may be closed or written by its owner while the dump "
                          f"runs; dump to a path, or without background=True")
+
+
+def check_log_path(path):
+    """Raise unless ``path`` is a local path, which a record log is
+    appended to (or repaired) through."""
+    if is_remote(path):
+        raise UnwritableTargetError(
+            f"{display_name(path)}: object stores cannot append to an object in place; "
+            f"append to a local record log and upload it when done (cpersist.load it and "
+            f"cpersist.dump the list of records to the URL), or write one object per record")
+    if not is_path(path):
+        raise UnwritableTargetError(
+            f"cpersist.append takes a local path, not {type(path).__name__}: to write "
+            f"several dumps to a stream, cpersist.dump each to a file opened 'ab'")
+
+
+def check_open_mode(mode, compress=0, protocol=None, fsync=False, timeout=None):
+    """Raise unless ``cpersist.open``'s ``mode`` is ``'r'`` or ``'a'``, and
+    the options of appending come with ``'a'``."""
+    if mode not in ("r", "a"):
+        raise ValueError(f"mode must be 'r' (read) or 'a' (append records), not {mode!r}")
+    if mode == "r" and (compress or protocol is not None or fsync or timeout is not None):
+        raise TypeError("compress, protocol, fsync and timeout are for mode 'a' (appending)")
 
 
 def check_timeout(timeout):

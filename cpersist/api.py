@@ -6,16 +6,15 @@ import functools
 import os
 import pickle
 
-from ._args import check_chunk_size, check_mmap_mode, check_protocol, check_target, check_timeout
+from ._args import (check_chunk_size, check_compress, check_limits, check_mmap_mode, check_n_threads,
+                    check_protocol, check_storage_options, check_target, check_timeout,
+                    check_trusted)
 from ._runtime.files import display_name, is_path
 from ._runtime.remote import is_remote
 from ._runtime.targets import open_target
-from ._runtime.threads import check_n_threads
-from .codecs import parse_compress
 from .container.compact import compact_file_stream
 from .exceptions import CorruptFileError
 from .pickling.dump import write_dump
-from .format.limits import as_limits
 from .pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
 
 
@@ -131,31 +130,39 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     >>> cpersist.dump(model, "model.cp", compress=3)
     ['model.cp']
     """
-    codec = parse_compress(compress)
+    codec = check_compress(compress)
     protocol = check_protocol(protocol)
     chunk_size = check_chunk_size(chunk_size)
     if n_threads is not None:  # None: resolved when there is work for threads
         check_n_threads(n_threads)
     check_target(target, storage_options, background)
     timeout = check_timeout(timeout)
-    if background:
-        from .pickling.background import start
+    if not background:
+        return _write(obj, target, codec, protocol, chunk_size, n_threads, fsync,
+                      storage_options, timeout)
+    from .pickling.background import start
 
-        def snapshot_error(exc):
-            if not isinstance(exc, PICKLING_ERRORS):
-                return None
-            error = unpicklable_error(obj, protocol, exc)
-            if error is not None:
-                error.__cause__ = exc
-            return error
+    def snapshot_error(exc):
+        if not isinstance(exc, PICKLING_ERRORS):
+            return None
+        error = unpicklable_error(obj, protocol, exc)
+        if error is not None:
+            error.__cause__ = exc
+        return error
 
-        # The snapshot is dumped as any object is, on the background thread.
-        write = functools.partial(dump, target=target, compress=compress, protocol=protocol,
-                                  chunk_size=chunk_size, n_threads=n_threads, fsync=fsync)
-        # compress="max" tries its codecs on arrays before writing sections:
-        # its snapshot copies every array before the dump starts.
-        return start(obj, write, display_name(target), snapshot_error,
-                     deferred=codec is None or codec.codec_id != "max")
+    # The snapshot is written as any object is, on the background thread,
+    # with the arguments checked here.
+    write = functools.partial(_write, target=target, codec=codec, protocol=protocol,
+                              chunk_size=chunk_size, n_threads=n_threads, fsync=fsync,
+                              storage_options=storage_options, timeout=timeout)
+    # compress="max" tries its codecs on arrays before writing sections:
+    # its snapshot copies every array before the dump starts.
+    return start(obj, write, display_name(target), snapshot_error,
+                 deferred=codec is None or codec.codec_id != "max")
+
+
+def _write(obj, target, codec, protocol, chunk_size, n_threads, fsync, storage_options, timeout):
+    """:func:`dump` of checked arguments: the target opened, ``obj`` written."""
     out = open_target(target, fsync, storage_options, timeout)
     try:
         with out:
@@ -266,15 +273,15 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
     array([[0., 1., 2.],
            [3., 4., 5.]])
     """
-    # The reading side is imported by the first load, not by a dump.
-    from .pickling.unpickler import normalize_trusted
-
     check_mmap_mode(mmap_mode)
-    restricted, allowed, prefixes = normalize_trusted(trusted)
+    restricted, allowed, prefixes = check_trusted(trusted)
     n_threads = check_n_threads(n_threads)
-    limits = as_limits(limits)
-    if (not restricted and not jax_as_numpy and mmap_mode != "r+" and storage_options is None
-            and is_path(source) and not is_remote(source)):
+    limits = check_limits(limits)
+    check_storage_options(storage_options, source)
+    # Told once: a compact dump at a local path takes the quick path below,
+    # and only a local path is read again as a file of several records.
+    local_path = is_path(source) and not is_remote(source)
+    if local_path and not restricted and not jax_as_numpy and mmap_mode != "r+":
         # An object without arrays (a compact dump): read in one call and
         # unpickled, without the container reader; anything else, damage
         # included, goes the general way, which says what is wrong.
@@ -305,7 +312,9 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
                     raise
                 raise foreign from None
     except GrowingFileFound as exc:
+        if not local_path:
+            raise  # the reader's message says to read it through its path
         from .recordlog.tools import load_records
 
-        return load_records(source, load, exc, mmap_mode=mmap_mode, trusted=trusted,
+        return load_records(source, load, mmap_mode=mmap_mode, trusted=trusted,
                             verify=verify, limits=limits)

@@ -2,9 +2,10 @@
 
 import pickle
 
+from ._args import (check_compress, check_limits, check_log_path, check_n_threads,
+                    check_open_mode, check_protocol, check_storage_options, check_trusted)
 from ._runtime.files import is_path
 from ._runtime.gc import collector_paused
-from ._runtime.threads import check_n_threads
 from .container import ContainerReader
 from .container.frames import GrowingFileFound
 from .container.sources import SpooledSource
@@ -15,10 +16,9 @@ from .lazy.array import LazyArray, BoundSection
 from .lazy.array_paths import ArrayPaths, placed
 from .lazy.openfile import OpenFile, reference_for
 from .format.limits import DEFAULT as _DEFAULT_LIMITS
-from .format.limits import as_limits
 from .lazy.rebuild import in_lazy_load, lazy_tensor
 from .pickling.read import array_layout, load_source, pickle_stream
-from .pickling.unpickler import ArrayUnpickler, normalize_trusted
+from .pickling.unpickler import ArrayUnpickler
 from .stream.paths import scan_arrays
 
 
@@ -82,9 +82,10 @@ def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa
     ...     print(w.shape, w[1:3, 0])
     (4, 3) [3. 6.]
     """
-    normalized = normalize_trusted(trusted)
+    normalized = check_trusted(trusted)
     n_threads = check_n_threads(n_threads)
-    limits = as_limits(limits)
+    limits = check_limits(limits)
+    check_storage_options(storage_options, source)
     if mode != "r" or append_options:
         return _open_log(source, mode, trusted, verify, limits, append_options)
     opened = open_source(source, storage_options=storage_options, what="source")
@@ -120,6 +121,11 @@ def _open_log(source, mode, trusted, verify, limits, options, error=None):
 
     if error is not None and not is_path(source):
         raise error
+    check_open_mode(mode, **options)
+    if mode == "a":
+        check_log_path(source)
+        options = dict(options, compress=check_compress(options.get("compress", 0)),
+                       protocol=check_protocol(options.get("protocol")))
     return open_log(source, mode, load, LogWriter, trusted=trusted, verify=verify,
                     limits=limits, **options)
 

@@ -6,22 +6,21 @@ import io
 import pickle
 import threading
 
-from ._args import check_chunk_size, check_protocol
+from ._args import (check_chunk_size, check_compress, check_limits, check_n_threads,
+                    check_protocol, check_trusted)
+from ._runtime.threads import default_n_threads
 from ._runtime.targets import BytesTarget
-from ._runtime.threads import check_n_threads
-from .codecs import parse_compress
 from .container import MAX_CHUNK_SIZE, VERBATIM, ContainerWriter, checksum
 from .container.compact import OVERHEAD as COMPACT_OVERHEAD
 from .container.compact import compact_dump, compact_stream, small_bytes_stream
 from .container.sources import MemorySource
 from .exceptions import CorruptFileError
 from .format.limits import DEFAULT as _DEFAULT_LIMITS
-from .format.limits import as_limits
 from .pickling.array_pickler import ArrayPickler
 from .pickling.dump import RESET_MEMO_ABOVE, write_dump
 from .pickling.quick import NOT_QUICK, QUICK_UP_TO, quick_load
 from .pickling.read import load_source
-from .pickling.unpickler import STREAM_ERRORS, caused_by_stream, normalize_trusted
+from .pickling.unpickler import STREAM_ERRORS, caused_by_stream
 from .pickling.write import PICKLE_CHUNK_SIZE, array_store, finish_dump
 
 #: How the buffer is named in messages.
@@ -83,7 +82,7 @@ def dumps(obj, compress=0, _keywords_only=_KEYWORDS_ONLY, protocol=None, chunk_s
         if _keywords_only is not _KEYWORDS_ONLY:
             raise TypeError("dumps() takes 2 positional arguments (obj, compress); pass "
                             "protocol, chunk_size and n_threads by keyword")
-        codec = parse_compress(compress)
+        codec = check_compress(compress)
         protocol = check_protocol(protocol)
         chunk_size = check_chunk_size(chunk_size)
         if n_threads is not None:
@@ -138,7 +137,7 @@ def dumps(obj, compress=0, _keywords_only=_KEYWORDS_ONLY, protocol=None, chunk_s
     if not arrays and n <= MAX_CHUNK_SIZE:
         return compact_dump(pickled)
     out = io.BytesIO()
-    writer = ContainerWriter(out, check_n_threads(n_threads) if arrays else 1, NAME)
+    writer = ContainerWriter(out, (n_threads or default_n_threads()) if arrays else 1, NAME)
     store = array_store(writer, None, chunk_size)
     for arr in arrays:
         store(arr)
@@ -279,7 +278,7 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
         # quick path (cpersist.pickling.quick), else the general way below.
         stream = small_bytes_stream(data)
         if stream is not None:
-            obj = quick_load(stream, _DEFAULT_LIMITS if limits is None else as_limits(limits))
+            obj = quick_load(stream, _DEFAULT_LIMITS if limits is None else check_limits(limits))
             if obj is not NOT_QUICK:
                 return obj
     if n_threads is not None:
@@ -294,10 +293,10 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
             except _STREAM_FAILURES as exc:
                 _raise_damaged(exc)
     source = MemorySource(_byte_view(data), NAME)
-    restricted, allowed, prefixes = normalize_trusted(trusted)
+    restricted, allowed, prefixes = check_trusted(trusted)
     return load_source(source, mmap_mode=None, restricted=restricted, allowed=allowed,
-                 prefixes=prefixes, verify=verify, n_threads=check_n_threads(n_threads),
-                 whole=True, views=not copy, limits=as_limits(limits),
+                 prefixes=prefixes, verify=verify, n_threads=n_threads or default_n_threads(),
+                 whole=True, views=not copy, limits=check_limits(limits),
                  jax_as_numpy=jax_as_numpy)
 
 

@@ -14,6 +14,7 @@ import pytest
 import cpersist
 from cpersist.container.compact import compact_dump
 from cpersist.pickling import restricted
+from cpersist._args import check_limits
 from cpersist.format.limits import DEFAULT
 from cpersist.pickling.quick import NOT_QUICK, quick_load
 from cpersist.pickling.unpickler import ArrayUnpickler
@@ -133,7 +134,7 @@ SAME_HASH_FLOATS = b"".join(pickle.BINFLOAT + struct.pack(">d", 2.0 ** (61 * k))
     (b"\x80\x02\x82\x01)R.", None),
 ])
 def test_what_the_checks_leave_to_the_machine(stream, limits):
-    limits_ = cpersist.format.limits.as_limits(limits)
+    limits_ = check_limits(limits)
     assert quick_load(stream, limits_) is NOT_QUICK
     assert loaded(stream, limits) == machine(stream, limits_)
 

@@ -7,7 +7,7 @@ to build the byte source from.
 import os
 
 from .files import display_name, is_seekable, is_writable, local_fd
-from .remote import check_storage_options, is_filesystem, is_remote, is_url, protocols_of, resolve
+from .remote import is_filesystem, is_remote, is_url, protocols_of, resolve
 
 #: The kinds of :class:`Location`.
 REMOTE, FSSPEC_FILE, STREAM, LOCAL_FILE, FILE_OBJECT, OTHER = (
@@ -59,12 +59,9 @@ def locate(obj, storage_options=None, mmap_mode=None):
     ------
     ImportError
         For a URL when fsspec (or the package of its protocol) is missing.
-    ValueError, TypeError
-        For storage options given with anything but a URL, or not a dict.
     OSError
         If a path cannot be opened.
     """
-    check_storage_options(storage_options, obj)
     if is_remote(obj):
         fs, path, name = resolve(obj, storage_options)
         if fs is not None:

@@ -11,7 +11,7 @@ import posixpath
 
 from ..exceptions import RemoteStorageError
 from .atomic import AtomicFile
-from .files import display_name, write_all
+from .files import write_all
 from .temporaries import TMP_SUFFIX
 
 #: What to install for URLs.
@@ -39,16 +39,6 @@ def is_url(obj):
     colon = obj.find(":")
     return (colon >= 2 and obj[0] in _LETTERS and obj.startswith(("//", ":"), colon + 1)
             and all(c in _SCHEME for c in obj[1:colon]))
-
-
-def check_storage_options(storage_options, target):
-    """Raise unless ``storage_options`` is None, or a dict given with a URL."""
-    if storage_options is None:
-        return
-    if not isinstance(storage_options, dict):
-        raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
-    if storage_options and not is_url(target):
-        raise ValueError(f"storage_options apply to URLs only, not to {display_name(target)}")
 
 
 def is_filesystem(obj):

@@ -20,15 +20,6 @@ def default_n_threads():
         return os.cpu_count() or 1
 
 
-def check_n_threads(n_threads):
-    """Validate a user's ``n_threads`` argument and resolve ``None``."""
-    if n_threads is None:
-        return default_n_threads()
-    if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1:
-        raise ValueError(f"n_threads must be None or an int >= 1, got {n_threads!r}")
-    return n_threads
-
-
 def get_pool(n_threads):
     """A process-wide pool of ``n_threads`` workers, made on first use."""
     with _pools_lock:

@@ -87,22 +87,5 @@ class Limits:
 DEFAULT = Limits()
 
 
-def as_limits(limits):
-    """``limits`` (None, a :class:`Limits` or a dict of its fields) as a :class:`Limits`."""
-    if limits is None:
-        return DEFAULT
-    if isinstance(limits, Limits):
-        return limits
-    if isinstance(limits, dict):
-        try:
-            return Limits(**limits)
-        except TypeError:
-            known = ", ".join(Limits.__slots__)
-            raise ValueError(f"limits: unknown field in {sorted(limits)}; the fields are "
-                             f"{known}") from None
-    raise TypeError(f"limits must be None, a cpersist.Limits or a dict, got "
-                    f"{type(limits).__name__}")
-
-
 def exceeded(limit, value, limits, source=None, what="needs {}"):
     return LimitExceededError(limit, value, getattr(limits, limit), source, what)

@@ -13,6 +13,7 @@ import types
 
 from ..exceptions import CorruptFileError, CpersistError, UntrustedObjectError
 from ..format import names
+from ..format.limits import DEFAULT as DEFAULT_LIMITS
 from .quick import NOT_QUICK, QUICK_UP_TO, quick_load
 from .rebuild import BY_NAME, rebuild_jax_numpy
 
@@ -214,7 +215,7 @@ class ArrayUnpickler(pickle.Unpickler):
         self._jax_as_numpy = jax_as_numpy
         self._dry = dry
         self._file = file
-        self._limits = limits
+        self._limits = DEFAULT_LIMITS if limits is None else limits
         self._stream_protocol = 0  # the restricted load's PROTO
         self._load_array = load_array
         self._restricted = restricted
@@ -308,14 +309,12 @@ class ArrayUnpickler(pickle.Unpickler):
                     f"{self._source}: damaged pickle stream ({type(exc).__name__}: "
                     f"{str(exc)[:200]})") from exc
         from . import restricted as _restricted
-        from ..format.limits import as_limits
-
         try:
             data = self._file.read()
         except (AttributeError, OSError, ValueError) as exc:
             raise CorruptFileError(f"{self._source}: cannot read the pickle stream "
                                    f"({exc})") from None
-        data, limits = bytes(data), as_limits(self._limits)
+        data, limits = bytes(data), self._limits
         if len(data) <= QUICK_UP_TO:  # a small stream naming no global
             result = quick_load(data, limits)
             if result is not NOT_QUICK:

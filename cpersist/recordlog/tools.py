@@ -26,10 +26,9 @@ def _local_path(source, error):
         raise error
 
 
-def load_records(source, load_dump, error, *, mmap_mode=None, trusted=True, verify=True,
+def load_records(source, load_dump, *, mmap_mode=None, trusted=True, verify=True,
                  limits=None):
-    """Every record of the log at ``source``, in order, as a list."""
-    _local_path(source, error)
+    """Every record of the log at the local path ``source``, in order, as a list."""
     with RecordLog(source, load_dump, trusted=trusted, verify=verify, limits=limits) as log:
         if mmap_mode is None:
             return list(log)
@@ -39,11 +38,8 @@ def load_records(source, load_dump, error, *, mmap_mode=None, trusted=True, veri
 def open_log(source, mode, load_dump, make_writer, *, trusted=True, verify=True, limits=None,
              compress=0, protocol=None, fsync=False, timeout=None):
     """The :class:`RecordLog` for ``cpersist.open(source, mode)``;
-    ``make_writer``: :class:`.writer.LogWriter`, for mode ``'a'``."""
-    if mode not in ("r", "a"):
-        raise ValueError(f"mode must be 'r' (read) or 'a' (append records), not {mode!r}")
-    if mode == "r" and (compress or protocol is not None or fsync or timeout is not None):
-        raise TypeError("compress, protocol, fsync and timeout are for mode 'a' (appending)")
+    ``make_writer``: :class:`.writer.LogWriter`, for mode ``'a'``. The
+    arguments are checked (``compress`` as a codec) by :mod:`cpersist._args`."""
     writer = None
     if mode == "a":
         writer = make_writer(source, compress, protocol=protocol, fsync=fsync, timeout=timeout)

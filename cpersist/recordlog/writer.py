@@ -10,21 +10,21 @@ once all its bytes are there.
 """
 
 import io
+import pickle
 import os
 
-from .._args import check_protocol
-from .._runtime.files import display_name, is_path
+from .._args import check_compress, check_log_path, check_protocol
 from .._runtime.locks import try_lock
-from .._runtime.remote import is_remote
-from ..codecs import parse_compress
+from .._runtime.targets import FileTarget
 from ..container.frames import (ENTRY_KINDS, ENTRY_UP_TO, FILE_START, FRAME_TRAILER,
                                 FRAMES_AT, check_file_start, dump_frame_head,
                                 dump_frame_header, dump_frame_trailer, entry_frame,
                                 frame_checks_out, parse_frame_head, walk_frames)
+from ..container import DEFAULT_CHUNK_SIZE
 from ..container.layout import RECORD_SIZE, TRAILER
 from ..exceptions import CorruptFileError, FileLockedError, UnwritableTargetError
 from ..pickling.array_pickler import ArrayPickler
-from ..pickling.dump import forget_objects
+from ..pickling.dump import forget_objects, write_dump
 from ..pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
 
 _OPEN = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
@@ -85,7 +85,10 @@ def append(obj, path, compress=0, *, protocol=None, fsync=False, timeout=None):
     >>> cpersist.load("runs.cpl")
     [{'step': 1, 'loss': 0.5}, {'step': 2, 'loss': 0.25}]
     """
-    writer = LogWriter(path, compress, protocol=protocol, fsync=fsync, timeout=timeout)
+    check_log_path(path)
+    codec = check_compress(compress)
+    protocol = check_protocol(protocol)
+    writer = LogWriter(path, codec, protocol=protocol, fsync=fsync, timeout=timeout)
     try:
         writer.append(obj)
     finally:
@@ -112,7 +115,7 @@ def repair(path, *, timeout=None):
     """
     from .dumps import cut_torn_dump
 
-    _check_target(path)
+    check_log_path(path)
     done = cut_torn_dump(path, os.fsdecode(path)) if os.path.exists(path) else None
     if done is not None:
         return done
@@ -126,18 +129,17 @@ def repair(path, *, timeout=None):
 class LogWriter:
     """A record log open for appending, its lock held until :meth:`close`.
 
-    Parameters are those of :func:`append`. :attr:`end` is where the next
+    Parameters are those of :func:`append`, checked by its caller
+    (``codec``: ``compress`` parsed, None for raw). :attr:`end` is where the next
     record goes; :attr:`records` how many the log held when opened (None
     when that was not counted: a log whose end checked out at once).
     """
 
-    def __init__(self, path, compress=0, *, protocol=None, fsync=False, timeout=None,
-                 _repair=False):
-        _check_target(path)
+    def __init__(self, path, codec=None, *, protocol=pickle.HIGHEST_PROTOCOL, fsync=False,
+                 timeout=None, _repair=False):
         self.name = os.fsdecode(path)
-        parse_compress(compress)  # a bad value is refused before the file is touched
-        self._compress = compress
-        self._protocol = check_protocol(protocol)
+        self._codec = codec
+        self._protocol = protocol
         self._fsync = bool(fsync)
         self.records = None
         self.cut_bytes = 0
@@ -261,13 +263,18 @@ class LogWriter:
         """Write ``obj`` as an ENTRY_DUMP frame at ``start``; its end. The
         frame's header says PENDING until its trailer is written, so that a
         reader, or the writer after a crash, never takes it as complete."""
-        from ..api import dump
-
         head, payload = dump_frame_head(start)
         _write_all(self._fd, head, start)
         with open(self._fd, "r+b", closefd=False) as file:
             file.seek(payload)
-            dump(obj, file, self._compress, protocol=self._protocol)
+            try:
+                with FileTarget(file) as out:
+                    write_dump(obj, out, self._codec, self._protocol, DEFAULT_CHUNK_SIZE, None)
+            except PICKLING_ERRORS as exc:
+                error = unpicklable_error(obj, self._protocol, exc)
+                if error is None:
+                    raise
+                raise error from exc
             file.flush()
             dump_end = file.tell()
         size = dump_end - payload
@@ -300,18 +307,6 @@ class _HasArrays(Exception):
 
 def _refuse(arr, favour_speed=False):
     raise _HasArrays
-
-
-def _check_target(path):
-    if is_remote(path):
-        raise UnwritableTargetError(
-            f"{display_name(path)}: object stores cannot append to an object in place; "
-            f"append to a local record log and upload it when done (cpersist.load it and "
-            f"cpersist.dump the list of records to the URL), or write one object per record")
-    if not is_path(path):
-        raise UnwritableTargetError(
-            f"cpersist.append takes a local path, not {type(path).__name__}: to write "
-            f"several dumps to a stream, cpersist.dump each to a file opened 'ab'")
 
 
 def _write_all(fd, data, offset):

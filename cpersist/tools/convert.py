@@ -17,12 +17,10 @@ see :mod:`cpersist.tools.migrate`.
 import os
 
 from .. import __version__
-from .._args import check_chunk_size
+from .._args import check_chunk_size, check_compress, check_n_threads, check_storage_options
 from ..container.sources.open import open_source
 from .._runtime.atomic import write_atomically
 from .._runtime.files import display_name, is_path
-from .._runtime.threads import check_n_threads
-from ..codecs import parse_compress
 from ..container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWriter
 from .._runtime.remote import is_remote, is_url, write_remote
 from ..exceptions import LimitExceededError, UnsupportedVersionError
@@ -120,7 +118,7 @@ def convert(src, dst, compress=None, *, chunk_size=None, n_threads=None, fsync=F
         cpersist_needs_compress = True
     else:
         cpersist_needs_compress = False
-    codec = parse_compress(compress)
+    codec = check_compress(compress)
     n_threads = check_n_threads(n_threads)
     step = None if chunk_size is None else check_chunk_size(chunk_size)
     if not is_path(dst) and not is_remote(dst):
@@ -129,6 +127,8 @@ def convert(src, dst, compress=None, *, chunk_size=None, n_threads=None, fsync=F
     dst_options = storage_options if is_url(dst) else None
     if storage_options and src_options is None and dst_options is None:
         raise ValueError("storage_options apply to URLs; neither src nor dst is one")
+    check_storage_options(src_options, src)
+    check_storage_options(dst_options, dst)
     with open_source(src, storage_options=src_options, what="src") as source:
         from . import torch_files as _torch_files
 

@@ -14,6 +14,7 @@ dry run of its machine over stand-ins of the stored arrays.
 
 import numpy as np
 
+from .._args import check_limits, check_storage_options
 from .._runtime.files import display_name, is_path
 from .._runtime.remote import is_url
 from ..container.sources.open import open_source
@@ -28,7 +29,6 @@ from ..container.frames import GrowingFileFound
 from ..container.reseal import reseal as _reseal_dump
 from ..container.sources import LocalFileSource
 from ..exceptions import CorruptFileError
-from ..format.limits import as_limits
 from ..format.names import STORED_ARRAY
 from ..stream.opcodes import walk
 from ..stream.paths import arrays_of
@@ -171,6 +171,8 @@ def inspect(source, *, storage_options=None, limits=None):
     >>> info["globals"]                                   # doctest: +SKIP
     ['sklearn.ensemble._forest.RandomForestClassifier', ...]
     """
+    limits = check_limits(limits)
+    check_storage_options(storage_options, source)
     try:
         return _inspect(source, storage_options, limits)
     except GrowingFileFound as exc:
@@ -200,7 +202,7 @@ def _inspect(source, storage_options, limits):
             })
         # One walk of the stream gives both the globals and the arrays' paths.
         stream = read_stream(reader, root)
-        walked = walk(stream, as_limits(limits), name)
+        walked = walk(stream, limits, name)
         scan = _globals_of(walked, name)
         found = arrays_of(walked)
         for entry in arrays:
@@ -277,10 +279,12 @@ def verify(source, *, storage_options=None, limits=None):
     >>> cpersist.verify("model.cp")                      # doctest: +SKIP
     {'sections': 3, 'chunks': 5, 'stored_bytes': 1234, 'raw_bytes': 5678, 'unchecked': []}
     """
+    limits = check_limits(limits)
+    check_storage_options(storage_options, source)
     try:
         with open_source(source, storage_options=storage_options) as opened:
             opened.will_read_all()
-            return _verify(read_container(opened, whole=is_path(source)), as_limits(limits))
+            return _verify(read_container(opened, whole=is_path(source)), limits)
     except GrowingFileFound as exc:
         return _log_tool("verify_log", verify, source, exc, limits)
 

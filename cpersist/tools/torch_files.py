@@ -176,13 +176,13 @@ def convert_to_safetensors(source, dst, fsync, whole):
 
     from safetensors.torch import save_file
 
-    from .._runtime.threads import check_n_threads
+    from .._runtime.threads import default_n_threads
     from ..pickling.read import load_source
     from ..pickling.unpickler import normalize_trusted
 
     restricted, allowed, prefixes = normalize_trusted(False)
     obj = load_source(source, mmap_mode=None, restricted=restricted, allowed=allowed,
-                prefixes=prefixes, verify=True, n_threads=check_n_threads(None), whole=whole)
+                prefixes=prefixes, verify=True, n_threads=default_n_threads(), whole=whole)
     tensors = flat_tensors(obj, source.name)
     directory, base = os.path.split(os.path.abspath(os.fspath(dst)))
     fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".cpersist-tmp", dir=directory)

@@ -6,7 +6,6 @@ import io
 import numpy as np
 
 from ..exceptions import CpersistError
-from ..format.limits import as_limits
 from ..pickling.read import array_layout
 
 
@@ -42,7 +41,7 @@ def restricted_verdict(reader, stream, limits=None):
         return stand_ins[index]
 
     unpickler = ArrayUnpickler(io.BytesIO(stream), stand_in, restricted=True, source=reader.name,
-                               limits=as_limits(limits), dry=True)
+                               limits=limits, dry=True)
     try:
         unpickler.load()
     except CpersistError as exc:
