@@ -485,3 +485,15 @@ def test_string_arrays_with_a_nan_for_na_and_constants():
                                          "flag": NotImplemented}), trusted=False)
     assert out["s"].dtype == strings.dtype and repr(out["s"].tolist()) == "['a', nan, 'b']"
     assert out["index"] == (Ellipsis, 1) and out["flag"] is NotImplemented
+
+
+@pytest.mark.parametrize("fill", [pickle.MARK + pickle.BININT1 + b"\x01" + pickle.APPENDS,
+                                  pickle.EMPTY_DICT + pickle.BUILD], ids=["APPENDS", "BUILD"])
+def test_none_is_no_object_the_stream_may_change(fill, tmp_path):
+    """None is in no table of the objects the stream made: changing it is
+    refused as changing any object it did not make, by the load and the dry
+    run alike."""
+    data = container_bytes(proto(2, pickle.NONE + fill))
+    verdict, refused = _dry_run_and_load(data, tmp_path)
+    assert isinstance(refused, UntrustedObjectError)
+    assert "tried to change it" in str(refused) and "tried to change it" in verdict["refusal"]

@@ -29,6 +29,9 @@ _SAME_HASH = 16
 _SECRET_STR, _SECRET_BYTES = (None, None) if STR_HASH_PREDICTABLE else (str, bytes)
 #: Containers whose keys ``in`` finds without running a stream's code.
 _PLAIN_KEYED = frozenset((dict, set))
+#: What the id tables give for an object they do not hold: never an object a
+#: stream can push (``None`` is one).
+_ABSENT = object()
 #: Opcodes run between two looks at the clock.
 _CLOCK_EVERY = 1 << 14
 
@@ -208,11 +211,11 @@ class Machine:
         return arr
 
     def is_stored(self, arr):
-        return self._stored.get(id(arr)) is arr
+        return self._stored.get(id(arr), _ABSENT) is arr
 
     def target(self, obj, action):
         """Refuse to change ``obj`` unless the stream made it and still holds it."""
-        if self._targets.get(id(obj)) is not obj:
+        if self._targets.get(id(obj), _ABSENT) is not obj:
             raise UntrustedObjectError(
                 type(obj).__module__, type(obj).__qualname__, self.source,
                 reason=f"the pickle stream tried to change it ({action}); restricted loads "
