@@ -497,3 +497,23 @@ def test_none_is_no_object_the_stream_may_change(fill, tmp_path):
     verdict, refused = _dry_run_and_load(data, tmp_path)
     assert isinstance(refused, UntrustedObjectError)
     assert "tried to change it" in str(refused) and "tried to change it" in verdict["refusal"]
+
+
+@pytest.mark.parametrize("state", [{"int": "x"}, {"int": 1 << 128}, {"int": -1}, {"int": 1, "x": 2},
+                                   {"int": 1, "is_safe": "yes"}, {"hex": "0" * 32}])
+def test_a_uuid_takes_only_the_state_its_own_pickle_gives(state, tmp_path):
+    """``UUID.__setstate__`` takes any ``int`` as it is; a restricted load
+    refuses a state no UUID pickles, and loads those that one does."""
+    import uuid
+
+    for safe in uuid.SafeUUID:
+        made = uuid.UUID(int=7, is_safe=safe)
+        loaded = cpersist.loads(cpersist.dumps(made), trusted=False)
+        assert loaded == made and loaded.is_safe is safe
+    stream = proto(2, glob("uuid", "UUID") + pickle.EMPTY_TUPLE + pickle.NEWOBJ
+                   + pickle.EMPTY_DICT
+                   + b"".join(s(k) + (integer(v) if type(v) is int else s(str(v)))
+                              + pickle.SETITEM for k, v in state.items())
+                   + pickle.BUILD)
+    verdict, refused = _dry_run_and_load(container_bytes(stream), tmp_path)
+    assert verdict["accepted"] is False and "a UUID's state" in str(refused)

@@ -4,6 +4,8 @@ description, plain values (scalars and shallow containers of them), shapes,
 and the keys of sets and dicts (see :mod:`.restricted`).
 """
 
+import uuid
+
 import numpy as np
 
 from ..format.limits import STR_HASH_PREDICTABLE
@@ -29,6 +31,21 @@ def sets_nothing(inst, state):
 #: numpy's dtype flags that say an item holds Python objects
 #: (NPY_ITEM_REFCOUNT, NPY_LIST_PICKLE).
 _OBJECT_FLAGS = 0x01 | 0x02
+
+
+def check_uuid_state(state):
+    """Refuse a ``uuid.UUID`` state that ``UUID.__setstate__`` would take
+    as it is (an ``int`` of any type or size makes a UUID whose methods
+    raise): ``{"int": 0 <= n < 2**128}`` and optionally ``"is_safe"``."""
+    if type(state) is not dict or "int" not in state or not set(state) <= _UUID_STATE or (
+            type(state["int"]) is not int or not 0 <= state["int"] < 1 << 128) or (
+            state.get("is_safe") not in _UUID_SAFETY):
+        raise Refused(f"a UUID's state {brief(state)}")
+
+
+_UUID_STATE = frozenset(("int", "is_safe"))
+#: What ``UUID.__getstate__`` writes for ``is_safe`` (None: left out, or unknown).
+_UUID_SAFETY = tuple(safety.value for safety in uuid.SafeUUID)
 
 
 class Refused(Exception):

@@ -10,6 +10,7 @@ REDUCE) and pushes the :data:`LITERALS`: they have no function here.
 
 import copyreg
 import sys
+import uuid
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from ..stream.args import StreamError, by_code
 from .array_builders import set_array_state
 from .builders import ENTRY, SLOT
 from .checks import (UNCHECKED_KEY, Refused, brief, check_dtype, check_dtype_state,
-                     sets_nothing)
+                     check_uuid_state, sets_nothing)
 from .machine import UNDERFLOW
 
 #: Opcodes whose argument the loop pushes as it is (INT and LONG's are
@@ -294,6 +295,8 @@ def build(m, inst, state):
         return
     setstate = getattr(inst, "__setstate__", None)
     if setstate is not None:
+        if type(inst) is uuid.UUID:
+            check_uuid_state(state)
         setstate(state)
         return
     slotstate = None
