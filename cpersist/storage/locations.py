@@ -1,13 +1,13 @@
 """Where a load reads from: any path, URL, ``(file system, path)`` pair,
 :class:`fsspec.core.OpenFile`, fsspec file or file object, told apart in
-one pass (:func:`locate`), for :func:`cpersist.container.sources.open.open_source`
+one pass (:func:`locate`), for :func:`cpersist.storage.open.open_source`
 to build the byte source from.
 """
 
 import os
 
-from .files import display_name, is_seekable, is_writable, local_fd
-from .remote import is_filesystem, is_remote, is_url, protocols_of, resolve
+from .._runtime.files import display_name, is_seekable, is_writable, local_fd
+from .fsspec.urls import is_filesystem, is_remote, is_url, protocols_of, resolve
 
 #: The kinds of :class:`Location`.
 REMOTE, FSSPEC_FILE, STREAM, LOCAL_FILE, FILE_OBJECT, OTHER = (

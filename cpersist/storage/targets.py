@@ -1,9 +1,9 @@
 """Where a dump is written: a path (whole or not at all), a file object
 (from its position, what a failed dump wrote taken back) or a URL (through
-:mod:`.remote`), each behind one target object.
+:mod:`.fsspec.write`), each behind one target object.
 
-A target (:class:`FileTarget`, :class:`.atomic.AtomicFile`,
-:class:`.remote.RemoteTarget`) gives the dump writer a binary file object to stream into
+A target (:class:`FileTarget`, :class:`cpersist._runtime.atomic.AtomicFile`,
+:mod:`.fsspec.write`'s) gives the dump writer a binary file object to stream into
 (:meth:`file`) or takes a whole dump made in memory (:meth:`write_whole`),
 and, as a context manager, completes the file or removes what was written.
 """
@@ -11,9 +11,10 @@ and, as a context manager, completes the file or removes what was written.
 import io
 import os
 
-from .atomic import AtomicFile
-from .files import appends, display_name, is_path, is_seekable, local_file, write_all
-from .remote import is_remote, remote_target
+from .._runtime.atomic import AtomicFile
+from .._runtime.files import appends, display_name, is_path, is_seekable, local_file, write_all
+from .fsspec.urls import is_remote
+from .fsspec.write import remote_target
 
 
 def open_target(target, fsync=False, storage_options=None, timeout=None):

@@ -5,11 +5,11 @@ becomes the :class:`~.abc.ByteSource` the container reader reads through.
 
 import warnings
 
-from ..._runtime.locations import FILE_OBJECT, FSSPEC_FILE, LOCAL_FILE, REMOTE, STREAM, locate
-from .abc import ByteSource
-from .fileobj import FileObjectSource
-from .local import LocalFileSource
-from .spooled import SpooledSource
+from .locations import FILE_OBJECT, FSSPEC_FILE, LOCAL_FILE, REMOTE, STREAM, locate
+from ..container.sources.abc import ByteSource
+from ..container.sources.fileobj import FileObjectSource
+from ..container.sources.local import LocalFileSource
+from ..container.sources.spooled import SpooledSource
 
 
 def open_source(source, mmap_mode=None, *, storage_options=None, what="source", stacklevel=2):
@@ -48,7 +48,7 @@ def open_source(source, mmap_mode=None, *, storage_options=None, what="source", 
     where = locate(source, storage_options, mmap_mode)
     kind = where.kind
     if kind == REMOTE or kind == FSSPEC_FILE:
-        from .fsspec import FsspecSource  # imports concurrent.futures: only for remote objects
+        from .fsspec.read import FsspecSource  # imports concurrent.futures: only for remote objects
 
         if kind == REMOTE:
             opened = FsspecSource(where.fs, where.path, where.name,
@@ -69,7 +69,7 @@ def open_source(source, mmap_mode=None, *, storage_options=None, what="source", 
 
 def _file_source(source, where, mmap_mode, what, stacklevel):
     """The byte source of a local file object (``where.owned``: opened
-    from a path, by :func:`~cpersist._runtime.locations.locate`)."""
+    from a path, by :func:`~cpersist.storage.locations.locate`)."""
     kind, name, file = where.kind, where.name, where.file
     if kind == STREAM:
         opened = SpooledSource(file, name)
