@@ -2,9 +2,9 @@
 user passes (a path, URL, ``(file system, path)`` pair, file object or
 buffer) and one package per remote backend.
 
-:mod:`.locations` tells what a source is, once; :mod:`.open` makes the
-container's byte source of it (``load``, ``open``, ``inspect``, ``verify``,
-``convert``); :mod:`.targets` makes the target a dump is written into.
+:mod:`.open` tells what a source is, once, and makes the container's byte
+source of it (``load``, ``open``, ``inspect``, ``verify``, ``convert``);
+:mod:`.targets` makes the target a dump is written into.
 :mod:`.fsspec` is the fsspec backend, reading and writing.
 
 It sits above the container (whose byte sources it builds) and the process

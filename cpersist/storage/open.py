@@ -1,15 +1,16 @@
-"""Opening the source that ``load``, ``open``, ``inspect``, ``verify`` and
+"""The one resolver of what ``load``, ``open``, ``inspect``, ``verify`` and
 ``convert`` read: a path, a file object, a stream, a URL or a byte source
-becomes the :class:`~.abc.ByteSource` the container reader reads through.
+becomes the :class:`~cpersist.container.sources.ByteSource` the container
+reader reads through. Remote or local is told here, once; a local file
+object is told apart (plain file, other seekable, stream) by
+:func:`cpersist.container.sources.source_for`.
 """
 
 import warnings
 
-from .locations import FILE_OBJECT, FSSPEC_FILE, LOCAL_FILE, REMOTE, STREAM, locate
-from ..container.sources.abc import ByteSource
-from ..container.sources.fileobj import FileObjectSource
-from ..container.sources.local import LocalFileSource
-from ..container.sources.spooled import SpooledSource
+from .._runtime.files import display_name, is_path, is_writable
+from ..container.sources import ByteSource, LocalFileSource, SpooledSource, source_for
+from .fsspec.urls import is_filesystem, is_remote, is_url, protocols_of, resolve
 
 
 def open_source(source, mmap_mode=None, *, storage_options=None, what="source", stacklevel=2):
@@ -45,56 +46,60 @@ def open_source(source, mmap_mode=None, *, storage_options=None, what="source", 
     """
     if isinstance(source, ByteSource):
         return Borrowed(source)
-    where = locate(source, storage_options, mmap_mode)
-    kind = where.kind
-    if kind == REMOTE or kind == FSSPEC_FILE:
-        from .fsspec.read import FsspecSource  # imports concurrent.futures: only for remote objects
-
-        if kind == REMOTE:
-            opened = FsspecSource(where.fs, where.path, where.name,
-                                  storage_options if where.url else None, url=where.url)
-        else:
-            opened = FsspecSource(where.fs, where.path, file=where.file)
-        if mmap_mode:
-            _warn_not_mapped(opened.name, "it is in remote storage", stacklevel)
-        return opened
-    if where.owned:
-        try:
-            return _file_source(source, where, mmap_mode, what, stacklevel)
-        except BaseException:
-            where.file.close()
-            raise
-    return _file_source(source, where, mmap_mode, what, stacklevel)
-
-
-def _file_source(source, where, mmap_mode, what, stacklevel):
-    """The byte source of a local file object (``where.owned``: opened
-    from a path, by :func:`~cpersist.storage.locations.locate`)."""
-    kind, name, file = where.kind, where.name, where.file
-    if kind == STREAM:
-        opened = SpooledSource(file, name)
-        if where.owned:
+    if is_remote(source):
+        fs, path, name = resolve(source, storage_options)
+        if fs is not None:
+            url = source if is_url(source) else None
+            return _remote_source(fs, path, mmap_mode, stacklevel, name=name, url=url,
+                                  storage_options=storage_options if url else None)
+        source = path  # a file:// URL
+    owned = is_path(source)
+    if owned:
+        file = open(source, "r+b" if mmap_mode == "r+" else "rb")
+    else:
+        file = source
+        file_system = getattr(file, "fs", None)
+        if (file_system is not None and getattr(file, "mode", None) == "rb"
+                and isinstance(getattr(file, "path", None), str) and is_filesystem(file_system)
+                and "file" not in protocols_of(file_system) and file.tell() == 0):
+            # Read by ranges: its own reads would cost a request per read-ahead block.
+            return _remote_source(file_system, file.path, mmap_mode, stacklevel, file=file)
+        if not hasattr(file, "read"):
+            raise TypeError(f"{what} must be a path or a binary file object, "
+                            f"got {type(source).__name__}")
+    name = display_name(source)
+    try:
+        # The one place that tells a plain local file, any other seekable
+        # file object and a stream apart.
+        opened = source_for(file, name, owned)
+    except BaseException:
+        if owned:
             file.close()
-        if mmap_mode:
-            _warn_not_mapped(name, "it is not seekable (a pipe?)" if where.owned
-                             else "the stream is not seekable", stacklevel + 1)
+        raise
+    if not mmap_mode:
         return opened
-    if kind == LOCAL_FILE:
-        if not where.writable:
+    if isinstance(opened, SpooledSource):  # a LocalFileSource of its temporary file
+        _warn_not_mapped(name, "it is not seekable (a pipe?)" if owned
+                         else "the stream is not seekable", stacklevel)
+    elif isinstance(opened, LocalFileSource):
+        if mmap_mode == "r+" and not owned and not is_writable(file):
             raise ValueError(
                 f"mmap_mode='r+' maps {name} for writing, but the file object is "
                 f"open read-only; open it with 'r+b', or use mmap_mode='r' or 'c'"
             )
-        return LocalFileSource(file, name, where.fd, where.owned)
-    if kind == FILE_OBJECT:
-        opened = FileObjectSource(file, name)
-        if where.owned:  # a path opens as a plain file: only on Windows
-            opened.close = file.close
-        elif mmap_mode:
-            _warn_not_mapped(name, f"a {type(source).__name__} is not a plain file object "
-                                   f"(only those made by open() are mapped)", stacklevel + 1)
-        return opened
-    raise TypeError(f"{what} must be a path or a binary file object, got {type(source).__name__}")
+    elif not owned:  # a path opens as a plain file, but on Windows
+        _warn_not_mapped(name, f"a {type(source).__name__} is not a plain file object "
+                               f"(only those made by open() are mapped)", stacklevel)
+    return opened
+
+
+def _remote_source(fs, path, mmap_mode, stacklevel, **how):
+    from .fsspec.read import FsspecSource  # imports concurrent.futures: only for remote objects
+
+    opened = FsspecSource(fs, path, **how)
+    if mmap_mode:
+        _warn_not_mapped(opened.name, "it is in remote storage", stacklevel + 1)
+    return opened
 
 
 class Borrowed:
