@@ -16,7 +16,8 @@ a dump does not import the reading side.
 import pickle
 
 from ._runtime.files import check_writable_file, display_name, is_path
-from ._runtime.remote import WRITE_TIMEOUT, is_remote, is_url
+from .storage.fsspec.urls import is_remote, is_url
+from .storage.fsspec.write import WRITE_TIMEOUT
 from ._runtime.threads import default_n_threads
 from .codecs import parse_compress as check_compress
 from .container import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE
@@ -152,7 +153,7 @@ def check_open_mode(mode, compress=0, protocol=None, fsync=False, timeout=None):
 
 def check_timeout(timeout):
     """``timeout`` as seconds (a positive number; None: the default of
-    :data:`cpersist._runtime.remote.WRITE_TIMEOUT`)."""
+    :data:`cpersist.storage.fsspec.write.WRITE_TIMEOUT`)."""
     if timeout is None:
         return WRITE_TIMEOUT
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:

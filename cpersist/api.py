@@ -10,8 +10,8 @@ from ._args import (check_chunk_size, check_compress, check_limits, check_mmap_m
                     check_protocol, check_storage_options, check_target, check_timeout,
                     check_trusted)
 from ._runtime.files import display_name, is_path
-from ._runtime.remote import is_remote
-from ._runtime.targets import open_target
+from .storage.fsspec.urls import is_remote
+from .storage.targets import open_target
 from .container.compact import compact_file_stream
 from .exceptions import CorruptFileError
 from .pickling.dump import write_dump
@@ -294,7 +294,7 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
                     f"{os.fsdecode(source)}: damaged pickle stream ({exc})") from None
     from .container.foreign import foreign_file_error
     from .container.frames import GrowingFileFound
-    from .container.sources.open import open_source
+    from .storage.open import open_source
     from .pickling.read import load_source
 
     try:

@@ -16,7 +16,7 @@ import sys
 from . import __version__
 from ._runtime.files import display_name
 from ._runtime.temporaries import TMP_SUFFIX
-from ._runtime.remote import is_url
+from .storage.fsspec.urls import is_url
 from .exceptions import CpersistError
 from .tools.repair_command import add_repair
 from .tools.report import (MAX_ROWS, human_size, json_default, error_line, format_info,

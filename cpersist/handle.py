@@ -10,7 +10,7 @@ from .container import ContainerReader
 from .container.frames import GrowingFileFound
 from .container.sources import SpooledSource
 from .container.foreign import foreign_file_error
-from .container.sources.open import Borrowed, open_source
+from .storage.open import Borrowed, open_source
 from .exceptions import CorruptFileError, CpersistError
 from .lazy.array import LazyArray, BoundSection
 from .lazy.array_paths import ArrayPaths, placed

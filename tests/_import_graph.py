@@ -25,11 +25,14 @@ EXCLUDED = ("cpersist.benchmarks",)
 #: the process services and the exceptions, and for the container the codecs
 #: it decodes chunks with (they know nothing of the container). The stream
 #: walker and the format's names and limits sit below the pickling, which
-#: imports both: neither imports it back.
+#: imports both: neither imports it back. Storage (the resolver and the
+#: remote backends) builds the container's byte sources and nothing above.
 SELF_CONTAINED = {"cpersist.container": ("cpersist._runtime", "cpersist.exceptions",
                                          "cpersist.codecs"),
                   "cpersist.codecs": ("cpersist._runtime", "cpersist.exceptions"),
                   "cpersist.format": ("cpersist.exceptions",),
+                  "cpersist.storage": ("cpersist._runtime", "cpersist.exceptions",
+                                       "cpersist.container"),
                   "cpersist.stream": ("cpersist._runtime", "cpersist.exceptions",
                                       "cpersist.format")}
 MAX_LINES = 400

@@ -15,7 +15,7 @@ import pytest
 
 import cpersist
 from cpersist import CorruptFileError
-from cpersist.container.sources.open import open_source
+from cpersist.storage.open import open_source
 from cpersist._runtime.files import local_fd
 from cpersist._runtime.temporaries import TMP_SUFFIX
 from cpersist.container import ContainerReader

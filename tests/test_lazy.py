@@ -24,7 +24,7 @@ from hypothesis.extra import numpy as hnp
 import cpersist
 from cpersist.pickling import write_max as _smallest
 from cpersist.lazy import plan as plan_module
-from cpersist.container.sources.open import open_source
+from cpersist.storage.open import open_source
 from cpersist.container import ContainerReader
 from cpersist.container import pieces as pieces_module
 

@@ -226,7 +226,7 @@ def test_detection_reads_no_more_than_needed(tmp_path):
     """A compressed joblib file is recognised from its first bytes; a
     pickle stream is scanned, never loaded."""
     src = dump_joblib(sample_object(), tmp_path / "m.joblib", "zlib")
-    from cpersist.container.sources.open import open_source
+    from cpersist.storage.open import open_source
 
     class Counting(io.BytesIO):
         read_bytes = 0

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from xxhash import xxh3_64_intdigest
 
 import cpersist
-from cpersist.container.sources.open import open_source
+from cpersist.storage.open import open_source
 from cpersist.container import ContainerReader
 from cpersist.container.layout import PIECE_SIZE, pieces_text
 

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist._runtime.remote import PART_SIZE
-from cpersist.container.sources.fsspec import END_BYTES, REQUEST_SIZE, FsspecSource
+from cpersist.storage.fsspec.write import PART_SIZE
+from cpersist.container.sources.ranges import REQUEST_SIZE
+from cpersist.storage.fsspec.read import END_BYTES, FsspecSource
 from cpersist.container.sources.ranges import merge_ranges
 
 from ._fresh import fresh_env, run_cli, run_code, start_python
@@ -185,7 +186,7 @@ def test_s3_roundtrip(s3_server, compress):
 
 
 def test_s3_reopen_checks_identity(s3_server):
-    from cpersist.container.sources.remote import reopen
+    from cpersist.storage.fsspec.reopen import reopen
 
     url = s3_server.url("reopened.cp")
     options = s3_server.storage_options

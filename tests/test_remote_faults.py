@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist._runtime.remote import PART_SIZE
+from cpersist.storage.fsspec.write import PART_SIZE
 
 from ._s3 import s3_server  # noqa: F401 (a fixture)
 from .conftest import assert_same

@@ -1,9 +1,9 @@
-"""Where a dump is written: a path (whole or not at all), a file object
-(from its position, what a failed dump wrote taken back) or a URL (through
-:mod:`.remote`), each behind one target object.
+"""Dump targets on this machine: a file object, written from its position
+(what a failed dump wrote taken back: :class:`FileTarget`), and a buffer in
+memory (:class:`BytesTarget`); a path's is :class:`.atomic.AtomicFile`.
+:func:`cpersist.storage.targets.open_target` picks one (or a remote one).
 
-A target (:class:`FileTarget`, :class:`.atomic.AtomicFile`,
-:class:`.remote.RemoteTarget`) gives the dump writer a binary file object to stream into
+A target gives the dump writer a binary file object to stream into
 (:meth:`file`) or takes a whole dump made in memory (:meth:`write_whole`),
 and, as a context manager, completes the file or removes what was written.
 """
@@ -11,19 +11,7 @@ and, as a context manager, completes the file or removes what was written.
 import io
 import os
 
-from .atomic import AtomicFile
-from .files import appends, display_name, is_path, is_seekable, local_file, write_all
-from .remote import is_remote, remote_target
-
-
-def open_target(target, fsync=False, storage_options=None, timeout=None):
-    """The target of a path, a file object or a URL (checked by
-    :func:`cpersist._args.check_target`)."""
-    if is_remote(target):  # before is_path: a URL is a string
-        return remote_target(target, storage_options, timeout)
-    if is_path(target):
-        return AtomicFile(target, fsync)
-    return FileTarget(target)
+from .files import appends, display_name, is_seekable, local_file, write_all
 
 
 class FileTarget:

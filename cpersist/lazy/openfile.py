@@ -17,7 +17,7 @@ import weakref
 from .._runtime.fork import renew_after_fork
 from ..container import ContainerReader
 from ..container.sources import LocalFileSource, SpooledSource, source_for
-from ..container.sources.remote import reference_of
+from ..storage.fsspec.reopen import reference_of
 
 
 class PathReference:

@@ -10,7 +10,7 @@ modules that call it.
 import io
 
 from .._runtime.files import display_name, is_path
-from .._runtime.remote import is_remote
+from ..storage.fsspec.urls import is_remote
 from ..container.compact import compact_dump
 from ..container.frames import ENTRY, entry_stream
 from ..container.layout import HEADER, RECORD_SIZE

@@ -18,11 +18,12 @@ import os
 
 from .. import __version__
 from .._args import check_chunk_size, check_compress, check_n_threads, check_storage_options
-from ..container.sources.open import open_source
+from ..storage.open import open_source
 from .._runtime.atomic import write_atomically
 from .._runtime.files import display_name, is_path
 from ..container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWriter
-from .._runtime.remote import is_remote, is_url, write_remote
+from ..storage.fsspec.urls import is_remote, is_url
+from ..storage.fsspec.write import write_remote
 from ..exceptions import LimitExceededError, UnsupportedVersionError
 from . import migrate as _migrate
 from ..container.kinds import detect

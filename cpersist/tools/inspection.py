@@ -16,8 +16,8 @@ import numpy as np
 
 from .._args import check_limits, check_storage_options
 from .._runtime.files import display_name, is_path
-from .._runtime.remote import is_url
-from ..container.sources.open import open_source
+from ..storage.fsspec.urls import is_url
+from ..storage.open import open_source
 from ..pickling.arrays import dtype_label
 from ..pickling.read import array_layout, check_stream_start, read_stream
 from ..container.foreign import read_container

@@ -28,7 +28,7 @@ def load_pickled(kind, src, source):
         The same bytes, read through when ``src`` is not a path.
     """
     from .._runtime.files import is_path
-    from .._runtime.remote import is_url
+    from ..storage.fsspec.urls import is_url
 
     local = is_path(src) and not is_url(src)  # a URL's object is read through ``source``
     if kind.is_joblib:
@@ -129,7 +129,7 @@ def dump_loaded(held, kind, source, dst, *, compress, chunk_size, n_threads, fsy
     return :func:`cpersist.convert`'s statistics. The object is dropped once
     written (held in a list so that no caller's name keeps it): that releases
     the maps of a memory-mapped source."""
-    from ..container.sources.open import open_source
+    from ..storage.open import open_source
     from ..api import dump
     from ..container import ContainerReader
 

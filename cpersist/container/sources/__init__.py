@@ -4,10 +4,11 @@ One module per kind of source, all implementing
 :class:`~.abc.ByteSource`: :mod:`.local` (a local regular file, ``pread``
 and ``mmap`` on its descriptor), :mod:`.fileobj` (any seekable file object,
 through its methods), :mod:`.memory` (a bytes-like object) and
-:mod:`.spooled` (a non-seekable stream copied to a temporary file) and
-:mod:`.fsspec` (an object in remote storage, read by range requests planned
-in :mod:`.ranges`; :mod:`.remote` opens one from a URL). :mod:`.open` turns
-what the user passes to ``load`` into one of them.
+:mod:`.spooled` (a non-seekable stream copied to a temporary file);
+:mod:`.ranges` and :mod:`.streaming` plan and stream the range requests of
+sources in remote storage (:mod:`cpersist.storage.fsspec.read`).
+:mod:`cpersist.storage.open` turns what the user passes to ``load`` into
+one of them.
 """
 
 import os

@@ -1,12 +1,12 @@
 """Remote objects reopened: a :class:`RemoteReference` reopens the same
 version of an object in another process (a dask worker). Telling a URL from
-a path and resolving it is :mod:`cpersist._runtime.remote`; opening any
-source, :mod:`.open`.
+a path and resolving it is :mod:`.urls`; opening any
+source, :mod:`cpersist.storage.open`.
 """
 
 import sys
 
-from ..._runtime.remote import resolve
+from .urls import resolve
 from ...exceptions import FileChangedError, RemoteStorageError
 
 
@@ -18,7 +18,7 @@ def open_remote(url, storage_options=None):
     FileNotFoundError
         If there is no such object (naming it).
     """
-    from .fsspec import FsspecSource  # imports concurrent.futures: only for remote objects
+    from .read import FsspecSource  # imports concurrent.futures: only for remote objects
 
     fs, path, name = resolve(url, storage_options)
     return FsspecSource(fs, path, name, storage_options, url=url)
@@ -71,7 +71,7 @@ class RemoteReference:
     def still_names(self, source):
         """Whether the URL still names the version ``source`` reads (one
         request: the object may have been replaced since)."""
-        from .fsspec import FsspecSource
+        from .read import FsspecSource
 
         try:
             source.check_identity(FsspecSource(source.fs, source.path, self.url).identity)
@@ -89,7 +89,7 @@ class RemoteReference:
 def reference_of(source):
     """The :class:`RemoteReference` of an :class:`~.fsspec.FsspecSource`
     opened from a URL, else None."""
-    fsspec = sys.modules.get(f"{__package__}.fsspec")  # no remote source before it is imported
+    fsspec = sys.modules.get(f"{__package__}.read")  # no remote source before it is imported
     if fsspec is not None and isinstance(source, fsspec.FsspecSource) and source.url is not None:
         return RemoteReference(*source.reopen_spec())
     return None

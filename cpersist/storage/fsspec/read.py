@@ -14,9 +14,9 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from ...exceptions import FileChangedError, RemoteStorageError
-from .abc import ByteSource
-from .ranges import REQUEST_SIZE, merge_ranges, one_span, split_batches
-from .streaming import RangeStream, can_stream
+from ...container.sources.abc import ByteSource
+from ...container.sources.ranges import REQUEST_SIZE, merge_ranges, one_span, split_batches
+from ...container.sources.streaming import RangeStream, can_stream
 
 #: Bytes fetched at each end of the object by the first read, in one
 #: round trip: the header, and the trailer, index and (when small) pickle
