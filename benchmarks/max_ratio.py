@@ -36,14 +36,8 @@ sys.path.insert(0, os.path.dirname(HERE))  # this checkout's cpersist
 import cpersist  # noqa: E402
 from cpersist.benchmarks import datacache  # noqa: E402
 from cpersist.benchmarks import datasets as D  # noqa: E402
+from cpersist.benchmarks.pagecache import disk_size  # noqa: E402
 from cpersist.benchmarks.peers_classic import Nibabel, Tables  # noqa: E402
-
-
-def _size(path):
-    if os.path.isdir(path):
-        return sum(os.path.getsize(os.path.join(root, f))
-                   for root, _, files in os.walk(path) for f in files)
-    return os.path.getsize(path)
 
 
 def _arrays(obj):
@@ -151,7 +145,7 @@ def measure(obj, workdir):
         if ok is None:  # writers that always succeed return True
             ok = True
         candidates = [p for p in (path, path + ".npz") if os.path.exists(p)]
-        sizes[name] = _size(candidates[0]) if ok and candidates else None
+        sizes[name] = disk_size(candidates[0]) if ok and candidates else None
         for p in candidates:
             shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
     return sizes

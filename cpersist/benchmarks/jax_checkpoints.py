@@ -28,6 +28,7 @@ import time
 
 import cpersist
 
+from .pagecache import disk_size
 from .ratios import ratio_row
 from .turns import medians, timed_in_turn
 
@@ -99,13 +100,6 @@ def _check(expected, got, jax_arrays=True):
             assert type(a) is type(b)
     for a, b in zip(_leaves(expected), _leaves(got)):
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-
-
-def _size(path):
-    if os.path.isdir(path):
-        return sum(os.path.getsize(os.path.join(root, f))
-                   for root, _, files in os.walk(path) for f in files)
-    return os.path.getsize(path)
 
 
 def _remover(path):
@@ -180,7 +174,7 @@ def measure(name, state, directory, rounds):
         _check(state, cpersist.load(p["bg"]))
         _check(state, msgpack_load(), jax_arrays=False)  # flax gives numpy arrays
         load_rounds = timed_in_turn(loads, rounds)
-        sizes = {k: _size(v) for k, v in p.items() if os.path.exists(v)}
+        sizes = {k: disk_size(v) for k, v in p.items() if os.path.exists(v)}
     finally:
         checkpointer.close()
         for path in p.values():
