@@ -34,6 +34,18 @@ def test_a_dump_imports_nothing_of_the_reading_side(tmp_path):
     assert imported_after(code, reading) == set()
 
 
+def test_a_trusted_load_imports_nothing_of_the_restricted_machine(tmp_path):
+    path = str(tmp_path / "w.cp")
+    code = (f"import numpy as np, cpersist\n"
+            f"cpersist.dump({{'w': np.arange(1e5), 'n': {{'a': 1}}}}, {path!r}, compress=3)\n"
+            f"cpersist.load({path!r})\n"
+            f"cpersist.loads(cpersist.dumps({{'a': 1}}))")
+    restricted = ("cpersist.pickling.allowlist", "cpersist.pickling.builders",
+                  "cpersist.pickling.checks", "cpersist.pickling.machine",
+                  "cpersist.pickling.restricted", "uuid")
+    assert imported_after(code, restricted) == set()
+
+
 def test_cpersist_info_reads_no_package_metadata(tmp_path):
     """Listing installed codecs reads every package's entry points: only
     ``convert --help``, which names them, does."""

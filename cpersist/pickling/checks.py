@@ -10,6 +10,7 @@ import numpy as np
 
 from ..format.limits import STR_HASH_PREDICTABLE
 from ..format.named_dtypes import FIRST_USER_TYPE, name_of
+from .brief import SCALARS, brief
 
 #: Keys ``SETITEM`` and ``DICT`` need not show to ``Machine.key``: strings,
 #: unless their hashes are predictable.
@@ -120,30 +121,11 @@ def check_dtype(dtype, depth=0):
     return dtype
 
 
-
-
 _STRING_DTYPE = getattr(np.dtypes, "StringDType", None)
-#: Plain values: what a stream may hand to the code building numbers,
-#: strings, dtypes and fill values.
-_SCALARS = frozenset((type(None), bool, int, float, complex, str, bytes))
 
 
 def is_scalar(value):
-    return type(value) in _SCALARS
-
-
-def brief(value):
-    """``value`` named in a message without running its ``repr`` (which a
-    forged value makes slow or deep)."""
-    if type(value) in _SCALARS and (type(value) not in (str, bytes) or len(value) <= 60):
-        return repr(value)
-    if type(value) in (tuple, list) and len(value) <= 16 and all(
-            type(v) in _SCALARS and (type(v) not in (str, bytes) or len(v) <= 60)
-            for v in value):  # a shape, strides: short, flat, plain
-        return repr(value)
-    if isinstance(value, type):
-        return f"{value.__module__}.{value.__qualname__}"
-    return f"a {type(value).__name__}"
+    return type(value) in SCALARS
 
 
 def check_plain(value, what, depth=8, budget=None):
@@ -153,7 +135,7 @@ def check_plain(value, what, depth=8, budget=None):
     if budget is None:
         budget = [4096]
     kind = type(value)
-    if kind in _SCALARS or isinstance(value, (np.dtype, np.generic)):
+    if kind in SCALARS or isinstance(value, (np.dtype, np.generic)):
         return value
     if depth <= 0:
         raise Refused(f"{what} nested too deeply")

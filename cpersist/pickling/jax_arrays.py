@@ -25,7 +25,7 @@ jax is imported neither by a dump that meets no JAX array (the pickler checks
 
 import sys
 
-from .checks import brief
+from .brief import brief
 
 #: jax uses a CPU buffer in place (``jax.device_put`` without a copy) only
 #: when its first byte is at a multiple of this many bytes: a load of a file

@@ -18,7 +18,7 @@ from .._runtime.parallel import run_claimed
 from ..exceptions import CorruptFileError, CpersistError, DtypeLibraryError
 from ..format import names
 from .arrays import allocate, parse_description
-from .checks import brief
+from .brief import brief
 from .jax_arrays import ALIGNMENT as JAX_ALIGNMENT
 from .unpickler import ArrayUnpickler
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..format import names
 from .arrays import from_inline
-from .checks import brief
+from .brief import brief
 from .jax_arrays import assemble, bad_jax, check_placement, to_jax
 from .torch_dtypes import bad_tensor, check_view, import_torch, view_extent
 

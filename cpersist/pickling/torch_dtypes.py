@@ -7,7 +7,7 @@ import pickle
 
 import numpy as np
 
-from .checks import brief
+from .brief import brief
 
 #: torch dtypes numpy has, by torch's name.
 _NUMPY_TWINS = {

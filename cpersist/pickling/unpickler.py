@@ -352,7 +352,7 @@ class ArrayUnpickler(pickle.Unpickler):
     def persistent_load(self, pid):
         # Named by its type only: the repr of what a stream gives (lists
         # holding each other thousands of times) can take without end.
-        from .checks import brief
+        from .brief import brief
 
         raise CorruptFileError(
             f"{self._source}: unexpected persistent id ({brief(pid)}) in the pickle stream"
