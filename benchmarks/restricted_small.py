@@ -33,7 +33,16 @@ def objects():
         "3-key dict": {"a": 1, "b": 2.0, "c": "x"},
         "seed record": dict((str(n), n) for n in range(100)),
         "1000 ints + str": {"k": list(range(1000)), "s": "x" * 100},
-        "1000 floats": [rng.random() for _ in range(1000)],
+        "200 floats": [rng.random() for _ in range(200)],
+        # English keys: an "r" byte, LONG_BINPUT's, in the data
+        "training config": {
+            "learning_rate": 3e-4, "weight_decay": 0.01, "warmup_steps": 500,
+            "max_grad_norm": 1.0, "per_device_train_batch_size": 32,
+            "gradient_accumulation_steps": 4, "lr_scheduler_type": "cosine",
+            "optimizer": "adamw_torch", "num_train_epochs": 3, "seed": 42,
+            "output_dir": "runs/exp1", "report_to": ["tensorboard"], "bf16": True,
+            "dropout": 0.1, "label_smoothing_factor": 0.0, "save_strategy": "steps",
+        },
         "nested config": {
             "model": {"layers": [64, 128, 256], "dropout": 0.1, "act": "gelu"},
             "optim": {"name": "adam", "lr": 0.0003, "betas": (0.9, 0.999), "eps": 1e-8},

@@ -261,26 +261,26 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
     # else, or damage, goes the long way, which says what is wrong.
     # A small one in ``bytes``: compact_stream(data), specialised for speed
     # (tests/test_kept_pickler.py checks that they agree).
-    if (type(data) is bytes and trusted is True and n_threads is None and not jax_as_numpy
+    if (type(data) is bytes and n_threads is None and not jax_as_numpy
             and _keywords_only is _KEYWORDS_ONLY):
-        stream = small_bytes_stream(data)
-        if stream is not None:
-            try:
-                return _unpickle(stream)
-            except _STREAM_FAILURES as exc:
-                _raise_damaged(exc)
+        if trusted is True:
+            stream = small_bytes_stream(data)
+            if stream is not None:
+                try:
+                    return _unpickle(stream)
+                except _STREAM_FAILURES as exc:
+                    _raise_damaged(exc)
+        elif trusted is False and len(data) <= _QUICK_DUMP:
+            # A restricted load of a small compact dump: its stream may take
+            # the quick path (cpersist.pickling.quick), else the general way.
+            stream = small_bytes_stream(data)
+            if stream is not None:
+                obj = quick_load(stream, _DEFAULT_LIMITS if limits is None else check_limits(limits))
+                if obj is not NOT_QUICK:
+                    return obj
     elif _keywords_only is not _KEYWORDS_ONLY:
         raise TypeError("loads() takes 1 positional argument (data); pass trusted, verify, "
                         "n_threads, copy, limits and jax_as_numpy by keyword")
-    elif (trusted is False and type(data) is bytes and n_threads is None and not jax_as_numpy
-          and len(data) <= _QUICK_DUMP):
-        # A restricted load of a small compact dump: its stream may take the
-        # quick path (cpersist.pickling.quick), else the general way below.
-        stream = small_bytes_stream(data)
-        if stream is not None:
-            obj = quick_load(stream, _DEFAULT_LIMITS if limits is None else check_limits(limits))
-            if obj is not NOT_QUICK:
-                return obj
     if n_threads is not None:
         check_n_threads(n_threads)
     if trusted is True and not jax_as_numpy:

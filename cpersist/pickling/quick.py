@@ -25,7 +25,8 @@ every test errs towards the machine):
   opcode makes at most one object and fills at most one slot). ``LONG_BINPUT``
   and ``PUT`` make the C unpickler zero a memo of twice their index (a
   4-byte ``LONG_BINPUT`` index asks for 64 GiB): a stream holding an ``r``
-  byte, or a ``p`` byte and a newline, is left to the machine. Integers the
+  byte goes to the exact scan below, one holding a ``p`` byte and a newline
+  to the machine. Integers the
   machine would refuse for their digits need ``LONG4``, a text line, or
   ``LONG1`` under a small ``max_digits``; those bytes send a longer stream to
   the machine.
@@ -44,12 +45,30 @@ every test errs towards the machine):
   the machine. A frame must span the whole stream (the machine refuses an
   opcode across a frame's end, which the C unpickler reads on).
 
+A stream holding an ``r`` byte, or one these byte checks would leave to the
+machine for a byte that may lie in an argument (an ``EXT*`` byte in a float;
+more bytes of tuple or chosen-hash opcodes than there are such opcodes),
+gets an exact look instead: one regular expression (:func:`_exact_scan`),
+matched in C with no step per opcode in Python. Its language is the streams
+of binary opcodes of protocols 2 to 5 (PROTO and a FRAME first, STOP last)
+that name no global, call nothing, make no bytearray, hold no
+``LONG_BINPUT`` index from :data:`PUT_BELOW` on (the memo stays within
+:data:`_MEMO_BYTES`), and either fill no set or dict and make at most
+:data:`_DEPTH_CAP` tuples, or make at most :data:`_SAME_HASH` keys of a
+chosen hash (tuples and frozensets among them). Anything else (text
+opcodes, ``LONG4``, a string of 256 bytes or more, bytes after STOP) does
+not match and goes to the machine; so does every stream when the limits are
+below what the scan lets through (``max_depth`` under :data:`_DEPTH_CAP`,
+``max_alloc_bytes`` under :data:`_MEMO_BYTES`).
+
 Whatever the C unpickler raises, the stream goes to the machine, which gives
 its result or says what is wrong, as without this path.
 """
 
 import io
 import pickle
+import re
+import struct
 
 from ..format.limits import DEFAULT, STR_HASH_PREDICTABLE
 
@@ -63,6 +82,14 @@ NOT_QUICK = object()
 _DEPTH_CAP = 100
 #: Keys of one container with one hash that the machine accepts.
 _SAME_HASH = 16
+#: ``LONG_BINPUT`` indices the exact scan takes: below the opcodes a stream
+#: the quick path takes can hold, so that the C unpickler's memo (twice the
+#: largest index, 8 bytes a slot) stays below :data:`_MEMO_BYTES`.
+PUT_BELOW = QUICK_UP_TO
+assert PUT_BELOW == 1 << 13  # the scan's pattern spells it: a second byte below 0x20
+#: What the exact scan lets the C unpickler's memo take; a load whose
+#: ``max_alloc_bytes`` is smaller is left to the byte checks.
+_MEMO_BYTES = 16 * PUT_BELOW
 
 
 def _classes(**members):
@@ -104,12 +131,20 @@ class _Refusing(pickle.Unpickler):
         raise pickle.UnpicklingError("the quick path resolves no persistent id")
 
 
+_unpickle = pickle.loads
+#: LONG_BINPUT's byte, as an int (``in`` finds one quicker than a bytes).
+_LONG_BINPUT = pickle.LONG_BINPUT[0]
+#: The length of the FRAME at offset 3 (after PROTO): as a tuple.
+_frame_length = struct.Struct("<Q").unpack_from
+
+
 def _refusing_loads(stream):
     return _Refusing(io.BytesIO(stream)).load()
 
 
 #: id(Limits) -> (Limits, largest stream, bits of the largest integer the
-#: machine builds); by identity, as hashing a Limits costs more than a load.
+#: machine builds, deepest nesting taken, whether the exact scan may take a
+#: stream); by identity, as hashing a Limits costs more than a load.
 _bounds = {}
 
 
@@ -124,7 +159,9 @@ def _bounds_of(limits):
             largest = -1
         if len(_bounds) > 64:
             _bounds.clear()
-        bound = _bounds[id(limits)] = (limits, largest, int(limits.max_digits * 3.33) + 8)
+        bound = _bounds[id(limits)] = (
+            limits, largest, int(limits.max_digits * 3.33) + 8, min(limits.max_depth, _DEPTH_CAP),
+            limits.max_depth >= _DEPTH_CAP and limits.max_alloc_bytes >= _MEMO_BYTES)
     return bound
 
 
@@ -132,15 +169,21 @@ _DEFAULT_BOUND = _bounds_of(DEFAULT)
 
 
 def _verdict_of(marks):
-    """``(needs a frame over the whole stream, how to load, may hold a long
-    integer, holds a LONG1, tuple and frozenset opcodes)`` of a stream whose
-    bytes' classes (``_CLASS``) are ``marks``, or _FAIL."""
+    """``(needs a frame over the whole stream, how to load, counts)`` of a
+    stream whose bytes' classes (``_CLASS``) are ``marks``, or _FAIL;
+    ``counts``, None when there is nothing to count, is ``(may hold a long
+    integer, holds a LONG1, tuple and frozenset opcodes, may be a collision
+    flood)``."""
     if b"X" in marks or b"N" in marks and b"P" in marks:  # a PUT may be in it
         return _FAIL
-    load = _refusing_loads if b"N" in marks or b"G" in marks else pickle.loads
+    load = _refusing_loads if b"N" in marks or b"G" in marks else _unpickle
     digits = b"D" in marks or b"N" in marks and b"I" in marks
     nests = marks.count(b"T") + marks.count(b"Z")
-    verdict = (b"M" in marks, load, digits, b"E" in marks, nests)
+    flood = len(marks) > _SAME_HASH and (b"F" in marks or b"Z" in marks) and sum(
+        map(marks.count, _CHOSEN_ONE)) > _SAME_HASH
+    long1 = b"E" in marks
+    counts = (digits, long1, nests, flood) if digits or long1 or nests or flood else None
+    verdict = (b"M" in marks, load, counts)
     if len(marks) <= _SAME_HASH:
         if len(_verdicts) > 4096:
             _verdicts.clear()
@@ -148,38 +191,127 @@ def _verdict_of(marks):
     return verdict
 
 
+def _sized(opcodes, length_bytes):
+    """The pattern of one of ``opcodes`` (a class of them: sre decides
+    quicker on one literal) and its argument: a little-endian length of
+    ``length_bytes`` bytes, below 256, then that many bytes. A regular
+    expression cannot read a length, so each is spelt out, an alternative
+    per value (sre skips one whose first byte differs without entering it;
+    each costs the compilation about 10 us)."""
+    zeros = b"\x00" * (length_bytes - 1)
+    first = re.escape(opcodes) if len(opcodes) == 1 else b"[" + re.escape(opcodes) + b"]"
+    return first + b"(?:" + b"|".join(
+        re.escape(bytes([n])) + zeros + _skip(n) for n in range(256)) + b")"
+
+
+def _skip(n):
+    """The pattern of ``n`` bytes, any (a few ``.`` match quicker than a
+    repeat)."""
+    return b"." * n if n <= 8 else b".{%d}" % n
+
+
+def _one_of(*alternatives):
+    return b"(?:" + b"|".join(alternatives) + b")"
+
+
+_exact = None
+
+
+def _exact_scan():
+    """``fullmatch`` of the pattern of the streams the exact scan takes (see
+    the module), compiled at its first use."""
+    global _exact
+    if _exact is not None:
+        return _exact
+    P, esc = pickle, re.escape
+    # Opcodes without argument making no key of a chosen hash: MARK, POP,
+    # POP_MARK, DUP, NONE, the empty list, dict and set, APPEND(S), LIST,
+    # the booleans, MEMOIZE. Then those filling a set or a dict, and those
+    # making a tuple.
+    plain = (P.MARK + P.POP + P.POP_MARK + P.DUP + P.NONE + P.EMPTY_LIST + P.EMPTY_DICT
+             + P.APPEND + P.APPENDS + P.LIST + P.NEWTRUE + P.NEWFALSE + P.EMPTY_SET + P.MEMOIZE)
+    fills = P.SETITEM + P.SETITEMS + P.DICT + P.ADDITEMS
+    tuples = P.EMPTY_TUPLE + P.TUPLE + P.TUPLE1 + P.TUPLE2 + P.TUPLE3
+    # The alternatives of one step, each opening with a literal, the
+    # commonest in a dump first (sre tries them in turn); a run of opcodes
+    # without argument as one step, last. A string is mostly followed by
+    # MEMOIZE, taken with it. A LONG_BINPUT index is below PUT_BELOW: any
+    # low byte, a second byte below 0x20.
+    string = _sized(P.SHORT_BINUNICODE, 1) + esc(P.MEMOIZE) + b"?"
+    ints = [esc(P.BININT1) + b".", esc(P.BININT2) + b".."]
+    float_ = esc(P.BINFLOAT) + _skip(8)
+    memo = [esc(P.BININT) + b"....", esc(P.BINGET) + b".", esc(P.BINPUT) + b".",
+            esc(P.LONG_BINGET) + b"....", esc(P.LONG_BINPUT) + b".[\x00-\x1f]\x00\x00"]
+    long_strings = _sized(P.BINUNICODE + P.BINBYTES, 4)
+    stop_next = b"(?=" + esc(P.STOP) + b"\\Z)"
+    # Each iteration of a possessive repeat (one pass, no backtracking): the
+    # steps not counted, then one that is, or the STOP next.
+    if STR_HASH_PREDICTABLE:  # strings and bytes make keys of a chosen hash
+        uncounted = [*ints, *memo]
+        counted = [string, float_, _sized(P.SHORT_BINBYTES + P.LONG1, 1), long_strings]
+    else:
+        uncounted = [string, *ints, *memo, _sized(P.SHORT_BINBYTES, 1), long_strings]
+        counted = [float_, _sized(P.LONG1, 1)]
+    few_chosen = (b"(?:" + _one_of(*uncounted, b"[" + esc(plain + fills) + b"]++") + b"*+"
+                  + _one_of(*counted, b"[" + esc(tuples + P.FROZENSET) + b"]", stop_next)
+                  + b"){0,%d}+" % _SAME_HASH)
+    no_fill = (b"(?:" + _one_of(string, float_, *ints, *memo, b"[" + esc(plain) + b"]++",
+                                 _sized(P.SHORT_BINBYTES + P.LONG1, 1), long_strings)
+               + b"*+" + _one_of(b"[" + esc(tuples) + b"]", stop_next) + b"){0,%d}+" % _DEPTH_CAP)
+    head = esc(P.PROTO) + b"[\x02-\x05](?:" + esc(P.FRAME) + b".{8})?"
+    _exact = re.compile(head + _one_of(few_chosen, no_fill) + esc(P.STOP), re.DOTALL).fullmatch
+    return _exact
+
+
+def _scanned_load(stream, n, bound):
+    """:func:`quick_load` of a stream of ``n`` bytes (at most ``bound[1]``)
+    that the byte checks leave to the machine: its object if the exact scan
+    takes it, else NOT_QUICK."""
+    if not bound[4] or bound[2] < 8 * 255 and b"\x8a" in stream:
+        return NOT_QUICK  # limits below what the scan lets through
+    if (_exact or _exact_scan())(stream) is None:
+        return NOT_QUICK
+    if stream[2] == 0x95 and _frame_length(stream, 3)[0] != n - 11:
+        return NOT_QUICK  # a frame that ends before the stream
+    try:
+        return _unpickle(stream)
+    except Exception:  # noqa: BLE001 - the machine says what is wrong
+        return NOT_QUICK
+
+
 def quick_load(stream, limits):
     """The object of the pickle stream ``stream`` (bytes), as a restricted
     load under ``limits`` would build it; :data:`NOT_QUICK` when this module
     cannot prove that the C unpickler builds the same (see the module)."""
-    n = len(stream)
     bound = _DEFAULT_BOUND if limits is DEFAULT else _bounds.get(id(limits))
     if bound is None or bound[0] is not limits:
         bound = _bounds_of(limits)
+    n = len(stream)
     if n > bound[1]:
         return NOT_QUICK
+    if _LONG_BINPUT in stream:  # its byte, or an argument's: the scan tells
+        return _scanned_load(stream, n, bound)
     # The bytes looked at, by class (deleting one byte after translating
     # costs less than deleting the 230 others in one call).
     marks = stream.translate(_CLASS).translate(None, b".")
     if not marks:
-        load = pickle.loads
+        load = _unpickle
     else:
         verdict = _verdicts.get(marks) if len(marks) <= _SAME_HASH else None
         if verdict is None:
             verdict = _verdict_of(marks)
         if verdict is _FAIL:
-            return NOT_QUICK
-        framed, load, digits, long1, nests = verdict
-        if framed and not (n > 11 and stream[0] == 0x80 and stream[2:11] == b"\x95" + (
-                n - 11).to_bytes(8, "little")):
+            return _scanned_load(stream, n, bound)
+        framed, load, counts = verdict
+        if framed and not (n > 11 and stream[0] == 0x80 and stream[2] == 0x95
+                           and _frame_length(stream, 3)[0] == n - 11):
             return NOT_QUICK  # a frame that ends before the stream, or none at its start
-        int_bits = bound[2]
-        if (digits and 8 * n > int_bits or long1 and int_bits < 8 * 255
-                or nests > limits.max_depth or nests > _DEPTH_CAP):
-            return NOT_QUICK
-        if len(marks) > _SAME_HASH and (b"F" in marks or b"Z" in marks) and sum(
-                map(marks.count, _CHOSEN_ONE)) > _SAME_HASH:
-            return NOT_QUICK
+        if counts is not None:
+            digits, long1, nests, flood = counts
+            int_bits = bound[2]
+            if (flood or nests > bound[3] or digits and 8 * n > int_bits
+                    or long1 and int_bits < 8 * 255):
+                return _scanned_load(stream, n, bound)
     try:
         return load(stream)
     except Exception:  # noqa: BLE001 - the machine says what is wrong
