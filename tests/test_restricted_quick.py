@@ -5,6 +5,8 @@ check fails, the machine decides, with its own outcome."""
 import io
 import os
 import pickle
+import pickletools
+import random
 import struct
 import subprocess
 import sys
@@ -16,7 +18,7 @@ from cpersist.container.compact import compact_dump
 from cpersist.pickling import restricted
 from cpersist._args import check_limits
 from cpersist.format.limits import DEFAULT
-from cpersist.pickling.quick import NOT_QUICK, quick_load
+from cpersist.pickling.quick import NOT_QUICK, PUT_BELOW, quick_load
 from cpersist.pickling.unpickler import ArrayUnpickler
 
 def machine(stream, limits=DEFAULT):
@@ -186,3 +188,151 @@ def test_str_keys_are_counted_when_the_hash_seed_is_fixed():
                              text=True, check=True, cwd=os.path.dirname(os.path.dirname(
                                  os.path.abspath(__file__)))).stdout.split()
         assert " ".join(out) == expected, seed
+
+
+# -- the exact scan: streams holding an "r" (LONG_BINPUT's byte) -----------------
+
+def exact(obj, seen=None):
+    """:func:`typed`, floats by their bits (NaN equals itself, -0.0 not 0.0)."""
+    seen = {} if seen is None else seen
+    if type(obj) is float:
+        return float, struct.pack(">d", obj)
+    if id(obj) in seen:
+        return ("cycle", seen[id(obj)])
+    seen[id(obj)] = len(seen)
+    kind = type(obj)
+    if kind in (list, tuple):
+        return kind, tuple(exact(x, seen) for x in obj)
+    if kind is dict:
+        return kind, tuple((exact(k, seen), exact(v, seen)) for k, v in obj.items())
+    if kind in (set, frozenset):
+        return kind, frozenset(exact(x, {}) for x in obj)
+    return kind, obj
+
+
+def run_puts(stream):
+    """The LONG_BINPUT indices among the opcodes the C unpickler runs: up to
+    STOP, or to the first it cannot read."""
+    puts = []
+    try:
+        for opcode, arg, _ in pickletools.genops(stream):
+            if opcode.name == "LONG_BINPUT":
+                puts.append(arg)
+    except ValueError:
+        pass
+    return puts
+
+
+def check_quick(stream, limits=DEFAULT):
+    """Where the quick path takes ``stream``, it ran no LONG_BINPUT of a large
+    index and built what the machine builds; a restricted ``loads`` then
+    gives the machine's outcome. Whether it took it."""
+    quick = quick_load(stream, limits)
+    if quick is NOT_QUICK:
+        return False
+    assert max(run_puts(stream), default=0) < PUT_BELOW, stream
+    outcome, built = machine(stream, limits)
+    assert outcome == "ok", (stream, built)
+    assert exact(quick) == exact(built), stream
+    return True
+
+
+def test_the_scan_takes_data_holding_r_and_leaves_large_puts_to_the_machine():
+    english = {"learning_rate": 3e-4, "optimizer": "adamw", "layers": [128, 64],
+               "dropout": 0.1, "warmup_steps": 500}
+    rng = random.Random(5)
+    for protocol in (2, 3, 4, 5):
+        for obj in (english, [rng.random() for i in range(200)],
+                    {"k": list(range(1000)), "s": "x" * 100},
+                    {b"r\xff\xff\xff\x7f" if protocol > 2 else "rrr":  # protocol 2: a global
+                     "r\x00\x00\x00\x10" * 3, "r": 2 ** 70},
+                    list(range(300)) * 2, [(i, "run") for i in range(12)]):
+            stream = pickle.dumps(obj, protocol)
+            assert 114 in stream and check_quick(stream), (protocol, obj)
+            assert loaded(stream) == ("ok", obj)
+    # LONG_BINPUT itself, as protocols 2 and 3 write past 256 memoized objects:
+    # an index below PUT_BELOW is taken, one from it on is not.
+    memoized = pickle.dumps([[n] for n in range(400)], 2)
+    assert b"r" + struct.pack("<I", 399) in memoized and check_quick(memoized)
+    for index, taken in ((PUT_BELOW - 1, True), (PUT_BELOW, False), (1 << 20, False),
+                         (2 ** 31 - 1, False), (2 ** 32 - 1, False)):
+        after_key = (b"\x80\x05}\x94(\x8c\x0dlearning_rate\x94N" + pickle.LONG_BINPUT
+                     + struct.pack("<I", index) + b"u.")
+        assert check_quick(after_key) is taken, index
+        assert loaded(after_key) == ("ok", {"learning_rate": None})
+    # Limits below what the scan lets through leave the stream to the machine.
+    for limits in (cpersist.Limits(max_depth=99), cpersist.Limits(max_alloc_bytes=100_000)):
+        assert quick_load(pickle.dumps(english, 5), check_limits(limits)) is NOT_QUICK
+
+
+def _opcode_pieces():
+    """Opcodes with their arguments, ``r`` bytes and large LONG_BINPUT indices
+    among them (in arguments and as opcodes), and what the scan refuses."""
+    from hypothesis import strategies as st
+
+    P = pickle
+    index = st.sampled_from([0, 1, 2, 5, 255, 256, PUT_BELOW - 1, PUT_BELOW, 1 << 20])
+    data = st.one_of(st.binary(max_size=12), st.sampled_from(
+        [b"r", b"r\x00\x00\x10\x00", b"learning_rate", b"\xff\xff\xff\x7fr", b"rrrr"]))
+    no_argument = (P.MARK + P.POP + P.POP_MARK + P.DUP + P.NONE + P.NEWTRUE + P.NEWFALSE
+                   + P.EMPTY_LIST + P.EMPTY_DICT + P.EMPTY_SET + P.EMPTY_TUPLE + P.APPEND
+                   + P.APPENDS + P.LIST + P.TUPLE + P.TUPLE1 + P.TUPLE2 + P.TUPLE3 + P.DICT
+                   + P.SETITEM + P.SETITEMS + P.ADDITEMS + P.FROZENSET + P.MEMOIZE + P.STOP
+                   + P.BUILD + P.REDUCE + P.STACK_GLOBAL + P.NEXT_BUFFER + P.READONLY_BUFFER)
+    return st.one_of(
+        st.sampled_from([bytes([b]) for b in no_argument]),
+        st.binary(min_size=1, max_size=1).map(lambda b: P.BININT1 + b),
+        st.binary(min_size=2, max_size=2).map(lambda b: P.BININT2 + b),
+        st.binary(min_size=4, max_size=4).map(lambda b: P.BININT + b),
+        st.binary(min_size=8, max_size=8).map(lambda b: P.BINFLOAT + b),
+        st.floats(allow_nan=False).map(lambda f: P.BINFLOAT + struct.pack(">d", f)),
+        st.binary(max_size=9).map(lambda b: P.LONG1 + bytes([len(b)]) + b),
+        data.map(lambda b: P.SHORT_BINUNICODE + bytes([len(b)]) + b),
+        data.map(lambda b: P.SHORT_BINBYTES + bytes([len(b)]) + b),
+        data.map(lambda b: P.BINUNICODE + struct.pack("<I", len(b)) + b),
+        data.map(lambda b: P.BINBYTES + struct.pack("<I", len(b)) + b),
+        st.integers(0, 5).map(lambda n: P.BINGET + bytes([n])),
+        st.integers(0, 5).map(lambda n: P.BINPUT + bytes([n])),
+        index.map(lambda n: P.LONG_BINGET + struct.pack("<I", n)),
+        index.map(lambda n: P.LONG_BINPUT + struct.pack("<I", n)),
+        st.sampled_from([P.BYTEARRAY8 + struct.pack("<Q", 1) + b"r", P.EXT1 + b"\x01",
+                         P.LONG4 + struct.pack("<I", 1) + b"r", P.FRAME + struct.pack("<Q", 3),
+                         P.PROTO + b"\x05", b"r"]),
+    )
+
+
+def test_quick_path_and_machine_agree_on_generated_streams():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=int(os.environ.get("CPERSIST_DIFF_EXAMPLES", "1500")))
+    @given(st.integers(2, 5), st.booleans(), st.lists(_opcode_pieces(), max_size=24),
+           st.binary(max_size=2))
+    def agree(protocol, framed, pieces, after):
+        body = b"".join(pieces) + pickle.STOP + after
+        if framed:  # a frame over the rest of the stream, as a dump writes it
+            body = pickle.FRAME + struct.pack("<Q", len(body)) + body
+        stream = pickle.PROTO + bytes([protocol]) + body
+        check_quick(stream)
+
+    agree()
+
+
+def test_quick_path_and_machine_agree_on_mutated_streams():
+    rng = random.Random(11)
+    objects = [{"learning_rate": 3e-4, "layers": [128, 64], "betas": (0.9, 0.999), "r": None},
+               [rng.random() for _ in range(40)], {"k": list(range(300)), "s": "error"},
+               [(i, "run", i / 3) for i in range(8)], {frozenset({1.5, "r"}): {2 ** 40, b"r"}}]
+    genuine = [pickle.dumps(obj, protocol) for protocol in (2, 3, 4, 5) for obj in objects]
+    taken = 0
+    for _ in range(3000):
+        stream = bytearray(rng.choice(genuine))
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(stream))
+            if rng.random() < 0.5:
+                stream[at] = rng.choice([rng.randrange(256), 114])
+            else:  # a LONG_BINPUT in an argument or between opcodes
+                stream[at:at] = pickle.LONG_BINPUT + struct.pack(
+                    "<I", rng.choice([3, PUT_BELOW - 1, PUT_BELOW, 1 << 20]))
+        taken += check_quick(bytes(stream))
+    assert taken > 100  # mutants of the scan's language are checked, not only refused

@@ -325,6 +325,18 @@ def quick_path():
         "11-quick-bytearray-setitem": (proto(5, pickle.BYTEARRAY8 + struct.pack("<Q", 4)
                                              + b"abcd" + pickle.DUP + integer(0) + integer(0)
                                              + pickle.SETITEM + pickle.POP), REFUSED),
+        # An "r" in a key sends the stream to the exact scan, which must find
+        # the LONG_BINPUT of index 2**31 - 1 among the opcodes (16 GiB of memo).
+        "11-quick-memo-bomb-after-english-key": (proto(5, pickle.EMPTY_DICT + pickle.MARK
+                                                       + s("learning_rate") + pickle.NONE
+                                                       + pickle.LONG_BINPUT
+                                                       + struct.pack("<I", 2 ** 31 - 1)
+                                                       + pickle.SETITEMS), ANY),
+        # The same after 200 floats, whose bytes hold "r" and EXT bytes: the
+        # scan's path for a stream filling no dict.
+        "11-quick-memo-bomb-after-floats": (proto(5, pickle.EMPTY_LIST + pickle.MARK + b"".join(
+            pickle.BINFLOAT + struct.pack(">d", 1 / (k + 3)) for k in range(200))
+            + pickle.APPENDS + pickle.LONG_BINPUT + struct.pack("<I", 1 << 28)), ANY),
     }
 
 
