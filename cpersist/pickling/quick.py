@@ -255,7 +255,8 @@ def _exact_scan():
     few_chosen = (b"(?:" + _one_of(*uncounted, b"[" + esc(plain + fills) + b"]++") + b"*+"
                   + _one_of(*counted, b"[" + esc(tuples + P.FROZENSET) + b"]", stop_next)
                   + b"){0,%d}+" % _SAME_HASH)
-    no_fill = (b"(?:" + _one_of(string, float_, *ints, *memo, b"[" + esc(plain) + b"]++",
+    floats = float_ + b"(?:" + float_ + b")*+"  # a run of them in one step
+    no_fill = (b"(?:" + _one_of(string, floats, *ints, *memo, b"[" + esc(plain) + b"]++",
                                  _sized(P.SHORT_BINBYTES + P.LONG1, 1), long_strings)
                + b"*+" + _one_of(b"[" + esc(tuples) + b"]", stop_next) + b"){0,%d}+" % _DEPTH_CAP)
     head = esc(P.PROTO) + b"[\x02-\x05](?:" + esc(P.FRAME) + b".{8})?"
