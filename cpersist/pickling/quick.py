@@ -54,7 +54,7 @@ of binary opcodes of protocols 2 to 5 (PROTO and a FRAME first, STOP last)
 that name no global, call nothing, make no bytearray, hold no
 ``LONG_BINPUT`` index from :data:`PUT_BELOW` on (the memo stays within
 :data:`_MEMO_BYTES`), and either fill no set or dict and make at most
-:data:`_DEPTH_CAP` tuples, or make at most :data:`_SAME_HASH` keys of a
+:data:`_DEPTH_CAP` tuples, or make fewer than :data:`_SAME_HASH` keys of a
 chosen hash (tuples and frozensets among them). Anything else (text
 opcodes, ``LONG4``, a string of 256 bytes or more, bytes after STOP) does
 not match and goes to the machine; so does every stream when the limits are
@@ -245,7 +245,9 @@ def _exact_scan():
     long_strings = _sized(P.BINUNICODE + P.BINBYTES, 4)
     stop_next = b"(?=" + esc(P.STOP) + b"\\Z)"
     # Each iteration of a possessive repeat (one pass, no backtracking): the
-    # steps not counted, then one that is, or the STOP next.
+    # steps not counted, then one that is, or the STOP next (so that at most
+    # _SAME_HASH iterations take fewer counted steps than that, or as many
+    # when the last is the last opcode: fewer than the machine refuses).
     if STR_HASH_PREDICTABLE:  # strings and bytes make keys of a chosen hash
         uncounted = [*ints, *memo]
         counted = [string, float_, _sized(P.SHORT_BINBYTES + P.LONG1, 1), long_strings]
