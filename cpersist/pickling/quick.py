@@ -232,11 +232,12 @@ def _exact_scan():
              + P.APPEND + P.APPENDS + P.LIST + P.NEWTRUE + P.NEWFALSE + P.EMPTY_SET + P.MEMOIZE)
     fills = P.SETITEM + P.SETITEMS + P.DICT + P.ADDITEMS
     tuples = P.EMPTY_TUPLE + P.TUPLE + P.TUPLE1 + P.TUPLE2 + P.TUPLE3
-    # The alternatives of one step, each opening with a literal, the
-    # commonest in a dump first (sre tries them in turn); a run of opcodes
-    # without argument as one step, last. A string is mostly followed by
-    # MEMOIZE, taken with it. A LONG_BINPUT index is below PUT_BELOW: any
-    # low byte, a second byte below 0x20.
+    # The alternatives of one step, each opening with a literal or a class,
+    # the commonest in a dump first (sre tries them in turn, skipping one
+    # whose first byte differs); a run of opcodes without argument is one
+    # step. A string is mostly followed by MEMOIZE, taken with it. A
+    # LONG_BINPUT index is below PUT_BELOW: any low byte, a second byte
+    # below 0x20.
     string = _sized(P.SHORT_BINUNICODE, 1) + esc(P.MEMOIZE) + b"?"
     ints = [esc(P.BININT1) + b".", esc(P.BININT2) + b".."]
     float_ = esc(P.BINFLOAT) + _skip(8)
