@@ -100,7 +100,7 @@ def small_bytes_stream(data):
     offsets are checked against the layout above)."""
     if 113 <= (size := len(data)) <= 65648 and _HEAD16 <= data < _AFTER_HEAD16:
         stream = data[72:-40]
-        if data.endswith(_pack_back(_END, size - 32, _xxh3_64(stream), END_MAGIC)):
+        if data[-40:] == _pack_back(_END, size - 32, _xxh3_64(stream), END_MAGIC):
             return stream
     return None
 
