@@ -275,7 +275,8 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
             # the quick path (cpersist.pickling.quick), else the general way.
             stream = small_bytes_stream(data)
             if stream is not None:
-                obj = quick_load(stream, _DEFAULT_LIMITS if limits is None else check_limits(limits))
+                obj = quick_load(stream,
+                                 _DEFAULT_LIMITS if limits is None else check_limits(limits))
                 if obj is not NOT_QUICK:
                     return obj
     elif _keywords_only is not _KEYWORDS_ONLY:
