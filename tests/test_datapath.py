@@ -16,7 +16,7 @@ import pytest
 import cpersist
 from cpersist import CorruptFileError
 from cpersist.storage.open import open_source
-from cpersist._runtime.files import local_fd
+from cpersist.container.files import local_fd
 from cpersist._runtime.temporaries import TMP_SUFFIX
 from cpersist.container import ContainerReader
 from cpersist.container.sources import (FileObjectSource, LocalFileSource, MemorySource,

@@ -8,7 +8,7 @@ object is told apart (plain file, other seekable, stream) by
 
 import warnings
 
-from .._runtime.files import display_name, is_path, is_writable
+from ..container.files import display_name, is_path, is_writable
 from ..container.sources import ByteSource, LocalFileSource, SpooledSource, source_for
 from .fsspec.urls import is_filesystem, is_remote, is_url, protocols_of, resolve
 

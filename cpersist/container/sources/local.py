@@ -22,7 +22,7 @@ class LocalFileSource(ByteSource):
     ----------
     file : binary file object
         A plain file object on a regular file (see
-        :func:`cpersist._runtime.files.local_fd`); its position marks offset 0.
+        :func:`cpersist.container.files.local_fd`); its position marks offset 0.
     name : str
     fd : int
         ``file``'s descriptor.

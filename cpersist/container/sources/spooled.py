@@ -1,7 +1,7 @@
 """A non-seekable stream (pipe, socket, standard input), whose next dump is
 copied to an anonymous temporary file that is then read as a local file."""
 
-from ..._runtime.files import local_fd
+from ..files import local_fd
 from ..framing import copy_dump
 from .local import LocalFileSource
 
