@@ -35,14 +35,8 @@ def source_for(file, name, owned=False):
     if isinstance(file, (bytes, bytearray, memoryview)):
         return MemorySource(file, name)
     if not is_seekable(file):
-        source = SpooledSource(file, name)
-        if owned:
-            file.close()
-        return source
+        return SpooledSource(file, name, owned)
     fd = local_fd(file)
     if fd is not None and hasattr(os, "preadv"):  # Windows has no pread
         return LocalFileSource(file, name, fd, owned)
-    source = FileObjectSource(file, name)
-    if owned:  # only paths are owned, and a path opens as a plain file
-        source.close = file.close
-    return source
+    return FileObjectSource(file, name, owned)

@@ -6,6 +6,7 @@ import os
 from contextlib import contextmanager
 
 from ..._runtime.locks import locked
+from ..files import is_writable
 from .abc import ByteSource
 
 _ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY}
@@ -60,6 +61,10 @@ class LocalFileSource(ByteSource):
                 yield held
             finally:
                 self._locked = False
+
+    @property
+    def writable(self):
+        return is_writable(self.file)
 
     def refresh(self):
         self._size = os.fstat(self.fd).st_size - self.base
