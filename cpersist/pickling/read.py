@@ -158,9 +158,10 @@ def _can_map(source, mmap_mode):
 def _read_ahead(reader, indices, verify, n_threads, align=0):
     """``{index: array}`` of the array sections ``indices`` (compressed, or
     raw and copied into memory), each read, checked and decoded by one of
-    ``n_threads`` threads (:meth:`~cpersist.container.ContainerReader.read_sections_into`). A section that fails maps to its exception,
-    raised only if the pickle stream asks for it, as it would be read one by
-    one. Zero-size arrays are left out: the caller makes them without
+    ``n_threads`` threads (by the reader's
+    :meth:`~cpersist.container.sections.SectionReads.read_sections_into`). A
+    section that fails maps to its exception, raised only if the pickle
+    stream asks for it, as it would be read one by one. Zero-size arrays are left out: the caller makes them without
     reading.
 
     Every array is allocated here, on the calling thread, before any is
