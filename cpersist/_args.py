@@ -15,7 +15,7 @@ a dump does not import the reading side.
 
 import pickle
 
-from ._runtime.files import check_writable_file, display_name, is_path
+from .container.files import check_writable_file, display_name, is_path
 from .storage.fsspec.urls import is_remote, is_url
 from .storage.fsspec.write import WRITE_TIMEOUT
 from ._runtime.threads import default_n_threads

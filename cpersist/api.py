@@ -9,10 +9,10 @@ import pickle
 from ._args import (check_chunk_size, check_compress, check_limits, check_mmap_mode, check_n_threads,
                     check_protocol, check_storage_options, check_target, check_timeout,
                     check_trusted)
-from ._runtime.files import display_name, is_path
+from .container.files import display_name, is_path
 from .storage.fsspec.urls import is_remote
+from .storage.small_files import compact_file_stream
 from .storage.targets import open_target
-from .container.compact import compact_file_stream
 from .exceptions import CorruptFileError
 from .pickling.dump import write_dump
 from .pickling.unpicklable import PICKLING_ERRORS, unpicklable_error

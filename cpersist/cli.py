@@ -14,7 +14,7 @@ import os
 import sys
 
 from . import __version__
-from ._runtime.files import display_name
+from .container.files import display_name
 from ._runtime.temporaries import TMP_SUFFIX
 from .storage.fsspec.urls import is_url
 from .exceptions import CpersistError

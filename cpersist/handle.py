@@ -4,7 +4,7 @@ import pickle
 
 from ._args import (check_compress, check_limits, check_log_path, check_n_threads,
                     check_open_mode, check_protocol, check_storage_options, check_trusted)
-from ._runtime.files import is_path
+from .container.files import is_path
 from ._runtime.gc import collector_paused
 from .container import ContainerReader
 from .container.frames import GrowingFileFound
@@ -323,7 +323,7 @@ _MAX_RECORDED_PATH = 4096
 
 def _recorded_paths(reader):
     """``{section: path}`` from the index, where a dump records them
-    (:mod:`cpersist.stream.object_paths`), or None.
+    (:mod:`cpersist.pickling.object_paths`), or None.
 
     Used only if every array section has a path and no two are the same;
     otherwise the pickle stream is walked. Paths are labels, nothing more:

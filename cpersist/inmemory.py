@@ -9,7 +9,7 @@ import threading
 from ._args import (check_chunk_size, check_compress, check_limits, check_n_threads,
                     check_protocol, check_trusted)
 from ._runtime.threads import default_n_threads
-from ._runtime.targets import BytesTarget
+from .container.targets import BytesTarget
 from .container import MAX_CHUNK_SIZE, VERBATIM, ContainerWriter, checksum
 from .container.compact import OVERHEAD as COMPACT_OVERHEAD
 from .container.compact import compact_dump, compact_stream, small_bytes_stream

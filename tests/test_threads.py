@@ -14,7 +14,7 @@ import pytest
 import cpersist
 from cpersist import CorruptFileError
 from cpersist._runtime import parallel as _parallel
-from cpersist._runtime.files import local_fd
+from cpersist.container.files import local_fd
 from cpersist.codecs import get_codec
 from cpersist.container import VERBATIM, ContainerReader
 

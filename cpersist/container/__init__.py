@@ -12,7 +12,11 @@ stream), :mod:`.encode` (whether and how a chunk is encoded), :mod:`.writer`
 :mod:`.pieces` (reading whole sections and parts of them), :mod:`.compact`
 and :mod:`.tiny` (dumps of a pickle stream alone), :mod:`.marking` and
 :mod:`.reseal` (marking a dump edited in place, and re-sealing it),
-:mod:`.sources` (the byte sources), :mod:`.buffers` (reused read buffers),
+:mod:`.sources` (the byte sources a dump is read through),
+:mod:`.targets` and :mod:`.atomic` (the local targets a dump is written to:
+a file object, a buffer, a path written whole or not at all), :mod:`.files`
+(what may be done with a path or file object: its descriptor, whether it
+seeks, appends or writes, its name), :mod:`.buffers` (reused read buffers),
 and :mod:`.kinds` and :mod:`.foreign` (what a file holds, read from its first
 bytes, and what to say of one that is no cpersist file).
 """

@@ -5,7 +5,7 @@ chunks, and the end record with the index and trailer (the layout is in
 import os
 from collections import deque
 
-from .._runtime.files import named_os_error, reservable_fd
+from .files import named_os_error, reservable_fd
 from .._runtime.parallel import COPY_ALONE_BELOW, IN_FLIGHT_PER_THREAD, ordered_map
 from .._runtime.threads import get_pool
 from .encode import encode_array_chunk
@@ -29,7 +29,7 @@ class ContainerWriter:
         Only ``write`` is used, so pipes and sockets work. Blocks are
         reserved ahead of large writes only when ``file`` is a plain local
         file not in append mode (see
-        :func:`cpersist._runtime.files.reservable_fd`); a compressing file
+        :func:`cpersist.container.files.reservable_fd`); a compressing file
         object (``gzip.open``) has the compressed file's descriptor, whose
         positions are not those written here.
     n_threads : int

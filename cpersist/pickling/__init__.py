@@ -2,6 +2,7 @@
 torch tensors to container sections, the unpicklers (trusted and restricted),
 the functions a stream calls to rebuild arrays (under the literal names of
 :mod:`cpersist.format.names`), the writers of small and ``compress="max"``
-dumps, and background dumps (a snapshot of the object written on a thread of
-its own).
+dumps, where each array sits in the object dumped (recorded in the index),
+and background dumps (a snapshot of the object written on a thread of its
+own).
 """

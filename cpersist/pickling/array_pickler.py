@@ -68,7 +68,7 @@ class ArrayPickler(pickle.Pickler):
     placed : dict
         ``{id(array): section}`` for each plain ``np.ndarray`` stored as a
         section as it is, ``{id(array): None}`` for those kept inside the
-        pickle stream (what :mod:`cpersist.stream.object_paths` needs).
+        pickle stream (what :mod:`cpersist.pickling.object_paths` needs).
     """
 
     def __init__(self, file, protocol, store, inline_below=0, fortran_as_c=False):

@@ -44,7 +44,7 @@ RESET_MEMO_ABOVE = 256
 
 def write_dump(obj, target, codec, protocol, chunk_size, n_threads):
     """Write the dump of ``obj`` to ``target`` (see
-    :mod:`cpersist._runtime.targets`, made by
+    :mod:`cpersist.container.targets`, made by
     :func:`cpersist.storage.targets.open_target`), its arguments checked;
     ``n_threads`` None: all available CPUs."""
     if codec is not None and codec.codec_id == "max":

@@ -14,7 +14,6 @@ from ..container import CHECKED_CLAIM, ENCODED, ContainerReader
 from ..container.marking import mark_edited
 from ..container.sections import claimed_buffer
 from .._runtime.gc import collector_paused
-from .._runtime.parallel import run_claimed
 from ..exceptions import CorruptFileError, CpersistError, DtypeLibraryError
 from ..format import names
 from .arrays import allocate, parse_description
@@ -26,6 +25,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
           views=False, limits=None, jax_as_numpy=False):
     """``views``: return raw arrays as views of ``source.read``'s bytes (a
     :class:`~cpersist.container.sources.MemorySource`, whose reads are views)."""
+    can_map = _can_map(source, mmap_mode)
     source.will_read_all()
     reader = ContainerReader(source, whole=whole)
     name = reader.name
@@ -33,7 +33,6 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
     if root.meta.get("kind") != "pickle":
         raise reader.error("damaged index: the root section is not a pickle stream")
     pickled = pickle_stream(reader, root, verify, n_threads)
-    can_map = mmap_mode is not None and source.can_map
     # jax uses a CPU buffer in place only when it is aligned: the arrays of
     # a file of JAX arrays are, else each would be copied once more.
     align = JAX_ALIGNMENT if not jax_as_numpy and _stores_jax(pickled) else 0
@@ -86,8 +85,11 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
         elif views and section.is_raw:
             arr = _view(reader, section, verify).view(dtype).reshape(shape, order=order)
         else:
-            arr = _read_array(reader, index, dtype, shape, order, verify, n_threads, pickled,
-                              align)
+            arr, view = _new_array(reader, section, dtype, shape, order, align)
+            try:
+                reader.read_into(section, view, verify=verify, n_threads=n_threads)
+            except CorruptFileError as exc:
+                raise _naming_path(exc, pickled, index) from None
         loaded[index] = arr
         return arr
 
@@ -128,26 +130,38 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
     return obj
 
 
-def _read_array(reader, index, dtype, shape, order, verify, n_threads, pickled, align=0):
-    """The array of section ``index``, read into new memory (its first byte
-    at a multiple of ``align`` bytes, if given)."""
-    section = reader.sections[index]
-    arr, view = _new_array(reader, section, dtype, shape, order, align)
-    try:
-        reader.read_into(section, view, verify=verify, n_threads=n_threads)
-    except CorruptFileError as exc:
-        if pickled is None:  # named by the caller
-            raise
-        raise _naming_path(exc, pickled, index) from None
-    return arr
+def _can_map(source, mmap_mode):
+    """Whether the raw arrays of ``source`` are mapped for ``mmap_mode``
+    (None: not asked). A source that cannot be mapped says why, in a
+    ``UserWarning`` (one the caller made says nothing).
+
+    Raises
+    ------
+    ValueError
+        For ``'r+'`` on a file object open read-only.
+    """
+    if mmap_mode is None:
+        return False
+    if not source.can_map:
+        if source.not_mapped is not None:
+            # For the user's call: _can_map, load_source, cpersist.load.
+            warnings.warn(f"cpersist: cannot memory-map arrays from {source.name}: "
+                          f"{source.not_mapped}; loading them into memory", UserWarning,
+                          stacklevel=4)
+        return False
+    if mmap_mode == "r+" and not source.writable:
+        raise ValueError(f"mmap_mode='r+' maps {source.name} for writing, but the file object "
+                         f"is open read-only; open it with 'r+b', or use mmap_mode='r' or 'c'")
+    return True
 
 
 def _read_ahead(reader, indices, verify, n_threads, align=0):
     """``{index: array}`` of the array sections ``indices`` (compressed, or
     raw and copied into memory), each read, checked and decoded by one of
-    ``n_threads`` threads. A section that fails maps to its exception,
-    raised only if the pickle stream asks for it, as it would be read one by
-    one. Zero-size arrays are left out: the caller makes them without
+    ``n_threads`` threads (by the reader's
+    :meth:`~cpersist.container.sections.SectionReads.read_sections_into`). A
+    section that fails maps to its exception, raised only if the pickle
+    stream asks for it, as it would be read one by one. Zero-size arrays are left out: the caller makes them without
     reading.
 
     Every array is allocated here, on the calling thread, before any is
@@ -158,27 +172,20 @@ def _read_ahead(reader, indices, verify, n_threads, align=0):
     memory freed in the calling thread's arena is reused instead.
     """
     done = {}
-    reads = []
+    arrays, reads = [], []
     for index in indices:
         section = reader.sections[index]
         try:
             dtype, shape, order, nbytes = array_layout(reader, section)
             if nbytes:
                 arr, view = _new_array(reader, section, dtype, shape, order, align)
-                reads.append((index, section, arr, view))
+                arrays.append((index, arr))
+                reads.append((section, view))
         except Exception as exc:  # noqa: BLE001 - raised where the stream asks for it
             done[index] = exc
-
-    def task(claims):
-        for k in claims:
-            index, section, arr, view = reads[k]
-            try:
-                reader.read_into(section, view, verify=verify, n_threads=1)
-                done[index] = arr
-            except Exception as exc:  # noqa: BLE001 - raised where the stream asks for it
-                done[index] = exc
-
-    run_claimed(task, len(reads), n_threads)
+    failed = reader.read_sections_into(reads, verify=verify, n_threads=n_threads)
+    for k, (index, arr) in enumerate(arrays):
+        done[index] = failed.get(k, arr)
     return done
 
 

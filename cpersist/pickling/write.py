@@ -6,7 +6,7 @@ becomes the root section once the object is pickled.
 
 from .. import __version__
 from ..container import ContainerWriter, EncodedStream
-from ..stream.object_paths import object_paths
+from .object_paths import object_paths
 from .arrays import describe, iter_chunks, rows_per_chunk
 from .array_pickler import ArrayPickler
 from .snapshot import wait_for_copy
@@ -62,7 +62,7 @@ class SectionWriter:
         :attr:`~.pickler.ArrayPickler.placed`, to record the arrays' paths.
 
         The paths are found by a second, breadth-first walk over ``obj``
-        (:func:`cpersist.stream.object_paths.object_paths`), not while
+        (:func:`cpersist.pickling.object_paths.object_paths`), not while
         pickling: the C pickler, which pickles dicts, lists and strings
         without calling back into Python, does not say where in the object
         an array it hands to ``reducer_override`` sits, and tracking the

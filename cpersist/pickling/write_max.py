@@ -100,7 +100,7 @@ def _sections_dump(obj, name, codec, protocol, chunk_size, n_threads, fortran_as
 
 
 def write_smallest(obj, target, codec, protocol, chunk_size, n_threads):
-    """Write to ``target`` (see :mod:`cpersist._runtime.targets`) the
+    """Write to ``target`` (see :mod:`cpersist.container.targets`) the
     smallest dump of ``obj`` (see the module's doc)."""
     name = target.name
     stream, fortran = whole_stream(obj, protocol)

@@ -9,7 +9,7 @@ modules that call it.
 
 import io
 
-from .._runtime.files import display_name, is_path
+from ..container.files import display_name, is_path
 from ..storage.fsspec.urls import is_remote
 from ..container.compact import compact_dump
 from ..container.frames import ENTRY, entry_stream

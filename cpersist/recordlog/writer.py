@@ -15,7 +15,7 @@ import os
 
 from .._args import check_compress, check_log_path, check_protocol
 from .._runtime.locks import try_lock
-from .._runtime.targets import FileTarget
+from ..container.targets import FileTarget
 from ..container.frames import (ENTRY_KINDS, ENTRY_UP_TO, FILE_START, FRAME_TRAILER,
                                 FRAMES_AT, check_file_start, dump_frame_head,
                                 dump_frame_header, dump_frame_trailer, entry_frame,

@@ -1,13 +1,13 @@
 """Where a dump is written, told once: a path (whole or not at all,
-:class:`cpersist._runtime.atomic.AtomicFile`), a file object (from its
+:class:`cpersist.container.atomic.AtomicFile`), a file object (from its
 position, what a failed dump wrote taken back,
-:class:`cpersist._runtime.targets.FileTarget`) or a URL (through the
+:class:`cpersist.container.targets.FileTarget`) or a URL (through the
 backend, :mod:`.fsspec.write`), each behind one target object.
 """
 
-from .._runtime.atomic import AtomicFile
-from .._runtime.files import is_path
-from .._runtime.targets import FileTarget
+from ..container.atomic import AtomicFile
+from ..container.files import is_path
+from ..container.targets import FileTarget
 from .fsspec.urls import is_remote
 from .fsspec.write import remote_target
 

@@ -19,8 +19,8 @@ import os
 from .. import __version__
 from .._args import check_chunk_size, check_compress, check_n_threads, check_storage_options
 from ..storage.open import open_source
-from .._runtime.atomic import write_atomically
-from .._runtime.files import display_name, is_path
+from ..container.atomic import write_atomically
+from ..container.files import display_name, is_path
 from ..container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWriter
 from ..storage.fsspec.urls import is_remote, is_url
 from ..storage.fsspec.write import write_remote

@@ -15,7 +15,7 @@ dry run of its machine over stand-ins of the stored arrays.
 import numpy as np
 
 from .._args import check_limits, check_storage_options
-from .._runtime.files import display_name, is_path
+from ..container.files import display_name, is_path
 from ..storage.fsspec.urls import is_url
 from ..storage.open import open_source
 from ..pickling.arrays import dtype_label

@@ -27,7 +27,7 @@ def load_pickled(kind, src, source):
     source : ByteSource
         The same bytes, read through when ``src`` is not a path.
     """
-    from .._runtime.files import is_path
+    from ..container.files import is_path
     from ..storage.fsspec.urls import is_url
 
     local = is_path(src) and not is_url(src)  # a URL's object is read through ``source``

@@ -13,7 +13,7 @@ import json
 import os
 import struct
 
-from .._runtime.files import is_path
+from ..container.files import is_path
 from ..exceptions import CpersistError, UntrustedPickleError
 
 #: The first torch whose ``torch.load(weights_only=True)`` has no published

@@ -13,7 +13,7 @@ one of them.
 
 import os
 
-from ..._runtime.files import is_seekable, local_fd
+from ..files import is_seekable, local_fd
 from .abc import ByteSource, ShortReadError
 from .fileobj import FileObjectSource
 from .local import LocalFileSource
@@ -27,7 +27,7 @@ __all__ = ["ByteSource", "ShortReadError", "FileObjectSource", "LocalFileSource"
 def source_for(file, name, owned=False):
     """The byte source reading ``file`` from its position to its end.
 
-    A plain local file (:func:`cpersist._runtime.files.local_fd`) is read with
+    A plain local file (:func:`cpersist.container.files.local_fd`) is read with
     ``pread`` and can be mapped; any other seekable file object is read
     through its methods; a non-seekable one is spooled first. A bytes-like
     object is read in place.
@@ -35,14 +35,8 @@ def source_for(file, name, owned=False):
     if isinstance(file, (bytes, bytearray, memoryview)):
         return MemorySource(file, name)
     if not is_seekable(file):
-        source = SpooledSource(file, name)
-        if owned:
-            file.close()
-        return source
+        return SpooledSource(file, name, owned)
     fd = local_fd(file)
     if fd is not None and hasattr(os, "preadv"):  # Windows has no pread
         return LocalFileSource(file, name, fd, owned)
-    source = FileObjectSource(file, name)
-    if owned:  # only paths are owned, and a path opens as a plain file
-        source.close = file.close
-    return source
+    return FileObjectSource(file, name, owned)

@@ -34,6 +34,12 @@ class ByteSource(ABC):
         and each call runs without waiting for the others (``pread``, memory).
     can_map : bool
         Whether :meth:`map` can return a memory map.
+    writable : bool
+        Whether a map for writing (``'r+'``) reaches the file.
+    not_mapped : str or None
+        Why a load asked to map its arrays reads them instead, in the
+        warning that says so; None: nothing to say (a byte source the
+        caller made, or a path that opens as no plain file on Windows).
     remote : bool
         Whether each request costs a round trip (remote storage): the
         reader then asks for many ranges at once, through :meth:`iter_ranges`.
@@ -49,6 +55,8 @@ class ByteSource(ABC):
     end = None
     concurrent = False
     can_map = False
+    not_mapped = None
+    writable = False
     remote = False
     whole = False
 

@@ -19,11 +19,18 @@ class FileObjectSource(ByteSource):
     file : binary file object
         Seekable, with ``readinto`` or ``read``.
     name : str
+    owned : bool, default False
+        Close ``file`` with the source (a path, which opens as this kind
+        of source only where there is no ``pread``: Windows).
     """
 
-    def __init__(self, file, name):
+    def __init__(self, file, name, owned=False):
         self.file = file
         self.name = name
+        self._owned = owned
+        if not owned:
+            self.not_mapped = (f"a {type(file).__name__} is not a plain file object "
+                               f"(only those made by open() are mapped)")
         self._lock = threading.Lock()
         self.base = file.tell()
         self._size = file.seek(0, 2) - self.base
@@ -47,5 +54,7 @@ class FileObjectSource(ByteSource):
             self.fill(offset, buffer, readinto)
 
     def close(self):
-        if self.end is not None:
+        if self._owned:
+            self.file.close()
+        elif self.end is not None:
             self.file.seek(self.base + self.end)

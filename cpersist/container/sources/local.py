@@ -6,6 +6,7 @@ import os
 from contextlib import contextmanager
 
 from ..._runtime.locks import locked
+from ..files import is_writable
 from .abc import ByteSource
 
 _ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY}
@@ -22,7 +23,7 @@ class LocalFileSource(ByteSource):
     ----------
     file : binary file object
         A plain file object on a regular file (see
-        :func:`cpersist._runtime.files.local_fd`); its position marks offset 0.
+        :func:`cpersist.container.files.local_fd`); its position marks offset 0.
     name : str
     fd : int
         ``file``'s descriptor.
@@ -60,6 +61,10 @@ class LocalFileSource(ByteSource):
                 yield held
             finally:
                 self._locked = False
+
+    @property
+    def writable(self):
+        return is_writable(self.file)
 
     def refresh(self):
         self._size = os.fstat(self.fd).st_size - self.base

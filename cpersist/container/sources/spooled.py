@@ -1,7 +1,7 @@
 """A non-seekable stream (pipe, socket, standard input), whose next dump is
 copied to an anonymous temporary file that is then read as a local file."""
 
-from ..._runtime.files import local_fd
+from ..files import local_fd
 from ..framing import copy_dump
 from .local import LocalFileSource
 
@@ -21,12 +21,15 @@ class SpooledSource(LocalFileSource):
     stream : binary file object
         Read with ``read``.
     name : str
+    owned : bool, default False
+        Close ``stream`` once its dump is copied (a path that opened as a
+        pipe).
     """
 
     can_map = False
     whole = True  # copy_dump stops at the end of the dump
 
-    def __init__(self, stream, name):
+    def __init__(self, stream, name, owned=False):
         # Imported here: tempfile imports shutil, random and the bz2 and lzma
         # modules, which only reading from a stream needs.
         import tempfile
@@ -41,7 +44,12 @@ class SpooledSource(LocalFileSource):
         except BaseException:
             tmp.close()
             raise
+        finally:
+            if owned:
+                stream.close()
         self.path = None
+        self.not_mapped = ("it is not seekable (a pipe?)" if owned
+                           else "the stream is not seekable")
 
     def map(self, offset, length, mode):
         return None

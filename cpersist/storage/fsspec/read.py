@@ -54,6 +54,7 @@ class FsspecSource(ByteSource):
     """
 
     remote = True
+    not_mapped = "it is in remote storage"
 
     def __init__(self, fs, path, name=None, storage_options=None, *, file=None, url=None):
         self.whole = file is None

@@ -1,13 +1,13 @@
 """Writing an object to remote storage through fsspec complete or not at
-all (the remote twin of :class:`cpersist._runtime.atomic.AtomicFile`): a
+all (the remote twin of :class:`cpersist.container.atomic.AtomicFile`): a
 multipart upload to S3, a temporary object moved into place elsewhere.
 """
 
 import errno
 import posixpath
 
-from ..._runtime.atomic import AtomicFile
-from ..._runtime.files import write_all
+from ...container.atomic import AtomicFile
+from ...container.files import write_all
 from ..._runtime.temporaries import TMP_SUFFIX
 from ...exceptions import RemoteStorageError
 from .urls import protocols_of, resolve

@@ -5,7 +5,7 @@ import errno
 import os
 import stat
 
-from .temporaries import new_temporary, remove_dead_temporaries
+from .._runtime.temporaries import new_temporary, remove_dead_temporaries
 
 
 #: Write buffer of files cpersist creates. A file holds a section (with its

@@ -15,7 +15,7 @@ from collections import deque
 
 import numpy as np
 
-from . import MAX_KEPT_BYTES
+from ..stream import MAX_KEPT_BYTES
 
 #: Values that hold no array, as the pickle stream writes them.
 _LEAVES = frozenset((str, bytes, bytearray, int, float, complex, bool, type(None)))
