@@ -4,7 +4,7 @@ import pickle
 
 from ._args import (check_compress, check_limits, check_log_path, check_n_threads,
                     check_open_mode, check_protocol, check_storage_options, check_trusted)
-from ._runtime.files import is_path
+from ._runtime.files import display_name, is_path
 from ._runtime.gc import collector_paused
 from .container import ContainerReader
 from .container.frames import GrowingFileFound
@@ -41,7 +41,11 @@ def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa
         ``'a'``: open the record log at the path ``source`` (created if
         missing) to append records, holding the writers' lock until it is
         closed; ``compress``, ``protocol``, ``fsync`` and ``timeout`` are
-        then taken as by :func:`cpersist.append`, for every record.
+        then taken as by :func:`cpersist.append`, for every record. A
+        growing object file (``cpersist.dump(obj, path, growing=True)``)
+        opens as a :class:`GrowingFile` instead, whose arrays grow by rows
+        (:meth:`GrowingFile.append`) or are replaced; ``fsync`` and
+        ``timeout`` apply to its commits.
     trusted : bool or iterable, default True
         For :meth:`FileHandle.load`, as in :func:`cpersist.load`. Listing
         :attr:`FileHandle.arrays` never unpickles anything, whatever this is.
@@ -60,10 +64,12 @@ def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa
 
     Returns
     -------
-    FileHandle or RecordLog
+    FileHandle, GrowingFile or RecordLog
         A :class:`RecordLog` for a record log or a path holding several
         dumps (its records by number, in order; ``append`` in mode ``'a'``),
-        even of one record. Use either as a context manager, or ``close()``.
+        even of one record; a :class:`GrowingFile` for a growing object file
+        in mode ``'a'`` (in mode ``'r'``, a :class:`FileHandle` of its last
+        commit). Use any as a context manager, or ``close()``.
 
     Raises
     ------
@@ -87,7 +93,8 @@ def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa
     limits = check_limits(limits)
     check_storage_options(storage_options, source)
     if mode != "r" or append_options:
-        return _open_log(source, mode, trusted, verify, limits, append_options)
+        return _open_log(source, mode, trusted, verify, limits, append_options,
+                         n_threads=n_threads)
     opened = open_source(source, storage_options=storage_options, what="source")
     borrowed = isinstance(opened, Borrowed)
     byte_source = opened.source if borrowed else opened
@@ -114,7 +121,7 @@ def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa
     return handle
 
 
-def _open_log(source, mode, trusted, verify, limits, options, error=None):
+def _open_log(source, mode, trusted, verify, limits, options, error=None, n_threads=None):
     from .api import load
     from .recordlog.tools import open_log
     from .recordlog.writer import LogWriter
@@ -124,6 +131,16 @@ def _open_log(source, mode, trusted, verify, limits, options, error=None):
     check_open_mode(mode, **options)
     if mode == "a":
         check_log_path(source)
+        from .growfile.handle import is_growing_object, open_growing
+
+        if is_growing_object(source):
+            if options.get("compress") or options.get("protocol") is not None:
+                raise TypeError(f"{display_name(source)}: a growing object file's arrays keep "
+                                f"the codec they were dumped with; compress and protocol are "
+                                f"for record logs")
+            return open_growing(source, check_trusted(trusted), verify, n_threads, limits,
+                                fsync=options.get("fsync", False),
+                                timeout=options.get("timeout"))
         options = dict(options, compress=check_compress(options.get("compress", 0)),
                        protocol=check_protocol(options.get("protocol")))
     return open_log(source, mode, load, LogWriter, trusted=trusted, verify=verify,

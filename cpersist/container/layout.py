@@ -179,7 +179,7 @@ def pieces_text(pieces):
         struct.pack(">%dQ" % len(p), *p), newline=False).decode("ascii") for p in pieces)
 
 
-def index_text(root, sections, info):
+def index_text(root, sections, info, minor=FORMAT_MINOR):
     """The index of a dump, as UTF-8 JSON bytes.
 
     Its ``"edited"`` field comes first (:data:`INDEX_UNEDITED`). The
@@ -201,7 +201,7 @@ def index_text(root, sections, info):
             listed = (binascii.b2a_base64(packed, newline=False).decode("ascii")
                       + f'","sections_size":{len(raw)}')
             key = f'"sections":{PACKED_STUB},"packed_sections":"'
-    return (f'{INDEX_UNEDITED.decode()}"format":[{FORMAT_MAJOR},{FORMAT_MINOR}],"root":{root},'
+    return (f'{INDEX_UNEDITED.decode()}"format":[{FORMAT_MAJOR},{minor}],"root":{root},'
             f'{key}{listed},"info":{json.dumps(info, separators=(",", ":"))}}}').encode()
 
 
