@@ -336,6 +336,24 @@ class ContainerWriter:
         what is added to it before :meth:`finish` is kept."""
         return self._sections[section]["meta"]
 
+    def add_copied_section(self, entry, parts):
+        """Append a section whose stored chunks are copied as they are, one
+        after another in one record (compacting a growing file); returns
+        its number. ``entry``: its index entry but for ``offset`` (set
+        here); ``parts``: its stored bytes, in order, ``entry["stored_size"]``
+        of them."""
+        self._write_pending()
+        size = entry["stored_size"]
+        offset = self._record(ALIGNED if entry["codec"] is None else DATA, size)
+        start = self._pos
+        for part in parts:
+            self._write(part)
+        if self._pos - start != size:
+            raise ValueError(f"a copied section of {size} bytes was given "
+                             f"{self._pos - start} bytes")
+        self._sections.append(dict(entry, offset=offset))
+        return len(self._sections) - 1
+
     def section_entry(self, section):
         """The index entry of a section added, once its chunks are all
         written (every chunk still being encoded is written first)."""
