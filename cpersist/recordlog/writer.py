@@ -180,7 +180,8 @@ class LogWriter:
         except CorruptFileError as exc:
             if type(exc) is CorruptFileError:
                 raise UnwritableTargetError(f"{exc}: cpersist.append writes record logs "
-                                            f"only; append to a new file") from None
+                                            f"only; append to a new file (a dump's arrays "
+                                            f"grow in a file dumped with growing=True)") from None
             raise
         if not repair and _ends_with_frame(self._read, size):
             return size
