@@ -1,5 +1,4 @@
-"""The ``cpersist`` command line: ``info``, ``verify``, ``convert``, ``repair``,
-``compact``, ``bench``.
+"""The ``cpersist`` command line and its verbs: info, verify, convert, repair, compact, bench.
 
 Run as ``cpersist VERB ...`` (the console script) or ``python -m cpersist
 VERB ...``. No verb executes the pickle stream of a cpersist file: ``info``

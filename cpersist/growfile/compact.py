@@ -105,7 +105,7 @@ def compact(path, *, fsync=False, timeout=None):
     check_log_path(path)
     writer = GrowingWriter(path, timeout=timeout, fsync=fsync)
     try:
-        reader = writer._reader
+        reader = writer.reader
         name = writer.name
         before = writer.end
         with AtomicFile(path, fsync) as target:

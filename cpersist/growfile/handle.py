@@ -7,7 +7,7 @@ import os
 from ..container import ContainerReader
 from ..container.frames import GROWING, OBJECT_MINOR
 from ..container.layout import HEADER, MAGIC
-from ..handle import FileHandle
+from ..filehandle import FileHandle
 from ..lazy.array import LazyArray
 from ..lazy.openfile import OpenFile, reference_for
 from ..storage.open import open_source

@@ -88,6 +88,7 @@ class GrowingWriter:
         self._fsync = bool(fsync)
         self.cut_bytes = 0
         self._fd = None
+        self._layouts = {}  # section number -> (dtype, shape, order, nbytes)
         fd = _locked_descriptor(path, self.name, timeout)
         try:
             self._read_state(fd)
@@ -229,28 +230,14 @@ class GrowingWriter:
         self._layouts.pop(number, None)
 
     @property
-    def _layouts(self):
-        layouts = self.__dict__.get("_layout_cache")
-        if layouts is None:
-            layouts = self.__dict__["_layout_cache"] = {}
-        return layouts
-
-    @property
-    def sections(self):
-        """The index entries of the last commit (for the tools that copy it)."""
-        return self._sections
-
-    @property
-    def root(self):
-        return self._root
-
-    @property
-    def info(self):
-        return self._info
-
-    @property
     def fd(self):
+        """The file's descriptor (for :func:`.compact.compact`, which reads it)."""
         return self._fd
+
+    @property
+    def reader(self):
+        """The reader of the last commit when the file was opened."""
+        return self._reader
 
 
 def _layout(writer, number):
@@ -272,7 +259,8 @@ def _rows_for(name, path, rows, dtype, shape, order):
     if rows.dtype != dtype:
         if rows.dtype == object or not np.can_cast(rows.dtype, dtype, "same_kind"):
             raise TypeError(f"{name}: cannot append {rows.dtype} rows to {path}, an array "
-                            f"of {dtype} (only one of the same kind, such as float64 to float32, is converted)")
+                            f"of {dtype} (only one of the same kind, such as float64 to "
+                            f"float32, is converted)")
         rows = rows.astype(dtype)
     if not shape:
         raise ValueError(f"{name}: {path} is a 0-d array, which has no rows to append to")
