@@ -370,8 +370,9 @@ class ContainerWriter:
         ``sections``: the index's section entries, if not those added (a
         commit of a growing object file lists its whole state)."""
         self._write_pending()
+        # A growing file's commits keep their section list plain (index_text).
         data = index_text(root, self._sections if sections is None else sections,
-                          info or {}, self._minor)
+                          info or {}, self._minor, pack=self._minor == FORMAT_MINOR)
         offset = self._record(END, len(data) + TRAILER.size)
         self._write(data)
         self._write(TRAILER.pack(offset, len(data), checksum(data), END_MAGIC))

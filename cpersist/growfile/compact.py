@@ -54,7 +54,7 @@ def compacted_size(reader):
         entry["offset"] = position = position + len(head)
         position += entry["stored_size"]
         entries.append(entry)
-    index = index_text(reader.root, entries, reader.info, reader.minor)
+    index = index_text(reader.root, entries, reader.info, reader.minor, pack=False)
     return position + RECORD_SIZE + len(index) + TRAILER.size + FRAME_TRAILER.size
 
 

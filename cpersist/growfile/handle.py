@@ -34,9 +34,9 @@ class GrowingFile(FileHandle):
 
     It reads as a :class:`~cpersist.FileHandle` (:attr:`arrays`,
     :meth:`load`) the file's last commit, its own changes included. Lazy
-    arrays taken before a change keep reading the state they were taken
-    from, until they are read after the handle moves on: an array the
-    change left as it was reads on, a changed one raises
+    arrays taken before a change read the state they were taken from until
+    the handle reads the new one (:attr:`arrays`, :meth:`load`): then an
+    array the change left as it was reads on, and a changed one raises
     :class:`~cpersist.FileChangedError` (take it again from
     :attr:`arrays`).
     """
@@ -44,6 +44,8 @@ class GrowingFile(FileHandle):
     def __init__(self, path, writer, trusted, verify, n_threads, limits):
         self._path = path
         self._writer = writer
+        self._stale = False  # a change was committed since the state was read
+        self._numbers = {}  # key -> section number: changes keep the numbers
         super().__init__(self._state(), trusted, verify, n_threads)
         self._limits = limits
 
@@ -62,10 +64,23 @@ class GrowingFile(FileHandle):
         return OpenFile(reader, reference_for(source, whole=True), True)
 
     def _moved_on(self):
-        """Read the commit just written: the arrays are listed again."""
-        old, self._file = self._file, self._state()
-        self._lazy, self._arrays = {}, None
-        old.close()
+        """Note a commit: the state is read again when next read (not at
+        every append, which would cost a read of the index each)."""
+        self._stale = True
+
+    def _reader(self):
+        if self._stale and not self._closed:
+            self._stale = False
+            old, self._file = self._file, self._state()
+            self._lazy, self._arrays = {}, None
+            old.close()
+        return super()._reader()
+
+    @property
+    def arrays(self):
+        """As :attr:`FileHandle.arrays`, of the last commit."""
+        self._reader()
+        return super().arrays
 
     def close(self):
         """Release the lock and close the file."""
@@ -77,12 +92,16 @@ class GrowingFile(FileHandle):
     def _section_of(self, key):
         if self._writer is None or self._closed:
             raise ValueError(f"{self.name}: the growing file is closed")
+        number = self._numbers.get(key)
+        if number is not None:
+            return number
         found = self.arrays[key]
         if not isinstance(found, LazyArray):
             raise TypeError(f"{self.name}: {key} is a torch tensor viewing a stored storage, "
                             f"which other tensors may view too: only an array stored as a "
                             f"section of its own grows or is replaced")
-        return found._index
+        number = self._numbers[key] = found._index
+        return number
 
     def append(self, key, rows):
         """Append ``rows`` to the array at ``key``: along its first axis if

@@ -253,7 +253,7 @@ def _layout(writer, number):
 
 def _rows_for(name, path, rows, dtype, shape, order):
     """``rows`` as an array to append to the array ``shape`` of ``dtype``
-    stored in ``order``: the same dtype (or one that casts to it safely),
+    stored in ``order``: the same dtype (or one of the same kind, converted),
     the same shape but along the growing axis, contiguous in that order."""
     rows = np.asarray(rows)
     if rows.dtype != dtype:
