@@ -9,7 +9,9 @@ and half noise. For each ``--compress``, a file is dumped with
 ``growing=True`` holding an empty array, then the batches are appended
 through one ``cpersist.open(path, "a")``. Printed per codec: the median
 time of the first 50 appends and of the last 50 and their ratio (the
-target is at most 1.15), the total, the file's size, and the time of a
+target is at most 1.15), in wall-clock time and in the process's CPU time
+(all its threads; less swayed by other processes on a shared machine and by
+the kernel's writeback of the file), the total, the file's size, and the time of a
 slice crossing 10 batches through ``cpersist.open``.
 """
 
@@ -39,19 +41,26 @@ def run(path, compress, appends, rows, columns):
     batches = [batch(i, rows, columns) for i in range(4)]  # made once: time the appends only
     cpersist.dump({"x": np.zeros((0, columns), np.float32)}, path, compress=compress,
                   growing=True)
-    times = []
+    times, cpu = [], []
     with cpersist.open(path, "a") as f:
         for i in range(appends):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             f.append("obj['x']", batches[i % 4])
             times.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
     with cpersist.open(path) as f:
         x = f.arrays["obj['x']"]
         middle = appends // 2 * rows
         start = time.perf_counter()
         x[middle - 5 * rows + rows // 2:middle + 5 * rows - rows // 2]
         slice_time = time.perf_counter() - start
-    return times, os.path.getsize(path), slice_time
+    return times, cpu, os.path.getsize(path), slice_time
+
+
+def _medians(what, times):
+    first, last = statistics.median(times[:50]), statistics.median(times[-50:])
+    return (f"median {what} time of the first 50 appends {first * 1e3:.2f} ms, of the last "
+            f"50 {last * 1e3:.2f} ms (ratio {last / first:.3f})")
 
 
 def main(argv=None):
@@ -68,14 +77,11 @@ def main(argv=None):
         for compress in args.compress:
             compress = int(compress) if compress.isdigit() else compress
             path = os.path.join(tmp, "grow.cp")
-            times, size, slice_time = run(path, compress, args.appends, args.rows,
-                                          args.columns)
-            first = statistics.median(times[:50])
-            last = statistics.median(times[-50:])
-            print(f"compress={compress!r}: median append first 50 {first * 1e3:.2f} ms, "
-                  f"last 50 {last * 1e3:.2f} ms, ratio {last / first:.3f}; total "
-                  f"{sum(times):.2f} s; file {size / 1e6:.1f} MB; slice across 10 batches "
-                  f"{slice_time * 1e3:.1f} ms")
+            times, cpu, size, slice_time = run(path, compress, args.appends, args.rows,
+                                               args.columns)
+            print(f"compress={compress!r}: {_medians('wall', times)}; {_medians('CPU', cpu)}; "
+                  f"total {sum(times):.2f} s; file {size / 1e6:.1f} MB; slice across 10 "
+                  f"batches {slice_time * 1e3:.1f} ms")
             os.remove(path)
 
 
