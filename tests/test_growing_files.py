@@ -161,9 +161,25 @@ def test_bad_rows_and_keys_are_refused_naming_the_problem(tmp_path):
         cpersist.load(path, mmap_mode="r+")
 
 
-def test_what_is_not_a_local_growing_file_is_refused(tmp_path):
+def test_a_growing_file_is_read_from_a_url_and_changed_only_at_a_path(tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    path = tmp_path / "grow.cp"
+    cpersist.dump({"x": np.arange(10.0)}, path, compress=3, growing=True)
+    with cpersist.open(path, "a") as f:
+        f.append(X, np.arange(3.0))
+    url = "memory://growing-test/grow.cp"
+    fsspec.filesystem("memory").pipe_file(url, path.read_bytes())
+    expected = np.r_[np.arange(10.0), np.arange(3.0)]
+    assert_same({"x": expected}, cpersist.load(url))
+    with cpersist.open(url) as f:
+        assert_same(expected[8:12], f.arrays[X][8:12])
+    with pytest.raises(cpersist.UnwritableTargetError, match="cannot append to an object"):
+        cpersist.open(url, "a")
     with pytest.raises(cpersist.UnwritableTargetError, match="object stores cannot change"):
         cpersist.dump({"x": np.zeros(3)}, "s3://bucket/grow.cp", growing=True)
+
+
+def test_what_is_not_a_local_growing_file_is_refused(tmp_path):
     with open(tmp_path / "f.cp", "wb") as file, pytest.raises(
             cpersist.UnwritableTargetError, match="local path"):
         cpersist.dump({"x": np.zeros(3)}, file, growing=True)
