@@ -229,6 +229,10 @@ def test_a_commit_cut_at_any_byte_leaves_the_state_before_it(tmp_path):
     with cpersist.open(cut) as f:
         assert f.arrays[X].shape == (6,)
     assert cpersist.inspect(cut)["torn_bytes"] == len(data) - end_a
+    repaired = tmp_path / "repaired.cp"
+    shutil.copy(cut, repaired)
+    assert cpersist.repair(repaired) == {"records": None, "cut_bytes": len(data) - end_a}
+    assert repaired.read_bytes() == data[:end_a]
     # The next writer cuts the torn tail off and commits after A.
     with cpersist.open(cut, "a") as f:
         assert f.torn_bytes == len(data) - end_a

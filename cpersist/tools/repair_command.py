@@ -12,16 +12,17 @@ _OK, _FAILED = 0, 1
 def add_repair(verbs):
     """Add the ``repair`` verb to the command line's subparsers."""
     repair = verbs.add_parser(
-        "repair", help="cut off the torn tail of record logs, or files of dumps",
+        "repair", help="cut off the torn tail of record logs, growing files, or files of dumps",
         description="Cut off what follows the last complete record of each record log "
                     "(an append killed midway leaves a torn tail, which readers ignore and "
-                    "the next append cuts off), holding the lock that keeps writers apart; "
+                    "the next append cuts off), or after a growing file's last commit, holding "
+                    "the lock that keeps writers apart; "
                     "or the dump cut short at the end of a file of several dumps (run it "
                     "while no dump is written to the file). "
                     "Prints one line per file, 'FILE: OK (N records, M bytes cut off)'.",
     )
     repair.add_argument("files", nargs="+", metavar="FILE",
-                        help="record logs or files of dumps (local paths)")
+                        help="record logs, growing files or files of dumps (local paths)")
     repair.set_defaults(run=_cmd_repair)
 
 
@@ -39,8 +40,9 @@ def _cmd_repair(args):
             print(f"{path}: FAILED: {message}")
             status = _FAILED
             continue
-        print(f"{path}: OK ({result['records']} records, {result['cut_bytes']:,} bytes "
-              f"cut off)")
+        what = ("growing file" if result["records"] is None
+                else f"{result['records']} records")
+        print(f"{path}: OK ({what}, {result['cut_bytes']:,} bytes cut off)")
     return status
 
 
