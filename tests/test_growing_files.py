@@ -111,6 +111,10 @@ def test_an_append_writes_after_the_end_and_rewrites_nothing(tmp_path):
     assert_same({"x": np.zeros((4, 3)), "y": np.ones(5)}, mapped, mmap=True)
     # a raw array that never grew is one run still, and maps
     assert isinstance(cpersist.load(path, mmap_mode="r")["y"], np.memmap)
+    with open(path, "rb") as file:  # read whole from a file object, left at its end
+        assert_same({"x": np.r_[np.zeros((4, 3)), np.ones((2, 3))],
+                     "y": np.arange(3, dtype=np.uint8)}, cpersist.load(file))
+        assert file.tell() == len(after)
 
 
 def test_replace_takes_any_shape_dtype_and_order_and_keeps_the_rest(tmp_path):

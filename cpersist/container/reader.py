@@ -134,7 +134,8 @@ class ContainerReader(SectionReads, PieceReads):
             self.commit_end = self.size
             if self.whole and self.size < self.available:
                 raise self._trailing_data(self.size)
-        source.mark_end(self.size)
+        # A growing file is read whole: a file object is left at its end.
+        source.mark_end(self.available if self.growing else self.size)
         self._read_index()
 
     def error(self, what):
