@@ -267,14 +267,20 @@ def frame_checks_out(read, start, end):
     """Whether the frame from ``start`` to ``end`` has its own start and
     checksum in its trailer."""
     head = bytes(read(start, RECORD_SIZE))
+    if len(head) < RECORD_SIZE:  # cut meanwhile
+        return False
     kind = RECORD.unpack(head)[0] >> _LENGTH_BITS
     if kind == ENTRY:
         data = bytes(read(start, end - start))
+        if len(data) != end - start:
+            return False
         stored_start, digest = FRAME_TRAILER.unpack_from(data, len(data) - FRAME_TRAILER.size)
         return stored_start == start and _xxh3_64(
             memoryview(data)[:len(data) - 8]) == digest
     tail = bytes(read(end - FRAME_TRAILER.size - TRAILER.size,
                       FRAME_TRAILER.size + TRAILER.size))
+    if len(tail) != FRAME_TRAILER.size + TRAILER.size:
+        return False
     stored_start, digest = FRAME_TRAILER.unpack_from(tail, TRAILER.size)
     return stored_start == start and frame_digest(head, tail[:TRAILER.size], start) == digest
 
@@ -297,12 +303,15 @@ def last_commit(read, size):
     ends with a complete commit (no commit being written, no torn tail);
     else a walk of the commits' record headers."""
     shortest = OBJECT_FRAMES_AT + RECORD_SIZE + FRAME_TRAILER.size + TRAILER.size
-    if size >= shortest:
-        start = FRAME_TRAILER.unpack(bytes(read(size - FRAME_TRAILER.size,
-                                                FRAME_TRAILER.size)))[0]
+    tail = bytes(read(size - FRAME_TRAILER.size, FRAME_TRAILER.size)) if size >= shortest \
+        else b""
+    if len(tail) == FRAME_TRAILER.size:
+        start = FRAME_TRAILER.unpack(tail)[0]
         if OBJECT_FRAMES_AT <= start <= size - shortest + OBJECT_FRAMES_AT:
-            kind, _, end = parse_frame_head(bytes(read(start, RECORD_SIZE)), start)
-            if kind == COMMIT and end == size and frame_checks_out(read, start, size):
-                return size
+            head = bytes(read(start, RECORD_SIZE))
+            if len(head) == RECORD_SIZE:
+                kind, _, end = parse_frame_head(head, start)
+                if kind == COMMIT and end == size and frame_checks_out(read, start, size):
+                    return size
     walk = walk_frames(read, size, OBJECT_FRAMES_AT, kinds=COMMIT_KINDS)
     return walk.end if walk.starts else None

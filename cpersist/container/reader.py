@@ -13,7 +13,7 @@ from ..exceptions import CorruptFileError, UnsupportedVersionError
 from .layout import EDITED, END_MAGIC, HEADER, MAGIC, RECORD_SIZE, TRAILER, checksum, corrupt
 from .pieces import PieceReads
 from .sections import SectionReads
-from .sources import ByteSource, MemorySource, source_for
+from .sources import ByteSource, MemorySource, ShortReadError, source_for
 from .tiny import TINY_MAGIC, tiny_size, tiny_stream
 
 #: Bytes read at once from the end of a file to find its trailer and index:
@@ -173,13 +173,27 @@ class ContainerReader(SectionReads, PieceReads):
         if start != OBJECT_FILE_START:
             raise self.error("damaged growing file: its header or preamble is not the one "
                              "format 2.4 writes")
-        end = last_commit(self.source.read, self.available)
+        end = last_commit(self._read_while_cut, self.available)
+        self.available = max(end or 0, self.source.size)
         if end is None:
             raise self.error("a growing file with no complete commit (damaged, or cut short "
                              "while it was made)")
         self.commit_end = end
         self.torn = self.available - end
         self.size = end - FRAME_TRAILER.size  # the commit's dump trailer ends here
+
+    def _read_while_cut(self, offset, length):
+        """Read a growing file that a writer may cut meanwhile: one that
+        opens it cuts off a torn tail, which this reader may have seen.
+        What is cut is never committed: reading up to the new end finds the
+        same last commit."""
+        for _ in range(3):
+            try:
+                return self.source.read(offset, length)
+            except ShortReadError:
+                self.source.refresh()
+                length = max(0, min(length, self.source.size - offset))
+        return self.source.read(offset, length)
 
     def _read_tiny(self, head):
         """Read a tiny dump whole: its pickle stream, checked, is then read
