@@ -244,6 +244,21 @@ def test_a_commit_cut_at_any_byte_leaves_the_state_before_it(tmp_path):
     assert cut.read_bytes() == data
 
 
+def test_a_reader_reads_on_when_a_writer_cuts_the_torn_tail_it_saw(tmp_path):
+    from cpersist.container import ContainerReader
+    from cpersist.container.sources import source_for
+
+    path = tmp_path / "grow.cp"
+    data, end_a, a, _ = commits(path)
+    path.write_bytes(data[:-5])  # the second commit cut short: a torn tail
+    with open(path, "rb") as file:
+        source = source_for(file, "grow.cp")  # sees the torn tail
+        os.truncate(path, end_a)  # a writer opening the file cuts it off
+        reader = ContainerReader(source, whole=True)
+        assert (reader.commit_end, reader.torn) == (end_a, 0)
+    assert_same(a, cpersist.load(path))
+
+
 def test_damage_to_the_last_commit_is_not_taken_for_a_state(tmp_path):
     path = tmp_path / "grow.cp"
     data, end_a, a, _ = commits(path)
