@@ -7,6 +7,9 @@ complete commit; a commit cut at any byte leaves the state before it;
 import json
 import os
 import shutil
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -257,6 +260,29 @@ def test_a_reader_reads_on_when_a_writer_cuts_the_torn_tail_it_saw(tmp_path):
         reader = ContainerReader(source, whole=True)
         assert (reader.commit_end, reader.torn) == (end_a, 0)
     assert_same(a, cpersist.load(path))
+
+
+def test_a_commit_that_fails_leaves_the_file_as_it_was(tmp_path):
+    """A write refused partway (the file size limit here, a full disk
+    elsewhere) raises, and the file is cut back to its last commit."""
+    path = tmp_path / "grow.cp"
+    cpersist.dump({"x": np.arange(5.0)}, path, growing=True)
+    before = path.read_bytes()
+    script = textwrap.dedent(f"""
+        import resource, signal, numpy as np, cpersist
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        with cpersist.open({str(path)!r}, "a") as f:
+            limit = ({len(before) + 4096}, resource.RLIM_INFINITY)
+            resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+            try:
+                f.append("obj['x']", np.ones(1 << 17))
+            except OSError as exc:
+                print("refused", exc.errno)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.stdout.startswith("refused"), done.stderr
+    assert path.read_bytes() == before
 
 
 def test_damage_to_the_last_commit_is_not_taken_for_a_state(tmp_path):

@@ -168,8 +168,12 @@ class GrowingWriter:
             end = write_commit(self._file, start, body, n_threads=self._n_threads,
                                name=self.name, fsync=self._fsync)
         except BaseException:
-            self._file.seek(start)
+            try:
+                self._file.flush()  # nothing buffered may land after the cut
+            except OSError:
+                pass  # written later, it lands after the last commit: a torn tail
             os.ftruncate(self._fd, start)
+            self._file.seek(start)
             raise
         self.end = end
         return end
