@@ -268,11 +268,12 @@ def test_a_commit_that_fails_leaves_the_file_as_it_was(tmp_path):
     path = tmp_path / "grow.cp"
     cpersist.dump({"x": np.arange(5.0)}, path, growing=True)
     before = path.read_bytes()
+    most = len(before) + 4096
     script = textwrap.dedent(f"""
         import resource, signal, numpy as np, cpersist
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         with cpersist.open({str(path)!r}, "a") as f:
-            limit = ({len(before) + 4096}, resource.RLIM_INFINITY)
+            limit = ({most}, resource.RLIM_INFINITY)
             resource.setrlimit(resource.RLIMIT_FSIZE, limit)
             try:
                 f.append("obj['x']", np.ones(1 << 17))
