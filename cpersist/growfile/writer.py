@@ -157,12 +157,14 @@ class GrowingWriter:
 
     def _commit(self, add):
         """One commit: ``add(writer)`` writes the new chunks and returns the
-        new section list. A commit that fails is cut back: the file is as
-        before."""
+        new section list, the state from then on. A commit that fails is cut
+        back: the file is as before."""
         start = self.end
+        state = []
 
         def body(writer):
-            return self._root, add(writer), self._info
+            state.append(add(writer))
+            return self._root, state[0], self._info
 
         try:
             end = write_commit(self._file, start, body, n_threads=self._n_threads,
@@ -176,7 +178,7 @@ class GrowingWriter:
             self._file.seek(start)
             raise
         self.end = end
-        return end
+        self._sections = state[0]
 
     def append_rows(self, number, rows):
         """Append ``rows`` to the array of section ``number``: along its
@@ -203,11 +205,9 @@ class GrowingWriter:
             new_meta.pop("rows_per_chunk", None)  # batches of any size: chunks differ
             merged["meta"] = new_meta
             sections[number] = merged
-            self._pending = sections
             return sections
 
         self._commit(add)
-        self._sections = self._pending
         self._layouts.pop(number, None)
 
     def replace(self, number, array):
@@ -226,11 +226,9 @@ class GrowingWriter:
             if path is not None:
                 new["meta"] = dict(new["meta"], path=path)
             sections[number] = new
-            self._pending = sections
             return sections
 
         self._commit(add)
-        self._sections = self._pending
         self._layouts.pop(number, None)
 
     @property
