@@ -208,6 +208,9 @@ class Walk:
 #: records come in one read, while a frame longer than this costs a read of
 #: this much for its header alone.
 WALK_BLOCK = 64 << 10
+#: Bytes read for a frame's header when the frame before it was longer than
+#: the last read.
+HEADS_READ = 512
 #: Longest pickle stream writers store as an ENTRY frame: a longer one is an
 #: ENTRY_DUMP, whose trailer is checked without reading the stream, so that
 #: checking the frame at a log's end (at every append) reads at most this.
@@ -231,11 +234,15 @@ def walk_frames(read, size, begin=FRAMES_AT, starts=None, kinds=ENTRY_KINDS):
     unpack = RECORD.unpack_from
     foreign_at = None
     shortest = FRAME_TRAILER.size
+    block = WALK_BLOCK
     while position + RECORD_SIZE <= size:
         at = position - window_at
         if at + RECORD_SIZE > len(window):
+            # Frames longer than a block (dumps, commits) are stepped over
+            # reading little more than their headers.
+            block = WALK_BLOCK if position < window_at + 2 * len(window) else HEADS_READ
             window_at, at = position, 0
-            window = read(position, min(WALK_BLOCK, size - position))
+            window = read(position, min(block, size - position))
             if len(window) < RECORD_SIZE:  # the file was cut meanwhile
                 break
         (value,) = unpack(window, at)
