@@ -12,7 +12,7 @@ import os
 from .._runtime.atomic import AtomicFile
 from ..container.frames import FRAME_TRAILER, OBJECT_FILE_START, OBJECT_FRAMES_AT
 from ..container.framing import record_header
-from ..container.layout import (ALIGN, RECORD_SIZE, TRAILER, VERBATIM, chunk_table_text,
+from ..container.layout import (ALIGN, RECORD_SIZE, TRAILER, chunk_table_text,
                                 checksum_state, index_text)
 from ..exceptions import CorruptFileError
 from .commit import write_commit

@@ -19,12 +19,10 @@ from .._runtime.locks import try_lock
 from .._runtime.threads import default_n_threads
 from ..codecs import codec_from_config
 from ..container import ContainerReader
-from ..container.frames import (FRAME_TRAILER, OBJECT_FILE_START, OBJECT_FRAMES_AT,
-                                last_commit)
-from ..container.layout import RECORD_SIZE, pieces_text
+from ..container.frames import OBJECT_FILE_START, OBJECT_FRAMES_AT, last_commit
+from ..container.layout import RECORD_SIZE
 from ..container.sources import source_for
 from ..exceptions import CorruptFileError, FileLockedError, UnwritableTargetError
-from ..pickling.arrays import array_order, describe
 from ..pickling.read import array_layout
 from ..pickling.write import array_store, write_sections
 from .commit import read_index, write_commit
