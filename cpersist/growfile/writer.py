@@ -383,7 +383,10 @@ def _locked_descriptor(path, name, timeout):
 
 def _what_it_is(head):
     from ..container.frames import FILE_START, FRAMES_AT
+    from ..container.layout import MAGIC
 
-    if head[:FRAMES_AT] == FILE_START[:len(head[:FRAMES_AT])] and len(head) >= FRAMES_AT:
+    if len(head) >= FRAMES_AT and head[:FRAMES_AT] == FILE_START:
         return " (this is a record log: cpersist.append adds records to it)"
-    return " (this is a dump: load it and dump it again with growing=True)"
+    if head[:len(MAGIC)] == MAGIC:
+        return " (this is a dump: load it and dump it again with growing=True)"
+    return " (this is not a cpersist file)"
