@@ -134,8 +134,9 @@ def check_log_path(path):
     if is_remote(path):
         raise UnwritableTargetError(
             f"{display_name(path)}: object stores cannot append to an object in place; "
-            f"append to a local record log and upload it when done (cpersist.load it and "
-            f"cpersist.dump the list of records to the URL), or write one object per record")
+            f"append to a local record log (or growing file) and upload it when done "
+            f"(cpersist.load it and cpersist.dump what it holds to the URL), or write one "
+            f"object per record")
     if not is_path(path):
         raise UnwritableTargetError(
             f"cpersist.append takes a local path, not {type(path).__name__}: to write "

@@ -13,13 +13,13 @@ from .container.files import display_name, is_path
 from .storage.fsspec.urls import is_remote
 from .storage.small_files import compact_file_stream
 from .storage.targets import open_target
-from .exceptions import CorruptFileError
+from .exceptions import CorruptFileError, UnwritableTargetError
 from .pickling.dump import write_dump
 from .pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
 
 
 def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=None,
-         fsync=False, storage_options=None, timeout=None, background=False):
+         fsync=False, storage_options=None, timeout=None, background=False, growing=False):
     """Persist a Python object and the numpy arrays it holds to one file.
 
     Parameters
@@ -90,6 +90,14 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         interpreter exit, pending background dumps are finished, and the
         error of any that failed, unless retrieved from its future, is
         printed to stderr. ``target`` must be a path.
+    growing : bool, default False
+        Write a *growing file* (format 2.4, see :doc:`/growing`): its
+        arrays can then grow by rows, or be replaced, through
+        ``cpersist.open(target, "a")``, each change appended and committed
+        without rewriting what is stored. Every array is then a section of
+        its own (none kept inside the pickle stream). ``target`` must be a
+        local path; not with ``background`` or ``compress="max"``. It
+        loads, maps and opens as any dump does.
 
     Returns
     -------
@@ -137,6 +145,9 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         check_n_threads(n_threads)
     check_target(target, storage_options, background)
     timeout = check_timeout(timeout)
+    if growing:
+        return _dump_growing(obj, target, codec, protocol, chunk_size, n_threads, fsync,
+                             background)
     if not background:
         return _write(obj, target, codec, protocol, chunk_size, n_threads, fsync,
                       storage_options, timeout)
@@ -159,6 +170,33 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     # its snapshot copies every array before the dump starts.
     return start(obj, write, display_name(target), snapshot_error,
                  deferred=codec is None or codec.codec_id != "max")
+
+
+def _dump_growing(obj, target, codec, protocol, chunk_size, n_threads, fsync, background):
+    """:func:`dump` with ``growing=True``: a growing object file."""
+    from .growfile.writer import create
+
+    if is_remote(target):
+        raise UnwritableTargetError(
+            f"{display_name(target)}: object stores cannot change an object in place, so a "
+            f"growing file is written to a local path; upload it (or dump the loaded "
+            f"object to the URL) when it is done growing")
+    if not is_path(target):
+        raise UnwritableTargetError(
+            f"growing=True writes to a local path, which later commits append to, not to "
+            f"{type(target).__name__}")
+    if background:
+        raise ValueError("growing=True writes in the foreground (background=False)")
+    if codec is not None and codec.codec_id == "max":
+        raise ValueError("compress='max' is for files written once; a growing file's arrays "
+                         "take another codec (compress=3, 'zstd', 'lz4', ...)")
+    try:
+        return create(obj, target, codec, protocol, chunk_size, n_threads, fsync)
+    except PICKLING_ERRORS as exc:
+        error = unpicklable_error(obj, protocol, exc)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def _write(obj, target, codec, protocol, chunk_size, n_threads, fsync, storage_options, timeout):

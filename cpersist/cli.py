@@ -1,4 +1,4 @@
-"""The ``cpersist`` command line: ``info``, ``verify``, ``convert``, ``repair``, ``bench``.
+"""The ``cpersist`` command line and its verbs: info, verify, convert, repair, compact, bench.
 
 Run as ``cpersist VERB ...`` (the console script) or ``python -m cpersist
 VERB ...``. No verb executes the pickle stream of a cpersist file: ``info``
@@ -18,7 +18,7 @@ from .container.files import display_name
 from ._runtime.temporaries import TMP_SUFFIX
 from .storage.fsspec.urls import is_url
 from .exceptions import CpersistError
-from .tools.repair_command import add_repair
+from .tools.repair_command import add_compact, add_repair
 from .tools.report import (MAX_ROWS, human_size, json_default, error_line, format_info,
                            format_verified)
 
@@ -332,6 +332,7 @@ def build_parser():
     convert.set_defaults(run=_cmd_convert)
 
     add_repair(verbs)
+    add_compact(verbs)
     verbs.add_parser(
         "bench", add_help=False, help="run the bundled benchmark (cpersist bench --help)",
         description="Run the bundled benchmark; arguments go to python -m cpersist.benchmarks.",

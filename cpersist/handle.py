@@ -1,25 +1,19 @@
-"""``cpersist.open``: a cpersist file kept open, its arrays read on demand."""
-
-import pickle
+"""``cpersist.open``: a cpersist file kept open, its arrays read on demand; or
+a record log, or a growing file, open to read or change."""
 
 from ._args import (check_compress, check_limits, check_log_path, check_n_threads,
                     check_open_mode, check_protocol, check_storage_options, check_trusted)
-from .container.files import is_path
-from ._runtime.gc import collector_paused
+from .container.files import display_name, is_path
 from .container import ContainerReader
 from .container.frames import GrowingFileFound
 from .container.sources import SpooledSource
 from .container.foreign import foreign_file_error
 from .storage.open import Borrowed, open_source
-from .exceptions import CorruptFileError, CpersistError
-from .lazy.array import LazyArray, BoundSection
-from .lazy.array_paths import ArrayPaths, placed
+from .exceptions import CorruptFileError
+from .filehandle import FileHandle
 from .lazy.openfile import OpenFile, reference_for
-from .format.limits import DEFAULT as _DEFAULT_LIMITS
-from .lazy.rebuild import in_lazy_load, lazy_tensor
-from .pickling.read import array_layout, load_source, pickle_stream
-from .pickling.unpickler import ArrayUnpickler
-from .stream.paths import scan_arrays
+
+__all__ = ["FileHandle", "open"]
 
 
 def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa: A001
@@ -41,7 +35,11 @@ def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa
         ``'a'``: open the record log at the path ``source`` (created if
         missing) to append records, holding the writers' lock until it is
         closed; ``compress``, ``protocol``, ``fsync`` and ``timeout`` are
-        then taken as by :func:`cpersist.append`, for every record.
+        then taken as by :func:`cpersist.append`, for every record. A
+        growing object file (``cpersist.dump(obj, path, growing=True)``)
+        opens as a :class:`GrowingFile` instead, whose arrays grow by rows
+        (:meth:`GrowingFile.append`) or are replaced; ``fsync`` and
+        ``timeout`` apply to its commits.
     trusted : bool or iterable, default True
         For :meth:`FileHandle.load`, as in :func:`cpersist.load`. Listing
         :attr:`FileHandle.arrays` never unpickles anything, whatever this is.
@@ -60,10 +58,12 @@ def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa
 
     Returns
     -------
-    FileHandle or RecordLog
+    FileHandle, GrowingFile or RecordLog
         A :class:`RecordLog` for a record log or a path holding several
         dumps (its records by number, in order; ``append`` in mode ``'a'``),
-        even of one record. Use either as a context manager, or ``close()``.
+        even of one record; a :class:`GrowingFile` for a growing object file
+        in mode ``'a'`` (in mode ``'r'``, a :class:`FileHandle` of its last
+        commit). Use any as a context manager, or ``close()``.
 
     Raises
     ------
@@ -87,7 +87,8 @@ def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa
     limits = check_limits(limits)
     check_storage_options(storage_options, source)
     if mode != "r" or append_options:
-        return _open_log(source, mode, trusted, verify, limits, append_options)
+        return _open_log(source, mode, trusted, verify, limits, append_options,
+                         n_threads=n_threads)
     opened = open_source(source, storage_options=storage_options, what="source")
     borrowed = isinstance(opened, Borrowed)
     byte_source = opened.source if borrowed else opened
@@ -114,7 +115,7 @@ def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa
     return handle
 
 
-def _open_log(source, mode, trusted, verify, limits, options, error=None):
+def _open_log(source, mode, trusted, verify, limits, options, error=None, n_threads=None):
     from .api import load
     from .recordlog.tools import open_log
     from .recordlog.writer import LogWriter
@@ -124,262 +125,17 @@ def _open_log(source, mode, trusted, verify, limits, options, error=None):
     check_open_mode(mode, **options)
     if mode == "a":
         check_log_path(source)
+        from .growfile.handle import is_growing_object, open_growing
+
+        if is_growing_object(source):
+            if options.get("compress") or options.get("protocol") is not None:
+                raise TypeError(f"{display_name(source)}: a growing object file's arrays keep "
+                                f"the codec they were dumped with; compress and protocol are "
+                                f"for record logs")
+            return open_growing(source, check_trusted(trusted), verify, n_threads, limits,
+                                fsync=options.get("fsync", False),
+                                timeout=options.get("timeout"))
         options = dict(options, compress=check_compress(options.get("compress", 0)),
                        protocol=check_protocol(options.get("protocol")))
     return open_log(source, mode, load, LogWriter, trusted=trusted, verify=verify,
                     limits=limits, **options)
-
-
-class FileHandle:
-    """An open cpersist file; made by :func:`cpersist.open`.
-
-    Attributes
-    ----------
-    name : str
-        The file's name, as messages give it.
-    """
-
-    _limits = _DEFAULT_LIMITS
-
-    def __init__(self, file, trusted, verify, n_threads):
-        self._file = file
-        self.name = file.name
-        self._trusted = trusted
-        self._verify = verify
-        self._n_threads = n_threads
-        self._closed = False
-        self._lazy = {}
-        self._arrays = None
-
-    def __repr__(self):
-        state = "closed" if self._closed else "open"
-        return f"<cpersist.FileHandle {self.name!r} ({state})>"
-
-    def __reduce__(self):
-        raise TypeError(
-            f"cannot pickle the cpersist file handle of {self.name}: pickle its arrays "
-            f"(handle.arrays[path]), which pickle as references to the file, or open the "
-            f"file in the other process")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
-
-    def close(self):
-        """Close the file. Lazy arrays of a file opened by path stay usable:
-        they reopen it when read."""
-        self._closed = True
-        self._file.close()
-
-    def _reader(self):
-        if self._closed:
-            raise ValueError(f"{self.name}: operation on a closed cpersist file handle")
-        return self._file.reader()
-
-    def _root_stream(self, reader):
-        root = reader.sections[reader.root]
-        if root.meta.get("kind") != "pickle":
-            raise reader.error("damaged index: the root section is not a pickle stream")
-        return pickle_stream(reader, root, self._verify, self._n_threads)
-
-    def _lazy_array(self, reader, index, path):
-        lazy = self._lazy.get(index)
-        if lazy is None:
-            section = reader.sections[index]
-            layout = array_layout(reader, section)  # checks it matches the bytes stored
-            lazy = self._lazy[index] = LazyArray(
-                self._file, index, path, section.meta, bound=BoundSection(reader, section),
-                verify=self._verify, n_threads=self._n_threads, layout=layout)
-        return lazy
-
-    @property
-    def arrays(self):
-        """Every array stored in a section of its own, by its path in the object.
-
-        A dict from the path ``cpersist info`` prints (``"obj['w']"``,
-        ``"obj['layers'][1]['b']"``, ``"obj.coef_"``) to a
-        :class:`~cpersist.LazyArray`, in file order; an array the path
-        finder cannot place is listed as ``"<section N>"``. Built from the
-        index and the pickle stream's opcodes, without unpickling: nothing
-        the file names is imported or called, so listing a file you do not
-        trust is safe. (A dump of plain dicts, lists and tuples around its
-        arrays records their paths in its index, which is then all that is
-        read.) Small arrays a compressed file keeps inside its pickle stream
-        are not listed (``cpersist info`` shows them). Each torch tensor
-        is listed by its path as a :class:`~cpersist.LazyTensor`,
-        whose slices are torch tensors of the stored dtype (several tensors
-        may view one stored storage; it is not listed itself). A key that is
-        not a path raises :class:`~cpersist.ArrayNotFoundError` (a
-        :class:`KeyError`) whose message says how to read an array kept
-        inside the pickle stream, or else gives the form of the keys and the
-        nearest ones.
-        """
-        if self._arrays is None:
-            reader = self._reader()
-            with collector_paused():
-                paths = _recorded_paths(reader)
-                tensors = {}
-                kept_in_stream = self._kept_in_stream
-                if paths is None:
-                    found = scan_arrays(_stream_bytes(self._root_stream(reader)),
-                                        limits=self._limits, source=self.name)
-                    paths = found["paths"]
-                    for tensor in found["tensors"]:
-                        tensors.setdefault(tensor["section"], []).append(tensor)
-                    inline = placed(found["inline"])
-                    kept_in_stream = inline.copy
-                arrays = ArrayPaths(kept_in_stream)
-                layouts = {}
-                made = self._lazy
-                root = reader.root
-                for section in reader.sections:
-                    index = section.index
-                    if index == root:
-                        continue
-                    path = paths.get(index)
-                    if path is None:
-                        path = f"<section {index}>"
-                    lazy = made.get(index)
-                    if lazy is None:
-                        lazy = made[index] = LazyArray(
-                            self._file, index, path, section.meta,
-                            bound=BoundSection(reader, section), verify=self._verify,
-                            n_threads=self._n_threads,
-                            layout=_layout(reader, section, layouts))
-                    if index in tensors:
-                        # A torch storage: listed as the tensors viewing it.
-                        for tensor in tensors[index]:
-                            arrays[tensor["path"]] = _lazy_tensor(reader, lazy, tensor)
-                        continue
-                    arrays[path] = lazy
-            self._arrays = arrays
-        return self._arrays
-
-    def _kept_in_stream(self):
-        """The paths of the arrays kept inside the pickle stream (for the
-        message of a missing key: a file that cannot be walked has none)."""
-        try:
-            found = scan_arrays(_stream_bytes(self._root_stream(self._reader())),
-                                limits=self._limits, source=self.name)
-        except (CpersistError, ValueError):
-            return []
-        return placed(found["inline"])
-
-    def load(self, lazy=False):
-        """The object, as :func:`cpersist.load` gives it, or with lazy arrays.
-
-        Parameters
-        ----------
-        lazy : bool, default False
-            Put a :class:`~cpersist.LazyArray` in the place of every array
-            stored in a section of its own (arrays inside ``np.matrix`` and
-            masked arrays, which need their data, are read). Small arrays a
-            compressed file keeps in its pickle stream are ndarrays.
-
-        Returns
-        -------
-        object
-
-        Raises
-        ------
-        UntrustedObjectError
-            If the handle was opened with ``trusted=False`` (or a list) and
-            the file names a global outside the allowlist.
-        CorruptFileError
-        """
-        restricted, allowed, prefixes = self._trusted
-        reader = self._reader()
-        if not lazy:
-            return load_source(reader.source, mmap_mode=None, restricted=restricted,
-                         allowed=allowed, prefixes=prefixes, verify=self._verify,
-                         n_threads=self._n_threads, whole=False, limits=self._limits)
-        paths = {}
-        for path, listed in self.arrays.items():
-            # A storage is named by the path of the first tensor viewing it.
-            paths.setdefault(listed._index if isinstance(listed, LazyArray)
-                             else listed._storage._index, path)
-
-        def load_array(index):
-            if (type(index) is not int or not 0 <= index < len(reader.sections)
-                    or index == reader.root):
-                raise reader.error(f"the pickle stream refers to a bad array section {index!r}")
-            return self._lazy_array(reader, index, paths.get(index, f"<section {index}>"))
-
-        unpickler = _LazyUnpickler(self._root_stream(reader), load_array, restricted,
-                                   allowed, prefixes, source=self.name, limits=self._limits)
-        try:
-            return unpickler.load()
-        except CpersistError:
-            raise
-        except (pickle.UnpicklingError, EOFError) as exc:
-            raise reader.error(f"damaged pickle stream ({exc})") from None
-
-
-#: Longest path read from an index (a longer one is not trusted to be ours).
-_MAX_RECORDED_PATH = 4096
-
-
-def _recorded_paths(reader):
-    """``{section: path}`` from the index, where a dump records them
-    (:mod:`cpersist.pickling.object_paths`), or None.
-
-    Used only if every array section has a path and no two are the same;
-    otherwise the pickle stream is walked. Paths are labels, nothing more:
-    a forged index can only mislabel the arrays it already describes.
-    """
-    paths = {}
-    root = reader.root
-    for section in reader.sections:
-        if section.index != root:
-            path = section.meta.get("path")
-            if type(path) is not str or len(path) > _MAX_RECORDED_PATH:
-                return None
-            paths[section.index] = path
-    if not paths or len(set(paths.values())) != len(paths):
-        return None
-    return paths
-
-
-def _lazy_tensor(reader, storage, tensor):
-    """The :class:`~cpersist.LazyTensor` a walk of the stream describes."""
-    try:
-        lazy = lazy_tensor(storage, tensor["dtype"], tensor["offset"], tensor["shape"],
-                       tensor["stride"], tensor["requires_grad"], tensor["kind"], None,
-                       tensor["device"])
-    except pickle.UnpicklingError as exc:
-        raise reader.error(f"the tensor at {tensor['path']}: {exc}") from None
-    lazy.path = tensor["path"]
-    return lazy
-
-
-def _layout(reader, section, layouts):
-    """:func:`cpersist.pickling.read.array_layout`, remembered in ``layouts`` by
-    description: a model's thousands of arrays have a few of them."""
-    meta = section.meta
-    try:
-        shape = meta["shape"]
-        # The types of the dimensions are in the key: [4.0] is not [4].
-        key = (meta["dtype"], meta["order"], *shape, *map(type, shape))
-        layout = layouts.get(key)
-    except (KeyError, TypeError):  # array_layout reports what is wrong
-        return array_layout(reader, section)
-    if layout is None or layout[3] != section.raw_size or "aligned" in meta:
-        layout = array_layout(reader, section)
-        if "aligned" not in meta:
-            layouts[key] = layout
-    return layout
-
-
-class _LazyUnpickler(ArrayUnpickler):
-    """Calls the lazy forms of the format's rebuild functions (:mod:`.lazy.rebuild`)."""
-
-    def find_class(self, module, name):
-        return in_lazy_load(super().find_class(module, name))
-
-
-def _stream_bytes(stream):
-    """The bytes of what :func:`~cpersist.pickling.read.pickle_stream` returns: a
-    BytesIO's buffer, or the anonymous map itself."""
-    return stream.getbuffer() if hasattr(stream, "getbuffer") else stream

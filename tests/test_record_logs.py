@@ -89,11 +89,11 @@ def test_a_record_log_of_a_later_minor_version_is_refused(tmp_path):
     path = tmp_path / "later.cpl"
     with open(FIXTURE, "rb") as file:
         data = bytearray(file.read())
-    data[10] = 4  # the header's minor version
+    data[10] = 5  # the header's minor version (2.4 is the growing object file)
     path.write_bytes(bytes(data))
     for use in (cpersist.load, cpersist.open, cpersist.verify,
                 lambda p: cpersist.append(1, p)):
-        with pytest.raises(cpersist.UnsupportedVersionError, match="format 2.4, newer"):
+        with pytest.raises(cpersist.UnsupportedVersionError, match="format 2.5, newer"):
             use(path)
     assert path.read_bytes() == data
 

@@ -326,7 +326,7 @@ def _holds_instances(obj, seen=None):
 
 
 def _recorded(path):
-    from cpersist.handle import _recorded_paths
+    from cpersist.filehandle import _recorded_paths
 
     with open(path, "rb") as file:
         return _recorded_paths(ContainerReader(file, str(path)))

@@ -35,6 +35,17 @@ GROWING = 4
 #: whole dump of the record, its arrays sections that can be mapped.
 ENTRY, ENTRY_DUMP = 4, 5
 ENTRY_KINDS = (ENTRY, ENTRY_DUMP)
+#: Frame kind of a growing object file (format 2.4): a *commit*, whose
+#: payload, at the next multiple of 64 after the record header, holds the
+#: records of the chunks it adds, then an END record: the index of the
+#: object's whole state (offsets from the start of the file) and a dump's
+#: trailer. The last complete commit is the file's state.
+COMMIT = 6
+COMMIT_KINDS = (COMMIT,)
+#: Frame kinds whose payload starts on a 64-byte boundary.
+_ALIGNED_KINDS = (ENTRY_DUMP, COMMIT)
+#: The format version a growing object file's header states.
+OBJECT_MINOR = 4
 _LENGTH_BITS = 56
 _LENGTH_MASK = (1 << _LENGTH_BITS) - 1
 #: The length an ENTRY_DUMP frame's header holds while its dump is being
@@ -50,14 +61,29 @@ STUB_INDEX = (b'{"edited":false,"format":[2,3],"root":0,"sections":[{"offset":64
               b'"codec":{"id":"format-2.3-record-log","level":1}}],"info":{"layout":'
               b'"record log: read it with a cpersist that reads format 2.3"}}')
 _PREAMBLE_AT = HEADER.size + RECORD_SIZE
-#: The first bytes of every growing file: the header and the preamble.
-FILE_START = b"".join((
-    HEADER.pack(MAGIC, 2, GROWING_MINOR, GROWING),
-    RECORD.pack(END << _LENGTH_BITS | (len(STUB_INDEX) + TRAILER.size)),
-    STUB_INDEX,
-    TRAILER.pack(_PREAMBLE_AT, len(STUB_INDEX), _xxh3_64(STUB_INDEX), END_MAGIC)))
+#: The stub index of a growing object file's preamble (format 2.4), which
+#: readers of format 2.2 and earlier refuse as the record log's.
+OBJECT_STUB_INDEX = (b'{"edited":false,"format":[2,4],"root":0,"sections":[{"offset":64,'
+                     b'"codec":{"id":"format-2.4-growing-object","level":1}}],"info":'
+                     b'{"layout":"growing object: read it with a cpersist that reads '
+                     b'format 2.4"}}')
+
+
+def _file_start(minor, stub):
+    return b"".join((
+        HEADER.pack(MAGIC, 2, minor, GROWING),
+        RECORD.pack(END << _LENGTH_BITS | (len(stub) + TRAILER.size)),
+        stub,
+        TRAILER.pack(_PREAMBLE_AT, len(stub), _xxh3_64(stub), END_MAGIC)))
+
+
+#: The first bytes of every record log: the header and the preamble.
+FILE_START = _file_start(GROWING_MINOR, STUB_INDEX)
 #: Where the first frame starts.
 FRAMES_AT = len(FILE_START)
+#: The first bytes of every growing object file, and where its first commit starts.
+OBJECT_FILE_START = _file_start(OBJECT_MINOR, OBJECT_STUB_INDEX)
+OBJECT_FRAMES_AT = len(OBJECT_FILE_START)
 _ENTRY_HEAD = RECORD.pack
 _join = b"".join
 _pack_trailer = FRAME_TRAILER.pack
@@ -117,7 +143,7 @@ def parse_frame_head(head, start):
     (value,) = RECORD.unpack(head)
     kind, length = value >> _LENGTH_BITS, value & _LENGTH_MASK
     payload = start + RECORD_SIZE
-    if kind == ENTRY_DUMP:
+    if kind in _ALIGNED_KINDS:
         payload += -payload % ALIGN
     if length == PENDING or length < FRAME_TRAILER.size:
         return kind, payload, None
@@ -132,13 +158,16 @@ def check_file_start(data, name):
     if len(data) < HEADER.size or bytes(data[:len(MAGIC)]) != MAGIC:
         raise CorruptFileError(f"{name}: not a cpersist record log")
     _, major, minor, flags = HEADER.unpack(bytes(data[:HEADER.size]))
-    if major > 2 or (major == 2 and minor > GROWING_MINOR and flags & GROWING):
+    if major > 2 or (major == 2 and minor > OBJECT_MINOR and flags & GROWING):
         # A later version may add frames this one would take for a torn tail.
         raise UnsupportedVersionError(
-            f"{name}: written in cpersist format {major}.{minor}, newer than the 2.3 this "
-            f"version reads and appends to as a record log; upgrade cpersist")
+            f"{name}: written in cpersist format {major}.{minor}, newer than the 2.4 this "
+            f"version reads and appends to as a growing file; upgrade cpersist")
     if not flags & GROWING:
         raise CorruptFileError(f"{name}: a cpersist dump, not a record log")
+    if minor == OBJECT_MINOR:
+        raise CorruptFileError(f"{name}: a growing object file (format 2.4), not a record "
+                               f"log: cpersist.open(path, 'a') appends rows to its arrays")
     if bytes(data[:FRAMES_AT]) != FILE_START:
         raise CorruptFileError(f"{name}: damaged record log: its header or preamble is not "
                                f"the one format 2.3 writes")
@@ -179,20 +208,24 @@ class Walk:
 #: records come in one read, while a frame longer than this costs a read of
 #: this much for its header alone.
 WALK_BLOCK = 64 << 10
+#: Bytes read for a frame's header when the frame before it was longer than
+#: the last read.
+HEADS_READ = 512
 #: Longest pickle stream writers store as an ENTRY frame: a longer one is an
 #: ENTRY_DUMP, whose trailer is checked without reading the stream, so that
 #: checking the frame at a log's end (at every append) reads at most this.
 ENTRY_UP_TO = 1 << 20
 
 
-def walk_frames(read, size, begin=FRAMES_AT, starts=None):
+def walk_frames(read, size, begin=FRAMES_AT, starts=None, kinds=ENTRY_KINDS):
     """Walk the frames of a growing file of ``size`` bytes from ``begin``;
     ``read(offset, length)`` reads it. The last frame's trailer is checked:
     a frame being written, or cut short, is not counted. Returns a
     :class:`Walk`; ``starts`` continues an earlier walk's list.
 
-    A frame of a kind this version does not know ends the walk: the caller
-    has checked that the header states format 2.3, in which such a frame is
+    A frame of a kind other than ``kinds`` (a record log's, or
+    :data:`COMMIT_KINDS` for a growing object file) ends the walk: the
+    caller has checked the header's version, in which such a frame is
     damage or bytes that are no frame."""
     starts = [] if starts is None else starts
     append = starts.append
@@ -201,23 +234,27 @@ def walk_frames(read, size, begin=FRAMES_AT, starts=None):
     unpack = RECORD.unpack_from
     foreign_at = None
     shortest = FRAME_TRAILER.size
+    block = WALK_BLOCK
     while position + RECORD_SIZE <= size:
         at = position - window_at
         if at + RECORD_SIZE > len(window):
+            # Frames longer than a block (dumps, commits) are stepped over
+            # reading little more than their headers.
+            block = WALK_BLOCK if position < window_at + 2 * len(window) else HEADS_READ
             window_at, at = position, 0
-            window = read(position, min(WALK_BLOCK, size - position))
+            window = read(position, min(block, size - position))
             if len(window) < RECORD_SIZE:  # the file was cut meanwhile
                 break
         (value,) = unpack(window, at)
         kind, length = value >> _LENGTH_BITS, value & _LENGTH_MASK
-        if kind == ENTRY:
-            end = position + RECORD_SIZE + length
-        elif kind == ENTRY_DUMP:
-            end = position + RECORD_SIZE
-            end += -end % ALIGN + length
-        else:
+        if kind not in kinds:
             foreign_at = position
             break
+        if kind == ENTRY:
+            end = position + RECORD_SIZE + length
+        elif kind in _ALIGNED_KINDS:
+            end = position + RECORD_SIZE
+            end += -end % ALIGN + length
         if length == PENDING or length < shortest or end > size:
             break
         append(position)
@@ -237,14 +274,20 @@ def frame_checks_out(read, start, end):
     """Whether the frame from ``start`` to ``end`` has its own start and
     checksum in its trailer."""
     head = bytes(read(start, RECORD_SIZE))
+    if len(head) < RECORD_SIZE:  # cut meanwhile
+        return False
     kind = RECORD.unpack(head)[0] >> _LENGTH_BITS
     if kind == ENTRY:
         data = bytes(read(start, end - start))
+        if len(data) != end - start:
+            return False
         stored_start, digest = FRAME_TRAILER.unpack_from(data, len(data) - FRAME_TRAILER.size)
         return stored_start == start and _xxh3_64(
             memoryview(data)[:len(data) - 8]) == digest
     tail = bytes(read(end - FRAME_TRAILER.size - TRAILER.size,
                       FRAME_TRAILER.size + TRAILER.size))
+    if len(tail) != FRAME_TRAILER.size + TRAILER.size:
+        return False
     stored_start, digest = FRAME_TRAILER.unpack_from(tail, TRAILER.size)
     return stored_start == start and frame_digest(head, tail[:TRAILER.size], start) == digest
 
@@ -259,3 +302,23 @@ def entry_stream(data, start, name, check=True):
             raise CorruptFileError(f"{name}: damaged record frame at offset {start}: "
                                    f"its checksum does not match")
     return data[RECORD_SIZE:n]
+
+
+def last_commit(read, size):
+    """Where the last complete commit of a growing object file of ``size``
+    bytes ends, or None if it has none. One read of its tail when the file
+    ends with a complete commit (no commit being written, no torn tail);
+    else a walk of the commits' record headers."""
+    shortest = OBJECT_FRAMES_AT + RECORD_SIZE + FRAME_TRAILER.size + TRAILER.size
+    tail = bytes(read(size - FRAME_TRAILER.size, FRAME_TRAILER.size)) if size >= shortest \
+        else b""
+    if len(tail) == FRAME_TRAILER.size:
+        start = FRAME_TRAILER.unpack(tail)[0]
+        if OBJECT_FRAMES_AT <= start <= size - shortest + OBJECT_FRAMES_AT:
+            head = bytes(read(start, RECORD_SIZE))
+            if len(head) == RECORD_SIZE:
+                kind, _, end = parse_frame_head(head, start)
+                if kind == COMMIT and end == size and frame_checks_out(read, start, size):
+                    return size
+    walk = walk_frames(read, size, OBJECT_FRAMES_AT, kinds=COMMIT_KINDS)
+    return walk.end if walk.starts else None

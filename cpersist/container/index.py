@@ -33,10 +33,12 @@ class Section:
         Bytes of the section's decoded data.
     stored_size : int
         Bytes its chunks occupy in the file.
-    gap : int
+    gap : int or None
         Bytes between one chunk and the next: 0 when the chunks are one
         contiguous run, the size of a record header when each chunk is a
-        record of its own (``"layout": "records"``).
+        record of its own (``"layout": "records"``), None when the chunk
+        table gives each chunk's offset (``"layout": "placed"``, a grown or
+        replaced array of a growing object file).
     chunks : list of Chunk
         Checked on first use when the index states the section's totals, so
         that opening a file costs the same whatever its size (a memmapped
@@ -92,6 +94,13 @@ class Section:
     @property
     def is_raw(self):
         return self.codec is None
+
+    @property
+    def contiguous(self):
+        """Whether the section's bytes are one run in the file (a raw
+        section that can be mapped). Writers give a section whose chunks are
+        not one run, and only such a one, the placed layout."""
+        return self.gap == 0
 
 
 def parse_header(head, size, name):
@@ -221,13 +230,15 @@ def _parse_section(i, s, end, name, base):
     section.codec = codec = None if config is None else codec_from_config(config)
     # Only raw data is aligned (the sections a map may view).
     aligned = codec is None and s.get("raw_size", 1)
-    if offset < HEADER.size or aligned and offset % ALIGN:
-        raise corrupt(name, f"section {i} at a bad offset {base + offset}")
     layout = s.get("layout", "run")
+    if offset < HEADER.size or aligned and offset % ALIGN and layout != "placed":
+        raise corrupt(name, f"section {i} at a bad offset {base + offset}")
     if layout == "run":
         section.gap = 0
     elif layout == "records" and codec is not None:
         section.gap = RECORD_SIZE
+    elif layout == "placed":
+        section.gap = None
     else:
         raise corrupt(name, f"section {i} has a bad layout {layout!r}")
     section.typesize = typesize = s["typesize"]
@@ -250,7 +261,7 @@ def _parse_section(i, s, end, name, base):
         raise corrupt(name,
                       f"section {i} is inconsistent: raw, yet {raw_size} bytes "
                       f"stored in {stored_size}")
-    if offset + stored_size > end:
+    if offset + stored_size > end and section.gap is not None:
         raise corrupt(name,
                       f"section {i} runs to offset {base + offset + stored_size}, "
                       f"past the data end at offset {base + end} (truncated?)")
@@ -304,8 +315,15 @@ def _parse_table(section, table, end, name, base):
     pos = section.offset
     chunks = []
     raw_size = stored_size = 0
+    placed = section.gap is None
     for entry in table:
-        length, raw_length, digest, flag = entry
+        if placed:
+            # Each chunk where its own entry says (format 2.4).
+            length, raw_length, digest, flag, pos = entry
+            if type(pos) is not int or pos < HEADER.size or pos + length > end:
+                raise corrupt(name, f"section {i} has a chunk outside the data: {entry}")
+        else:
+            length, raw_length, digest, flag = entry
         # Inline checks (a table may list thousands of chunks); _uint words a failure.
         if not (type(length) is int and type(raw_length) is int and type(digest) is int
                 and type(flag) is int and length >= 0 and digest >= 0):
@@ -323,9 +341,13 @@ def _parse_table(section, table, end, name, base):
                               f"{length} bytes decodes to {raw_length}, more than that "
                               f"codec can produce ({bound}): forged or damaged index")
         chunks.append(new_chunk(Chunk, (pos, length, raw_length, digest, flag)))
-        pos += length + section.gap
         raw_size += raw_length
         stored_size += length
+        if placed:
+            continue
+        pos += length + section.gap
+    if placed:
+        return chunks, raw_size, stored_size
     if chunks:
         pos -= section.gap
     if pos > end:

@@ -179,7 +179,7 @@ def pieces_text(pieces):
         struct.pack(">%dQ" % len(p), *p), newline=False).decode("ascii") for p in pieces)
 
 
-def index_text(root, sections, info):
+def index_text(root, sections, info, minor=FORMAT_MINOR, pack=True):
     """The index of a dump, as UTF-8 JSON bytes.
 
     Its ``"edited"`` field comes first (:data:`INDEX_UNEDITED`). The
@@ -188,11 +188,12 @@ def index_text(root, sections, info):
     (:func:`packed_sections_accepted`), that array's text compressed with
     :data:`SECTIONS_CODEC`, in base64, as ``"packed_sections"``, its length
     as ``"sections_size"``, and :data:`PACKED_STUB` as ``"sections"``
-    (format 2.2).
+    (format 2.2). ``pack=False`` keeps the list plain (a growing file's
+    commits: packing it at every commit would cost more than writing it).
     """
     listed = json.dumps(sections, separators=(",", ":"))
     key = '"sections":'
-    if PACK_SECTIONS_ABOVE < len(listed) <= PACK_SECTIONS_UP_TO:
+    if pack and PACK_SECTIONS_ABOVE < len(listed) <= PACK_SECTIONS_UP_TO:
         from ..codecs import codec_from_config
 
         raw = listed.encode()
@@ -201,7 +202,7 @@ def index_text(root, sections, info):
             listed = (binascii.b2a_base64(packed, newline=False).decode("ascii")
                       + f'","sections_size":{len(raw)}')
             key = f'"sections":{PACKED_STUB},"packed_sections":"'
-    return (f'{INDEX_UNEDITED.decode()}"format":[{FORMAT_MAJOR},{FORMAT_MINOR}],"root":{root},'
+    return (f'{INDEX_UNEDITED.decode()}"format":[{FORMAT_MAJOR},{minor}],"root":{root},'
             f'{key}{listed},"info":{json.dumps(info, separators=(",", ":"))}}}').encode()
 
 

@@ -4,14 +4,16 @@ compact dump, a tiny dump). Reading the sections' bytes is :mod:`.sections`
 (whole sections) and :mod:`.pieces` (parts of them)."""
 
 from .compact import COMPACT, compact_dump, parse_compact_index
-from .frames import GROWING, GROWING_MINOR, DumpsFollow, GrowingFileFound
+from .frames import (FRAME_TRAILER, GROWING, GROWING_MINOR, OBJECT_FILE_START,
+                     OBJECT_FRAMES_AT, OBJECT_MINOR, DumpsFollow, GrowingFileFound,
+                     last_commit)
 from .framing import END, parse_record_quietly, walk_records
 from .index import parse_header, parse_index, parse_trailer
 from ..exceptions import CorruptFileError, UnsupportedVersionError
 from .layout import EDITED, END_MAGIC, HEADER, MAGIC, RECORD_SIZE, TRAILER, checksum, corrupt
 from .pieces import PieceReads
 from .sections import SectionReads
-from .sources import ByteSource, MemorySource, source_for
+from .sources import ByteSource, MemorySource, ShortReadError, source_for
 from .tiny import TINY_MAGIC, tiny_size, tiny_stream
 
 #: Bytes read at once from the end of a file to find its trailer and index:
@@ -64,6 +66,15 @@ class ContainerReader(SectionReads, PieceReads):
         (the index's edited mark; in format 2.0 files, the header's
         flag): their checksums are not held against them (see
         :meth:`unchecked`).
+    growing : bool
+        Whether the file is a growing object file (format 2.4), read as
+        the dump its last complete commit describes.
+    torn : int
+        Bytes after the last complete commit of a growing object file (a
+        commit cut short, or being written); 0 for a dump.
+    commit_end : int
+        Where the last complete commit of a growing object file ends (its
+        committed size); the dump's size otherwise.
 
     Raises
     ------
@@ -87,6 +98,9 @@ class ContainerReader(SectionReads, PieceReads):
         except (UnsupportedVersionError, GrowingFileFound):
             raise
         except CorruptFileError as exc:
+            # A growing file's commits never change: nothing half made to wait for.
+            if getattr(self, "growing", False):
+                raise
             first = exc
             # What the failed read holds (a forged index of megabytes) is
             # not kept through the second one.
@@ -109,12 +123,19 @@ class ContainerReader(SectionReads, PieceReads):
         """Read the header, find the dump's end, read its index."""
         self.source = source
         self._tail = None
+        self.growing = False
+        self.torn = 0
         #: Bytes from the start of the dump to the end of the source.
         self.available = source.size
         self._read_header()
-        if self.whole and self.size < self.available:
-            raise self._trailing_data(self.size)
-        source.mark_end(self.size)
+        if self.growing:
+            self._find_commit()
+        else:
+            self.commit_end = self.size
+            if self.whole and self.size < self.available:
+                raise self._trailing_data(self.size)
+        # A growing file is read whole: a file object is left at its end.
+        source.mark_end(self.available if self.growing else self.size)
         self._read_index()
 
     def error(self, what):
@@ -128,6 +149,10 @@ class ContainerReader(SectionReads, PieceReads):
             self._read_tiny(head)
             return
         self.major, self.minor, flags = parse_header(head, self.available, self.name)
+        if flags & GROWING and self.minor == OBJECT_MINOR:
+            self.growing = True
+            self.edited = self.compact = False
+            return
         if flags & GROWING and self.minor >= GROWING_MINOR:
             raise GrowingFileFound(f"{self.name}: a record log (format 2.3), not one dump: "
                                    f"read it through its path with cpersist.open or "
@@ -136,6 +161,39 @@ class ContainerReader(SectionReads, PieceReads):
         self.compact = bool(flags & COMPACT)
         if not ((self.whole or self.source.remote) and self._ends_at_end()):
             self.size = walk_records(self.source.read, self.available, self.name, self.base)
+
+    def _find_commit(self):
+        """Read a growing object file (format 2.4) as the dump its last
+        complete commit describes: the commit's END record is that dump's,
+        its offsets counted from the file's start."""
+        if self.source.base:
+            raise self.error("a growing object file inside another file: read it through "
+                             "its path")
+        start = bytes(self.source.read(0, min(self.available, OBJECT_FRAMES_AT)))
+        if start != OBJECT_FILE_START:
+            raise self.error("damaged growing file: its header or preamble is not the one "
+                             "format 2.4 writes")
+        end = last_commit(self._read_while_cut, self.available)
+        self.available = max(end or 0, self.source.size)
+        if end is None:
+            raise self.error("a growing file with no complete commit (damaged, or cut short "
+                             "while it was made)")
+        self.commit_end = end
+        self.torn = self.available - end
+        self.size = end - FRAME_TRAILER.size  # the commit's dump trailer ends here
+
+    def _read_while_cut(self, offset, length):
+        """Read a growing file that a writer may cut meanwhile: one that
+        opens it cuts off a torn tail, which this reader may have seen.
+        What is cut is never committed: reading up to the new end finds the
+        same last commit."""
+        for _ in range(3):
+            try:
+                return self.source.read(offset, length)
+            except ShortReadError:
+                self.source.refresh()
+                length = max(0, min(length, self.source.size - offset))
+        return self.source.read(offset, length)
 
     def _read_tiny(self, head):
         """Read a tiny dump whole: its pickle stream, checked, is then read

@@ -134,7 +134,7 @@ class SectionReads:
                 f"section {section.index} holds {section.raw_size} bytes, "
                 f"{len(out)} expected"
             )
-        if section.is_raw and not verify:
+        if section.is_raw and not verify and section.contiguous:
             self._read_chunk_into(section, section.offset, out)
             return
         verbatim = all(c.flag == VERBATIM for c in section.chunks)

@@ -36,16 +36,24 @@ class ContainerWriter:
         Threads used to encode and checksum chunks.
     name : str, optional
         Named in the :class:`OSError` a failed write raises.
+    start : int, optional
+        For a commit of a growing object file (format 2.4): the offset in
+        that file of ``file``'s position, from which the offsets in the
+        index count; no header is written. None (a dump): a header is
+        written, and offsets count from it.
+    minor : int, optional
+        The minor format version the index states (default: a dump's).
     """
 
-    def __init__(self, file, n_threads=1, name=None):
+    def __init__(self, file, n_threads=1, name=None, *, start=None, minor=FORMAT_MINOR):
         self._file = file
         self._n_threads = n_threads
         self._name = name
-        self._pos = 0
+        self._pos = start or 0
+        self._minor = minor
         self._sections = []
         self._fd = reservable_fd(file)
-        self._fd_base = file.tell() if self._fd is not None else 0
+        self._fd_base = file.tell() - self._pos if self._fd is not None else 0
         self._reserved = 0  # file position up to which blocks are reserved
         # (section, raw length, future of encode_array_chunk) of the chunks
         # handed to the pool and not yet written, in file order.
@@ -54,7 +62,8 @@ class ContainerWriter:
         self._largest_chunk = 0  # the largest raw length handed to the pool
         # Written once, in order: a dump has the same bytes whatever it is
         # written to, and its records, not its header, say where it ends.
-        self._write(HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, 0))
+        if start is None:
+            self._write(HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, 0))
 
     def _reserve(self, size):
         """Reserve the file's blocks for the next ``size`` bytes.
@@ -327,10 +336,43 @@ class ContainerWriter:
         what is added to it before :meth:`finish` is kept."""
         return self._sections[section]["meta"]
 
-    def finish(self, root, info=None):
-        """Write the index and trailer; ``root`` names the entry section."""
+    def add_copied_section(self, entry, parts):
+        """Append a section whose stored chunks are copied as they are, one
+        after another in one record (compacting a growing file); returns
+        its number. ``entry``: its index entry but for ``offset`` (set
+        here); ``parts``: its stored bytes, in order, ``entry["stored_size"]``
+        of them."""
         self._write_pending()
-        data = index_text(root, self._sections, info or {})
+        size = entry["stored_size"]
+        offset = self._record(ALIGNED if entry["codec"] is None else DATA, size)
+        start = self._pos
+        for part in parts:
+            self._write(part)
+        if self._pos - start != size:
+            raise ValueError(f"a copied section of {size} bytes was given "
+                             f"{self._pos - start} bytes")
+        self._sections.append(dict(entry, offset=offset))
+        return len(self._sections) - 1
+
+    def section_entry(self, section):
+        """The index entry of a section added, once its chunks are all
+        written (every chunk still being encoded is written first)."""
+        self._write_pending()
+        return self._sections[section]
+
+    @property
+    def position(self):
+        """Where the next byte goes, as the index counts offsets."""
+        return self._pos
+
+    def finish(self, root, info=None, sections=None):
+        """Write the index and trailer; ``root`` names the entry section.
+        ``sections``: the index's section entries, if not those added (a
+        commit of a growing object file lists its whole state)."""
+        self._write_pending()
+        # A growing file's commits keep their section list plain (index_text).
+        data = index_text(root, self._sections if sections is None else sections,
+                          info or {}, self._minor, pack=self._minor == FORMAT_MINOR)
         offset = self._record(END, len(data) + TRAILER.size)
         self._write(data)
         self._write(TRAILER.pack(offset, len(data), checksum(data), END_MAGIC))

@@ -29,6 +29,10 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
     source.will_read_all()
     reader = ContainerReader(source, whole=whole)
     name = reader.name
+    if mmap_mode == "r+" and reader.growing:
+        raise ValueError(f"{name}: mmap_mode='r+' is not available for a growing file: its "
+                         f"committed bytes never change; replace an array with "
+                         f"cpersist.open(path, 'a') instead")
     root = reader.sections[reader.root]
     if root.meta.get("kind") != "pickle":
         raise reader.error("damaged index: the root section is not a pickle stream")
@@ -62,7 +66,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
             # Nothing to read or map (zero-size array, or zero-size items:
             # a 0-byte memmap slice cannot be viewed as 'V0' items).
             arr, _ = _allocate(reader, index, dtype, shape, order, align)
-        elif can_map and section.is_raw:
+        elif can_map and section.is_raw and section.contiguous:
             if not mapped:
                 # torch has no read-only tensors, and a write to a read-only
                 # map kills the process: a file storing tensors is mapped
@@ -82,7 +86,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
             if mapped[1]:
                 arr.mode = "r"
                 arr.flags.writeable = False
-        elif views and section.is_raw:
+        elif views and section.is_raw and section.contiguous:
             arr = _view(reader, section, verify).view(dtype).reshape(shape, order=order)
         else:
             arr, view = _new_array(reader, section, dtype, shape, order, align)
@@ -101,7 +105,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
     read_ahead = [i for i, section in enumerate(reader.sections)
                   if i != reader.root and section.meta.get("kind") == "array"
                   and (section.codec is not None
-                       or not (can_map or views) and section.is_raw)]
+                       or not ((can_map or views) and section.contiguous) and section.is_raw)]
     if n_threads <= 1 or len(read_ahead) < 2 or not source.concurrent:
         read_ahead = []
     ahead_of, ahead = frozenset(read_ahead), None

@@ -45,11 +45,14 @@ class SectionWriter:
     n_threads : int
     pickle_chunk_size : int
         Bytes of pickle stream per chunk (at most ``chunk_size``).
+    container : ContainerWriter, optional
+        The writer of the file's records, if not a new one on ``file`` (a
+        commit of a growing object file).
     """
 
     def __init__(self, file, name, codec, protocol, chunk_size, n_threads,
-                 pickle_chunk_size=PICKLE_CHUNK_SIZE):
-        self.writer = ContainerWriter(file, n_threads, name)
+                 pickle_chunk_size=PICKLE_CHUNK_SIZE, container=None):
+        self.writer = ContainerWriter(file, n_threads, name) if container is None else container
         self.store = array_store(self.writer, codec, chunk_size)
         # The pickle stream is encoded chunk by chunk on the pool while
         # pickling goes on.
@@ -82,12 +85,13 @@ class SectionWriter:
 
 def write_sections(obj, file, name, codec, protocol, chunk_size, n_threads,
                    pickle_chunk_size=PICKLE_CHUNK_SIZE, fortran_as_c=False,
-                   inline_below=INLINE_BELOW):
+                   inline_below=INLINE_BELOW, container=None):
     """Write ``obj`` with each array a section (in a compressed file, those
     under ``inline_below`` bytes in the pickle stream); return the
-    :class:`ArrayPickler` (see it for ``fortran_as_c``)."""
+    :class:`ArrayPickler` (see it for ``fortran_as_c``; ``container`` as
+    for :class:`SectionWriter`)."""
     sections = SectionWriter(file, name, codec, protocol, chunk_size, n_threads,
-                             pickle_chunk_size)
+                             pickle_chunk_size, container)
     pickler = ArrayPickler(sections.stream, protocol, sections.store,
                            inline_below_for(codec, chunk_size, inline_below), fortran_as_c)
     pickler.dump(obj)

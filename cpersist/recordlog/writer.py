@@ -106,12 +106,15 @@ def repair(path, *, timeout=None):
     Of a file of several dumps written one after another, this cuts off a
     dump cut short at the end; damage elsewhere is refused, not cut. Writers
     of dumps take no lock: repair such a file while none is writing to it.
+    Of a growing file (``dump(..., growing=True)``), this cuts off what a
+    change killed midway left after the last commit.
 
     Returns
     -------
     dict
-        ``"records"``: how many the log holds; ``"cut_bytes"``: how many
-        bytes were cut off (0 for a log that needed no repair).
+        ``"records"``: how many the log holds (None for a growing file);
+        ``"cut_bytes"``: how many bytes were cut off (0 for a file that
+        needed no repair).
     """
     from .dumps import cut_torn_dump
 
@@ -119,6 +122,15 @@ def repair(path, *, timeout=None):
     done = cut_torn_dump(path, os.fsdecode(path)) if os.path.exists(path) else None
     if done is not None:
         return done
+    from ..growfile.handle import is_growing_object
+
+    if is_growing_object(path):
+        from ..growfile.writer import GrowingWriter
+
+        # Opening it for changing cuts the torn tail a killed change left.
+        grower = GrowingWriter(path, timeout=timeout)
+        grower.close()
+        return {"records": None, "cut_bytes": grower.cut_bytes}
     writer = LogWriter(path, timeout=timeout, _repair=True)
     try:
         return {"records": writer.records, "cut_bytes": writer.cut_bytes}
@@ -180,7 +192,8 @@ class LogWriter:
         except CorruptFileError as exc:
             if type(exc) is CorruptFileError:
                 raise UnwritableTargetError(f"{exc}: cpersist.append writes record logs "
-                                            f"only; append to a new file") from None
+                                            f"only; append to a new file (a dump's arrays "
+                                            f"grow in a file dumped with growing=True)") from None
             raise
         if not repair and _ends_with_frame(self._read, size):
             return size

@@ -209,7 +209,7 @@ def _inspect(source, storage_options, limits):
             entry["path"] = found["paths"].get(entry["section"], "?")
             if entry["section"] in found["also"]:
                 entry["also"] = found["also"][entry["section"]]
-        return {
+        report = {
             "format": f"{reader.major}.{reader.minor}",
             "layout": "tiny" if reader.tiny else "compact" if reader.compact else "indexed",
             "info": dict(reader.info) if isinstance(reader.info, dict) else {},
@@ -229,6 +229,13 @@ def _inspect(source, storage_options, limits):
             "torch_pickled": found["torch_pickled"],
             "restricted_load": restricted_verdict(reader, stream, limits),
         }
+        if reader.growing:
+            from ..growfile.compact import reclaimable_bytes
+
+            report.update({"layout": "growing", "file_bytes": reader.available,
+                           "committed_bytes": reader.commit_end, "torn_bytes": reader.torn,
+                           "reclaimable_bytes": reclaimable_bytes(reader)})
+        return report
 
 
 def verify(source, *, storage_options=None, limits=None):

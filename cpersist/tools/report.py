@@ -284,6 +284,8 @@ def format_info(info, *, every=False, details=False):
     if writer_info.get("converted_by"):
         head += f", converted by {writer_info['converted_by']}"
     lines = [head, _contents(info)] + _codecs(info)
+    if info.get("layout") == "growing":
+        lines.append(_growing_line(info))
     pickle_info = info.get("pickle") or {}
     if pickle_info:
         lines.append(
@@ -296,6 +298,17 @@ def format_info(info, *, every=False, details=False):
     if details:
         lines += _details(info)
     return "\n".join(lines)
+
+
+def _growing_line(info):
+    """What ``cpersist info`` says of a growing file's commits and space."""
+    line = (f"growing file: {info['committed_bytes']:,} bytes committed, "
+            f"{info['reclaimable_bytes']:,} of them superseded (`cpersist compact` "
+            f"reclaims them)")
+    if info.get("torn_bytes"):
+        line += (f"; torn tail: {info['torn_bytes']:,} bytes after the last commit (a "
+                 f"change cut short, or in progress; the next change cuts it off)")
+    return line
 
 
 def json_default(value):

@@ -1,0 +1,392 @@
+"""Changing a growing object file (format 2.4): :func:`create` makes one
+from an object, :class:`GrowingWriter` appends rows to its arrays and
+replaces them, each change one commit.
+
+A writer holds the file's exclusive advisory lock from before it looks at
+the file's end to after its last write (an open writer until it is closed),
+so that two writers are never interleaved; it cuts off a torn tail (what a
+change killed midway left) before writing. Nothing committed is rewritten:
+memory maps and readers of the state before a commit stay valid.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from ..container.atomic import AtomicFile
+from .._runtime.locks import try_lock
+from .._runtime.threads import default_n_threads
+from ..codecs import codec_from_config
+from ..container import ContainerReader
+from ..container.frames import OBJECT_FILE_START, OBJECT_FRAMES_AT, last_commit
+from ..container.layout import RECORD_SIZE
+from ..container.sources import source_for
+from ..exceptions import CorruptFileError, FileLockedError, UnwritableTargetError
+from ..pickling.read import array_layout
+from ..pickling.write import array_store, write_sections
+from .commit import read_index, write_commit
+
+_OPEN = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+_PLACED_ROW = "[%d,%d,%d,%d,%d]"
+
+
+def create(obj, path, codec, protocol, chunk_size, n_threads, fsync):
+    """Write ``obj`` as a new growing object file at ``path`` (atomically: a
+    temporary file renamed onto it), every array a section of its own (none
+    kept inside the pickle stream), so that any can grow. Returns
+    ``[path]``, as :func:`cpersist.dump` does."""
+    n_threads = n_threads or default_n_threads()
+    name = os.fsdecode(path)
+    with AtomicFile(path, fsync) as target:
+        file = target.file()
+        file.write(OBJECT_FILE_START)
+
+        def body(writer):
+            # The dump's own index, written by write_sections, is the
+            # commit's: its offsets count from the start of the file.
+            write_sections(obj, file, name, codec, protocol, chunk_size, n_threads,
+                           inline_below=0, container=writer)
+
+        write_commit(file, OBJECT_FRAMES_AT, body, n_threads=n_threads, name=name)
+    return [name]
+
+
+class GrowingWriter:
+    """A growing object file open for changing, its lock held until
+    :meth:`close`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A growing object file.
+    n_threads, chunk_size : as in :func:`cpersist.dump`
+        For the chunks of appended rows and replacing arrays.
+    fsync : bool
+        Flush each commit to disk before it returns.
+    timeout : float, optional
+        Seconds to wait for another writer's lock; default: as long as it
+        takes.
+
+    Attributes
+    ----------
+    end : int
+        Where the last commit ends (the file's committed size).
+    cut_bytes : int
+        Bytes of torn tail cut off when the file was opened.
+    """
+
+    def __init__(self, path, *, n_threads=None, chunk_size=None, fsync=False, timeout=None):
+        from ..container import DEFAULT_CHUNK_SIZE
+
+        self.name = os.fsdecode(path)
+        self._path = path
+        self._n_threads = n_threads or default_n_threads()
+        self._chunk_size = chunk_size or DEFAULT_CHUNK_SIZE
+        self._fsync = bool(fsync)
+        self.cut_bytes = 0
+        self._fd = None
+        self._layouts = {}  # section number -> (dtype, shape, order, nbytes)
+        fd = _locked_descriptor(path, self.name, timeout)
+        try:
+            self._read_state(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._file = open(fd, "r+b", buffering=1 << 20, closefd=False)
+
+    def _read_state(self, fd):
+        """Check the file, cut its torn tail, read its last commit's index."""
+        size = os.fstat(fd).st_size
+
+        def read(offset, length):
+            return os.pread(fd, length, offset)
+
+        head = read(0, OBJECT_FRAMES_AT)
+        if head != OBJECT_FILE_START:
+            raise UnwritableTargetError(
+                f"{self.name}: not a growing object file: make one with "
+                f"cpersist.dump(obj, path, growing=True)" + _what_it_is(head))
+        end = last_commit(read, size)
+        if end is None:
+            raise CorruptFileError(f"{self.name}: a growing file with no complete commit")
+        # The state as every reader reads it, its index and chunk tables
+        # checked before anything is written from them.
+        with open(fd, "rb", closefd=False) as file:
+            reader = ContainerReader(source_for(file, self.name), self.name, whole=True)
+            for section in reader.sections:
+                section.chunks  # noqa: B018 - checks the chunk table
+                if section.index != reader.root:
+                    array_layout(reader, section, resolve=False)
+        self._reader = reader
+        self._root, self._sections, self._info = read_index(read, end, self.name)
+        if end < size:
+            os.ftruncate(fd, end)
+            if self._fsync:
+                os.fsync(fd)
+            self.cut_bytes = size - end
+        self.end = end
+
+    @property
+    def closed(self):
+        return self._fd is None
+
+    def close(self):
+        """Release the lock and the file."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            self._file.close()
+            os.close(fd)
+
+    def __del__(self):
+        self.close()
+
+    def _check_open(self):
+        if self._fd is None:
+            raise ValueError(f"{self.name}: the growing file is closed")
+
+    def _array_section(self, number):
+        entry = self._sections[number]
+        meta = entry.get("meta", {})
+        if number == self._root or meta.get("kind") != "array":
+            raise ValueError(f"{self.name}: section {number} holds no array")
+        return entry
+
+    def _commit(self, add):
+        """One commit: ``add(writer)`` writes the new chunks and returns the
+        new section list, the state from then on. A commit that fails is cut
+        back: the file is as before."""
+        start = self.end
+        state = []
+
+        def body(writer):
+            state.append(add(writer))
+            return self._root, state[0], self._info
+
+        try:
+            end = write_commit(self._file, start, body, n_threads=self._n_threads,
+                               name=self.name, fsync=self._fsync)
+        except BaseException:
+            try:
+                self._file.flush()  # nothing buffered may land after the cut
+            except OSError:
+                pass  # written later, it lands after the last commit: a torn tail
+            os.ftruncate(self._fd, start)
+            self._file.seek(start)
+            raise
+        self.end = end
+        self._sections = state[0]
+
+    def append_rows(self, number, rows):
+        """Append ``rows`` to the array of section ``number``: along its
+        first axis (C order) or last axis (F order). One commit."""
+        self._check_open()
+        entry = self._array_section(number)
+        meta = entry["meta"]
+        dtype, shape, order, _ = _layout(self, number)
+        rows = _rows_for(self.name, meta.get("path", f"<section {number}>"), rows, dtype,
+                         shape, order)
+        n_new = rows.shape[-1] if order == "F" else rows.shape[0]
+        grown = list(shape)
+        grown[-1 if order == "F" else 0] += n_new
+        codec = None if entry["codec"] is None else codec_from_config(entry["codec"])
+
+        def add(writer):
+            sections = list(self._sections)
+            if rows.size:
+                added = writer.section_entry(array_store(writer, codec, self._chunk_size)(rows))
+                merged = _joined(entry, added)
+            else:
+                merged = dict(entry)
+            new_meta = dict(meta, shape=grown)
+            new_meta.pop("rows_per_chunk", None)  # batches of any size: chunks differ
+            merged["meta"] = new_meta
+            sections[number] = merged
+            return sections
+
+        self._commit(add)
+        self._layouts.pop(number, None)
+
+    def replace(self, number, array):
+        """Replace the array of section ``number`` with ``array`` (any
+        shape, dtype and order), stored with the same codec. One commit; the
+        old array's bytes are superseded (``cpersist compact`` reclaims them)."""
+        self._check_open()
+        entry = self._array_section(number)
+        array = _replacement(self.name, entry["meta"].get("path", f"<section {number}>"), array)
+        codec = None if entry["codec"] is None else codec_from_config(entry["codec"])
+
+        def add(writer):
+            sections = list(self._sections)
+            new = dict(writer.section_entry(array_store(writer, codec, self._chunk_size)(array)))
+            path = entry["meta"].get("path")
+            if path is not None:
+                new["meta"] = dict(new["meta"], path=path)
+            sections[number] = new
+            return sections
+
+        self._commit(add)
+        self._layouts.pop(number, None)
+
+    @property
+    def fd(self):
+        """The file's descriptor (for :func:`.compact.compact`, which reads it)."""
+        return self._fd
+
+    @property
+    def reader(self):
+        """The reader of the last commit when the file was opened."""
+        return self._reader
+
+
+def _layout(writer, number):
+    """``(dtype, shape, order, nbytes)`` of section ``number`` as the last
+    commit describes it."""
+    from ..pickling.arrays import parse_description
+
+    layout = writer._layouts.get(number)
+    if layout is None:
+        layout = writer._layouts[number] = parse_description(writer._sections[number]["meta"])
+    return layout
+
+
+def _rows_for(name, path, rows, dtype, shape, order):
+    """``rows`` as an array to append to the array ``shape`` of ``dtype``
+    stored in ``order``: the same dtype (or one of the same kind, converted),
+    the same shape but along the growing axis, contiguous in that order."""
+    rows = np.asarray(rows)
+    if rows.dtype != dtype:
+        if rows.dtype == object or not np.can_cast(rows.dtype, dtype, "same_kind"):
+            raise TypeError(f"{name}: cannot append {rows.dtype} rows to {path}, an array "
+                            f"of {dtype} (only one of the same kind, such as float64 to "
+                            f"float32, is converted)")
+        rows = rows.astype(dtype)
+    if not shape:
+        raise ValueError(f"{name}: {path} is a 0-d array, which has no rows to append to")
+    if order == "F":
+        ok = rows.ndim == len(shape) and rows.shape[:-1] == tuple(shape[:-1])
+        rows = np.asfortranarray(rows)
+        axis = f"its last axis (it is stored in F order): ({', '.join(map(str, shape[:-1]))}, n)"
+    else:
+        ok = rows.ndim == len(shape) and rows.shape[1:] == tuple(shape[1:])
+        rows = np.ascontiguousarray(rows)
+        axis = f"its first axis: (n, {', '.join(map(str, shape[1:]))})" if len(shape) > 1 \
+            else "its first axis: (n,)"
+    if not ok:
+        raise ValueError(f"{name}: cannot append rows of shape {rows.shape} to {path} of shape "
+                         f"{tuple(shape)}; rows are appended along {axis}")
+    return rows
+
+
+def _replacement(name, path, array):
+    """``array`` as it can be stored in place of the array at ``path``."""
+    if not isinstance(array, np.ndarray) or type(array) is not np.ndarray:
+        array = np.asarray(array) if not isinstance(array, np.ndarray) else array
+        if type(array) is not np.ndarray:
+            raise TypeError(f"{name}: {path} can be replaced by a plain numpy array only, "
+                            f"not {type(array).__name__}")
+    if array.dtype.hasobject:
+        raise TypeError(f"{name}: {path} cannot be replaced by an array of Python objects, "
+                        f"which is pickled, not stored as a section")
+    if not (array.flags.c_contiguous or array.flags.f_contiguous):
+        array = np.ascontiguousarray(array)
+    return array
+
+
+def _placed_rows(entry):
+    """The chunk table of the section ``entry`` (an index's dict) with each
+    chunk's offset: ``[stored, raw, checksum, flag, offset]`` lists."""
+    table = json.loads(entry["chunks"])
+    layout = entry.get("layout", "run")
+    if layout == "placed":
+        return table
+    gap = RECORD_SIZE if layout == "records" else 0
+    position = entry["offset"]
+    rows = []
+    for length, raw_length, digest, flag in table:
+        rows.append([length, raw_length, digest, flag, position])
+        position += length + gap
+    return rows
+
+
+def _pieces_fields(entry, n):
+    text = entry.get("pieces")
+    return [""] * n if text is None else text.split(",")
+
+
+def _joined(old, added):
+    """The index entry of the section ``old`` followed by the chunks of the
+    section ``added`` (written after it, elsewhere in the file): the placed
+    layout, each chunk at its own offset."""
+    old_n = len(json.loads(old["chunks"])) if old.get("layout") != "placed" else None
+    added_rows = _placed_rows(added)
+    added_text = ",".join(_PLACED_ROW % tuple(row) for row in added_rows)
+    if old.get("layout") == "placed":
+        # Its text extended, not parsed and written again: an append costs
+        # the same however many chunks the array has.
+        text = old["chunks"]
+        old_n = text.count("[") - 1
+        chunks = text[:-1] + ("," if old_n else "") + added_text + "]"
+    else:
+        old_rows = _placed_rows(old)
+        chunks = "[" + ",".join(_PLACED_ROW % tuple(row) for row in old_rows + added_rows) + "]"
+    if not old_n:
+        merged = dict(added)
+        merged["layout"] = "placed"
+        merged["chunks"] = "[" + added_text + "]"
+        return merged
+    merged = {
+        "offset": old["offset"],
+        "raw_size": old["raw_size"] + added["raw_size"],
+        "stored_size": old["stored_size"] + added["stored_size"],
+        "codec": old["codec"],
+        "typesize": old["typesize"],
+        "chunks": chunks,
+        "meta": old["meta"],
+        "layout": "placed",
+    }
+    if "pieces" in old or "pieces" in added:
+        fields = _pieces_fields(old, old_n) + _pieces_fields(added, len(added_rows))
+        merged["piece_size"] = old.get("piece_size") or added["piece_size"]
+        merged["pieces"] = ",".join(fields)
+    return merged
+
+
+def _locked_descriptor(path, name, timeout):
+    """A descriptor of the file at ``path``, its exclusive lock held. If the
+    path was renamed over (a compaction) while waiting, the new file is
+    opened and locked instead."""
+    while True:
+        try:
+            fd = os.open(path, _OPEN)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{name}: no such growing file; make one with "
+                                    f"cpersist.dump(obj, path, growing=True)") from None
+        try:
+            if not try_lock(fd, timeout=timeout):
+                waited = "" if timeout is None else f" for {timeout} s"
+                raise FileLockedError(
+                    f"{name}: could not lock the growing file{waited}: another writer holds "
+                    f"it, or the file system has no locks (changing it without one could "
+                    f"interleave two writers)")
+            here, now = os.fstat(fd), os.stat(path)
+            if (here.st_dev, here.st_ino) == (now.st_dev, now.st_ino):
+                return fd
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # compacted meanwhile: lock the file the path names now
+
+
+def _what_it_is(head):
+    from ..container.frames import FILE_START, FRAMES_AT
+    from ..container.layout import MAGIC
+
+    if len(head) >= FRAMES_AT and head[:FRAMES_AT] == FILE_START:
+        return " (this is a record log: cpersist.append adds records to it)"
+    if head[:len(MAGIC)] == MAGIC:
+        return " (this is a dump: load it and dump it again with growing=True)"
+    return " (this is not a cpersist file)"

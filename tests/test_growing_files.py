@@ -1,0 +1,442 @@
+"""Growing object files (format 2.4): ``dump(..., growing=True)``, then
+``cpersist.open(path, "a")`` appends rows to arrays and replaces them, one
+commit each, without rewriting what is stored; every reader reads the last
+complete commit; a commit cut at any byte leaves the state before it;
+``cpersist compact`` rewrites the file without superseded data."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import cpersist
+from cpersist.cli import main
+from cpersist.container.frames import (FRAME_TRAILER, OBJECT_FRAMES_AT, OBJECT_STUB_INDEX,
+                                       PENDING, RECORD)
+from cpersist.container.framing import walk_records
+from cpersist.container.index import parse_index
+from cpersist.container.layout import HEADER, TRAILER, checksum
+
+from .conftest import assert_same
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "format-2.4", "growing.cp")
+X = "obj['x']"
+
+
+def batches(dtype, order, n_rows, seed):
+    """Row batches of ``n_rows`` each (rows along the first axis in C order,
+    the last in F order): half smooth, half noise."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, n in enumerate(n_rows):
+        shape = (n, 3, 2) if order == "C" else (3, 2, n)
+        if i % 2:
+            values = rng.standard_normal(shape) * 100
+        else:
+            values = np.cumsum(np.ones(shape), axis=0 if order == "C" else -1) + i
+        arr = values.astype(dtype)
+        out.append(np.asfortranarray(arr) if order == "F" else arr)
+    return out
+
+
+def grown(parts, order):
+    whole = np.concatenate(parts, axis=0 if order == "C" else -1).astype(parts[0].dtype)
+    return np.asfortranarray(whole) if order == "F" else whole
+
+
+@pytest.mark.parametrize("compress", [0, 3, "lz4"])
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float32, ">i2", np.dtype([("a", "<i4"), ("b", "<f8")])])
+def test_appended_rows_read_back_by_every_reader(tmp_path, compress, order, dtype):
+    path = tmp_path / "grow.cp"
+    if np.dtype(dtype).names:
+        parts = [np.zeros(n, dtype) for n in (5, 3000, 1, 70)]
+        for i, part in enumerate(parts):
+            part["a"] = np.arange(len(part)) + i
+            part["b"] = np.linspace(0, 1, len(part))
+        order = "C"
+    else:
+        parts = batches(dtype, order, (5, 3000, 1, 0, 70), seed=1)
+    other = np.arange(10.0)
+    cpersist.dump({"x": parts[0], "other": other, "note": "kept"}, path, compress=compress,
+                  chunk_size=1 << 14, growing=True)
+    with cpersist.open(path, "a") as f:
+        for part in parts[1:]:
+            f.append(X, part)
+        assert f.arrays[X].shape == grown(parts, order).shape
+    expected = {"x": grown(parts, order), "other": other, "note": "kept"}
+    assert_same(expected, cpersist.load(path))
+    if not compress:
+        # a grown raw array is read, not mapped: its chunks are not one run
+        mapped = cpersist.load(path, mmap_mode="r")
+        assert_same(expected, mapped, mmap=True)
+        assert type(mapped["x"]) is np.ndarray and isinstance(mapped["other"], np.memmap)
+    with cpersist.open(path) as f:
+        lazy = f.arrays[X]
+        whole = expected["x"]
+        n = whole.shape[0] if order == "C" else whole.shape[-1]
+        for lo, hi in [(0, n), (3, 3010), (4, 6), (3004, n)]:
+            cut = (slice(lo, hi),) if order == "C" else (Ellipsis, slice(lo, hi))
+            assert_same(np.ascontiguousarray(whole[cut]), np.ascontiguousarray(lazy[cut]))
+    assert cpersist.verify(path)["sections"] == 3
+
+
+def test_a_lazy_grown_array_reads_through_dask(tmp_path):
+    da = pytest.importorskip("dask.array")
+    path = tmp_path / "grow.cp"
+    parts = batches(np.float32, "C", (100, 250, 3), seed=2)
+    cpersist.dump({"x": parts[0]}, path, compress=3, chunk_size=4096, growing=True)
+    with cpersist.open(path, "a") as f:
+        for part in parts[1:]:
+            f.append(X, part)
+    with cpersist.open(path) as f:
+        lazy = f.arrays[X].to_dask()
+        assert isinstance(lazy, da.Array)
+        assert_same(grown(parts, "C"), lazy.compute())
+
+
+def test_an_append_writes_after_the_end_and_rewrites_nothing(tmp_path):
+    path = tmp_path / "grow.cp"
+    cpersist.dump({"x": np.zeros((4, 3)), "y": np.ones(5)}, path, growing=True)
+    before = path.read_bytes()
+    mapped = cpersist.load(path, mmap_mode="r")
+    with cpersist.open(path, "a") as f:
+        f.append(X, np.ones((2, 3)))
+        f.replace("obj['y']", np.arange(3, dtype=np.uint8))
+    after = path.read_bytes()
+    assert after[:len(before)] == before and len(after) > len(before)
+    assert_same({"x": np.zeros((4, 3)), "y": np.ones(5)}, mapped, mmap=True)
+    # a raw array that never grew is one run still, and maps
+    assert isinstance(cpersist.load(path, mmap_mode="r")["y"], np.memmap)
+    with open(path, "rb") as file:  # read whole from a file object, left at its end
+        assert_same({"x": np.r_[np.zeros((4, 3)), np.ones((2, 3))],
+                     "y": np.arange(3, dtype=np.uint8)}, cpersist.load(file))
+        assert file.tell() == len(after)
+
+
+def test_replace_takes_any_shape_dtype_and_order_and_keeps_the_rest(tmp_path):
+    path = tmp_path / "grow.cp"
+    keep = np.arange(12.0).reshape(3, 4)
+    cpersist.dump({"x": np.zeros(5), "keep": keep}, path, compress=3, growing=True)
+    new = np.asfortranarray(np.arange(24, dtype=">i4").reshape(2, 3, 4))
+    with cpersist.open(path, "a") as f:
+        kept_before = f.arrays["obj['keep']"]
+        f.replace(X, new)
+        assert f.arrays[X].shape == (2, 3, 4)
+        assert_same(keep, kept_before[:])  # an array the change left as it was reads on
+    assert_same({"x": new, "keep": keep}, cpersist.load(path))
+    with cpersist.open(path, "a") as f:
+        f.append(X, np.full((2, 3, 1), 7, ">i4"))  # an F-order array grows on its last axis
+    assert_same({"x": grown([new, np.full((2, 3, 1), 7, ">i4")], "F"), "keep": keep},
+                cpersist.load(path))
+
+
+def test_lazy_arrays_of_a_changed_array_say_so(tmp_path):
+    path = tmp_path / "grow.cp"
+    cpersist.dump({"x": np.zeros(5)}, path, growing=True)
+    with cpersist.open(path, "a") as f:
+        old = f.arrays[X]
+        f.append(X, np.ones(2))
+        assert_same(np.zeros(5), old[:])  # the state it was taken from
+        assert_same(np.r_[np.zeros(5), np.ones(2)], f.arrays[X][:])
+        with pytest.raises(cpersist.FileChangedError, match="open the file again"):
+            old[:]
+
+
+def test_bad_rows_and_keys_are_refused_naming_the_problem(tmp_path):
+    path = tmp_path / "grow.cp"
+    cpersist.dump({"x": np.zeros((4, 3), np.float32), "s": np.float64(1.0)}, path,
+                  growing=True)
+    before = path.read_bytes()
+    with cpersist.open(path, "a") as f:
+        with pytest.raises(ValueError, match=r"rows are appended along its first axis: \(n, 3\)"):
+            f.append(X, np.zeros((2, 4)))
+        with pytest.raises(TypeError, match="cannot append complex128 rows"):
+            f.append(X, np.zeros((2, 3), complex))
+        with pytest.raises(cpersist.ArrayNotFoundError):
+            f.append("obj['nope']", np.zeros((2, 3)))
+        with pytest.raises(TypeError, match="Python objects"):
+            f.replace(X, np.array([object()]))
+    assert path.read_bytes() == before
+    with pytest.raises(ValueError, match="mmap_mode='r\\+' is not available for a growing"):
+        cpersist.load(path, mmap_mode="r+")
+
+
+def test_a_growing_file_is_read_from_a_url_and_changed_only_at_a_path(tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    path = tmp_path / "grow.cp"
+    cpersist.dump({"x": np.arange(10.0)}, path, compress=3, growing=True)
+    with cpersist.open(path, "a") as f:
+        f.append(X, np.arange(3.0))
+    url = "memory://growing-test/grow.cp"
+    fsspec.filesystem("memory").pipe_file(url, path.read_bytes())
+    expected = np.r_[np.arange(10.0), np.arange(3.0)]
+    assert_same({"x": expected}, cpersist.load(url))
+    with cpersist.open(url) as f:
+        assert_same(expected[8:12], f.arrays[X][8:12])
+    with pytest.raises(cpersist.UnwritableTargetError, match="cannot append to an object"):
+        cpersist.open(url, "a")
+    with pytest.raises(cpersist.UnwritableTargetError, match="object stores cannot change"):
+        cpersist.dump({"x": np.zeros(3)}, "s3://bucket/grow.cp", growing=True)
+
+
+def test_what_is_not_a_local_growing_file_is_refused(tmp_path):
+    with open(tmp_path / "f.cp", "wb") as file, pytest.raises(
+            cpersist.UnwritableTargetError, match="local path"):
+        cpersist.dump({"x": np.zeros(3)}, file, growing=True)
+    plain = tmp_path / "plain.cp"
+    cpersist.dump({"x": np.zeros(3)}, plain)
+    with pytest.raises(cpersist.UnwritableTargetError, match="growing=True"):
+        cpersist.compact(plain)
+    with pytest.raises(cpersist.UnwritableTargetError, match="a cpersist dump, not a record log"):
+        cpersist.open(plain, "a")
+
+
+def test_a_second_writer_waits_or_is_refused(tmp_path):
+    path = tmp_path / "grow.cp"
+    cpersist.dump({"x": np.zeros(3)}, path, growing=True)
+    with cpersist.open(path, "a"):
+        with pytest.raises(cpersist.FileLockedError, match="another writer"):
+            cpersist.open(path, "a", timeout=0.1)
+        with pytest.raises(cpersist.FileLockedError):
+            cpersist.compact(path, timeout=0.1)
+
+
+def commits(path):
+    """A file with states A, then B (one append): ``(bytes, end of A, A, B)``."""
+    cpersist.dump({"x": np.arange(6, dtype=np.int16), "t": "state"}, path, compress=3,
+                  growing=True)
+    end_a = os.path.getsize(path)
+    with cpersist.open(path, "a") as f:
+        f.append(X, np.arange(4, dtype=np.int16) + 100)
+    a = {"x": np.arange(6, dtype=np.int16), "t": "state"}
+    b = {"x": np.r_[np.arange(6), np.arange(4) + 100].astype(np.int16), "t": "state"}
+    return path.read_bytes(), end_a, a, b
+
+
+def test_a_commit_cut_at_any_byte_leaves_the_state_before_it(tmp_path):
+    path = tmp_path / "grow.cp"
+    data, end_a, a, b = commits(path)
+    assert_same(b, cpersist.load(path))
+    cut = tmp_path / "cut.cp"
+    for size in range(end_a, len(data)):
+        cut.write_bytes(data[:size])
+        assert_same(a, cpersist.load(cut))
+    # Every byte written but the length that commits it: still A.
+    pending = bytearray(data)
+    pending[end_a:end_a + 8] = RECORD.pack(6 << 56 | PENDING)
+    cut.write_bytes(bytes(pending))
+    assert_same(a, cpersist.load(cut))
+    with cpersist.open(cut) as f:
+        assert f.arrays[X].shape == (6,)
+    assert cpersist.inspect(cut)["torn_bytes"] == len(data) - end_a
+    repaired = tmp_path / "repaired.cp"
+    shutil.copy(cut, repaired)
+    assert cpersist.repair(repaired) == {"records": None, "cut_bytes": len(data) - end_a}
+    assert repaired.read_bytes() == data[:end_a]
+    # The next writer cuts the torn tail off and commits after A.
+    with cpersist.open(cut, "a") as f:
+        assert f.torn_bytes == len(data) - end_a
+        f.append(X, np.arange(4, dtype=np.int16) + 100)
+    assert cut.read_bytes() == data
+
+
+def test_a_reader_reads_on_when_a_writer_cuts_the_torn_tail_it_saw(tmp_path):
+    from cpersist.container import ContainerReader
+    from cpersist.container.sources import source_for
+
+    path = tmp_path / "grow.cp"
+    data, end_a, a, _ = commits(path)
+    path.write_bytes(data[:-5])  # the second commit cut short: a torn tail
+    with open(path, "rb") as file:
+        source = source_for(file, "grow.cp")  # sees the torn tail
+        os.truncate(path, end_a)  # a writer opening the file cuts it off
+        reader = ContainerReader(source, whole=True)
+        assert (reader.commit_end, reader.torn) == (end_a, 0)
+    assert_same(a, cpersist.load(path))
+
+
+def test_a_commit_that_fails_leaves_the_file_as_it_was(tmp_path):
+    """A write refused partway (the file size limit here, a full disk
+    elsewhere) raises, and the file is cut back to its last commit."""
+    path = tmp_path / "grow.cp"
+    cpersist.dump({"x": np.arange(5.0)}, path, growing=True)
+    before = path.read_bytes()
+    most = len(before) + 4096
+    script = textwrap.dedent(f"""
+        import resource, signal, numpy as np, cpersist
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        with cpersist.open({str(path)!r}, "a") as f:
+            limit = ({most}, resource.RLIM_INFINITY)
+            resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+            try:
+                f.append("obj['x']", np.ones(1 << 17))
+            except OSError as exc:
+                print("refused", exc.errno)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.stdout.startswith("refused"), done.stderr
+    assert path.read_bytes() == before
+
+
+def test_damage_to_the_last_commit_is_not_taken_for_a_state(tmp_path):
+    path = tmp_path / "grow.cp"
+    data, end_a, a, _ = commits(path)
+    damaged = bytearray(data)
+    damaged[-20] ^= 1  # the commit's dump trailer: its frame checksum fails
+    path.write_bytes(bytes(damaged))
+    assert_same(a, cpersist.load(path))
+
+
+def test_compact_reclaims_what_info_says_and_keeps_the_state(tmp_path):
+    path = tmp_path / "grow.cp"
+    parts = batches(np.float32, "C", (50, 40, 30), seed=3)
+    cpersist.dump({"x": parts[0], "y": np.arange(1000.0), "z": np.ones(7)}, path,
+                  growing=True)
+    with cpersist.open(path, "a") as f:
+        for part in parts[1:]:
+            f.append(X, part)
+        f.replace("obj['y']", np.arange(5.0))
+    expected = cpersist.load(path)
+    info = cpersist.inspect(path)
+    assert info["layout"] == "growing" and info["reclaimable_bytes"] > 8000
+    reader = open(path, "rb")  # a reader that has the file open reads on
+    result = cpersist.compact(path)
+    assert result["reclaimed_bytes"] == info["reclaimable_bytes"]
+    assert result["bytes_after"] == os.path.getsize(path)
+    assert cpersist.inspect(path)["reclaimable_bytes"] == 0
+    loaded = cpersist.load(path, mmap_mode="r")
+    assert_same(expected, loaded, mmap=True)
+    assert isinstance(loaded["x"], np.memmap)  # one run again
+    assert_same(expected, cpersist.load(reader))
+    reader.close()
+    with cpersist.open(path, "a") as f:
+        f.append(X, parts[0])
+    assert_same(grown(parts + parts[:1], "C"), cpersist.load(path)["x"])
+
+
+def test_compact_refuses_damage_and_changes_nothing(tmp_path):
+    path = tmp_path / "grow.cp"
+    cpersist.dump({"x": np.arange(1000.0)}, path, growing=True)
+    with cpersist.open(path, "a") as f:
+        f.append(X, np.arange(10.0))
+    data = bytearray(path.read_bytes())
+    data[OBJECT_FRAMES_AT + 200] ^= 0xFF  # inside the array's first chunk
+    path.write_bytes(bytes(data))
+    with pytest.raises(cpersist.CorruptFileError, match="nothing was compacted"):
+        cpersist.compact(path)
+    assert path.read_bytes() == data
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".cpersist-tmp")]
+
+
+def test_a_writer_waiting_for_a_compaction_changes_the_compacted_file(tmp_path):
+    """compact renames its file onto the path while holding the old file's
+    lock: a writer that waited for that lock locks the new file instead."""
+    import fcntl
+
+    path = tmp_path / "grow.cp"
+    cpersist.dump({"x": np.arange(3.0)}, path, growing=True)
+    newer = tmp_path / "newer.cp"
+    shutil.copy(path, newer)
+    held = os.open(path, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    done = []
+
+    def append():
+        with cpersist.open(path, "a") as f:
+            f.append(X, np.ones(2))
+        done.append(True)
+
+    thread = threading.Thread(target=append)
+    thread.start()
+    thread.join(0.3)
+    assert not done  # waiting for the lock
+    os.replace(newer, path)
+    fcntl.flock(held, fcntl.LOCK_UN)
+    os.close(held)
+    thread.join(10)
+    assert done
+    assert_same(np.r_[np.arange(3.0), np.ones(2)], cpersist.load(path)["x"])
+
+
+def test_the_command_line_compacts_and_info_reports_reclaimable_bytes(tmp_path, capsys):
+    path = tmp_path / "grow.cp"
+    cpersist.dump({"x": np.arange(1000.0)}, path, growing=True)
+    with cpersist.open(path, "a") as f:
+        f.replace(X, np.arange(3.0))
+    assert main(["info", str(path)]) == 0
+    reclaimable = cpersist.inspect(path)["reclaimable_bytes"]
+    assert f"{reclaimable:,} of them superseded" in capsys.readouterr().out
+    assert main(["compact", str(path)]) == 0
+    assert f"OK ({reclaimable:,} bytes reclaimed" in capsys.readouterr().out
+    assert main(["compact", str(tmp_path / "missing.cp")]) == 1
+
+
+# -- the format-2.4 fixture ---------------------------------------------------
+
+
+def fixture_steps():
+    """The object the fixture is dumped from, and its changes."""
+    first = {"x": np.arange(12, dtype=np.float32).reshape(4, 3),
+             "f": np.asfortranarray(np.arange(6, dtype=">i2").reshape(3, 2)),
+             "z": np.linspace(0, 1, 20_000), "name": "fixture"}
+    changes = [("append", X, np.full((2, 3), 7, np.float32)),
+               ("append", "obj['f']", np.full((3, 1), -1, ">i2")),
+               ("replace", "obj['z']", np.arange(5, dtype=np.uint8)),
+               ("append", X, np.full((1, 3), 8, np.float32))]
+    expected = {"x": grown([first["x"], changes[0][2], changes[3][2]], "C"),
+                "f": grown([first["f"], changes[1][2]], "F"),
+                "z": changes[2][2], "name": "fixture"}
+    return first, changes, expected
+
+
+def make_fixture(path=FIXTURE):
+    """Write the fixture: ``python -c 'from tests.test_growing_files import
+    make_fixture; make_fixture()'``."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    first, changes, _ = fixture_steps()
+    cpersist.dump(first, path, compress=3, growing=True)
+    with cpersist.open(path, "a") as f:
+        for what, key, value in changes:
+            getattr(f, what)(key, value)
+
+
+def test_the_fixture_loads_and_the_writer_still_writes_its_bytes(tmp_path):
+    _, _, expected = fixture_steps()
+    assert_same(expected, cpersist.load(FIXTURE))
+    make_fixture(tmp_path / "again.cp")
+    with open(FIXTURE, "rb") as file:
+        assert (tmp_path / "again.cp").read_bytes() == file.read()
+
+
+def test_readers_of_earlier_versions_refuse_the_fixture():
+    """What a reader of format 2.3 or 2.2 does with a growing object file:
+    2.3 reads a growing file of a later minor version as nothing but
+    UnsupportedVersionError; 2.2 (which ignores flag bit 2) walks the
+    records from the header, meets the preamble's END record first, and
+    refuses the bytes after it at a path, or the stub index's codec from a
+    file object."""
+    with open(FIXTURE, "rb") as file:
+        data = file.read()
+    _, major, minor, flags = HEADER.unpack(data[:HEADER.size])
+    assert (major, minor, flags) == (2, 4, 4)
+    end = walk_records(lambda at, n: data[at:at + n], len(data), "grow")
+    assert end == OBJECT_FRAMES_AT < len(data)
+    offset, length, digest, _ = TRAILER.unpack(data[end - TRAILER.size:end])
+    assert data[offset:offset + length] == OBJECT_STUB_INDEX
+    assert digest == checksum(OBJECT_STUB_INDEX)
+    with pytest.raises(cpersist.CorruptFileError, match="format-2.4-growing-object"):
+        parse_index(data[offset:offset + length], digest, offset, "grow")
+    # The commit's own index states 2.4 and lists grown arrays' chunks by offset.
+    trailer_at = len(data) - FRAME_TRAILER.size - TRAILER.size
+    offset, length, _, _ = TRAILER.unpack(data[trailer_at:trailer_at + TRAILER.size])
+    index = json.loads(data[offset:offset + length])
+    assert index["format"] == [2, 4]
+    assert {s.get("layout") for s in index["sections"]} >= {"placed"}
