@@ -9,10 +9,10 @@ import pickle
 from ._args import (check_chunk_size, check_compress, check_limits, check_mmap_mode, check_n_threads,
                     check_protocol, check_storage_options, check_target, check_timeout,
                     check_trusted)
-from ._runtime.files import display_name, is_path
+from ._runtime.files import display_name, is_path, small_file
 from .storage.fsspec.urls import is_remote
 from .storage.targets import open_target
-from .container.compact import compact_file_stream
+from .container.compact import OVERHEAD, compact_stream
 from .exceptions import CorruptFileError
 from .pickling.dump import write_dump
 from .pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
@@ -278,20 +278,16 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
     n_threads = check_n_threads(n_threads)
     limits = check_limits(limits)
     check_storage_options(storage_options, source)
-    # Told once: a compact dump at a local path takes the quick path below,
+    # Told once: a small file at a local path takes the quick path below,
     # and only a local path is read again as a file of several records.
     local_path = is_path(source) and not is_remote(source)
-    if local_path and not restricted and not jax_as_numpy and mmap_mode != "r+":
-        # An object without arrays (a compact dump): read in one call and
-        # unpickled, without the container reader; anything else, damage
-        # included, goes the general way, which says what is wrong.
-        stream = compact_file_stream(source)
-        if stream is not None:
-            try:
-                return pickle.loads(stream)
-            except (pickle.UnpicklingError, EOFError) as exc:
-                raise CorruptFileError(
-                    f"{os.fsdecode(source)}: damaged pickle stream ({exc})") from None
+    if local_path and mmap_mode != "r+":
+        data = small_file(source, SMALL_FILE)
+        if data is not None:
+            obj = _load_small(data, source, mmap_mode, restricted, allowed, prefixes, verify,
+                              n_threads, limits, jax_as_numpy)
+            if obj is not _GENERAL:
+                return obj
     from .container.foreign import foreign_file_error
     from .container.frames import GrowingFileFound
     from .storage.open import open_source
@@ -318,3 +314,47 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
 
         return load_records(source, load, mmap_mode=mmap_mode, trusted=trusted,
                             verify=verify, limits=limits)
+
+
+#: Files up to this size at a local path are read whole, in one call, by
+#: ``load``: a compact dump's largest stream (64 KiB), and any dump as
+#: small, whose sections are then copied out of memory. Opening the file
+#: again and reading its header, index and sections one by one would cost
+#: more than a small file's bytes do.
+SMALL_FILE = (64 << 10) + OVERHEAD
+_GENERAL = object()
+
+
+def _load_small(data, path, mmap_mode, restricted, allowed, prefixes, verify, n_threads, limits,
+                jax_as_numpy):
+    """:func:`load` of the ``data`` of the small file at ``path``, or
+    ``_GENERAL`` when the general reader is to read it from its path: a
+    file to map that is not a compact dump (no arrays), or one whose
+    header or index does not read as a single dump (a record log, several
+    dumps, another kind of file, damage, or a change in place caught half
+    made, which the general reader waits for), where it says what to do.
+    Damage found past the index (a checksum) is raised here as there."""
+    if not restricted and not jax_as_numpy:
+        # An object without arrays (a compact dump): unpickled at once,
+        # without the container reader.
+        stream = compact_stream(data)
+        if stream is not None:
+            try:
+                return pickle.loads(stream)
+            except (pickle.UnpicklingError, EOFError) as exc:
+                raise CorruptFileError(
+                    f"{os.fsdecode(path)}: damaged pickle stream ({exc})") from None
+    if mmap_mode is not None:
+        return _GENERAL
+    from .container.reader import ContainerReader
+    from .container.sources import MemorySource
+    from .pickling.read import load_source
+
+    source = MemorySource(data, display_name(path))
+    try:
+        reader = ContainerReader(source, whole=True)
+    except CorruptFileError:  # GrowingFileFound and DumpsFollow included
+        return _GENERAL
+    return load_source(source, mmap_mode=None, restricted=restricted, allowed=allowed,
+                       prefixes=prefixes, verify=verify, n_threads=n_threads, whole=True,
+                       limits=limits, jax_as_numpy=jax_as_numpy, reader=reader)

@@ -9,6 +9,7 @@ import subprocess
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -137,6 +138,31 @@ def test_the_next_dump_removes_the_temporary_files_of_dead_writers_only(tmp_path
     out = cpersist.load(target)
     assert out["w"] == "done" and np.array_equal(out["a"], np.arange(1_000_000))
     assert sorted(os.listdir(tmp_path)) == ["model.cp"]
+
+
+def test_a_replaced_file_locked_by_someone_is_left_for_the_next_dump(tmp_path):
+    """A dump onto an existing file exchanges the two (no flush inside a
+    rename) and removes the old one, unless someone holds its lock: it is
+    then left under the temporary name, and the next dump removes it."""
+    fcntl = pytest.importorskip("fcntl")
+    from cpersist._runtime.temporaries import _renameat2
+
+    if _renameat2() is None:
+        pytest.skip("no renameat2 here: a dump replaces the file with os.replace")
+    target = tmp_path / "m.cp"
+    cpersist.dump({"v": 0, "a": np.arange(10)}, target)
+    old = target.read_bytes()
+    with open(target, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        cpersist.dump({"v": 1, "a": np.arange(20)}, target)
+        (left,) = _tmp_files(tmp_path, "m.cp")
+        assert os.path.samestat(os.stat(left), os.fstat(held.fileno()))
+        assert Path(left).read_bytes() == old
+        back = cpersist.load(target)
+        assert back["v"] == 1 and np.array_equal(back["a"], np.arange(20))
+    cpersist.dump({"v": 2}, target)
+    assert sorted(os.listdir(tmp_path)) == ["m.cp"]
+    assert cpersist.load(target) == {"v": 2}
 
 
 class _Unpicklable:

@@ -5,7 +5,7 @@ import errno
 import os
 import stat
 
-from .temporaries import new_temporary, remove_dead_temporaries
+from .temporaries import move_onto, new_temporary, remove_dead_temporaries
 
 
 #: Write buffer of files cpersist creates. A file holds a section (with its
@@ -30,8 +30,8 @@ class AtomicFile:
     temporary file, renamed onto ``path`` when the ``with`` block ends
     without an exception, removed when it raises.
 
-    The temporary file lives in the target's directory (so ``os.replace`` is
-    an atomic rename) and is named ``.<target name>.<host>-<n>.cpersist-tmp``
+    The temporary file lives in the target's directory (so that it can be
+    renamed onto it, or exchanged with it: :func:`.temporaries.move_onto`) and is named ``.<target name>.<host>-<n>.cpersist-tmp``
     (see :func:`.temporaries.temporary_name`); it stays locked until renamed
     or removed, and temporary files that dumps to ``path`` left when they
     died are removed first (:func:`.temporaries.remove_dead_temporaries`).
@@ -95,7 +95,7 @@ class AtomicFile:
             if kind is None:
                 try:
                     self._close()
-                    os.replace(self._tmp, self.name)
+                    move_onto(self._tmp, self.name)
                 except BaseException as error:
                     exc = error
             if exc is not None:

@@ -13,6 +13,24 @@ def is_path(obj):
     return isinstance(obj, (str, os.PathLike))
 
 
+def small_file(path, largest):
+    """The bytes of the regular file at the local path ``path``, read in one
+    call, if it holds at most ``largest`` bytes; else None (also when it
+    cannot be read: the caller's general reader says why)."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    # A regular file only: opening a FIFO here would take its writer's data.
+    if not stat.S_ISREG(info.st_mode) or info.st_size > largest:
+        return None
+    try:
+        with open(path, "rb", buffering=0) as file:
+            return file.read(largest + 1)
+    except OSError:
+        return None
+
+
 def display_name(obj):
     """A readable name for a path or file object, for messages."""
     if is_path(obj):

@@ -5,6 +5,7 @@ that target once their writer died.
 
 import os
 import stat
+import sys
 
 from .locks import fcntl, try_lock
 
@@ -94,6 +95,67 @@ def remove_dead_temporaries(directory, base):
     for slot in range(1 << 16):
         if not _remove_if_dead(temporary_name(directory, base, slot)) and slot >= CHECKED_SLOTS - 1:
             return
+
+
+def move_onto(tmp, path):
+    """Put the complete temporary file ``tmp`` at ``path`` in one step:
+    a reader of ``path`` finds the file that was there or this one, never
+    neither.
+
+    Where the system can (Linux's ``renameat2``), an existing file at
+    ``path`` is exchanged with ``tmp`` and then removed, rather than
+    replaced by :func:`os.replace`: ext4 flushes a file renamed onto
+    another to disk inside the rename (for a small dump, several times
+    what writing it costs), and does not on an exchange. Either way,
+    without ``fsync`` a power loss soon after may leave the new file
+    incomplete. The file exchanged out sits at ``tmp``'s name until it is
+    removed; if its lock is held (someone changing it in place), it is
+    left there for the next dump to remove, as any dead writer's file.
+    """
+    if _exchange(tmp, path):
+        _remove_if_dead(tmp)
+    else:
+        os.replace(tmp, path)
+
+
+def _exchange(tmp, path):
+    """Exchange the files at ``tmp`` and ``path``; whether that was done
+    (not where the system or the file system cannot, nor when nothing is
+    at ``path``)."""
+    exchange = _renameat2()
+    if exchange is None:
+        return False
+    import ctypes
+
+    if exchange(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(path), _RENAME_EXCHANGE):
+        # ENOENT (no file at path), EINVAL (a file system without it), ...
+        ctypes.set_errno(0)
+        return False
+    return True
+
+
+def _renameat2():
+    """libc's ``renameat2``, or None where there is none."""
+    global _RENAMEAT2
+    if _RENAMEAT2 is False:
+        _RENAMEAT2 = None
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                function = ctypes.CDLL(None, use_errno=True).renameat2
+                function.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+                                     ctypes.c_char_p, ctypes.c_uint)
+                function.restype = ctypes.c_int
+                _RENAMEAT2 = function
+            except (OSError, AttributeError):  # no such symbol (glibc < 2.28, musl)
+                pass
+    return _RENAMEAT2
+
+
+_RENAMEAT2 = False  # not looked up yet
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
 
 
 def _remove_if_dead(path):

@@ -15,8 +15,6 @@ The stream is covered by a checksum as in the JSON form; the index, being
 empty, needs none.
 """
 
-import os
-import stat
 import struct
 
 # The C function itself, not layout.checksum (the same XXH3-64): the quick
@@ -125,31 +123,6 @@ def compact_stream(data):
     if data[STREAM_AT + n:] != _pack_back(_END, _INDEX_AT + n, _xxh3_64(stream), END_MAGIC):
         return None
     return stream
-
-
-#: Largest pickle stream :func:`compact_file_stream` reads: larger compact
-#: dumps (only :func:`cpersist.dumps` makes them) go through the reader.
-READ_WHOLE_UP_TO = 64 << 10
-
-
-def compact_file_stream(path):
-    """The pickle stream of the compact dump at the local path ``path``, or
-    None when the file is anything else (left to the container reader,
-    which says what is wrong with a damaged one), read in one call."""
-    largest = READ_WHOLE_UP_TO + OVERHEAD
-    try:
-        info = os.stat(path)
-    except (OSError, ValueError):
-        return None  # the general reader raises the error
-    # A regular file only: opening a FIFO here would take its writer's data.
-    if not stat.S_ISREG(info.st_mode) or not OVERHEAD < info.st_size <= largest:
-        return None
-    try:
-        with open(path, "rb", buffering=0) as file:
-            data = file.read(largest + 1)
-    except OSError:
-        return None
-    return compact_stream(data)
 
 
 def parse_compact_index(data, digest, offset, name, base=0):

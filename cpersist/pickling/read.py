@@ -23,11 +23,14 @@ from .jax_arrays import ALIGNMENT as JAX_ALIGNMENT
 from .unpickler import ArrayUnpickler
 
 def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole,
-          views=False, limits=None, jax_as_numpy=False):
+          views=False, limits=None, jax_as_numpy=False, reader=None):
     """``views``: return raw arrays as views of ``source.read``'s bytes (a
-    :class:`~cpersist.container.sources.MemorySource`, whose reads are views)."""
-    source.will_read_all()
-    reader = ContainerReader(source, whole=whole)
+    :class:`~cpersist.container.sources.MemorySource`, whose reads are views).
+    ``reader``: the :class:`~cpersist.container.ContainerReader` of
+    ``source``, if the caller has opened it already."""
+    if reader is None:
+        source.will_read_all()
+        reader = ContainerReader(source, whole=whole)
     name = reader.name
     root = reader.sections[reader.root]
     if root.meta.get("kind") != "pickle":
