@@ -346,15 +346,22 @@ def _load_small(data, path, mmap_mode, restricted, allowed, prefixes, verify, n_
                     f"{os.fsdecode(path)}: damaged pickle stream ({exc})") from None
     if mmap_mode is not None:
         return _GENERAL
-    from .container.reader import ContainerReader
-    from .container.sources import MemorySource
-    from .pickling.read import load_source
+    global _reading
+    if _reading is None:  # imported on first use: import cpersist stays cheap
+        from .container.reader import ContainerReader
+        from .container.sources import MemorySource
+        from .pickling.read import load_source
 
-    source = MemorySource(data, display_name(path))
+        _reading = ContainerReader, MemorySource, load_source
+    reader_type, memory_source, load_source = _reading
+    source = memory_source(data, display_name(path))
     try:
-        reader = ContainerReader(source, whole=True)
+        reader = reader_type(source, whole=True)
     except CorruptFileError:  # GrowingFileFound and DumpsFollow included
         return _GENERAL
     return load_source(source, mmap_mode=None, restricted=restricted, allowed=allowed,
                        prefixes=prefixes, verify=verify, n_threads=n_threads, whole=True,
                        limits=limits, jax_as_numpy=jax_as_numpy, reader=reader)
+
+
+_reading = None

@@ -43,6 +43,7 @@ def test_a_compact_file_loads_without_the_container_reader(tmp_path, monkeypatch
 
     monkeypatch.setattr("cpersist.pickling.read.ContainerReader", refuse)
     monkeypatch.setattr("cpersist.container.reader.ContainerReader", refuse)
+    monkeypatch.setattr("cpersist.api._reading", None)  # the reader as first imported
     assert cpersist.load(path) == SMALL
     assert cpersist.load(str(path), mmap_mode="r") == SMALL
     with pytest.raises(AssertionError):  # a restricted load checks every global

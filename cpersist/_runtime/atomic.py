@@ -31,7 +31,8 @@ class AtomicFile:
     without an exception, removed when it raises.
 
     The temporary file lives in the target's directory (so that it can be
-    renamed onto it, or exchanged with it: :func:`.temporaries.move_onto`) and is named ``.<target name>.<host>-<n>.cpersist-tmp``
+    renamed onto it, or exchanged with it: :func:`.temporaries.move_onto`)
+    and is named ``.<target name>.<host>-<n>.cpersist-tmp``
     (see :func:`.temporaries.temporary_name`); it stays locked until renamed
     or removed, and temporary files that dumps to ``path`` left when they
     died are removed first (:func:`.temporaries.remove_dead_temporaries`).

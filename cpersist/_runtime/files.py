@@ -25,10 +25,18 @@ def small_file(path, largest):
     if not stat.S_ISREG(info.st_mode) or info.st_size > largest:
         return None
     try:
-        with open(path, "rb", buffering=0) as file:
-            return file.read(largest + 1)
+        fd = os.open(path, _READ_FLAGS)
+    except (OSError, ValueError):
+        return None
+    try:
+        return os.read(fd, largest + 1)
     except OSError:
         return None
+    finally:
+        os.close(fd)
+
+
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 
 
 def display_name(obj):
