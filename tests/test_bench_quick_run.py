@@ -165,7 +165,7 @@ def test_summary_opens_with_a_pick_per_dataset_then_every_table(quick_run):
     sections = [part.split("\n", 1)[0] for part in summary.split("\n## ")[1:]]
     assert sections[:2] == ["What to pick", "Storage: every dataset, method and level (ratio: "
                             "in-memory size / file size, MB/s of in-memory data, peaks in MB)"]
-    for title in ("Lazy access", "Model checkpoints"):
+    for title in ("Raw files", "Lazy access", "Model checkpoints"):
         assert any(s.startswith(title) for s in sections), title
     for lab in ("Serializers", "joblib.Memory", "Reading from S3"):  # the lab's suites
         assert not any(s.startswith(lab) for s in sections), lab
@@ -179,6 +179,25 @@ def test_summary_opens_with_a_pick_per_dataset_then_every_table(quick_run):
              if line and not line.startswith(" ")]
     assert sorted(named) == sorted(stored | generated)
     assert picks.count("\n  pick          compress=") == len(named)
+
+
+def test_raw_files_against_numpy_and_a_copy(quick_run):
+    """Raw dump and load of a float64 array at each size up to 100 MB (1 GB
+    only in a full run) over numpy's, and as a fraction of a copy's speed."""
+    _, out = quick_run
+    rows = _read(out / "raw.csv")
+    assert all(r["status"] == "ok" and float(r["ratio"]) > 0 for r in rows)
+    sizes = ("10 KB", "1 MB", "10 MB", "100 MB")
+    assert [r["target"] for r in rows] == [
+        f"raw float64 array, {size}: {what}" for size in sizes for what in (
+            "dump time / np.save's", "load time / np.load's", "dump throughput / a copy's",
+            "load throughput / a copy's")]
+    results = json.loads((out / "raw.json").read_text())
+    assert [r["size"] for r in results] == [10_000, 1_000_000, 10_000_000, 100_000_000]
+    for r in results:
+        for op, peer in (("dump", "np.save"), ("load", "np.load")):
+            assert set(r["median_s"][op]) == {f"cpersist.{op}", peer, "copy"}
+            assert all(len(runs) == 5 for runs in r["rounds_s"][op].values())
 
 
 def test_lab_start_up_times(quick_run):

@@ -116,6 +116,10 @@ def run(parser, args, argv, size, levels, repeats):
             refused_files = True
         failed += sum(r["status"] == "failed" for r in rows)
 
+    if args.suite in ("storage", "all") and not (args.files or args.datasets or args.methods):
+        written += _raw_suite(args, extra, show)
+        failed += extra["raw"]["failed"]
+
     scale = args.scale if args.scale is not None else QUICK_SCALE if args.quick else 1.0
     if args.suite in ("lazy", "all"):
         written += _lazy_suite(args, scale, extra, show)
@@ -161,6 +165,39 @@ def _lazy_suite(args, scale, extra, show):
     paths = [_write_text(os.path.join(args.out, "lazy.txt"), f"{title}\n{text}")]
     if os.path.exists(os.path.join(args.out, "lazy.json")):
         paths.append(os.path.join(args.out, "lazy.json"))
+    return paths
+
+
+def _raw_suite(args, extra, show):
+    """The raw-file comparisons of the storage suite (built-in data only):
+    writes raw.csv (the ratios), raw.json and raw.txt. A failure is one
+    failed row, and the other suites go on."""
+    import json
+
+    from . import raw
+    from .output import write_csv
+    from .ratios import RATIO_COLUMNS, failed_row, format_ratios
+
+    rounds = args.repeat if args.repeat is not None and args.repeat > 1 else None
+    paths = []
+    try:
+        results = raw.run(quick=args.quick, full=args.full, rounds=rounds)
+        rows, text = raw.ratios(results), raw.format_results(results)
+        paths.append(os.path.join(args.out, "raw.json"))
+        with open(paths[-1], "w") as file:
+            json.dump(results, file, indent=1)
+    except Exception as exc:  # reported as a failed row; the other suites go on
+        rows = [failed_row("raw", "raw files", f"{type(exc).__name__}: {exc}"[:300])]
+        text = ""
+    table = format_ratios(rows)
+    show(raw.TITLE, table + "\n\n" + text)
+    paths += [write_csv(os.path.join(args.out, "raw.csv"), rows, RATIO_COLUMNS),
+              _write_text(os.path.join(args.out, "raw.txt"), f"{raw.TITLE}\n{table}\n\n{text}")]
+    extra["raw"] = {"rounds": rounds or (raw.QUICK_ROUNDS if args.quick else raw.ROUNDS),
+                    "sizes": list(raw.FULL_SIZES if args.full else raw.SIZES),
+                    "failed": sum(r["status"] == "failed" for r in rows),
+                    "units": "per-call medians over the rounds (every contender once per "
+                             "round, in this process), warm page cache; MB = 1e6 bytes"}
     return paths
 
 

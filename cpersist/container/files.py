@@ -8,7 +8,6 @@ import stat
 import sys
 
 
-
 def is_path(obj):
     return isinstance(obj, (str, os.PathLike))
 

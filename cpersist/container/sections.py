@@ -137,7 +137,9 @@ class SectionReads:
         if section.is_raw and not verify and section.contiguous:
             self._read_chunk_into(section, section.offset, out)
             return
-        verbatim = all(c.flag == VERBATIM for c in section.chunks)
+        chunks = section.chunks
+        verbatim = (chunks[0].flag == VERBATIM if len(chunks) == 1
+                    else all(c.flag == VERBATIM for c in chunks))
         if verbatim and (section.raw_size < COPY_ALONE_BELOW or len(section.chunks) < 2):
             n_threads = 1
         if n_threads > 1 and self.source.concurrent and len(section.chunks) > 1:
@@ -193,14 +195,20 @@ class SectionReads:
         as it is read, while it is still in the CPU's cache: the data
         crosses from memory once. (Another thread checksumming what this one
         reads would read it from memory a second time.)"""
-        state = checksum_state() if verify else None
-        for at in range(0, len(target), PASS_THROUGH):
-            part = target[at:at + PASS_THROUGH]
-            self._read_chunk_into(section, chunk.offset + at, part)
-            if state is not None:
-                state.update(part)
-        if state is not None and state.intdigest() != chunk.checksum and not (
-                self.unchecked(section)):
+        if len(target) <= PASS_THROUGH:  # one part: checked in one call
+            self._read_chunk_into(section, chunk.offset, target)
+            if not verify or checksum(target) == chunk.checksum:
+                return
+        else:
+            state = checksum_state() if verify else None
+            for at in range(0, len(target), PASS_THROUGH):
+                part = target[at:at + PASS_THROUGH]
+                self._read_chunk_into(section, chunk.offset + at, part)
+                if state is not None:
+                    state.update(part)
+            if state is None or state.intdigest() == chunk.checksum:
+                return
+        if not self.unchecked(section):
             raise self.error(f"checksum mismatch in section {section.index}: damaged data")
 
     def _decode_claimed(self, section, out, verify, n_threads):

@@ -260,20 +260,26 @@ class ContainerWriter:
         pool = get_pool(self._n_threads)
         pending = deque()
 
-        def done(n, future):
-            digest, chunk_pieces = future.result()
-            table.append([n, n, digest, VERBATIM])
+        def done(chunk, future):
+            # A checksum no worker has started by the time the writes are
+            # done is computed here: on a busy machine, waiting for a
+            # worker to be scheduled costs more than the checksum.
+            if future.cancel():
+                digest, chunk_pieces = verbatim_checksums(chunk)
+            else:
+                digest, chunk_pieces = future.result()
+            table.append([len(chunk), len(chunk), digest, VERBATIM])
             pieces.append(chunk_pieces)
 
         for chunk in chunks:
             if len(chunk):
                 future = pool.submit(verbatim_checksums, chunk)
                 self._write(chunk)
-                pending.append((len(chunk), future))
+                pending.append((chunk, future))
                 while pending and pending[0][1].done():
                     done(*pending.popleft())
-        for n, future in pending:
-            done(n, future)
+        for chunk, future in pending:
+            done(chunk, future)
         return self._add_table(offset, table, None, typesize, meta, pieces=pieces)
 
     def add_encoded_section(self, encoded, *, codec=None, typesize=1, meta=None):

@@ -1,0 +1,142 @@
+"""Raw files: cpersist's raw ``dump`` and ``load`` of one float64 array
+against ``np.save`` and ``np.load``, and each against a plain copy of the
+array's bytes into new memory (what any write to the page cache or read
+from it costs at least), at 10 KB, 1 MB, 10 MB and 100 MB (and 1 GB in a
+``--full`` run).
+
+Times are medians of rounds in which every contender runs once in turn, in
+this process, page cache warm (:func:`.turns.timed_in_turn`); a contender
+of a small size makes several calls per timing, so that a timing is not
+the clock's and the collector's noise. Each dump replaces the file the
+previous one wrote, as a program saving its state again does: the time the
+file system takes over the old file is the dump's. Every load is checked
+to give the array back before any is timed. The rows say each time over
+numpy's (below 1, cpersist is faster) and each throughput as a fraction
+of the copy's (1 would be a copy's speed).
+"""
+
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+import cpersist
+
+from ..tools.table import format_table
+from .ratios import ratio_row
+from .turns import medians, timed_in_turn
+
+#: Sizes of the array, in bytes (MB = 1e6 bytes).
+SIZES = (10_000, 1_000_000, 10_000_000, 100_000_000)
+#: ``--full`` adds this one.
+FULL_SIZES = SIZES + (1_000_000_000,)
+#: Timed rounds by default, and with ``--quick``.
+ROUNDS = 9
+QUICK_ROUNDS = 5
+#: A contender makes calls worth about this many bytes per timing (at
+#: least one, at most :data:`MAX_CALLS`).
+BYTES_PER_TIMING = 4 << 20
+MAX_CALLS = 100
+#: Heads the table.
+TITLE = ("Raw files: cpersist.dump/load (compress=0) of one float64 array against "
+         "np.save/np.load, and against a copy of its bytes into new memory (page cache warm)")
+
+
+def label(size):
+    """``10 KB``, ``1 MB``, ``1 GB``."""
+    for unit, scale in (("GB", 10 ** 9), ("MB", 10 ** 6), ("KB", 10 ** 3)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size} B"
+
+
+def _repeated(func, calls):
+    """``func`` called ``calls`` times; what the last call returned."""
+    def run():
+        for _ in range(calls - 1):
+            func()
+        return func()
+    return run
+
+
+def _copy(arr):
+    out = np.empty_like(arr)
+    np.copyto(out, arr)
+    return out
+
+
+def measure(size, directory, rounds):
+    """Per-call medians and rounds (seconds) of every contender at ``size``."""
+    arr = np.random.default_rng(0).random(size // 8)
+    npy, cp = os.path.join(directory, "a.npy"), os.path.join(directory, "a.cp")
+    np.save(npy, arr)
+    cpersist.dump(arr, cp)
+    for back in (np.load(npy), cpersist.load(cp)):
+        if not (back.dtype == arr.dtype and np.array_equal(back, arr)):
+            raise AssertionError(f"a {label(size)} array did not load back as it was dumped")
+    calls = max(1, min(MAX_CALLS, BYTES_PER_TIMING // size))
+    copy = _repeated(lambda: _copy(arr), calls)
+    dumps = timed_in_turn({"np.save": _repeated(lambda: np.save(npy, arr), calls),
+                           "cpersist.dump": _repeated(lambda: cpersist.dump(arr, cp), calls),
+                           "copy": copy}, rounds)
+    loads = timed_in_turn({"np.load": _repeated(lambda: np.load(npy), calls),
+                           "cpersist.load": _repeated(lambda: cpersist.load(cp), calls),
+                           "copy": copy}, rounds)
+    for path in (npy, cp):
+        os.unlink(path)
+    per_call = {op: {name: [t / calls for t in runs] for name, runs in timed.items()}
+                for op, timed in (("dump", dumps), ("load", loads))}
+    return {"size": size, "calls": calls, "rounds_s": per_call,
+            "median_s": {op: medians(runs) for op, runs in per_call.items()}}
+
+
+def run(quick=False, full=False, rounds=None):
+    """Measure every size; the list of :func:`measure` results."""
+    rounds = rounds or (QUICK_ROUNDS if quick else ROUNDS)
+    directory = tempfile.mkdtemp(prefix="cpersist-raw-")
+    try:
+        return [measure(size, directory, rounds) for size in (FULL_SIZES if full else SIZES)]
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _ms(seconds):
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def ratios(results):
+    """Ratio rows (:data:`.ratios.RATIO_COLUMNS`) of :func:`run`'s results."""
+    rows = []
+    for r in results:
+        what = f"raw float64 array, {label(r['size'])}"
+        t, spread = r["median_s"], r["rounds_s"]
+        for op, peer in (("dump", "np.save"), ("load", "np.load")):
+            mine = f"cpersist.{op}"
+            rows.append(ratio_row(
+                "raw", f"{what}: {op} time / {peer}'s", t[op][mine] / t[op][peer],
+                f"{_ms(t[op][mine])} / {_ms(t[op][peer])} (ranges {_range(spread[op][mine])} "
+                f"/ {_range(spread[op][peer])})"))
+        for op in ("dump", "load"):
+            mine = f"cpersist.{op}"
+            rows.append(ratio_row(
+                "raw", f"{what}: {op} throughput / a copy's", t[op]["copy"] / t[op][mine],
+                f"{r['size'] / 1e6 / t[op][mine]:.0f} MB/s / {r['size'] / 1e6 / t[op]['copy']:.0f}"
+                f" MB/s"))
+    return rows
+
+
+def _range(seconds):
+    return f"{min(seconds) * 1e3:.3g}-{max(seconds) * 1e3:.3g} ms"
+
+
+def format_results(results):
+    """Every contender's per-call median, per size."""
+    cells = []
+    for r in results:
+        for op in ("dump", "load"):
+            for name, t in sorted(r["median_s"][op].items(), key=lambda kv: kv[1]):
+                cells.append([label(r["size"]), op, name, _ms(t),
+                              f"{r['size'] / 1e6 / t:.0f} MB/s", _range(r["rounds_s"][op][name])])
+    return format_table(["size", "op", "contender", "median", "throughput", "range"], cells,
+                        right=(3, 4, 5))
