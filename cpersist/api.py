@@ -11,9 +11,8 @@ from ._args import (check_chunk_size, check_compress, check_limits, check_mmap_m
                     check_trusted)
 from .container.files import display_name, is_path
 from .storage.fsspec.urls import is_remote
-from .storage.small_files import small_file
+from .storage.small_files import compact_file_stream
 from .storage.targets import open_target
-from .container.compact import compact_stream
 from .exceptions import CorruptFileError, UnwritableTargetError
 from .pickling.dump import write_dump
 from .pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
@@ -320,13 +319,17 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
     # Told once: a small file at a local path takes the quick path below,
     # and only a local path is read again as a file of several records.
     local_path = is_path(source) and not is_remote(source)
-    if local_path and mmap_mode != "r+":
-        data = small_file(source)
-        if data is not None:
-            obj = _load_small(data, source, mmap_mode, restricted, allowed, prefixes, verify,
-                              n_threads, limits, jax_as_numpy)
-            if obj is not _GENERAL:
-                return obj
+    if local_path and not restricted and not jax_as_numpy and mmap_mode != "r+":
+        # An object without arrays (a compact dump): read in one call and
+        # unpickled, without the container reader; anything else, damage
+        # included, goes the general way, which says what is wrong.
+        stream = compact_file_stream(source)
+        if stream is not None:
+            try:
+                return pickle.loads(stream)
+            except (pickle.UnpicklingError, EOFError) as exc:
+                raise CorruptFileError(
+                    f"{os.fsdecode(source)}: damaged pickle stream ({exc})") from None
     from .container.foreign import foreign_file_error
     from .container.frames import GrowingFileFound
     from .storage.open import open_source
@@ -353,34 +356,3 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
 
         return load_records(source, load, mmap_mode=mmap_mode, trusted=trusted,
                             verify=verify, limits=limits)
-
-
-_GENERAL = object()
-
-
-def _load_small(data, path, mmap_mode, restricted, allowed, prefixes, verify, n_threads, limits,
-                jax_as_numpy):
-    """:func:`load` of the ``data`` of the small file at ``path``, or
-    ``_GENERAL`` when the general reader is to read it from its path."""
-    if not restricted and not jax_as_numpy:
-        # An object without arrays (a compact dump): unpickled at once,
-        # without the container reader.
-        stream = compact_stream(data)
-        if stream is not None:
-            try:
-                return pickle.loads(stream)
-            except (pickle.UnpicklingError, EOFError) as exc:
-                raise CorruptFileError(
-                    f"{os.fsdecode(path)}: damaged pickle stream ({exc})") from None
-    if mmap_mode is not None:
-        return _GENERAL
-    global _load_bytes
-    if _load_bytes is None:  # imported on first use: import cpersist stays cheap
-        from .pickling.read import load_bytes as _load_bytes
-    obj = _load_bytes(data, display_name(path), restricted=restricted, allowed=allowed,
-                      prefixes=prefixes, verify=verify, n_threads=n_threads, limits=limits,
-                      jax_as_numpy=jax_as_numpy)
-    return _GENERAL if obj is None else obj
-
-
-_load_bytes = None

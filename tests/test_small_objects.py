@@ -43,41 +43,10 @@ def test_a_compact_file_loads_without_the_container_reader(tmp_path, monkeypatch
 
     monkeypatch.setattr("cpersist.pickling.read.ContainerReader", refuse)
     monkeypatch.setattr("cpersist.container.reader.ContainerReader", refuse)
-    monkeypatch.setattr("cpersist.api._load_bytes", None)  # the reader as first imported
     assert cpersist.load(path) == SMALL
     assert cpersist.load(str(path), mmap_mode="r") == SMALL
     with pytest.raises(AssertionError):  # a restricted load checks every global
         cpersist.load(path, trusted=False)
-
-
-def test_a_small_file_with_arrays_is_read_in_one_call(tmp_path, monkeypatch):
-    """Read whole, then parsed and copied from memory: the arrays are
-    their own, writable, and their checksums are checked."""
-    import cpersist.storage.open
-
-    obj = {"a": np.arange(1000.0).reshape(40, 25, order="F"), "b": np.arange(7, dtype=np.int8)}
-    path = tmp_path / "small.cp"
-    cpersist.dump(obj, path)
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the file was opened a second time")
-
-    monkeypatch.setattr(cpersist.storage.open, "open_source", refuse)
-    for trusted in (True, False):
-        back = cpersist.load(path, trusted=trusted)
-        for key, arr in obj.items():
-            assert back[key].dtype == arr.dtype and back[key].shape == arr.shape
-            assert back[key].flags.f_contiguous == arr.flags.f_contiguous
-            assert back[key].tobytes("A") == arr.tobytes("A")
-            assert back[key].flags.owndata and back[key].flags.writeable
-    data = bytearray(path.read_bytes())
-    at = data.index(obj["a"].tobytes("A"))
-    data[at + 100] ^= 1
-    path.write_bytes(bytes(data))
-    with pytest.raises(cpersist.CorruptFileError, match="checksum mismatch"):
-        cpersist.load(path)
-    with pytest.raises(AssertionError, match="second time"):  # mapped: the general reader
-        cpersist.load(path, mmap_mode="r")
 
 
 def test_small_arrays_kept_in_a_compressed_stream_pickle_once(tmp_path, monkeypatch):

@@ -11,7 +11,6 @@ import warnings
 import numpy as np
 
 from ..container import CHECKED_CLAIM, ENCODED, ContainerReader
-from ..container.sources import MemorySource
 from ..container.marking import mark_edited
 from ..container.sections import claimed_buffer
 from .._runtime.gc import collector_paused
@@ -23,15 +22,12 @@ from .jax_arrays import ALIGNMENT as JAX_ALIGNMENT
 from .unpickler import ArrayUnpickler
 
 def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole,
-          views=False, limits=None, jax_as_numpy=False, reader=None):
+          views=False, limits=None, jax_as_numpy=False):
     """``views``: return raw arrays as views of ``source.read``'s bytes (a
-    :class:`~cpersist.container.sources.MemorySource`, whose reads are views).
-    ``reader``: the :class:`~cpersist.container.ContainerReader` of
-    ``source``, if the caller has opened it already."""
+    :class:`~cpersist.container.sources.MemorySource`, whose reads are views)."""
     can_map = _can_map(source, mmap_mode)
-    if reader is None:
-        source.will_read_all()
-        reader = ContainerReader(source, whole=whole)
+    source.will_read_all()
+    reader = ContainerReader(source, whole=whole)
     name = reader.name
     if mmap_mode == "r+" and reader.growing:
         raise ValueError(f"{name}: mmap_mode='r+' is not available for a growing file: its "
@@ -136,21 +132,6 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
             UserWarning, stacklevel=3,
         )
     return obj
-
-
-def load_bytes(data, name, **options):
-    """:func:`load_source` of the bytes ``data`` of a small file named
-    ``name``, read whole (no map), or None when they do not open as a single
-    dump (a record log, several dumps, another kind of file, damage, or a
-    change in place caught half made): the general reader, reading the
-    file again from its path, says what to do. Damage found past the index
-    (a checksum) is raised here as there."""
-    source = MemorySource(data, name)
-    try:
-        reader = ContainerReader(source, whole=True)
-    except CorruptFileError:  # GrowingFileFound and DumpsFollow included
-        return None
-    return load_source(source, mmap_mode=None, whole=True, reader=reader, **options)
 
 
 def _can_map(source, mmap_mode):

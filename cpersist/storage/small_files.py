@@ -1,7 +1,6 @@
-"""A small local file read in one call: the quick path of ``load``, which
-needs no byte source, no file object kept open and, for a compact dump (an
-object without arrays, :mod:`cpersist.container.compact`), no container
-reader.
+"""A small local file read in one call: the quick path of loading a compact
+dump (an object without arrays, :mod:`cpersist.container.compact`), which
+needs no byte source, no container reader and no file object kept open.
 
 A module apart from :mod:`.open`: :mod:`cpersist.api` imports it on import,
 and a dump needs none of the byte sources :mod:`.open` imports.
@@ -10,37 +9,28 @@ and a dump needs none of the byte sources :mod:`.open` imports.
 import os
 import stat
 
-from ..container.compact import OVERHEAD
+from ..container.compact import OVERHEAD, compact_stream
 
-#: Files up to this size at a local path are read whole, in one call, by
-#: ``load``: a compact dump's largest stream (64 KiB), and any dump as
-#: small, whose sections are then copied out of memory. Opening the file
-#: again and reading its header, index and sections one by one would cost
-#: more than a small file's bytes do.
-SMALL_FILE = (64 << 10) + OVERHEAD
+#: Largest pickle stream :func:`compact_file_stream` reads: larger compact
+#: dumps (only :func:`cpersist.dumps` makes them) go through the reader.
+READ_WHOLE_UP_TO = 64 << 10
 
 
-def small_file(path):
-    """The bytes of the regular file at the local path ``path``, read in one
-    call, if it holds at most :data:`SMALL_FILE` bytes; else None (also when
-    it cannot be read: the general reader says why)."""
+def compact_file_stream(path):
+    """The pickle stream of the compact dump at the local path ``path``, or
+    None when the file is anything else (left to the container reader,
+    which says what is wrong with a damaged one), read in one call."""
+    largest = READ_WHOLE_UP_TO + OVERHEAD
     try:
         info = os.stat(path)
     except (OSError, ValueError):
-        return None
+        return None  # the general reader raises the error
     # A regular file only: opening a FIFO here would take its writer's data.
-    if not stat.S_ISREG(info.st_mode) or info.st_size > SMALL_FILE:
+    if not stat.S_ISREG(info.st_mode) or not OVERHEAD < info.st_size <= largest:
         return None
     try:
-        fd = os.open(path, _READ_FLAGS)
-    except (OSError, ValueError):
-        return None
-    try:
-        return os.read(fd, SMALL_FILE + 1)
+        with open(path, "rb", buffering=0) as file:
+            data = file.read(largest + 1)
     except OSError:
         return None
-    finally:
-        os.close(fd)
-
-
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    return compact_stream(data)
