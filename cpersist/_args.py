@@ -109,13 +109,30 @@ def check_trusted(trusted):
     return normalize_trusted(trusted)
 
 
-def check_target(target, storage_options=None, background=False, what="target"):
+def check_target(target, storage_options=None, background=False, what="target", *,
+                 growing=False, codec=None):
     """Raise unless ``storage_options`` go with a URL, ``target`` is a
-    path, a URL or a binary file object open for writing, and a
-    ``background`` dump goes to a path."""
+    path, a URL or a binary file object open for writing, a
+    ``background`` dump goes to a path, and a ``growing`` one to a local
+    path, in the foreground, with a codec it can grow by (``codec``)."""
     check_storage_options(storage_options, target)
     remote = is_remote(target)
     local_path = is_path(target) and not remote
+    if growing:
+        if remote:
+            raise UnwritableTargetError(
+                f"{display_name(target)}: object stores cannot change an object in place, so "
+                f"a growing file is written to a local path; upload it (or dump the loaded "
+                f"object to the URL) when it is done growing")
+        if not local_path:
+            raise UnwritableTargetError(
+                f"growing=True writes to a local path, which later commits append to, not "
+                f"to {type(target).__name__}")
+        if background:
+            raise ValueError("growing=True writes in the foreground (background=False)")
+        if codec is not None and codec.codec_id == "max":
+            raise ValueError("compress='max' is for files written once; a growing file's "
+                             "arrays take another codec (compress=3, 'zstd', 'lz4', ...)")
     if not local_path and not remote:
         if not hasattr(target, "write"):
             raise TypeError(

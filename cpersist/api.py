@@ -13,7 +13,7 @@ from .container.files import display_name, is_path
 from .storage.fsspec.urls import is_remote
 from .storage.small_files import compact_file_stream
 from .storage.targets import open_target
-from .exceptions import CorruptFileError, UnwritableTargetError
+from .exceptions import CorruptFileError
 from .pickling.dump import write_dump
 from .pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
 
@@ -143,14 +143,11 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     chunk_size = check_chunk_size(chunk_size)
     if n_threads is not None:  # None: resolved when there is work for threads
         check_n_threads(n_threads)
-    check_target(target, storage_options, background)
+    check_target(target, storage_options, background, growing=growing, codec=codec)
     timeout = check_timeout(timeout)
-    if growing:
-        return _dump_growing(obj, target, codec, protocol, chunk_size, n_threads, fsync,
-                             background)
     if not background:
         return _write(obj, target, codec, protocol, chunk_size, n_threads, fsync,
-                      storage_options, timeout)
+                      storage_options, timeout, growing)
     from .pickling.background import start
 
     def snapshot_error(exc):
@@ -172,39 +169,13 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
                  deferred=codec is None or codec.codec_id != "max")
 
 
-def _dump_growing(obj, target, codec, protocol, chunk_size, n_threads, fsync, background):
-    """:func:`dump` with ``growing=True``: a growing object file."""
-    from .growfile.writer import create
-
-    if is_remote(target):
-        raise UnwritableTargetError(
-            f"{display_name(target)}: object stores cannot change an object in place, so a "
-            f"growing file is written to a local path; upload it (or dump the loaded "
-            f"object to the URL) when it is done growing")
-    if not is_path(target):
-        raise UnwritableTargetError(
-            f"growing=True writes to a local path, which later commits append to, not to "
-            f"{type(target).__name__}")
-    if background:
-        raise ValueError("growing=True writes in the foreground (background=False)")
-    if codec is not None and codec.codec_id == "max":
-        raise ValueError("compress='max' is for files written once; a growing file's arrays "
-                         "take another codec (compress=3, 'zstd', 'lz4', ...)")
-    try:
-        return create(obj, target, codec, protocol, chunk_size, n_threads, fsync)
-    except PICKLING_ERRORS as exc:
-        error = unpicklable_error(obj, protocol, exc)
-        if error is None:
-            raise
-        raise error from exc
-
-
-def _write(obj, target, codec, protocol, chunk_size, n_threads, fsync, storage_options, timeout):
+def _write(obj, target, codec, protocol, chunk_size, n_threads, fsync, storage_options, timeout,
+           growing=False):
     """:func:`dump` of checked arguments: the target opened, ``obj`` written."""
     out = open_target(target, fsync, storage_options, timeout)
     try:
         with out:
-            write_dump(obj, out, codec, protocol, chunk_size, n_threads)
+            write_dump(obj, out, codec, protocol, chunk_size, n_threads, growing)
     except PICKLING_ERRORS as exc:
         error = unpicklable_error(obj, protocol, exc)
         if error is None:

@@ -15,7 +15,7 @@ from ..container.framing import record_header
 from ..container.layout import (ALIGN, RECORD_SIZE, TRAILER, chunk_table_text,
                                 checksum_state, index_text)
 from ..exceptions import CorruptFileError
-from .commit import write_commit
+from ..container.commits import write_commit
 from .writer import GrowingWriter
 
 #: Bytes copied at once: a chunk of a raw array may be up to 2 GiB.

@@ -1,5 +1,5 @@
-"""Changing a growing object file (format 2.4): :func:`create` makes one
-from an object, :class:`GrowingWriter` appends rows to its arrays and
+"""Changing a growing object file (format 2.4, made by ``dump(obj, path,
+growing=True)``): :class:`GrowingWriter` appends rows to its arrays and
 replaces them, each change one commit.
 
 A writer holds the file's exclusive advisory lock from before it looks at
@@ -25,31 +25,10 @@ from ..container.sources import source_for
 from ..exceptions import CorruptFileError, FileLockedError, UnwritableTargetError
 from ..pickling.read import array_layout
 from ..pickling.write import array_store, write_sections
-from .commit import read_index, write_commit
+from ..container.commits import read_index, write_commit
 
 _OPEN = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
 _PLACED_ROW = "[%d,%d,%d,%d,%d]"
-
-
-def create(obj, path, codec, protocol, chunk_size, n_threads, fsync):
-    """Write ``obj`` as a new growing object file at ``path`` (atomically: a
-    temporary file renamed onto it), every array a section of its own (none
-    kept inside the pickle stream), so that any can grow. Returns
-    ``[path]``, as :func:`cpersist.dump` does."""
-    n_threads = n_threads or default_n_threads()
-    name = os.fsdecode(path)
-    with AtomicFile(path, fsync) as target:
-        file = target.file()
-        file.write(OBJECT_FILE_START)
-
-        def body(writer):
-            # The dump's own index, written by write_sections, is the
-            # commit's: its offsets count from the start of the file.
-            write_sections(obj, file, name, codec, protocol, chunk_size, n_threads,
-                           inline_below=0, container=writer)
-
-        write_commit(file, OBJECT_FRAMES_AT, body, n_threads=n_threads, name=name)
-    return [name]
 
 
 class GrowingWriter:

@@ -22,9 +22,11 @@ import threading
 
 from .._runtime.threads import default_n_threads
 from ..container import VERBATIM, ContainerWriter, encode_chunk
+from ..container.commits import write_commit
 from ..container.compact import compact_dump
+from ..container.frames import OBJECT_FILE_START, OBJECT_FRAMES_AT
 from .array_pickler import ArrayPickler
-from .write import SectionWriter, finish_dump, inline_below_for
+from .write import SectionWriter, finish_dump, inline_below_for, write_sections
 from .write_max import write_smallest
 
 #: Largest pickle stream written as a whole dump made in memory: past it,
@@ -42,14 +44,18 @@ INDEX_BYTES = 320
 RESET_MEMO_ABOVE = 256
 
 
-def write_dump(obj, target, codec, protocol, chunk_size, n_threads):
+def write_dump(obj, target, codec, protocol, chunk_size, n_threads, growing=False):
     """Write the dump of ``obj`` to ``target`` (see
     :mod:`cpersist.container.targets`, made by
     :func:`cpersist.storage.targets.open_target`), its arguments checked;
-    ``n_threads`` None: all available CPUs."""
+    ``n_threads`` None: all available CPUs. ``growing``: as a growing
+    object file (:func:`write_growing`)."""
     if codec is not None and codec.codec_id == "max":
         write_smallest(obj, target, codec, protocol, chunk_size,
                        n_threads or default_n_threads())
+        return
+    if growing:
+        write_growing(obj, target, codec, protocol, chunk_size, n_threads or default_n_threads())
         return
     key = protocol, inline_below_for(codec, chunk_size)
     pickling = _kept_pickling(key)
@@ -71,6 +77,22 @@ def write_dump(obj, target, codec, protocol, chunk_size, n_threads):
     inlined = pickling.pickler.inlined
     pickling.reset(len(stream))
     target.write_whole(whole_dump(stream, inlined, target.name, codec, protocol))
+
+
+def write_growing(obj, target, codec, protocol, chunk_size, n_threads):
+    """Write ``obj`` to the new file of ``target`` as a growing object file
+    (format 2.4): its first commit, every array a section of its own (none
+    kept inside the pickle stream), so that any can grow."""
+    file = target.file()
+    file.write(OBJECT_FILE_START)
+
+    def body(writer):
+        # The dump's own index, written by write_sections, is the commit's:
+        # its offsets count from the start of the file.
+        write_sections(obj, file, target.name, codec, protocol, chunk_size, n_threads,
+                       inline_below=0, container=writer)
+
+    write_commit(file, OBJECT_FRAMES_AT, body, n_threads=n_threads, name=target.name)
 
 
 def whole_dump(stream, inlined, name, codec, protocol):

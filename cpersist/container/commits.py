@@ -11,10 +11,10 @@ torn tail), after, the new state.
 import json
 import os
 
-from ..container.frames import (COMMIT, FRAME_TRAILER, OBJECT_MINOR, PENDING, RECORD,
+from .frames import (COMMIT, FRAME_TRAILER, OBJECT_MINOR, PENDING, RECORD,
                                 frame_digest)
-from ..container.layout import ALIGN, RECORD_SIZE, TRAILER
-from ..container.writer import ContainerWriter
+from .layout import ALIGN, RECORD_SIZE, TRAILER
+from .writer import ContainerWriter
 
 _LENGTH_BITS = 56
 
