@@ -1,0 +1,228 @@
+"""dask arrays as sections, computed and written one band of blocks at a time.
+
+A ``dask.array.Array`` met while pickling is stored as a section, as the
+numpy array it computes to would be, in C order, with the same chunks:
+the file loads it as that numpy array, and its bytes are those the numpy
+array's dump would have. It is computed by dask's scheduler in force (the
+threaded one, or the distributed ``Client`` in use) one *band* at a time: the
+blocks that share a range of the first axis. A section's chunks are written
+in order, so the band after the one being written is computed meanwhile,
+and no other: at most two bands are held in memory, whatever the size of the
+array. The band's bytes go to the writer as views of the blocks where they
+are in C order, and as copies of at most one chunk where they are not (a
+block in Fortran order, a band of several blocks across the other axes).
+"""
+
+import contextvars
+import pickle
+import sys
+
+import numpy as np
+
+from .arrays import byte_view, describe_layout, iter_c_order, rows_in_step
+
+#: Bands computed or held at once: the one being written and the next.
+BANDS_IN_FLIGHT = 2
+
+
+def dask_array_type():
+    """``dask.array.Array`` once ``dask.array`` is imported, else None
+    (nothing of dask is imported here: an object holds no dask array before
+    it is)."""
+    module = sys.modules.get("dask.array")
+    return getattr(module, "Array", None)
+
+
+class DaskSource:
+    """A dask array to store as a C-ordered section (what ``store`` is
+    handed in its place).
+
+    Attributes
+    ----------
+    array : dask.array.Array
+    dtype : numpy.dtype
+    shape : tuple of int
+    nbytes : int
+    """
+
+    __slots__ = ("array", "dtype", "shape", "nbytes")
+
+    def __init__(self, array):
+        shape = array.shape
+        if any(n != n for n in shape):  # NaN: a size dask does not know yet
+            raise pickle.PicklingError(
+                f"cannot store a dask array of unknown shape {shape}: its chunk sizes "
+                f"are unknown (after a boolean mask, say); call x.compute_chunk_sizes() "
+                f"first")
+        self.array = array
+        self.dtype = array.dtype
+        self.shape = tuple(int(n) for n in shape)
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def describe(self):
+        """The section's ``meta``, as :func:`.arrays.describe` gives it for
+        the computed array."""
+        return describe_layout(self.dtype, self.shape, "C")
+
+    def step(self, chunk_size):
+        """``(rows per chunk or None, bytes per chunk)``, as
+        :func:`.arrays.iter_chunks` cuts the computed array."""
+        itemsize = self.dtype.itemsize
+        step = max(1, chunk_size // itemsize) * itemsize if itemsize else chunk_size
+        if not self.shape or not self.nbytes:
+            return None, step
+        rows = rows_in_step(self.nbytes, self.shape[0], step)
+        if rows is not None:
+            step = rows * (self.nbytes // self.shape[0])
+        return rows, step
+
+    def byte_chunks(self, step):
+        """Yield the array's C-order bytes as memoryviews of ``step`` bytes
+        (the last one shorter), computing it band by band."""
+        if not self.nbytes:
+            return
+        cutter = _Cutter(step)
+        fed = 0
+        for band in _computed_bands(self.array):
+            for data in _band_bytes(band, self.dtype, step):
+                fed += data.nbytes
+                yield from cutter.feed(data)
+            # Dropped before the next band is asked for: the band after it
+            # is computed meanwhile, and at most two are held.
+            band = data = None
+        if fed != self.nbytes:
+            raise pickle.PicklingError(
+                f"the dask array of shape {self.shape} and dtype {self.dtype} computed to "
+                f"{fed} bytes, not {self.nbytes}: its blocks are not the shapes its "
+                f"chunks say")
+        yield from cutter.end()
+
+
+def _computed_bands(array):
+    """Yield each band of ``array`` as a nested list of its blocks (axes 1
+    and on; a 0-d or 1-d array's band is one block), in order, computing the
+    next band while the caller uses one."""
+    from concurrent.futures import ThreadPoolExecutor  # dask has imported it already
+
+    import dask
+
+    blocks = array.to_delayed()
+    if blocks.ndim == 0:
+        blocks = blocks.reshape(1)
+
+    def compute(row):
+        if not isinstance(row, np.ndarray):  # the one block of a band of a 1-d array
+            return dask.compute(row)[0]
+        flat = dask.compute(*row.ravel().tolist())
+        grid = np.empty(len(flat), dtype=object)
+        grid[:] = flat
+        return _nested(grid.reshape(row.shape).tolist())
+
+    # The distributed client in use, and dask's settings, are context
+    # variables of this thread: the computing thread runs in a copy of its
+    # context.
+    context = contextvars.copy_context()
+    pending = []
+    with ThreadPoolExecutor(1, thread_name_prefix="cpersist-dask") as computing:
+        try:
+            for row in blocks:
+                pending.append(computing.submit(context.copy().run, compute, row))
+                if len(pending) >= BANDS_IN_FLIGHT:
+                    yield pending.pop(0).result()
+            while pending:
+                yield pending.pop(0).result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def _nested(blocks):
+    """A band's blocks as :func:`numpy.block` takes them, or its only block."""
+    while type(blocks) is list and len(blocks) == 1:
+        blocks = blocks[0]
+    return blocks
+
+
+def _block(block, dtype):
+    block = np.asarray(block)
+    if block.dtype != dtype:
+        raise pickle.PicklingError(
+            f"a block of the dask array computed to an array of {block.dtype}, not of "
+            f"{dtype} as the dask array says (give map_blocks its dtype=)")
+    return block
+
+
+def _band_bytes(band, dtype, step):
+    """The C-order bytes of a band (one block, or a nested list of blocks
+    along axes 1 and on), as views where they are C-contiguous already,
+    else as C-order copies of about ``step`` bytes at a time."""
+    if type(band) is not list:
+        band = _block(band, dtype)
+        if band.flags.c_contiguous:
+            yield byte_view(band)
+        else:
+            yield from iter_c_order(band, step)
+        return
+    first = band
+    while type(first) is list:
+        first = first[0]
+    first = _block(first, dtype)
+    n_rows = len(first)
+    row_bytes = max(1, _band_nbytes(band) // max(n_rows, 1))
+    rows = max(1, step // row_bytes)
+    for start in range(0, n_rows, rows):
+        slab = np.ascontiguousarray(np.block(_sliced(band, dtype, start, start + rows)))
+        yield byte_view(slab)
+
+
+def _band_nbytes(band):
+    if type(band) is list:
+        return sum(_band_nbytes(part) for part in band)
+    return np.asarray(band).nbytes
+
+
+def _sliced(band, dtype, start, stop):
+    if type(band) is list:
+        return [_sliced(part, dtype, start, stop) for part in band]
+    return _block(band, dtype)[start:stop]
+
+
+class _Cutter:
+    """Cuts a stream of byte views into chunks of ``step`` bytes: views of
+    the data fed where a chunk lies within one piece of it, copies where a
+    chunk spans two pieces."""
+
+    __slots__ = ("_step", "_buffer", "_fill")
+
+    def __init__(self, step):
+        self._step = step
+        self._buffer = None
+        self._fill = 0
+
+    def feed(self, data):
+        step = self._step
+        data = memoryview(data).cast("B")
+        n = len(data)
+        pos = 0
+        if self._fill:
+            take = min(step - self._fill, n)
+            self._buffer[self._fill:self._fill + take] = data[:take]
+            self._fill += take
+            pos = take
+            if self._fill == step:
+                yield memoryview(self._buffer)
+                self._buffer, self._fill = None, 0
+        while n - pos >= step:
+            yield data[pos:pos + step]
+            pos += step
+        if pos < n:
+            # A new buffer each time: the chunk yielded before may still be
+            # waiting to be encoded.
+            self._buffer = bytearray(step)
+            self._buffer[:n - pos] = data[pos:]
+            self._fill = n - pos
+
+    def end(self):
+        if self._fill:
+            yield memoryview(self._buffer)[:self._fill]
+            self._buffer, self._fill = None, 0
