@@ -14,11 +14,11 @@ block in Fortran order, a band of several blocks across the other axes).
 """
 
 import contextvars
-import pickle
 import sys
 
 import numpy as np
 
+from ..exceptions import DaskArrayError
 from .arrays import byte_view, describe_layout, iter_c_order, rows_in_step
 
 #: Bands computed or held at once: the one being written and the next.
@@ -50,7 +50,7 @@ class DaskSource:
     def __init__(self, array):
         shape = array.shape
         if any(n != n for n in shape):  # NaN: a size dask does not know yet
-            raise pickle.PicklingError(
+            raise DaskArrayError(
                 f"cannot store a dask array of unknown shape {shape}: its chunk sizes "
                 f"are unknown (after a boolean mask, say); call x.compute_chunk_sizes() "
                 f"first")
@@ -91,7 +91,7 @@ class DaskSource:
             # is computed meanwhile, and at most two are held.
             band = data = None
         if fed != self.nbytes:
-            raise pickle.PicklingError(
+            raise DaskArrayError(
                 f"the dask array of shape {self.shape} and dtype {self.dtype} computed to "
                 f"{fed} bytes, not {self.nbytes}: its blocks are not the shapes its "
                 f"chunks say")
@@ -146,7 +146,7 @@ def _nested(blocks):
 def _block(block, dtype):
     block = np.asarray(block)
     if block.dtype != dtype:
-        raise pickle.PicklingError(
+        raise DaskArrayError(
             f"a block of the dask array computed to an array of {block.dtype}, not of "
             f"{dtype} as the dask array says (give map_blocks its dtype=)")
     return block
