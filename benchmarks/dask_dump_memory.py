@@ -64,8 +64,11 @@ def _array(budget, block):
         rng = np.random.default_rng(start)
         if (start // block_rows) % 2:  # noise
             return rng.random((stop - start, cols), dtype=np.float32)
-        t = np.arange(start, stop, dtype=np.float32)[:, None]  # smooth
-        return np.sin(t / 5000 + np.arange(cols, dtype=np.float32) / 50)
+        # Smooth, made in place: the block is all the memory it takes.
+        out = np.empty((stop - start, cols), dtype=np.float32)
+        np.add(np.arange(start, stop, dtype=np.float32)[:, None] / 5000,
+               np.arange(cols, dtype=np.float32) / 50, out=out)
+        return np.sin(out, out=out)
 
     shape = (rows, cols)
     template = da.empty(shape, chunks=(block_rows, cols), dtype=np.float32)

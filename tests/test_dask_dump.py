@@ -24,7 +24,7 @@ CASES = {
     "fortran": lambda: da.from_array(np.asfortranarray(RNG.random((500, 40))), chunks=(77, 40)),
     "transposed": lambda: da.from_array(RNG.random((60, 900)), chunks=(13, 100)).T,
     "irregular": lambda: da.from_array(RNG.integers(0, 9, (700, 11), dtype=np.int16),
-                                       chunks=((5, 300, 1, 394), (4, 7))),
+                                       chunks=((5, 300, 0, 1, 394), (4, 7))),
     "long_rows": lambda: da.from_array(RNG.random((3, 5000)), chunks=(1, 700)),
     "1d": lambda: da.arange(100000, chunks=3333),
     "0d": lambda: da.from_array(np.float32(3.5)),

@@ -21,10 +21,6 @@ import numpy as np
 from ..exceptions import DaskArrayError
 from .arrays import byte_view, describe_layout, iter_c_order, rows_in_step
 
-#: Bands computed or held at once: the one being written and the next.
-BANDS_IN_FLIGHT = 2
-
-
 def dask_array_type():
     """``dask.array.Array`` once ``dask.array`` is imported, else None
     (nothing of dask is imported here: an object holds no dask array before
@@ -84,12 +80,21 @@ class DaskSource:
         cutter = _Cutter(step)
         fed = 0
         for band in _computed_bands(self.array):
-            for data in _band_bytes(band, self.dtype, step):
+            pieces = _band_bytes(band, self.dtype, step)
+            band = None  # held by ``pieces`` until they are all fed
+            data = next(pieces, None)
+            if data is None:  # a band of no rows
+                continue
+            for following in pieces:
                 fed += data.nbytes
                 yield from cutter.feed(data)
-            # Dropped before the next band is asked for: the band after it
-            # is computed meanwhile, and at most two are held.
-            band = data = None
+                data = following
+            # The band's last chunk is copied: the writer holds the chunk it
+            # was last given while it asks for the next, which would keep
+            # the whole band in memory while the next two are computed.
+            fed += data.nbytes
+            yield from cutter.feed(data, copy_tail=True)
+            pieces = data = following = None
         if fed != self.nbytes:
             raise DaskArrayError(
                 f"the dask array of shape {self.shape} and dtype {self.dtype} computed to "
@@ -122,18 +127,21 @@ def _computed_bands(array):
     # variables of this thread: the computing thread runs in a copy of its
     # context.
     context = contextvars.copy_context()
-    pending = []
+    rows = iter(blocks)
     with ThreadPoolExecutor(1, thread_name_prefix="cpersist-dask") as computing:
+        future = computing.submit(context.copy().run, compute, next(rows))
         try:
-            for row in blocks:
-                pending.append(computing.submit(context.copy().run, compute, row))
-                if len(pending) >= BANDS_IN_FLIGHT:
-                    yield pending.pop(0).result()
-            while pending:
-                yield pending.pop(0).result()
+            for row in rows:
+                band = future.result()
+                # The next band is computed while this one is written; it is
+                # asked for once this one is done, and not before: at most
+                # two are held.
+                future = computing.submit(context.copy().run, compute, row)
+                yield band
+                band = None
+            yield future.result()
         finally:
-            for future in pending:
-                future.cancel()
+            future.cancel()
 
 
 def _nested(blocks):
@@ -199,7 +207,10 @@ class _Cutter:
         self._buffer = None
         self._fill = 0
 
-    def feed(self, data):
+    def feed(self, data, copy_tail=False):
+        """Yield the chunks ``data`` completes; with ``copy_tail``, its
+        last bytes are copied rather than yielded as a view, so that nothing
+        yielded holds ``data``'s memory once the next piece is fed."""
         step = self._step
         data = memoryview(data).cast("B")
         n = len(data)
@@ -212,7 +223,7 @@ class _Cutter:
             if self._fill == step:
                 yield memoryview(self._buffer)
                 self._buffer, self._fill = None, 0
-        while n - pos >= step:
+        while n - pos > step or (n - pos == step and not copy_tail):
             yield data[pos:pos + step]
             pos += step
         if pos < n:
