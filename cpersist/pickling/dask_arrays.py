@@ -72,12 +72,19 @@ class DaskSource:
             step = rows * (self.nbytes // self.shape[0])
         return rows, step
 
-    def byte_chunks(self, step):
+    def byte_chunks(self, step, copies=False):
         """Yield the array's C-order bytes as memoryviews of ``step`` bytes
-        (the last one shorter), computing it band by band."""
+        (the last one shorter), computing it band by band.
+
+        With ``copies``, every chunk is a copy, never a view of a band: for
+        a writer that keeps chunks a while after it is given them (those
+        being compressed on the pool), which would keep their band in memory
+        while the next two are computed. A copy costs little beside
+        compressing it.
+        """
         if not self.nbytes:
             return
-        cutter = _Cutter(step)
+        cutter = _Cutter(step, copies)
         fed = 0
         for band in _computed_bands(self.array):
             pieces = _band_bytes(band, self.dtype, step)
@@ -197,13 +204,14 @@ def _sliced(band, dtype, start, stop):
 
 class _Cutter:
     """Cuts a stream of byte views into chunks of ``step`` bytes: views of
-    the data fed where a chunk lies within one piece of it, copies where a
-    chunk spans two pieces."""
+    the data fed where a chunk lies within one piece of it (copies if
+    ``copies``), copies where a chunk spans two pieces."""
 
-    __slots__ = ("_step", "_buffer", "_fill")
+    __slots__ = ("_step", "_copies", "_buffer", "_fill")
 
-    def __init__(self, step):
+    def __init__(self, step, copies=False):
         self._step = step
+        self._copies = copies
         self._buffer = None
         self._fill = 0
 
@@ -223,8 +231,9 @@ class _Cutter:
             if self._fill == step:
                 yield memoryview(self._buffer)
                 self._buffer, self._fill = None, 0
+        copies = self._copies
         while n - pos > step or (n - pos == step and not copy_tail):
-            yield data[pos:pos + step]
+            yield memoryview(bytearray(data[pos:pos + step])) if copies else data[pos:pos + step]
             pos += step
         if pos < n:
             # A new buffer each time: the chunk yielded before may still be

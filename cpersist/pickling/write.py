@@ -119,7 +119,7 @@ def array_store(writer, codec, chunk_size):
         if type(arr) is DaskSource:
             # Computed band by band as the writer takes its chunks.
             rows, step = arr.step(chunk_size)
-            chunks = arr.byte_chunks(step)
+            chunks = arr.byte_chunks(step, copies=chosen is not None)
             meta = arr.describe()
         else:
             wait_for_copy(arr)  # a background dump's snapshot may still be copying it
