@@ -253,9 +253,6 @@ def _byte_view(arr):
     return flat.reshape(-1).view(np.uint8)
 
 
-byte_view = _byte_view
-
-
 def iter_chunks(arr, chunk_size=DEFAULT_CHUNK_SIZE):
     """Yield the array's bytes as memoryviews of at most ``chunk_size`` bytes.
 

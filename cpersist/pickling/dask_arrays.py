@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 from ..exceptions import DaskArrayError
-from .arrays import byte_view, describe_layout, iter_c_order, rows_in_step
+from .arrays import describe_layout, iter_c_order, rows_in_step
 
 def dask_array_type():
     """``dask.array.Array`` once ``dask.array`` is imported, else None
@@ -172,11 +172,13 @@ def _band_bytes(band, dtype, step):
     along axes 1 and on), as views where they are C-contiguous already,
     else as C-order copies of about ``step`` bytes at a time."""
     if type(band) is not list:
-        band = _block(band, dtype)
-        if band.flags.c_contiguous:
-            yield byte_view(band)
+        block = _block(band, dtype)
+        if block.flags.c_contiguous and block.ndim:
+            # One view of it all: the chunks inside it are views too, where
+            # pieces of ``step`` bytes would each straddle two chunks.
+            yield block.reshape(-1).view(np.uint8)
         else:
-            yield from iter_c_order(band, step)
+            yield from iter_c_order(block, step)
         return
     first = band
     while type(first) is list:
@@ -186,8 +188,7 @@ def _band_bytes(band, dtype, step):
     row_bytes = max(1, _band_nbytes(band) // max(n_rows, 1))
     rows = max(1, step // row_bytes)
     for start in range(0, n_rows, rows):
-        slab = np.ascontiguousarray(np.block(_sliced(band, dtype, start, start + rows)))
-        yield byte_view(slab)
+        yield from iter_c_order(np.block(_sliced(band, dtype, start, start + rows)), step)
 
 
 def _band_nbytes(band):
