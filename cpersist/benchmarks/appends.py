@@ -108,8 +108,8 @@ def growing_array_missing(directory):
         if grown.shape != (4, 3) or not (grown[2:] == 1).all():
             return "cpersist.open(path, 'a').arrays[key].append does not grow the array"
     except (cpersist.CpersistError, TypeError, AttributeError, ValueError, KeyError) as exc:
-        return (f"not available: this cpersist has no growing arrays (appending rows to a "
-                f"stored array raised {type(exc).__name__})")
+        return (f"this cpersist has no growing arrays (appending rows to a stored array "
+                f"raised {type(exc).__name__})")
     finally:
         remove_output(path)
     return None
@@ -291,7 +291,7 @@ def format_results(results):
         if "missing" in f:
             table.append([name, f"not installed: pip install {f['missing']}"])
         elif "unavailable" in f:
-            table.append([name, f["unavailable"]])
+            table.append([name, f"not available: {f['unavailable']}"])
         elif "error" in f:
             table.append([name, f"failed: {f['error']}"])
         else:
