@@ -89,7 +89,9 @@ def test_dask_array_computed_on_the_cluster(tmp_path, dask_client):
 
 def test_blocks_not_as_the_dask_array_says(tmp_path):
     """A block of another dtype or shape than the dask array says stops the
-    dump, which leaves nothing at its path."""
+    dump, as does an error computing a block (raised as it is, though the
+    array's graph holds a function pickle cannot name); nothing is left at
+    the dump's path."""
     wrong_dtype = da.ones((4000, 10), chunks=(1000, 10)).map_blocks(
         lambda b: b.astype(np.float32), dtype=np.float64)
     with pytest.raises(cpersist.DaskArrayError, match="computed to an array of float32"):
@@ -97,6 +99,13 @@ def test_blocks_not_as_the_dask_array_says(tmp_path):
     wrong_shape = da.ones((4000, 10), chunks=(1000, 10)).map_blocks(lambda b: b[:-1])
     with pytest.raises(cpersist.DaskArrayError, match=r"computed to 319680 bytes, not 320000"):
         cpersist.dump({"x": wrong_shape}, tmp_path / "a.cp")
+    def fails(block):
+        raise TypeError("the block's own error")
+
+    failing = da.ones((4000, 10), chunks=(1000, 10)).map_blocks(
+        lambda b: fails(b) if b.size else b, dtype=np.float64)
+    with pytest.raises(TypeError, match="the block's own error"):
+        cpersist.dump({"x": failing}, tmp_path / "a.cp", compress=3)
     unknown = da.arange(100000, chunks=1000)
     with pytest.raises(cpersist.DaskArrayError, match="compute_chunk_sizes"):
         cpersist.dump({"x": unknown[unknown % 3 == 0]}, tmp_path / "a.cp")

@@ -21,6 +21,7 @@ import numpy as np
 from ..exceptions import DaskArrayError
 from .arrays import describe_layout, iter_c_order, rows_in_step
 
+
 def dask_array_type():
     """``dask.array.Array`` once ``dask.array`` is imported, else None
     (nothing of dask is imported here: an object holds no dask array before
