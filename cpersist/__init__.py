@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 
 from .codecs import available_codecs  # noqa: E402
 from .exceptions import (ArrayNotFoundError, CodecLibraryError,  # noqa: E402
-                         CorruptFileError, CpersistError, DtypeLibraryError,
+                         CorruptFileError, CpersistError, DaskArrayError, DtypeLibraryError,
                          FileChangedError, FileLockedError, LimitExceededError, RemoteStorageError,
                          UnpicklableError, UnsupportedVersionError, UntrustedObjectError,
                          UntrustedPickleError, UnwritableTargetError)
@@ -48,6 +48,7 @@ __all__ = [
     "CodecLibraryError",
     "CorruptFileError",
     "CpersistError",
+    "DaskArrayError",
     "DtypeLibraryError",
     "FileChangedError",
     "FileLockedError",

@@ -140,6 +140,15 @@ class UnpicklableError(CpersistError, pickle.PicklingError, TypeError):
         self.path = path
 
 
+class DaskArrayError(CpersistError, ValueError):
+    """A dask array inside the object to dump cannot be stored as the
+    numpy array it computes to: its shape is not known yet (chunk sizes
+    unknown after a boolean mask, say: call ``x.compute_chunk_sizes()``
+    first), or a block computed to another dtype or shape than the dask
+    array says (a ``map_blocks`` function given a wrong ``dtype=`` or
+    ``chunks=``). Nothing is left at the dump's path."""
+
+
 class ArrayNotFoundError(CpersistError, KeyError):
     """:attr:`cpersist.FileHandle.arrays` has no array at the key given.
 

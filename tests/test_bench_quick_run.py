@@ -369,6 +369,37 @@ def test_quick_checkpoints_suite(quick_run):
     assert f"(ranges {low}-{high} / " in float32["load time / torch.load(weights_only)'s"]["measured"]
 
 
+def test_quick_append_suite(quick_run):
+    """--suite all runs the append suite: the record log against every peer,
+    each as ratios; the growing array measured, or one row saying it is not
+    available; every contender's last appends against its first."""
+    from cpersist.benchmarks import appends
+
+    _, out = quick_run
+    rows = _read(out / "appends.csv")
+    results = json.loads((out / "appends.json").read_text())
+    assert (results["appends"], results["rows"]) == appends.SIZES["quick"]
+    peers = [p.name for p in appends.PEERS]
+    log = {r["target"] for r in rows if r["target"].startswith("cpersist record log / ")}
+    assert log == {f"cpersist record log / {peer}: {what}" for peer in peers
+                   for _, what, _ in appends.RATIOS}
+    for r in rows:
+        if r["status"] == "ok":
+            assert float(r["ratio"]) > 0 and " / " in r["measured"], r
+    growing = [r for r in rows if r["target"].startswith("cpersist growing array")]
+    if results["contenders"]["cpersist growing array"].get("unavailable"):
+        assert [r["status"] for r in growing] == ["not available"]
+    else:
+        assert len(growing) == 4 * len(peers) + 1
+    ends = [r["target"].split(":")[0] for r in rows if "last appends" in r["target"]]
+    assert set(peers + ["cpersist record log"]) <= set(ends)
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert not failed, failed
+    assert "pickle.dump to an open file" in (out / "appends.txt").read_text()
+    summary = (out / "summary.md").read_text()
+    assert "\n## " + appends.TITLE in summary
+
+
 # ---------------------------------------------------------------------------
 # The lab's tools on the run: publishing (benchmarks/publish.py), bounds
 # ---------------------------------------------------------------------------

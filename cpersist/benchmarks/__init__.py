@@ -12,9 +12,10 @@ what it chose); the storage suite's :mod:`.datasets` (with
 :mod:`.peers_classic` and :mod:`.peers`, :mod:`.runner`; :mod:`.measure`
 (fresh process per measurement, time, peak RSS), :mod:`.pagecache`,
 :mod:`.compare` (checking what was read back); the other suites
-(:mod:`.lazy`, :mod:`.checkpoints` with :mod:`.jax_checkpoints`), with
+(:mod:`.lazy`, :mod:`.checkpoints` with :mod:`.jax_checkpoints`,
+:mod:`.appends` with :mod:`.append_peers`), with
 :mod:`.turns` (contenders timed in turn) and :mod:`.ratios` (the checkpoint
-suite's comparisons as ratios); the outputs :mod:`.output` (CSV, JSON),
+and append suites' comparisons as ratios); the outputs :mod:`.output` (CSV, JSON),
 :mod:`.figures` and :mod:`.report` (the printed text). The maintainers'
 investigations (reading from S3, serializers, joblib.Memory's store), the
 acceptance machinery and the tools that publish results live in the

@@ -1,5 +1,6 @@
 """Comparisons measured within one run as ratios: the rows of the
-checkpoint suite (``checkpoints.csv``) and their text.
+checkpoint and append suites (``checkpoints.csv``, ``appends.csv``) and
+their text.
 
 A ratio is cpersist's time over a peer's, a file's size over another's, and
 the like, with what was measured. Its ``key``, empty here, is where the

@@ -20,7 +20,7 @@ DEFAULT_CODEC_LEVELS = (3,)
 #: slow one (whose share of noise is smaller) fewer.
 REPEAT_BUDGET_S = 2.0
 #: The suites ``--suite`` chooses from (``all`` runs each).
-SUITES = ("storage", "lazy", "checkpoints")
+SUITES = ("storage", "lazy", "checkpoints", "append")
 #: ``--quick``: the lazy suite's sizes are multiplied by this.
 QUICK_SCALE = 0.01
 #: Exit code after Ctrl-C (128 + SIGINT, what shells report).
@@ -129,6 +129,10 @@ def run(parser, args, argv, size, levels, repeats):
         written += _checkpoints_suite(args, model_files, extra, show, settings)
         failed += extra["checkpoints"]["failed"]
 
+    if args.suite in ("append", "all"):
+        written += _append_suite(args, extra, show)
+        failed += extra["append"]["failed"]
+
     advice = format_recommendations(settings)
     if advice:
         print("\n" + advice)
@@ -229,6 +233,33 @@ def _checkpoints_suite(args, files, extra, show, settings):
         "rounds": rounds, "files": files, "failed": sum(r["status"] == "failed" for r in rows),
         "units": "ratios of medians over the rounds (every contender once per round, in this "
                  "process), warm page cache"}
+    return paths
+
+
+def _append_suite(args, extra, show):
+    """``--suite append``: writes appends.json, .csv (the ratios) and .txt.
+    A suite that raises is one failed row, and the other suites go on."""
+    from . import appends
+    from .output import write_csv
+    from .ratios import RATIO_COLUMNS, failed_row, format_ratios
+
+    try:
+        results = appends.run(args.out, quick=args.quick)
+        rows, text = appends.ratios(results), appends.format_results(results)
+    except Exception as exc:  # reported as a failed row; the other suites go on
+        rows = [failed_row("append", "append", f"{type(exc).__name__}: {exc}"[:300])]
+        text = ""
+    table = format_ratios(rows)
+    show(appends.TITLE, table + "\n" + text)
+    paths = [write_csv(os.path.join(args.out, "appends.csv"), rows, RATIO_COLUMNS),
+             _write_text(os.path.join(args.out, "appends.txt"),
+                         f"{appends.TITLE}\n{table}\n\n{text}")]
+    if os.path.exists(os.path.join(args.out, "appends.json")):
+        paths.append(os.path.join(args.out, "appends.json"))
+    extra["append"] = {
+        "quick": args.quick, "failed": sum(r["status"] == "failed" for r in rows),
+        "units": "one run of the appends, each timed; reads: medians of "
+                 f"{appends.READ_REPEATS}, warm page cache, in this process; MB = 1e6 bytes"}
     return paths
 
 

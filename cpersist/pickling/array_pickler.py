@@ -14,6 +14,7 @@ import sys
 import numpy as np
 
 from .arrays import inline_dtype, is_plain_data, to_inline
+from .dask_arrays import DaskSource, dask_array_type
 from ..format.named_dtypes import favours_speed
 from .rebuild import inline_array, rebuild_jax, rebuild_masked, rebuild_view, stored_array
 
@@ -85,6 +86,7 @@ class ArrayPickler(pickle.Pickler):
         # between dumps may see torch imported after it was made.
         self.tensors = None
         self.jax = None  # the same for JAX arrays (see cpersist.pickling.jax_arrays)
+        self.dask_array = None  # dask.array.Array, once dask.array is imported
 
     def forget(self):
         """Forget the arrays and tensor storages met so far, as
@@ -109,6 +111,22 @@ class ArrayPickler(pickle.Pickler):
         if favours_speed(arr.dtype):  # ml_dtypes' bfloat16, as torch's
             return stored_array, (self.store(arr, favour_speed=True),)
         return stored_array, (self.store(arr),)
+
+    def _reduce_dask(self, arr):
+        """A dask array of plain data: stored as the numpy array it computes
+        to would be, computed block by block as its section is written
+        (:mod:`cpersist.pickling.dask_arrays`); one small enough to stay in
+        the pickle stream is computed whole."""
+        if not is_plain_data(arr):
+            return NotImplemented
+        source = DaskSource(arr)
+        if source.nbytes < self._inline_below:
+            # In C order, as a section of it is stored.
+            reduced = self._reduce_plain(np.asarray(arr.compute(), order="C"))
+        else:
+            reduced = stored_array, (self.store(source, favour_speed=favours_speed(arr.dtype)),)
+        self.placed[id(arr)] = reduced[1][0] if reduced[0] is stored_array else None
+        return reduced
 
     def reducer_override(self, obj):
         cls = type(obj)
@@ -143,6 +161,11 @@ class ArrayPickler(pickle.Pickler):
                 jax = self.jax = JaxReducer(rebuild_jax)
             if jax is not None and jax.is_jax_array(obj, cls):
                 return jax.reduce(obj)
+            dask_array = self.dask_array
+            if dask_array is None and "dask.array" in sys.modules:
+                dask_array = self.dask_array = dask_array_type()
+            if dask_array is not None and isinstance(obj, dask_array):
+                return self._reduce_dask(obj)
             return NotImplemented
         if not is_plain_data(obj):
             return NotImplemented

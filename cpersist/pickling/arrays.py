@@ -90,14 +90,20 @@ def describe(arr):
     ``align=True`` (``dtype.isalignedstruct``, which pickle keeps): the
     field paths of such structs are listed under ``"aligned"``.
     """
+    return describe_layout(arr.dtype, arr.shape, array_order(arr))
+
+
+def describe_layout(dtype, shape, order):
+    """:func:`describe` of an array of ``dtype``, ``shape`` and ``order``
+    ('C' or 'F'), which need not exist yet."""
     meta = {
         "kind": "array",
-        "dtype": _dtype_text(arr.dtype),
-        "shape": list(arr.shape),
-        "order": array_order(arr),
+        "dtype": _dtype_text(dtype),
+        "shape": list(shape),
+        "order": order,
     }
-    if arr.dtype.names is not None:
-        aligned = _aligned_paths_cached(arr.dtype)
+    if dtype.names is not None:
+        aligned = _aligned_paths_cached(dtype)
         if aligned:
             meta["aligned"] = [list(path) for path in aligned]
     return meta
@@ -298,6 +304,12 @@ def rows_in_step(nbytes, n_rows, step):
         return None
     row_bytes = nbytes // n_rows
     return step // row_bytes if row_bytes <= step else None
+
+
+def iter_c_order(arr, step):
+    """The bytes of ``arr`` in C order, in pieces of at most ``step`` bytes:
+    views of a C-contiguous array, else copies of a slab of rows at a time."""
+    return _iter_strided(arr, step)
 
 
 def _iter_strided(arr, step):

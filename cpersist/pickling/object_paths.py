@@ -33,7 +33,8 @@ def object_paths(obj, placed, n_sections, root="obj"):
         The object just pickled.
     placed : dict
         ``{id(array): section}`` for the arrays pickled as a section of
-        their own, ``{id(array): None}`` for those kept in the stream
+        their own (numpy arrays, and dask arrays stored as the numpy arrays
+        they compute to), ``{id(array): None}`` for those kept in the stream
         (:attr:`cpersist.pickling.array_pickler.ArrayPickler.placed`).
     n_sections : int
         How many array sections the dump wrote: every one must be found.
@@ -51,7 +52,7 @@ def object_paths(obj, placed, n_sections, root="obj"):
     queue = deque([(obj, root)])
     seen = {id(obj)}
     kind = type(obj)
-    if kind is np.ndarray:
+    if kind is np.ndarray or id(obj) in placed:
         section = placed.get(id(obj))
         if section is not None:
             paths[section] = root
@@ -94,6 +95,11 @@ def object_paths(obj, placed, n_sections, root="obj"):
                     queue.append((child, path + label))
             elif isinstance(child, (np.generic, np.dtype)):
                 continue  # numpy scalars and dtypes hold no array
+            elif id(child) in placed:
+                # Another kind of array stored as an ndarray is (a dask array).
+                section = placed[id(child)]
+                if section is not None and section not in paths:
+                    paths[section] = path + label
             else:
                 return None
     return paths if len(paths) == n_sections else None

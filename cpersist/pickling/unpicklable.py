@@ -3,7 +3,7 @@
 Run only after a dump failed: the object is walked from the top, each part
 pickled to a sink that keeps nothing (numpy arrays of plain dtypes are
 replaced by None: they always pickle, and copying them would cost their
-size), and the walk goes down into the first part that fails, until no part
+size; so are dask arrays, which a dump computes rather than pickles), and the walk goes down into the first part that fails, until no part
 of it fails on its own. Paths are written as :func:`cpersist.inspect` writes
 them: ``obj['callbacks'][2]``, ``obj.model.loss_``.
 """
@@ -25,9 +25,18 @@ def _fails(obj, protocol):
     """The exception pickling ``obj`` raises, or None."""
     import numpy as np
 
+    from .dask_arrays import dask_array_type
+
+    dask_array = dask_array_type()
+
     class Probe(pickle.Pickler):
         def reducer_override(self, value):
             if type(value) is np.ndarray and not value.dtype.hasobject:
+                return type(None), ()
+            # A dask array is stored as its values, not its task graph: an
+            # error computing it is the error, whether its graph pickles or not.
+            if (dask_array is not None and isinstance(value, dask_array)
+                    and not value.dtype.hasobject):
                 return type(None), ()
             return NotImplemented
 

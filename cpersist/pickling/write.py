@@ -9,6 +9,7 @@ from ..container import ContainerWriter, EncodedStream
 from .object_paths import object_paths
 from .arrays import describe, iter_chunks, rows_per_chunk
 from .array_pickler import ArrayPickler
+from .dask_arrays import DaskSource
 from .snapshot import wait_for_copy
 
 #: Chunk size of the pickle stream: smaller than array chunks so that its
@@ -114,17 +115,23 @@ def array_store(writer, codec, chunk_size):
 
     def store(arr, favour_speed=False):
         nonlocal fast
-        wait_for_copy(arr)  # a background dump's snapshot may still be copying it
         chosen = codec
         if favour_speed and codec is not None:
             if fast is None:
                 fast = codec.favouring_speed()
             chosen = fast
-        chunks = iter_chunks(arr, chunk_size)
-        if arr.nbytes <= chunk_size:
-            chunks = tuple(chunks)  # one chunk (or none): the writer's fast path
-        meta = describe(arr)
-        rows = rows_per_chunk(arr, chunk_size)
+        if type(arr) is DaskSource:
+            # Computed band by band as the writer takes its chunks.
+            rows, step = arr.step(chunk_size)
+            chunks = arr.byte_chunks(step, copies=chosen is not None)
+            meta = arr.describe()
+        else:
+            wait_for_copy(arr)  # a background dump's snapshot may still be copying it
+            chunks = iter_chunks(arr, chunk_size)
+            if arr.nbytes <= chunk_size:
+                chunks = tuple(chunks)  # one chunk (or none): the writer's fast path
+            meta = describe(arr)
+            rows = rows_per_chunk(arr, chunk_size)
         if rows is not None:
             meta["rows_per_chunk"] = rows
         return writer.add_section(

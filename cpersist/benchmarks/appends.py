@@ -1,0 +1,308 @@
+"""Files that grow: appending row batches, against h5py, zarr, PyTables and pickle.
+
+The data: ``n`` appends of a batch of ``rows x 128`` float32 values (200 of
+10,000 rows, 1 GB in all; ``--quick``: 20 of 1,000), half of the columns
+smooth and half noise. Each contender appends every batch to one file it
+keeps open, then the file is read back, warm page cache, in this process:
+
+* cpersist's record log: ``cpersist.open(path, "a", compress=3)`` and
+  ``log.append(batch)``, each batch a record; read back by
+  ``cpersist.load`` (the list of records) and concatenated, a slice by the
+  records it crosses;
+* cpersist's growing array: ``cpersist.dump`` of the first batch, then
+  ``f.arrays[name].append(batch)`` on ``cpersist.open(path, "a")``; a row
+  that says "not available" while cpersist has no growing arrays;
+* h5py: a resizable dataset (``maxshape=(None, 128)``, chunks of one batch),
+  ``resize`` then a write, Blosc2 Zstandard level 3 with byte shuffle
+  (hdf5plugin);
+* zarr v3: ``Array.append``, chunks of one batch, the same Blosc codec;
+* PyTables: an ``EArray``, chunks of one batch, ``blosc2:zstd`` level 3 with
+  shuffle;
+* pickle: ``pickle.dump(batch, file)`` to a file open for writing, read
+  back by ``pickle.load`` until its end (a slice by loading the batches
+  before it too: a pickle log has no index).
+
+Reported, as ratios of each cpersist contender to each peer measured in the
+same run: the total time of the appends (opening and closing included), the
+file's size, the time of a slice crossing 10 batches (opening the file
+included) and of reading everything into one array; and, for every
+contender, the median time of its last 50 appends over that of its first
+50 (of its last and first quarter in smaller runs): 1 when an append costs
+the same however large the file.
+"""
+
+import json
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+import cpersist
+
+from ..tools.table import format_table
+from .append_peers import NEEDS, PEERS, Contender
+from .pagecache import disk_size, remove_output
+from .ratios import failed_row, ratio_row
+
+MB = 1 << 20
+#: (appends, rows per batch) of the data, full size and ``--quick``.
+SIZES = {"full": (200, 10_000), "quick": (20, 1_000)}
+COLUMNS = 128
+#: Appends whose median is compared at each end of a run (fewer when a run
+#: is shorter than four times this).
+ENDS = 50
+#: Timed repeats of each read (the median is kept).
+READ_REPEATS = 3
+#: Batches the slice crosses the boundaries of.
+SLICE_CROSSES = 10
+
+
+def batch(number, rows):
+    """The ``number``-th batch: smooth columns, then noise."""
+    start = number * rows
+    t = np.arange(start, start + rows, dtype=np.float32)[:, None]
+    smooth = np.sin(t / 2000 + np.arange(COLUMNS // 2, dtype=np.float32) / 10)
+    noise = np.random.default_rng(number).random((rows, COLUMNS - COLUMNS // 2),
+                                                 dtype=np.float32)
+    return np.concatenate([smooth, noise], axis=1)
+
+
+class RecordLog(Contender):
+    name = "cpersist record log"
+
+    def open(self, path):
+        self._log = cpersist.open(path, "a", compress=3)
+
+    def append(self, batch):
+        self._log.append(batch)
+
+    def close(self):
+        self._log.close()
+
+    def read_all(self, path):
+        return np.concatenate(cpersist.load(path))
+
+    def read_slice(self, path, start, stop, rows_per_batch):
+        first, last = start // rows_per_batch, (stop - 1) // rows_per_batch
+        with cpersist.open(path) as log:
+            parts = [log[i] for i in range(first, last + 1)]
+        offset = first * rows_per_batch
+        return np.concatenate(parts)[start - offset:stop - offset]
+
+
+#: The key of the growing array in the file.
+ARRAY = "obj['x']"
+
+
+def growing_array_missing(directory):
+    """Why cpersist cannot append rows to a stored array, or None when it
+    can (``cpersist.open(path, "a").arrays[key].append(rows)``)."""
+    path = os.path.join(directory, "probe.cp")
+    try:
+        cpersist.dump({"x": np.zeros((2, 3), np.float32)}, path, compress=3)
+        with cpersist.open(path, "a") as f:
+            f.arrays[ARRAY].append(np.ones((2, 3), np.float32))
+        grown = cpersist.load(path)["x"]
+        if grown.shape != (4, 3) or not (grown[2:] == 1).all():
+            return "cpersist.open(path, 'a').arrays[key].append does not grow the array"
+    except (cpersist.CpersistError, TypeError, AttributeError, ValueError, KeyError) as exc:
+        return (f"this cpersist has no growing arrays (appending rows to a stored array "
+                f"raised {type(exc).__name__})")
+    finally:
+        remove_output(path)
+    return None
+
+
+class GrowingArray(Contender):
+    name = "cpersist growing array"
+
+    def open(self, path):
+        self._path = path
+        self._file = None
+
+    def append(self, batch):
+        if self._file is None:  # the first batch makes the file
+            cpersist.dump({"x": batch}, self._path, compress=3)
+            self._file = cpersist.open(self._path, "a")
+            self._array = self._file.arrays[ARRAY]
+        else:
+            self._array.append(batch)
+
+    def close(self):
+        self._file.close()
+
+    def read_all(self, path):
+        return cpersist.load(path)["x"]
+
+    def read_slice(self, path, start, stop, rows_per_batch):
+        with cpersist.open(path) as f:
+            return f.arrays[ARRAY][start:stop]
+
+
+def _missing(contender):
+    import importlib.util
+
+    for module in NEEDS.get(type(contender), ()):
+        if importlib.util.find_spec(module) is None:
+            return module
+    return None
+
+
+def _ends(times):
+    """Median of the first and of the last :data:`ENDS` appends (a quarter
+    of them in shorter runs)."""
+    k = min(ENDS, max(1, len(times) // 4))
+    return statistics.median(times[:k]), statistics.median(times[-k:]), k
+
+
+def _holds(got, start, stop, rows):
+    """Whether ``got`` is rows ``start:stop`` of the batches, every byte,
+    its dtype and shape (compared batch by batch: no copy of them all)."""
+    if type(got) is not np.ndarray or got.dtype != np.float32 or got.shape != (
+            stop - start, COLUMNS):
+        return False
+    for number in range(start // rows, (stop - 1) // rows + 1):
+        a, b = max(start, number * rows), min(stop, (number + 1) * rows)
+        want = batch(number, rows)[a - number * rows:b - number * rows]
+        if got[a - start:b - start].tobytes() != want.tobytes():
+            return False
+    return True
+
+
+def measure(contender, directory, appends, rows):
+    """The figures of one contender, or ``{"error": ...}``."""
+    path = os.path.join(directory, contender.name.split()[0] + "-append")
+    remove_output(path)
+    expected = None
+    try:
+        times = []
+        t0 = time.perf_counter()
+        contender.open(path)
+        for number in range(appends):
+            data = batch(number, rows)
+            t1 = time.perf_counter()
+            contender.append(data)
+            times.append(time.perf_counter() - t1)
+        contender.close()
+        total = time.perf_counter() - t0
+        first, last, k = _ends(times)
+        start = rows // 2 + max(0, (appends - SLICE_CROSSES - 1) // 2) * rows
+        stop = min(start + SLICE_CROSSES * rows, appends * rows)
+        figures = {"total_s": total, "first_median_s": first, "last_median_s": last,
+                   "ends": k, "file_bytes": disk_size(path)}
+        for key, read in (("slice_s", lambda: contender.read_slice(path, start, stop, rows)),
+                          ("read_all_s", lambda: contender.read_all(path))):
+            runs = []
+            for _ in range(READ_REPEATS):
+                t1 = time.perf_counter()
+                got = read()
+                runs.append(time.perf_counter() - t1)
+            if not _holds(got, start if key == "slice_s" else 0,
+                          stop if key == "slice_s" else appends * rows, rows):
+                return {"error": f"{key[:-2]} read back other values"}
+            figures[key] = statistics.median(runs)
+            del got
+        return figures
+    except Exception as exc:  # reported as a failed row; the others go on
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    finally:
+        remove_output(path)
+
+
+def run(out_dir, quick=False):
+    """Run the suite; write ``out_dir/appends.json``; return the results."""
+    appends, rows = SIZES["quick" if quick else "full"]
+    results = {"appends": appends, "rows": rows, "columns": COLUMNS, "contenders": {}}
+    with tempfile.TemporaryDirectory(dir=out_dir) as directory:
+        growing = GrowingArray()
+        growing.unavailable = growing_array_missing(directory)
+        for contender in (RecordLog(), growing) + tuple(peer() for peer in PEERS):
+            missing = _missing(contender)
+            if missing:
+                results["contenders"][contender.name] = {"missing": missing}
+            elif contender.unavailable:
+                results["contenders"][contender.name] = {"unavailable": contender.unavailable}
+            else:
+                results["contenders"][contender.name] = measure(contender, directory,
+                                                                appends, rows)
+    with open(os.path.join(out_dir, "appends.json"), "w") as file:
+        json.dump(results, file, indent=1)
+    return results
+
+
+#: (figure, what it is, how it is shown) of the ratios against each peer.
+RATIOS = (("total_s", "total append time", "{:.2f} s"),
+          ("file_bytes", "file size", "{:.1f} MB"),
+          ("slice_s", f"slice across {SLICE_CROSSES} batches", "{:.4f} s"),
+          ("read_all_s", "read all", "{:.2f} s"))
+
+
+def _shown(key, value, form):
+    return form.format(value / 1e6 if key == "file_bytes" else value)
+
+
+def ratios(results):
+    """The suite's ratio rows: each cpersist contender against each peer,
+    and each contender's last appends against its first."""
+    rows = []
+    contenders = results["contenders"]
+    ours = [n for n in contenders if n.startswith("cpersist")]
+    for name in ours:
+        mine = contenders[name]
+        if "unavailable" in mine:
+            rows.append(dict(failed_row("append", name, mine["unavailable"]),
+                             status="not available"))
+            continue
+        for peer in (n for n in contenders if n not in ours):
+            theirs = contenders[peer]
+            for key, what, form in RATIOS:
+                target = f"{name} / {peer}: {what}"
+                if "missing" in theirs:
+                    rows.append(ratio_row("append", target, missing=theirs["missing"]))
+                elif "error" in mine or "error" in theirs:
+                    rows.append(failed_row("append", target,
+                                           mine.get("error") or theirs["error"]))
+                else:
+                    rows.append(ratio_row(
+                        "append", target, mine[key] / theirs[key],
+                        f"{_shown(key, mine[key], form)} / {_shown(key, theirs[key], form)}"))
+    for name, figures in contenders.items():
+        target = f"{name}: median of the last appends / of the first"
+        if "missing" in figures:
+            rows.append(ratio_row("append", target, missing=figures["missing"]))
+        elif "unavailable" in figures:
+            continue  # said once above
+        elif "error" in figures:
+            rows.append(failed_row("append", target, figures["error"]))
+        else:
+            rows.append(ratio_row(
+                "append", target, figures["last_median_s"] / figures["first_median_s"],
+                f"{figures['last_median_s'] * 1e3:.2f} ms / {figures['first_median_s'] * 1e3:.2f}"
+                f" ms ({figures['ends']} each)"))
+    return rows
+
+
+def format_results(results):
+    """The figures of every contender, as a table."""
+    table = []
+    for name, f in results["contenders"].items():
+        if "missing" in f:
+            table.append([name, f"not installed: pip install {f['missing']}"])
+        elif "unavailable" in f:
+            table.append([name, f"not available: {f['unavailable']}"])
+        elif "error" in f:
+            table.append([name, f"failed: {f['error']}"])
+        else:
+            table.append([name, f"{f['total_s']:.2f}", f"{f['first_median_s'] * 1e3:.2f}",
+                          f"{f['last_median_s'] * 1e3:.2f}", f"{f['file_bytes'] / 1e6:.1f}",
+                          f"{f['slice_s'] * 1e3:.1f}", f"{f['read_all_s']:.2f}"])
+    head = (f"{results['appends']} appends of {results['rows']:,} x {results['columns']} "
+            f"float32, warm page cache")
+    return head + "\n" + format_table(
+        ["contender", "appends s", "first ms", "last ms", "file MB", "slice ms", "read all s"],
+        table, right=(1, 2, 3, 4, 5, 6))
+
+
+TITLE = "Files that grow: appends of row batches beside h5py, zarr, PyTables and pickle"
