@@ -191,9 +191,8 @@ class Codec(ABC):
         """What decoding a barely compressible chunk in the form :meth:`probe`
         chose (``hint``) costs, relative to the codec's usual form.
 
-        The container scales the saving a chunk's sample must show for the
-        chunk to be stored compressed by it (see
-        :func:`cpersist.container.encode.saving_needed`): a form that
+        A chunk is stored compressed only if its sample saves at least 15%
+        (levels 1-5) or 5% (levels 6-9) times this cost: a form that
         decodes in half the time pays with half the saving. This default
         is 1: the codec has one form.
 

@@ -16,8 +16,8 @@ at levels 1-3 that codec also tries Blosc's bit shuffle with LZ4 behind it,
 which writes several times and reads about twice as fast as the filtered
 Zstandard form, and a plain frame at Zstandard level 1; it keeps the fast
 form unless it is more than :data:`FAST_SLACK` larger than the smallest,
-else the level-1 frame if it is about as small as the smallest (see
-:data:`SPEED_ORDER`); chunks of up to :data:`_FAST_SAMPLE_SIZE` bytes
+else the level-1 frame if it is within :data:`QUICK_PLAIN_SLACK` of the
+smallest; chunks of up to :data:`_FAST_SAMPLE_SIZE` bytes
 it writes as plain Zstandard frames, without trying the others. Its chunks
 are Blosc2 chunks or Zstandard frames too, so the same decoder reads them
 and files record the same codec.
@@ -58,25 +58,22 @@ FAST_LEVELS = range(1, 4)
 #: values decode a quarter faster than single ones and encode nearly as
 #: fast; 8-byte items decode a little faster still, but encode slower.
 _FAST_ITEM = 4
-#: When favouring speed, the fastest form (in :data:`SPEED_ORDER`) at most
-#: this much larger than the smallest is kept: on bfloat16 weights the fast
-#: form is a little larger, and writes and reads several times faster.
+#: When favouring speed, the fast form is kept if it is at most this much
+#: larger than the smallest form: on bfloat16 weights it is a little larger,
+#: and writes and reads several times faster.
 FAST_SLACK = 0.10
 #: Hint of a plain Zstandard frame at level 1, which levels 2-3 also try
 #: when favouring speed: on bfloat16 weights and optimiser moments level
 #: 3's deeper search finds nothing more than level 1 does (the sizes differ
 #: by under 0.2%) and takes up to four times as long.
 QUICK_PLAIN = "plain at level 1"
-#: When favouring speed, the forms from the fastest to write and read on
-#: bfloat16 data, each with how much larger than the smallest form it may
-#: be and still be kept: the fast form (:data:`FAST_SLACK`), then plain
-#: Zstandard at level 1, which writes about twice as fast as the filtered
-#: form but on weights reads up to a third slower: it is kept where it is
-#: about as small (:data:`QUICK_PLAIN_SLACK`). On an Adam optimiser's second
-#: moment (small positive values whose exponents vary) the fast form is
-#: about 11% larger than the others, and plain Zstandard at level 1 is as
-#: small as any and reads as fast.
-SPEED_ORDER = (FAST, QUICK_PLAIN)
+#: When favouring speed and the fast form is not kept, the level-1 frame
+#: is kept if it is at most this much larger than the smallest form: it
+#: writes about twice as fast as the filtered form, but on weights reads up
+#: to a third slower, so only where it is about as small. On an Adam
+#: optimiser's second moment computed in bfloat16 (small positive values
+#: whose exponents vary) the fast form is about 11% larger than the others,
+#: and the level-1 frame is as small as any and reads as fast.
 QUICK_PLAIN_SLACK = 0.01
 #: What decoding a barely compressible chunk costs, relative to a plain
 #: Zstandard frame (see :meth:`ZstdAuto.decode_cost`), of the filtered form
@@ -124,7 +121,9 @@ class ZstdAuto(Codec):
         self._fast = self.favour_speed and level in FAST_LEVELS
         self._zstd = Zstd(level)
         self._quick_zstd = Zstd(1) if self._fast and level != 1 else None
-        # At level 1 the plain frame is the quick one.
+        # Favouring speed, the forms from the fastest to write and read, each
+        # kept if at most its slack larger than the smallest. At level 1 the
+        # plain frame is the level-1 one.
         self._speed_order = ((FAST, FAST_SLACK),
                              (PLAIN if level == 1 else QUICK_PLAIN, QUICK_PLAIN_SLACK))
         # Blosc's clevel c runs Zstandard at level 2c - 1. The hint a probe
@@ -137,7 +136,7 @@ class ZstdAuto(Codec):
         shuffle with LZ4 behind it; plain frames at Zstandard level 1 are
         tried too. A chunk gets the fast form unless it is more than
         :data:`FAST_SLACK` larger than the smallest, else the level-1 frame
-        if it is about as small as the smallest (:data:`SPEED_ORDER`).
+        if it is within :data:`QUICK_PLAIN_SLACK` of the smallest.
 
         The bit shuffle pays on 16-bit floats whose exponent bits barely
         vary (bfloat16 weights); on other data it gives up more space,
@@ -169,7 +168,8 @@ class ZstdAuto(Codec):
     def _choice(self, buf, typesize):
         """``(encoded, hint)`` of the form kept for ``buf``: the smallest
         (ties to the first, plain zstd, the faster to decode), or, favouring
-        speed, the first of :data:`SPEED_ORDER` within its slack of it."""
+        speed, the fast form or else the level-1 frame, if within its slack
+        (:data:`FAST_SLACK`, :data:`QUICK_PLAIN_SLACK`) of it."""
         candidates = list(self._candidates(buf, typesize))
         best = min(candidates, key=lambda candidate: len(candidate[0]))
         if self._fast:
