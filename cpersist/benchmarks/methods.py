@@ -31,7 +31,8 @@ def kept_raw_fraction(path):
     (uncompressed), or None for a file with no compressed array section.
 
     cpersist keeps a chunk verbatim when a probe of it shows the codec
-    would save too little (less than 15% at levels 1-5, 5% at 6-9), or when
+    would save too little for what decoding it costs
+    (:func:`cpersist.container.encode.saving_needed`), or when
     the codec's output is no smaller: an explicit codec can then store raw.
     """
     from cpersist.container import ContainerReader

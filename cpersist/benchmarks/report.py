@@ -48,7 +48,8 @@ def format_table(rows, max_reason=60):
 #: Printed under a table where some ratio is marked ``raw``.
 KEPT_RAW_NOTE = (
     "raw: cpersist kept most chunks uncompressed with this codec: a probe of each chunk showed "
-    "it saving under 15% (levels 1-5; 5% at 6-9), which costs more time than it saves space; "
+    "it saving too little for what decoding it costs (15% at levels 1-5, 5% at 6-9, less for "
+    "forms that decode faster); "
     "a stronger codec or level compresses them (see the CSV 'kept_raw' column)")
 
 

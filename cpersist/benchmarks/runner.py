@@ -43,8 +43,9 @@ COLUMN_DOCS = {
     "ratio": "size_bytes / disk_bytes (higher = smaller file)",
     "disk_fraction": "disk_bytes / size_bytes",
     "kept_raw": "cpersist with a codec: fraction of the array bytes stored uncompressed, because "
-                "a probe of the chunk showed the codec saving too little (under 15% at levels 1-5, "
-                "5% at 6-9) or its output was no smaller",
+                "a probe of the chunk showed the codec saving too little for what decoding it "
+                "costs (15% at levels 1-5, 5% at 6-9, less for forms that decode faster) or its "
+                "output was no smaller",
     "write_s": "median seconds of the write call (file closed, before fsync)",
     "read_s": "median seconds of the read call; memmapped reads include touching every byte",
     "read_open_s": "memmapped reads only: median seconds of the load call alone",

@@ -187,6 +187,27 @@ class Codec(ABC):
         """
         return len(self.encode(sample, typesize)), None
 
+    def decode_cost(self, hint, typesize=1):
+        """What decoding a barely compressible chunk in the form :meth:`probe`
+        chose (``hint``) costs, relative to the codec's usual form.
+
+        A chunk is stored compressed only if its sample saves at least 15%
+        (levels 1-5) or 5% (levels 6-9) times this cost: a form that
+        decodes in half the time pays with half the saving. This default
+        is 1: the codec has one form.
+
+        Parameters
+        ----------
+        hint : object
+            As returned by :meth:`probe`.
+        typesize : int
+
+        Returns
+        -------
+        float
+        """
+        return 1.0
+
     #: Largest ratio of decoded size to encoded length one chunk can reach,
     #: from the format's own limits; ``None`` when the format has no such
     #: limit (the chunk header states its size: see :meth:`check_header`).

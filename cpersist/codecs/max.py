@@ -222,7 +222,8 @@ class Max(Codec):
     level : int
         1–9, default 9. Every level searches the same ways; the level only
         sets the saving a chunk's sample must show to be compressed at all
-        (as for every codec: 15% below level 6, 5% from 6 on). A whole
+        (as for every codec of one form: 15% below level 6, 5% from 6
+        on). A whole
         object written as one chunk (see :func:`cpersist.dump`) is
         compressed whatever its sample shows.
     """

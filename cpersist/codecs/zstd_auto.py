@@ -14,11 +14,13 @@ A caller that knows its data gains much speed for little space (the
 pickling layer, for bfloat16 weights) asks for :meth:`ZstdAuto.favouring_speed`:
 at levels 1-3 that codec also tries Blosc's bit shuffle with LZ4 behind it,
 which writes several times and reads about twice as fast as the filtered
-Zstandard form, and keeps it unless it is more than :data:`FAST_SLACK`
-larger than the smallest form; chunks of up to :data:`_FAST_SAMPLE_SIZE`
-bytes it writes as plain Zstandard frames, without trying the others. Its
-chunks are Blosc2 chunks too, so the same decoder reads them and files
-record the same codec.
+Zstandard form, and a plain frame at Zstandard level 1; it keeps the fast
+form unless it is more than :data:`FAST_SLACK` larger than the smallest,
+else the level-1 frame if it is within :data:`QUICK_PLAIN_SLACK` of the
+smallest; chunks of up to :data:`_FAST_SAMPLE_SIZE` bytes
+it writes as plain Zstandard frames, without trying the others. Its chunks
+are Blosc2 chunks or Zstandard frames too, so the same decoder reads them
+and files record the same codec.
 
 The user guide (docs/user_guide.rst) says when to choose it; the published
 benchmark run (docs/benchmark_results.rst) compares it with plain Zstandard
@@ -60,6 +62,31 @@ _FAST_ITEM = 4
 #: larger than the smallest form: on bfloat16 weights it is a little larger,
 #: and writes and reads several times faster.
 FAST_SLACK = 0.10
+#: Hint of a plain Zstandard frame at level 1, which levels 2-3 also try
+#: when favouring speed: on bfloat16 weights and optimiser moments level
+#: 3's deeper search finds nothing more than level 1 does (the sizes differ
+#: by under 0.2%) and takes up to four times as long.
+QUICK_PLAIN = "plain at level 1"
+#: When favouring speed and the fast form is not kept, the level-1 frame
+#: is kept if it is at most this much larger than the smallest form: it
+#: writes about twice as fast as the filtered form, but on weights reads up
+#: to a third slower, so only where it is about as small. On an Adam
+#: optimiser's second moment computed in bfloat16 (small positive values
+#: whose exponents vary) the fast form is about 11% larger than the others,
+#: and the level-1 frame is as small as any and reads as fast.
+QUICK_PLAIN_SLACK = 0.01
+#: What decoding a barely compressible chunk costs, relative to a plain
+#: Zstandard frame (see :meth:`ZstdAuto.decode_cost`), of the filtered form
+#: of items of 4 bytes or more, and of the fast form. Blosc compresses each
+#: byte of an item as a stream of its own and stores a stream that does not
+#: shrink as a plain copy: in noisy float32 and float64 data, the low
+#: mantissa bytes, half of the data or more, decode as copies and the
+#: filtered chunk decodes in about 0.4 of the time of a Zstandard frame of
+#: the same data. Items of 2 bytes gain less (1 is assumed). LZ4 behind the
+#: bit shuffle decodes bfloat16 weights about 2.5 times as fast as
+#: Zstandard.
+_FILTERED_DECODE_COST = 0.4
+_FAST_DECODE_COST = 0.4
 #: When favouring speed, whether the fast form is kept is judged on this
 #: much of the sample (from its middle): compressing the whole sample every
 #: way is a large part of a bfloat16 dump, and the smaller part gives the
@@ -93,6 +120,12 @@ class ZstdAuto(Codec):
         self.favour_speed = bool(favour_speed)
         self._fast = self.favour_speed and level in FAST_LEVELS
         self._zstd = Zstd(level)
+        self._quick_zstd = Zstd(1) if self._fast and level != 1 else None
+        # Favouring speed, the forms from the fastest to write and read, each
+        # kept if at most its slack larger than the smallest. At level 1 the
+        # plain frame is the level-1 one.
+        self._speed_order = ((FAST, FAST_SLACK),
+                             (PLAIN if level == 1 else QUICK_PLAIN, QUICK_PLAIN_SLACK))
         # Blosc's clevel c runs Zstandard at level 2c - 1. The hint a probe
         # returns is PLAIN, the clevel that won, or FAST.
         self._clevels = sorted({1, (_FILTERED_ZSTD_LEVEL[level] + 1) // 2})
@@ -100,8 +133,10 @@ class ZstdAuto(Codec):
     def favouring_speed(self):
         """This codec, trying at levels 1–3 a form that writes several times
         and reads about twice as fast for a little more space: Blosc's bit
-        shuffle with LZ4 behind it, kept for a chunk unless it is more than
-        :data:`FAST_SLACK` larger than the smallest form.
+        shuffle with LZ4 behind it; plain frames at Zstandard level 1 are
+        tried too. A chunk gets the fast form unless it is more than
+        :data:`FAST_SLACK` larger than the smallest, else the level-1 frame
+        if it is within :data:`QUICK_PLAIN_SLACK` of the smallest.
 
         The bit shuffle pays on 16-bit floats whose exponent bits barely
         vary (bfloat16 weights); on other data it gives up more space,
@@ -122,6 +157,8 @@ class ZstdAuto(Codec):
     def _candidates(self, buf, typesize):
         """(encoded, hint) of ``buf`` in every form this codec may choose."""
         yield self._zstd.encode(buf), PLAIN
+        if self._quick_zstd is not None:
+            yield self._quick_zstd.encode(buf), QUICK_PLAIN
         if shuffles(buf, typesize):
             for clevel in self._clevels:
                 yield self._filtered(buf, typesize, clevel), clevel
@@ -130,13 +167,16 @@ class ZstdAuto(Codec):
 
     def _choice(self, buf, typesize):
         """``(encoded, hint)`` of the form kept for ``buf``: the smallest
-        (ties to the first, plain zstd, the faster to decode), or the fast
-        form if it is at most :data:`FAST_SLACK` larger."""
+        (ties to the first, plain zstd, the faster to decode), or, favouring
+        speed, the fast form or else the level-1 frame, if within its slack
+        (:data:`FAST_SLACK`, :data:`QUICK_PLAIN_SLACK`) of it."""
         candidates = list(self._candidates(buf, typesize))
         best = min(candidates, key=lambda candidate: len(candidate[0]))
-        fast = candidates[-1]
-        if fast[1] == FAST and len(fast[0]) <= len(best[0]) * (1 + FAST_SLACK):
-            return fast
+        if self._fast:
+            forms = {hint: encoded for encoded, hint in candidates}
+            for hint, slack in self._speed_order:
+                if hint in forms and len(forms[hint]) <= len(best[0]) * (1 + slack):
+                    return forms[hint], hint
         return best
 
     def _fast_kept(self, sample, typesize):
@@ -153,6 +193,16 @@ class ZstdAuto(Codec):
         encoded, hint = self._choice(sample, typesize)
         return len(encoded), hint
 
+    def decode_cost(self, hint, typesize=1):
+        """1 for a plain Zstandard frame; :data:`_FILTERED_DECODE_COST` for
+        the filtered form of items of 4 bytes or more (1 for smaller ones),
+        :data:`_FAST_DECODE_COST` for the fast form."""
+        if hint == FAST:
+            return _FAST_DECODE_COST
+        if hint in (None, PLAIN, QUICK_PLAIN) or typesize < 4:
+            return 1.0
+        return _FILTERED_DECODE_COST
+
     def encode(self, buf, typesize=1, hint=None):
         if not shuffles(buf, typesize) or self._fast and len(buf) <= _FAST_SAMPLE_SIZE:
             # Favouring speed, a chunk no larger than the fast form's sample
@@ -167,6 +217,8 @@ class ZstdAuto(Codec):
             hint = FAST if self._fast_kept(sample, typesize) else self._choice(sample, typesize)[1]
         if hint == PLAIN:
             return self._zstd.encode(buf)
+        if hint == QUICK_PLAIN:
+            return self._quick_zstd.encode(buf)
         return self._filtered(buf, typesize, hint)
 
     def __repr__(self):

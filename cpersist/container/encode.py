@@ -9,10 +9,14 @@ from .layout import ENCODED, VERBATIM, checksum, verbatim_checksums
 #: Bytes of each large chunk compressed first to decide whether compressing
 #: the whole chunk pays.
 PROBE_SIZE = 64 << 10
-#: The saving the probe must show for the chunk to be compressed, by level
-#: range. At the fast levels 1-5 a small saving costs more time than the
-#: space is worth (noisy float data shrinks a little with shuffle, at a
-#: fraction of the speed of storing it); at levels 6-9 size matters most.
+#: The saving the probe must show for a chunk to be compressed, by level
+#: range, when the codec's form of it decodes at the codec's usual cost
+#: (:meth:`Codec.decode_cost` 1; about 1 GB/s per core for Zstandard on
+#: barely compressible data, where 15% of the bytes read back at about
+#: 150 MB/s take as long). Compressing a chunk costs its decoding at every
+#: read; the bytes it saves are worth more the more the level says size
+#: matters: at the fast levels 1-5 a small saving costs more time than the
+#: space is worth, at levels 6-9 size matters most.
 SAVING_NEEDED_LEVELS_1_TO_5 = 0.15
 SAVING_NEEDED_LEVELS_6_TO_9 = 0.05
 #: Chunks of the pickle stream encoded together, per thread (see
@@ -68,8 +72,21 @@ def _probe(codec, chunk, typesize):
         return True, None
     sample = middle_sample(chunk, typesize, PROBE_SIZE)
     size, hint = codec.probe(sample, typesize)
-    saving = SAVING_NEEDED_LEVELS_1_TO_5 if codec.level <= 5 else SAVING_NEEDED_LEVELS_6_TO_9
-    return size <= len(sample) * (1 - saving), hint
+    return size <= len(sample) * (1 - saving_needed(codec, hint, typesize)), hint
+
+
+def saving_needed(codec, hint, typesize=1):
+    """The fraction of its size a chunk's sample must save for the chunk to
+    be stored compressed by ``codec`` in the form ``hint`` (what its probe
+    chose): the level's saving (:data:`SAVING_NEEDED_LEVELS_1_TO_5`,
+    :data:`SAVING_NEEDED_LEVELS_6_TO_9`) times what decoding that form costs
+    (:meth:`Codec.decode_cost`). Blosc's byte shuffle, for one, stores the
+    noisy low bytes of floats as plain copies, so a chunk of noisy float32
+    that saves 14% that way decodes in under half the time Zstandard takes
+    on it and is worth keeping compressed; the same saving from a plain
+    Zstandard frame is not."""
+    level_saving = SAVING_NEEDED_LEVELS_1_TO_5 if codec.level <= 5 else SAVING_NEEDED_LEVELS_6_TO_9
+    return level_saving * codec.decode_cost(hint, typesize)
 
 
 class EncodedStream:
