@@ -6,6 +6,7 @@ import multiprocessing
 import time
 
 import numpy as np
+import pytest
 
 import cpersist
 
@@ -23,6 +24,7 @@ def _writer(path, first_tag, ready, stop):
         tag += 2
 
 
+@pytest.mark.usefixtures("sections")
 def test_mmap_loads_during_concurrent_dumps_are_whole(tmp_path):
     path = str(tmp_path / "shared.cp")
     cpersist.dump({"tag": 0, "a": np.zeros(1000, dtype=np.int64)}, path)
