@@ -253,7 +253,8 @@ def test_raw_file_keeps_arrays_under_the_threshold_in_the_stream(tmp_path):
     mapped = cpersist.load(path, mmap_mode="r")
     assert type(mapped["section"]) is np.memmap and type(mapped["small"]) is np.ndarray
     assert_same(obj["small"], mapped["small"])
-    assert list(cpersist.open(path).arrays) == ["obj['section']"]
+    with cpersist.open(path) as handle:
+        assert list(handle.arrays) == ["obj['section']"]
 
 
 def test_inline_data_is_a_buffer_only_at_protocol_5():
