@@ -360,8 +360,10 @@ def to_inline(arr, protocol):
     if arr.size == 0 or arr.dtype.itemsize == 0:
         return bytearray(), array_order(arr)
     if protocol >= 5:
+        # C-contiguous (an F array's transpose): a large one goes to the
+        # file's write() as it is, and BytesIO takes only those.
         try:  # numpy exports no buffer of some dtypes (datetime64...)
-            return pickle.PickleBuffer(arr), array_order(arr)
+            return pickle.PickleBuffer(arr if arr.flags.c_contiguous else arr.T), array_order(arr)
         except (ValueError, TypeError):
             return pickle.PickleBuffer(_byte_view(arr)), array_order(arr)
     return bytearray(_byte_view(arr)), array_order(arr)
