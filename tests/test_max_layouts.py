@@ -79,7 +79,6 @@ def test_same_data_twice_costs_little_more_than_once(tmp_path):
     assert_same({"a": data, "b": data}, cpersist.load(twice))
 
 
-@pytest.mark.usefixtures("sections")
 def test_fortran_volume_is_stored_in_the_order_that_compresses_better(tmp_path):
     # Two nearly equal frames on the last axis: neighbours in C order only.
     rng = np.random.default_rng(3)
