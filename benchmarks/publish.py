@@ -215,6 +215,27 @@ def dataset_table(rows, dataset):
                       "Read peak MB"], out)
 
 
+def limits_table(rows):
+    """Each cpersist setting's throughput as a fraction of its codec alone
+    on the same threads (``write_of_limit``, ``read_of_limit``), per dataset;
+    no lines for a run measured before these columns existed."""
+    out = []
+    for r in rows:
+        if (r["status"] != "ok" or not r["method"].startswith("cpersist")
+                or not r.get("write_of_limit")):
+            continue
+        size = _f(r["size_bytes"]) or 0
+        lw, lr = _f(r["limit_write_s"]), _f(r["limit_read_s"])
+        out.append([r["dataset"], r["method"], r["level"],
+                    f"{size / 1e6 / lw:.0f}" if lw else "-", f"{_f(r['write_of_limit']):.2f}",
+                    f"{size / 1e6 / lr:.0f}" if lr else "-",
+                    f"{_f(r['read_of_limit']):.2f}" if r.get("read_of_limit") else "-"])
+    if not out:
+        return []
+    return rst_table(["Dataset", "Method", "Level", "Codec alone encode MB/s", "Write / limit",
+                      "Codec alone decode MB/s", "Read / limit"], out)
+
+
 def import_table(rows):
     """Start-up times of ``import_time.csv``."""
     out = []
@@ -365,7 +386,7 @@ def _repeats(storage):
 
 
 def page_lines(rows, machine, datasets, figures, imports, serializers, targets, lazy=(),
-               remote=(), remote_targets=(), coldstart=(), checkpoints=()):
+               remote=(), remote_targets=(), coldstart=(), checkpoints=(), forest=()):
     """The lines of ``docs/benchmark_results.rst``."""
     lines = [GENERATED, "", ".. _benchmark-results:", "", "Benchmark results", "=" * 17, "",
              "One run of the bundled benchmark (:doc:`benchmarks` says how it measures and how "
@@ -387,6 +408,14 @@ def page_lines(rows, machine, datasets, figures, imports, serializers, targets, 
                   "datasets):", "", *choice_table(rows), "",
                   "Every cpersist codec and level over every dataset of the run (throughput = "
                   "total megabytes / total seconds):", "", *codec_table(rows), ""]
+        limits = limits_table(rows)
+        if limits:
+            lines += ["How close to the codec", "----------------------", "",
+                      "Each cpersist setting's throughput as a fraction of what its codec "
+                      "alone does on the same threads, in memory, with no file, pickling or "
+                      "checksums: encoding the arrays' chunks for a write, decoding them "
+                      "into new memory for a read; for a raw file (level 0), copying them "
+                      "into new memory. 1.00 is the codec's own speed:", "", *limits, ""]
         lines += ["Methods compared", "----------------", ""]
         for d in datasets:
             description = next(r["description"] for r in rows if r["dataset"] == d)
@@ -394,6 +423,12 @@ def page_lines(rows, machine, datasets, figures, imports, serializers, targets, 
         for name in figures:
             if name != "serializers.png":
                 lines += [f".. figure:: /_static/bench/{name}", "   :width: 100%", ""]
+    if forest:
+        lines += ["Many small arrays", "-----------------", "",
+                  "A random forest (hundreds of small arrays) dumped raw and loaded by "
+                  "cpersist, trusted and restricted, against pickle protocol 5, in turns in "
+                  "one process (below 1, cpersist takes less):", "",
+                  *comparisons_table(forest), ""]
     if serializers:
         lines += ["Serializers", "-----------", "",
                   "Dicts of ``{str(i): i}`` grown until the memory budget; each serializer at "
@@ -547,7 +582,8 @@ def publish(run_dir, datasets=DEFAULT_FIGURES, targets_dir=None, page=PAGE, stat
     with open(page, "w", encoding="utf-8") as f:
         f.write("\n".join(page_lines(rows, machine, datasets, figures, imports, serializers,
                                      targets, lazy, remote, remote_targets,
-                                     coldstart, checkpoints)).rstrip() + "\n")
+                                     coldstart, checkpoints,
+                                     optional("forest.csv"))).rstrip() + "\n")
     if new_readme is not None:
         with open(readme, "w", encoding="utf-8") as f:
             f.write(new_readme)

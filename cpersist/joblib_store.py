@@ -19,6 +19,7 @@ from .api import dump, load
 from .codecs import parse_compress
 from .container import MAGIC
 from .container.tiny import TINY_MAGIC
+from .exceptions import CorruptFileError
 
 #: Name registered with :func:`joblib.register_store_backend`.
 BACKEND_NAME = "cpersist"
@@ -130,10 +131,15 @@ def _backend_class():
                     f"Non-existing item (may have been cleared).\nFile {filename} "
                     f"does not exist"
                 )
-            if not _is_cpersist_file(filename):
-                # Written by joblib's default store at the same location.
-                return numpy_pickle.load(filename, mmap_mode=self.mmap_mode)
-            return load(filename, mmap_mode=self.mmap_mode)
+            try:
+                # Opened once: a cache hit on a small result costs little
+                # more than opening the file.
+                return load(filename, mmap_mode=self.mmap_mode)
+            except CorruptFileError:
+                if _is_cpersist_file(filename):
+                    raise
+            # Written by joblib's default store at the same location.
+            return numpy_pickle.load(filename, mmap_mode=self.mmap_mode)
 
         def dump_item(self, call_id, item, verbose=1):
             """Store ``item`` at ``call_id`` (a list of str) as a cpersist file."""

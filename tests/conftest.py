@@ -19,6 +19,7 @@ real source.
 ``distributed.LocalCluster`` of two worker processes on 127.0.0.1.
 """
 
+import contextlib
 import io
 import os
 import threading
@@ -441,3 +442,24 @@ def dask_client():
     yield client
     client.close()
     cluster.close()
+
+
+@contextlib.contextmanager
+def every_array_a_section():
+    """Raw dumps give every array a section of its own, whatever its size
+    (by default those under ``RAW_INLINE_BELOW`` bytes stay in the pickle
+    stream): for the tests of sections themselves (memory maps, lazy
+    arrays, the index, their paths) on arrays of any size. A context
+    manager, for hypothesis tests, which take no function-scoped fixture."""
+    from cpersist.pickling import write
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(write, "RAW_INLINE_BELOW", 0)
+        yield
+
+
+@pytest.fixture
+def sections():
+    """:func:`every_array_a_section` around a test."""
+    with every_array_a_section():
+        yield

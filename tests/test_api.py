@@ -233,6 +233,7 @@ def mmap_object():
 
 
 @pytest.mark.parametrize("mmap_mode", [None, "r", "r+", "c"])
+@pytest.mark.usefixtures("sections")
 def test_mmap_modes_load(mmap_mode, tmp_path):
     obj = mmap_object()
     path = tmp_path / "m.cp"
@@ -276,6 +277,7 @@ def test_bad_mmap_modes(mmap_mode, tmp_path):
     assert path.read_bytes() == before
 
 
+@pytest.mark.usefixtures("sections")
 def test_memmaps_are_aligned_in_the_file(tmp_path):
     obj = mmap_object()
     path = tmp_path / "m.cp"
@@ -789,6 +791,7 @@ def test_concurrent_loads_share_read_buffers_safely(tmp_path):
 
 # -- file layout ---------------------------------------------------------------
 
+@pytest.mark.usefixtures("sections")
 def test_file_layout(tmp_path):
     a = np.arange(1000, dtype=">i4")
     b = np.asfortranarray(np.arange(1200, dtype="<f8").reshape(30, 40))

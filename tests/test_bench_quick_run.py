@@ -141,6 +141,21 @@ def test_quick_levels_and_specific_rows(quick_run):
     # Memmapped reads are flagged and timed including the touch.
     assert rows[("atlas_c", "np.save-mmap", "0")]["mmap"] == "True"
     assert rows[("atlas_c", "cpersist-mmap", "0")]["status"] == "ok"
+    # cpersist's rows say how close each setting came to its codec alone
+    # (raw: to a copy); other methods and compress="max" have no limit.
+    for key in [("atlas_c", "cpersist", "0"), ("atlas_c", "cpersist", "3"),
+                ("timeseries", "cpersist:zstd", "3")]:
+        row = rows[key]
+        assert float(row["limit_write_s"]) > 0 and float(row["limit_read_s"]) > 0, key
+        assert float(row["write_of_limit"]) == pytest.approx(
+            float(row["limit_write_s"]) / float(row["write_s"]), rel=0.01), key
+    assert rows[("atlas_c", "np.save", "0")]["write_of_limit"] == ""
+    assert rows[("atlas_c", "cpersist max", "9")]["limit_write_s"] == ""
+    # The forest against pickle 5, as ratios of one run.
+    forest = {r["target"]: r for r in _read(out / "forest.csv")}
+    assert set(forest) == {"raw dump / pickle 5 dump", "raw load / pickle 5 load",
+                           "restricted load (trusted=['sklearn']) / pickle 5 load"}
+    assert all(r["status"] == "ok" and float(r["ratio"]) > 0 for r in forest.values())
     # The big variant is bigger.
     assert int(rows[("big", "np.save", "0")]["size_bytes"]) >= 3 * int(rows[("atlas_c", "np.save", "0")]["size_bytes"])
 

@@ -601,3 +601,19 @@ def test_jax_checkpoints_without_the_jax_extra_are_one_row(tmp_path, monkeypatch
     assert row["status"] == "not installed" and expected in row["reason"]
     assert jax_checkpoints.format_results(results) == "" and os.listdir(tmp_path) == []
 
+
+
+def test_codec_limit_times_the_arrays_chunks_alone():
+    from cpersist.benchmarks.limits import Limit, arrays_of
+
+    big = np.arange(300_000, dtype="<f8")
+    small = np.arange(10, dtype="<i4")
+    obj = {"a": big, "b": [small, big], "s": "text", "o": np.array([None])}
+    found = arrays_of(obj)
+    assert [a.nbytes for a in found] == [big.nbytes, small.nbytes]  # each once, no object array
+    for compress in (0, 3, ("lz4", 1)):
+        limit = Limit(obj, compress, n_threads=2, chunk_size=1 << 20)
+        assert sum(chunk.nbytes for chunk, _ in limit.chunks) == big.nbytes + small.nbytes
+        assert limit.encode_s() > 0 and limit.decode_s() > 0
+    with pytest.raises(ValueError, match="max"):
+        Limit(obj, "max", n_threads=1)

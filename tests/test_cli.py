@@ -117,6 +117,7 @@ def test_directory_is_refused(tmp_path):
 
 # -- info --------------------------------------------------------------------
 
+@pytest.mark.usefixtures("sections")
 def test_info_json_matches_what_was_dumped(raw_file):
     obj = sample_object()
     result = run("info", "--json", raw_file)
@@ -344,6 +345,7 @@ class _Holder:
 
 
 @pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+@pytest.mark.usefixtures("sections")
 def test_array_paths_all_protocols(tmp_path, protocol):
     from collections import OrderedDict
 
@@ -373,6 +375,7 @@ def test_array_paths_all_protocols(tmp_path, protocol):
     assert len(paths) == n_sections - 1  # every array section, none twice
 
 
+@pytest.mark.usefixtures("sections")
 def test_array_paths_never_raise():
     from cpersist.stream.paths import array_paths, scan_arrays
 

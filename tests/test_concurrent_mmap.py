@@ -15,9 +15,10 @@ SECONDS = 3
 def _writer(path, first_tag, ready, stop):
     tag = first_tag
     # Sizes differ between dumps, so a mapping made from a newer file would
-    # also run past or short of the index read from the older one.
+    # also run past or short of the index read from the older one; each is
+    # a section (at least RAW_INLINE_BELOW bytes), mapped.
     while not stop.is_set():
-        n = 1000 + 37 * (tag % 50)
+        n = 2048 + 37 * (tag % 50)
         cpersist.dump({"tag": tag, "a": np.full(n, tag, dtype=np.int64)}, path)
         ready.set()
         tag += 2
@@ -25,7 +26,7 @@ def _writer(path, first_tag, ready, stop):
 
 def test_mmap_loads_during_concurrent_dumps_are_whole(tmp_path):
     path = str(tmp_path / "shared.cp")
-    cpersist.dump({"tag": 0, "a": np.zeros(1000, dtype=np.int64)}, path)
+    cpersist.dump({"tag": 0, "a": np.zeros(2048, dtype=np.int64)}, path)
     ctx = multiprocessing.get_context("spawn")
     stop = ctx.Event()
     ready = [ctx.Event(), ctx.Event()]  # set once a writer has dumped
@@ -47,7 +48,7 @@ def test_mmap_loads_during_concurrent_dumps_are_whole(tmp_path):
             loads += 1
             tags.add(obj["tag"])
             assert isinstance(obj["a"], np.memmap)
-            if not (obj["a"] == obj["tag"]).all() or len(obj["a"]) != 1000 + 37 * (
+            if not (obj["a"] == obj["tag"]).all() or len(obj["a"]) != 2048 + 37 * (
                     obj["tag"] % 50):
                 failures.append(f"tag {obj['tag']} with array values "
                                 f"{np.unique(np.asarray(obj['a']))[:5]} len {len(obj['a'])}")
@@ -64,7 +65,7 @@ def test_mmap_loads_during_concurrent_dumps_are_whole(tmp_path):
 #: stream asks for the array, so other loads of the same file read its
 #: index in between.
 _HEAD = list(range(200_000))
-_EDITED_ARRAY = np.arange(1000.0)
+_EDITED_ARRAY = np.arange(2048.0)  # a section, which r+ maps
 
 
 def _loader(path, mode, barrier, stop, results):

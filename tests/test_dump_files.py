@@ -41,6 +41,7 @@ def write_dumps(path, items):
     return offsets + [path.stat().st_size]
 
 
+@pytest.mark.usefixtures("sections")
 def test_dumps_one_after_another_read_as_records(tmp_path, capsys):
     path = tmp_path / "dumps.cp"
     items = dumped()

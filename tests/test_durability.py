@@ -252,6 +252,7 @@ _MARKER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.usefixtures("sections")
 def test_sigkill_between_the_writes_of_the_edited_mark_leaves_a_whole_file(tmp_path):
     obj = {"a": np.arange(1000.0), "names": ["x", "y"]}
     alone = tmp_path / "alone.cp"
@@ -285,6 +286,7 @@ def _index_start(path):
         return int.from_bytes(file.read(8), "little")
 
 
+@pytest.mark.usefixtures("sections")
 def test_a_reader_that_finds_an_index_half_changed_waits_for_the_lock_of_its_writer(
         tmp_path, monkeypatch):
     fcntl = pytest.importorskip("fcntl")
@@ -357,6 +359,7 @@ def test_memmap_outlives_load_and_replacement(tmp_path):
     assert np.array_equal(cpersist.load(target)["a"], arr * 2)
 
 
+@pytest.mark.usefixtures("sections")
 def test_memmap_write_modes(tmp_path):
     target = tmp_path / "m.cp"
     arr = np.arange(1000, dtype=np.int64)

@@ -192,6 +192,7 @@ CODECS = ("blosc:lz4", "zstd", "zstd-nosize", "zlib", "gzip", "lz4", "bz2", "lzm
 
 @pytest.mark.parametrize("what", ["root", "array"])
 @pytest.mark.parametrize("codec_id", CODECS)
+@pytest.mark.usefixtures("sections")
 def test_claims_chunks_cannot_live_up_to(tmp_path, codec_id, what):
     """Two genuine 1 KB chunks, each claiming to decode to 2 GiB: refused
     with a cpersist error, at the cost of what they decode to (not of the 4
@@ -278,6 +279,7 @@ def test_one_damaged_header_bit_does_not_turn_checking_off(tmp_path):
             read(path)
 
 
+@pytest.mark.usefixtures("sections")
 def test_edit_through_a_writable_map_marks_the_index(tmp_path):
     """A writable map sets the index's mark (and the header's flag, for
     readers of format 2.0); the mark holds without the header's flag, and
@@ -333,6 +335,7 @@ def test_huge_steps_give_numpy_s_result(tmp_path, compress):
                 assert_same(arr[index], lazy[index])
 
 
+@pytest.mark.usefixtures("sections")
 def test_shape_beyond_numpy_is_a_damaged_index(tmp_path):
     """A zero-size array whose other axis numpy cannot address: refused
     when the file is opened, by every reader."""

@@ -51,6 +51,7 @@ def test_inspect_lists_an_array_held_at_several_places_once_with_its_other_paths
     assert back["b"] is back["a"] and back["t"][19] is back["s"]  # what the paths describe
 
 
+@pytest.mark.usefixtures("sections")
 def test_inspect_raw_file_and_streams(tmp_path):
     path = tmp_path / "r.cp"
     cpersist.dump([np.arange(10)], path)

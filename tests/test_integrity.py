@@ -120,6 +120,7 @@ def test_damaged_chunk_detected(tmp_path, compress, n_threads):
         del out
 
 
+@pytest.mark.usefixtures("sections")
 def test_index_larger_than_the_tail_read(tmp_path):
     """The trailer and index are read from the file's last TAIL_READ bytes
     at once; a larger index is read on its own, and checked the same."""
@@ -136,6 +137,7 @@ def test_index_larger_than_the_tail_read(tmp_path):
     _expect_corrupt(tmp_path, bytes(damaged), match="index checksum")
 
 
+@pytest.mark.usefixtures("sections")
 def test_damaged_pickle_stream_and_index(tmp_path):
     # An array: an object without any would be a compact dump, with no JSON index.
     data = _dump({"key": "value" * 50, "a": np.arange(3)}, tmp_path / "a.cp", compress=0)
@@ -300,6 +302,7 @@ def _raw_index(data):
     return offset, data[offset:offset + length]
 
 
+@pytest.mark.usefixtures("sections")
 def test_a_long_section_list_is_packed_and_resealed_packed(tmp_path):
     """The index of a file of many arrays holds its section list compressed,
     with a one-section stub that readers of format 2.1 refuse, naming an
@@ -330,6 +333,7 @@ def test_a_section_list_longer_than_writers_pack_stays_plain(tmp_path, monkeypat
     assert_same(obj, cpersist.load(tmp_path / "many.cp"))
 
 
+@pytest.mark.usefixtures("sections")
 def test_a_section_list_compressing_more_than_readers_accept_stays_plain(tmp_path):
     """Empty arrays of one long dtype make a list that compresses over 200
     times, more than readers accept of a packed one: it is written plain."""
@@ -359,6 +363,7 @@ def _repacked(data, edit):
     (lambda text, size: (text, "many"), "bad packed section list"),
     (lambda text, size: (None, size), "bad packed section list"),
 ])
+@pytest.mark.usefixtures("sections")
 def test_forged_packed_section_list(tmp_path, edit, match):
     _, data = _many_arrays(tmp_path)
     _expect_corrupt(tmp_path, _repacked(data, edit), match=match)

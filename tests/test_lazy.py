@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import cpersist
-from cpersist.pickling import write_max as _smallest
+from cpersist.pickling import write, write_max as _smallest
 from cpersist.lazy import plan as plan_module
 from cpersist.storage.open import open_source
 from cpersist.container import ContainerReader
@@ -62,6 +62,9 @@ def _max_writes_sections(monkeypatch):
     # Fortran array in C order); these tests read arrays from sections, as
     # "max" writes them for a large object.
     monkeypatch.setattr(_smallest, "WHOLE_STREAM_UP_TO", -1)
+    # A raw dump likewise keeps arrays under RAW_INLINE_BELOW bytes in its
+    # stream; the arrays of these tests are small.
+    monkeypatch.setattr(write, "RAW_INLINE_BELOW", 0)
 
 
 @pytest.fixture(scope="module")

@@ -59,6 +59,7 @@ def test_every_type_of_ml_dtypes_is_stored_by_name():
 
 
 @pytest.mark.parametrize("compress", COMPRESSIONS)
+@pytest.mark.usefixtures("sections")
 def test_every_type_round_trips_at_every_compress_setting(compress, tmp_path):
     obj = {name: arrays_of(name, seed) for seed, name in enumerate(ML_TYPES)}
     path = tmp_path / "ml.cp"
@@ -78,6 +79,7 @@ def test_every_type_round_trips_at_every_compress_setting(compress, tmp_path):
         assert sections == {f"obj[{name!r}]['c']" for name in ML_TYPES}
 
 
+@pytest.mark.usefixtures("sections")
 def test_raw_arrays_are_memory_mapped_as_their_type(tmp_path):
     obj = {name: values(name, (300, 40), seed) for seed, name in enumerate(ML_TYPES)}
     path = tmp_path / "mapped.cp"
@@ -178,6 +180,7 @@ for path, name in (({str(sections)!r}, "bfloat16"), ({str(inline)!r}, "float8_e5
     assert "bfloat16" in out.stdout and "float8_e5m2" in out.stdout  # info's tables
 
 
+@pytest.mark.usefixtures("sections")
 def test_a_name_outside_the_table_is_refused_and_imports_nothing(tmp_path):
     unimported = "wave"  # a standard module no test imports
     assert unimported not in sys.modules

@@ -196,11 +196,11 @@ SMALL_ARRAYS["read_only"].flags.writeable = False
 
 
 @pytest.mark.parametrize("protocol", [2, 3, 4, 5])
-@pytest.mark.parametrize("compress", ["zstd", 3])
+@pytest.mark.parametrize("compress", ["zstd", 3, 0])
 def test_small_arrays_inside_the_pickle_stream(tmp_path, protocol, compress):
-    """Small arrays of a compressed file travel in the pickle stream (as a
-    buffer of their own memory at protocol 5, a copy below) and come back
-    exact, writeable and owning their memory."""
+    """Small arrays of a compressed or raw file travel in the pickle stream
+    (as a buffer of their own memory at protocol 5, a copy below) and come
+    back exact, writeable and sharing memory with no other."""
     path = tmp_path / "a.cp"
     cpersist.dump(SMALL_ARRAYS, path, compress=compress, protocol=protocol)
     info = file_info(str(path))
@@ -225,7 +225,9 @@ def test_small_arrays_inside_the_pickle_stream(tmp_path, protocol, compress):
         out = cpersist.load(path, trusted=trusted)
         assert_same(SMALL_ARRAYS, out)
         for name, arr in out.items():
-            assert type(arr) is np.ndarray and arr.flags.writeable and arr.flags.owndata, name
+            assert type(arr) is np.ndarray and arr.flags.writeable, name
+            assert not any(np.shares_memory(arr, other) for other_name, other in out.items()
+                           if other_name != name), name
     # Pickling a buffer of the array's memory did not leave it changed or
     # exported (a resize fails while a buffer is exported).
     arr = np.arange(10.0)
@@ -233,11 +235,33 @@ def test_small_arrays_inside_the_pickle_stream(tmp_path, protocol, compress):
     arr.resize(20, refcheck=False)
 
 
+def test_raw_file_keeps_arrays_under_the_threshold_in_the_stream(tmp_path):
+    """In a raw file, an array of fewer than RAW_INLINE_BELOW bytes is kept
+    in the pickle stream and loads into memory, also with mmap_mode; one of
+    that many bytes has a section and is mapped."""
+    from cpersist.pickling.write import RAW_INLINE_BELOW
+
+    items = RAW_INLINE_BELOW // 8
+    obj = {"small": np.arange(items - 1, dtype="<f8"), "section": np.arange(items, dtype="<f8")}
+    path = tmp_path / "raw.cp"
+    cpersist.dump(obj, path)
+    report = cpersist.inspect(path)
+    assert [a["path"] for a in report["arrays"]] == ["obj['section']"]
+    assert [a["path"] for a in report["inline_arrays"]] == ["obj['small']"]
+    for trusted in (True, False):
+        assert_same(obj, cpersist.load(path, trusted=trusted))
+    mapped = cpersist.load(path, mmap_mode="r")
+    assert type(mapped["section"]) is np.memmap and type(mapped["small"]) is np.ndarray
+    assert_same(obj["small"], mapped["small"])
+    with cpersist.open(path) as handle:
+        assert list(handle.arrays) == ["obj['section']"]
+
+
 def test_inline_data_is_a_buffer_only_at_protocol_5():
     arr = np.arange(12, dtype="<i4").reshape(3, 4, order="F")
     data, order = to_inline(arr, 5)
     assert isinstance(data, pickle.PickleBuffer) and order == "F"
-    assert bytes(data) == arr.T.tobytes()
+    assert bytes(data.raw()) == arr.T.tobytes()  # the memory, in its order
     data, order = to_inline(arr, 4)
     assert type(data) is bytearray and bytes(data) == arr.T.tobytes()
 

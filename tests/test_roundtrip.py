@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 import cpersist
 from cpersist.container import ContainerReader
 
-from .conftest import (COMPRESSIONS, TARGETS, assert_same, make_matrix, random_array, roundtrip,
-                       roundtrip_bytes)
+from .conftest import (COMPRESSIONS, TARGETS, assert_same, every_array_a_section, make_matrix,
+                       random_array, roundtrip, roundtrip_bytes)
 
 # -- dtypes ------------------------------------------------------------------
 
@@ -120,6 +120,7 @@ def test_equal_dtypes_keep_their_own_align_flag(compress, rt):
 @pytest.mark.parametrize("dtype", ["f8", ">i4", NESTED, "U3",
                                    np.dtype([("a", "u1"), ("s", ALIGNED_PAIR)], align=True)],
                          ids=_dtype_id)
+@pytest.mark.usefixtures("sections")
 def test_dtype_mmap(dtype, rt):
     obj = _arrays_of(dtype)
     out = rt(obj, "path", load_kwargs={"mmap_mode": "r"})
@@ -447,6 +448,7 @@ def test_mixed_object_every_target_and_codec(how, compress, tmp_path):
 
 
 @pytest.mark.parametrize("how", ["path", "pathlib", "file"])
+@pytest.mark.usefixtures("sections")
 def test_mixed_object_mmap(how, tmp_path):
     obj = mixed_object()
     out = roundtrip(obj, how, tmp_path, load_kwargs={"mmap_mode": "r"})
@@ -602,7 +604,7 @@ def test_property_random_views(arr, compress, chunk_size):
 def test_property_random_views_mmap(arr, chunk_size, trusted):
     masked = np.ma.MaskedArray(arr, mask=np.ones(arr.shape, bool))
     obj = {"x": arr, "masked": masked}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, every_array_a_section():
         path = os.path.join(tmp, "p.cp")
         cpersist.dump(obj, path, chunk_size=chunk_size)
         out = cpersist.load(path, mmap_mode="r", trusted=trusted)

@@ -10,6 +10,7 @@ import pytest
 
 import cpersist
 from cpersist.pickling import dump as _writer
+from cpersist.pickling.write import RAW_INLINE_BELOW
 from cpersist.container import ContainerReader
 from cpersist.container.compact import OVERHEAD
 from cpersist.container.sources import MemorySource
@@ -73,7 +74,7 @@ def test_what_compresses_well_or_needs_a_section_is_written_the_general_way(tmp_
     cpersist.dump(table, path, compress=3)
     assert os.path.getsize(path) < len(pickle.dumps(table)) / 3
     assert cpersist.load(path) == table
-    arr = np.arange(10.0)  # raw: every array is a section
+    arr = np.arange(RAW_INLINE_BELOW // 8, dtype="<f8")  # raw: an array this large is a section
     cpersist.dump({"a": arr}, path)
     assert len(_reader(path.read_bytes()).sections) == 2
     np.testing.assert_array_equal(cpersist.load(path, mmap_mode="r")["a"], arr)

@@ -151,6 +151,7 @@ def test_requires_grad_and_integer_tensors():
     assert back[0] is back[2]  # the same object twice stays one
 
 
+@pytest.mark.usefixtures("sections")
 def test_a_write_to_an_r_mapped_tensor_stays_in_the_process(tmp_path):
     orig = {"w": torch.randn(1000), "n": np.arange(1000.0)}
     path = tmp_path / "t.cp"

@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import cpersist
@@ -108,6 +108,7 @@ class Model:
 
 
 @pytest.mark.parametrize("compress", [0, 3])
+@pytest.mark.usefixtures("sections")
 def test_inspect_gives_every_array_its_path(tmp_path, compress):
     obj = {"w": np.ones(20000), "layers": [{"b": np.zeros(4)}, {"b": np.full(20000, 2.0)}],
            "model": Model(), "t": (np.arange(3.0),)}
@@ -135,6 +136,7 @@ def test_inspect_gives_every_array_its_path(tmp_path, compress):
     assert info["inline_arrays"] == scan["inline"]
 
 
+@pytest.mark.usefixtures("sections")
 def test_walk_gives_globals_and_paths_in_one_pass(tmp_path):
     path = tmp_path / "m.cp"
     cpersist.dump({"m": Model()}, path)
@@ -285,7 +287,8 @@ def _first_array(obj):
     return np.zeros(2)
 
 
-@settings(max_examples=150)
+@pytest.mark.usefixtures("sections")  # the same setting for every example
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tree=_TREES, protocol=st.sampled_from([2, 3, 4, 5]))
 def test_listing_and_walk_agree_with_the_object_and_pickletools(tmp_path_factory, tree,
                                                                 protocol):
@@ -332,7 +335,8 @@ def _recorded(path):
         return _recorded_paths(ContainerReader(file, str(path)))
 
 
-@settings(max_examples=150)
+@pytest.mark.usefixtures("sections")  # the same setting for every example
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tree=_TREES, protocol=st.sampled_from([2, 3, 4, 5]))
 def test_paths_recorded_at_dump_are_the_walk_s(tmp_path_factory, tree, protocol):
     """The paths a dump records in the index (found on the object) are those
@@ -349,6 +353,7 @@ def test_paths_recorded_at_dump_are_the_walk_s(tmp_path_factory, tree, protocol)
     assert sorted(recorded.values()) == sorted(_expected_paths(obj))
 
 
+@pytest.mark.usefixtures("sections")
 def test_paths_recorded_for_arrays_in_plain_containers(tmp_path):
     one = {"w": np.arange(3.0)}
     cpersist.dump(one, tmp_path / "one.cp")
@@ -378,6 +383,7 @@ def test_paths_recorded_for_arrays_in_plain_containers(tmp_path):
 
 
 @pytest.mark.parametrize("edit", ["duplicate", "not a string", "missing", "too long"])
+@pytest.mark.usefixtures("sections")
 def test_forged_recorded_paths_fall_back_to_the_walk(tmp_path, edit):
     from ._forge import forge
 

@@ -152,7 +152,11 @@ def measure_peak(nbytes, directory):
 
 
 def measure_listing(n_arrays, directory, repeats):
-    obj = {f"layer{i}": {"w": np.full(4, i, dtype=np.float32)} for i in range(n_arrays)}
+    # Each array as small as a raw dump gives a section of its own.
+    from ..pickling.write import RAW_INLINE_BELOW
+
+    obj = {f"layer{i}": {"w": np.full(RAW_INLINE_BELOW // 4, i, dtype=np.float32)}
+           for i in range(n_arrays)}
     path = os.path.join(directory, "many.cp")
     cpersist.dump(obj, path)
 

@@ -152,6 +152,10 @@ def write_task(task):
     times = []
     peak = peak_anon = None
     exact = False
+    # The codec alone on the same threads, timed after each write (both
+    # see the machine alike): what the write could reach.
+    limit = method.limit(obj, level) if hasattr(method, "limit") else None
+    limit_write = []
     for r in range(task["repeats"]):
         if sum(times) > (task.get("budget") or float("inf")):
             break
@@ -163,6 +167,9 @@ def write_task(task):
         times.append(t1 - t0)
         if r == 0:
             peak, peak_anon, exact = pm.peak, pm.peak_anon, pm.exact
+        if limit is not None:
+            limit_write.append(limit.encode_s())
+    del limit
     t0 = time.perf_counter()
     for name in files_of(path):
         fd = os.open(name, os.O_RDONLY)
@@ -179,6 +186,7 @@ def write_task(task):
         "peak_exact": exact,
         "disk_bytes": disk_size(path),
         "fsync_s": fsync_s,
+        "limit_write_times": limit_write,
     }
 
 
@@ -188,6 +196,10 @@ def read_task(task):
 
     method, path, cold = task["method"], task["file_path"], task["cold"]
     times, resident, open_times = [], [], []
+    # The codec alone decoding the same chunks on the same threads, timed
+    # after each read: what the read could reach. Its chunks are encoded
+    # once, untimed, from the first read's (checked) result.
+    limit, limit_read = None, []
     peak = peak_anon = None
     cache = "cold" if cold else "warm"
     for r in range(task["repeats"]):
@@ -218,7 +230,13 @@ def read_task(task):
             diff = first_difference(_load_original(task["data_path"]), result)
             if diff:
                 return {"status": "failed", "reason": "wrong data read back: " + diff, "cache": cache}
+            if hasattr(method, "limit"):
+                limit = method.limit(result, task["level"])
+                if limit is not None:
+                    limit.encode_s()
         del result
+        if limit is not None:
+            limit_read.append(limit.decode_s())
     res = [x for x in resident if x is not None]
     if cold and res and max(res) > 0.5:
         # e.g. a tmpfs or a filesystem ignoring the advice: say so in the row.
@@ -232,6 +250,7 @@ def read_task(task):
         "peak_exact": pm_exact,
         "cache": cache,
         "resident_frac": max(res) if res else None,
+        "limit_read_times": limit_read,
     }
 
 

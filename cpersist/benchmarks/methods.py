@@ -76,6 +76,14 @@ class Cpersist(Method):
     def read(self, path):
         return cpersist.load(path, n_threads=self.threads)
 
+    def limit(self, obj, level):
+        """The codec-alone work of this setting on ``obj``
+        (:class:`.limits.Limit`), on the threads a dump would use."""
+        from .._runtime.threads import default_n_threads
+        from .limits import Limit
+
+        return Limit(obj, self._compress(level), self.threads or default_n_threads())
+
     def kept_raw(self, path):
         """Fraction of the array bytes written raw although compressed (see
         :func:`kept_raw_fraction`), or None."""
@@ -111,6 +119,11 @@ class CpersistMax(Cpersist):
 
     def _compress(self, level):
         return MAX_PRESET
+
+    def limit(self, obj, level):
+        """None: the preset tries several codecs per chunk, no one of them
+        bounds it."""
+        return None
 
 
 class CpersistMmap(Cpersist):

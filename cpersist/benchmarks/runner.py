@@ -24,6 +24,7 @@ COLUMNS = [
     "size_bytes", "disk_bytes", "ratio", "disk_fraction", "kept_raw",
     "write_s", "read_s", "read_open_s", "write_MBps", "read_MBps",
     "write_peak_MB", "read_peak_MB", "write_peak_anon_MB", "read_peak_anon_MB",
+    "limit_write_s", "limit_read_s", "write_of_limit", "read_of_limit",
     "fsync_s", "cache", "resident_frac", "peak_via", "mmap", "repeats", "threads",
     "status", "reason", "notes", "write_times", "read_times",
 ]
@@ -55,6 +56,13 @@ COLUMN_DOCS = {
     "read_peak_MB": "peak RSS above the level before the read; includes mapped file pages touched",
     "write_peak_anon_MB": "same, anonymous memory only (sampled every ms)",
     "read_peak_anon_MB": "same for the read (excludes mapped file pages)",
+    "limit_write_s": "cpersist: median seconds its codec alone takes to encode the arrays' "
+                     "chunks on the same threads, in memory (raw: to copy them into new "
+                     "memory); empty for other methods and compress='max'",
+    "limit_read_s": "the same for decoding them into new memory (raw: copying)",
+    "write_of_limit": "limit_write_s / write_s: the write's throughput as a fraction of its "
+                      "codec's alone (1 = as fast as the codec; raw: as a copy)",
+    "read_of_limit": "limit_read_s / read_s (mmap: against a copy, read_s touching every byte)",
     "fsync_s": "seconds of the fsync after the last write (not in write_s)",
     "cache": "cold = fsync + POSIX_FADV_DONTNEED before each read repeat; warm = file read once first",
     "resident_frac": "cold reads: max fraction of the file still in the page cache after eviction (mincore)",
@@ -214,6 +222,8 @@ def measure_cell(name, info, method, level, cfg, work_dir):
             remove_output(fpath)
     size, disk = info["size_bytes"], w["disk_bytes"]
     ws, rs = median(w["write_times"]), median(r["read_times"])
+    lw = median(w["limit_write_times"]) if w.get("limit_write_times") else None
+    lr = median(r["limit_read_times"]) if r.get("limit_read_times") else None
     return _row(
         name, info, method, level, cfg,
         disk_bytes=disk,
@@ -229,6 +239,10 @@ def measure_cell(name, info, method, level, cfg, work_dir):
         read_peak_MB=round(r["read_peak"] / MB, 3),
         write_peak_anon_MB=round(w["write_peak_anon"] / MB, 3),
         read_peak_anon_MB=round(r["read_peak_anon"] / MB, 3),
+        limit_write_s="" if lw is None else float(f"{lw:.6g}"),
+        limit_read_s="" if lr is None else float(f"{lr:.6g}"),
+        write_of_limit=round(lw / ws, 3) if lw and ws else "",
+        read_of_limit=round(lr / rs, 3) if lr and rs else "",
         fsync_s=round(w["fsync_s"], 6),
         cache=r["cache"],
         resident_frac="" if r.get("resident_frac") is None else round(r["resident_frac"], 4),

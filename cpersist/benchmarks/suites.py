@@ -115,6 +115,9 @@ def run(parser, args, argv, size, levels, repeats):
                 print(f"error: {name} was not measured: {why.split(': ', 2)[-1]}", file=sys.stderr)
             refused_files = True
         failed += sum(r["status"] == "failed" for r in rows)
+        if any(r["dataset"] == FOREST and r["status"] == "ok" for r in rows):
+            written += _forest_ratios(args, size, repeats, extra, show)
+            failed += extra["forest"]["failed"]
 
     if args.suite in ("storage", "all") and not (args.files or args.datasets or args.methods):
         written += _raw_suite(args, extra, show)
@@ -150,6 +153,31 @@ def run(parser, args, argv, size, levels, repeats):
 def _only_files(args):
     """Whether this run measures the user's files alone (no built-in data)."""
     return bool(args.files) and not args.datasets
+
+
+#: The storage suite's dataset of many small arrays, also compared with
+#: pickle as ratios measured in one process (:mod:`.forest`).
+FOREST = "random_forest"
+
+
+def _forest_ratios(args, size, repeats, extra, show):
+    """The forest's raw dump and loads against pickle 5's: writes forest.csv."""
+    import tempfile
+
+    from . import forest
+    from .output import write_csv
+    from .ratios import RATIO_COLUMNS, failed_row, format_ratios
+
+    n = max(repeats or 0, 3 if args.quick else 15)
+    try:
+        model = next(d for d in ds.package_datasets() if d.name == FOREST).make(size, args.quick)
+        with tempfile.TemporaryDirectory(dir=args.out) as work:
+            rows = forest.ratios(model, work, repeats=n)
+    except Exception as exc:  # reported as a failed row; the other suites go on
+        rows = [failed_row("forest", FOREST, f"{type(exc).__name__}: {exc}"[:300])]
+    show(forest.TITLE, format_ratios(rows))
+    extra["forest"] = {"repeats": n, "failed": sum(r["status"] == "failed" for r in rows)}
+    return [write_csv(os.path.join(args.out, "forest.csv"), rows, RATIO_COLUMNS)]
 
 
 def _lazy_suite(args, scale, extra, show):

@@ -27,8 +27,30 @@ def is_plain_data(arr):
     ``metadata``, overlapping or out-of-order fields, another library's
     types. All are left to plain pickling, which keeps them.
     """
-    dtype = arr.dtype
+    return _by_identity(_PLAIN_BY_ID, arr.dtype, _plain_dtype)
+
+
+def _plain_dtype(dtype):
     return not dtype.hasobject and not _has_metadata(dtype) and _describable(dtype)
+
+
+def _by_identity(cache, dtype, compute):
+    """``compute(dtype)``, kept in ``cache`` by identity (a dtype with
+    metadata, or an aligned struct, equals the plain one; holding the dtype
+    keeps its id from being reused): a model holds hundreds of small arrays
+    of a few dtypes, and walking a struct's fields per array costs more
+    than pickling it."""
+    hit = cache.get(id(dtype))
+    if hit is not None and hit[0] is dtype:
+        return hit[1]
+    value = compute(dtype)
+    if len(cache) >= 1024:
+        cache.clear()
+    cache[id(dtype)] = (dtype, value)
+    return value
+
+
+_PLAIN_BY_ID, _ALIGNED_BY_ID = {}, {}  # id(dtype) -> (dtype, value): _by_identity
 
 
 @functools.lru_cache(maxsize=1024)
@@ -43,10 +65,8 @@ def _describable(dtype):
 
 
 def _has_metadata(dtype):
-    if dtype.metadata:
+    if dtype.metadata or dtype.subdtype is not None and _has_metadata(dtype.subdtype[0]):
         return True
-    if dtype.subdtype is not None:
-        return _has_metadata(dtype.subdtype[0])
     return bool(dtype.names) and any(_has_metadata(dtype.fields[n][0]) for n in dtype.names)
 
 
@@ -73,9 +93,8 @@ def _parse_dtype_text(text):
 
 
 def inline_dtype(dtype):
-    """How an inline array's dtype is pickled: the name of an ml_dtypes
-    type (which a restricted load resolves from :mod:`cpersist.format.named_dtypes` alone),
-    else the dtype itself."""
+    """How an inline array's dtype is pickled: the name of an ml_dtypes type
+    (resolved from :mod:`cpersist.format.named_dtypes` alone), else the dtype."""
     return named_dtypes.name_of(dtype) or dtype
 
 
@@ -103,30 +122,10 @@ def describe_layout(dtype, shape, order):
         "order": order,
     }
     if dtype.names is not None:
-        aligned = _aligned_paths_cached(dtype)
+        aligned = _by_identity(_ALIGNED_BY_ID, dtype, _aligned_paths)
         if aligned:
             meta["aligned"] = [list(path) for path in aligned]
     return meta
-
-
-#: id(dtype) -> (dtype, its aligned paths). Keyed by identity, not equality:
-#: an aligned struct and the same layout made without ``align=True`` compare
-#: equal. Holding the dtype keeps its id from being reused. Models such as a
-#: random forest hold hundreds of small arrays of one structured dtype object,
-#: and walking its fields again for each would cost more than describing the
-#: array.
-_ALIGNED_BY_ID = {}
-
-
-def _aligned_paths_cached(dtype):
-    hit = _ALIGNED_BY_ID.get(id(dtype))
-    if hit is not None and hit[0] is dtype:
-        return hit[1]
-    paths = _aligned_paths(dtype)
-    if len(_ALIGNED_BY_ID) >= 1024:
-        _ALIGNED_BY_ID.clear()
-    _ALIGNED_BY_ID[id(dtype)] = (dtype, paths)
-    return paths
 
 
 def _aligned_paths(dtype, path=()):
@@ -356,30 +355,34 @@ def allocate(dtype, shape, order, align=0):
 
 
 def to_inline(arr, protocol):
-    """``(data, order)`` holding a small array's bytes, for the pickle stream.
-
-    At protocol 5, ``data`` is a :class:`pickle.PickleBuffer` of the array's
-    own memory, which the pickler copies straight into its stream; below 5,
-    a bytearray copy. The buffer spares one copy per array, which dominates
-    the cost of pickling a model made of many small arrays, and the stream
-    is the same. Either way the data loads as a bytearray (bytes for
-    a read-only array), which :func:`from_inline` copies into a new array.
-    """
+    """``(data, order)`` holding a small array's bytes, for the pickle stream:
+    at protocol 5 a :class:`pickle.PickleBuffer` of the array's own memory,
+    which the pickler copies straight into its stream; below 5, a bytearray
+    copy. Either way it loads as a bytearray (bytes for a read-only array)."""
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
         arr = np.ascontiguousarray(arr)
     if arr.size == 0 or arr.dtype.itemsize == 0:
         return bytearray(), array_order(arr)
-    data = _byte_view(arr)
-    return (pickle.PickleBuffer(data) if protocol >= 5 else bytearray(data)), array_order(arr)
+    if protocol >= 5:
+        # C-contiguous (an F array's transpose): a large one goes to the
+        # file's write() as it is, and BytesIO takes only those.
+        try:  # numpy exports no buffer of some dtypes (datetime64...)
+            return pickle.PickleBuffer(arr if arr.flags.c_contiguous else arr.T), array_order(arr)
+        except (ValueError, TypeError):
+            return pickle.PickleBuffer(_byte_view(arr)), array_order(arr)
+    return bytearray(_byte_view(arr)), array_order(arr)
 
 
 def from_inline(data, dtype, shape, order):
-    """Rebuild an array from :func:`to_inline` output; checks the sizes agree."""
-    if not isinstance(data, (bytes, bytearray)) or order not in ("C", "F"):
+    """Rebuild an array from :func:`to_inline` output; checks the sizes agree.
+    It views a bytearray ``data`` (the unpickler's, made for it alone), as
+    numpy's unpickling does; copies bytes, to be writable."""
+    copy = type(data) is not bytearray
+    if copy and type(data) is not bytes or order not in ("C", "F"):
         raise ValueError("bad inline array")
     if type(dtype) is str and dtype in named_dtypes.ITEMSIZES:
         dtype = named_dtypes.resolve(dtype)
-    else:
+    elif not isinstance(dtype, np.dtype):
         dtype = np.dtype(dtype)
     if dtype.hasobject:
         raise ValueError("an object dtype cannot be stored as raw bytes")
@@ -390,9 +393,7 @@ def from_inline(data, dtype, shape, order):
         count *= n
     if len(data) != count * dtype.itemsize:
         raise ValueError(f"inline array of {len(data)} bytes for {dtype} {shape}")
-    arr, view = allocate(dtype, shape, order)
-    # A copy (of at most a small array) so the result owns its memory, like
-    # every other array cpersist loads.
-    if len(data):
-        view[:] = data
-    return arr
+    if not len(data):
+        return allocate(dtype, shape, order)[0]
+    arr = np.ndarray(shape, dtype, data, 0, None, order)
+    return arr.copy(order) if copy else arr

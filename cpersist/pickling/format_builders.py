@@ -33,8 +33,9 @@ def build_inline(machine, func, args, kwargs, new):
     else:
         dtype = as_dtype(dtype)
     machine.alloc(count * dtype.itemsize)
-    return func(bytes(bound["data"]) if type(bound["data"]) is bytearray else bound["data"],
-                dtype, shape, as_order(bound.get("order")))
+    # A bytearray of its own, which the array views: the stream's may be
+    # referenced again by it.
+    return func(bytearray(bound["data"]), dtype, shape, as_order(bound.get("order")))
 
 
 def _state_dict(value, what):

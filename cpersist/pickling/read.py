@@ -39,7 +39,10 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
     pickled = pickle_stream(reader, root, verify, n_threads)
     # jax uses a CPU buffer in place only when it is aligned: the arrays of
     # a file of JAX arrays are, else each would be copied once more.
-    align = JAX_ALIGNMENT if not jax_as_numpy and _stores_jax(pickled) else 0
+    # A file of no array section (its arrays, if any, inside the stream)
+    # has nothing to align: its stream is not scanned.
+    align = (JAX_ALIGNMENT if not jax_as_numpy and len(reader.sections) > 1
+             and _stores_jax(pickled) else 0)
     loaded = {}
     mapped = []
 

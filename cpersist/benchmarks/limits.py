@@ -1,0 +1,111 @@
+"""What a cpersist setting could reach at best on a dataset: its codec alone.
+
+A dump's end-to-end throughput is bounded by what its codec does on the
+same threads with nothing else: the arrays' chunks encoded in memory (for a
+dump), or decoded into new memory (for a load), with no file, no pickling,
+no checksums. For a raw file the bound is a copy of the arrays into new
+memory. The storage suite reports each cpersist row's time against it
+(``write_of_limit``, ``read_of_limit``: 1 is the codec's own speed, 0.5
+half of it), which says how much of the time the rest of cpersist costs.
+"""
+
+import io
+import pickle
+import time
+
+import numpy as np
+
+from .._runtime.parallel import run_claimed
+from ..codecs import parse_compress
+from ..container import DEFAULT_CHUNK_SIZE
+from ..container.encode import _compressed
+from ..pickling.arrays import is_plain_data, iter_chunks
+
+__all__ = ["arrays_of", "Limit"]
+
+
+class _Collector(pickle.Pickler):
+    """Collects the plain arrays an object holds (as cpersist's pickler meets
+    them), pickling everything else to nowhere."""
+
+    def __init__(self):
+        super().__init__(io.BytesIO(), 5)
+        self.arrays = []
+
+    def reducer_override(self, obj):
+        if type(obj) in (np.ndarray, np.memmap) and is_plain_data(obj):
+            self.arrays.append(obj.view(np.ndarray))
+            return tuple, ()
+        return NotImplemented
+
+
+def arrays_of(obj):
+    """The plain numpy arrays ``obj`` holds, each once."""
+    if type(obj) in (np.ndarray, np.memmap):
+        return [obj.view(np.ndarray)] if is_plain_data(obj) else []
+    collector = _Collector()
+    collector.dump(obj)
+    return collector.arrays
+
+
+class Limit:
+    """The codec-alone work of dumping and loading ``obj`` with ``compress``
+    on ``n_threads`` threads: :meth:`encode_s` and :meth:`decode_s` each time
+    one pass.
+
+    Parameters
+    ----------
+    obj : object
+    compress : as :func:`cpersist.dump`'s (``"max"`` is not a codec: refused)
+    n_threads : int
+    chunk_size : int
+    """
+
+    def __init__(self, obj, compress, n_threads, chunk_size=DEFAULT_CHUNK_SIZE):
+        self.codec = parse_compress(compress)
+        if self.codec is not None and self.codec.codec_id == "max":
+            raise ValueError("compress='max' tries several codecs: it has no single limit")
+        self.n_threads = max(1, n_threads)
+        self.chunks = [(memoryview(chunk), arr.dtype.itemsize)
+                       for arr in arrays_of(obj) for chunk in iter_chunks(arr, chunk_size)]
+        self.encoded = None
+
+    def encode_s(self):
+        """Seconds to encode every chunk (raw: to copy it into new memory)."""
+        chunks = self.chunks
+        out = [None] * len(chunks)
+        codec = self.codec
+
+        def task(claims):
+            for i in claims:
+                chunk, typesize = chunks[i]
+                if codec is None:  # nothing kept: the load copies the chunk again
+                    np.empty(chunk.nbytes, dtype=np.uint8)[:] = chunk
+                else:
+                    out[i] = _compressed(codec, chunk, typesize)
+
+        t0 = time.perf_counter()
+        run_claimed(task, len(chunks), self.n_threads)
+        elapsed = time.perf_counter() - t0
+        self.encoded = out
+        return elapsed
+
+    def decode_s(self):
+        """Seconds to decode every chunk :meth:`encode_s` made into new
+        memory (a chunk kept verbatim, or raw: copied)."""
+        if self.encoded is None:
+            self.encode_s()
+        chunks, encoded, codec = self.chunks, self.encoded, self.codec
+
+        def task(claims):
+            for i in claims:
+                target = np.empty(chunks[i][0].nbytes, dtype=np.uint8)
+                stored = encoded[i]
+                if codec is None or stored is None:
+                    target[:] = chunks[i][0]
+                else:
+                    codec.decode_into(stored, memoryview(target))
+
+        t0 = time.perf_counter()
+        run_claimed(task, len(chunks), self.n_threads)
+        return time.perf_counter() - t0
