@@ -346,6 +346,16 @@ def test_a_snapshot_reuses_the_memory_of_the_last_one_nothing_references():
     assert again["dropped"].tobytes() == np.full(2000, 5.0).tobytes()
 
 
+def test_a_background_dump_leaves_its_snapshot_memory_to_the_next(tmp_path):
+    from cpersist.pickling import background
+
+    obj = {"a": np.ones(1 << 20), "b": np.zeros(1 << 19)}
+    cpersist.dump(obj, tmp_path / "bg.cp", background=True).result()
+    # Nothing of the dump references its copies once it is done (no cycle
+    # waiting for the collector): they serve the next snapshot.
+    assert sorted(background._buffers._spare) == [4 << 20, 8 << 20]
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 def test_a_forked_child_dumps_in_the_background_while_its_parent_has_one_pending(tmp_path,
                                                                                   gate):
