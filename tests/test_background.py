@@ -277,6 +277,37 @@ def test_the_call_and_the_dump_meet_inside_an_array():
     assert snapshot.from_originals == 1 << 20
 
 
+def test_a_view_of_an_array_partly_read_from_the_original_is_read_from_the_copy():
+    # An object whose pickling stores an array and then a view of it: the
+    # part the dump read from the original is put in the copy while the call
+    # runs; once it has returned, that part is gone and the dump fails.
+    n = 4 << 20
+    original = np.random.default_rng(1).integers(0, 256, n, dtype=np.uint8)
+    expected = original.copy()
+    for call_returned in (False, True):
+        original[...] = expected
+        snapshot = take({"a": original}, deferred=True)
+        restored = snapshot.restore()["a"]
+        with snapshot.written_by_this_thread():
+            chunks, release = chunks_to_write(restored, 1 << 20)
+            next(iter(chunks))  # from the original
+            copying = threading.Thread(target=snapshot.copy)
+            if call_returned:
+                release()
+                copying.start()
+                copying.join(60)
+                with pytest.raises(IncompleteSnapshot, match="twice"):
+                    chunks_to_write(restored[::3], 1 << 20)
+                continue
+            copying.start()  # waits for the chunk lent
+            view, _ = chunks_to_write(restored[::3], 1 << 20)
+            release()
+            copying.join(60)
+            original[...] = 0
+            assert b"".join(bytes(chunk) for chunk in view) == expected[::3].tobytes()
+            assert restored.tobytes() == expected.tobytes()
+
+
 class _CtrlCAfterFirstCopy:
     """Raises KeyboardInterrupt in ``Snapshot.copy`` once it has copied its
     first array (the object's last), as Ctrl-C would."""

@@ -363,9 +363,7 @@ class Snapshot:
         if high <= item.filled:
             return None
         if low < item.taken:  # taken by the dump, not in the copy, too late
-            raise IncompleteSnapshot(
-                "a dump read part of an array twice, the second time after the call that "
-                "took its snapshot had returned")
+            raise _read_twice()
         while item.copied > low:  # the call copies down to item.taken <= low
             if self._finished:
                 raise _incomplete()
@@ -390,9 +388,7 @@ class Snapshot:
             filling = item.filled < item.taken
             if filling:
                 if self._finished:
-                    raise IncompleteSnapshot(
-                        "a dump read part of an array twice, the second time after the call "
-                        "that took its snapshot had returned")
+                    raise _read_twice()
                 self._reading += 1
                 low, high = item.filled, item.taken
                 copy, original = item.copy, item.original
@@ -443,6 +439,13 @@ class Snapshot:
 def _incomplete():
     return IncompleteSnapshot("the snapshot of the object was interrupted before all its "
                               "arrays were copied")
+
+
+def _read_twice():
+    # Only an object whose pickling stores one array's memory twice (a view
+    # of it besides the array) gets here.
+    return IncompleteSnapshot("a dump read part of an array twice, the second time after "
+                              "the call that took its snapshot had returned")
 
 
 class _Writing:
