@@ -7,9 +7,10 @@ round after round: a copy of its arrays into memory copied into before
 (``np.copyto``), a plain ``cpersist.dump``, and ``dump(...,
 background=True)``: the call, and until ``result()`` returns.
 
-"background dump" writes each large array while the call copies the next
-(as cpersist does); "bg copy first" copies all of them before the dump
-starts (``cpersist.pickling.background.OVERLAP_COPIES = False``).
+"background dump" writes the large arrays from the first on, from the
+originals' memory, while the call copies them from the last one back, until
+the two meet (as cpersist does); "bg copy first" copies all of them before
+the dump starts (``cpersist.pickling.background.OVERLAP_COPIES = False``).
 
 ``loop``: the steps per second of a numpy, torch or jax loop whose state
 (weights and momentum of ``--mb`` MB in all, layers of ``--side`` x

@@ -83,9 +83,11 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         thread (see :ref:`background-dumps`): the caller may change ``obj``
         and its arrays right after the call. The snapshot pickles ``obj``'s
         other objects and copies the bytes of its numpy arrays and CPU torch
-        tensors (once per storage); JAX arrays are immutable and are not
-        copied (jax does not donate one while the dump is pending). The
-        copies' memory is kept for the next background dump's snapshot.
+        tensors (once per storage), but for those the dump has already
+        written from their own memory, which it starts doing at once; JAX
+        arrays are immutable and are not copied (jax does not donate one
+        while the dump is pending). The copies' memory is kept for the next
+        background dump's snapshot.
         Compression runs on ``n_threads`` threads as in any dump, and the
         file appears at ``target`` atomically once complete. At
         most one background dump is pending per process: a call while one

@@ -2,6 +2,7 @@
 call, written on a thread, atomically; errors come out of the future; one
 dump pending at a time; pending dumps finish at interpreter exit."""
 
+import errno
 import io
 import os
 import sys
@@ -12,12 +13,15 @@ import pytest
 
 import cpersist
 from cpersist._runtime.temporaries import TMP_SUFFIX
+from cpersist.pickling.snapshot import DEFER_FROM, IncompleteSnapshot, chunks_to_write, take
 
 from ._fresh import run_code
 from .conftest import assert_same
 
-#: Events gating the background part of a dump (see Gate), by name.
+#: Events gating the background part of a dump (see Gate), by name, and
+#: those a Gate sets when the dump reaches it.
 _GATES = {}
+_ARRIVED = {}
 
 
 def _gate(name):
@@ -33,6 +37,7 @@ class Gate:
 
     def __reduce__(self):
         if threading.current_thread() is not threading.main_thread():
+            _ARRIVED[self.name].set()
             assert _GATES[self.name].wait(60), "the test did not open the gate"
         return _gate, (self.name,)
 
@@ -41,6 +46,7 @@ class Gate:
 def gate():
     name = f"gate{len(_GATES)}"
     _GATES[name] = threading.Event()
+    _ARRIVED[name] = threading.Event()
     yield name
     _GATES[name].set()  # a failing test leaves no dump waiting
 
@@ -125,7 +131,6 @@ def test_torch_tensors_changed_after_the_call_are_written_as_they_were(tmp_path,
 def test_jax_arrays_are_written_without_a_copy(tmp_path, gate):
     jax = pytest.importorskip("jax")
     jnp = pytest.importorskip("jax.numpy")
-    from cpersist.pickling.snapshot import take
 
     params = {"w": jnp.arange(12, dtype=jnp.bfloat16).reshape(3, 4), "b": jnp.ones(4)}
     snapshot = take(params)
@@ -145,50 +150,178 @@ def test_jax_arrays_are_written_without_a_copy(tmp_path, gate):
         jnp.arange(12, dtype=jnp.bfloat16).reshape(3, 4)).tobytes()
 
 
-def test_the_dump_of_a_snapshot_waits_for_each_large_array_to_be_copied(tmp_path):
-    from cpersist.pickling.snapshot import DEFER_FROM, take
-    from cpersist.pickling.write import INLINE_BELOW
-
-    # Arrays a dump keeps in its pickle stream are read without waiting:
-    # they are copied with the snapshot.
-    assert DEFER_FROM >= INLINE_BELOW
+def _first_and_last(framework):
+    """An object of two large arrays (or tensors viewing two storages), the
+    first over several chunks, and a function changing them both."""
     n = DEFER_FROM // 8
-    obj = {"small": np.arange(10.0), "a": np.arange(n, dtype=np.float64),
-           "b": np.asfortranarray(np.arange(2 * n, dtype=np.int64).reshape(2, n) % 999)}
-    snapshot = take(obj, deferred=True)
+    if framework == "numpy":
+        first = np.arange(6 * n, dtype=np.float64).reshape(6, n)
+        last = np.asfortranarray(np.arange(2 * n, dtype=np.int64).reshape(n, 2) % 999)
+        obj = {"first": first, "first_t": first.T, "last": last}
+
+        def change():
+            first[...] = -1
+            last[...] = -2
+        return obj, first.nbytes, change
+    torch = pytest.importorskip("torch")
+    first = torch.arange(6 * n, dtype=torch.float64).reshape(6, n)
+    last = torch.nn.Parameter(torch.randn(2 * n, dtype=torch.float32))
+    obj = {"first": first, "first_t": first.t(), "row": first[2], "last": last}
+
+    def change():
+        with torch.no_grad():
+            first.fill_(-1)
+            last.fill_(-2)
+    return obj, first.untyped_storage().nbytes(), change
+
+
+def _assert_as_before(expected, loaded):
+    if isinstance(expected["first"], np.ndarray):
+        assert_same(expected, loaded)
+        return
+    torch = sys.modules["torch"]
+    for key, value in expected.items():
+        assert type(loaded[key]) is type(value), key
+        assert loaded[key].dtype == value.dtype and loaded[key].stride() == value.stride(), key
+        assert torch.equal(loaded[key].detach(), value.detach()), key
+    assert (loaded["first_t"].untyped_storage().data_ptr()
+            == loaded["first"].untyped_storage().data_ptr())
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+@pytest.mark.parametrize("compress", [0, 3])
+@pytest.mark.parametrize("n_threads", [1, 2])  # the writer's ways of writing sections
+def test_the_dump_writes_from_the_originals_what_the_call_has_not_copied(tmp_path, gate,
+                                                                         framework, compress,
+                                                                         n_threads):
+    obj, first_bytes, change = _first_and_last(framework)
+    # An exact deep copy (views stay views).
+    expected = cpersist.loads(cpersist.dumps(obj))
+    snapshot = take({"first": obj["first"], "gate": Gate(gate),
+                     **{key: value for key, value in obj.items() if key != "first"}},
+                    deferred=True)
     restored = snapshot.restore()
-    assert restored["small"].tobytes() == obj["small"].tobytes()
-    written = threading.Event()
+    failed = []
 
     def write():
-        with snapshot.waited_for_by_this_thread():
-            cpersist.dump(restored, tmp_path / "s.cp")
-        written.set()
+        try:
+            with snapshot.written_by_this_thread():
+                cpersist.dump(restored, tmp_path / "s.cp", compress=compress,
+                              n_threads=n_threads)
+        except BaseException as exc:
+            failed.append(exc)
 
-    thread = threading.Thread(target=write)
-    thread.start()
-    assert not written.wait(0.5)  # waiting for the copy of "a"
-    assert not (tmp_path / "s.cp").exists()
-    snapshot.copy()
-    thread.join(60)
-    assert written.is_set()
-    assert_same(obj, cpersist.load(tmp_path / "s.cp"))
+    writer = threading.Thread(target=write)
+    writer.start()
+    # The dump wrote the first array before the call copied anything: from the original.
+    assert _ARRIVED[gate].wait(60) and not failed, failed
+    assert snapshot.from_originals == first_bytes
+    copying = threading.Thread(target=snapshot.copy)  # the call's part
+    copying.start()
+    copying.join(60)
+    # It returned while the dump waits at the gate: the dump let go of the
+    # original before reaching it, compressed chunks included.
+    assert not copying.is_alive()
+    change()  # the caller's next step
+    _GATES[gate].set()
+    writer.join(60)
+    assert not failed, failed
+    assert snapshot.from_originals == first_bytes  # the rest from the copies
+    loaded = cpersist.load(tmp_path / "s.cp")
+    _assert_as_before(expected, {key: loaded[key] for key in expected})
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+@pytest.mark.parametrize("compress", [0, 3])
+def test_arrays_changed_as_soon_as_the_call_returns_are_written_as_they_were(tmp_path,
+                                                                             framework,
+                                                                             compress):
+    # Nothing holds the dump back: it writes from the originals until it
+    # meets the call's copies, and the call returns once it no longer reads them.
+    obj, _, change = _first_and_last(framework)
+    expected = cpersist.loads(cpersist.dumps(obj))
+    future = cpersist.dump(obj, tmp_path / "bg.cp", compress=compress, background=True)
+    change()
+    future.result()
+    _assert_as_before(expected, cpersist.load(tmp_path / "bg.cp"))
+
+
+def test_the_call_and_the_dump_meet_inside_an_array():
+    n = 12 << 20
+    original = np.random.default_rng(0).integers(0, 256, n, dtype=np.uint8)
+    expected = original.tobytes()
+    snapshot = take({"a": original}, deferred=True)
+    restored = snapshot.restore()["a"]
+    with snapshot.written_by_this_thread():
+        chunks, release = chunks_to_write(restored, 1 << 20)
+        chunks = iter(chunks)
+        first = next(chunks)
+        # The first chunk is the original's memory, lent until released.
+        assert np.frombuffer(first, np.uint8).ctypes.data == original.ctypes.data
+        first = bytes(first)
+        returned = threading.Event()
+        copying = threading.Thread(target=lambda: (snapshot.copy(), returned.set()))
+        copying.start()
+        assert not returned.wait(0.5)  # copied the rest, waiting for the chunk lent
+        release()
+        copying.join(60)
+        assert returned.is_set()
+        original[...] = 0  # the call has returned
+        rest = []
+        for chunk in chunks:  # from the copy, made from the end back to the first chunk
+            address = np.frombuffer(chunk, np.uint8).ctypes.data
+            assert restored.ctypes.data <= address < restored.ctypes.data + n
+            rest.append(bytes(chunk))
+            release()
+    assert first + b"".join(rest) == expected
+    assert snapshot.from_originals == 1 << 20
+
+
+def test_a_view_of_an_array_partly_read_from_the_original_is_read_from_the_copy():
+    # An object whose pickling stores an array and then a view of it: the
+    # part the dump read from the original is put in the copy while the call
+    # runs; once it has returned, that part is gone and the dump fails.
+    n = 4 << 20
+    original = np.random.default_rng(1).integers(0, 256, n, dtype=np.uint8)
+    expected = original.copy()
+    for call_returned in (False, True):
+        original[...] = expected
+        snapshot = take({"a": original}, deferred=True)
+        restored = snapshot.restore()["a"]
+        with snapshot.written_by_this_thread():
+            chunks, release = chunks_to_write(restored, 1 << 20)
+            next(iter(chunks))  # from the original
+            copying = threading.Thread(target=snapshot.copy)
+            if call_returned:
+                release()
+                copying.start()
+                copying.join(60)
+                with pytest.raises(IncompleteSnapshot, match="twice"):
+                    chunks_to_write(restored[::3], 1 << 20)
+                continue
+            copying.start()  # waits for the chunk lent
+            view, _ = chunks_to_write(restored[::3], 1 << 20)
+            release()
+            copying.join(60)
+            original[...] = 0
+            assert b"".join(bytes(chunk) for chunk in view) == expected[::3].tobytes()
+            assert restored.tobytes() == expected.tobytes()
 
 
 class _CtrlCAfterFirstCopy:
-    """Raises KeyboardInterrupt in ``Snapshot.copy`` once it has made its
-    first copy, as Ctrl-C would."""
+    """Raises KeyboardInterrupt in ``Snapshot.copy`` once it has copied its
+    first array (the object's last), as Ctrl-C would."""
 
     def __enter__(self):
         from cpersist.pickling.snapshot import Snapshot
 
-        def tracer(frame, event, arg):
-            return in_copy if event == "call" and frame.f_code is Snapshot.copy.__code__ else None
+        calls = []
 
-        def in_copy(frame, event, arg):
-            if event == "line" and frame.f_locals.get("number") == 1:
-                raise KeyboardInterrupt
-            return in_copy
+        def tracer(frame, event, arg):
+            if event == "call" and frame.f_code is Snapshot._copy_down.__code__:
+                calls.append(frame)
+                if len(calls) == 2:
+                    raise KeyboardInterrupt
 
         sys.settrace(tracer)
 
@@ -196,30 +329,38 @@ class _CtrlCAfterFirstCopy:
         sys.settrace(None)
 
 
-def test_a_dump_waits_for_the_copy_holding_each_array():
-    from cpersist.pickling.snapshot import DEFER_FROM, IncompleteSnapshot, take
-
+def test_the_dump_of_an_interrupted_call_stops_at_its_next_chunk():
     n = DEFER_FROM // 8
     obj = {key: np.full(n * (i + 1), i, np.float64) for i, key in enumerate("abcd")}
     snapshot = take(obj, deferred=True)
     restored = snapshot.restore()
-    with _CtrlCAfterFirstCopy(), pytest.raises(KeyboardInterrupt):
-        snapshot.copy()
-    snapshot.wait_copied(restored["a"][n // 2:])  # copied first: no wait
-    assert restored["a"].tobytes() == obj["a"].tobytes()
-    for key in "bcd":  # never copied
+    with snapshot.written_by_this_thread():
+        lent, release_lent = chunks_to_write(restored["a"], DEFER_FROM)
+        next(iter(lent))  # from the original
+        with _CtrlCAfterFirstCopy(), pytest.raises(KeyboardInterrupt):
+            snapshot.copy()
+        # The caller may have changed "a" before the dump was done with it.
         with pytest.raises(IncompleteSnapshot):
-            snapshot.wait_copied(restored[key][1:])
-    snapshot.wait_copied(np.ones(n))  # not of the snapshot
+            release_lent()
+        # "d" was copied, "b" and "c" never were: none is written.
+        for key in "bcd":
+            chunks, _ = chunks_to_write(restored[key], DEFER_FROM)
+            with pytest.raises(IncompleteSnapshot):
+                next(iter(chunks))
+        with pytest.raises(IncompleteSnapshot):  # nor any view of them
+            chunks_to_write(restored["d"][1:], DEFER_FROM)
+    chunks, release = chunks_to_write(np.ones(n), DEFER_FROM)  # not of a snapshot
+    assert release is None and len(b"".join(chunks)) == 8 * n
 
 
-def test_a_call_interrupted_while_copying_writes_no_file(tmp_path):
+def test_a_call_interrupted_while_copying_writes_no_file(tmp_path, gate):
     from cpersist.pickling import background
-    from cpersist.pickling.snapshot import DEFER_FROM, IncompleteSnapshot
 
     obj = {key: np.full(DEFER_FROM // 8, i, np.float64) for i, key in enumerate("abc")}
+    # The gate first: the dump takes nothing from the originals before the call is interrupted.
     with _CtrlCAfterFirstCopy(), pytest.raises(KeyboardInterrupt):
-        cpersist.dump(obj, tmp_path / "x.cp", background=True)
+        cpersist.dump({"gate": Gate(gate), **obj}, tmp_path / "x.cp", background=True)
+    _GATES[gate].set()
     [future] = [f for f in list(background._futures) if f.target == str(tmp_path / "x.cp")]
     assert isinstance(future.exception(60), IncompleteSnapshot)
     # Nothing written, nothing left behind, and the next dump goes ahead.
@@ -282,10 +423,39 @@ def test_result_raises_the_dumps_error(tmp_path):
                            background=True)
     with pytest.raises(cpersist.UnpicklableError, match=r"obj\['callbacks'\]\[0\]"):
         future.result()
-    future = cpersist.dump({"a": np.ones(3)}, tmp_path / "missing" / "a.cp", background=True)
+    # A dump that fails at once: the call copies no more for it, and returns.
+    big = {key: np.ones(DEFER_FROM) for key in "abc"}
+    future = cpersist.dump(big, tmp_path / "missing" / "a.cp", background=True)
     with pytest.raises(FileNotFoundError, match="create it first"):
         future.result()
     assert os.listdir(tmp_path) == []
+
+
+_FILE_TOO_LARGE = """
+import os, resource, signal, sys
+import numpy as np, cpersist
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (3 << 20, 3 << 20))
+# 8 MiB each, of noise: it does not compress under the limit.
+obj = {key: np.random.default_rng(i).random(1 << 20) for i, key in enumerate("abcd")}
+future = cpersist.dump(obj, os.path.join(sys.argv[1], "big.cp"), compress=int(sys.argv[2]),
+                       background=True)
+for value in obj.values():
+    value[...] = -1
+error = future.exception(120)
+print(type(error).__name__, getattr(error, "errno", None))
+print(sorted(os.listdir(sys.argv[1])))
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no RLIMIT_FSIZE")
+@pytest.mark.parametrize("compress", [0, 3])
+def test_a_write_failing_midway_reaches_result_and_leaves_nothing(tmp_path, compress):
+    # The dump fails while it may be reading an original: the call returns all the same.
+    out = run_code(_FILE_TOO_LARGE, str(tmp_path), str(compress), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [f"OSError {errno.EFBIG}", "[]"], out.stdout
 
 
 def test_only_paths_and_bad_arguments_raise_at_the_call(tmp_path):
@@ -328,7 +498,7 @@ def test_pending_dumps_finish_and_failures_are_reported_at_exit(tmp_path):
 
 
 def test_a_snapshot_reuses_the_memory_of_the_last_one_nothing_references():
-    from cpersist.pickling.snapshot import Buffers, take
+    from cpersist.pickling.snapshot import Buffers
 
     buffers = Buffers()
     arrays = {"kept": np.arange(1000.0), "dropped": np.arange(2000.0)}  # buffers by size
@@ -344,6 +514,16 @@ def test_a_snapshot_reuses_the_memory_of_the_last_one_nothing_references():
     assert held.tobytes() == np.arange(1000.0).tobytes()
     assert again["kept"].tobytes() == np.zeros(1000).tobytes()
     assert again["dropped"].tobytes() == np.full(2000, 5.0).tobytes()
+
+
+def test_a_background_dump_leaves_its_snapshot_memory_to_the_next(tmp_path):
+    from cpersist.pickling import background
+
+    obj = {"a": np.ones(DEFER_FROM), "b": np.zeros(DEFER_FROM // 2)}
+    cpersist.dump(obj, tmp_path / "bg.cp", background=True).result()
+    # Nothing of the dump references its copies once it is done (no cycle
+    # waiting for the collector): they serve the next snapshot.
+    assert sorted(background._buffers._spare) == [4 * DEFER_FROM, 8 * DEFER_FROM]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")

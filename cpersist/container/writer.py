@@ -105,7 +105,8 @@ class ContainerWriter:
         self._write(record_header(kind, length, self._pos))
         return self._pos
 
-    def add_section(self, chunks, *, codec=None, typesize=1, meta=None, size=None):
+    def add_section(self, chunks, *, codec=None, typesize=1, meta=None, size=None,
+                    release=None):
         """Append a section made of ``chunks`` and return its number.
 
         Parameters
@@ -123,9 +124,14 @@ class ContainerWriter:
         size : int, optional
             Total length of ``chunks``, if known: a raw section reserves
             its blocks in the file at once.
+        release : callable, optional
+            Called once per chunk, in order, once nothing reads the chunk's
+            memory any more (it is checksummed, encoded and written); all
+            are called before this returns. For chunks lent from memory
+            that is about to change (a background dump's originals).
         """
         if codec is not None and self._n_threads > 1:
-            return self._add_encoded_later(chunks, codec, typesize, meta)
+            return self._add_encoded_later(chunks, codec, typesize, meta, release)
         self._write_pending()
         if (codec is None and type(chunks) is tuple and len(chunks) == 1
                 and len(chunks[0]) <= PIECE_SIZE):
@@ -136,6 +142,8 @@ class ContainerWriter:
             self._write(record_header(ALIGNED, n, self._pos))
             offset = self._pos
             self._write(chunks[0])
+            if release is not None:
+                release()
             return self._add_entry(offset, n, n, None, typesize,
                                    f"[[{n},{n},{digest},{VERBATIM}]]", meta)
         if codec is None:
@@ -146,7 +154,7 @@ class ContainerWriter:
             offset = self._record(ALIGNED, size)
             if size:
                 self._reserve(size)
-            return self._add_raw_chunks(offset, size, chunks, typesize, meta)
+            return self._add_raw_chunks(offset, size, chunks, typesize, meta, release)
         # Each encoded chunk is a record: its size is known only once it is
         # encoded, and the section is written as its chunks come.
         table = []
@@ -160,6 +168,8 @@ class ContainerWriter:
             stored, digest, flag, chunk_pieces = result
             first.append(self._record(DATA, len(stored)))
             self._write(stored)
+            if release is not None:
+                release()
             table.append([len(stored), len(chunk), digest, flag])
             pieces.append(chunk_pieces)
 
@@ -168,15 +178,15 @@ class ContainerWriter:
         return self._add_table(offset, table, codec, typesize, meta, records=True,
                                pieces=pieces)
 
-    def _add_encoded_later(self, chunks, codec, typesize, meta):
+    def _add_encoded_later(self, chunks, codec, typesize, meta, release):
         """:meth:`add_section` on the pool, returning before the chunks are
         encoded: they are written in order as they come, by this call and
         the next ones, so that the sections of a model's many one-chunk
         tensors are encoded side by side rather than one after another.
         The section's index entry is filled in once its last chunk is
-        written."""
+        written. With ``release``, they are all written before it returns."""
         number = self._add_entry(None, 0, 0, codec, typesize, None, meta, records=True)
-        section = _PendingSection(number)
+        section = _PendingSection(number, release)
         pool = get_pool(self._n_threads)
         # The window is counted in the dump's largest chunks, not in chunks:
         # a model's tiny biases and norms, between its weights, would
@@ -196,8 +206,9 @@ class ContainerWriter:
                        or len(self._pending) > window * TINY_CHUNKS_PER_CHUNK):
                     self._write_oldest()
         section.submitted = True
-        if section.count == 0:
-            self._write_pending()  # an empty section starts after them
+        if section.count == 0 or release is not None:
+            # An empty section starts after them; lent chunks are given back.
+            self._write_pending()
         if section.written == section.count:
             self._close_section(section)
         return number
@@ -210,6 +221,8 @@ class ContainerWriter:
         if section.first is None:
             section.first = offset
         self._write(stored)
+        if section.release is not None:
+            section.release()
         section.table.append([len(stored), raw_length, digest, flag])
         section.pieces.append(chunk_pieces)
         section.written += 1
@@ -231,15 +244,15 @@ class ContainerWriter:
         entry["chunks"] = chunk_table_text(table)
         entry.update(piece_fields(section.pieces))
 
-    def _add_raw_chunks(self, offset, size, chunks, typesize, meta):
+    def _add_raw_chunks(self, offset, size, chunks, typesize, meta, release):
         start = self._pos
-        number = self._add_raw_run(offset, chunks, typesize, meta, size)
+        number = self._add_raw_run(offset, chunks, typesize, meta, size, release)
         if self._pos - start != size:
             raise ValueError(f"a raw section of {size} bytes was given "
                              f"{self._pos - start} bytes")
         return number
 
-    def _add_raw_run(self, offset, chunks, typesize, meta, size):
+    def _add_raw_run(self, offset, chunks, typesize, meta, size, release):
         table = []
         pieces = []
         # Below COPY_ALONE_BELOW, handing checksums to a worker and waiting
@@ -251,6 +264,8 @@ class ContainerWriter:
                     # still in the CPU cache when write() copies it.
                     digest, chunk_pieces = verbatim_checksums(chunk)
                     self._write(chunk)
+                    if release is not None:
+                        release()
                     table.append([len(chunk), len(chunk), digest, VERBATIM])
                     pieces.append(chunk_pieces)
             return self._add_table(offset, table, None, typesize, meta, pieces=pieces)
@@ -268,6 +283,8 @@ class ContainerWriter:
                 digest, chunk_pieces = verbatim_checksums(chunk)
             else:
                 digest, chunk_pieces = future.result()
+            if release is not None:
+                release()  # written, and checksummed
             table.append([len(chunk), len(chunk), digest, VERBATIM])
             pieces.append(chunk_pieces)
 
@@ -388,10 +405,12 @@ class ContainerWriter:
 class _PendingSection:
     """A compressed section whose chunks are being encoded on the pool."""
 
-    __slots__ = ("number", "count", "written", "submitted", "first", "table", "pieces")
+    __slots__ = ("number", "count", "written", "submitted", "first", "table", "pieces",
+                 "release")
 
-    def __init__(self, number):
+    def __init__(self, number, release=None):
         self.number = number
+        self.release = release  # see ContainerWriter.add_section
         self.count = self.written = 0
         self.submitted = False
         self.first = None  # where its first chunk's payload starts

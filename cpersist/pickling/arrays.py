@@ -246,7 +246,7 @@ def dtype_label(dtype):
     return dtype.str if dtype.fields is None else str(dtype.descr)
 
 
-def _byte_view(arr):
+def byte_view(arr):
     """1-D uint8 view of a C- or F-contiguous array, in its memory order."""
     flat = arr.T if array_order(arr) == "F" else arr
     return flat.reshape(-1).view(np.uint8)
@@ -267,7 +267,7 @@ def iter_chunks(arr, chunk_size=DEFAULT_CHUNK_SIZE):
         rows = rows_per_chunk(arr, chunk_size)
         if rows is not None:
             step = rows * (arr.nbytes // _row_count(arr))
-        data = _byte_view(arr)
+        data = byte_view(arr)
         for start in range(0, len(data), step):
             yield memoryview(data[start:start + step])
         return
@@ -314,7 +314,7 @@ def iter_c_order(arr, step):
 def _iter_strided(arr, step):
     """C-order chunks of a non-contiguous array, copying one slab at a time."""
     if arr.ndim == 0 or arr.flags.c_contiguous:
-        data = _byte_view(np.ascontiguousarray(arr)) if arr.ndim == 0 else _byte_view(arr)
+        data = byte_view(np.ascontiguousarray(arr)) if arr.ndim == 0 else byte_view(arr)
         for start in range(0, len(data), step):
             yield memoryview(data[start:start + step])
         return
@@ -330,7 +330,7 @@ def _iter_strided(arr, step):
     rows = step // row_bytes
     for start in range(0, len(arr), rows):
         slab = np.ascontiguousarray(arr[start:start + rows])
-        yield memoryview(_byte_view(slab))
+        yield memoryview(byte_view(slab))
 
 
 def allocate(dtype, shape, order, align=0):
@@ -347,11 +347,11 @@ def allocate(dtype, shape, order, align=0):
             block = np.empty(nbytes + align, dtype=np.uint8)
             start = -block.ctypes.data % align
             arr = np.ndarray(shape, dtype=dtype, buffer=block, offset=start, order=order)
-            return arr, memoryview(_byte_view(arr))
+            return arr, memoryview(byte_view(arr))
     arr = np.empty(shape, dtype=dtype, order=order)
     if arr.size == 0 or dtype.itemsize == 0:
         return arr, memoryview(b"")
-    return arr, memoryview(_byte_view(arr))
+    return arr, memoryview(byte_view(arr))
 
 
 def to_inline(arr, protocol):
@@ -369,8 +369,8 @@ def to_inline(arr, protocol):
         try:  # numpy exports no buffer of some dtypes (datetime64...)
             return pickle.PickleBuffer(arr if arr.flags.c_contiguous else arr.T), array_order(arr)
         except (ValueError, TypeError):
-            return pickle.PickleBuffer(_byte_view(arr)), array_order(arr)
-    return bytearray(_byte_view(arr)), array_order(arr)
+            return pickle.PickleBuffer(byte_view(arr)), array_order(arr)
+    return bytearray(byte_view(arr)), array_order(arr)
 
 
 def from_inline(data, dtype, shape, order):

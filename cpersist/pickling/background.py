@@ -14,9 +14,12 @@ from .snapshot import Buffers, take
 #: snapshots (a copy of the arrays each) are held in memory.
 MAX_PENDING = 1
 
-#: Whether the dump starts writing while the call copies the large arrays
-#: (see :func:`start`); the maintainers' lab compares both ways.
-OVERLAP_COPIES = True
+#: Whether the dump starts writing while the call copies the large arrays,
+#: from the originals the call has not copied yet (see :func:`start`). Off:
+#: the writer and the copy compete for memory bandwidth, so the call, which
+#: is what a training loop waits for, returns sooner when it copies alone
+#: (the maintainers' lab, benchmarks/training_loop.py, compares both ways).
+OVERLAP_COPIES = False
 
 _slots = threading.BoundedSemaphore(MAX_PENDING)
 _buffers = None  # a snapshot.Buffers, made by the first dump
@@ -55,8 +58,10 @@ def start(obj, write, name, snapshot_error, deferred=True):
     snapshot into the error the future raises. Waits while
     :data:`MAX_PENDING` dumps are pending. With ``deferred``, ``write``
     starts once the snapshot's stream is taken, while this thread copies
-    the large arrays (see :mod:`cpersist.pickling.snapshot`): ``write``
-    must write sections with ``write_sections``, which waits for each.
+    the large arrays from the last back (see
+    :mod:`cpersist.pickling.snapshot`): ``write`` must write sections with
+    ``write_sections``, whose chunks come from the originals until the two
+    meet, and this returns once the dump no longer reads the originals.
     """
     global _exit_handler_set, _buffers
     future = _future_type()()
@@ -81,7 +86,7 @@ def start(obj, write, name, snapshot_error, deferred=True):
 
     def run():
         try:  # the snapshot lives until the file is written
-            with snapshot.waited_for_by_this_thread():
+            with snapshot.written_by_this_thread():
                 result = write(snapshot.restore())
         except BaseException as exc:
             snapshot.wait_finished()  # nothing copies into the buffers any more
@@ -98,8 +103,8 @@ def start(obj, write, name, snapshot_error, deferred=True):
             future.set_result(result)
 
     threading.Thread(target=run, name=f"cpersist dump of {name}", daemon=True).start()
-    # Copied while the dump writes the arrays before: the call returns once
-    # all are, as without deferral.
+    # Copied while the dump writes the arrays before from the originals: the
+    # call returns once the two meet and the dump has let go of them.
     snapshot.copy()
     return future
 

@@ -65,6 +65,7 @@ def write_dump(obj, target, codec, protocol, chunk_size, n_threads, growing=Fals
     except BaseException:
         # Not reused: a pickler stopped midway may hold state of its own.
         _drop(key, pickling)
+        _let_go(pickling)
         raise
     sections = pickling.sections
     if sections is not None:
@@ -72,6 +73,7 @@ def write_dump(obj, target, codec, protocol, chunk_size, n_threads, growing=Fals
         # long stream's buffers (see _Pickling.reset).
         _drop(key, pickling)
         sections.finish(obj, pickling.pickler.placed)
+        _let_go(pickling)
         return
     stream = pickling.memory.getvalue()
     inlined = pickling.pickler.inlined
@@ -205,3 +207,14 @@ def _drop(key, kept):
     """Stop keeping ``kept``, if it is the one kept for ``key``."""
     if _kept.picklers.get(key) is kept:
         del _kept.picklers[key]
+
+
+def _let_go(pickling):
+    """Release the objects a :class:`_Pickling` no longer kept has pickled.
+
+    Its pickler's memo and tensor storages reference them, and the pickler
+    and its file (the _Pickling) reference each other: without this, the
+    dumped object would live until the cycle collector runs, and a
+    background dump's snapshot memory could not serve the next one."""
+    pickling.pickler.clear_memo()
+    pickling.pickler.forget()

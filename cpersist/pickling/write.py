@@ -7,10 +7,10 @@ becomes the root section once the object is pickled.
 from .. import __version__
 from ..container import ContainerWriter, EncodedStream
 from .object_paths import object_paths
-from .arrays import describe, iter_chunks, rows_per_chunk
+from .arrays import describe, rows_per_chunk
 from .array_pickler import ArrayPickler
 from .dask_arrays import DaskSource
-from .snapshot import wait_for_copy
+from .snapshot import chunks_to_write
 
 #: Chunk size of the pickle stream: smaller than array chunks so that its
 #: compression, which overlaps pickling, spreads evenly over the threads.
@@ -133,11 +133,12 @@ def array_store(writer, codec, chunk_size):
         if type(arr) is DaskSource:
             # Computed band by band as the writer takes its chunks.
             rows, step = arr.step(chunk_size)
-            chunks = arr.byte_chunks(step, copies=chosen is not None)
+            chunks, release = arr.byte_chunks(step, copies=chosen is not None), None
             meta = arr.describe()
         else:
-            wait_for_copy(arr)  # a background dump's snapshot may still be copying it
-            chunks = iter_chunks(arr, chunk_size)
+            # In a background dump, chunks of an array its snapshot has not
+            # copied yet come from the original, which the writer releases.
+            chunks, release = chunks_to_write(arr, chunk_size)
             if arr.nbytes <= chunk_size:
                 chunks = tuple(chunks)  # one chunk (or none): the writer's fast path
             meta = describe(arr)
@@ -150,6 +151,7 @@ def array_store(writer, codec, chunk_size):
             typesize=arr.dtype.itemsize,
             meta=meta,
             size=arr.nbytes,
+            release=release,
         )
 
     return store
