@@ -13,7 +13,8 @@ import pytest
 
 import cpersist
 from cpersist._runtime.temporaries import TMP_SUFFIX
-from cpersist.pickling.snapshot import DEFER_FROM, IncompleteSnapshot, chunks_to_write, take
+from cpersist.pickling.snapshot import IncompleteSnapshot, chunks_to_write, take
+from cpersist.pickling.snapshot_pickler import DEFER_FROM
 
 from ._fresh import run_code
 from .conftest import assert_same
@@ -353,9 +354,11 @@ def test_the_dump_of_an_interrupted_call_stops_at_its_next_chunk():
     assert release is None and len(b"".join(chunks)) == 8 * n
 
 
-def test_a_call_interrupted_while_copying_writes_no_file(tmp_path, gate):
+def test_a_call_interrupted_while_copying_writes_no_file(tmp_path, gate, monkeypatch):
+    """With the dump started while the call copies (OVERLAP_COPIES)."""
     from cpersist.pickling import background
 
+    monkeypatch.setattr(background, "OVERLAP_COPIES", True)
     obj = {key: np.full(DEFER_FROM // 8, i, np.float64) for i, key in enumerate("abc")}
     # The gate first: the dump takes nothing from the originals before the call is interrupted.
     with _CtrlCAfterFirstCopy(), pytest.raises(KeyboardInterrupt):
@@ -498,7 +501,7 @@ def test_pending_dumps_finish_and_failures_are_reported_at_exit(tmp_path):
 
 
 def test_a_snapshot_reuses_the_memory_of_the_last_one_nothing_references():
-    from cpersist.pickling.snapshot import Buffers
+    from cpersist.pickling.snapshot_pickler import Buffers
 
     buffers = Buffers()
     arrays = {"kept": np.arange(1000.0), "dropped": np.arange(2000.0)}  # buffers by size

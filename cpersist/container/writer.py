@@ -26,21 +26,16 @@ class ContainerWriter:
     Parameters
     ----------
     file : binary file object
-        Only ``write`` is used, so pipes and sockets work. Blocks are
-        reserved ahead of large writes only when ``file`` is a plain local
-        file not in append mode (see
-        :func:`cpersist.container.files.reservable_fd`); a compressing file
-        object (``gzip.open``) has the compressed file's descriptor, whose
-        positions are not those written here.
+        Only ``write`` is used, so pipes and sockets work. Blocks are reserved
+        ahead of large writes only in a plain local file not in append mode
+        (:func:`cpersist.container.files.reservable_fd`).
     n_threads : int
         Threads used to encode and checksum chunks.
     name : str, optional
         Named in the :class:`OSError` a failed write raises.
     start : int, optional
-        For a commit of a growing object file (format 2.4): the offset in
-        that file of ``file``'s position, from which the offsets in the
-        index count; no header is written. None (a dump): a header is
-        written, and offsets count from it.
+        A commit of a growing object file (format 2.4): the offset of
+        ``file``'s position, which the index's offsets count from; no header.
     minor : int, optional
         The minor format version the index states (default: a dump's).
     """
@@ -55,23 +50,16 @@ class ContainerWriter:
         self._fd = reservable_fd(file)
         self._fd_base = file.tell() - self._pos if self._fd is not None else 0
         self._reserved = 0  # file position up to which blocks are reserved
-        # (section, raw length, future of encode_array_chunk) of the chunks
-        # handed to the pool and not yet written, in file order.
-        self._pending = deque()
+        self._pending = deque()  # (section, raw length, future): on the pool, in file order
         self._pending_bytes = 0  # their raw lengths' sum
         self._largest_chunk = 0  # the largest raw length handed to the pool
-        # Written once, in order: a dump has the same bytes whatever it is
-        # written to, and its records, not its header, say where it ends.
+        # Written once, in order: its records, not its header, say where it ends.
         if start is None:
             self._write(HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, 0))
 
     def _reserve(self, size):
-        """Reserve the file's blocks for the next ``size`` bytes.
-
-        Reserving before writing makes large writes much faster on ext4
-        (numpy's ``tofile`` does the same). Raw sections reserve once for
-        their whole size rather than per chunk, a system call each.
-        """
+        """Reserve the file's blocks for the next ``size`` bytes: large writes
+        are much faster on ext4 so (numpy's ``tofile`` does the same)."""
         end = self._pos + size
         if self._fd is None or size < FALLOCATE_MIN or end <= self._reserved:
             return
@@ -90,9 +78,7 @@ class ContainerWriter:
             self._reserve(total)
         try:
             n = self._file.write(data)
-            if n is not None and n < total:
-                # Raw (unbuffered) streams may write less than asked;
-                # buffered ones return None or the full length.
+            if n is not None and n < total:  # a raw (unbuffered) stream's short write
                 view = memoryview(data)
                 while n < total:
                     n += self._file.write(view[n:]) or 0
@@ -100,8 +86,7 @@ class ContainerWriter:
             raise named_os_error(exc, self._name) from None
         self._pos += total
 
-    def _record(self, kind, length):
-        """Open a record of ``length`` payload bytes; return where the payload starts."""
+    def _record(self, kind, length):  # opens a record; returns where its payload starts
         self._write(record_header(kind, length, self._pos))
         return self._pos
 
@@ -112,9 +97,8 @@ class ContainerWriter:
         Parameters
         ----------
         chunks : iterable of memoryview
-            Contiguous byte chunks (format ``B``), each at most
-            ``MAX_CHUNK_SIZE`` long and none empty, whose concatenation is
-            the section.
+            Contiguous byte chunks (format ``B``), none empty nor longer than
+            ``MAX_CHUNK_SIZE``, whose concatenation is the section.
         codec : Codec or None
             None stores the bytes as one contiguous raw run.
         typesize : int
@@ -122,13 +106,12 @@ class ContainerWriter:
         meta : dict, optional
             JSON-serialisable description kept in the index.
         size : int, optional
-            Total length of ``chunks``, if known: a raw section reserves
-            its blocks in the file at once.
+            Total length of ``chunks``, if known (a raw section's blocks are
+            then reserved at once).
         release : callable, optional
-            Called once per chunk, in order, once nothing reads the chunk's
-            memory any more (it is checksummed, encoded and written); all
-            are called before this returns. For chunks lent from memory
-            that is about to change (a background dump's originals).
+            Called once per chunk, in order, when nothing reads its memory
+            any more (checksummed, encoded, written), all before this
+            returns: for chunks lent from memory about to change.
         """
         if codec is not None and self._n_threads > 1:
             return self._add_encoded_later(chunks, codec, typesize, meta, release)
@@ -404,7 +387,6 @@ class ContainerWriter:
 
 class _PendingSection:
     """A compressed section whose chunks are being encoded on the pool."""
-
     __slots__ = ("number", "count", "written", "submitted", "first", "table", "pieces",
                  "release")
 

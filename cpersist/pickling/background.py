@@ -7,7 +7,8 @@ import sys
 import threading
 
 from .._runtime.fork import renew_after_fork
-from .snapshot import Buffers, take
+from .snapshot import take
+from .snapshot_pickler import Buffers
 
 #: Background dumps pending at once. A call beyond it waits for the oldest
 #: to finish before taking its snapshot, so that at most this many

@@ -1,0 +1,255 @@
+"""How a snapshot (:mod:`.snapshot`) sets an object's arrays aside: the
+pickler that copies each numpy array and CPU torch storage once (into
+memory reused from the previous snapshot, :class:`Buffers`), or leaves the
+copy of a large one to the snapshot (:class:`Deferred`), and the unpickler
+that hands the copies back."""
+
+import pickle
+import sys
+import threading
+
+import numpy as np
+
+from .arrays import byte_view, is_plain_data
+
+
+def _kept(index):
+    """Stand-in the stream names for a set-aside object; the unpickler of
+    :meth:`~.snapshot.Snapshot.restore` replaces it (it is never called)."""
+    raise pickle.UnpicklingError("a snapshot is restored by Snapshot.restore only")
+
+
+#: Arrays and storages of at least this many bytes are copied by
+#: :meth:`~.snapshot.Snapshot.copy` when the snapshot is deferred. A dump keeps arrays
+#: under ``cpersist.pickling.write.INLINE_BELOW`` (64 KiB) in its pickle
+#: stream, whose writing does not go through :func:`chunks_to_write`: this
+#: is above it.
+DEFER_FROM = 1 << 20
+
+def _tensor(storage, dtype, offset, shape, stride, requires_grad, parameter, state):
+    """A tensor viewing ``storage`` (the snapshot's copy) as the original viewed its own."""
+    torch = sys.modules["torch"]
+    tensor = torch.empty(0, dtype=dtype).set_(storage, offset, shape, stride)
+    if parameter:
+        tensor = torch.nn.Parameter(tensor, requires_grad=requires_grad)
+    elif requires_grad:
+        tensor.requires_grad_(True)
+    if state:
+        tensor.__dict__.update(state)
+    return tensor
+
+
+class Buffers:
+    """Memory for the copies of a snapshot, reused from the previous one.
+
+    A copy into fresh memory costs the kernel a page fault per page, several
+    times the copy itself; a training loop snapshots arrays of the same
+    sizes each time. :meth:`give_back` keeps the buffers of a snapshot whose
+    dump is done (those nothing else references any more), and the next
+    snapshot takes them by size; the rest are freed when it is taken. So
+    between background dumps, at most one snapshot's memory is kept.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._spare = {}  # nbytes -> list of uint8 arrays
+        self._used = []
+
+    def take(self, nbytes):
+        """A 1-d uint8 array of ``nbytes``."""
+        with self._lock:
+            spare = self._spare.get(nbytes)
+            buffer = spare.pop() if spare else None
+        if buffer is None:
+            buffer = np.empty(nbytes, np.uint8)
+        self._used.append(buffer)
+        return buffer
+
+    def taken(self):
+        """The buffers taken since the last call (those of one snapshot);
+        spare ones not taken are freed."""
+        used, self._used = self._used, []
+        with self._lock:
+            self._spare = {}
+        return used
+
+    def give_back(self, buffers):
+        """Keep ``buffers`` for the next snapshot, except any still referenced
+        (by an object of the dump that outlived it)."""
+        spare = {}
+        for buffer in buffers:
+            # References: the list, the loop variable and getrefcount's argument.
+            if sys.getrefcount(buffer) <= 3:
+                spare.setdefault(buffer.nbytes, []).append(buffer)
+        with self._lock:
+            self._spare = spare
+
+
+def copy_array(arr, buffers=None):
+    """``arr``'s values in a new array (one copy of its bytes), C- or
+    F-ordered as it is, C-ordered if it is neither; its memory from
+    ``buffers`` (a :class:`Buffers`) if given."""
+    copy = _empty_like(arr, buffers)
+    np.copyto(copy, arr, casting="no")
+    return copy
+
+
+def _empty_like(arr, buffers):
+    """An array for :func:`copy_array`'s copy of ``arr``, not yet filled."""
+    order = "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
+    if buffers is None or arr.nbytes == 0:
+        return np.empty(arr.shape, arr.dtype, order=order)
+    return np.ndarray(arr.shape, arr.dtype, buffers.take(arr.nbytes), order=order)
+
+
+def _copy_storage(torch, storage, buffers, empty=False):
+    """A copy of a torch storage (with ``empty``, memory for it, not yet
+    filled), its memory from ``buffers`` if given."""
+    if buffers is None or storage.nbytes() == 0:
+        return torch.UntypedStorage(storage.nbytes()) if empty else storage.clone()
+    copy = torch.frombuffer(buffers.take(storage.nbytes()), dtype=torch.uint8)
+    if not empty:
+        _fill_storage(torch, copy.untyped_storage(), storage)
+    return copy.untyped_storage()
+
+
+def _fill_storage(torch, copy, storage):
+    uint8 = torch.uint8
+    torch.empty(0, dtype=uint8).set_(copy).copy_(torch.empty(0, dtype=uint8).set_(storage))
+
+
+def _storage_bytes(torch, storage):
+    """A uint8 numpy view of a CPU storage's memory."""
+    return torch.empty(0, dtype=torch.uint8).set_(storage).numpy()
+
+
+class Deferred:
+    """An array or storage whose copy :meth:`~.snapshot.Snapshot.copy` makes, and how
+    far the call and the dump have got with it. Offsets count bytes in
+    memory order, the same in the copy and the original."""
+
+    __slots__ = ("copy", "original", "fill", "start", "size", "taken", "low", "copied",
+                 "filled")
+
+    def __init__(self, copy, original, fill=None):
+        self.copy = copy  # uint8 view of the copy's memory
+        # uint8 view of the original's memory in the same order, or None
+        # (not contiguous): then ``fill()`` copies it all at once, and the
+        # dump never reads it.
+        self.original = original
+        self.fill = fill
+        self.start = copy.ctypes.data
+        self.size = copy.nbytes
+        self.taken = 0  # the dump has read [0, taken) from the original,
+        self.filled = 0  # and put [0, filled) of it in the copy itself;
+        self.low = self.size  # the call has claimed [low, size)
+        self.copied = self.size  # and copied [copied, size)
+
+
+class SnapshotUnpickler(pickle.Unpickler):
+    def __init__(self, file, kept):
+        super().__init__(file)
+        self._kept = kept
+
+    def find_class(self, module, name):
+        if module == __name__ and name == "_kept":
+            return self._kept.__getitem__
+        return super().find_class(module, name)
+
+
+class SnapshotPickler(pickle.Pickler):
+    def __init__(self, file, buffers, deferred):
+        super().__init__(file, pickle.HIGHEST_PROTOCOL)
+        self._buffers = buffers
+        self._defer = deferred
+        self.deferred = []  # Deferred, in the order met
+        self.kept = []
+        self.pins = []  # host views of the JAX arrays kept (see _host_views)
+        self._storages = {}  # torch storage key -> _StorageOf its copy
+        # The storages copied, alive while pickling so that no other storage
+        # takes the address of one (in its key).
+        self._originals = []
+        self._jax_type = None
+
+    def _keep(self, obj):
+        self.kept.append(obj)
+        return _kept, (len(self.kept) - 1,)
+
+    def reducer_override(self, obj):
+        cls = type(obj)
+        if cls is np.ndarray or cls is np.memmap:
+            if not is_plain_data(obj):
+                return NotImplemented
+            if self._defer and obj.nbytes >= DEFER_FROM:
+                copy = _empty_like(obj, self._buffers)
+                # _empty_like orders the copy as a contiguous original: their
+                # bytes are in the same order.
+                if obj.flags.c_contiguous or obj.flags.f_contiguous:
+                    item = Deferred(byte_view(copy), byte_view(obj))
+                else:
+                    item = Deferred(byte_view(copy), None,
+                                     lambda: np.copyto(copy, obj, casting="no"))
+                self.deferred.append(item)
+                return self._keep(copy)
+            return self._keep(copy_array(obj, self._buffers))
+        if isinstance(obj, np.ndarray):
+            return NotImplemented
+        if "torch" in sys.modules:
+            torch = sys.modules["torch"]
+            if cls is torch.Tensor or cls is torch.nn.Parameter:
+                return self._reduce_tensor(torch, obj)
+        if "jax" in sys.modules:
+            if self._jax_type is None:
+                from .jax_arrays import JaxReducer
+
+                self._jax_type = JaxReducer(None).array_type
+            if cls is self._jax_type:
+                self.pins.append(_host_views(obj))
+                return self._keep(obj)  # immutable: no copy
+        return NotImplemented
+
+    def _reduce_tensor(self, torch, tensor):
+        if (tensor.device.type != "cpu" or tensor.layout is not torch.strided
+                or tensor.is_quantized or tensor.is_nested or tensor.is_conj()
+                or tensor.is_neg()):
+            return NotImplemented  # torch's own pickling copies it
+        storage = tensor.untyped_storage()
+        key = (storage.data_ptr(), storage.nbytes())
+        ref = self._storages.get(key)
+        if ref is None:
+            self._originals.append(storage)
+            defer = self._defer and storage.nbytes() >= DEFER_FROM
+            copy = _copy_storage(torch, storage, self._buffers, defer)
+            if defer:
+                self.deferred.append(Deferred(_storage_bytes(torch, copy),
+                                               _storage_bytes(torch, storage)))
+            _, (index,) = self._keep(copy)
+            ref = self._storages[key] = _StorageOf(index)
+        state = tensor.__dict__
+        return _tensor, (
+            ref, tensor.dtype, tensor.storage_offset(), tuple(tensor.shape),
+            tuple(tensor.stride()), bool(tensor.requires_grad),
+            type(tensor) is torch.nn.Parameter, dict(state) if state else None)
+
+
+def _host_views(array):
+    """numpy views of a JAX array's buffers on the CPU (host copies from
+    another device). While they live, jax does not reuse the buffers: a
+    jitted function given the array in ``donate_argnums`` leaves it as it is
+    (and writes its result elsewhere) instead of deleting it under the dump."""
+    if not array.is_fully_addressable or array.is_deleted():
+        return ()  # the dump reports what it can store of it
+    return tuple(np.asarray(shard.data) for shard in array.addressable_shards)
+
+
+class _StorageOf:
+    """The copy of a storage set aside at ``kept[index]``, in the arguments
+    of each tensor viewing it."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+    def __reduce__(self):
+        return _kept, (self.index,)
