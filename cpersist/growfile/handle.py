@@ -139,6 +139,38 @@ class GrowingFile(FileHandle):
         self._writer.replace(self._section_of(key), array)
         self._moved_on()
 
+    def assign(self, key, index, value):
+        """Set ``array[index] = value`` in the array at ``key``, as numpy
+        would, rewriting only the stored chunks that hold the elements
+        ``index`` selects.
+
+        Those chunks are read, patched, compressed as the array is (or
+        raw) and written after what the file holds, then committed: the
+        other chunks stay where they are, and a process killed at any
+        moment leaves the file as it was before or after.
+
+        Parameters
+        ----------
+        key : str
+            The array's path, as in :attr:`arrays` (``"obj['x']"``).
+        index : int, slice, Ellipsis, None or tuple of them
+            A basic numpy index, as in ``array[index]``.
+        value : array_like
+            Broadcast to the shape ``array[index]`` has; of the array's
+            dtype or one of the same kind (float64 to float32), converted.
+
+        Raises
+        ------
+        IndexError
+            For an index out of the array's bounds; TypeError for an index
+            that is not basic or a value of another kind; ValueError for a
+            value that does not broadcast.
+        ArrayNotFoundError
+            For a key that is not an array of the file.
+        """
+        self._writer.assign(self._section_of(key), index, value)
+        self._moved_on()
+
     @property
     def torn_bytes(self):
         """Bytes a change killed midway had left after the last commit,
