@@ -192,6 +192,7 @@ def test_assign_rewrites_only_the_chunks_it_touches(tmp_path):
     # every chunk but the second stays where the dump put it
     written = [row for row in table if row[4] >= before]
     assert len(written) == 1 and table.index(written[0]) == 1
+    assert written[0][1] == 1 << 14  # whole rows, as before
     assert os.path.getsize(path) - before < (1 << 14) + 16_000  # the chunk and the index
     x[40] = 0.0
     assert_same(x, cpersist.load(path)["x"])

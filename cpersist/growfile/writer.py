@@ -242,7 +242,7 @@ class GrowingWriter:
                             strides=window_strides)
         np.copyto(window, value, casting="same_kind")
         del window
-        data = np.frombuffer(patched, dtype)
+        data = _as_rows(np.frombuffer(patched, dtype), shape, order)
         codec = None if entry["codec"] is None else codec_from_config(entry["codec"])
 
         def add(writer):
@@ -386,6 +386,20 @@ def _assigned_value(name, path, value, dtype, shape):
         raise ValueError(f"{name}: cannot assign a value of shape {np.shape(value)} to a part "
                          f"of {path} of shape {shape}") from None
     return value
+
+
+def _as_rows(data, shape, order):
+    """The elements ``data`` (1-d, stored order) as whole rows of the
+    array's slowest axis, where they are: chunked by whole rows, as every
+    other chunk of the array is."""
+    if len(shape) < 2:
+        return data
+    other = int(np.prod(shape[1:] if order == "C" else shape[:-1]))
+    if other == 0 or data.size % other:
+        return data
+    if order == "C":
+        return data.reshape((-1,) + tuple(shape[1:]))
+    return data.reshape(tuple(shape[:-1]) + (-1,), order="F")
 
 
 def _spliced(old, rows, first, last, added):
