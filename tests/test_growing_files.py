@@ -205,6 +205,25 @@ def last_index(path):
     return json.loads(data[offset:offset + length])
 
 
+def test_assign_to_0d_structured_and_empty_arrays(tmp_path):
+    path = tmp_path / "grow.cp"
+    st = np.zeros(5, [("a", "<i4"), ("b", ">f8")])
+    cpersist.dump({"z": np.array(2.0), "st": st, "e": np.zeros((0, 3))}, path, compress=3,
+                  growing=True)
+    with cpersist.open(path, "a") as f:
+        f.assign("obj['z']", (), 5)
+        f.assign("obj['st']", slice(1, 3), np.array([(1, 2.0), (3, 4.0)], st.dtype))
+        f.assign("obj['e']", slice(None), 1.0)
+        old = f.arrays["obj['st']"]
+        f.assign("obj['st']", -1, np.array((9, 9.5), st.dtype))
+        f.arrays  # noqa: B018 - reads the new state
+        with pytest.raises(cpersist.FileChangedError):
+            old[:]
+    st[1:3] = [(1, 2.0), (3, 4.0)]
+    st[-1] = (9, 9.5)
+    assert_same({"z": np.array(5.0), "st": st, "e": np.zeros((0, 3))}, cpersist.load(path))
+
+
 def test_bad_assignments_are_refused_naming_the_problem(tmp_path):
     path = tmp_path / "grow.cp"
     cpersist.dump({"x": np.zeros((4, 3), np.float32), "u": np.zeros(3, np.uint8)}, path,
