@@ -250,6 +250,57 @@ def test_bad_assignments_are_refused_naming_the_problem(tmp_path):
     assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize("compress", [0, 3])
+def test_update_and_replace_object_change_the_object_and_keep_the_arrays(tmp_path, compress):
+    path = tmp_path / "grow.cp"
+    w, b, layer = np.arange(100_000.0), np.ones(3), np.asfortranarray(np.eye(300, dtype="<f4"))
+    cpersist.dump({"w": w, "b": b, "lr": 0.1, "layers": [layer, {"name": "l1"}]}, path,
+                  compress=compress, growing=True)
+    stored = path.read_bytes()
+    with cpersist.open(path, "a") as f:
+        f.update("lr", 0.01)
+        f.update("epochs", {"done": [1, 2]})
+        obj = f.load(lazy=True)
+        obj["layers"][1]["name"] = "renamed"
+        obj["small"] = np.arange(3, dtype=">i2")  # small: kept in the pickle stream
+        obj["again"] = obj["w"]  # one stored array, twice
+        f.replace_object(obj)
+        assert f.load()["layers"][1] == {"name": "renamed"}
+    expected = {"w": w, "b": b, "lr": 0.01, "layers": [layer, {"name": "renamed"}],
+                "epochs": {"done": [1, 2]}, "small": np.arange(3, dtype=">i2"), "again": w}
+    loaded = cpersist.load(path)
+    assert_same(expected, loaded)
+    assert loaded["again"] is loaded["w"]
+    assert_same(expected, cpersist.load(path, trusted=False))
+    data = path.read_bytes()
+    assert data[:len(stored)] == stored
+    assert len(data) - len(stored) < 8000  # the pickle streams and indexes, no array
+    assert cpersist.verify(path)["sections"] == 4
+    cpersist.compact(path)
+    assert_same(expected, cpersist.load(path))
+
+
+def test_bad_object_changes_are_refused_and_change_nothing(tmp_path):
+    path = tmp_path / "grow.cp"
+    cpersist.dump({"w": np.arange(10_000.0), "lr": 0.1}, path, compress=3, growing=True)
+    other = tmp_path / "other.cp"
+    cpersist.dump({"w": np.arange(10_000.0)}, other, growing=True)
+    before = path.read_bytes()
+    with cpersist.open(path, "a") as f, cpersist.open(other) as o:
+        with pytest.raises(ValueError, match=r"leaves out obj\['w'\]"):
+            f.update("w", 1)
+        with pytest.raises(TypeError, match="80,000 bytes that the file does not hold"):
+            f.update("big", np.zeros(10_000))
+        with pytest.raises(ValueError, match="lazy array of another file"):
+            f.replace_object({"w": f.arrays[X.replace("x", "w")], "o": o.arrays["obj['w']"]})
+        with pytest.raises(cpersist.UnpicklableError):
+            f.update("f", lambda: 1)
+    assert path.read_bytes() == before
+    cpersist.dump([np.zeros(3)], other, growing=True)
+    with cpersist.open(other, "a") as f, pytest.raises(TypeError, match="holds a list"):
+        f.update("k", 1)
+
+
 def test_lazy_arrays_of_a_changed_array_say_so(tmp_path):
     path = tmp_path / "grow.cp"
     cpersist.dump({"x": np.zeros(5)}, path, growing=True)
@@ -323,9 +374,11 @@ def test_a_second_writer_waits_or_is_refused(tmp_path):
 
 CHANGES = {
     "append": (lambda f: f.append(X, np.arange(4, dtype=np.int16) + 100),
-               np.r_[np.arange(6), np.arange(4) + 100].astype(np.int16)),
+               {"x": np.r_[np.arange(6), np.arange(4) + 100].astype(np.int16), "t": "state"}),
     "assign": (lambda f: f.assign(X, slice(2, 4), [-7, -8]),
-               np.array([0, 1, -7, -8, 4, 5], np.int16)),
+               {"x": np.array([0, 1, -7, -8, 4, 5], np.int16), "t": "state"}),
+    "update": (lambda f: f.update("t", ["changed", 2]),
+               {"x": np.arange(6, dtype=np.int16), "t": ["changed", 2]}),
 }
 
 
@@ -337,8 +390,7 @@ def commits(path, change="append"):
     with cpersist.open(path, "a") as f:
         CHANGES[change][0](f)
     a = {"x": np.arange(6, dtype=np.int16), "t": "state"}
-    b = {"x": CHANGES[change][1], "t": "state"}
-    return path.read_bytes(), end_a, a, b
+    return path.read_bytes(), end_a, a, CHANGES[change][1]
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))

@@ -171,6 +171,67 @@ class GrowingFile(FileHandle):
         self._writer.assign(self._section_of(key), index, value)
         self._moved_on()
 
+    def replace_object(self, obj):
+        """Store ``obj`` as the file's object, its arrays left where they
+        are stored: the non-array part (settings, names, metadata) changes,
+        no array is rewritten.
+
+        Take the object with :meth:`load` ``(lazy=True)``, change it and
+        give it back: each :class:`~cpersist.LazyArray` of the file in it is
+        stored as a reference to its stored array. One commit.
+
+        Parameters
+        ----------
+        obj : object
+            Holding every array the file holds, as the lazy arrays of its
+            last commit (anywhere in the object); other numpy arrays only
+            as small as a dump keeps in its pickle stream.
+
+        Raises
+        ------
+        ValueError
+            For an object that leaves out an array the file holds (dump it
+            again instead), or holds a lazy array of another file or state.
+        TypeError
+            For an object holding a larger array the file does not hold
+            (:meth:`replace` stores arrays).
+        """
+        self._reader()  # the last commit's state, whose lazy arrays obj holds
+        current, name = self._file, self.name
+
+        def reference(x):
+            if not isinstance(x, LazyArray):
+                return None
+            if x._file is not current:
+                raise ValueError(f"{name}: the new object holds a lazy array of another file, "
+                                 f"or of a state before a change: take the object again with "
+                                 f"load(lazy=True)")
+            return x._index
+
+        self._writer.replace_object(obj, reference)
+        self._moved_on()
+
+    def update(self, key, value):
+        """Set ``obj[key] = value`` in the file's object, a dict, without
+        rewriting its arrays: :meth:`replace_object` of the object with that
+        entry changed. ``value`` holds no array the file holds nor a large
+        new one; an entry holding an array is changed with :meth:`replace`.
+
+        Raises
+        ------
+        TypeError
+            If the file's object is not a dict, or ``value`` holds a large
+            array.
+        ValueError
+            If the entry ``key`` holds an array the file holds.
+        """
+        obj = self.load(lazy=True)
+        if not isinstance(obj, dict):
+            raise TypeError(f"{self.name}: update changes an entry of a dict; the file holds "
+                            f"a {type(obj).__name__}: use replace_object")
+        obj[key] = value
+        self.replace_object(obj)
+
     @property
     def torn_bytes(self):
         """Bytes a change killed midway had left after the last commit,

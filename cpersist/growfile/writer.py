@@ -254,6 +254,70 @@ class GrowingWriter:
         self._commit(add)
         self._layouts.pop(number, None)
 
+    def replace_object(self, obj, reference):
+        """Store ``obj`` as the file's object in place of the one stored,
+        its arrays stored already: ``reference(x)`` gives the section number
+        of ``x``, a lazy array of the last commit, or None for anything
+        else. Other arrays small enough go in the pickle stream, as a dump
+        keeps them; a larger one is refused, as is an object that leaves out
+        an array the file holds. One commit; no array is rewritten."""
+        from ..container import EncodedStream
+        from ..pickling.array_pickler import ArrayPickler
+        from ..pickling.rebuild import stored_array
+        from ..pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
+        from ..pickling.write import PICKLE_CHUNK_SIZE, inline_below_for
+
+        self._check_open()
+        root = self._sections[self._root]
+        codec = None if root["codec"] is None else codec_from_config(root["codec"])
+        protocol = self._info.get("protocol", 5)
+        name, used = self.name, set()
+
+        def store(arr, favour_speed=False):
+            raise _Refused(TypeError(
+                f"{name}: the new object holds an array of {arr.nbytes:,} bytes that the file "
+                f"does not hold: replace_object keeps the arrays stored; store a new one with "
+                f"replace, or dump the object again"))
+
+        class Referencing(ArrayPickler):
+            def reducer_override(self, x):
+                try:
+                    number = reference(x)
+                except ValueError as exc:
+                    raise _Refused(exc) from None
+                if number is not None:
+                    used.add(number)
+                    return stored_array, (number,)
+                return super().reducer_override(x)
+
+        stream = EncodedStream(codec, min(self._chunk_size, PICKLE_CHUNK_SIZE), self._n_threads)
+        pickler = Referencing(stream, protocol, store, inline_below_for(codec, self._chunk_size))
+        try:
+            pickler.dump(obj)
+        except _Refused as refused:
+            raise refused.error from None
+        except PICKLING_ERRORS as exc:
+            error = unpicklable_error(obj, protocol, exc)
+            if error is None:
+                raise
+            raise error from exc
+        left_out = [entry["meta"].get("path", f"<section {number}>")
+                    for number, entry in enumerate(self._sections)
+                    if number != self._root and number not in used]
+        if left_out:
+            raise ValueError(f"{name}: the new object leaves out {', '.join(left_out)}, which "
+                             f"the file holds: replace_object keeps every array stored (hold "
+                             f"it in the object, or dump the object again without it)")
+        encoded = stream.encoded_chunks()
+
+        def add(writer):
+            sections = list(self._sections)
+            sections[self._root] = writer.section_entry(
+                writer.add_encoded_section(encoded, codec=codec, meta={"kind": "pickle"}))
+            return sections
+
+        self._commit(add)
+
     @property
     def fd(self):
         """The file's descriptor (for :func:`.compact.compact`, which reads it)."""
@@ -263,6 +327,15 @@ class GrowingWriter:
     def reader(self):
         """The reader of the last commit when the file was opened."""
         return self._reader
+
+
+class _Refused(Exception):
+    """Carries an error of ours out of the pickler, past its own handling
+    of what cannot be pickled."""
+
+    def __init__(self, error):
+        super().__init__(error)
+        self.error = error
 
 
 def _layout(writer, number):
