@@ -1,6 +1,7 @@
 """``cpersist.open(path, "a")`` of a growing object file: a
-:class:`~cpersist.FileHandle` that also appends rows to its arrays and
-replaces them, each change one commit."""
+:class:`~cpersist.FileHandle` that also appends rows to its arrays, replaces
+them, assigns to parts of them and changes the object's non-array part,
+each change one commit."""
 
 import os
 

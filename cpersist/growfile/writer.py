@@ -1,6 +1,7 @@
 """Changing a growing object file (format 2.4, made by ``dump(obj, path,
-growing=True)``): :class:`GrowingWriter` appends rows to its arrays and
-replaces them, each change one commit.
+growing=True)``): :class:`GrowingWriter` appends rows to its arrays,
+replaces them, rewrites the chunks an assignment touches and stores a new
+pickle stream for the object, each change one commit.
 
 A writer holds the file's exclusive advisory lock from before it looks at
 the file's end to after its last write (an open writer until it is closed),
