@@ -198,6 +198,25 @@ def test_assign_rewrites_only_the_chunks_it_touches(tmp_path):
     assert_same(x, cpersist.load(path)["x"])
 
 
+def test_assign_to_raw_chunks_with_piece_checksums(tmp_path):
+    """Raw chunks longer than a piece carry a checksum per piece: those of
+    the rewritten chunks are spliced into the index with them."""
+    path = tmp_path / "grow.cp"
+    x = np.random.default_rng(5).standard_normal((1500, 1000))  # 12 MB: 3 chunks
+    cpersist.dump({"x": x}, path, growing=True)
+    with cpersist.open(path, "a") as f:
+        f.assign(X, (slice(None, None, 7), 3), -2)
+        f.assign(X, slice(600, 700), 1.5)
+    x[::7, 3] = -2
+    x[600:700] = 1.5
+    section = next(s for s in last_index(path)["sections"] if s["meta"].get("path") == X)
+    assert section["layout"] == "placed" and section["pieces"].count(",") == 2
+    assert cpersist.verify(path)["sections"] == 2
+    with cpersist.open(path) as f:
+        assert_same(x[595:605], f.arrays[X][595:605])
+    assert_same(x, cpersist.load(path)["x"])
+
+
 def last_index(path):
     data = path.read_bytes()
     trailer_at = len(data) - FRAME_TRAILER.size - TRAILER.size
