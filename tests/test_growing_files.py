@@ -137,6 +137,189 @@ def test_replace_takes_any_shape_dtype_and_order_and_keeps_the_rest(tmp_path):
                 cpersist.load(path))
 
 
+ASSIGNMENTS = [
+    ((slice(10, 20),), 7.0),  # rows, a float64 scalar into float32
+    ((Ellipsis, slice(250, None, -3)), np.arange(200.0)[:, None]),  # a negative step, broadcast
+    ((5, 7), -1),  # one element
+    ((slice(None, None, -1), slice(3, 4)), np.full((200, 1), 2.5, np.float32)),
+    ((None, 3, slice(None)), np.arange(300.0)),  # None, one row
+    (Ellipsis, np.float32(0.5)),  # the whole array
+    ((slice(10, 10),), 1.0),  # nothing
+]
+
+
+@pytest.mark.parametrize("compress", [0, 3])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_assign_sets_a_basic_index_as_numpy_does(tmp_path, compress, order):
+    path = tmp_path / "grow.cp"
+    x = np.arange(60_000, dtype=np.float32).reshape(200, 300)
+    x = np.asfortranarray(x) if order == "F" else x
+    cpersist.dump({"x": x, "other": np.arange(5), "n": 1}, path, compress=compress,
+                  chunk_size=1 << 14, growing=True)
+    expected = x.copy(order="K")
+    with cpersist.open(path, "a") as f:
+        for index, value in ASSIGNMENTS:
+            f.assign(X, index, value)
+            expected[index] = value
+        # rows appended, then assigned across the batches
+        rows = np.full((3, 300), 4, np.float32) if order == "C" else \
+            np.full((200, 3), 4, np.float32, order="F")
+        f.append(X, rows)
+        expected = grown([expected, rows], order)
+        part = expected[190:, 1:].shape
+        value = np.arange(part[0] * part[1], dtype=np.int16).reshape(part)
+        f.assign(X, (slice(190, None), slice(1, None)), value)
+        expected[190:, 1:] = value
+        assert_same(np.ascontiguousarray(expected[150:, 200:]),
+                    np.ascontiguousarray(f.arrays[X][150:, 200:]))
+    assert_same({"x": expected, "other": np.arange(5), "n": 1}, cpersist.load(path))
+    assert cpersist.verify(path)["sections"] == 3
+    cpersist.compact(path)
+    loaded = cpersist.load(path, mmap_mode=None if compress else "r")
+    assert_same({"x": expected, "other": np.arange(5), "n": 1}, loaded, mmap=not compress)
+
+
+def test_assign_rewrites_only_the_chunks_it_touches(tmp_path):
+    path = tmp_path / "grow.cp"
+    x = np.random.default_rng(4).standard_normal((1000, 64))
+    cpersist.dump({"x": x}, path, compress=3, chunk_size=1 << 14, growing=True)
+    with cpersist.open(path, "a") as f:
+        before = os.path.getsize(path)
+        f.assign(X, slice(40, 41), 0.0)  # one row, in the chunk of rows 32 to 63
+    index = last_index(path)
+    table = json.loads(next(s for s in index["sections"] if s["meta"].get("path") == X)["chunks"])
+    assert len(table) == 32  # 512,000 bytes in chunks of 16 KiB
+    # every chunk but the second stays where the dump put it
+    written = [row for row in table if row[4] >= before]
+    assert len(written) == 1 and table.index(written[0]) == 1
+    assert written[0][1] == 1 << 14  # whole rows, as before
+    assert os.path.getsize(path) - before < (1 << 14) + 16_000  # the chunk and the index
+    x[40] = 0.0
+    assert_same(x, cpersist.load(path)["x"])
+
+
+def test_assign_to_raw_chunks_with_piece_checksums(tmp_path):
+    """Raw chunks longer than a piece carry a checksum per piece: those of
+    the rewritten chunks are spliced into the index with them."""
+    path = tmp_path / "grow.cp"
+    x = np.random.default_rng(5).standard_normal((1500, 1000))  # 12 MB: 3 chunks
+    cpersist.dump({"x": x}, path, growing=True)
+    with cpersist.open(path, "a") as f:
+        f.assign(X, (slice(None, None, 7), 3), -2)
+        f.assign(X, slice(600, 700), 1.5)
+    x[::7, 3] = -2
+    x[600:700] = 1.5
+    section = next(s for s in last_index(path)["sections"] if s["meta"].get("path") == X)
+    assert section["layout"] == "placed" and section["pieces"].count(",") == 2
+    assert cpersist.verify(path)["sections"] == 2
+    with cpersist.open(path) as f:
+        assert_same(x[595:605], f.arrays[X][595:605])
+    assert_same(x, cpersist.load(path)["x"])
+
+
+def last_index(path):
+    data = path.read_bytes()
+    trailer_at = len(data) - FRAME_TRAILER.size - TRAILER.size
+    offset, length, _, _ = TRAILER.unpack(data[trailer_at:trailer_at + TRAILER.size])
+    return json.loads(data[offset:offset + length])
+
+
+def test_assign_to_0d_structured_and_empty_arrays(tmp_path):
+    path = tmp_path / "grow.cp"
+    st = np.zeros(5, [("a", "<i4"), ("b", ">f8")])
+    cpersist.dump({"z": np.array(2.0), "st": st, "e": np.zeros((0, 3))}, path, compress=3,
+                  growing=True)
+    with cpersist.open(path, "a") as f:
+        f.assign("obj['z']", (), 5)
+        f.assign("obj['st']", slice(1, 3), np.array([(1, 2.0), (3, 4.0)], st.dtype))
+        f.assign("obj['e']", slice(None), 1.0)
+        old = f.arrays["obj['st']"]
+        f.assign("obj['st']", -1, np.array((9, 9.5), st.dtype))
+        f.arrays  # noqa: B018 - reads the new state
+        with pytest.raises(cpersist.FileChangedError):
+            old[:]
+    st[1:3] = [(1, 2.0), (3, 4.0)]
+    st[-1] = (9, 9.5)
+    assert_same({"z": np.array(5.0), "st": st, "e": np.zeros((0, 3))}, cpersist.load(path))
+
+
+def test_bad_assignments_are_refused_naming_the_problem(tmp_path):
+    path = tmp_path / "grow.cp"
+    cpersist.dump({"x": np.zeros((4, 3), np.float32), "u": np.zeros(3, np.uint8)}, path,
+                  compress=3, growing=True)
+    before = path.read_bytes()
+    with cpersist.open(path, "a") as f:
+        with pytest.raises(TypeError, match="only basic indices"):
+            f.assign(X, [0, 2], 1.0)
+        with pytest.raises(TypeError, match="only basic indices"):
+            f.assign(X, np.array([True, False, True, False]), 1.0)
+        with pytest.raises(IndexError, match=r"of shape \(4, 3\)"):
+            f.assign(X, (4, 0), 1.0)
+        with pytest.raises(ValueError, match=r"value of shape \(2, 2\) to a part of obj\['x'\] "
+                                             r"of shape \(2, 3\)"):
+            f.assign(X, slice(0, 2), np.ones((2, 2)))
+        with pytest.raises(TypeError, match="cannot assign complex128 values"):
+            f.assign(X, 0, np.ones(3, complex))
+        with pytest.raises(TypeError, match="cannot assign 300"):
+            f.assign("obj['u']", 0, 300)
+        with pytest.raises(TypeError, match="Python objects"):
+            f.assign(X, 0, [object(), 1, 2])
+        with pytest.raises(cpersist.ArrayNotFoundError):
+            f.assign("obj['nope']", 0, 1)
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("compress", [0, 3])
+def test_update_and_replace_object_change_the_object_and_keep_the_arrays(tmp_path, compress):
+    path = tmp_path / "grow.cp"
+    w, b, layer = np.arange(100_000.0), np.ones(3), np.asfortranarray(np.eye(300, dtype="<f4"))
+    cpersist.dump({"w": w, "b": b, "lr": 0.1, "layers": [layer, {"name": "l1"}]}, path,
+                  compress=compress, growing=True)
+    stored = path.read_bytes()
+    with cpersist.open(path, "a") as f:
+        f.update("lr", 0.01)
+        f.update("epochs", {"done": [1, 2]})
+        obj = f.load(lazy=True)
+        obj["layers"][1]["name"] = "renamed"
+        obj["small"] = np.arange(3, dtype=">i2")  # small: kept in the pickle stream
+        obj["again"] = obj["w"]  # one stored array, twice
+        f.replace_object(obj)
+        assert f.load()["layers"][1] == {"name": "renamed"}
+    expected = {"w": w, "b": b, "lr": 0.01, "layers": [layer, {"name": "renamed"}],
+                "epochs": {"done": [1, 2]}, "small": np.arange(3, dtype=">i2"), "again": w}
+    loaded = cpersist.load(path)
+    assert_same(expected, loaded)
+    assert loaded["again"] is loaded["w"]
+    assert_same(expected, cpersist.load(path, trusted=False))
+    data = path.read_bytes()
+    assert data[:len(stored)] == stored
+    assert len(data) - len(stored) < 8000  # the pickle streams and indexes, no array
+    assert cpersist.verify(path)["sections"] == 4
+    cpersist.compact(path)
+    assert_same(expected, cpersist.load(path))
+
+
+def test_bad_object_changes_are_refused_and_change_nothing(tmp_path):
+    path = tmp_path / "grow.cp"
+    cpersist.dump({"w": np.arange(10_000.0), "lr": 0.1}, path, compress=3, growing=True)
+    other = tmp_path / "other.cp"
+    cpersist.dump({"w": np.arange(10_000.0)}, other, growing=True)
+    before = path.read_bytes()
+    with cpersist.open(path, "a") as f, cpersist.open(other) as o:
+        with pytest.raises(ValueError, match=r"leaves out obj\['w'\]"):
+            f.update("w", 1)
+        with pytest.raises(TypeError, match="80,000 bytes that the file does not hold"):
+            f.update("big", np.zeros(10_000))
+        with pytest.raises(ValueError, match="lazy array of another file"):
+            f.replace_object({"w": f.arrays[X.replace("x", "w")], "o": o.arrays["obj['w']"]})
+        with pytest.raises(cpersist.UnpicklableError):
+            f.update("f", lambda: 1)
+    assert path.read_bytes() == before
+    cpersist.dump([np.zeros(3)], other, growing=True)
+    with cpersist.open(other, "a") as f, pytest.raises(TypeError, match="holds a list"):
+        f.update("k", 1)
+
+
 def test_lazy_arrays_of_a_changed_array_say_so(tmp_path):
     path = tmp_path / "grow.cp"
     cpersist.dump({"x": np.zeros(5)}, path, growing=True)
@@ -208,21 +391,31 @@ def test_a_second_writer_waits_or_is_refused(tmp_path):
             cpersist.compact(path, timeout=0.1)
 
 
-def commits(path):
-    """A file with states A, then B (one append): ``(bytes, end of A, A, B)``."""
+CHANGES = {
+    "append": (lambda f: f.append(X, np.arange(4, dtype=np.int16) + 100),
+               {"x": np.r_[np.arange(6), np.arange(4) + 100].astype(np.int16), "t": "state"}),
+    "assign": (lambda f: f.assign(X, slice(2, 4), [-7, -8]),
+               {"x": np.array([0, 1, -7, -8, 4, 5], np.int16), "t": "state"}),
+    "update": (lambda f: f.update("t", ["changed", 2]),
+               {"x": np.arange(6, dtype=np.int16), "t": ["changed", 2]}),
+}
+
+
+def commits(path, change="append"):
+    """A file with states A, then B (one ``change``): ``(bytes, end of A, A, B)``."""
     cpersist.dump({"x": np.arange(6, dtype=np.int16), "t": "state"}, path, compress=3,
                   growing=True)
     end_a = os.path.getsize(path)
     with cpersist.open(path, "a") as f:
-        f.append(X, np.arange(4, dtype=np.int16) + 100)
+        CHANGES[change][0](f)
     a = {"x": np.arange(6, dtype=np.int16), "t": "state"}
-    b = {"x": np.r_[np.arange(6), np.arange(4) + 100].astype(np.int16), "t": "state"}
-    return path.read_bytes(), end_a, a, b
+    return path.read_bytes(), end_a, a, CHANGES[change][1]
 
 
-def test_a_commit_cut_at_any_byte_leaves_the_state_before_it(tmp_path):
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_a_commit_cut_at_any_byte_leaves_the_state_before_it(tmp_path, change):
     path = tmp_path / "grow.cp"
-    data, end_a, a, b = commits(path)
+    data, end_a, a, b = commits(path, change)
     assert_same(b, cpersist.load(path))
     cut = tmp_path / "cut.cp"
     for size in range(end_a, len(data)):
@@ -243,7 +436,7 @@ def test_a_commit_cut_at_any_byte_leaves_the_state_before_it(tmp_path):
     # The next writer cuts the torn tail off and commits after A.
     with cpersist.open(cut, "a") as f:
         assert f.torn_bytes == len(data) - end_a
-        f.append(X, np.arange(4, dtype=np.int16) + 100)
+        CHANGES[change][0](f)
     assert cut.read_bytes() == data
 
 

@@ -1,6 +1,7 @@
 """``cpersist.open(path, "a")`` of a growing object file: a
-:class:`~cpersist.FileHandle` that also appends rows to its arrays and
-replaces them, each change one commit."""
+:class:`~cpersist.FileHandle` that also appends rows to its arrays, replaces
+them, assigns to parts of them and changes the object's non-array part,
+each change one commit."""
 
 import os
 
@@ -138,6 +139,99 @@ class GrowingFile(FileHandle):
         :func:`cpersist.compact` reclaims them."""
         self._writer.replace(self._section_of(key), array)
         self._moved_on()
+
+    def assign(self, key, index, value):
+        """Set ``array[index] = value`` in the array at ``key``, as numpy
+        would, rewriting only the stored chunks that hold the elements
+        ``index`` selects.
+
+        Those chunks are read, patched, compressed as the array is (or
+        raw) and written after what the file holds, then committed: the
+        other chunks stay where they are, and a process killed at any
+        moment leaves the file as it was before or after.
+
+        Parameters
+        ----------
+        key : str
+            The array's path, as in :attr:`arrays` (``"obj['x']"``).
+        index : int, slice, Ellipsis, None or tuple of them
+            A basic numpy index, as in ``array[index]``.
+        value : array_like
+            Broadcast to the shape ``array[index]`` has; of the array's
+            dtype or one of the same kind (float64 to float32), converted.
+
+        Raises
+        ------
+        IndexError
+            For an index out of the array's bounds; TypeError for an index
+            that is not basic or a value of another kind; ValueError for a
+            value that does not broadcast.
+        ArrayNotFoundError
+            For a key that is not an array of the file.
+        """
+        self._writer.assign(self._section_of(key), index, value)
+        self._moved_on()
+
+    def replace_object(self, obj):
+        """Store ``obj`` as the file's object, its arrays left where they
+        are stored: the non-array part (settings, names, metadata) changes,
+        no array is rewritten.
+
+        Take the object with :meth:`load` ``(lazy=True)``, change it and
+        give it back: each :class:`~cpersist.LazyArray` of the file in it is
+        stored as a reference to its stored array. One commit.
+
+        Parameters
+        ----------
+        obj : object
+            Holding every array the file holds, as the lazy arrays of its
+            last commit (anywhere in the object); other numpy arrays only
+            as small as a dump keeps in its pickle stream.
+
+        Raises
+        ------
+        ValueError
+            For an object that leaves out an array the file holds (dump it
+            again instead), or holds a lazy array of another file or state.
+        TypeError
+            For an object holding a larger array the file does not hold
+            (:meth:`replace` stores arrays).
+        """
+        self._reader()  # the last commit's state, whose lazy arrays obj holds
+        current, name = self._file, self.name
+
+        def reference(x):
+            if not isinstance(x, LazyArray):
+                return None
+            if x._file is not current:
+                raise ValueError(f"{name}: the new object holds a lazy array of another file, "
+                                 f"or of a state before a change: take the object again with "
+                                 f"load(lazy=True)")
+            return x._index
+
+        self._writer.replace_object(obj, reference)
+        self._moved_on()
+
+    def update(self, key, value):
+        """Set ``obj[key] = value`` in the file's object, a dict, without
+        rewriting its arrays: :meth:`replace_object` of the object with that
+        entry changed. ``value`` holds no array the file holds nor a large
+        new one; an entry holding an array is changed with :meth:`replace`.
+
+        Raises
+        ------
+        TypeError
+            If the file's object is not a dict, or ``value`` holds a large
+            array.
+        ValueError
+            If the entry ``key`` holds an array the file holds.
+        """
+        obj = self.load(lazy=True)
+        if not isinstance(obj, dict):
+            raise TypeError(f"{self.name}: update changes an entry of a dict; the file holds "
+                            f"a {type(obj).__name__}: use replace_object")
+        obj[key] = value
+        self.replace_object(obj)
 
     @property
     def torn_bytes(self):

@@ -1,6 +1,7 @@
 """Changing a growing object file (format 2.4, made by ``dump(obj, path,
-growing=True)``): :class:`GrowingWriter` appends rows to its arrays and
-replaces them, each change one commit.
+growing=True)``): :class:`GrowingWriter` appends rows to its arrays,
+replaces them, rewrites the chunks an assignment touches and stores a new
+pickle stream for the object, each change one commit.
 
 A writer holds the file's exclusive advisory lock from before it looks at
 the file's end to after its last write (an open writer until it is closed),
@@ -208,6 +209,116 @@ class GrowingWriter:
         self._commit(add)
         self._layouts.pop(number, None)
 
+    def assign(self, number, index, value):
+        """Set ``array[index] = value`` in the array of section ``number``,
+        ``index`` a basic index (integers, slices, ``...``, ``None``). Only
+        the stored chunks holding the elements it selects are read, patched,
+        encoded with the array's codec and written again; the new index
+        points at them in their place. One commit."""
+        self._check_open()
+        entry = self._array_section(number)
+        path = entry["meta"].get("path", f"<section {number}>")
+        dtype, shape, order, _ = _layout(self, number)
+        offset, window_shape, window_strides, lo, hi = _selected(self.name, path, dtype, shape,
+                                                                  order, index)
+        value = _assigned_value(self.name, path, value, dtype, window_shape)
+        if lo == hi:
+            return  # selects nothing: nothing changes
+        rows = _placed_rows(entry)
+        starts = np.cumsum([0] + [row[1] for row in rows])
+        first = int(np.searchsorted(starts, lo, side="right")) - 1
+        last = int(np.searchsorted(starts, hi, side="left")) - 1
+        begin, end = int(starts[first]), int(starts[last + 1])
+        patched = bytearray(end - begin)
+        buffer = bytearray(max(row[0] for row in rows[first:last + 1]))
+        # The chunks are read, and checked, through a descriptor of its own:
+        # the writer's position in the file stays where it is.
+        with open(self._path, "rb") as file:
+            reader = ContainerReader(source_for(file, self.name), self.name, whole=True)
+            section = reader.sections[number]
+            for i in range(first, last + 1):
+                part = memoryview(patched)[starts[i] - begin:starts[i + 1] - begin]
+                reader.read_chunk_into(section, i, part, buffer)
+        window = np.ndarray(window_shape, dtype, buffer=patched, offset=offset - begin,
+                            strides=window_strides)
+        np.copyto(window, value, casting="same_kind")
+        del window
+        data = _as_rows(np.frombuffer(patched, dtype), shape, order)
+        codec = None if entry["codec"] is None else codec_from_config(entry["codec"])
+
+        def add(writer):
+            sections = list(self._sections)
+            written = writer.section_entry(array_store(writer, codec, self._chunk_size)(data))
+            sections[number] = _spliced(entry, rows, first, last, written)
+            return sections
+
+        self._commit(add)
+        self._layouts.pop(number, None)
+
+    def replace_object(self, obj, reference):
+        """Store ``obj`` as the file's object in place of the one stored,
+        its arrays stored already: ``reference(x)`` gives the section number
+        of ``x``, a lazy array of the last commit, or None for anything
+        else. Other arrays small enough go in the pickle stream, as a dump
+        keeps them; a larger one is refused, as is an object that leaves out
+        an array the file holds. One commit; no array is rewritten."""
+        from ..container import EncodedStream
+        from ..pickling.array_pickler import ArrayPickler
+        from ..pickling.rebuild import stored_array
+        from ..pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
+        from ..pickling.write import PICKLE_CHUNK_SIZE, inline_below_for
+
+        self._check_open()
+        root = self._sections[self._root]
+        codec = None if root["codec"] is None else codec_from_config(root["codec"])
+        protocol = self._info.get("protocol", 5)
+        name, used = self.name, set()
+
+        def store(arr, favour_speed=False):
+            raise _Refused(TypeError(
+                f"{name}: the new object holds an array of {arr.nbytes:,} bytes that the file "
+                f"does not hold: replace_object keeps the arrays stored; store a new one with "
+                f"replace, or dump the object again"))
+
+        class Referencing(ArrayPickler):
+            def reducer_override(self, x):
+                try:
+                    number = reference(x)
+                except ValueError as exc:
+                    raise _Refused(exc) from None
+                if number is not None:
+                    used.add(number)
+                    return stored_array, (number,)
+                return super().reducer_override(x)
+
+        stream = EncodedStream(codec, min(self._chunk_size, PICKLE_CHUNK_SIZE), self._n_threads)
+        pickler = Referencing(stream, protocol, store, inline_below_for(codec, self._chunk_size))
+        try:
+            pickler.dump(obj)
+        except _Refused as refused:
+            raise refused.error from None
+        except PICKLING_ERRORS as exc:
+            error = unpicklable_error(obj, protocol, exc)
+            if error is None:
+                raise
+            raise error from exc
+        left_out = [entry["meta"].get("path", f"<section {number}>")
+                    for number, entry in enumerate(self._sections)
+                    if number != self._root and number not in used]
+        if left_out:
+            raise ValueError(f"{name}: the new object leaves out {', '.join(left_out)}, which "
+                             f"the file holds: replace_object keeps every array stored (hold "
+                             f"it in the object, or dump the object again without it)")
+        encoded = stream.encoded_chunks()
+
+        def add(writer):
+            sections = list(self._sections)
+            sections[self._root] = writer.section_entry(
+                writer.add_encoded_section(encoded, codec=codec, meta={"kind": "pickle"}))
+            return sections
+
+        self._commit(add)
+
     @property
     def fd(self):
         """The file's descriptor (for :func:`.compact.compact`, which reads it)."""
@@ -217,6 +328,15 @@ class GrowingWriter:
     def reader(self):
         """The reader of the last commit when the file was opened."""
         return self._reader
+
+
+class _Refused(Exception):
+    """Carries an error of ours out of the pickler, past its own handling
+    of what cannot be pickled."""
+
+    def __init__(self, error):
+        super().__init__(error)
+        self.error = error
 
 
 def _layout(writer, number):
@@ -271,6 +391,115 @@ def _replacement(name, path, array):
     if not (array.flags.c_contiguous or array.flags.f_contiguous):
         array = np.ascontiguousarray(array)
     return array
+
+
+def _is_basic(part):
+    return (part is None or part is Ellipsis or isinstance(part, slice)
+            or (isinstance(part, (int, np.integer)) and not isinstance(part, (bool, np.bool_))))
+
+
+def _selected(name, path, dtype, shape, order, index):
+    """Where ``array[index]`` lies in the array's stored bytes: ``(offset of
+    its first element, its shape, its strides, lo, hi)``, ``lo:hi`` the
+    bytes from its lowest element to the end of its highest (equal when it
+    selects nothing)."""
+    parts = index if isinstance(index, tuple) else (index,)
+    if not all(_is_basic(part) for part in parts):
+        raise TypeError(f"{name}: cannot assign to {path}[{index!r}]: only basic indices "
+                        f"(integers, slices, ..., None) are assigned to; read, change and "
+                        f"replace the array for others")
+    if Ellipsis not in parts:
+        parts = parts + (Ellipsis,)  # a view, even for one element
+    itemsize = dtype.itemsize
+    strides, step = [0] * len(shape), itemsize
+    for axis in (range(len(shape) - 1, -1, -1) if order == "C" else range(len(shape))):
+        strides[axis] = step
+        step *= shape[axis]
+    # The array's geometry without its bytes: indexing computes the view
+    # and touches no memory.
+    whole = np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape=tuple(shape),
+                                            strides=tuple(strides))
+    try:
+        view = whole[parts]
+    except IndexError as exc:
+        raise IndexError(f"{name}: cannot assign to {path}[{index!r}] of shape "
+                         f"{tuple(shape)}: {exc}") from None
+    offset = view.__array_interface__["data"][0] - whole.__array_interface__["data"][0]
+    if view.size == 0:
+        return offset, view.shape, view.strides, 0, 0
+    lo = offset + sum((n - 1) * s for n, s in zip(view.shape, view.strides) if s < 0)
+    hi = offset + sum((n - 1) * s for n, s in zip(view.shape, view.strides) if s > 0) + itemsize
+    return offset, view.shape, view.strides, lo, hi
+
+
+def _assigned_value(name, path, value, dtype, shape):
+    """``value`` checked as numpy would assign it to a part of ``shape`` of
+    an array of ``dtype``, converting only within a kind."""
+    probe = np.empty(0, dtype)
+    if not isinstance(value, (bool, int, float, complex)):
+        value = np.asarray(value)
+        if value.dtype.hasobject:
+            raise TypeError(f"{name}: cannot assign Python objects to {path}, an array of "
+                            f"{dtype}")
+        try:
+            np.copyto(probe, value.ravel()[:0], casting="same_kind")
+        except TypeError:
+            raise TypeError(f"{name}: cannot assign {value.dtype} values to {path}, an array "
+                            f"of {dtype} (only values of the same kind, such as float64 to "
+                            f"float32, are converted)") from None
+    else:
+        try:
+            np.copyto(np.empty(1, dtype), value, casting="same_kind")
+        except (TypeError, OverflowError) as exc:
+            raise TypeError(f"{name}: cannot assign {value!r} to {path}, an array of {dtype}: "
+                            f"{exc}") from None
+    try:
+        if np.broadcast_shapes(np.shape(value), shape) != tuple(shape):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{name}: cannot assign a value of shape {np.shape(value)} to a part "
+                         f"of {path} of shape {shape}") from None
+    return value
+
+
+def _as_rows(data, shape, order):
+    """The elements ``data`` (1-d, stored order) as whole rows of the
+    array's slowest axis, where they are: chunked by whole rows, as every
+    other chunk of the array is."""
+    if len(shape) < 2:
+        return data
+    other = int(np.prod(shape[1:] if order == "C" else shape[:-1]))
+    if other == 0 or data.size % other:
+        return data
+    if order == "C":
+        return data.reshape((-1,) + tuple(shape[1:]))
+    return data.reshape(tuple(shape[:-1]) + (-1,), order="F")
+
+
+def _spliced(old, rows, first, last, added):
+    """The index entry of the section ``old`` (its chunks ``rows``, placed)
+    with its chunks ``first`` to ``last`` replaced by the chunks of the
+    section ``added``: the placed layout, each chunk at its own offset."""
+    new_rows = _placed_rows(added)
+    table = rows[:first] + new_rows + rows[last + 1:]
+    meta = dict(old["meta"])
+    meta.pop("rows_per_chunk", None)  # chunks of another size may be spliced in
+    spliced = {
+        "offset": table[0][4],
+        "raw_size": old["raw_size"],
+        "stored_size": sum(row[0] for row in table),
+        "codec": old["codec"],
+        "typesize": old["typesize"],
+        "chunks": "[" + ",".join(_PLACED_ROW % tuple(row) for row in table) + "]",
+        "meta": meta,
+        "layout": "placed",
+    }
+    if "pieces" in old or "pieces" in added:
+        fields = _pieces_fields(old, len(rows))
+        fields = fields[:first] + _pieces_fields(added, len(new_rows)) + fields[last + 1:]
+        spliced["piece_size"] = old.get("piece_size") or added["piece_size"]
+        spliced["pieces"] = ",".join(fields)
+    return spliced
 
 
 def _placed_rows(entry):
