@@ -10,26 +10,24 @@ change killed midway left) before writing. Nothing committed is rewritten:
 memory maps and readers of the state before a commit stay valid.
 """
 
-import json
 import os
 
 import numpy as np
 
-from ..container.atomic import AtomicFile
 from .._runtime.locks import try_lock
 from .._runtime.threads import default_n_threads
 from ..codecs import codec_from_config
 from ..container import ContainerReader
 from ..container.frames import OBJECT_FILE_START, OBJECT_FRAMES_AT, last_commit
-from ..container.layout import RECORD_SIZE
 from ..container.sources import source_for
 from ..exceptions import CorruptFileError, FileLockedError, UnwritableTargetError
 from ..pickling.read import array_layout
-from ..pickling.write import array_store, write_sections
+from ..pickling.write import array_store
 from ..container.commits import read_index, write_commit
+from .changes import (as_rows, checked_replacement, checked_rows, checked_value, joined_entry,
+                      placed_rows, selected_part, spliced_entry, stored_layout)
 
 _OPEN = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
-_PLACED_ROW = "[%d,%d,%d,%d,%d]"
 
 
 class GrowingWriter:
@@ -164,8 +162,8 @@ class GrowingWriter:
         self._check_open()
         entry = self._array_section(number)
         meta = entry["meta"]
-        dtype, shape, order, _ = _layout(self, number)
-        rows = _rows_for(self.name, meta.get("path", f"<section {number}>"), rows, dtype,
+        dtype, shape, order, _ = stored_layout(self, number)
+        rows = checked_rows(self.name, meta.get("path", f"<section {number}>"), rows, dtype,
                          shape, order)
         n_new = rows.shape[-1] if order == "F" else rows.shape[0]
         grown = list(shape)
@@ -176,7 +174,7 @@ class GrowingWriter:
             sections = list(self._sections)
             if rows.size:
                 added = writer.section_entry(array_store(writer, codec, self._chunk_size)(rows))
-                merged = _joined(entry, added)
+                merged = joined_entry(entry, added)
             else:
                 merged = dict(entry)
             new_meta = dict(meta, shape=grown)
@@ -194,7 +192,7 @@ class GrowingWriter:
         old array's bytes are superseded (``cpersist compact`` reclaims them)."""
         self._check_open()
         entry = self._array_section(number)
-        array = _replacement(self.name, entry["meta"].get("path", f"<section {number}>"), array)
+        array = checked_replacement(self.name, entry["meta"].get("path", f"<section {number}>"), array)
         codec = None if entry["codec"] is None else codec_from_config(entry["codec"])
 
         def add(writer):
@@ -218,13 +216,13 @@ class GrowingWriter:
         self._check_open()
         entry = self._array_section(number)
         path = entry["meta"].get("path", f"<section {number}>")
-        dtype, shape, order, _ = _layout(self, number)
-        offset, window_shape, window_strides, lo, hi = _selected(self.name, path, dtype, shape,
+        dtype, shape, order, _ = stored_layout(self, number)
+        offset, window_shape, window_strides, lo, hi = selected_part(self.name, path, dtype, shape,
                                                                   order, index)
-        value = _assigned_value(self.name, path, value, dtype, window_shape)
+        value = checked_value(self.name, path, value, dtype, window_shape)
         if lo == hi:
             return  # selects nothing: nothing changes
-        rows = _placed_rows(entry)
+        rows = placed_rows(entry)
         starts = np.cumsum([0] + [row[1] for row in rows])
         first = int(np.searchsorted(starts, lo, side="right")) - 1
         last = int(np.searchsorted(starts, hi, side="left")) - 1
@@ -243,13 +241,13 @@ class GrowingWriter:
                             strides=window_strides)
         np.copyto(window, value, casting="same_kind")
         del window
-        data = _as_rows(np.frombuffer(patched, dtype), shape, order)
+        data = as_rows(np.frombuffer(patched, dtype), shape, order)
         codec = None if entry["codec"] is None else codec_from_config(entry["codec"])
 
         def add(writer):
             sections = list(self._sections)
             written = writer.section_entry(array_store(writer, codec, self._chunk_size)(data))
-            sections[number] = _spliced(entry, rows, first, last, written)
+            sections[number] = spliced_entry(entry, rows, first, last, written)
             return sections
 
         self._commit(add)
@@ -337,228 +335,6 @@ class _Refused(Exception):
     def __init__(self, error):
         super().__init__(error)
         self.error = error
-
-
-def _layout(writer, number):
-    """``(dtype, shape, order, nbytes)`` of section ``number`` as the last
-    commit describes it."""
-    from ..pickling.arrays import parse_description
-
-    layout = writer._layouts.get(number)
-    if layout is None:
-        layout = writer._layouts[number] = parse_description(writer._sections[number]["meta"])
-    return layout
-
-
-def _rows_for(name, path, rows, dtype, shape, order):
-    """``rows`` as an array to append to the array ``shape`` of ``dtype``
-    stored in ``order``: the same dtype (or one of the same kind, converted),
-    the same shape but along the growing axis, contiguous in that order."""
-    rows = np.asarray(rows)
-    if rows.dtype != dtype:
-        if rows.dtype == object or not np.can_cast(rows.dtype, dtype, "same_kind"):
-            raise TypeError(f"{name}: cannot append {rows.dtype} rows to {path}, an array "
-                            f"of {dtype} (only one of the same kind, such as float64 to "
-                            f"float32, is converted)")
-        rows = rows.astype(dtype)
-    if not shape:
-        raise ValueError(f"{name}: {path} is a 0-d array, which has no rows to append to")
-    if order == "F":
-        ok = rows.ndim == len(shape) and rows.shape[:-1] == tuple(shape[:-1])
-        rows = np.asfortranarray(rows)
-        axis = f"its last axis (it is stored in F order): ({', '.join(map(str, shape[:-1]))}, n)"
-    else:
-        ok = rows.ndim == len(shape) and rows.shape[1:] == tuple(shape[1:])
-        rows = np.ascontiguousarray(rows)
-        axis = f"its first axis: (n, {', '.join(map(str, shape[1:]))})" if len(shape) > 1 \
-            else "its first axis: (n,)"
-    if not ok:
-        raise ValueError(f"{name}: cannot append rows of shape {rows.shape} to {path} of shape "
-                         f"{tuple(shape)}; rows are appended along {axis}")
-    return rows
-
-
-def _replacement(name, path, array):
-    """``array`` as it can be stored in place of the array at ``path``."""
-    if not isinstance(array, np.ndarray) or type(array) is not np.ndarray:
-        array = np.asarray(array) if not isinstance(array, np.ndarray) else array
-        if type(array) is not np.ndarray:
-            raise TypeError(f"{name}: {path} can be replaced by a plain numpy array only, "
-                            f"not {type(array).__name__}")
-    if array.dtype.hasobject:
-        raise TypeError(f"{name}: {path} cannot be replaced by an array of Python objects, "
-                        f"which is pickled, not stored as a section")
-    if not (array.flags.c_contiguous or array.flags.f_contiguous):
-        array = np.ascontiguousarray(array)
-    return array
-
-
-def _is_basic(part):
-    return (part is None or part is Ellipsis or isinstance(part, slice)
-            or (isinstance(part, (int, np.integer)) and not isinstance(part, (bool, np.bool_))))
-
-
-def _selected(name, path, dtype, shape, order, index):
-    """Where ``array[index]`` lies in the array's stored bytes: ``(offset of
-    its first element, its shape, its strides, lo, hi)``, ``lo:hi`` the
-    bytes from its lowest element to the end of its highest (equal when it
-    selects nothing)."""
-    parts = index if isinstance(index, tuple) else (index,)
-    if not all(_is_basic(part) for part in parts):
-        raise TypeError(f"{name}: cannot assign to {path}[{index!r}]: only basic indices "
-                        f"(integers, slices, ..., None) are assigned to; read, change and "
-                        f"replace the array for others")
-    if Ellipsis not in parts:
-        parts = parts + (Ellipsis,)  # a view, even for one element
-    itemsize = dtype.itemsize
-    strides, step = [0] * len(shape), itemsize
-    for axis in (range(len(shape) - 1, -1, -1) if order == "C" else range(len(shape))):
-        strides[axis] = step
-        step *= shape[axis]
-    # The array's geometry without its bytes: indexing computes the view
-    # and touches no memory.
-    whole = np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape=tuple(shape),
-                                            strides=tuple(strides))
-    try:
-        view = whole[parts]
-    except IndexError as exc:
-        raise IndexError(f"{name}: cannot assign to {path}[{index!r}] of shape "
-                         f"{tuple(shape)}: {exc}") from None
-    offset = view.__array_interface__["data"][0] - whole.__array_interface__["data"][0]
-    if view.size == 0:
-        return offset, view.shape, view.strides, 0, 0
-    lo = offset + sum((n - 1) * s for n, s in zip(view.shape, view.strides) if s < 0)
-    hi = offset + sum((n - 1) * s for n, s in zip(view.shape, view.strides) if s > 0) + itemsize
-    return offset, view.shape, view.strides, lo, hi
-
-
-def _assigned_value(name, path, value, dtype, shape):
-    """``value`` checked as numpy would assign it to a part of ``shape`` of
-    an array of ``dtype``, converting only within a kind."""
-    probe = np.empty(0, dtype)
-    if not isinstance(value, (bool, int, float, complex)):
-        value = np.asarray(value)
-        if value.dtype.hasobject:
-            raise TypeError(f"{name}: cannot assign Python objects to {path}, an array of "
-                            f"{dtype}")
-        try:
-            np.copyto(probe, value.ravel()[:0], casting="same_kind")
-        except TypeError:
-            raise TypeError(f"{name}: cannot assign {value.dtype} values to {path}, an array "
-                            f"of {dtype} (only values of the same kind, such as float64 to "
-                            f"float32, are converted)") from None
-    else:
-        try:
-            np.copyto(np.empty(1, dtype), value, casting="same_kind")
-        except (TypeError, OverflowError) as exc:
-            raise TypeError(f"{name}: cannot assign {value!r} to {path}, an array of {dtype}: "
-                            f"{exc}") from None
-    try:
-        if np.broadcast_shapes(np.shape(value), shape) != tuple(shape):
-            raise ValueError
-    except ValueError:
-        raise ValueError(f"{name}: cannot assign a value of shape {np.shape(value)} to a part "
-                         f"of {path} of shape {shape}") from None
-    return value
-
-
-def _as_rows(data, shape, order):
-    """The elements ``data`` (1-d, stored order) as whole rows of the
-    array's slowest axis, where they are: chunked by whole rows, as every
-    other chunk of the array is."""
-    if len(shape) < 2:
-        return data
-    other = int(np.prod(shape[1:] if order == "C" else shape[:-1]))
-    if other == 0 or data.size % other:
-        return data
-    if order == "C":
-        return data.reshape((-1,) + tuple(shape[1:]))
-    return data.reshape(tuple(shape[:-1]) + (-1,), order="F")
-
-
-def _spliced(old, rows, first, last, added):
-    """The index entry of the section ``old`` (its chunks ``rows``, placed)
-    with its chunks ``first`` to ``last`` replaced by the chunks of the
-    section ``added``: the placed layout, each chunk at its own offset."""
-    new_rows = _placed_rows(added)
-    table = rows[:first] + new_rows + rows[last + 1:]
-    meta = dict(old["meta"])
-    meta.pop("rows_per_chunk", None)  # chunks of another size may be spliced in
-    spliced = {
-        "offset": table[0][4],
-        "raw_size": old["raw_size"],
-        "stored_size": sum(row[0] for row in table),
-        "codec": old["codec"],
-        "typesize": old["typesize"],
-        "chunks": "[" + ",".join(_PLACED_ROW % tuple(row) for row in table) + "]",
-        "meta": meta,
-        "layout": "placed",
-    }
-    if "pieces" in old or "pieces" in added:
-        fields = _pieces_fields(old, len(rows))
-        fields = fields[:first] + _pieces_fields(added, len(new_rows)) + fields[last + 1:]
-        spliced["piece_size"] = old.get("piece_size") or added["piece_size"]
-        spliced["pieces"] = ",".join(fields)
-    return spliced
-
-
-def _placed_rows(entry):
-    """The chunk table of the section ``entry`` (an index's dict) with each
-    chunk's offset: ``[stored, raw, checksum, flag, offset]`` lists."""
-    table = json.loads(entry["chunks"])
-    layout = entry.get("layout", "run")
-    if layout == "placed":
-        return table
-    gap = RECORD_SIZE if layout == "records" else 0
-    position = entry["offset"]
-    rows = []
-    for length, raw_length, digest, flag in table:
-        rows.append([length, raw_length, digest, flag, position])
-        position += length + gap
-    return rows
-
-
-def _pieces_fields(entry, n):
-    text = entry.get("pieces")
-    return [""] * n if text is None else text.split(",")
-
-
-def _joined(old, added):
-    """The index entry of the section ``old`` followed by the chunks of the
-    section ``added`` (written after it, elsewhere in the file): the placed
-    layout, each chunk at its own offset."""
-    old_n = len(json.loads(old["chunks"])) if old.get("layout") != "placed" else None
-    added_rows = _placed_rows(added)
-    added_text = ",".join(_PLACED_ROW % tuple(row) for row in added_rows)
-    if old.get("layout") == "placed":
-        # Its text extended, not parsed and written again: an append costs
-        # the same however many chunks the array has.
-        text = old["chunks"]
-        old_n = text.count("[") - 1
-        chunks = text[:-1] + ("," if old_n else "") + added_text + "]"
-    else:
-        old_rows = _placed_rows(old)
-        chunks = "[" + ",".join(_PLACED_ROW % tuple(row) for row in old_rows + added_rows) + "]"
-    if not old_n:
-        merged = dict(added)
-        merged["layout"] = "placed"
-        merged["chunks"] = "[" + added_text + "]"
-        return merged
-    merged = {
-        "offset": old["offset"],
-        "raw_size": old["raw_size"] + added["raw_size"],
-        "stored_size": old["stored_size"] + added["stored_size"],
-        "codec": old["codec"],
-        "typesize": old["typesize"],
-        "chunks": chunks,
-        "meta": old["meta"],
-        "layout": "placed",
-    }
-    if "pieces" in old or "pieces" in added:
-        fields = _pieces_fields(old, old_n) + _pieces_fields(added, len(added_rows))
-        merged["piece_size"] = old.get("piece_size") or added["piece_size"]
-        merged["pieces"] = ",".join(fields)
-    return merged
 
 
 def _locked_descriptor(path, name, timeout):
