@@ -259,6 +259,7 @@ class ContainerWriter:
         # checksum before writing.
         pool = get_pool(self._n_threads)
         pending = deque()
+        most_pending = 2 * self._n_threads
 
         def done(chunk, future):
             # A checksum no worker has started by the time the writes are
@@ -277,6 +278,13 @@ class ContainerWriter:
                 self._write(chunk)
                 pending.append((chunk, future))
                 while pending and pending[0][1].done():
+                    done(*pending.popleft())
+                if len(pending) > most_pending:
+                    # Workers lagging (a busy machine): the oldest chunk's
+                    # checksum is taken over here, so that the chunks
+                    # waiting stay few -- those of an array made as it is
+                    # written (dask blocks, row batches) would otherwise
+                    # keep their whole band or batch in memory.
                     done(*pending.popleft())
         for chunk, future in pending:
             done(chunk, future)
