@@ -142,10 +142,12 @@ def _computed_bands(array):
     if blocks.ndim == 0:
         blocks = blocks.reshape(1)
 
+    options = _gather_options()
+
     def compute(row):
         if not isinstance(row, np.ndarray):  # the one block of a band of a 1-d array
-            return dask.compute(row)[0]
-        flat = dask.compute(*row.ravel().tolist())
+            return dask.compute(row, **options)[0]
+        flat = dask.compute(*row.ravel().tolist(), **options)
         grid = np.empty(len(flat), dtype=object)
         grid[:] = flat
         return _nested(grid.reshape(row.shape).tolist())
@@ -169,6 +171,28 @@ def _computed_bands(array):
             yield future.result()
         finally:
             future.cancel()
+
+
+def _gather_options():
+    """Options for ``dask.compute``: a distributed client whose scheduler
+    runs in this process (a ``LocalCluster``'s) gathers the blocks straight
+    from the workers. Through the scheduler, as a client gathers by
+    default, each band would be received twice in this process -- by the
+    scheduler, then from it by the client -- while the band before it is
+    being written. A scheduler elsewhere holds its copy in its own process,
+    and may be the only one the client can reach: it is left alone."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return {}
+    import dask.base
+
+    client = getattr(dask.base.get_scheduler(), "__self__", None)
+    if not isinstance(client, distributed.Client):
+        return {}
+    address = client.scheduler.address
+    if any(s.address == address for s in list(distributed.Scheduler._instances)):
+        return {"direct": True}
+    return {}
 
 
 def _nested(blocks):
