@@ -103,8 +103,11 @@ def test_row_batches_not_as_said(tmp_path):
             assert os.listdir(tmp_path) == []
     rows = cpersist.RowBatches(ones(3), (300, 10), np.float64)
     cpersist.dump({"x": rows}, tmp_path / "a.cp")
-    with pytest.raises(cpersist.RowBatchesError, match="dumped already"):
+    with pytest.raises(cpersist.RowBatchesError, match="read already"):
         cpersist.dump({"x": rows}, tmp_path / "b.cp")
+    with pytest.raises(cpersist.RowBatchesError, match="read already"):
+        cpersist.dump({"x": cpersist.RowBatches(ones(3), (300, 10), np.float64)},
+                      tmp_path / "b.cp", compress="max")
     assert os.listdir(tmp_path) == ["a.cp"]
     with pytest.raises(TypeError, match="written by cpersist.dump"):
         pickle.dumps(cpersist.RowBatches(ones(1), (100, 10), np.float64))

@@ -45,7 +45,8 @@ class RowBatches:
     RowBatchesError
         At dump time, if a batch has another dtype or row shape, the batches
         hold more or fewer rows than ``shape[0]``, or the batches were read
-        by an earlier dump. Nothing is left at the dump's path.
+        by an earlier dump (or by ``compress="max"``, which writes an object
+        of at most 16 MiB several ways). Nothing is left at the dump's path.
 
     Examples
     --------
@@ -93,8 +94,9 @@ class RowBatches:
         (a generator) and store zeros where the data should be."""
         if self._used:
             raise RowBatchesError(
-                f"this RowBatches (shape {self.shape}) was dumped already, which read its "
-                f"batches; make a new one for each dump")
+                f"this RowBatches (shape {self.shape}) was read already, by an earlier dump "
+                f"(make a new one for each dump) or by compress='max', which writes an "
+                f"object of at most 16 MiB several ways (use another compress level)")
         self._used = True
         return self._batches
 
