@@ -11,6 +11,7 @@ from .codecs import available_codecs  # noqa: E402
 from .exceptions import (ArrayNotFoundError, CodecLibraryError,  # noqa: E402
                          CorruptFileError, CpersistError, DaskArrayError, DtypeLibraryError,
                          FileChangedError, FileLockedError, LimitExceededError, RemoteStorageError,
+                         RowBatchesError,
                          UnpicklableError, UnsupportedVersionError, UntrustedObjectError,
                          UntrustedPickleError, UnwritableTargetError)
 
@@ -23,7 +24,7 @@ _LAZY = {"dump": "api", "load": "api", "dumps": "inmemory", "loads": "inmemory",
          "open": "handle", "FileHandle": "handle",
          "append": "recordlog.writer", "compact": "growfile.compact",
          "GrowingFile": "growfile.handle", "repair": "recordlog.writer", "RecordLog": "recordlog.reader", "LazyArray": "lazy.array",
-         "Limits": "format.limits",
+         "Limits": "format.limits", "RowBatches": "pickling.row_batches",
          "LazyTensor": "lazy.tensor"}
 
 
@@ -60,6 +61,8 @@ __all__ = [
     "RecordLog",
     "LazyTensor",
     "RemoteStorageError",
+    "RowBatches",
+    "RowBatchesError",
     "UnsupportedVersionError",
     "UntrustedObjectError",
     "UntrustedPickleError",

@@ -30,7 +30,8 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         its own C or Fortran order, raw or compressed. A dask array is
         stored as the numpy array it computes to, in C order, computed and
         written one band of blocks at a time by dask's scheduler in force,
-        never whole in memory (see :doc:`/larger_than_memory`).
+        never whole in memory; so is a :class:`cpersist.RowBatches`, read
+        one batch at a time (see :doc:`/larger_than_memory`).
     target : str, os.PathLike or binary file object
         A path is written atomically: to a temporary file in the same
         directory, renamed onto the path once complete. A file object

@@ -149,6 +149,13 @@ class DaskArrayError(CpersistError, ValueError):
     ``chunks=``). Nothing is left at the dump's path."""
 
 
+class RowBatchesError(CpersistError, ValueError):
+    """A :class:`cpersist.RowBatches` inside the object to dump does not
+    hold what it says: a batch of another dtype or row shape, more or fewer
+    rows than its shape's first axis, or batches already read by an earlier
+    dump. Nothing is left at the dump's path."""
+
+
 class ArrayNotFoundError(CpersistError, KeyError):
     """:attr:`cpersist.FileHandle.arrays` has no array at the key given.
 

@@ -71,15 +71,31 @@ def test_dask_array_in_memory_dumps(tmp_path):
 
 def test_dask_array_computed_on_the_cluster(tmp_path, dask_client):
     """With a distributed client in use, the blocks are computed by its
-    workers (each block holds the pid of the process that made it)."""
+    workers (each block holds the pid of the process that made it); as the
+    scheduler runs in this process, the client gathers them from the
+    workers, never through the scheduler (which would hold a second copy of
+    each band here)."""
     def pid_block(block):
         return np.full(block.shape, os.getpid(), dtype=np.int64)
 
     template = da.zeros((6000, 50), chunks=(500, 25), dtype=np.int64)
     pids = template.map_blocks(pid_block, dtype=np.int64)
     values = da.from_array(RNG.random((6000, 50)), chunks=(500, 50)) * 2
-    cpersist.dump({"pids": pids, "values": values}, tmp_path / "c.cp", compress=3,
-                  chunk_size=1 << 16)
+    scheduler = dask_client.cluster.scheduler
+    through_scheduler = []
+    gather = scheduler.handlers["gather"]
+
+    def counted_gather(*args, **kwargs):
+        through_scheduler.append(kwargs.get("keys"))
+        return gather(*args, **kwargs)
+
+    scheduler.handlers["gather"] = counted_gather
+    try:
+        cpersist.dump({"pids": pids, "values": values}, tmp_path / "c.cp", compress=3,
+                      chunk_size=1 << 16)
+    finally:
+        scheduler.handlers["gather"] = gather
+    assert through_scheduler == []
     loaded = cpersist.load(tmp_path / "c.cp")
     workers = set(dask_client.run(os.getpid).values())
     assert set(np.unique(loaded["pids"]).tolist()) <= workers

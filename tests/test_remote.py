@@ -241,7 +241,7 @@ def test_s3_dump_to_missing_bucket(s3_server):
 
 def test_s3_whole_load_merges_requests(s3_server):
     rng = np.random.default_rng(5)
-    obj = {"a": rng.normal(size=8_000_000).astype(np.float32),
+    obj = {"a": rng.normal(size=12_000_000).astype(np.float32),
            "b": rng.integers(0, 1000, 2_000_000)}
     key = "many-chunks.cp"
     url = s3_server.url(key)

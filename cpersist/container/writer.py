@@ -100,14 +100,13 @@ class ContainerWriter:
             Contiguous byte chunks (format ``B``), none empty nor longer than
             ``MAX_CHUNK_SIZE``, whose concatenation is the section.
         codec : Codec or None
-            None stores the bytes as one contiguous raw run.
+            None: one contiguous raw run.
         typesize : int
-            Element size, passed to the codec (Blosc shuffles by it).
+            Element size, for the codec (Blosc shuffles by it).
         meta : dict, optional
-            JSON-serialisable description kept in the index.
+            JSON-serialisable, kept in the index.
         size : int, optional
-            Total length of ``chunks``, if known (a raw section's blocks are
-            then reserved at once).
+            Total length of ``chunks``, if known (then reserved at once).
         release : callable, optional
             Called once per chunk, in order, when nothing reads its memory
             any more (checksummed, encoded, written), all before this
@@ -252,11 +251,11 @@ class ContainerWriter:
                     table.append([len(chunk), len(chunk), digest, VERBATIM])
                     pieces.append(chunk_pieces)
             return self._add_table(offset, table, None, typesize, meta, pieces=pieces)
-        # A worker checksums each chunk while this thread writes it: both read
-        # it at once, so it crosses from memory once, and nothing waits for a
-        # checksum before writing.
+        # A worker checksums each chunk while this thread writes it: it crosses
+        # from memory once, and no write waits for a checksum.
         pool = get_pool(self._n_threads)
         pending = deque()
+        most_pending = 2 * self._n_threads
 
         def done(chunk, future):
             # A checksum no worker has started by the time the writes are
@@ -278,18 +277,16 @@ class ContainerWriter:
                 pending.append((chunk, future))
                 while pending and pending[0][1].done():
                     done(*pending.popleft())
+                if len(pending) > most_pending:  # workers lag: keep few chunks alive
+                    done(*pending.popleft())  # (dask blocks, row batches: a band each)
         for chunk, future in pending:
             done(chunk, future)
         return self._add_table(offset, table, None, typesize, meta, pieces=pieces)
 
     def add_encoded_section(self, encoded, *, codec=None, typesize=1, meta=None):
-        """Append a section from chunks already passed through :func:`encode_chunk`.
-
-        Parameters
-        ----------
-        encoded : iterable of (bytes to store, raw length, checksum, flag)
-            What :class:`EncodedStream` collects.
-        """
+        """Append a section from chunks already passed through :func:`encode_chunk`:
+        ``encoded`` is what :class:`EncodedStream` collects, (bytes to store,
+        raw length, checksum, flag) each."""
         encoded = list(encoded)
         self._write_pending()
         # Every chunk is encoded already: one record holds them all. Raw

@@ -15,6 +15,7 @@ import numpy as np
 
 from .arrays import inline_dtype, is_plain_data, to_inline
 from .dask_arrays import DaskSource, dask_array_type
+from .row_batches import BatchSource, RowBatches
 from ..format.named_dtypes import favours_speed
 from .rebuild import inline_array, rebuild_jax, rebuild_masked, rebuild_view, stored_array
 
@@ -119,13 +120,18 @@ class ArrayPickler(pickle.Pickler):
         the pickle stream is computed whole."""
         if not is_plain_data(arr):
             return NotImplemented
-        source = DaskSource(arr)
+        return self._reduce_streamed(arr, DaskSource(arr))
+
+    def _reduce_streamed(self, obj, source):
+        """An array whose bytes are made as its section is written (a
+        :class:`.dask_arrays.StreamedSource`): one small enough to stay in
+        the pickle stream is made whole, in C order as its section is."""
         if source.nbytes < self._inline_below:
-            # In C order, as a section of it is stored.
-            reduced = self._reduce_plain(np.asarray(arr.compute(), order="C"))
+            reduced = self._reduce_plain(source.materialize())
         else:
-            reduced = stored_array, (self.store(source, favour_speed=favours_speed(arr.dtype)),)
-        self.placed[id(arr)] = reduced[1][0] if reduced[0] is stored_array else None
+            reduced = stored_array, (self.store(source,
+                                                favour_speed=favours_speed(source.dtype)),)
+        self.placed[id(obj)] = reduced[1][0] if reduced[0] is stored_array else None
         return reduced
 
     def reducer_override(self, obj):
@@ -144,6 +150,8 @@ class ArrayPickler(pickle.Pickler):
                 return NotImplemented
             return self._reduce_plain(obj.view(np.ndarray))
         if not isinstance(obj, np.ndarray):
+            if cls is RowBatches:
+                return self._reduce_streamed(obj, BatchSource(obj))
             tensors = self.tensors
             if tensors is None and "torch" in sys.modules:
                 from .tensors import TensorReducer

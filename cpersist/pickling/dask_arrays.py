@@ -30,40 +30,33 @@ def dask_array_type():
     return getattr(module, "Array", None)
 
 
-class DaskSource:
-    """A dask array to store as a C-ordered section (what ``store`` is
-    handed in its place).
+class StreamedSource:
+    """An array to store as a C-ordered section whose bytes are made while
+    the section is written (what ``store`` is handed in its place): see
+    :class:`DaskSource` and :class:`.row_batches.BatchSource`.
 
     Attributes
     ----------
-    array : dask.array.Array
     dtype : numpy.dtype
     shape : tuple of int
     nbytes : int
     """
 
-    __slots__ = ("array", "dtype", "shape", "nbytes")
+    __slots__ = ("dtype", "shape", "nbytes")
 
-    def __init__(self, array):
-        shape = array.shape
-        if any(n != n for n in shape):  # NaN: a size dask does not know yet
-            raise DaskArrayError(
-                f"cannot store a dask array of unknown shape {shape}: its chunk sizes "
-                f"are unknown (after a boolean mask, say); call x.compute_chunk_sizes() "
-                f"first")
-        self.array = array
-        self.dtype = array.dtype
+    def __init__(self, dtype, shape):
+        self.dtype = dtype
         self.shape = tuple(int(n) for n in shape)
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
     def describe(self):
         """The section's ``meta``, as :func:`.arrays.describe` gives it for
-        the computed array."""
+        the whole array."""
         return describe_layout(self.dtype, self.shape, "C")
 
     def step(self, chunk_size):
         """``(rows per chunk or None, bytes per chunk)``, as
-        :func:`.arrays.iter_chunks` cuts the computed array."""
+        :func:`.arrays.iter_chunks` cuts the whole array."""
         itemsize = self.dtype.itemsize
         step = max(1, chunk_size // itemsize) * itemsize if itemsize else chunk_size
         if not self.shape or not self.nbytes:
@@ -72,6 +65,32 @@ class DaskSource:
         if rows is not None:
             step = rows * (self.nbytes // self.shape[0])
         return rows, step
+
+
+class DaskSource(StreamedSource):
+    """A dask array to store as a C-ordered section.
+
+    Attributes
+    ----------
+    array : dask.array.Array
+    """
+
+    __slots__ = ("array",)
+
+    def __init__(self, array):
+        shape = array.shape
+        if any(n != n for n in shape):  # NaN: a size dask does not know yet
+            raise DaskArrayError(
+                f"cannot store a dask array of unknown shape {shape}: its chunk sizes "
+                f"are unknown (after a boolean mask, say); call x.compute_chunk_sizes() "
+                f"first")
+        super().__init__(array.dtype, shape)
+        self.array = array
+
+    def materialize(self):
+        """The whole array, in C order (for one small enough to stay in the
+        pickle stream)."""
+        return np.asarray(self.array.compute(), order="C")
 
     def byte_chunks(self, step, copies=False):
         """Yield the array's C-order bytes as memoryviews of ``step`` bytes
@@ -85,7 +104,7 @@ class DaskSource:
         """
         if not self.nbytes:
             return
-        cutter = _Cutter(step, copies)
+        cutter = Cutter(step, copies)
         fed = 0
         for band in _computed_bands(self.array):
             pieces = _band_bytes(band, self.dtype, step)
@@ -123,10 +142,12 @@ def _computed_bands(array):
     if blocks.ndim == 0:
         blocks = blocks.reshape(1)
 
+    options = _gather_options()
+
     def compute(row):
         if not isinstance(row, np.ndarray):  # the one block of a band of a 1-d array
-            return dask.compute(row)[0]
-        flat = dask.compute(*row.ravel().tolist())
+            return dask.compute(row, **options)[0]
+        flat = dask.compute(*row.ravel().tolist(), **options)
         grid = np.empty(len(flat), dtype=object)
         grid[:] = flat
         return _nested(grid.reshape(row.shape).tolist())
@@ -150,6 +171,28 @@ def _computed_bands(array):
             yield future.result()
         finally:
             future.cancel()
+
+
+def _gather_options():
+    """Options for ``dask.compute``: a distributed client whose scheduler
+    runs in this process (a ``LocalCluster``'s) gathers the blocks straight
+    from the workers. Through the scheduler, as a client gathers by
+    default, each band would be received twice in this process -- by the
+    scheduler, then from it by the client -- while the band before it is
+    being written. A scheduler elsewhere holds its copy in its own process,
+    and may be the only one the client can reach: it is left alone."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return {}
+    import dask.base
+
+    client = getattr(dask.base.get_scheduler(), "__self__", None)
+    if not isinstance(client, distributed.Client):
+        return {}
+    address = client.scheduler.address
+    if any(s.address == address for s in list(distributed.Scheduler._instances)):
+        return {"direct": True}
+    return {}
 
 
 def _nested(blocks):
@@ -204,7 +247,7 @@ def _sliced(band, dtype, start, stop):
     return _block(band, dtype)[start:stop]
 
 
-class _Cutter:
+class Cutter:
     """Cuts a stream of byte views into chunks of ``step`` bytes: views of
     the data fed where a chunk lies within one piece of it (copies if
     ``copies``), copies where a chunk spans two pieces."""

@@ -9,7 +9,7 @@ from ..container import ContainerWriter, EncodedStream
 from .object_paths import object_paths
 from .arrays import describe, rows_per_chunk
 from .array_pickler import ArrayPickler
-from .dask_arrays import DaskSource
+from .dask_arrays import StreamedSource
 from .snapshot import chunks_to_write
 
 #: Chunk size of the pickle stream: smaller than array chunks so that its
@@ -130,8 +130,9 @@ def array_store(writer, codec, chunk_size):
             if fast is None:
                 fast = codec.favouring_speed()
             chosen = fast
-        if type(arr) is DaskSource:
-            # Computed band by band as the writer takes its chunks.
+        if isinstance(arr, StreamedSource):
+            # Made (computed, or read from its batches) as the writer takes
+            # its chunks.
             rows, step = arr.step(chunk_size)
             chunks, release = arr.byte_chunks(step, copies=chosen is not None), None
             meta = arr.describe()
