@@ -16,11 +16,9 @@ from .snapshot_pickler import Buffers
 MAX_PENDING = 1
 
 #: Whether the dump starts writing while the call copies the large arrays,
-#: from the originals the call has not copied yet (see :func:`start`). Off:
-#: the writer and the copy compete for memory bandwidth, so the call, which
-#: is what a training loop waits for, returns sooner when it copies alone
-#: (the maintainers' lab, benchmarks/training_loop.py, compares both ways).
-OVERLAP_COPIES = False
+#: from the originals the call has not copied yet (see :func:`start`); the
+#: maintainers' lab (benchmarks/training_loop.py) compares both ways.
+OVERLAP_COPIES = True
 
 _slots = threading.BoundedSemaphore(MAX_PENDING)
 _buffers = None  # a snapshot.Buffers, made by the first dump
