@@ -49,6 +49,20 @@ def lock_descriptor(fd, path=None):
     return None
 
 
+def lock_for_writing(fd, timeout, name, thing, change):
+    """Take ``fd``'s exclusive lock, waiting at most ``timeout`` seconds, or
+    raise :class:`~cpersist.FileLockedError` saying which file (``name``),
+    what it is (``thing``: "the record log") and what a writer without the
+    lock could interleave (``change``: "appending")."""
+    if not try_lock(fd, timeout=timeout):
+        from ..exceptions import FileLockedError
+
+        waited = "" if timeout is None else f" for {timeout} s"
+        raise FileLockedError(
+            f"{name}: could not lock {thing}{waited}: another writer holds it, or the file "
+            f"system has no locks ({change} without one could interleave two writers)")
+
+
 def try_lock(fd, shared=False, timeout=None):
     """Lock ``fd`` (exclusive, or ``shared``) waiting at most ``timeout``
     seconds (None: as long as it takes). Whether it is locked: False also

@@ -14,13 +14,13 @@ import os
 
 import numpy as np
 
-from .._runtime.locks import try_lock
+from .._runtime.locks import lock_for_writing
 from .._runtime.threads import default_n_threads
 from ..codecs import codec_from_config
 from ..container import ContainerReader
 from ..container.frames import OBJECT_FILE_START, OBJECT_FRAMES_AT, last_commit
 from ..container.sources import source_for
-from ..exceptions import CorruptFileError, FileLockedError, UnwritableTargetError
+from ..exceptions import CorruptFileError, UnwritableTargetError
 from ..pickling.read import array_layout
 from ..pickling.write import array_store
 from ..container.commits import read_index, write_commit
@@ -348,12 +348,7 @@ def _locked_descriptor(path, name, timeout):
             raise FileNotFoundError(f"{name}: no such growing file; make one with "
                                     f"cpersist.dump(obj, path, growing=True)") from None
         try:
-            if not try_lock(fd, timeout=timeout):
-                waited = "" if timeout is None else f" for {timeout} s"
-                raise FileLockedError(
-                    f"{name}: could not lock the growing file{waited}: another writer holds "
-                    f"it, or the file system has no locks (changing it without one could "
-                    f"interleave two writers)")
+            lock_for_writing(fd, timeout, name, "the growing file", "changing it")
             here, now = os.fstat(fd), os.stat(path)
             if (here.st_dev, here.st_ino) == (now.st_dev, now.st_ino):
                 return fd

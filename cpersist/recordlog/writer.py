@@ -14,7 +14,7 @@ import pickle
 import os
 
 from .._args import check_compress, check_log_path, check_protocol
-from .._runtime.locks import try_lock
+from .._runtime.locks import lock_for_writing
 from ..container.targets import FileTarget
 from ..container.frames import (ENTRY_KINDS, ENTRY_UP_TO, FILE_START, FRAME_TRAILER,
                                 FRAMES_AT, check_file_start, dump_frame_head,
@@ -22,7 +22,7 @@ from ..container.frames import (ENTRY_KINDS, ENTRY_UP_TO, FILE_START, FRAME_TRAI
                                 frame_checks_out, parse_frame_head, walk_frames)
 from ..container import DEFAULT_CHUNK_SIZE
 from ..container.layout import RECORD_SIZE, TRAILER
-from ..exceptions import CorruptFileError, FileLockedError, UnwritableTargetError
+from ..exceptions import CorruptFileError, UnwritableTargetError
 from ..pickling.array_pickler import ArrayPickler
 from ..pickling.dump import forget_objects, write_dump
 from ..pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
@@ -159,12 +159,7 @@ class LogWriter:
         # repair never makes a file: a missing one is an error
         fd = os.open(path, _OPEN & ~os.O_CREAT if _repair else _OPEN, 0o666)
         try:
-            if not try_lock(fd, timeout=timeout):
-                waited = "" if timeout is None else f" for {timeout} s"
-                raise FileLockedError(
-                    f"{self.name}: could not lock the record log{waited}: another writer "
-                    f"holds it, or the file system has no locks (appending without one "
-                    f"could interleave two writers)")
+            lock_for_writing(fd, timeout, self.name, "the record log", "appending")
             self.end = self._committed_end(fd, _repair)
             os.lseek(fd, self.end, os.SEEK_SET)
         except BaseException:
