@@ -29,10 +29,21 @@ def add_repair(verbs):
 def _cmd_repair(args):
     from ..recordlog.writer import repair
 
+    def done(result):
+        what = ("growing file" if result["records"] is None
+                else f"{result['records']} records")
+        return f"{what}, {result['cut_bytes']:,} bytes cut off"
+
+    return _each_file(args.files, repair, done)
+
+
+def _each_file(paths, change, done):
+    """Run ``change(path)`` on each path, printing ``PATH: OK (done(result))``
+    or ``PATH: FAILED: why``; the command's exit status."""
     status = _OK
-    for path in args.files:
+    for path in paths:
         try:
-            result = repair(path)
+            result = change(path)
         except (OSError, CpersistError) as exc:
             message = error_line(exc, path)
             if message.startswith(f"{path}: "):
@@ -40,9 +51,7 @@ def _cmd_repair(args):
             print(f"{path}: FAILED: {message}")
             status = _FAILED
             continue
-        what = ("growing file" if result["records"] is None
-                else f"{result['records']} records")
-        print(f"{path}: OK ({what}, {result['cut_bytes']:,} bytes cut off)")
+        print(f"{path}: OK ({done(result)})")
     return status
 
 
@@ -67,17 +76,6 @@ def add_compact(verbs):
 def _cmd_compact(args):
     from ..growfile.compact import compact
 
-    status = _OK
-    for path in args.files:
-        try:
-            result = compact(path, fsync=args.fsync)
-        except (OSError, CpersistError) as exc:
-            message = error_line(exc, path)
-            if message.startswith(f"{path}: "):
-                message = message[len(path) + 2:]
-            print(f"{path}: FAILED: {message}")
-            status = _FAILED
-            continue
-        print(f"{path}: OK ({result['reclaimed_bytes']:,} bytes reclaimed, "
-              f"{result['bytes_after']:,} bytes now)")
-    return status
+    return _each_file(args.files, lambda path: compact(path, fsync=args.fsync),
+                      lambda result: f"{result['reclaimed_bytes']:,} bytes reclaimed, "
+                                     f"{result['bytes_after']:,} bytes now")
