@@ -10,8 +10,6 @@ class Contender:
     """How one library appends batches to a file and reads them back."""
 
     name = ""
-    #: Why it cannot run though installed, if it cannot.
-    unavailable = None
 
     def open(self, path):
         """Start an empty file (or directory) at ``path``."""

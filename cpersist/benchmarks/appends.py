@@ -201,8 +201,6 @@ def run(out_dir, quick=False):
             missing = _missing(contender)
             if missing:
                 results["contenders"][contender.name] = {"missing": missing}
-            elif contender.unavailable:
-                results["contenders"][contender.name] = {"unavailable": contender.unavailable}
             else:
                 results["contenders"][contender.name] = measure(contender, directory,
                                                                 appends, rows)
@@ -230,10 +228,6 @@ def ratios(results):
     ours = [n for n in contenders if n.startswith("cpersist")]
     for name in ours:
         mine = contenders[name]
-        if "unavailable" in mine:
-            rows.append(dict(failed_row("append", name, mine["unavailable"]),
-                             status="not available"))
-            continue
         for peer in (n for n in contenders if n not in ours):
             theirs = contenders[peer]
             for key, what, form in RATIOS:
@@ -251,8 +245,6 @@ def ratios(results):
         target = f"{name}: median of the last appends / of the first"
         if "missing" in figures:
             rows.append(ratio_row("append", target, missing=figures["missing"]))
-        elif "unavailable" in figures:
-            continue  # said once above
         elif "error" in figures:
             rows.append(failed_row("append", target, figures["error"]))
         else:
@@ -269,8 +261,6 @@ def format_results(results):
     for name, f in results["contenders"].items():
         if "missing" in f:
             table.append([name, f"not installed: pip install {f['missing']}"])
-        elif "unavailable" in f:
-            table.append([name, f"not available: {f['unavailable']}"])
         elif "error" in f:
             table.append([name, f"failed: {f['error']}"])
         else:
