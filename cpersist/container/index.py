@@ -13,7 +13,7 @@ from ..codecs import codec_from_config
 from ..exceptions import CorruptFileError, UnsupportedVersionError
 from .layout import (ALIGN, ENCODED, END_MAGIC, FORMAT_MAJOR, HEADER, MAGIC, MAX_CHUNK_SIZE,
                      PACK_SECTIONS_UP_TO, RECORD_SIZE, SECTIONS_CODEC, SECTIONS_EXPANSION,
-                     TRAILER, VERBATIM, Chunk, new_chunk, checksum, corrupt, index_checks_out,
+                     TRAILER, VERBATIM, Chunk, new_chunk, corrupt, index_checks_out,
                      packed_sections_accepted)
 
 

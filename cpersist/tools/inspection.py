@@ -12,8 +12,6 @@ writable map and stores their new checksums. :func:`inspect` and
 dry run of its machine over stand-ins of the stored arrays.
 """
 
-import numpy as np
-
 from .._args import check_limits, check_storage_options
 from ..container.files import display_name, is_path
 from ..storage.fsspec.urls import is_url
