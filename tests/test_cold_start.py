@@ -34,6 +34,14 @@ def test_a_dump_imports_nothing_of_the_reading_side(tmp_path):
     assert imported_after(code, reading) == set()
 
 
+def test_a_plain_dump_imports_nothing_of_streamed_arrays_or_growing_files(tmp_path):
+    code = (f"import numpy as np, cpersist\n"
+            f"cpersist.dump({{'w': np.arange(1e5), 'n': {{'a': 1}}}}, {str(tmp_path / 'w.cp')!r})")
+    streamed = ("cpersist.pickling.dask_arrays", "cpersist.pickling.row_batches",
+                "cpersist.container.commits", "cpersist.growfile")
+    assert imported_after(code, streamed) == set()
+
+
 def test_a_trusted_load_imports_nothing_of_the_restricted_machine(tmp_path):
     path = str(tmp_path / "w.cp")
     code = (f"import numpy as np, cpersist\n"

@@ -14,8 +14,6 @@ import sys
 import numpy as np
 
 from .arrays import inline_dtype, is_plain_data, to_inline
-from .dask_arrays import DaskSource, dask_array_type
-from .row_batches import BatchSource, RowBatches
 from ..format.named_dtypes import favours_speed
 from .rebuild import inline_array, rebuild_jax, rebuild_masked, rebuild_view, stored_array
 
@@ -24,6 +22,9 @@ from .rebuild import inline_array, rebuild_jax, rebuild_masked, rebuild_view, st
 from .. import pickler as _format_module  # noqa: E402,F401  isort:skip
 
 _plain_reduce = (np.ndarray.__reduce__, np.ndarray.__reduce_ex__)
+#: Imported by whoever makes a RowBatches (cpersist.RowBatches), not here:
+#: most dumps hold none, and the first dump of a process would pay for it.
+_ROW_BATCHES = __package__ + ".row_batches"
 
 
 def _numpy_ma():
@@ -88,6 +89,9 @@ class ArrayPickler(pickle.Pickler):
         self.tensors = None
         self.jax = None  # the same for JAX arrays (see cpersist.pickling.jax_arrays)
         self.dask_array = None  # dask.array.Array, once dask.array is imported
+        # cpersist.pickling.row_batches, once something has imported it (a
+        # RowBatches cannot exist before).
+        self.row_batches = None
 
     def forget(self):
         """Forget the arrays and tensor storages met so far, as
@@ -120,6 +124,8 @@ class ArrayPickler(pickle.Pickler):
         the pickle stream is computed whole."""
         if not is_plain_data(arr):
             return NotImplemented
+        from .dask_arrays import DaskSource
+
         return self._reduce_streamed(arr, DaskSource(arr))
 
     def _reduce_streamed(self, obj, source):
@@ -150,8 +156,11 @@ class ArrayPickler(pickle.Pickler):
                 return NotImplemented
             return self._reduce_plain(obj.view(np.ndarray))
         if not isinstance(obj, np.ndarray):
-            if cls is RowBatches:
-                return self._reduce_streamed(obj, BatchSource(obj))
+            batches = self.row_batches
+            if batches is None:
+                batches = self.row_batches = sys.modules.get(_ROW_BATCHES)
+            if batches is not None and cls is batches.RowBatches:
+                return self._reduce_streamed(obj, batches.BatchSource(obj))
             tensors = self.tensors
             if tensors is None and "torch" in sys.modules:
                 from .tensors import TensorReducer
@@ -171,6 +180,8 @@ class ArrayPickler(pickle.Pickler):
                 return jax.reduce(obj)
             dask_array = self.dask_array
             if dask_array is None and "dask.array" in sys.modules:
+                from .dask_arrays import dask_array_type
+
                 dask_array = self.dask_array = dask_array_type()
             if dask_array is not None and isinstance(obj, dask_array):
                 return self._reduce_dask(obj)

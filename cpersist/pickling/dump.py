@@ -22,9 +22,7 @@ import threading
 
 from .._runtime.threads import default_n_threads
 from ..container import VERBATIM, ContainerWriter, encode_chunk
-from ..container.commits import write_commit
 from ..container.compact import compact_dump
-from ..container.frames import OBJECT_FILE_START, OBJECT_FRAMES_AT
 from .array_pickler import ArrayPickler
 from .write import SectionWriter, finish_dump, inline_below_for, write_sections
 from .write_max import write_smallest
@@ -85,6 +83,10 @@ def write_growing(obj, target, codec, protocol, chunk_size, n_threads):
     """Write ``obj`` to the new file of ``target`` as a growing object file
     (format 2.4): its first commit, every array a section of its own (none
     kept inside the pickle stream), so that any can grow."""
+    # Imported here: other dumps need none of the growing files' format.
+    from ..container.commits import write_commit
+    from ..container.frames import OBJECT_FILE_START, OBJECT_FRAMES_AT
+
     file = target.file()
     file.write(OBJECT_FILE_START)
 

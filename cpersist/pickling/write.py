@@ -4,12 +4,13 @@ stream is encoded on the pool while pickling goes on, and the stream
 becomes the root section once the object is pickled.
 """
 
+import numpy as np
+
 from .. import __version__
 from ..container import ContainerWriter, EncodedStream
 from .object_paths import object_paths
 from .arrays import describe, rows_per_chunk
 from .array_pickler import ArrayPickler
-from .dask_arrays import StreamedSource
 from .snapshot import chunks_to_write
 
 #: Chunk size of the pickle stream: smaller than array chunks so that its
@@ -130,9 +131,9 @@ def array_store(writer, codec, chunk_size):
             if fast is None:
                 fast = codec.favouring_speed()
             chosen = fast
-        if isinstance(arr, StreamedSource):
-            # Made (computed, or read from its batches) as the writer takes
-            # its chunks.
+        if not isinstance(arr, np.ndarray):
+            # A dask_arrays.StreamedSource: made (computed, or read from its
+            # batches) as the writer takes its chunks.
             rows, step = arr.step(chunk_size)
             chunks, release = arr.byte_chunks(step, copies=chosen is not None), None
             meta = arr.describe()
