@@ -136,8 +136,9 @@ def wrap(stream, arrays=()):
 
 
 def write_seeds(folder, leave_out=()):
-    """The starting corpus: the hostile corpus of the tests, the known attacks
-    of ``tests/_hostile.py`` (small sizes), dumps of :func:`benign_objects`
+    """The starting corpus: the hostile corpus of the tests, the record-log and
+    growing-file fixtures, the known attacks of ``tests/_hostile.py`` (small
+    sizes), dumps of :func:`benign_objects`
     (raw and compressed), and numpy's own pickles of them at every protocol,
     each wrapped in a container. Seeds whose names match a pattern of
     ``leave_out`` (``fnmatch``) are left out. Returns the names written."""
@@ -153,6 +154,13 @@ def write_seeds(folder, leave_out=()):
         if name.endswith(".cp"):
             with open(os.path.join(corpus, name), "rb") as f:
                 seeds[f"hostile-{name}"] = f.read()
+    # Record logs and growing files: their frames and commits are read too.
+    for version in ("2.3", "2.4"):
+        folder = os.path.join(ROOT, "tests", "fixtures", f"format-{version}")
+        for name in sorted(os.listdir(folder)):
+            if name.endswith((".cp", ".cpl")):
+                with open(os.path.join(folder, name), "rb") as f:
+                    seeds[f"fixture-{version}-{name}"] = f.read()
     for name, stream in _hostile.reproducers(scale=0.0001).items():
         seeds[f"attack-{name}.cp"] = wrap(stream)
     for number, obj in enumerate(benign_objects()):
