@@ -156,10 +156,10 @@ def write_seeds(folder, leave_out=()):
                 seeds[f"hostile-{name}"] = f.read()
     # Record logs and growing files: their frames and commits are read too.
     for version in ("2.3", "2.4"):
-        folder = os.path.join(ROOT, "tests", "fixtures", f"format-{version}")
-        for name in sorted(os.listdir(folder)):
+        fixtures = os.path.join(ROOT, "tests", "fixtures", f"format-{version}")
+        for name in sorted(os.listdir(fixtures)):
             if name.endswith((".cp", ".cpl")):
-                with open(os.path.join(folder, name), "rb") as f:
+                with open(os.path.join(fixtures, name), "rb") as f:
                     seeds[f"fixture-{version}-{name}"] = f.read()
     for name, stream in _hostile.reproducers(scale=0.0001).items():
         seeds[f"attack-{name}.cp"] = wrap(stream)
