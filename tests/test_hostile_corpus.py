@@ -190,3 +190,5 @@ def test_fuzzer_runs(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Done 500 runs" in done.stderr, done.stderr[-3000:]
     assert not os.listdir(tmp_path / "crashes")
+    seeded = set(os.listdir(tmp_path / "corpus"))  # the seeds, where the corpus is
+    assert {"fixture-2.3-records.cpl", "fixture-2.4-growing.cp", "dump-0-0.cp"} <= seeded
