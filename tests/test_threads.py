@@ -17,7 +17,6 @@ from cpersist._runtime import parallel as _parallel
 from cpersist.container.files import local_fd
 from cpersist.codecs import get_codec
 from cpersist.container import VERBATIM, ContainerReader
-from cpersist.container.pieces import PASS_THROUGH
 
 from ._fresh import run_code
 from .conftest import assert_same
@@ -82,6 +81,8 @@ def test_chunks_stored_as_they_are_are_checked_as_they_are_read(tmp_path, monkey
     below COPY_ALONE_BELOW, by every thread above it."""
     from cpersist.container import sections as reader_module
 
+    part = 1 << 18  # chunks of several parts (the default part is a whole default chunk)
+    monkeypatch.setattr(reader_module, "READ_PART", part)
     checked_by = []
     real = reader_module.checksum_state
 
@@ -102,11 +103,42 @@ def test_chunks_stored_as_they_are_are_checked_as_they_are_read(tmp_path, monkey
         assert_same(arr, cpersist.load(path, n_threads=2))
         # Once per chunk of the array read in several parts (one read in
         # one part, as the pickle stream, is checked in one call).
-        assert len(checked_by) == sum(min(1 << 20, n_bytes - at) > PASS_THROUGH
+        assert len(checked_by) == sum(min(1 << 20, n_bytes - at) > part
                                       for at in range(0, n_bytes, 1 << 20))
         assert [n for _, n in claimed] == threads
         if not threads:
             assert set(checked_by) == {threading.get_ident()}
+
+
+def test_a_raw_chunk_is_read_and_checked_in_one_call_each(tmp_path, monkeypatch, claimed):
+    """Threads reading raw chunks side by side share the GIL only when each
+    call that releases it lasts: a chunk of the default size is read by one
+    read and checked by one checksum call, not part by part."""
+    from cpersist.container import sections as reader_module
+    from cpersist.container.sources.local import LocalFileSource
+
+    arr = np.random.default_rng(0).random((10 << 20) // 8)  # chunks of 4, 4 and 2 MiB
+    path = tmp_path / "a.cp"
+    cpersist.dump(arr, path)
+    reads, checked = [], []
+    real_read, real_checksum = LocalFileSource.read_into, reader_module.checksum
+
+    def read_into(self, offset, buffer):
+        reads.append(memoryview(buffer).nbytes)
+        return real_read(self, offset, buffer)
+
+    def checksum(data):
+        checked.append(memoryview(data).nbytes)
+        return real_checksum(data)
+    monkeypatch.setattr(LocalFileSource, "read_into", read_into)
+    monkeypatch.setattr(reader_module, "checksum", checksum)
+    monkeypatch.setattr(reader_module, "checksum_state",
+                        lambda: pytest.fail("a chunk checksummed part by part"))
+    assert_same(arr, cpersist.load(path, n_threads=2))
+    assert [n for _, n in claimed] == [2]
+    chunks = [4 << 20, 4 << 20, (10 << 20) - (8 << 20)]
+    assert sorted(n for n in reads if n > 1 << 16) == sorted(chunks)
+    assert sorted(n for n in checked if n > 1 << 16) == sorted(chunks)
 
 
 def test_claimed_chunks_from_a_file_object_at_an_offset(tmp_path, claimed):

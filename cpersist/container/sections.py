@@ -10,7 +10,6 @@ from .._runtime.parallel import COPY_ALONE_BELOW, ordered_map, run_claimed
 from ..exceptions import CorruptFileError
 from .buffers import READ_BUFFERS, private_map
 from .layout import ENCODED, VERBATIM, checksum, checksum_state
-from .pieces import PASS_THROUGH
 from .sources import ShortReadError
 
 #: Sections claiming more decoded bytes than this have the sizes stated in
@@ -19,6 +18,18 @@ from .sources import ShortReadError
 #: decoded into memory whose pages are backed only once written
 #: (:func:`claimed_buffer`).
 CHECKED_CLAIM = 64 << 20
+
+#: A chunk stored as it is, read whole, is read and checksummed this many
+#: bytes at a time: a part still fits in the CPU's last-level cache when
+#: it is checksummed right after its read, and each call (the read, the
+#: checksum, both releasing the GIL) lasts long enough, a millisecond or
+#: so, for threads reading side by side to share the GIL. With short calls
+#: a thread that has just released it takes it back before the one waiting
+#: for it has woken up, which then sleeps again: a 100 MB load by two
+#: threads in parts of 256 KiB slept waiting about 50 times (each a wake-up
+#: of an idle core, or up to a switch interval, 5 ms), in parts of 4 MiB
+#: twice.
+READ_PART = 4 << 20
 
 
 def claimed_buffer(nbytes, reader, section):
@@ -191,18 +202,18 @@ class SectionReads:
 
     def _read_verbatim_chunk(self, section, chunk, target, verify):
         """Read a chunk stored as it is straight into ``target``,
-        :data:`PASS_THROUGH` bytes at a time, each part checksummed as soon
-        as it is read, while it is still in the CPU's cache: the data
-        crosses from memory once. (Another thread checksumming what this one
-        reads would read it from memory a second time.)"""
-        if len(target) <= PASS_THROUGH:  # one part: checked in one call
+        :data:`READ_PART` bytes at a time, each part checksummed as soon as
+        it is read, while it is still in the CPU's cache. (Another thread
+        checksumming what this one reads would read it from memory a second
+        time.)"""
+        if len(target) <= READ_PART:  # one part: checked in one call
             self._read_chunk_into(section, chunk.offset, target)
             if not verify or checksum(target) == chunk.checksum:
                 return
         else:
             state = checksum_state() if verify else None
-            for at in range(0, len(target), PASS_THROUGH):
-                part = target[at:at + PASS_THROUGH]
+            for at in range(0, len(target), READ_PART):
+                part = target[at:at + READ_PART]
                 self._read_chunk_into(section, chunk.offset + at, part)
                 if state is not None:
                     state.update(part)
