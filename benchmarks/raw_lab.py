@@ -1,0 +1,132 @@
+"""Raw files against np.save and np.load, paired in one process: what the
+storage suite's ``raw`` table gives, with the CPU time beside the wall time
+and what the load's threads wait for.
+
+    python benchmarks/raw_lab.py [--sizes 1e4,1e6,1e7,1e8] [--rounds 15]
+                                 [--parts 256,4096] [--ops dump,load] [--dir DIR]
+
+For each size (bytes of a float64 array), the contenders run in turn round
+after round (the order reversed every other round), each call's result
+freed and the memory given back to the kernel (``malloc_trim``) before the
+next, as the suite does. Printed per contender: wall and process CPU time
+(all threads) per call, min and median, their ratio to numpy's medians,
+and the median count of voluntary context switches per call: each is a
+thread going to sleep, mostly waiting for the GIL or for another thread
+(numpy's calls make none). ``--parts`` times the load once per size of the
+part a raw chunk is read and checksummed in
+(:data:`cpersist.container.sections.READ_PART`, in KiB; the default is the
+library's own). The load average is printed at the end: on a busy machine
+the wall times mean little, the CPU times and the switches more.
+"""
+
+import argparse
+import ctypes
+import gc
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+import cpersist  # noqa: E402
+from cpersist.container import sections  # noqa: E402
+
+
+def _trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return lambda pad: None
+
+
+def timed(contenders, rounds, calls):
+    """``{name: [(wall, cpu, voluntary switches) per call, one per round]}``."""
+    trim = _trim()
+    out = {name: [] for name, _ in contenders}
+    gc.freeze()
+    try:
+        for number in range(rounds + 1):  # the first round untimed
+            order = contenders if number % 2 else contenders[::-1]
+            for name, run in order:
+                before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+                c0, t0 = time.process_time(), time.perf_counter()
+                for _ in range(calls):
+                    result = run()
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                switches = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before
+                del result
+                gc.collect()
+                trim(0)
+                if number:
+                    out[name].append((wall / calls, cpu / calls, switches / calls))
+    finally:
+        gc.unfreeze()
+    return out
+
+
+def with_part(part, load):
+    def run():
+        default = sections.READ_PART
+        sections.READ_PART = part
+        try:
+            return load()
+        finally:
+            sections.READ_PART = default
+    return run
+
+
+def report(size, op, times, peer):
+    med = statistics.median
+    peer_wall = med(t[0] for t in times[peer])
+    peer_cpu = med(t[1] for t in times[peer])
+    for name, rows in times.items():
+        wall, cpu, switches = zip(*rows)
+        print(f"{size:>12.0f} {op:4} {name:24} wall {min(wall) * 1e3:8.3f} / {med(wall) * 1e3:8.3f} ms"
+              f" ({med(wall) / peer_wall:5.2f})  cpu {min(cpu) * 1e3:8.3f} / {med(cpu) * 1e3:8.3f} ms"
+              f" ({med(cpu) / peer_cpu:5.2f})  switches {med(switches):5.1f}", flush=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1e4,1e6,1e7,1e8")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--parts", default="", help="KiB per read and checksum call, e.g. 256,4096")
+    parser.add_argument("--ops", default="dump,load")
+    parser.add_argument("--dir", default=None)
+    args = parser.parse_args(argv)
+    directory = tempfile.mkdtemp(prefix="cpersist-raw-lab-", dir=args.dir)
+    print("columns: min / median per call (ratio of medians to numpy's)")
+    try:
+        for size in (int(float(s)) for s in args.sizes.split(",")):
+            arr = np.random.default_rng(0).random(size // 8)
+            npy, cp = os.path.join(directory, "a.npy"), os.path.join(directory, "a.cp")
+            np.save(npy, arr)
+            cpersist.dump(arr, cp)
+            if not np.array_equal(cpersist.load(cp), arr):
+                raise AssertionError("the array did not load back as it was dumped")
+            calls = max(1, min(100, (4 << 20) // size))
+            if "dump" in args.ops:
+                report(size, "dump", timed([("np.save", lambda: np.save(npy, arr)),
+                                            ("cpersist.dump", lambda: cpersist.dump(arr, cp))],
+                                           args.rounds, calls), "np.save")
+            if "load" in args.ops:
+                loads = [("np.load", lambda: np.load(npy)),
+                         ("cpersist.load", lambda: cpersist.load(cp))]
+                loads += [(f"cpersist.load part {p} KiB", with_part(int(p) << 10,
+                                                                  lambda: cpersist.load(cp)))
+                          for p in args.parts.split(",") if p]
+                report(size, "load", timed(loads, args.rounds, calls), "np.load")
+    finally:
+        for name in os.listdir(directory):
+            os.unlink(os.path.join(directory, name))
+        os.rmdir(directory)
+    print("load average", " ".join(f"{x:.2f}" for x in os.getloadavg()))
+
+
+if __name__ == "__main__":
+    main()
