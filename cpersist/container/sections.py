@@ -26,9 +26,9 @@ CHECKED_CLAIM = 64 << 20
 #: so, for threads reading side by side to share the GIL. With short calls
 #: a thread that has just released it takes it back before the one waiting
 #: for it has woken up, which then sleeps again: a 100 MB load by two
-#: threads in parts of 256 KiB slept waiting about 50 times (each a wake-up
-#: of an idle core, or up to a switch interval, 5 ms), in parts of 4 MiB
-#: twice.
+#: threads in parts of 256 KiB slept waiting up to about 50 times (each a
+#: wake-up of an idle core, or up to a switch interval, 5 ms), in parts of
+#: 4 MiB two or three times.
 READ_PART = 4 << 20
 
 
