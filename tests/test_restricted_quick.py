@@ -141,6 +141,20 @@ def test_what_the_checks_leave_to_the_machine(stream, limits):
     assert loaded(stream, limits) == machine(stream, limits_)
 
 
+def test_a_short_frame_is_refused_once_its_kind_of_stream_was_taken():
+    """The verdict on a stream's bytes is kept by their classes, and the
+    commonest one, a frame over the whole stream and nothing else, is tested
+    first: the frame is still checked for each stream of that kind."""
+    whole = b"\x80\x04\x95" + struct.pack("<Q", 6) + b"\x8c\x03abc."
+    # Its frame ends inside the string, which the C unpickler reads on.
+    short = b"\x80\x04\x95" + struct.pack("<Q", 3) + b"\x8c\x03abc."
+    assert pickle.loads(short) == "abc"
+    for _ in range(2):  # the second time, by the kept verdict
+        assert quick_load(whole, DEFAULT) == "abc"
+        assert quick_load(short, DEFAULT) is NOT_QUICK
+    assert loaded(short) == machine(short) == ("error", cpersist.CorruptFileError)
+
+
 def test_the_machine_accepts_what_the_c_unpickler_does_to_plain_data():
     """BUILD that sets nothing, and SETITEM by index on a list the stream
     made: the C unpickler accepts both, and so does the machine."""

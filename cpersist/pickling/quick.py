@@ -132,10 +132,16 @@ class _Refusing(pickle.Unpickler):
 
 
 _unpickle = pickle.loads
+#: The verdict of a stream the C unpickler loads as it is when a frame spans
+#: all of it, the commonest: :func:`_verdict_of` gives this very tuple.
+_FRAMED_PLAIN = (True, _unpickle, None)
 #: LONG_BINPUT's byte, as an int (``in`` finds one quicker than a bytes).
 _LONG_BINPUT = pickle.LONG_BINPUT[0]
 #: The length of the FRAME at offset 3 (after PROTO): as a tuple.
 _frame_length = struct.Struct("<Q").unpack_from
+#: A stream's first opcode, the third and the eight bytes after it: what
+#: PROTO, FRAME and the frame's length give when a frame opens the stream.
+_proto_frame = struct.Struct("<BxBQ").unpack_from
 
 
 def _refusing_loads(stream):
@@ -166,6 +172,7 @@ def _bounds_of(limits):
 
 
 _DEFAULT_BOUND = _bounds_of(DEFAULT)
+assert _DEFAULT_BOUND[1] == QUICK_UP_TO
 
 
 def _verdict_of(marks):
@@ -184,6 +191,8 @@ def _verdict_of(marks):
     long1 = b"E" in marks
     counts = (digits, long1, nests, flood) if digits or long1 or nests or flood else None
     verdict = (b"M" in marks, load, counts)
+    if verdict == _FRAMED_PLAIN:
+        verdict = _FRAMED_PLAIN  # recognised by identity in quick_load
     if len(marks) <= _SAME_HASH:
         if len(_verdicts) > 4096:
             _verdicts.clear()
@@ -287,28 +296,37 @@ def quick_load(stream, limits):
     """The object of the pickle stream ``stream`` (bytes), as a restricted
     load under ``limits`` would build it; :data:`NOT_QUICK` when this module
     cannot prove that the C unpickler builds the same (see the module)."""
-    bound = _DEFAULT_BOUND if limits is DEFAULT else _bounds.get(id(limits))
-    if bound is None or bound[0] is not limits:
-        bound = _bounds_of(limits)
     n = len(stream)
-    if n > bound[1]:
-        return NOT_QUICK
+    if limits is DEFAULT and n <= QUICK_UP_TO:
+        bound = _DEFAULT_BOUND
+    else:
+        bound = _bounds.get(id(limits))
+        if bound is None or bound[0] is not limits:
+            bound = _bounds_of(limits)
+        if n > bound[1]:
+            return NOT_QUICK
     if _LONG_BINPUT in stream:  # its byte, or an argument's: the scan tells
         return _scanned_load(stream, n, bound)
     # The bytes looked at, by class (deleting one byte after translating
     # costs less than deleting the 230 others in one call).
     marks = stream.translate(_CLASS).translate(None, b".")
+    verdict = _verdicts.get(marks)
+    # The commonest verdict first, its test written out: a small object's
+    # stream needs nothing but a frame over all of it.
+    if verdict is _FRAMED_PLAIN and n > 11 and _proto_frame(stream) == (0x80, 0x95, n - 11):
+        try:
+            return _unpickle(stream)
+        except Exception:  # noqa: BLE001 - the machine says what is wrong
+            return NOT_QUICK
     if not marks:
         load = _unpickle
     else:
-        verdict = _verdicts.get(marks) if len(marks) <= _SAME_HASH else None
         if verdict is None:
             verdict = _verdict_of(marks)
         if verdict is _FAIL:
             return _scanned_load(stream, n, bound)
         framed, load, counts = verdict
-        if framed and not (n > 11 and stream[0] == 0x80 and stream[2] == 0x95
-                           and _frame_length(stream, 3)[0] == n - 11):
+        if framed and not (n > 11 and _proto_frame(stream) == (0x80, 0x95, n - 11)):
             return NOT_QUICK  # a frame that ends before the stream, or none at its start
         if counts is not None:
             digits, long1, nests, flood = counts
