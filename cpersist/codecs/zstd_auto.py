@@ -135,7 +135,7 @@ class ZstdAuto(Codec):
         self._speed_order = ((FAST, FAST_SLACK),
                              (PLAIN if level == 1 else QUICK_PLAIN, QUICK_PLAIN_SLACK))
         # Blosc's clevel c runs Zstandard at level 2c - 1. The hint a probe
-        # returns is PLAIN, the clevel that won, or FAST.
+        # returns is PLAIN, the clevel that won, SHUFFLE_ALONE or FAST.
         self._clevels = sorted({1, (_FILTERED_ZSTD_LEVEL[level] + 1) // 2})
         # The shuffled form's clevel: Zstandard at the plain frames' level
         # (rounded down to an odd one).

@@ -331,11 +331,10 @@ class GrowingWriter:
 def array_codec(config):
     """The codec that writes a growing file's array chunks of the codec
     ``config`` (None: raw): the codec itself, also trying the byte shuffle
-    alone (:meth:`~cpersist.codecs.Codec.trying_shuffle_alone`). Rows
-    appended in batches are often much like the rows before them without
-    their neighbouring values being close, where that form is the smaller.
-    A plain dump's chunks keep the forms they have, so that its bytes stay
-    those earlier versions write."""
+    alone (:meth:`~cpersist.codecs.Codec.trying_shuffle_alone`), the
+    smaller form where rows are much like the rows before them but
+    neighbouring values are not close. A plain dump's chunks keep the
+    forms they have, so that its bytes stay those earlier versions write."""
     return None if config is None else codec_from_config(config).trying_shuffle_alone()
 
 
