@@ -87,6 +87,55 @@ def test_appended_rows_read_back_by_every_reader(tmp_path, compress, order, dtyp
     assert cpersist.verify(path)["sections"] == 3
 
 
+def smooth_beside_noise(first_row, n_rows):
+    """Rows of 64 smooth float32 columns beside 64 of noise, each row much
+    like the one before, neighbouring values not close."""
+    t = np.arange(first_row, first_row + n_rows, dtype=np.float32)[:, None]
+    smooth = np.sin(t / 2000 + np.arange(64, dtype=np.float32) / 10)
+    noise = np.random.default_rng(first_row).random((n_rows, 64), dtype=np.float32)
+    return np.concatenate([smooth, noise], axis=1)
+
+
+def blosc_filters(path):
+    """The filters of every Blosc chunk of the file's arrays (its header's
+    bytes 16-21), one tuple per chunk."""
+    from cpersist.container import ContainerReader
+    from cpersist.container.sources import source_for
+
+    found = []
+    with open(path, "rb") as file:
+        reader = ContainerReader(source_for(file, str(path)), str(path), whole=True)
+        for section in reader.sections:
+            if section.index != reader.root:
+                for chunk in section.chunks:
+                    file.seek(reader.base + chunk.offset)
+                    head = file.read(32)
+                    assert head[:4] != b"\x28\xb5\x2f\xfd"  # a Blosc chunk, not a frame
+                    found.append(tuple(head[16:22]))
+    return found
+
+
+def test_growing_arrays_also_try_the_byte_shuffle_alone(tmp_path):
+    # On such rows the byte delta adds noise: the shuffle alone is smaller.
+    # A growing file's chunks take it, those of its first commit and of an
+    # append; a dump's keep the shuffle and byte delta. The codec recorded
+    # is the same, and every chunk reads back.
+    shuffle_alone, shuffle_and_delta = (1, 0, 0, 0, 0, 0), (1, 35, 0, 0, 0, 0)
+    parts = [smooth_beside_noise(0, 2048), smooth_beside_noise(2048, 2048)]
+    path, dumped = tmp_path / "grow.cp", tmp_path / "dump.cp"
+    cpersist.dump({"x": parts[0]}, path, compress=3, growing=True)
+    with cpersist.open(path, "a") as f:
+        f.append(X, parts[1])
+    cpersist.dump({"x": grown(parts, "C")}, dumped, compress=3, chunk_size=1 << 20)
+    assert blosc_filters(path) == [shuffle_alone] * 2
+    assert blosc_filters(dumped) == [shuffle_and_delta] * 2
+    assert_same({"x": grown(parts, "C")}, cpersist.load(path))
+    with cpersist.open(path) as f:
+        assert_same(grown(parts, "C")[2000:2100], f.arrays[X][2000:2100])
+    assert [(row["codec"], row["level"]) for row in cpersist.inspect(path)["arrays"]] == [
+        ("zstd-auto", 3)]
+
+
 def test_a_lazy_grown_array_reads_through_dask(tmp_path):
     da = pytest.importorskip("dask.array")
     path = tmp_path / "grow.cp"

@@ -14,8 +14,10 @@ keeps open, then the file is read back, warm page cache, in this process:
   (each batch new chunks and a commit); read back by ``cpersist.load``, a
   slice through ``cpersist.open(path).arrays[key]``;
 * h5py: a resizable dataset (``maxshape=(None, 128)``, chunks of one batch),
-  ``resize`` then a write, Blosc2 Zstandard level 3 with byte shuffle
-  (hdf5plugin);
+  ``resize`` then a write, Blosc2 level 3 (Zstandard level 5 inside) with
+  byte shuffle (hdf5plugin), beside cpersist's ``compress=3`` (Zstandard
+  level 3, level 1 behind the byte shuffle and byte delta, and, in the
+  growing array, level 3 behind the byte shuffle alone);
 * zarr v3: ``Array.append``, chunks of one batch, the same Blosc codec;
 * PyTables: an ``EArray``, chunks of one batch, ``blosc2:zstd`` level 3 with
   shuffle;

@@ -256,6 +256,21 @@ class Codec(ABC):
         """
         return self
 
+    def trying_shuffle_alone(self):
+        """This codec, also trying a byte shuffle without further filters
+        on the chunks it may shuffle, if it has such a form besides its own.
+
+        Asked for by the writers of growing files. The chunks it makes
+        decode as this codec's do, so files record the same
+        :meth:`get_config`. This default returns the codec itself: a codec
+        with no such form needs nothing more.
+
+        Returns
+        -------
+        Codec
+        """
+        return self
+
     def get_config(self):
         """Return the JSON-serialisable configuration recorded in files."""
         return {"id": self.codec_id, "level": self.level}

@@ -92,6 +92,10 @@ _FAST_DECODE_COST = 0.4
 #: way is a large part of a bfloat16 dump, and the smaller part gives the
 #: same verdict on weights, sparse, quantized and constant data.
 _FAST_SAMPLE_SIZE = 16 << 10
+#: Hint of the shuffled form: Blosc's byte shuffle without the byte delta,
+#: Zstandard inside at the level of plain frames (see
+#: :meth:`ZstdAuto.trying_shuffle_alone`).
+SHUFFLE_ALONE = "shuffle alone"
 
 
 class ZstdAuto(Codec):
@@ -107,6 +111,9 @@ class ZstdAuto(Codec):
         At levels 1–3, also try the fast form (see :meth:`favouring_speed`).
         A choice of the writer only: the recorded configuration
         (:meth:`get_config`) and decoding are the same either way.
+    shuffle_alone : bool
+        Also try the byte shuffle without the byte delta (see
+        :meth:`trying_shuffle_alone`); a choice of the writer only, too.
     """
 
     codec_id = "zstd-auto"
@@ -115,9 +122,10 @@ class ZstdAuto(Codec):
     max_expansion = None
     header_size = 32
 
-    def __init__(self, level=3, *, favour_speed=False):
+    def __init__(self, level=3, *, favour_speed=False, shuffle_alone=False):
         super().__init__(level)
         self.favour_speed = bool(favour_speed)
+        self.shuffle_alone = bool(shuffle_alone)
         self._fast = self.favour_speed and level in FAST_LEVELS
         self._zstd = Zstd(level)
         self._quick_zstd = Zstd(1) if self._fast and level != 1 else None
@@ -127,8 +135,11 @@ class ZstdAuto(Codec):
         self._speed_order = ((FAST, FAST_SLACK),
                              (PLAIN if level == 1 else QUICK_PLAIN, QUICK_PLAIN_SLACK))
         # Blosc's clevel c runs Zstandard at level 2c - 1. The hint a probe
-        # returns is PLAIN, the clevel that won, or FAST.
+        # returns is PLAIN, the clevel that won, SHUFFLE_ALONE or FAST.
         self._clevels = sorted({1, (_FILTERED_ZSTD_LEVEL[level] + 1) // 2})
+        # The shuffled form's clevel: Zstandard at the plain frames' level
+        # (rounded down to an odd one).
+        self._shuffle_clevel = (level + 1) // 2
 
     def favouring_speed(self):
         """This codec, trying at levels 1–3 a form that writes several times
@@ -144,10 +155,31 @@ class ZstdAuto(Codec):
         """
         if self.favour_speed or self.level not in FAST_LEVELS:
             return self  # at levels 4-9 size comes first
-        return ZstdAuto(self.level, favour_speed=True)
+        return ZstdAuto(self.level, favour_speed=True, shuffle_alone=self.shuffle_alone)
+
+    def trying_shuffle_alone(self):
+        """This codec, also trying on every chunk of items of 2 to 255
+        bytes Blosc's byte shuffle without the byte delta, Zstandard behind
+        it at the level of plain frames (Blosc level ``(level + 1) // 2``,
+        Zstandard ``2 * that - 1``).
+
+        The delta turns bytes that change little from one item to the next
+        into runs of zeros; where neighbouring items are not close, but
+        their bytes repeat further on (rows that hold smooth columns and
+        noisy ones side by side, each row much like the one before), it
+        adds noise instead, and the shuffle alone compresses better: by 4%
+        on the append benchmark's rows, half smooth and half noise. Its
+        chunks decode as the other Blosc chunks do, so files record the
+        same :meth:`get_config`.
+        """
+        if self.shuffle_alone:
+            return self
+        return ZstdAuto(self.level, favour_speed=self.favour_speed, shuffle_alone=True)
 
     def _filtered(self, buf, typesize, clevel):
         # On this thread: cpersist already runs one chunk per core.
+        if clevel == SHUFFLE_ALONE:
+            return compress(buf, typesize, self._shuffle_clevel, "zstd", [SHUFFLE], _BLOCK_SIZE)
         if clevel == FAST:
             item = _FAST_ITEM if _FAST_ITEM % typesize == 0 and len(buf) % _FAST_ITEM == 0 \
                 else typesize
@@ -162,6 +194,8 @@ class ZstdAuto(Codec):
         if shuffles(buf, typesize):
             for clevel in self._clevels:
                 yield self._filtered(buf, typesize, clevel), clevel
+            if self.shuffle_alone:
+                yield self._filtered(buf, typesize, SHUFFLE_ALONE), SHUFFLE_ALONE
             if self._fast:
                 yield self._filtered(buf, typesize, FAST), FAST
 
@@ -195,8 +229,9 @@ class ZstdAuto(Codec):
 
     def decode_cost(self, hint, typesize=1):
         """1 for a plain Zstandard frame; :data:`_FILTERED_DECODE_COST` for
-        the filtered form of items of 4 bytes or more (1 for smaller ones),
-        :data:`_FAST_DECODE_COST` for the fast form."""
+        the filtered forms, with the byte delta or without, of items of 4
+        bytes or more (1 for smaller ones), :data:`_FAST_DECODE_COST` for
+        the fast form."""
         if hint == FAST:
             return _FAST_DECODE_COST
         if hint in (None, PLAIN, QUICK_PLAIN) or typesize < 4:
@@ -222,9 +257,9 @@ class ZstdAuto(Codec):
         return self._filtered(buf, typesize, hint)
 
     def __repr__(self):
-        if self.favour_speed:
-            return f"ZstdAuto(level={self.level}, favour_speed=True)"
-        return super().__repr__()
+        options = "".join(f", {name}=True" for name in ("favour_speed", "shuffle_alone")
+                          if getattr(self, name))
+        return f"ZstdAuto(level={self.level}{options})"
 
     def check_header(self, head, length, raw_length):
         if bytes(head[:4]) == _ZSTD_MAGIC:

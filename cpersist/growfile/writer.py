@@ -168,7 +168,7 @@ class GrowingWriter:
         n_new = rows.shape[-1] if order == "F" else rows.shape[0]
         grown = list(shape)
         grown[-1 if order == "F" else 0] += n_new
-        codec = None if entry["codec"] is None else codec_from_config(entry["codec"])
+        codec = array_codec(entry["codec"])
 
         def add(writer):
             sections = list(self._sections)
@@ -193,7 +193,7 @@ class GrowingWriter:
         self._check_open()
         entry = self._array_section(number)
         array = checked_replacement(self.name, entry["meta"].get("path", f"<section {number}>"), array)
-        codec = None if entry["codec"] is None else codec_from_config(entry["codec"])
+        codec = array_codec(entry["codec"])
 
         def add(writer):
             sections = list(self._sections)
@@ -242,7 +242,7 @@ class GrowingWriter:
         np.copyto(window, value, casting="same_kind")
         del window
         data = as_rows(np.frombuffer(patched, dtype), shape, order)
-        codec = None if entry["codec"] is None else codec_from_config(entry["codec"])
+        codec = array_codec(entry["codec"])
 
         def add(writer):
             sections = list(self._sections)
@@ -326,6 +326,16 @@ class GrowingWriter:
     def reader(self):
         """The reader of the last commit when the file was opened."""
         return self._reader
+
+
+def array_codec(config):
+    """The codec that writes a growing file's array chunks of the codec
+    ``config`` (None: raw): the codec itself, also trying the byte shuffle
+    alone (:meth:`~cpersist.codecs.Codec.trying_shuffle_alone`), the
+    smaller form where rows are much like the rows before them but
+    neighbouring values are not close. A plain dump's chunks keep the
+    forms they have, so that its bytes stay those earlier versions write."""
+    return None if config is None else codec_from_config(config).trying_shuffle_alone()
 
 
 class _Refused(Exception):

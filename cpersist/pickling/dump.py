@@ -89,6 +89,10 @@ def write_growing(obj, target, codec, protocol, chunk_size, n_threads):
 
     file = target.file()
     file.write(OBJECT_FILE_START)
+    if codec is not None:
+        # As the changes that follow store arrays (array_codec in
+        # growfile.writer): also trying the byte shuffle alone.
+        codec = codec.trying_shuffle_alone()
 
     def body(writer):
         # The dump's own index, written by write_sections, is the commit's:
