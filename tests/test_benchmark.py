@@ -615,5 +615,7 @@ def test_codec_limit_times_the_arrays_chunks_alone():
         limit = Limit(obj, compress, n_threads=2, chunk_size=1 << 20)
         assert sum(chunk.nbytes for chunk, _ in limit.chunks) == big.nbytes + small.nbytes
         assert limit.encode_s() > 0 and limit.decode_s() > 0
+        # Decoded into one new buffer per array, as a load decodes them.
+        assert [bytes(a) for a in limit.decoded()] == [big.tobytes(), small.tobytes()]
     with pytest.raises(ValueError, match="max"):
         Limit(obj, "max", n_threads=1)
