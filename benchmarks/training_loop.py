@@ -291,7 +291,7 @@ def loop(args, directory):
                 step()
             finish_saves()  # the last checkpoint's cost is the run's too
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            print(f" {wall:.1f} s", file=sys.stderr, flush=True)
+            print(f" {wall:.1f} s wall, {cpu:.1f} s cpu", file=sys.stderr, flush=True)
             return steps / wall, steps / cpu
         return timed
 
