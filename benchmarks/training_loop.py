@@ -13,7 +13,9 @@ the two meet (as cpersist does); with ``--copy-first``, "bg copy first"
 copies all of them before the dump starts
 (``cpersist.pickling.background.OVERLAP_COPIES = False``). Beside each
 ratio of medians and of minimums, the median of the ratios of each round's
-pair, in wall and in CPU time (the process's, all threads).
+pair, in wall and in CPU time (the process's, all threads). With
+``--fsync``, both dumps end once the file is on disk rather than in the page
+cache, whose writing back otherwise varies with the machine's other writes.
 
 ``loop``: the steps per second of a numpy, torch or jax loop whose state
 (weights and momentum of ``--mb`` MB in all, layers of ``--side`` x
@@ -109,15 +111,16 @@ def calls(args, directory):
             np.copyto(copies[k], v)
 
     def plain():
-        # As the background dump does: same codec, threads, and no fsync.
-        cpersist.dump(obj, path, compress=args.compress)
+        # As the background dump does: same codec, threads and fsync.
+        cpersist.dump(obj, path, compress=args.compress, fsync=args.fsync)
 
     def in_background(overlap):
         def work():
             _background.OVERLAP_COPIES = overlap
             try:
                 t0 = time.perf_counter()
-                future = cpersist.dump(obj, path, compress=args.compress, background=True)
+                future = cpersist.dump(obj, path, compress=args.compress, fsync=args.fsync,
+                                       background=True)
                 call_times[overlap].append(time.perf_counter() - t0)
                 future.result()
             finally:
@@ -135,7 +138,8 @@ def calls(args, directory):
     times["background call"] = call_times[True][1:]
     if args.copy_first:
         times["bg copy first call"] = call_times[False][1:]
-    print(f"{args.mb} MB in {n} arrays, compress={args.compress}, {args.rounds} rounds; "
+    print(f"{args.mb} MB in {n} arrays, compress={args.compress}, fsync={args.fsync}, "
+          f"{args.rounds} rounds; "
           f"load average {before} -> {load_average()}")
     for name, runs in times.items():
         line = (f"  {name:18s} median {statistics.median(runs) * 1e3:7.1f} ms  min "
@@ -332,6 +336,8 @@ def main(argv=None):
     parser.add_argument("--every", type=int, default=10, help="steps between checkpoints")
     parser.add_argument("--batch", type=int, default=256, help="rows of a step's input")
     parser.add_argument("--side", type=int, default=4096, help="a layer's weights are side x side")
+    parser.add_argument("--fsync", action="store_true",
+                        help="calls: both dumps fsync the file (the end is then on disk)")
     parser.add_argument("--copy-first", action="store_true",
                         help="calls: also time background dumps that copy every array first")
     parser.add_argument("--savers", help="loop: comma-separated, of " + ", ".join(SAVER_NAMES)
