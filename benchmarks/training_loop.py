@@ -9,26 +9,43 @@ background=True)``: the call, and until ``result()`` returns.
 
 "background dump" writes the large arrays from the first on, from the
 originals' memory, while the call copies them from the last one back, until
-the two meet (as cpersist does); "bg copy first" copies all of them before
-the dump starts (``cpersist.pickling.background.OVERLAP_COPIES = False``).
+the two meet (as cpersist does); with ``--copy-first``, "bg copy first"
+copies all of them before the dump starts
+(``cpersist.pickling.background.OVERLAP_COPIES = False``). Beside each
+ratio of medians and of minimums, the median of the ratios of each round's
+pair, in wall and in CPU time (the process's, all threads). With
+``--fsync``, both dumps end once the file is on disk rather than in the page
+cache, whose writing back otherwise varies with the machine's other writes.
 
 ``loop``: the steps per second of a numpy, torch or jax loop whose state
 (weights and momentum of ``--mb`` MB in all, layers of ``--side`` x
-``--side`` float32, 4096 by default)
-takes one step of a linear layer's forward pass, gradient (batch
-``--batch``) and momentum update per layer, checkpointing it every
-``--every`` steps: not at all, with ``cpersist.dump(background=True)``, a
-plain ``cpersist.dump``, ``torch.save`` (torch) or orbax's
-``StandardCheckpointer`` without waiting (jax, ``force=True`` to one
-directory). Each run takes ``--steps`` steps; the runs of one round run in
-turn, with the order rotated each round; a pending checkpoint is waited for
-after a run's clock stops.
+``--side`` float32, 4096 by default) takes one step of a linear layer's
+forward pass, gradient (batch ``--batch``) and momentum update per layer,
+checkpointing it every ``--every`` steps with each of ``--savers``: not at
+all (``none``), ``cpersist.dump(background=True)`` (``background``), the same
+with its copies made before it writes (``copy-first``), a plain
+``cpersist.dump`` (``dump``), ``torch.save`` (``torch``, torch loop) or
+orbax's ``StandardCheckpointer`` without waiting (``orbax``, jax loop,
+``force=True`` to one directory). By default: none, background, and the
+framework's own (torch.save, orbax async; a plain dump for numpy).
+
+A run takes ``--steps`` steps and checkpoints before steps 0, ``every``,
+``2 * every``...: each checkpoint is followed by ``every`` timed steps, which
+an asynchronous save overlaps, and the clock stops once the last checkpoint
+is written (a save still running when the next one starts waits for it, as
+in a training loop that keeps checkpointing). So a run of 30 steps, every
+10, costs what 30 steps of a long run do. Each figure is the median over
+``--rounds`` rounds, the savers run in turn with the order rotated each
+round, after a warm-up of one step and one save each; beside steps per
+second of wall time, steps per second of the process's CPU time (all its
+threads: the loop's, the writer's, orbax's), which a loaded machine
+disturbs less.
 
 Run from the repository root:
 
     python benchmarks/training_loop.py calls --mb 1024 --rounds 7
-    python benchmarks/training_loop.py loop --framework numpy --mb 1024 --rounds 5
-    python benchmarks/training_loop.py loop --framework jax --compress 3
+    python benchmarks/training_loop.py loop --framework torch --mb 1024 --rounds 3
+    python benchmarks/training_loop.py loop --framework jax --savers none,background,orbax
 """
 
 import argparse
@@ -54,12 +71,13 @@ def load_average():
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.split("average:")[-1].strip()
 
 
-def in_turn(contenders, rounds):
-    """Each contender's times over ``rounds`` rounds (after one untimed),
-    the order rotated each round; a contender returns its seconds."""
+def in_turn(contenders, rounds, untimed_round=True):
+    """Each contender's results over ``rounds`` rounds (after one untimed,
+    with ``untimed_round``), the order rotated each round; a contender
+    returns its seconds (or any figure)."""
     names = list(contenders)
     times = {name: [] for name in names}
-    for number in range(rounds + 1):
+    for number in range(0 if untimed_round else 1, rounds + 1):
         for i in range(len(names)):
             name = names[(number + i) % len(names)]
             elapsed = contenders[name]()
@@ -77,47 +95,72 @@ def calls(args, directory):
     copies = {k: np.empty_like(v) for k, v in obj.items()}
     path = os.path.join(directory, "calls.cp")
 
+    def timed(work):
+        """``work``'s wall and CPU seconds (the process's: all its threads)."""
+        def run():
+            t0, c0 = time.perf_counter(), time.process_time()
+            work()
+            elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+            if os.path.exists(path):
+                os.unlink(path)
+            return elapsed, cpu
+        return run
+
     def memcpy():
-        t0 = time.perf_counter()
         for k, v in obj.items():
             np.copyto(copies[k], v)
-        return time.perf_counter() - t0
 
     def plain():
-        t0 = time.perf_counter()
-        cpersist.dump(obj, path, compress=args.compress)
-        elapsed = time.perf_counter() - t0
-        os.unlink(path)
-        return elapsed
+        # As the background dump does: same codec, threads and fsync.
+        cpersist.dump(obj, path, compress=args.compress, fsync=args.fsync)
 
     def in_background(overlap):
-        def timed():
+        def work():
             _background.OVERLAP_COPIES = overlap
-            t0 = time.perf_counter()
-            future = cpersist.dump(obj, path, compress=args.compress, background=True)
-            call_times[overlap].append(time.perf_counter() - t0)
-            future.result()
-            elapsed = time.perf_counter() - t0
-            _background.OVERLAP_COPIES = True
-            os.unlink(path)
-            return elapsed
-        return timed
+            try:
+                t0 = time.perf_counter()
+                future = cpersist.dump(obj, path, compress=args.compress, fsync=args.fsync,
+                                       background=True)
+                call_times[overlap].append(time.perf_counter() - t0)
+                future.result()
+            finally:
+                _background.OVERLAP_COPIES = True
+        return work
 
     call_times = {True: [], False: []}
+    contenders = {"memcpy": memcpy, "plain dump": plain, "background dump": in_background(True)}
+    if args.copy_first:
+        contenders["bg copy first"] = in_background(False)
     before = load_average()
-    times = in_turn({"memcpy": memcpy, "plain dump": plain, "background dump": in_background(True),
-                     "bg copy first": in_background(False)}, args.rounds)
+    results = in_turn({name: timed(work) for name, work in contenders.items()}, args.rounds)
+    times = {name: [r[0] for r in runs] for name, runs in results.items()}
+    cpu = {name: [r[1] for r in runs] for name, runs in results.items()}
     times["background call"] = call_times[True][1:]
-    times["bg copy first call"] = call_times[False][1:]
-    print(f"{args.mb} MB in {n} arrays, compress={args.compress}, {args.rounds} rounds; "
+    if args.copy_first:
+        times["bg copy first call"] = call_times[False][1:]
+    print(f"{args.mb} MB in {n} arrays, compress={args.compress}, fsync={args.fsync}, "
+          f"{args.rounds} rounds; "
           f"load average {before} -> {load_average()}")
     for name, runs in times.items():
-        print(f"  {name:18s} median {statistics.median(runs) * 1e3:7.1f} ms  min "
-              f"{min(runs) * 1e3:7.1f} ms  ({' '.join(f'{t * 1e3:.0f}' for t in runs)})")
-    for mine, peer in (("background call", "memcpy"), ("background dump", "plain dump"),
-                       ("bg copy first call", "memcpy"), ("bg copy first", "plain dump")):
-        print(f"  {mine} / {peer}: median {statistics.median(times[mine]) / statistics.median(times[peer]):.3f}"
-              f", min {min(times[mine]) / min(times[peer]):.3f}")
+        line = (f"  {name:18s} median {statistics.median(runs) * 1e3:7.1f} ms  min "
+                f"{min(runs) * 1e3:7.1f} ms  ({' '.join(f'{t * 1e3:.0f}' for t in runs)})")
+        if name in cpu:
+            line += f"  cpu median {statistics.median(cpu[name]) * 1e3:.0f} ms"
+        print(line)
+    pairs = [("background call", "memcpy"), ("background dump", "plain dump")]
+    if args.copy_first:
+        pairs += [("bg copy first call", "memcpy"), ("bg copy first", "plain dump")]
+    for mine, peer in pairs:
+        # Each round times both within seconds of each other: the ratio of
+        # a round's pair is less drift-prone than a ratio of two medians.
+        paired = [a / b for a, b in zip(times[mine], times[peer])]
+        line = (f"  {mine} / {peer}: median {statistics.median(times[mine]) / statistics.median(times[peer]):.3f}"
+                f", min {min(times[mine]) / min(times[peer]):.3f}, per round median "
+                f"{statistics.median(paired):.3f}")
+        if mine in cpu:
+            paired_cpu = [a / b for a, b in zip(cpu[mine], cpu[peer])]
+            line += f"; cpu per round median {statistics.median(paired_cpu):.3f}"
+        print(line)
 
 
 def _numpy_loop(n, side, batch):
@@ -184,61 +227,102 @@ def copy_first(call):
         _background.OVERLAP_COPIES = True
 
 
+#: Savers each framework's loop runs unless told (see ``--savers``).
+DEFAULT_SAVERS = {"numpy": "none,background,dump", "torch": "none,background,torch",
+                  "jax": "none,background,orbax"}
+SAVER_NAMES = {"none": "none", "background": "cpersist background",
+               "copy-first": "bg copy first", "dump": "cpersist dump",
+               "torch": "torch.save", "orbax": "orbax async"}
+
+
 def loop(args, directory):
     """Steps per second of a loop saving its state every ``args.every`` steps."""
+    wanted = (args.savers or DEFAULT_SAVERS[args.framework]).split(",")
+    unknown = [name for name in wanted if name not in SAVER_NAMES]
+    if unknown or ("torch" in wanted and args.framework != "torch") or (
+            "orbax" in wanted and args.framework != "jax"):
+        raise SystemExit(f"--savers: {','.join(wanted)} names a saver unknown or not of "
+                         f"the {args.framework} loop; choose from {', '.join(SAVER_NAMES)}")
     layer_mb = args.side * args.side * 4 / MB
     n = max(1, round(args.mb / (2 * layer_mb)))  # weights and momentum per layer
     state, step = {"numpy": _numpy_loop, "torch": _torch_loop, "jax": _jax_loop}[
         args.framework](n, args.side, args.batch)
     path = os.path.join(directory, "loop.cp")
     pending = []
-    savers = {"none": None,
-              "cpersist background": lambda: pending.append(
-                  cpersist.dump(state, path, compress=args.compress, background=True)),
-              "bg copy first": lambda: pending.append(copy_first(
-                  lambda: cpersist.dump(state, path, compress=args.compress, background=True))),
-              "cpersist dump": lambda: cpersist.dump(state, path, compress=args.compress)}
     checkpointer = None
-    if args.framework == "torch":
-        import torch
+    savers = {}
+    for name in wanted:
+        if name == "none":
+            save = None
+        elif name == "background":
+            def save():
+                pending.append(cpersist.dump(state, path, compress=args.compress,
+                                             background=True))
+        elif name == "copy-first":
+            def save():
+                pending.append(copy_first(lambda: cpersist.dump(
+                    state, path, compress=args.compress, background=True)))
+        elif name == "dump":
+            def save():
+                cpersist.dump(state, path, compress=args.compress)
+        elif name == "torch":
+            import torch
 
-        savers["torch.save"] = lambda: torch.save(state, os.path.join(directory, "loop.pt"))
-    if args.framework == "jax":
-        import orbax.checkpoint as ocp
+            def save():
+                torch.save(state, os.path.join(directory, "loop.pt"))
+        else:
+            import orbax.checkpoint as ocp
 
-        checkpointer = ocp.StandardCheckpointer()
-        savers["orbax async"] = lambda: checkpointer.save(
-            os.path.join(directory, "orbax"), state, force=True)
+            checkpointer = ocp.StandardCheckpointer()
 
-    def run(save):
+            def save():
+                checkpointer.save(os.path.join(directory, "orbax"), state, force=True)
+        savers[SAVER_NAMES[name]] = save
+
+    def finish_saves():
+        while pending:
+            pending.pop().result()
+        if checkpointer is not None:
+            checkpointer.wait_until_finished()
+
+    def run(name, save, steps):
         def timed():
-            t0 = time.perf_counter()
-            for number in range(1, args.steps + 1):
-                step()
+            print(f"  {name} ...", end="", file=sys.stderr, flush=True)
+            t0, c0 = time.perf_counter(), time.process_time()
+            for number in range(steps):
                 if save is not None and number % args.every == 0:
                     save()
-            elapsed = time.perf_counter() - t0
-            while pending:  # untimed: the next run starts with nothing pending
-                pending.pop().result()
-            if checkpointer is not None:
-                checkpointer.wait_until_finished()
-            return args.steps / elapsed
+                step()
+            finish_saves()  # the last checkpoint's cost is the run's too
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            print(f" {wall:.1f} s wall, {cpu:.1f} s cpu", file=sys.stderr, flush=True)
+            return steps / wall, steps / cpu
         return timed
 
     before = load_average()
     try:
-        rates = in_turn({name: run(save) for name, save in savers.items()}, args.rounds)
+        # Warm-up: the first save allocates (a background dump's snapshot
+        # memory, orbax's threads), and jax compiles the step.
+        in_turn({name: run(name, save, 1) for name, save in savers.items()}, 0)
+        results = in_turn({name: run(name, save, args.steps) for name, save in savers.items()},
+                          args.rounds, untimed_round=False)
     finally:
         if checkpointer is not None:
             checkpointer.close()
-    print(f"{args.framework} loop: {n} layers, checkpoint {2 * n * layer_mb:.0f} MB every {args.every} "
-          f"steps, {args.steps} steps per run, compress={args.compress}, {args.rounds} rounds; "
-          f"load average {before} -> {load_average()}")
-    base = statistics.median(rates["none"])
-    for name, runs in rates.items():
-        rate = statistics.median(runs)
-        print(f"  {name:20s} {rate:6.3f} steps/s (median; {' '.join(f'{r:.3f}' for r in runs)})"
-              f"  loss {1 - rate / base:+.1%}")
+    print(f"{args.framework} loop: {n} layers, checkpoint {2 * n * layer_mb:.0f} MB every "
+          f"{args.every} steps, {args.steps} steps per run, batch {args.batch}, "
+          f"compress={args.compress}, {args.rounds} rounds; load average {before} -> "
+          f"{load_average()}")
+    base_wall = statistics.median(r[0] for r in results["none"]) if "none" in results else None
+    base_cpu = statistics.median(r[1] for r in results["none"]) if "none" in results else None
+    for name, runs in results.items():
+        wall = statistics.median(r[0] for r in runs)
+        cpu = statistics.median(r[1] for r in runs)
+        line = (f"  {name:20s} {wall:6.3f} steps/s (median; {' '.join(f'{r[0]:.3f}' for r in runs)})"
+                f"  {cpu:6.3f} steps/cpu-s")
+        if base_wall is not None:
+            line += f"  loss {1 - wall / base_wall:+.1%} wall, {1 - cpu / base_cpu:+.1%} cpu"
+        print(line)
 
 
 def main(argv=None):
@@ -252,6 +336,12 @@ def main(argv=None):
     parser.add_argument("--every", type=int, default=10, help="steps between checkpoints")
     parser.add_argument("--batch", type=int, default=256, help="rows of a step's input")
     parser.add_argument("--side", type=int, default=4096, help="a layer's weights are side x side")
+    parser.add_argument("--fsync", action="store_true",
+                        help="calls: both dumps fsync the file (the end is then on disk)")
+    parser.add_argument("--copy-first", action="store_true",
+                        help="calls: also time background dumps that copy every array first")
+    parser.add_argument("--savers", help="loop: comma-separated, of " + ", ".join(SAVER_NAMES)
+                        + " (default: none, background and the framework's own)")
     args = parser.parse_args(argv)
     directory = tempfile.mkdtemp(prefix="cpersist-training-loop-")
     try:
