@@ -18,6 +18,7 @@ import pickle
 from .container.files import check_writable_file, display_name, is_path
 from .storage.fsspec.urls import is_remote, is_url
 from .storage.fsspec.write import WRITE_TIMEOUT
+from .storage.targets import DumpTarget
 from ._runtime.threads import default_n_threads
 from .codecs import parse_compress as check_compress
 from .container import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE
@@ -109,10 +110,12 @@ def check_trusted(trusted):
     return normalize_trusted(trusted)
 
 
-def check_target(target, storage_options=None, background=False, what="target", *,
+def check_target(target, storage_options=None, fsync=False, timeout=None, *, background=False,
                  growing=False, codec=None):
-    """Raise unless ``storage_options`` go with a URL, ``target`` is a
-    path, a URL or a binary file object open for writing, a
+    """The :class:`~cpersist.storage.targets.DumpTarget` of ``dump``'s
+    ``target``, written with ``fsync``, ``storage_options`` and
+    ``timeout``. Raise unless ``storage_options`` go with a URL,
+    ``target`` is a path, a URL or a binary file object open for writing, a
     ``background`` dump goes to a path, and a ``growing`` one to a local
     path, in the foreground, with a codec it can grow by (``codec``)."""
     check_storage_options(storage_options, target)
@@ -136,13 +139,14 @@ def check_target(target, storage_options=None, background=False, what="target", 
     if not local_path and not remote:
         if not hasattr(target, "write"):
             raise TypeError(
-                f"{what} must be a path or a binary file object, got {type(target).__name__}"
+                f"target must be a path or a binary file object, got {type(target).__name__}"
             )
         check_writable_file(target)
     if background and not local_path:
         raise ValueError(f"background=True writes to a path only, got {display_name(target)}: "
                          f"a file object may be closed or written by its owner while the dump "
                          f"runs; dump to a path, or without background=True")
+    return DumpTarget(target, remote, fsync, storage_options, timeout)
 
 
 def check_log_path(path):

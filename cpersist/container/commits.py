@@ -25,40 +25,60 @@ def commit_header(payload_size):
     return RECORD.pack(COMMIT << _LENGTH_BITS | (payload_size + FRAME_TRAILER.size))
 
 
-def write_commit(file, start, body, *, n_threads=1, name=None, fsync=False):
-    """Write a commit frame at ``start``, the end of ``file``'s committed
-    frames; returns where it ends.
+class Commit:
+    """A commit frame to write at ``start``, the end of ``file``'s committed
+    frames.
 
-    ``body(writer)`` writes the records of the chunks the commit adds
-    through ``writer`` (a :class:`~cpersist.container.writer.ContainerWriter`
-    whose offsets count from the start of the file) and returns ``(root,
-    sections, info)``, the index of the new state; or None when it wrote
-    the index itself (``writer.finish``).
+    As a context manager it writes the frame's header, still
+    :data:`~cpersist.container.frames.PENDING`, and gives the
+    :class:`~cpersist.container.writer.ContainerWriter` of its payload: the
+    chunks' records, then (``writer.finish``) the index of the object's
+    whole state, its offsets counted from the start of the file. A block
+    that ends without an exception commits the frame: its trailer, then
+    its header's length. :attr:`end` is then where the frame ends.
     """
-    fd = file.fileno()
-    payload = start + RECORD_SIZE
-    payload += -payload % ALIGN
-    file.seek(start)
-    file.write(RECORD.pack(COMMIT << _LENGTH_BITS | PENDING) + bytes(payload - start - RECORD_SIZE))
-    writer = ContainerWriter(file, n_threads, name, start=payload, minor=OBJECT_MINOR)
-    state = body(writer)
-    if state is not None:
-        root, sections, info = state
-        writer.finish(root, info, sections)
-    file.flush()
-    dump_end = writer.position
-    size = dump_end - payload
-    trailer = os.pread(fd, TRAILER.size, dump_end - TRAILER.size)
-    header = commit_header(size)
-    _write_all(fd, FRAME_TRAILER.pack(start, frame_digest(header, trailer, start)), dump_end)
-    if fsync:
-        os.fsync(fd)  # the frame's bytes before the header that commits it
-    _write_all(fd, header, start)
-    if fsync:
-        os.fsync(fd)
-    end = dump_end + FRAME_TRAILER.size
-    file.seek(end)
-    return end
+
+    def __init__(self, file, start, n_threads=1, name=None, fsync=False):
+        self._file = file
+        self._start = start
+        self._n_threads = n_threads
+        self._name = name
+        self._fsync = fsync
+        self._writer = None
+        self.end = None
+
+    def __enter__(self):
+        file, start = self._file, self._start
+        self._fd = file.fileno()
+        payload = start + RECORD_SIZE
+        payload += -payload % ALIGN
+        file.seek(start)
+        file.write(RECORD.pack(COMMIT << _LENGTH_BITS | PENDING)
+                   + bytes(payload - start - RECORD_SIZE))
+        self._payload = payload
+        self._writer = ContainerWriter(file, self._n_threads, self._name, start=payload,
+                                       minor=OBJECT_MINOR)
+        return self._writer
+
+    def __exit__(self, kind, exc, traceback):
+        if kind is None:
+            self._commit()
+        return False
+
+    def _commit(self):
+        file, fd, start, fsync = self._file, self._fd, self._start, self._fsync
+        file.flush()
+        dump_end = self._writer.position
+        trailer = os.pread(fd, TRAILER.size, dump_end - TRAILER.size)
+        header = commit_header(dump_end - self._payload)
+        _write_all(fd, FRAME_TRAILER.pack(start, frame_digest(header, trailer, start)), dump_end)
+        if fsync:
+            os.fsync(fd)  # the frame's bytes before the header that commits it
+        _write_all(fd, header, start)
+        if fsync:
+            os.fsync(fd)
+        self.end = dump_end + FRAME_TRAILER.size
+        file.seek(self.end)
 
 
 def read_index(read, end, name):

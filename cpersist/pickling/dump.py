@@ -6,7 +6,7 @@ section of its own: a result cached by ``joblib.Memory``, a message, a small
 model's settings. Their dump is made in memory and handed to the target
 whole (one system call for a path): a compact dump
 (:mod:`cpersist.container.compact`: the pickle stream behind a fixed
-header, no JSON index), or, where compressing the stream saves more than an
+header, no JSON index), or, target compressing the stream saves more than an
 index costs or the stream holds arrays, a dump of one compressed section.
 
 The pickler writes its stream into memory until an array needs a section
@@ -14,7 +14,7 @@ The pickler writes its stream into memory until an array needs a section
 or more in a compressed one) or the stream passes :data:`SMALL_STREAM`
 bytes. From that moment the dump is a sectioned one
 (:class:`.write.SectionWriter` on the target's file): the stream so far
-goes to it, and pickling goes on where it was; nothing is pickled twice.
+goes to it, and pickling goes on target it was; nothing is pickled twice.
 """
 
 import io
@@ -24,6 +24,7 @@ from .._runtime.threads import default_n_threads
 from ..container import VERBATIM, ContainerWriter, encode_chunk
 from ..container.compact import compact_dump
 from .array_pickler import ArrayPickler
+from .unpicklable import PICKLING_ERRORS, unpicklable_error
 from .write import SectionWriter, finish_dump, inline_below_for, write_sections
 from .write_max import write_smallest
 
@@ -42,18 +43,42 @@ INDEX_BYTES = 320
 RESET_MEMO_ABOVE = 256
 
 
-def write_dump(obj, target, codec, protocol, chunk_size, n_threads, growing=False):
+def dump_to(obj, target, codec, protocol, chunk_size, n_threads, growing=False):
+    """Open ``target`` (a :class:`cpersist.storage.targets.DumpTarget`) and
+    write the dump of ``obj`` to it: with :func:`write_dump`, or as a
+    growing object file (:func:`write_growing`); return the names of the
+    files written. The arguments are checked; ``n_threads`` None: all
+    available CPUs.
+
+    Raises
+    ------
+    UnpicklableError
+        If ``obj`` holds something that cannot be pickled: the message
+        names where it sits. The target is left as it was.
+    """
+    out = target.open()
+    try:
+        with out:
+            if not growing:
+                write_dump(obj, out, codec, protocol, chunk_size, n_threads)
+            else:
+                write_growing(obj, out, codec, protocol, chunk_size,
+                              n_threads or default_n_threads())
+    except PICKLING_ERRORS as exc:
+        error = unpicklable_error(obj, protocol, exc)
+        if error is None:
+            raise
+        raise error from exc
+    return out.names
+
+
+def write_dump(obj, target, codec, protocol, chunk_size, n_threads):
     """Write the dump of ``obj`` to ``target`` (see
-    :mod:`cpersist.container.targets`, made by
-    :func:`cpersist.storage.targets.open_target`), its arguments checked;
-    ``n_threads`` None: all available CPUs. ``growing``: as a growing
-    object file (:func:`write_growing`)."""
+    :mod:`cpersist.container.targets`), its arguments checked;
+    ``n_threads`` None: all available CPUs."""
     if codec is not None and codec.codec_id == "max":
         write_smallest(obj, target, codec, protocol, chunk_size,
                        n_threads or default_n_threads())
-        return
-    if growing:
-        write_growing(obj, target, codec, protocol, chunk_size, n_threads or default_n_threads())
         return
     key = protocol, inline_below_for(codec, chunk_size)
     pickling = _kept_pickling(key)
@@ -84,19 +109,16 @@ def write_growing(obj, target, codec, protocol, chunk_size, n_threads):
     (format 2.4): its first commit, every array a section of its own (none
     kept inside the pickle stream), so that any can grow."""
     # Imported here: other dumps need none of the growing files' format.
-    from ..container.commits import write_commit
+    from ..container.commits import Commit
     from ..container.frames import OBJECT_FILE_START, OBJECT_FRAMES_AT
 
     file = target.file()
     file.write(OBJECT_FILE_START)
-
-    def body(writer):
-        # The dump's own index, written by write_sections, is the commit's:
-        # its offsets count from the start of the file.
+    # The dump's own index is the commit's: its offsets count from the
+    # start of the file.
+    with Commit(file, OBJECT_FRAMES_AT, n_threads, target.name) as writer:
         write_sections(obj, file, target.name, codec, protocol, chunk_size, n_threads,
                        inline_below=0, container=writer)
-
-    write_commit(file, OBJECT_FRAMES_AT, body, n_threads=n_threads, name=target.name)
 
 
 def whole_dump(stream, inlined, name, codec, protocol):
