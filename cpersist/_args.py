@@ -4,10 +4,12 @@ the argument and what it accepts, or returns the value to use.
 The public faces (:mod:`cpersist.api`, :mod:`cpersist.handle`,
 :mod:`cpersist.inmemory`, ``append`` and ``repair`` of
 :mod:`cpersist.recordlog.writer`, the tools) check their arguments here, once, and
-hand the values returned downwards, where nothing checks them again. Two
-checks call the layer whose knowledge they need: :func:`check_compress` is
-:func:`cpersist.codecs.parse_compress` (parsing a codec spec needs the
-registry of codecs), and :func:`check_trusted` calls
+hand the values returned downwards, where nothing checks them again. Three
+checks return a value of the layer whose knowledge they need:
+:func:`check_compress` is :func:`cpersist.codecs.parse_compress` (parsing a
+codec spec needs the registry of codecs), :func:`check_target` returns the
+:class:`cpersist.storage.targets.DumpTarget` a dump opens, and
+:func:`check_trusted` calls
 :func:`cpersist.pickling.unpickler.normalize_trusted` (the globals a
 restricted load allows are the unpickler's), imported on first use so that
 a dump does not import the reading side.

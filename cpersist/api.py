@@ -1,6 +1,7 @@
-"""``dump`` and ``load``: the arguments checked, the target or source opened
-(a path, a file object, a stream or a URL), and the object written by
-:mod:`cpersist.pickling.dump` or read back by :mod:`cpersist.pickling.read`."""
+"""``dump`` and ``load``: the arguments checked, then the object written to
+its target (a path, a file object, a stream or a URL) by
+:mod:`cpersist.pickling.dump`, or its source opened and the object read
+back by :mod:`cpersist.pickling.read`."""
 
 import os
 import pickle

@@ -44,7 +44,7 @@ class Commit:
         self._n_threads = n_threads
         self._name = name
         self._fsync = fsync
-        self._writer = None
+        self._fd = self._payload = self._writer = None
         self.end = None
 
     def __enter__(self):

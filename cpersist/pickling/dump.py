@@ -6,7 +6,7 @@ section of its own: a result cached by ``joblib.Memory``, a message, a small
 model's settings. Their dump is made in memory and handed to the target
 whole (one system call for a path): a compact dump
 (:mod:`cpersist.container.compact`: the pickle stream behind a fixed
-header, no JSON index), or, target compressing the stream saves more than an
+header, no JSON index), or, where compressing the stream saves more than an
 index costs or the stream holds arrays, a dump of one compressed section.
 
 The pickler writes its stream into memory until an array needs a section
@@ -14,7 +14,7 @@ The pickler writes its stream into memory until an array needs a section
 or more in a compressed one) or the stream passes :data:`SMALL_STREAM`
 bytes. From that moment the dump is a sectioned one
 (:class:`.write.SectionWriter` on the target's file): the stream so far
-goes to it, and pickling goes on target it was; nothing is pickled twice.
+goes to it, and pickling goes on where it was; nothing is pickled twice.
 """
 
 import io
