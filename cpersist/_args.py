@@ -122,6 +122,7 @@ def check_target(target, storage_options=None, fsync=False, timeout=None, *, bac
     path, in the foreground, with a codec it can grow by (``codec``)."""
     check_storage_options(storage_options, target)
     remote = is_remote(target)
+    told = DumpTarget(target, remote, fsync, storage_options, timeout)
     local_path = is_path(target) and not remote
     if growing:
         if remote:
@@ -148,7 +149,7 @@ def check_target(target, storage_options=None, fsync=False, timeout=None, *, bac
         raise ValueError(f"background=True writes to a path only, got {display_name(target)}: "
                          f"a file object may be closed or written by its owner while the dump "
                          f"runs; dump to a path, or without background=True")
-    return DumpTarget(target, remote, fsync, storage_options, timeout)
+    return told
 
 
 def check_log_path(path):

@@ -150,14 +150,8 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     timeout = check_timeout(timeout)
     target = check_target(target, storage_options, fsync, timeout, background=background,
                          growing=growing, codec=codec)
-    if not background:
-        return dump_to(obj, target, codec, protocol, chunk_size, n_threads, growing)
-    from .pickling.background import start
-
-    # compress="max" tries its codecs on arrays before writing sections:
-    # its snapshot copies every array before the dump starts.
-    return start(obj, target, codec, protocol, chunk_size, n_threads,
-                 deferred=codec is None or codec.codec_id != "max")
+    return dump_to(obj, target, codec, protocol, chunk_size, n_threads, growing=growing,
+                   background=background)
 
 
 def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,

@@ -25,60 +25,60 @@ def commit_header(payload_size):
     return RECORD.pack(COMMIT << _LENGTH_BITS | (payload_size + FRAME_TRAILER.size))
 
 
-class Commit:
-    """A commit frame to write at ``start``, the end of ``file``'s committed
-    frames.
+def pending_frame(start):
+    """``(head, payload)``: the bytes of a commit frame at ``start`` up to
+    its payload (its header, still :data:`~cpersist.container.frames.PENDING`,
+    and the padding after it), and where its payload starts."""
+    payload = start + RECORD_SIZE
+    payload += -payload % ALIGN
+    head = RECORD.pack(COMMIT << _LENGTH_BITS | PENDING) + bytes(payload - start - RECORD_SIZE)
+    return head, payload
 
-    As a context manager it writes the frame's header, still
-    :data:`~cpersist.container.frames.PENDING`, and gives the
-    :class:`~cpersist.container.writer.ContainerWriter` of its payload: the
-    chunks' records, then (``writer.finish``) the index of the object's
-    whole state, its offsets counted from the start of the file. A block
-    that ends without an exception commits the frame: its trailer, then
-    its header's length. :attr:`end` is then where the frame ends.
+
+def commit_frame(file, start, payload, dump_end, fsync=False):
+    """Commit the frame at ``start`` of ``file`` whose payload, from
+    ``payload`` to ``dump_end``, is written (its records, then the index of
+    the object's whole state): write the frame's trailer, then its header's
+    length. Returns where the frame ends."""
+    fd = file.fileno()
+    file.flush()
+    trailer = os.pread(fd, TRAILER.size, dump_end - TRAILER.size)
+    header = commit_header(dump_end - payload)
+    _write_all(fd, FRAME_TRAILER.pack(start, frame_digest(header, trailer, start)), dump_end)
+    if fsync:
+        os.fsync(fd)  # the frame's bytes before the header that commits it
+    _write_all(fd, header, start)
+    if fsync:
+        os.fsync(fd)
+    end = dump_end + FRAME_TRAILER.size
+    file.seek(end)
+    return end
+
+
+class CommitWriter(ContainerWriter):
+    """The writer of a commit frame at ``start``, the end of ``file``'s
+    committed frames.
+
+    Made, it writes the frame's head (:func:`pending_frame`); then, as any
+    :class:`~cpersist.container.writer.ContainerWriter`, the chunks'
+    records of the payload and (``finish``) the index of the object's
+    whole state, its offsets counted from the start of the file.
+    :meth:`commit` then commits the frame. A frame that is not committed
+    stays pending: the state is as it was.
     """
 
     def __init__(self, file, start, n_threads=1, name=None, fsync=False):
-        self._file = file
-        self._start = start
-        self._n_threads = n_threads
-        self._name = name
-        self._fsync = fsync
-        self._fd = self._payload = self._writer = None
-        self.end = None
-
-    def __enter__(self):
-        file, start = self._file, self._start
-        self._fd = file.fileno()
-        payload = start + RECORD_SIZE
-        payload += -payload % ALIGN
+        head, payload = pending_frame(start)
         file.seek(start)
-        file.write(RECORD.pack(COMMIT << _LENGTH_BITS | PENDING)
-                   + bytes(payload - start - RECORD_SIZE))
-        self._payload = payload
-        self._writer = ContainerWriter(file, self._n_threads, self._name, start=payload,
-                                       minor=OBJECT_MINOR)
-        return self._writer
+        file.write(head)
+        super().__init__(file, n_threads, name, start=payload, minor=OBJECT_MINOR)
+        self._frame = file, start, payload, fsync
 
-    def __exit__(self, kind, exc, traceback):
-        if kind is None:
-            self._commit()
-        return False
-
-    def _commit(self):
-        file, fd, start, fsync = self._file, self._fd, self._start, self._fsync
-        file.flush()
-        dump_end = self._writer.position
-        trailer = os.pread(fd, TRAILER.size, dump_end - TRAILER.size)
-        header = commit_header(dump_end - self._payload)
-        _write_all(fd, FRAME_TRAILER.pack(start, frame_digest(header, trailer, start)), dump_end)
-        if fsync:
-            os.fsync(fd)  # the frame's bytes before the header that commits it
-        _write_all(fd, header, start)
-        if fsync:
-            os.fsync(fd)
-        self.end = dump_end + FRAME_TRAILER.size
-        file.seek(self.end)
+    def commit(self):
+        """Commit the frame, its payload finished (:func:`commit_frame`);
+        return where it ends."""
+        file, start, payload, fsync = self._frame
+        return commit_frame(file, start, payload, self.position, fsync)
 
 
 def read_index(read, end, name):

@@ -23,7 +23,7 @@ from ..container.sources import source_for
 from ..exceptions import CorruptFileError, UnwritableTargetError
 from ..pickling.read import array_layout
 from ..pickling.write import array_store
-from ..container.commits import Commit, read_index
+from ..container.commits import CommitWriter, read_index
 from .changes import (as_rows, checked_replacement, checked_rows, checked_value, joined_entry,
                       placed_rows, selected_part, spliced_entry, stored_layout)
 
@@ -137,10 +137,10 @@ class GrowingWriter:
         back: the file is as before."""
         start = self.end
         try:
-            commit = Commit(self._file, start, self._n_threads, self.name, self._fsync)
-            with commit as writer:
-                sections = add(writer)
-                writer.finish(self._root, self._info, sections)
+            writer = CommitWriter(self._file, start, self._n_threads, self.name, self._fsync)
+            sections = add(writer)
+            writer.finish(self._root, self._info, sections)
+            end = writer.commit()
         except BaseException:
             try:
                 self._file.flush()  # nothing buffered may land after the cut
@@ -149,7 +149,7 @@ class GrowingWriter:
             os.ftruncate(self._fd, start)
             self._file.seek(start)
             raise
-        self.end = commit.end
+        self.end = end
         self._sections = sections
 
     def append_rows(self, number, rows):

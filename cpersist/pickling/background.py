@@ -7,7 +7,6 @@ import sys
 import threading
 
 from .._runtime.fork import renew_after_fork
-from .dump import dump_to
 from .snapshot import take
 from .snapshot_pickler import Buffers
 from .unpicklable import PICKLING_ERRORS, unpicklable_error
@@ -51,13 +50,14 @@ def _future_type():
     return DumpFuture
 
 
-def start(obj, target, codec, protocol, chunk_size, n_threads, deferred=True):
-    """Snapshot ``obj``, then write its dump to ``target`` on a new thread
-    (:func:`.dump.dump_to`, the other arguments as for it).
+def start(obj, write, target, codec, protocol, chunk_size, n_threads, deferred=True):
+    """Snapshot ``obj``, then write its dump to ``target`` on a new thread:
+    ``write(snapshot_obj, target, codec, protocol, chunk_size, n_threads)``
+    (:func:`.dump.write_to`).
 
-    Returns a :class:`concurrent.futures.Future` of what ``dump_to``
+    Returns a :class:`concurrent.futures.Future` of what ``write``
     returns (or raises); an error of taking the snapshot is one too, an
-    object that cannot be pickled named as ``dump_to`` names it. Waits
+    object that cannot be pickled named as ``write`` names it. Waits
     while :data:`MAX_PENDING` dumps are pending. With ``deferred``, the
     dump starts once the snapshot's stream is taken, while this thread
     copies the large arrays from the last back (see
@@ -89,8 +89,8 @@ def start(obj, target, codec, protocol, chunk_size, n_threads, deferred=True):
     def run():
         try:  # the snapshot lives until the file is written
             with snapshot.written_by_this_thread():
-                result = dump_to(snapshot.restore(), target, codec, protocol, chunk_size,
-                                 n_threads)
+                result = write(snapshot.restore(), target, codec, protocol, chunk_size,
+                               n_threads)
         except BaseException as exc:
             snapshot.wait_finished()  # nothing copies into the buffers any more
             buffers.give_back(snapshot.buffers())

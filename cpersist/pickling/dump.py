@@ -23,6 +23,7 @@ import threading
 from .._runtime.threads import default_n_threads
 from ..container import VERBATIM, ContainerWriter, encode_chunk
 from ..container.compact import compact_dump
+from ..storage.targets import open_dump_target
 from .array_pickler import ArrayPickler
 from .unpicklable import PICKLING_ERRORS, unpicklable_error
 from .write import SectionWriter, finish_dump, inline_below_for, write_sections
@@ -43,12 +44,31 @@ INDEX_BYTES = 320
 RESET_MEMO_ABOVE = 256
 
 
-def dump_to(obj, target, codec, protocol, chunk_size, n_threads, growing=False):
-    """Open ``target`` (a :class:`cpersist.storage.targets.DumpTarget`) and
-    write the dump of ``obj`` to it: with :func:`write_dump`, or as a
-    growing object file (:func:`write_growing`); return the names of the
-    files written. The arguments are checked; ``n_threads`` None: all
-    available CPUs.
+def dump_to(obj, target, codec, protocol, chunk_size, n_threads, *, growing=False,
+            background=False):
+    """Write the dump of ``obj`` to ``target`` (a
+    :class:`cpersist.storage.targets.DumpTarget`) with :func:`write_to`;
+    return the names of the files written. The arguments are checked.
+    With ``background``, a snapshot of ``obj`` is written on a thread of
+    its own (:func:`.background.start`), and this returns its future.
+    """
+    if background:
+        # Imported here: a dump in the foreground needs no thread of its own.
+        from .background import start
+
+        # compress="max" tries its codecs on arrays before writing sections:
+        # its snapshot copies every array before the dump starts.
+        return start(obj, write_to, target, codec, protocol, chunk_size, n_threads,
+                     deferred=codec is None or codec.codec_id != "max")
+    return write_to(obj, target, codec, protocol, chunk_size, n_threads, growing)
+
+
+def write_to(obj, target, codec, protocol, chunk_size, n_threads, growing=False):
+    """Open ``target`` (a :class:`cpersist.storage.targets.DumpTarget`:
+    :func:`cpersist.storage.targets.open_dump_target`) and write the dump
+    of ``obj`` to it: with :func:`write_dump`, or as a growing object file
+    (:func:`write_growing`); return the names of the files written.
+    ``n_threads`` None: all available CPUs.
 
     Raises
     ------
@@ -56,7 +76,7 @@ def dump_to(obj, target, codec, protocol, chunk_size, n_threads, growing=False):
         If ``obj`` holds something that cannot be pickled: the message
         names where it sits. The target is left as it was.
     """
-    out = target.open()
+    out = open_dump_target(target)
     try:
         with out:
             if not growing:
@@ -109,16 +129,15 @@ def write_growing(obj, target, codec, protocol, chunk_size, n_threads):
     (format 2.4): its first commit, every array a section of its own (none
     kept inside the pickle stream), so that any can grow."""
     # Imported here: other dumps need none of the growing files' format.
-    from ..container.commits import Commit
+    from ..container.commits import commit_frame, pending_frame
     from ..container.frames import OBJECT_FILE_START, OBJECT_FRAMES_AT
 
     file = target.file()
-    file.write(OBJECT_FILE_START)
-    # The dump's own index is the commit's: its offsets count from the
-    # start of the file.
-    with Commit(file, OBJECT_FRAMES_AT, n_threads, target.name) as writer:
-        write_sections(obj, file, target.name, codec, protocol, chunk_size, n_threads,
-                       inline_below=0, container=writer)
+    head, payload = pending_frame(OBJECT_FRAMES_AT)
+    file.write(OBJECT_FILE_START + head)  # the file's start, then the frame's
+    write_sections(obj, file, target.name, codec, protocol, chunk_size, n_threads,
+                   inline_below=0, payload_at=payload)
+    commit_frame(file, OBJECT_FRAMES_AT, payload, file.tell())
 
 
 def whole_dump(stream, inlined, name, codec, protocol):

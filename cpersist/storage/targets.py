@@ -6,8 +6,9 @@ backend, :mod:`.fsspec.write`), each behind one target object.
 
 :func:`cpersist._args.check_target` checks what a dump is given and returns
 its :class:`DumpTarget`: the target told, not opened yet. The dump writer
-opens it (:func:`cpersist.pickling.dump.dump_to`) on the thread that
-writes, a background dump's own.
+opens it with :func:`open_dump_target`
+(:func:`cpersist.pickling.dump.write_to`) on the thread that writes, a
+background dump's own.
 """
 
 from ..container.atomic import AtomicFile
@@ -20,26 +21,27 @@ class DumpTarget:
     """A checked dump target (a path, a file object or a URL; ``remote``:
     a URL or a file system's path) and how to write it, not opened yet."""
 
-    __slots__ = ("target", "_remote", "_fsync", "_storage_options", "_timeout")
+    __slots__ = ("target", "remote", "fsync", "storage_options", "timeout")
 
     def __init__(self, target, remote, fsync=False, storage_options=None, timeout=None):
         self.target = target
-        self._remote = remote
-        self._fsync = fsync
-        self._storage_options = storage_options
-        self._timeout = timeout
+        self.remote = remote
+        self.fsync = fsync
+        self.storage_options = storage_options
+        self.timeout = timeout
 
     @property
     def name(self):
         """The target's name, for messages."""
         return display_name(self.target)
 
-    def open(self):
-        """The target object the dump is written into (see
-        :mod:`cpersist.container.targets`)."""
-        target = self.target
-        if self._remote:  # told before is_path: a URL is a string
-            return remote_target(target, self._storage_options, self._timeout)
-        if is_path(target):
-            return AtomicFile(target, self._fsync)
-        return FileTarget(target)
+
+def open_dump_target(told):
+    """The target object the dump to ``told`` (a :class:`DumpTarget`) is
+    written into (see :mod:`cpersist.container.targets`)."""
+    target = told.target
+    if told.remote:  # told before is_path: a URL is a string
+        return remote_target(target, told.storage_options, told.timeout)
+    if is_path(target):
+        return AtomicFile(target, told.fsync)
+    return FileTarget(target)
