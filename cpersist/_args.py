@@ -4,10 +4,12 @@ the argument and what it accepts, or returns the value to use.
 The public faces (:mod:`cpersist.api`, :mod:`cpersist.handle`,
 :mod:`cpersist.inmemory`, ``append`` and ``repair`` of
 :mod:`cpersist.recordlog.writer`, the tools) check their arguments here, once, and
-hand the values returned downwards, where nothing checks them again. Two
-checks call the layer whose knowledge they need: :func:`check_compress` is
-:func:`cpersist.codecs.parse_compress` (parsing a codec spec needs the
-registry of codecs), and :func:`check_trusted` calls
+hand the values returned downwards, where nothing checks them again. Three
+checks return a value of the layer whose knowledge they need:
+:func:`check_compress` is :func:`cpersist.codecs.parse_compress` (parsing a
+codec spec needs the registry of codecs), :func:`check_target` returns the
+:class:`cpersist.storage.targets.DumpTarget` a dump opens, and
+:func:`check_trusted` calls
 :func:`cpersist.pickling.unpickler.normalize_trusted` (the globals a
 restricted load allows are the unpickler's), imported on first use so that
 a dump does not import the reading side.
@@ -18,6 +20,7 @@ import pickle
 from .container.files import check_writable_file, display_name, is_path
 from .storage.fsspec.urls import is_remote, is_url
 from .storage.fsspec.write import WRITE_TIMEOUT
+from .storage.targets import DumpTarget
 from ._runtime.threads import default_n_threads
 from .codecs import parse_compress as check_compress
 from .container import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE
@@ -109,14 +112,17 @@ def check_trusted(trusted):
     return normalize_trusted(trusted)
 
 
-def check_target(target, storage_options=None, background=False, what="target", *,
+def check_target(target, storage_options=None, fsync=False, timeout=None, *, background=False,
                  growing=False, codec=None):
-    """Raise unless ``storage_options`` go with a URL, ``target`` is a
-    path, a URL or a binary file object open for writing, a
+    """The :class:`~cpersist.storage.targets.DumpTarget` of ``dump``'s
+    ``target``, written with ``fsync``, ``storage_options`` and
+    ``timeout``. Raise unless ``storage_options`` go with a URL,
+    ``target`` is a path, a URL or a binary file object open for writing, a
     ``background`` dump goes to a path, and a ``growing`` one to a local
     path, in the foreground, with a codec it can grow by (``codec``)."""
     check_storage_options(storage_options, target)
     remote = is_remote(target)
+    told = DumpTarget(target, remote, fsync, storage_options, timeout)
     local_path = is_path(target) and not remote
     if growing:
         if remote:
@@ -136,13 +142,14 @@ def check_target(target, storage_options=None, background=False, what="target", 
     if not local_path and not remote:
         if not hasattr(target, "write"):
             raise TypeError(
-                f"{what} must be a path or a binary file object, got {type(target).__name__}"
+                f"target must be a path or a binary file object, got {type(target).__name__}"
             )
         check_writable_file(target)
     if background and not local_path:
         raise ValueError(f"background=True writes to a path only, got {display_name(target)}: "
                          f"a file object may be closed or written by its owner while the dump "
                          f"runs; dump to a path, or without background=True")
+    return told
 
 
 def check_log_path(path):

@@ -1,21 +1,19 @@
-"""``dump`` and ``load``: the arguments checked, the target or source opened
-(a path, a file object, a stream or a URL), and the object written by
-:mod:`cpersist.pickling.dump` or read back by :mod:`cpersist.pickling.read`."""
+"""``dump`` and ``load``: the arguments checked, then the object written to
+its target (a path, a file object, a stream or a URL) by
+:mod:`cpersist.pickling.dump`, or its source opened and the object read
+back by :mod:`cpersist.pickling.read`."""
 
-import functools
 import os
 import pickle
 
 from ._args import (check_chunk_size, check_compress, check_limits, check_mmap_mode, check_n_threads,
                     check_protocol, check_storage_options, check_target, check_timeout,
                     check_trusted)
-from .container.files import display_name, is_path
+from .container.files import is_path
 from .storage.fsspec.urls import is_remote
 from .storage.small_files import compact_file_stream
-from .storage.targets import open_target
 from .exceptions import CorruptFileError
-from .pickling.dump import write_dump
-from .pickling.unpicklable import PICKLING_ERRORS, unpicklable_error
+from .pickling.dump import dump_to
 
 
 def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=None,
@@ -149,45 +147,11 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
     chunk_size = check_chunk_size(chunk_size)
     if n_threads is not None:  # None: resolved when there is work for threads
         check_n_threads(n_threads)
-    check_target(target, storage_options, background, growing=growing, codec=codec)
     timeout = check_timeout(timeout)
-    if not background:
-        return _write(obj, target, codec, protocol, chunk_size, n_threads, fsync,
-                      storage_options, timeout, growing)
-    from .pickling.background import start
-
-    def snapshot_error(exc):
-        if not isinstance(exc, PICKLING_ERRORS):
-            return None
-        error = unpicklable_error(obj, protocol, exc)
-        if error is not None:
-            error.__cause__ = exc
-        return error
-
-    # The snapshot is written as any object is, on the background thread,
-    # with the arguments checked here.
-    write = functools.partial(_write, target=target, codec=codec, protocol=protocol,
-                              chunk_size=chunk_size, n_threads=n_threads, fsync=fsync,
-                              storage_options=storage_options, timeout=timeout)
-    # compress="max" tries its codecs on arrays before writing sections:
-    # its snapshot copies every array before the dump starts.
-    return start(obj, write, display_name(target), snapshot_error,
-                 deferred=codec is None or codec.codec_id != "max")
-
-
-def _write(obj, target, codec, protocol, chunk_size, n_threads, fsync, storage_options, timeout,
-           growing=False):
-    """:func:`dump` of checked arguments: the target opened, ``obj`` written."""
-    out = open_target(target, fsync, storage_options, timeout)
-    try:
-        with out:
-            write_dump(obj, out, codec, protocol, chunk_size, n_threads, growing)
-    except PICKLING_ERRORS as exc:
-        error = unpicklable_error(obj, protocol, exc)
-        if error is None:
-            raise
-        raise error from exc
-    return out.names
+    target = check_target(target, storage_options, fsync, timeout, background=background,
+                         growing=growing, codec=codec)
+    return dump_to(obj, target, codec, protocol, chunk_size, n_threads, growing=growing,
+                   background=background)
 
 
 def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,

@@ -25,31 +25,25 @@ def commit_header(payload_size):
     return RECORD.pack(COMMIT << _LENGTH_BITS | (payload_size + FRAME_TRAILER.size))
 
 
-def write_commit(file, start, body, *, n_threads=1, name=None, fsync=False):
-    """Write a commit frame at ``start``, the end of ``file``'s committed
-    frames; returns where it ends.
-
-    ``body(writer)`` writes the records of the chunks the commit adds
-    through ``writer`` (a :class:`~cpersist.container.writer.ContainerWriter`
-    whose offsets count from the start of the file) and returns ``(root,
-    sections, info)``, the index of the new state; or None when it wrote
-    the index itself (``writer.finish``).
-    """
-    fd = file.fileno()
+def pending_frame(start):
+    """``(head, payload)``: the bytes of a commit frame at ``start`` up to
+    its payload (its header, still :data:`~cpersist.container.frames.PENDING`,
+    and the padding after it), and where its payload starts."""
     payload = start + RECORD_SIZE
     payload += -payload % ALIGN
-    file.seek(start)
-    file.write(RECORD.pack(COMMIT << _LENGTH_BITS | PENDING) + bytes(payload - start - RECORD_SIZE))
-    writer = ContainerWriter(file, n_threads, name, start=payload, minor=OBJECT_MINOR)
-    state = body(writer)
-    if state is not None:
-        root, sections, info = state
-        writer.finish(root, info, sections)
+    head = RECORD.pack(COMMIT << _LENGTH_BITS | PENDING) + bytes(payload - start - RECORD_SIZE)
+    return head, payload
+
+
+def commit_frame(file, start, payload, dump_end, fsync=False):
+    """Commit the frame at ``start`` of ``file`` whose payload, from
+    ``payload`` to ``dump_end``, is written (its records, then the index of
+    the object's whole state): write the frame's trailer, then its header's
+    length. Returns where the frame ends."""
+    fd = file.fileno()
     file.flush()
-    dump_end = writer.position
-    size = dump_end - payload
     trailer = os.pread(fd, TRAILER.size, dump_end - TRAILER.size)
-    header = commit_header(size)
+    header = commit_header(dump_end - payload)
     _write_all(fd, FRAME_TRAILER.pack(start, frame_digest(header, trailer, start)), dump_end)
     if fsync:
         os.fsync(fd)  # the frame's bytes before the header that commits it
@@ -59,6 +53,32 @@ def write_commit(file, start, body, *, n_threads=1, name=None, fsync=False):
     end = dump_end + FRAME_TRAILER.size
     file.seek(end)
     return end
+
+
+class CommitWriter(ContainerWriter):
+    """The writer of a commit frame at ``start``, the end of ``file``'s
+    committed frames.
+
+    Made, it writes the frame's head (:func:`pending_frame`); then, as any
+    :class:`~cpersist.container.writer.ContainerWriter`, the chunks'
+    records of the payload and (``finish``) the index of the object's
+    whole state, its offsets counted from the start of the file.
+    :meth:`commit` then commits the frame. A frame that is not committed
+    stays pending: the state is as it was.
+    """
+
+    def __init__(self, file, start, n_threads=1, name=None, fsync=False):
+        head, payload = pending_frame(start)
+        file.seek(start)
+        file.write(head)
+        super().__init__(file, n_threads, name, start=payload, minor=OBJECT_MINOR)
+        self._frame = file, start, payload, fsync
+
+    def commit(self):
+        """Commit the frame, its payload finished (:func:`commit_frame`);
+        return where it ends."""
+        file, start, payload, fsync = self._frame
+        return commit_frame(file, start, payload, self.position, fsync)
 
 
 def read_index(read, end, name):

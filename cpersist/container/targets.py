@@ -1,7 +1,7 @@
 """Dump targets on this machine: a file object, written from its position
 (what a failed dump wrote taken back: :class:`FileTarget`), and a buffer in
 memory (:class:`BytesTarget`); a path's is :class:`.atomic.AtomicFile`.
-:func:`cpersist.storage.targets.open_target` picks one (or a remote one).
+:func:`cpersist.storage.targets.open_dump_target` picks one (or a remote one).
 
 A target gives the dump writer a binary file object to stream into
 (:meth:`file`) or takes a whole dump made in memory (:meth:`write_whole`),

@@ -15,7 +15,7 @@ from ..container.framing import record_header
 from ..container.layout import (ALIGN, RECORD_SIZE, TRAILER, chunk_table_text,
                                 checksum_state, index_text)
 from ..exceptions import CorruptFileError
-from ..container.commits import write_commit
+from ..container.commits import CommitWriter
 from .writer import GrowingWriter
 
 #: Bytes copied at once: a chunk of a raw array may be up to 2 GiB.
@@ -111,14 +111,12 @@ def compact(path, *, fsync=False, timeout=None):
         with AtomicFile(path, fsync) as target:
             file = target.file()
             file.write(OBJECT_FILE_START)
-
-            def body(out):
-                for section in reader.sections:
-                    out.add_copied_section(compacted_entry(section),
-                                           _checked_parts(writer.fd, section, name))
-                return reader.root, None, reader.info
-
-            after = write_commit(file, OBJECT_FRAMES_AT, body, name=name)
+            out = CommitWriter(file, OBJECT_FRAMES_AT, name=name)
+            for section in reader.sections:
+                out.add_copied_section(compacted_entry(section),
+                                       _checked_parts(writer.fd, section, name))
+            out.finish(reader.root, reader.info)
+            after = out.commit()
         # Renamed while the lock on the old file is held: a writer waiting
         # for it finds the path names another file, and locks that one.
     finally:

@@ -23,7 +23,7 @@ from ..container.sources import source_for
 from ..exceptions import CorruptFileError, UnwritableTargetError
 from ..pickling.read import array_layout
 from ..pickling.write import array_store
-from ..container.commits import read_index, write_commit
+from ..container.commits import CommitWriter, read_index
 from .changes import (as_rows, checked_replacement, checked_rows, checked_value, joined_entry,
                       placed_rows, selected_part, spliced_entry, stored_layout)
 
@@ -136,15 +136,11 @@ class GrowingWriter:
         new section list, the state from then on. A commit that fails is cut
         back: the file is as before."""
         start = self.end
-        state = []
-
-        def body(writer):
-            state.append(add(writer))
-            return self._root, state[0], self._info
-
         try:
-            end = write_commit(self._file, start, body, n_threads=self._n_threads,
-                               name=self.name, fsync=self._fsync)
+            writer = CommitWriter(self._file, start, self._n_threads, self.name, self._fsync)
+            sections = add(writer)
+            writer.finish(self._root, self._info, sections)
+            end = writer.commit()
         except BaseException:
             try:
                 self._file.flush()  # nothing buffered may land after the cut
@@ -154,7 +150,7 @@ class GrowingWriter:
             self._file.seek(start)
             raise
         self.end = end
-        self._sections = state[0]
+        self._sections = sections
 
     def append_rows(self, number, rows):
         """Append ``rows`` to the array of section ``number``: along its

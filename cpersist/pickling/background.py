@@ -9,6 +9,7 @@ import threading
 from .._runtime.fork import renew_after_fork
 from .snapshot import take
 from .snapshot_pickler import Buffers
+from .unpicklable import PICKLING_ERRORS, unpicklable_error
 
 #: Background dumps pending at once. A call beyond it waits for the oldest
 #: to finish before taking its snapshot, so that at most this many
@@ -49,20 +50,23 @@ def _future_type():
     return DumpFuture
 
 
-def start(obj, write, name, snapshot_error, deferred=True):
-    """Snapshot ``obj``, then run ``write(snapshot_obj)`` on a new thread.
+def start(obj, write, target, codec, protocol, chunk_size, n_threads, deferred=True):
+    """Snapshot ``obj``, then write its dump to ``target`` on a new thread:
+    ``write(snapshot_obj, target, codec, protocol, chunk_size, n_threads)``
+    (:func:`.dump.write_to`).
 
-    Returns a :class:`concurrent.futures.Future` of what ``write`` returns
-    (or raises). ``snapshot_error(exc)`` turns an error of taking the
-    snapshot into the error the future raises. Waits while
-    :data:`MAX_PENDING` dumps are pending. With ``deferred``, ``write``
-    starts once the snapshot's stream is taken, while this thread copies
-    the large arrays from the last back (see
-    :mod:`cpersist.pickling.snapshot`): ``write`` must write sections with
-    ``write_sections``, whose chunks come from the originals until the two
-    meet, and this returns once the dump no longer reads the originals.
+    Returns a :class:`concurrent.futures.Future` of what ``write``
+    returns (or raises); an error of taking the snapshot is one too, an
+    object that cannot be pickled named as ``write`` names it. Waits
+    while :data:`MAX_PENDING` dumps are pending. With ``deferred``, the
+    dump starts once the snapshot's stream is taken, while this thread
+    copies the large arrays from the last back (see
+    :mod:`cpersist.pickling.snapshot`): the chunks of its sections come
+    from the originals until the two meet, and this returns once the dump
+    no longer reads the originals.
     """
     global _exit_handler_set, _buffers
+    name = target.name
     future = _future_type()()
     future.set_running_or_notify_cancel()  # started: cannot be cancelled
     future.target = name
@@ -79,14 +83,14 @@ def start(obj, write, name, snapshot_error, deferred=True):
         snapshot = take(obj, buffers, deferred and OVERLAP_COPIES)
     except BaseException as exc:
         _slots.release()
-        error = snapshot_error(exc)
-        future.set_exception(exc if error is None else error)
+        future.set_exception(_snapshot_error(obj, protocol, exc))
         return future
 
     def run():
         try:  # the snapshot lives until the file is written
             with snapshot.written_by_this_thread():
-                result = write(snapshot.restore())
+                result = write(snapshot.restore(), target, codec, protocol, chunk_size,
+                               n_threads)
         except BaseException as exc:
             snapshot.wait_finished()  # nothing copies into the buffers any more
             buffers.give_back(snapshot.buffers())
@@ -106,6 +110,18 @@ def start(obj, write, name, snapshot_error, deferred=True):
     # call returns once the two meet and the dump has let go of them.
     snapshot.copy()
     return future
+
+
+def _snapshot_error(obj, protocol, exc):
+    """The error a background dump's future raises for ``exc``, raised while
+    taking the snapshot of ``obj``."""
+    if not isinstance(exc, PICKLING_ERRORS):
+        return exc
+    error = unpicklable_error(obj, protocol, exc)
+    if error is None:
+        return exc
+    error.__cause__ = exc
+    return error
 
 
 def _finish_at_exit():

@@ -23,7 +23,9 @@ import threading
 from .._runtime.threads import default_n_threads
 from ..container import VERBATIM, ContainerWriter, encode_chunk
 from ..container.compact import compact_dump
+from ..storage.targets import open_dump_target
 from .array_pickler import ArrayPickler
+from .unpicklable import PICKLING_ERRORS, unpicklable_error
 from .write import SectionWriter, finish_dump, inline_below_for, write_sections
 from .write_max import write_smallest
 
@@ -42,18 +44,61 @@ INDEX_BYTES = 320
 RESET_MEMO_ABOVE = 256
 
 
-def write_dump(obj, target, codec, protocol, chunk_size, n_threads, growing=False):
+def dump_to(obj, target, codec, protocol, chunk_size, n_threads, *, growing=False,
+            background=False):
+    """Write the dump of ``obj`` to ``target`` (a
+    :class:`cpersist.storage.targets.DumpTarget`) with :func:`write_to`;
+    return the names of the files written. The arguments are checked.
+    With ``background``, a snapshot of ``obj`` is written on a thread of
+    its own (:func:`.background.start`), and this returns its future.
+    """
+    if background:
+        # Imported here: a dump in the foreground needs no thread of its own.
+        from .background import start
+
+        # compress="max" tries its codecs on arrays before writing sections:
+        # its snapshot copies every array before the dump starts.
+        return start(obj, write_to, target, codec, protocol, chunk_size, n_threads,
+                     deferred=codec is None or codec.codec_id != "max")
+    return write_to(obj, target, codec, protocol, chunk_size, n_threads, growing)
+
+
+def write_to(obj, target, codec, protocol, chunk_size, n_threads, growing=False):
+    """Open ``target`` (a :class:`cpersist.storage.targets.DumpTarget`:
+    :func:`cpersist.storage.targets.open_dump_target`) and write the dump
+    of ``obj`` to it: with :func:`write_dump`, or as a growing object file
+    (:func:`write_growing`); return the names of the files written.
+    ``n_threads`` None: all available CPUs.
+
+    Raises
+    ------
+    UnpicklableError
+        If ``obj`` holds something that cannot be pickled: the message
+        names where it sits. The target is left as it was.
+    """
+    out = open_dump_target(target)
+    try:
+        with out:
+            if not growing:
+                write_dump(obj, out, codec, protocol, chunk_size, n_threads)
+            else:
+                write_growing(obj, out, codec, protocol, chunk_size,
+                              n_threads or default_n_threads())
+    except PICKLING_ERRORS as exc:
+        error = unpicklable_error(obj, protocol, exc)
+        if error is None:
+            raise
+        raise error from exc
+    return out.names
+
+
+def write_dump(obj, target, codec, protocol, chunk_size, n_threads):
     """Write the dump of ``obj`` to ``target`` (see
-    :mod:`cpersist.container.targets`, made by
-    :func:`cpersist.storage.targets.open_target`), its arguments checked;
-    ``n_threads`` None: all available CPUs. ``growing``: as a growing
-    object file (:func:`write_growing`)."""
+    :mod:`cpersist.container.targets`), its arguments checked;
+    ``n_threads`` None: all available CPUs."""
     if codec is not None and codec.codec_id == "max":
         write_smallest(obj, target, codec, protocol, chunk_size,
                        n_threads or default_n_threads())
-        return
-    if growing:
-        write_growing(obj, target, codec, protocol, chunk_size, n_threads or default_n_threads())
         return
     key = protocol, inline_below_for(codec, chunk_size)
     pickling = _kept_pickling(key)
@@ -84,23 +129,19 @@ def write_growing(obj, target, codec, protocol, chunk_size, n_threads):
     (format 2.4): its first commit, every array a section of its own (none
     kept inside the pickle stream), so that any can grow."""
     # Imported here: other dumps need none of the growing files' format.
-    from ..container.commits import write_commit
+    from ..container.commits import commit_frame, pending_frame
     from ..container.frames import OBJECT_FILE_START, OBJECT_FRAMES_AT
 
     file = target.file()
-    file.write(OBJECT_FILE_START)
+    head, payload = pending_frame(OBJECT_FRAMES_AT)
+    file.write(OBJECT_FILE_START + head)  # the file's start, then the frame's
     if codec is not None:
         # As the changes that follow store arrays (array_codec in
         # growfile.writer): also trying the byte shuffle alone.
         codec = codec.trying_shuffle_alone()
-
-    def body(writer):
-        # The dump's own index, written by write_sections, is the commit's:
-        # its offsets count from the start of the file.
-        write_sections(obj, file, target.name, codec, protocol, chunk_size, n_threads,
-                       inline_below=0, container=writer)
-
-    write_commit(file, OBJECT_FRAMES_AT, body, n_threads=n_threads, name=target.name)
+    write_sections(obj, file, target.name, codec, protocol, chunk_size, n_threads,
+                   inline_below=0, payload_at=payload)
+    commit_frame(file, OBJECT_FRAMES_AT, payload, file.tell())
 
 
 def whole_dump(stream, inlined, name, codec, protocol):

@@ -53,14 +53,22 @@ class SectionWriter:
     n_threads : int
     pickle_chunk_size : int
         Bytes of pickle stream per chunk (at most ``chunk_size``).
-    container : ContainerWriter, optional
-        The writer of the file's records, if not a new one on ``file`` (a
-        commit of a growing object file).
+    payload_at : int, optional
+        Where ``file`` is: the payload of a growing object file's commit
+        frame, the dump's index the commit's (its offsets count from the
+        start of the file); None: a dump of its own.
     """
 
     def __init__(self, file, name, codec, protocol, chunk_size, n_threads,
-                 pickle_chunk_size=PICKLE_CHUNK_SIZE, container=None):
-        self.writer = ContainerWriter(file, n_threads, name) if container is None else container
+                 pickle_chunk_size=PICKLE_CHUNK_SIZE, payload_at=None):
+        if payload_at is None:
+            self.writer = ContainerWriter(file, n_threads, name)
+        else:
+            # Imported here: other dumps need none of the growing files' format.
+            from ..container.frames import OBJECT_MINOR
+
+            self.writer = ContainerWriter(file, n_threads, name, start=payload_at,
+                                          minor=OBJECT_MINOR)
         self.store = array_store(self.writer, codec, chunk_size)
         # The pickle stream is encoded chunk by chunk on the pool while
         # pickling goes on.
@@ -93,13 +101,13 @@ class SectionWriter:
 
 def write_sections(obj, file, name, codec, protocol, chunk_size, n_threads,
                    pickle_chunk_size=PICKLE_CHUNK_SIZE, fortran_as_c=False,
-                   inline_below=INLINE_BELOW, container=None):
+                   inline_below=INLINE_BELOW, payload_at=None):
     """Write ``obj`` with each array a section (in a compressed file, those
     under ``inline_below`` bytes in the pickle stream); return the
-    :class:`ArrayPickler` (see it for ``fortran_as_c``; ``container`` as
+    :class:`ArrayPickler` (see it for ``fortran_as_c``; ``payload_at`` as
     for :class:`SectionWriter`)."""
     sections = SectionWriter(file, name, codec, protocol, chunk_size, n_threads,
-                             pickle_chunk_size, container)
+                             pickle_chunk_size, payload_at)
     pickler = ArrayPickler(sections.stream, protocol, sections.store,
                            inline_below_for(codec, chunk_size, inline_below), fortran_as_c)
     pickler.dump(obj)
