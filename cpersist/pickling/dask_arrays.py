@@ -108,14 +108,12 @@ class DaskSource(StreamedSource):
         computed band by band, and the function the writer calls once per
         chunk when it is done with it.
 
-        The chunks are views of the bands wherever they can be (no copy,
-        compressed or not), so a band stays in memory until the writer is
-        done with its last chunk; the band after the one being cut is
-        therefore computed once the bands before the one being cut are
-        released, but for at most :data:`OLDER_BANDS_HELD` chunks' worth of
-        them (small bands, which the writer's window of chunks in flight
-        spans several of): at most two bands, and the writer's window, are
-        held in memory.
+        The chunks are views of the bands wherever they can be (compressed
+        or not), so a band stays in memory until the writer is done with its
+        last chunk: the band after the one being cut is started on once the
+        bands before it are released, but for :data:`OLDER_BANDS_HELD`
+        chunks' worth of them (small bands, the writer's window spanning
+        several). At most two bands, and the writer's window, are held.
         """
         if not self.nbytes:
             return iter(()), None
@@ -153,9 +151,8 @@ class DaskSource(StreamedSource):
 
 
 class _HeldBands:
-    """The bands cut whose chunks the writer may still hold (it is done
-    with chunks in the order it was given them, and says so through
-    :meth:`release`)."""
+    """The bands cut whose chunks the writer may still hold (it says, in
+    order, through :meth:`release`, which it is done with)."""
 
     __slots__ = ("_allowed", "_bands", "_bytes", "_released")
 
@@ -191,9 +188,14 @@ _END = object()
 class _Bands:
     """The bands of a dask array (the blocks that share a range of the first
     axis, as a nested list along axes 1 and on; a 0-d or 1-d array's band
-    is one block), computed one at a time, in order, on a thread of their
-    own: :meth:`start` starts computing the next, :meth:`take` waits for it
-    (starting it if it was not)."""
+    is one block), brought into this process one at a time, in order, on a
+    thread of their own: :meth:`start` starts on the next, :meth:`take`
+    waits for it (starting it if it was not).
+
+    With a distributed client, the workers compute the next band as soon
+    as they have sent the one before, and keep it until :meth:`start` asks
+    for it: only its transfer waits for the writer.
+    """
 
     def __init__(self, array):
         from concurrent.futures import ThreadPoolExecutor  # dask has imported it already
@@ -202,7 +204,8 @@ class _Bands:
         if blocks.ndim == 0:
             blocks = blocks.reshape(1)
         self._rows = iter(blocks)
-        self._options = _gather_options()
+        self._client, self._options = _distributed()
+        self._on_workers = None  # (futures, grid shape) of the next band
         # The distributed client in use, and dask's settings, are context
         # variables of this thread: the computing thread runs in a copy of
         # its context.
@@ -210,16 +213,32 @@ class _Bands:
         self._computing = ThreadPoolExecutor(1, thread_name_prefix="cpersist-dask")
         self._future = None
         self.started = False
+        if self._client is not None:
+            self._compute_on_workers()
         self.start()
 
+    def _compute_on_workers(self):
+        row = next(self._rows, _END)
+        if row is not _END:
+            if isinstance(row, np.ndarray):
+                self._on_workers = self._client.compute(row.ravel().tolist()), row.shape
+            else:
+                self._on_workers = self._client.compute([row]), None
+
     def start(self):
-        """Start computing the next band (if there is one)."""
+        """Start on the next band (if there is one)."""
         if self.started:
             return
         self.started = True
-        row = next(self._rows, _END)
-        if row is not _END:
-            self._future = self._computing.submit(self._context.copy().run, self._compute, row)
+        if self._client is None:
+            row = next(self._rows, _END)
+            if row is not _END:
+                self._future = self._computing.submit(
+                    self._context.copy().run, self._compute, row)
+            return
+        band, self._on_workers = self._on_workers, None
+        if band is not None:
+            self._future = self._computing.submit(self._fetch, *band)
 
     def take(self):
         """The next band, or ``_END``."""
@@ -233,10 +252,15 @@ class _Bands:
 
         if not isinstance(row, np.ndarray):  # the one block of a band of a 1-d array
             return dask.compute(row, **self._options)[0]
-        flat = dask.compute(*row.ravel().tolist(), **self._options)
-        grid = np.empty(len(flat), dtype=object)
-        grid[:] = flat
-        return _nested(grid.reshape(row.shape).tolist())
+        return _grid(dask.compute(*row.ravel().tolist(), **self._options), row.shape)
+
+    def _fetch(self, futures, shape):
+        blocks = self._client.gather(futures, **self._options)
+        # The workers forget this band and compute the next, one band at a
+        # time: their memory limits are counted for one.
+        futures = None
+        self._compute_on_workers()
+        return blocks[0] if shape is None else _grid(blocks, shape)
 
     def __enter__(self):
         return self
@@ -244,29 +268,38 @@ class _Bands:
     def __exit__(self, *exc):
         if self._future is not None:
             self._future.cancel()
+        self._on_workers = None
         self._computing.shutdown(wait=True)
 
 
-def _gather_options():
-    """Options for ``dask.compute``: a distributed client whose scheduler
-    runs in this process (a ``LocalCluster``'s) gathers the blocks straight
-    from the workers. Through the scheduler, as a client gathers by
-    default, each band would be received twice in this process -- by the
-    scheduler, then from it by the client -- while the band before it is
-    being written. A scheduler elsewhere holds its copy in its own process,
-    and may be the only one the client can reach: it is left alone."""
+def _grid(flat, shape):
+    grid = np.empty(len(flat), dtype=object)
+    grid[:] = flat
+    return _nested(grid.reshape(shape).tolist())
+
+
+def _distributed():
+    """``(client, options)``: the distributed ``Client`` dask computes with
+    here (None if the scheduler in force is another), and the options to
+    gather with. A client whose scheduler runs in this process (a
+    ``LocalCluster``'s) gathers the blocks straight from the workers:
+    through the scheduler, as a client gathers by default, each band would
+    be received twice in this process -- by the scheduler, then from it by
+    the client -- while the band before it is being written. A scheduler
+    elsewhere holds its copy in its own process, and may be the only one
+    the client can reach: it is left alone."""
     distributed = sys.modules.get("distributed")
     if distributed is None:
-        return {}
+        return None, {}
     import dask.base
 
     client = getattr(dask.base.get_scheduler(), "__self__", None)
     if not isinstance(client, distributed.Client):
-        return {}
+        return None, {}
     address = client.scheduler.address
     if any(s.address == address for s in list(distributed.Scheduler._instances)):
-        return {"direct": True}
-    return {}
+        return client, {"direct": True}
+    return client, {}
 
 
 def _nested(blocks):
