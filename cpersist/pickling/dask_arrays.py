@@ -179,8 +179,7 @@ class _HeldBands:
         return self._bytes <= self._allowed
 
 
-#: Bytes, in chunks, of the bands before the one being cut that the writer
-#: may still hold when the next band's computation starts.
+#: Chunks' worth of older bands the writer may hold as the next is started on.
 OLDER_BANDS_HELD = 4
 _END = object()
 
@@ -205,7 +204,7 @@ class _Bands:
             blocks = blocks.reshape(1)
         self._rows = iter(blocks)
         self._client, self._options = _distributed()
-        self._on_workers = None  # (futures, grid shape) of the next band
+        self._on_workers = self._fetching = None  # (futures, grid shape) of a band
         # The distributed client in use, and dask's settings, are context
         # variables of this thread: the computing thread runs in a copy of
         # its context.
@@ -236,9 +235,9 @@ class _Bands:
                 self._future = self._computing.submit(
                     self._context.copy().run, self._compute, row)
             return
-        band, self._on_workers = self._on_workers, None
-        if band is not None:
-            self._future = self._computing.submit(self._fetch, *band)
+        self._fetching, self._on_workers = self._on_workers, None
+        if self._fetching is not None:
+            self._future = self._computing.submit(self._fetch)
 
     def take(self):
         """The next band, or ``_END``."""
@@ -254,11 +253,12 @@ class _Bands:
             return dask.compute(row, **self._options)[0]
         return _grid(dask.compute(*row.ravel().tolist(), **self._options), row.shape)
 
-    def _fetch(self, futures, shape):
+    def _fetch(self):
+        (futures, shape), self._fetching = self._fetching, None
         blocks = self._client.gather(futures, **self._options)
-        # The workers forget this band and compute the next, one band at a
-        # time: their memory limits are counted for one.
-        futures = None
+        # The workers forget this band (this held its last futures) before
+        # they compute the next: their memory limits are counted for one.
+        del futures
         self._compute_on_workers()
         return blocks[0] if shape is None else _grid(blocks, shape)
 
@@ -268,8 +268,8 @@ class _Bands:
     def __exit__(self, *exc):
         if self._future is not None:
             self._future.cancel()
-        self._on_workers = None
         self._computing.shutdown(wait=True)
+        self._on_workers = self._fetching = None
 
 
 def _grid(flat, shape):
