@@ -7,14 +7,16 @@ array's dump would have. It is computed by dask's scheduler in force (the
 threaded one, or the distributed ``Client`` in use) one *band* at a time: the
 blocks that share a range of the first axis. A section's chunks are written
 in order, so the band after the one being written is computed meanwhile,
-and no other: at most two bands are held in memory, whatever the size of the
-array. The band's bytes go to the writer as views of the blocks where they
-are in C order, and as copies of at most one chunk where they are not (a
-block in Fortran order, a band of several blocks across the other axes).
+and no other: at most two bands, and the chunks the writer has in flight,
+are held in memory, whatever the size of the array. The band's bytes go to
+the writer as views of the blocks where they are in C order, and as copies
+of at most one chunk where they are not (a block in Fortran order, a band
+of several blocks across the other axes).
 """
 
 import contextvars
 import sys
+from collections import deque
 
 import numpy as np
 
@@ -54,6 +56,14 @@ class StreamedSource:
         the whole array."""
         return describe_layout(self.dtype, self.shape, "C")
 
+    def chunks_to_write(self, step, compressed):
+        """``(chunks, release)``: the array's C-order bytes in chunks of
+        ``step`` bytes (the last one shorter), and a function the writer
+        calls once per chunk when it is done with it (or None); for a
+        ``compressed`` section, the chunks are not views of memory the
+        source frees or reuses before the writer is done with them."""
+        return self.byte_chunks(step, copies=compressed), None
+
     def step(self, chunk_size):
         """``(rows per chunk or None, bytes per chunk)``, as
         :func:`.arrays.iter_chunks` cuts the whole array."""
@@ -92,107 +102,204 @@ class DaskSource(StreamedSource):
         pickle stream)."""
         return np.asarray(self.array.compute(), order="C")
 
-    def byte_chunks(self, step, copies=False):
-        """Yield the array's C-order bytes as memoryviews of ``step`` bytes
-        (the last one shorter), computing it band by band.
+    def chunks_to_write(self, step, compressed):
+        """``(chunks, release)`` for the section writer: the array's C-order
+        bytes as memoryviews of ``step`` bytes (the last one shorter),
+        computed band by band, and the function the writer calls once per
+        chunk when it is done with it.
 
-        With ``copies``, every chunk is a copy, never a view of a band: for
-        a writer that keeps chunks a while after it is given them (those
-        being compressed on the pool), which would keep their band in memory
-        while the next two are computed. A copy costs little beside
-        compressing it.
+        The chunks are views of the bands wherever they can be (compressed
+        or not), so a band stays in memory until the writer is done with its
+        last chunk: the band after the one being cut is started on once the
+        bands before it are released, but for :data:`OLDER_BANDS_HELD`
+        chunks' worth of them (small bands, the writer's window spanning
+        several). At most two bands, and the writer's window, are held.
         """
         if not self.nbytes:
+            return iter(()), None
+        held = _HeldBands(OLDER_BANDS_HELD * step)
+        return self._chunks(step, held), held.release
+
+    def _chunks(self, step, held):
+        cutter = Cutter(step)
+        fed = yielded = 0
+        with _Bands(self.array) as bands:
+            while True:
+                band = bands.take()
+                if band is _END:
+                    break
+                nbytes = _band_nbytes(band)
+                pieces = _band_bytes(band, self.dtype, step)
+                band = None  # held by ``pieces`` until they are all fed
+                for data in pieces:
+                    fed += data.nbytes
+                    for chunk in cutter.feed(data):
+                        if not bands.started and held.room():
+                            bands.start()
+                        yielded += 1
+                        yield chunk
+                data = pieces = None
+                held.cut(yielded, nbytes)
+                if not bands.started and held.room():
+                    bands.start()
+            if fed != self.nbytes:
+                raise DaskArrayError(
+                    f"the dask array of shape {self.shape} and dtype {self.dtype} computed "
+                    f"to {fed} bytes, not {self.nbytes}: its blocks are not the shapes its "
+                    f"chunks say")
+            yield from cutter.end()
+
+
+class _HeldBands:
+    """The bands cut whose chunks the writer may still hold (it says, in
+    order, through :meth:`release`, which it is done with)."""
+
+    __slots__ = ("_allowed", "_bands", "_bytes", "_released")
+
+    def __init__(self, allowed):
+        self._allowed = allowed
+        self._bands = deque()  # (chunks yielded up to the band's end, its bytes)
+        self._bytes = 0
+        self._released = 0
+
+    def release(self):
+        self._released += 1
+
+    def cut(self, yielded, nbytes):
+        """A band is cut, its last chunk being the ``yielded``-th."""
+        self._bands.append((yielded, nbytes))
+        self._bytes += nbytes
+
+    def room(self):
+        """Whether another band may be computed: the bands the writer still
+        holds chunks of add up to no more than the bytes allowed."""
+        bands = self._bands
+        while bands and bands[0][0] <= self._released:
+            self._bytes -= bands.popleft()[1]
+        return self._bytes <= self._allowed
+
+
+#: Chunks' worth of older bands the writer may hold as the next is started on.
+OLDER_BANDS_HELD = 4
+_END = object()
+
+
+class _Bands:
+    """The bands of a dask array (the blocks that share a range of the first
+    axis, as a nested list along axes 1 and on; a 0-d or 1-d array's band
+    is one block), brought into this process one at a time, in order, on a
+    thread of their own: :meth:`start` starts on the next, :meth:`take`
+    waits for it (starting it if it was not).
+
+    With a distributed client, the workers compute the next band as soon
+    as they have sent the one before, and keep it until :meth:`start` asks
+    for it: only its transfer waits for the writer.
+    """
+
+    def __init__(self, array):
+        from concurrent.futures import ThreadPoolExecutor  # dask has imported it already
+
+        blocks = array.to_delayed()
+        if blocks.ndim == 0:
+            blocks = blocks.reshape(1)
+        self._rows = iter(blocks)
+        self._client, self._options = _distributed()
+        self._on_workers = self._fetching = None  # (futures, grid shape) of a band
+        # The distributed client in use, and dask's settings, are context
+        # variables of this thread: the computing thread runs in a copy of
+        # its context.
+        self._context = contextvars.copy_context()
+        self._computing = ThreadPoolExecutor(1, thread_name_prefix="cpersist-dask")
+        self._future = None
+        self.started = False
+        if self._client is not None:
+            self._compute_on_workers()
+        self.start()
+
+    def _compute_on_workers(self):
+        row = next(self._rows, _END)
+        if row is not _END:
+            if isinstance(row, np.ndarray):
+                self._on_workers = self._client.compute(row.ravel().tolist()), row.shape
+            else:
+                self._on_workers = self._client.compute([row]), None
+
+    def start(self):
+        """Start on the next band (if there is one)."""
+        if self.started:
             return
-        cutter = Cutter(step, copies)
-        fed = 0
-        for band in _computed_bands(self.array):
-            pieces = _band_bytes(band, self.dtype, step)
-            band = None  # held by ``pieces`` until they are all fed
-            data = next(pieces, None)
-            if data is None:  # a band of no rows
-                continue
-            for following in pieces:
-                fed += data.nbytes
-                yield from cutter.feed(data)
-                data = following
-            # The band's last chunk is copied: the writer holds the chunk it
-            # was last given while it asks for the next, which would keep
-            # the whole band in memory while the next two are computed.
-            fed += data.nbytes
-            yield from cutter.feed(data, copy_tail=True)
-            pieces = data = following = None
-        if fed != self.nbytes:
-            raise DaskArrayError(
-                f"the dask array of shape {self.shape} and dtype {self.dtype} computed to "
-                f"{fed} bytes, not {self.nbytes}: its blocks are not the shapes its "
-                f"chunks say")
-        yield from cutter.end()
+        self.started = True
+        if self._client is None:
+            row = next(self._rows, _END)
+            if row is not _END:
+                self._future = self._computing.submit(
+                    self._context.copy().run, self._compute, row)
+            return
+        self._fetching, self._on_workers = self._on_workers, None
+        if self._fetching is not None:
+            self._future = self._computing.submit(self._fetch)
 
+    def take(self):
+        """The next band, or ``_END``."""
+        self.start()
+        future, self._future = self._future, None
+        self.started = False
+        return _END if future is None else future.result()
 
-def _computed_bands(array):
-    """Yield each band of ``array`` as a nested list of its blocks (axes 1
-    and on; a 0-d or 1-d array's band is one block), in order, computing the
-    next band while the caller uses one."""
-    from concurrent.futures import ThreadPoolExecutor  # dask has imported it already
+    def _compute(self, row):
+        import dask
 
-    import dask
-
-    blocks = array.to_delayed()
-    if blocks.ndim == 0:
-        blocks = blocks.reshape(1)
-
-    options = _gather_options()
-
-    def compute(row):
         if not isinstance(row, np.ndarray):  # the one block of a band of a 1-d array
-            return dask.compute(row, **options)[0]
-        flat = dask.compute(*row.ravel().tolist(), **options)
-        grid = np.empty(len(flat), dtype=object)
-        grid[:] = flat
-        return _nested(grid.reshape(row.shape).tolist())
+            return dask.compute(row, **self._options)[0]
+        return _grid(dask.compute(*row.ravel().tolist(), **self._options), row.shape)
 
-    # The distributed client in use, and dask's settings, are context
-    # variables of this thread: the computing thread runs in a copy of its
-    # context.
-    context = contextvars.copy_context()
-    rows = iter(blocks)
-    with ThreadPoolExecutor(1, thread_name_prefix="cpersist-dask") as computing:
-        future = computing.submit(context.copy().run, compute, next(rows))
-        try:
-            for row in rows:
-                band = future.result()
-                # The next band is computed while this one is written; it is
-                # asked for once this one is done, and not before: at most
-                # two are held.
-                future = computing.submit(context.copy().run, compute, row)
-                yield band
-                band = None
-            yield future.result()
-        finally:
-            future.cancel()
+    def _fetch(self):
+        (futures, shape), self._fetching = self._fetching, None
+        blocks = self._client.gather(futures, **self._options)
+        # The workers forget this band (this held its last futures) before
+        # they compute the next: their memory limits are counted for one.
+        del futures
+        self._compute_on_workers()
+        return blocks[0] if shape is None else _grid(blocks, shape)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._future is not None:
+            self._future.cancel()
+        self._computing.shutdown(wait=True)
+        self._on_workers = self._fetching = None
 
 
-def _gather_options():
-    """Options for ``dask.compute``: a distributed client whose scheduler
-    runs in this process (a ``LocalCluster``'s) gathers the blocks straight
-    from the workers. Through the scheduler, as a client gathers by
-    default, each band would be received twice in this process -- by the
-    scheduler, then from it by the client -- while the band before it is
-    being written. A scheduler elsewhere holds its copy in its own process,
-    and may be the only one the client can reach: it is left alone."""
+def _grid(flat, shape):
+    grid = np.empty(len(flat), dtype=object)
+    grid[:] = flat
+    return _nested(grid.reshape(shape).tolist())
+
+
+def _distributed():
+    """``(client, options)``: the distributed ``Client`` dask computes with
+    here (None if the scheduler in force is another), and the options to
+    gather with. A client whose scheduler runs in this process (a
+    ``LocalCluster``'s) gathers the blocks straight from the workers:
+    through the scheduler, as a client gathers by default, each band would
+    be received twice in this process -- by the scheduler, then from it by
+    the client -- while the band before it is being written. A scheduler
+    elsewhere holds its copy in its own process, and may be the only one
+    the client can reach: it is left alone."""
     distributed = sys.modules.get("distributed")
     if distributed is None:
-        return {}
+        return None, {}
     import dask.base
 
     client = getattr(dask.base.get_scheduler(), "__self__", None)
     if not isinstance(client, distributed.Client):
-        return {}
+        return None, {}
     address = client.scheduler.address
     if any(s.address == address for s in list(distributed.Scheduler._instances)):
-        return {"direct": True}
-    return {}
+        return client, {"direct": True}
+    return client, {}
 
 
 def _nested(blocks):

@@ -121,8 +121,11 @@ class BatchSource(StreamedSource):
 
     def byte_chunks(self, step, copies=False):
         """Yield the array's C-order bytes in chunks of ``step`` bytes (the
-        last one shorter), reading one batch at a time; ``copies`` as for
-        :meth:`.dask_arrays.DaskSource.byte_chunks`."""
+        last one shorter), reading one batch at a time. With ``copies``,
+        every chunk is a copy, never a view of a batch: for a writer that
+        keeps chunks a while after it is given them (those being compressed
+        on the pool), which would keep their batch in memory while the next
+        ones are read."""
         cutter = Cutter(step, copies)
         for batch in self._checked():
             if not batch.nbytes:

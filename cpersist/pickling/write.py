@@ -143,7 +143,7 @@ def array_store(writer, codec, chunk_size):
             # A dask_arrays.StreamedSource: made (computed, or read from its
             # batches) as the writer takes its chunks.
             rows, step = arr.step(chunk_size)
-            chunks, release = arr.byte_chunks(step, copies=chosen is not None), None
+            chunks, release = arr.chunks_to_write(step, compressed=chosen is not None)
             meta = arr.describe()
         else:
             # In a background dump, chunks of an array its snapshot has not
