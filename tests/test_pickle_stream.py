@@ -301,8 +301,8 @@ def test_buffers_changed_later_in_the_dump_keep_their_pickled_bytes(
 
 
 def _inline_arrays(value, n=50):
-    """Arrays of 32,000 bytes each: a raw dump keeps them in its pickle stream."""
-    return {f"a{i}": np.full(4000, value + i, dtype="<f8") for i in range(n)}
+    """Arrays of 12,000 bytes each: a raw dump keeps them in its pickle stream."""
+    return {f"a{i}": np.full(1500, value + i, dtype="<f8") for i in range(n)}
 
 
 def test_arrays_kept_in_a_raw_stream_outlive_the_next_load(tmp_path):
