@@ -75,12 +75,12 @@ def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa
     Examples
     --------
     >>> import numpy as np, cpersist
-    >>> cpersist.dump({"w": np.arange(3000.0).reshape(1000, 3)}, "open.cp")
+    >>> cpersist.dump({"w": np.arange(30000.0).reshape(10000, 3)}, "open.cp")
     ['open.cp']
     >>> with cpersist.open("open.cp") as f:
     ...     w = f.arrays["obj['w']"]
     ...     print(w.shape, w[1:3, 0])
-    (1000, 3) [3. 6.]
+    (10000, 3) [3. 6.]
     """
     normalized = check_trusted(trusted)
     n_threads = check_n_threads(n_threads)

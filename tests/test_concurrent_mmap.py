@@ -18,7 +18,7 @@ def _writer(path, first_tag, ready, stop):
     # also run past or short of the index read from the older one; each is
     # a section (at least RAW_INLINE_BELOW bytes), mapped.
     while not stop.is_set():
-        n = 2048 + 37 * (tag % 50)
+        n = 8192 + 37 * (tag % 50)
         cpersist.dump({"tag": tag, "a": np.full(n, tag, dtype=np.int64)}, path)
         ready.set()
         tag += 2
@@ -26,7 +26,7 @@ def _writer(path, first_tag, ready, stop):
 
 def test_mmap_loads_during_concurrent_dumps_are_whole(tmp_path):
     path = str(tmp_path / "shared.cp")
-    cpersist.dump({"tag": 0, "a": np.zeros(2048, dtype=np.int64)}, path)
+    cpersist.dump({"tag": 0, "a": np.zeros(8192, dtype=np.int64)}, path)
     ctx = multiprocessing.get_context("spawn")
     stop = ctx.Event()
     ready = [ctx.Event(), ctx.Event()]  # set once a writer has dumped
@@ -48,7 +48,7 @@ def test_mmap_loads_during_concurrent_dumps_are_whole(tmp_path):
             loads += 1
             tags.add(obj["tag"])
             assert isinstance(obj["a"], np.memmap)
-            if not (obj["a"] == obj["tag"]).all() or len(obj["a"]) != 2048 + 37 * (
+            if not (obj["a"] == obj["tag"]).all() or len(obj["a"]) != 8192 + 37 * (
                     obj["tag"] % 50):
                 failures.append(f"tag {obj['tag']} with array values "
                                 f"{np.unique(np.asarray(obj['a']))[:5]} len {len(obj['a'])}")
@@ -65,7 +65,7 @@ def test_mmap_loads_during_concurrent_dumps_are_whole(tmp_path):
 #: stream asks for the array, so other loads of the same file read its
 #: index in between.
 _HEAD = list(range(200_000))
-_EDITED_ARRAY = np.arange(2048.0)  # a section, which r+ maps
+_EDITED_ARRAY = np.arange(8192.0)  # a section, which r+ maps
 
 
 def _loader(path, mode, barrier, stop, results):

@@ -170,7 +170,7 @@ def test_fuzzer_runs(tmp_path):
     from benchmarks.fuzz_restricted import take_apart, wrap
 
     buf = io.BytesIO()
-    obj = {"a": np.arange(5000, dtype=np.int32), "b": [1, "x"]}
+    obj = {"a": np.arange(20000, dtype=np.int32), "b": [1, "x"]}  # a section
     cpersist.dump(obj, buf)
     stream, arrays = take_apart(buf.getvalue())
     assert len(arrays) == 1 and stream.endswith(b".")

@@ -35,7 +35,7 @@ def make_output(n):
     """An object with arrays above and below the inline size, both orders."""
     return {
         "big": random_array(np.float64, (n, 64), seed=n),       # a section of its own
-        "fortran": random_array(np.int16, (300, 70), order="F", seed=1),
+        "fortran": random_array(np.int16, (300, 120), order="F", seed=1),
         "small": np.arange(10, dtype=np.uint8),                   # inline when compressed
         "name": f"output {n}",
         "list": [np.float32(1.5), (1, 2.0)],

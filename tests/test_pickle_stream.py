@@ -1,6 +1,6 @@
-"""The pickle stream of a compressed file: small arrays inside it, its
-chunking, and its encoding on several threads (:class:`EncodedStream`,
-:func:`run_claimed`)."""
+"""The pickle stream: small arrays inside it, its chunking, its encoding on
+several threads (:class:`EncodedStream`, :func:`run_claimed`), and the
+buffers a raw one is kept in between dumps and between loads."""
 
 import pickle
 import re
@@ -298,3 +298,47 @@ def test_buffers_changed_later_in_the_dump_keep_their_pickled_bytes(
     path = tmp_path / "a.cp"
     cpersist.dump(fresh(), path, compress=compress, n_threads=n_threads)
     assert cpersist.load(path) == expected
+
+
+def _inline_arrays(value, n=50):
+    """Arrays of 12,000 bytes each: a raw dump keeps them in its pickle stream."""
+    return {f"a{i}": np.full(1500, value + i, dtype="<f8") for i in range(n)}
+
+
+def test_arrays_kept_in_a_raw_stream_outlive_the_next_load(tmp_path):
+    """A raw load reads its pickle stream into a buffer kept for the next
+    load: the arrays it gives hold their own bytes, which later loads of
+    other files leave alone."""
+    first, second = _inline_arrays(1.0), _inline_arrays(-100.5)
+    cpersist.dump(first, tmp_path / "1.cp", compress=0)
+    cpersist.dump(second, tmp_path / "2.cp", compress=0)
+    assert len(cpersist.inspect(tmp_path / "1.cp")["inline_arrays"]) == 50
+    for trusted in (True, False):
+        one = cpersist.load(tmp_path / "1.cp", trusted=trusted)
+        two = [cpersist.load(tmp_path / "2.cp", trusted=trusted) for _ in range(2)]
+        assert_same(first, one)
+        assert_same(second, two[0])
+
+
+class _KeepingFile:
+    """A file object that keeps what ``write`` is given, not a copy of it."""
+
+    def __init__(self):
+        self.parts = []
+
+    def write(self, data):
+        self.parts.append(data)
+        return memoryview(data).nbytes
+
+
+def test_a_file_object_keeping_what_it_is_given_keeps_its_dump(tmp_path):
+    """A raw dump's pickle stream is copied into buffers kept for the next
+    dump only when the file object copies what it writes: one that keeps the
+    buffers it is given still holds its dump after the next dump."""
+    first, second = _KeepingFile(), _KeepingFile()
+    cpersist.dump(_inline_arrays(1.0), first, compress=0)
+    cpersist.dump(_inline_arrays(-100.5), second, compress=0)
+    cpersist.dump(_inline_arrays(7.0), tmp_path / "3.cp", compress=0)
+    for kept, value in ((first, 1.0), (second, -100.5)):
+        data = b"".join(bytes(memoryview(part).cast("B")) for part in kept.parts)
+        assert_same(_inline_arrays(value), cpersist.loads(data))

@@ -126,7 +126,7 @@ def test_memory_missing_object(memory_dir):
 
 
 def test_file_url_is_a_local_path(tmp_path):
-    obj = {"a": np.arange(4096.0)}  # a section of its own (small arrays stay in the stream)
+    obj = {"a": np.arange(8192.0)}  # a section of its own (small arrays stay in the stream)
     url = (tmp_path / "local.cp").as_uri()
     cpersist.dump(obj, url)
     assert (tmp_path / "local.cp").exists()

@@ -140,7 +140,7 @@ def test_module_state_optimizer_and_parameters_load_restricted(tmp_path):
 
 def _stream(path):
     with cpersist.open(path) as f:
-        return f._root_stream(f._reader()).getvalue()
+        return bytes(f._root_stream(f._reader()).getbuffer())
 
 
 def test_requires_grad_and_integer_tensors():

@@ -2,9 +2,13 @@
 :class:`EncodedStream`, which encodes a stream (the pickle stream) chunk by
 chunk on the thread pool while it is written."""
 
+import threading
+
+from .._runtime.fork import renew_after_fork
 from .._runtime.parallel import run_claimed
+from .buffers import BufferPool
 from ..codecs.abc import middle_sample
-from .layout import ENCODED, VERBATIM, checksum, verbatim_checksums
+from .layout import ENCODED, VERBATIM, checksum, checksum_state, verbatim_checksums
 
 #: Bytes of each large chunk compressed first to decide whether compressing
 #: the whole chunk pays.
@@ -24,6 +28,12 @@ SAVING_NEEDED_LEVELS_6_TO_9 = 0.05
 #: the threads finish together; the cap bounds the raw bytes held.
 BATCH_CHUNKS = 4
 MAX_BATCH_CHUNKS = 32
+#: A raw pickle stream's chunk buffers kept between dumps (see
+#: :meth:`EncodedStream.release`), in bytes.
+KEEP_CHUNK_BYTES = 16 << 20
+
+CHUNK_BUFFERS = BufferPool(KEEP_CHUNK_BYTES)
+renew_after_fork(CHUNK_BUFFERS, _lock=threading.Lock)
 
 
 def encode_chunk(codec, chunk, typesize=1):
@@ -121,9 +131,12 @@ class EncodedStream:
         self._pieces = []
         self._buffered = 0
         self._done = []
+        self._held = []  # the raw stream's buffers, given back by release()
 
     def write(self, data):
         view = memoryview(data)
+        if self._codec is None:
+            return self._write_raw(view)
         self._pieces.append(view)
         self._buffered += view.nbytes
         if self._buffered >= self._batch_size or not _immutable(view):
@@ -183,12 +196,59 @@ class EncodedStream:
         run_claimed(task, len(chunks), self._n_threads)
         self._done.extend(encoded)
 
+    def _write_raw(self, view):
+        """Copy a raw stream's bytes into chunk buffers kept between dumps.
+
+        Each part is checksummed as it is copied, while in the CPU's cache.
+        Kept as the pickler writes them, its frames (each a new ``bytes``) would
+        take fresh memory, which the kernel backs page by page: for the
+        stream of a model of many small arrays, that costs several times
+        the copy into memory used before.
+        """
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")  # a C-contiguous buffer of an array
+        total = view.nbytes
+        size = self._chunk_size
+        at = 0
+        while at < total:
+            if not self._pieces:
+                self._held.append(CHUNK_BUFFERS.take(size))
+                self._pieces += self._held[-1], checksum_state()
+            buffer, state = self._pieces
+            filled = self._buffered
+            take = min(size - filled, total - at)
+            part = view[at:at + take]
+            buffer[filled:filled + take] = part
+            state.update(part)  # while it is in the CPU's cache
+            at += take
+            self._buffered = filled + take
+            if self._buffered == size:
+                self._close_raw_chunk()
+        return total
+
+    def _close_raw_chunk(self):
+        buffer, state = self._pieces
+        self._pieces = []
+        chunk = memoryview(buffer)[:self._buffered]
+        self._done.append((chunk, self._buffered, state.intdigest(), VERBATIM))
+        self._buffered = 0
+
+    def release(self):
+        """Give the raw stream's buffers back for the next dump, once its
+        chunks are written: nothing may use them after."""
+        held, self._held = self._held, []
+        for buffer in held:
+            CHUNK_BUFFERS.give(buffer)
+
     def encoded_chunks(self):
         """Encode what is left (the last chunk may be partial) and return all
         encoded chunks, in order, as ``(bytes to store, raw length, checksum,
         flag)``."""
         if self._buffered:
-            self._cut(flush=True)
+            if self._codec is None:
+                self._close_raw_chunk()
+            else:
+                self._cut(flush=True)
         return self._done
 
 

@@ -25,6 +25,8 @@ _plain_reduce = (np.ndarray.__reduce__, np.ndarray.__reduce_ex__)
 #: Imported by whoever makes a RowBatches (cpersist.RowBatches), not here:
 #: most dumps hold none, and the first dump of a process would pay for it.
 _ROW_BATCHES = __package__ + ".row_batches"
+#: At most this many types are remembered as pickled by pickle itself.
+PASSED_TYPES = 256
 
 
 def _numpy_ma():
@@ -92,6 +94,11 @@ class ArrayPickler(pickle.Pickler):
         # cpersist.pickling.row_batches, once something has imported it (a
         # RowBatches cannot exist before).
         self.row_batches = None
+        # Types none of the checks below took (a model's dtypes and
+        # estimators, met hundreds of times a dump), by class alone: each
+        # check is of the class, and a class is neither a tensor nor a JAX or
+        # dask array type later, once torch, jax or dask is imported.
+        self._passed = set()
 
     def forget(self):
         """Forget the arrays and tensor storages met so far, as
@@ -156,6 +163,8 @@ class ArrayPickler(pickle.Pickler):
                 return NotImplemented
             return self._reduce_plain(obj.view(np.ndarray))
         if not isinstance(obj, np.ndarray):
+            if cls in self._passed:
+                return NotImplemented
             batches = self.row_batches
             if batches is None:
                 batches = self.row_batches = sys.modules.get(_ROW_BATCHES)
@@ -185,6 +194,8 @@ class ArrayPickler(pickle.Pickler):
                 dask_array = self.dask_array = dask_array_type()
             if dask_array is not None and isinstance(obj, dask_array):
                 return self._reduce_dask(obj)
+            if len(self._passed) < PASSED_TYPES and (jax is None or cls is not jax.array_type):
+                self._passed.add(cls)  # (a JAX array is one by its dtype too)
             return NotImplemented
         if not is_plain_data(obj):
             return NotImplemented

@@ -3,7 +3,6 @@ section unpickled, each stored array read whole (or mapped) as the stream
 asks for it, and what a walk of the stream says when something is wrong.
 """
 
-import io
 import os
 import pickle
 import warnings
@@ -19,6 +18,7 @@ from ..format import names
 from .arrays import allocate, parse_description
 from .brief import brief
 from .jax_arrays import ALIGNMENT as JAX_ALIGNMENT
+from .stream_reader import StreamReader, pooled_reader
 from .unpickler import ArrayUnpickler
 
 def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole,
@@ -123,6 +123,10 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
         raise
     except (pickle.UnpicklingError, EOFError) as exc:
         raise reader.error(f"damaged pickle stream ({exc})") from None
+    finally:
+        # Nothing unpickled holds the stream's memory: its arrays' bytes
+        # were copied out of it.
+        pickled.close()
     if can_map and (reader.tiny or any(section.codec is not None
                                        for section in reader.sections)):
         # Whether or not any array had a section of its own (small ones are
@@ -202,7 +206,7 @@ def _naming_path(exc, pickled, index):
     when something is wrong."""
     from ..stream.paths import scan_arrays
 
-    path = scan_arrays(_bytes_of(pickled))["paths"].get(index)
+    path = scan_arrays(pickled.getbuffer())["paths"].get(index)
     if path is None:
         return exc
     return type(exc)(f"{exc} (the array at {path})")
@@ -212,18 +216,12 @@ def _stores_tensors(pickled):
     """Whether the pickle stream may rebuild torch tensors (it names the
     format's ``rebuild_tensor``; a string holding that name gives a false
     positive, which only maps the file privately)."""
-    return _bytes_of(pickled).find(names.REBUILD_TENSOR.rpartition(".")[2].encode()) >= 0
+    return pickled.find(names.REBUILD_TENSOR.rpartition(".")[2].encode()) >= 0
 
 
 def _stores_jax(pickled):
     """Whether the pickle stream may rebuild JAX arrays (as :func:`_stores_tensors`)."""
-    return _bytes_of(pickled).find(names.REBUILD_JAX.rpartition(".")[2].encode()) >= 0
-
-
-def _bytes_of(pickled):
-    """The bytes of what :func:`pickle_stream` returns: a BytesIO's value,
-    or the anonymous map itself (which has no ``getvalue``)."""
-    return pickled.getvalue() if isinstance(pickled, io.BytesIO) else pickled
+    return pickled.find(names.REBUILD_JAX.rpartition(".")[2].encode()) >= 0
 
 
 def _view(reader, section, verify):
@@ -251,27 +249,21 @@ def _memmap(source, size, mode):
 
 
 def pickle_stream(reader, root, verify, n_threads):
-    """The pickle stream as a file object, decoded straight into its buffer.
+    """The pickle stream as a :class:`~.stream_reader.StreamReader`, decoded
+    straight into its buffer; close it once unpickled (its buffer may be
+    one kept for the next load).
 
-    A BytesIO, or above :data:`~cpersist.container.CHECKED_CLAIM` bytes the
-    anonymous map :meth:`~cpersist.container.ContainerReader.read_bytes`
-    decodes into (a map is a file object too): its pages are backed as
-    chunks decode, so a forged claim costs what its chunks decode to, and a
-    genuine one a single copy of the stream. ``io.BytesIO(data)`` would copy
-    the stream: for an object-heavy file that second copy was as large as
-    the file's whole pickle stream.
+    Above :data:`~cpersist.container.CHECKED_CLAIM` bytes, the buffer is
+    the anonymous map :meth:`~cpersist.container.ContainerReader.read_bytes`
+    decodes into: its pages are backed as chunks decode, so a forged claim
+    costs what its chunks decode to, and a genuine one a single copy of the
+    stream.
     """
     if root.raw_size > CHECKED_CLAIM:
-        return read_stream(reader, root, verify=verify, n_threads=n_threads)
+        return StreamReader(read_stream(reader, root, verify=verify, n_threads=n_threads))
     reader.check_claimed_sizes(root)
-    stream = io.BytesIO()
-    if root.raw_size:
-        stream.seek(root.raw_size - 1)
-        stream.write(b"\0")  # sizes the buffer once
-        stream.seek(0)
-        with stream.getbuffer() as view:
-            reader.read_into(root, view, verify=verify, n_threads=n_threads)
-    return stream
+    return pooled_reader(root.raw_size, lambda view: reader.read_into(
+        root, view, verify=verify, n_threads=n_threads))
 
 
 def read_stream(reader, root, *, verify=True, n_threads=1):

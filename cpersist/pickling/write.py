@@ -4,6 +4,8 @@ stream is encoded on the pool while pickling goes on, and the stream
 becomes the root section once the object is pickled.
 """
 
+import io
+
 import numpy as np
 
 from .. import __version__
@@ -23,7 +25,10 @@ INLINE_BELOW = 64 << 10
 #: section costs about 15 µs to write and to read whatever its size, more
 #: than copying an array of this size through the stream costs; above it,
 #: reading a section straight into the array costs less. Such arrays load
-#: into memory, never memory-mapped.
+#: into memory, never memory-mapped. (Up to 64 KiB, where an array's bytes
+#: still sit in the pickler's frames, a trusted load and a dump would gain
+#: from keeping them too, but a restricted load, which walks the stream in
+#: Python, would lose more.)
 RAW_INLINE_BELOW = 16 << 10
 #: Files of at least this many array sections record each array's path in
 #: the index (when the object is plain containers around its arrays), so
@@ -31,6 +36,9 @@ RAW_INLINE_BELOW = 16 << 10
 #: pickle stream would cost about as much again as opening the file, a
 #: large share of a small slice of a file opened for it.
 RECORD_PATHS_FROM = 1
+#: File objects whose ``write`` copies the bytes it is given, keeping no
+#: reference to them.
+COPYING_FILES = (io.BufferedWriter, io.BufferedRandom, io.FileIO, io.BytesIO)
 
 
 class SectionWriter:
@@ -75,6 +83,7 @@ class SectionWriter:
         self.stream = EncodedStream(codec, min(chunk_size, pickle_chunk_size), n_threads)
         self._codec = codec
         self._protocol = protocol
+        self._file = file
 
     def finish(self, obj, placed, record_paths=True):
         """Write the root section and the index; ``placed``: the pickler's
@@ -97,6 +106,11 @@ class SectionWriter:
                 for section, path in paths.items():
                     writer.section_meta(section)["path"] = path
         finish_dump(writer, self.stream.encoded_chunks(), self._codec, self._protocol)
+        if type(self._file) in COPYING_FILES:
+            # Their write() has copied the stream's chunks: the buffers
+            # serve the next dump. (Another file object may keep what it
+            # was given: its buffers are left to it.)
+            self.stream.release()
 
 
 def write_sections(obj, file, name, codec, protocol, chunk_size, n_threads,

@@ -165,6 +165,16 @@ def _counted(size_reader, make, negative=None):
     return reader
 
 
+def _bytearray8(data, pos):
+    """BYTEARRAY8's argument, copied once out of ``data`` (a slice of
+    ``data`` and then a bytearray of it would copy it twice)."""
+    size, pos = _U8_READER(data, pos)
+    end = pos + size
+    if end > len(data):
+        raise _truncated()
+    return bytearray(memoryview(data)[pos:end]), end
+
+
 def _global_lines(data, pos):
     module, pos = _line(data, pos)
     name, pos = _line(data, pos)
@@ -213,7 +223,7 @@ _READERS = {
     "SHORT_BINUNICODE": _counted(_byte, lambda raw: _decode(raw, "utf-8", "surrogatepass")),
     "BINUNICODE8": _counted(_U8_READER, lambda raw: _decode(raw, "utf-8", "surrogatepass")),
     "BINBYTES": _counted(_U4_READER, bytes), "SHORT_BINBYTES": _counted(_byte, bytes),
-    "BINBYTES8": _counted(_U8_READER, bytes), "BYTEARRAY8": _counted(_U8_READER, bytearray),
+    "BINBYTES8": _counted(_U8_READER, bytes), "BYTEARRAY8": _bytearray8,
     "GLOBAL": _global_lines, "INST": _global_lines,
     "GET": _text(_memo_index), "PUT": _text(_memo_index),
     "BINGET": _byte, "LONG_BINGET": _U4_READER, "BINPUT": _byte, "LONG_BINPUT": _U4_READER,

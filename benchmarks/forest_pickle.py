@@ -1,0 +1,97 @@
+"""The shipped benchmark's random forest dumped raw and loaded (trusted, and
+restricted with scikit-learn allowed) against ``pickle`` at protocol 5, in
+one process, in paired rounds, by CPU time (all threads), optionally with an
+older revision of cpersist side by side.
+
+    python benchmarks/forest_pickle.py [--old REV] [--rounds 40] [--trees 100]
+
+Each round runs every step once, in turn, the garbage collector run before
+each; printed: the minimum and the median of each step and their ratios to
+pickle's. ``--old`` adds the dump and loads of ``REV`` (exported as in
+:mod:`format_ab`), each revision reading its own file.
+"""
+
+import argparse
+import gc
+import os
+import pickle
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from format_ab import export, use  # noqa: E402
+
+
+def forest(trees):
+    from sklearn.datasets import load_digits
+    from sklearn.ensemble import RandomForestClassifier
+
+    digits = load_digits()
+    return RandomForestClassifier(n_estimators=trees, random_state=0, n_jobs=1).fit(
+        digits.data, digits.target)
+
+
+def cpersist_steps(lib, label, model, directory):
+    path = os.path.join(directory, f"{label}.cp")
+
+    def run(step):
+        def timed():
+            use(lib)  # the stream names cpersist.pickler
+            step()
+        return timed
+
+    return {
+        f"{label} dump": run(lambda: lib.dump(model, path, compress=0)),
+        f"{label} load": run(lambda: lib.load(path)),
+        f"{label} restricted load": run(lambda: lib.load(path, trusted=["sklearn"])),
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old", help="a revision to measure beside the working tree")
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--trees", type=int, default=100)
+    args = parser.parse_args(argv)
+    packages = tempfile.mkdtemp(prefix="forest-pickle-")
+    sys.path.insert(0, packages)
+    libs = {"new": export(None, "cp_new", packages)}
+    if args.old:
+        libs["old"] = export(args.old, "cp_old", packages)
+    model = forest(args.trees)
+    directory = tempfile.mkdtemp(prefix="forest-pickle-files-")
+    pickled = os.path.join(directory, "forest.pkl")
+
+    def pickle_dump():
+        with open(pickled, "wb") as file:
+            pickle.dump(model, file, protocol=5)
+
+    def pickle_load():
+        with open(pickled, "rb") as file:
+            return pickle.load(file)
+
+    steps = {"pickle dump": pickle_dump, "pickle load": pickle_load}
+    for label, lib in libs.items():
+        steps.update(cpersist_steps(lib, label, model, directory))
+    for step in steps.values():  # the files written, the code paths warm
+        step()
+    times = {name: [] for name in steps}
+    for _ in range(args.rounds):
+        for name, step in steps.items():
+            gc.collect()
+            start = time.process_time()
+            step()
+            times[name].append(time.process_time() - start)
+    print(f"{args.trees} trees, {args.rounds} rounds, CPU time of all threads; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    for name, ts in times.items():
+        base = times["pickle dump" if name.endswith("dump") else "pickle load"]
+        print(f"{name:26s} min {min(ts) * 1e3:7.2f} ms  median {statistics.median(ts) * 1e3:7.2f} ms"
+              f"   / pickle's: min {min(ts) / min(base):.2f}  median "
+              f"{statistics.median(ts) / statistics.median(base):.2f}")
+
+
+if __name__ == "__main__":
+    main()
