@@ -179,6 +179,57 @@ def pieces_text(pieces):
         struct.pack(">%dQ" % len(p), *p), newline=False).decode("ascii") for p in pieces)
 
 
+class VerbatimText(str):
+    """A string that JSON encodes as itself between quotes (printable ASCII
+    without ``"`` or ``\\``): :func:`index_text` writes it as it is. A
+    growing file's chunk tables and piece checksums are such strings,
+    longer at every commit; escaping them each time would cost each commit
+    in proportion to the file's size."""
+    __slots__ = ()
+
+
+def _plain_ascii(text):
+    return (text.isascii() and text.isprintable() and '"' not in text
+            and "\\" not in text)
+
+
+def verbatim(text):
+    """``text`` as a :class:`VerbatimText` if it is one (checked unless it
+    is one already), else ``text`` itself (JSON escapes it as always)."""
+    if type(text) is VerbatimText or type(text) is not str or not _plain_ascii(text):
+        return text
+    return VerbatimText(text)
+
+
+def extended_text(text, tail, cut=0):
+    """``text`` but for its last ``cut`` characters, then ``tail``: a
+    :class:`VerbatimText` when both are plain ASCII (``text`` checked
+    unless it is a VerbatimText, ``tail`` checked: keep it short)."""
+    joined = text[:len(text) - cut] + tail
+    if (type(text) is VerbatimText or _plain_ascii(text)) and _plain_ascii(tail):
+        return VerbatimText(joined)
+    return joined
+
+
+def _sections_text(sections):
+    """``json.dumps(sections, separators=(",", ":"))``, but for the
+    :class:`VerbatimText` values of the section entries, written as they
+    are (the same text, without scanning them again)."""
+    if not any(type(value) is VerbatimText
+               for entry in sections if type(entry) is dict for value in entry.values()):
+        return json.dumps(sections, separators=(",", ":"))
+    listed = []
+    for entry in sections:
+        if type(entry) is dict and all(type(key) is str for key in entry):
+            listed.append("{" + ",".join(
+                json.dumps(key) + (':"' + value + '"' if type(value) is VerbatimText
+                                   else ":" + json.dumps(value, separators=(",", ":")))
+                for key, value in entry.items()) + "}")
+        else:
+            listed.append(json.dumps(entry, separators=(",", ":")))
+    return "[" + ",".join(listed) + "]"
+
+
 def index_text(root, sections, info, minor=FORMAT_MINOR, pack=True):
     """The index of a dump, as UTF-8 JSON bytes.
 
@@ -191,7 +242,7 @@ def index_text(root, sections, info, minor=FORMAT_MINOR, pack=True):
     (format 2.2). ``pack=False`` keeps the list plain (a growing file's
     commits: packing it at every commit would cost more than writing it).
     """
-    listed = json.dumps(sections, separators=(",", ":"))
+    listed = _sections_text(sections)
     key = '"sections":'
     if pack and PACK_SECTIONS_ABOVE < len(listed) <= PACK_SECTIONS_UP_TO:
         from ..codecs import codec_from_config
