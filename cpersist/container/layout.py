@@ -211,23 +211,45 @@ def extended_text(text, tail, cut=0):
     return joined
 
 
-def _sections_text(sections):
-    """``json.dumps(sections, separators=(",", ":"))``, but for the
-    :class:`VerbatimText` values of the section entries, written as they
-    are (the same text, without scanning them again)."""
+#: ``json.dumps(o, separators=(",", ":"))`` without making an encoder per call.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _sections_parts(sections):
+    """The text of ``json.dumps(sections, separators=(",", ":"))``, as
+    strings to join, the :class:`VerbatimText` values of the section
+    entries among them as they are (not scanned or copied again)."""
     if not any(type(value) is VerbatimText
                for entry in sections if type(entry) is dict for value in entry.values()):
-        return json.dumps(sections, separators=(",", ":"))
-    listed = []
-    for entry in sections:
-        if type(entry) is dict and all(type(key) is str for key in entry):
-            listed.append("{" + ",".join(
-                json.dumps(key) + (':"' + value + '"' if type(value) is VerbatimText
-                                   else ":" + json.dumps(value, separators=(",", ":")))
-                for key, value in entry.items()) + "}")
-        else:
-            listed.append(json.dumps(entry, separators=(",", ":")))
-    return "[" + ",".join(listed) + "]"
+        return [_encode(sections)]
+    parts = ["["]
+    for number, entry in enumerate(sections):
+        if number:
+            parts.append(",")
+        if type(entry) is not dict or not all(type(key) is str for key in entry):
+            parts.append(_encode(entry))
+            continue
+        # The entry's fields in order, each run of other values encoded as
+        # one dict without its braces.
+        fields, run = [], {}
+        for key, value in entry.items():
+            if type(value) is VerbatimText:
+                if run:
+                    fields.append((_encode(run)[1:-1],))
+                    run = {}
+                fields.append((_encode(key), ':"', value, '"'))
+            else:
+                run[key] = value
+        if run:
+            fields.append((_encode(run)[1:-1],))
+        parts.append("{")
+        for n, field in enumerate(fields):
+            if n:
+                parts.append(",")
+            parts.extend(field)
+        parts.append("}")
+    parts.append("]")
+    return parts
 
 
 def index_text(root, sections, info, minor=FORMAT_MINOR, pack=True):
@@ -242,19 +264,19 @@ def index_text(root, sections, info, minor=FORMAT_MINOR, pack=True):
     (format 2.2). ``pack=False`` keeps the list plain (a growing file's
     commits: packing it at every commit would cost more than writing it).
     """
-    listed = _sections_text(sections)
+    listed = _sections_parts(sections)
     key = '"sections":'
-    if pack and PACK_SECTIONS_ABOVE < len(listed) <= PACK_SECTIONS_UP_TO:
+    if pack and PACK_SECTIONS_ABOVE < sum(map(len, listed)) <= PACK_SECTIONS_UP_TO:
         from ..codecs import codec_from_config
 
-        raw = listed.encode()
+        raw = "".join(listed).encode()
         packed = codec_from_config(SECTIONS_CODEC).encode(raw)
         if packed_sections_accepted(len(raw), len(packed)):
-            listed = (binascii.b2a_base64(packed, newline=False).decode("ascii")
-                      + f'","sections_size":{len(raw)}')
+            listed = [binascii.b2a_base64(packed, newline=False).decode("ascii")
+                      + f'","sections_size":{len(raw)}']
             key = f'"sections":{PACKED_STUB},"packed_sections":"'
-    return (f'{INDEX_UNEDITED.decode()}"format":[{FORMAT_MAJOR},{minor}],"root":{root},'
-            f'{key}{listed},"info":{json.dumps(info, separators=(",", ":"))}}}').encode()
+    head = f'{INDEX_UNEDITED.decode()}"format":[{FORMAT_MAJOR},{minor}],"root":{root},{key}'
+    return "".join([head, *listed, f',"info":{_encode(info)}}}']).encode()
 
 
 #: One chunk of a section, as its chunk table describes it: where its bytes

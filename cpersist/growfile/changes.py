@@ -228,12 +228,12 @@ def joined_entry(old, added):
         # Its text extended, not parsed and written again: an append costs
         # the same however many chunks the array has.
         text = old["chunks"]
-        old_n = text.count("[") - 1
-        chunks = extended_text(text, ("," if old_n else "") + added_text + "]", cut=1)
+        old_n = None if text.find("[", 1) >= 0 else 0  # some chunks, not counted
+        chunks = extended_text(text, ("," if old_n is None else "") + added_text + "]", cut=1)
     else:
         old_rows = placed_rows(old)
         chunks = "[" + ",".join(PLACED_ROW % tuple(row) for row in old_rows + added_rows) + "]"
-    if not old_n:
+    if old_n == 0:
         merged = dict(added)
         merged["layout"] = "placed"
         merged["chunks"] = "[" + added_text + "]"
@@ -252,7 +252,9 @@ def joined_entry(old, added):
         # The fields of the old chunks, then of the added ones: the old text
         # extended, as the chunk table's.
         merged["piece_size"] = old.get("piece_size") or added["piece_size"]
-        text = pieces_text(old, old_n)
+        text = old.get("pieces")
+        if text is None:
+            text = pieces_text(old, old["chunks"].count("[") - 1 if old_n is None else old_n)
         merged["pieces"] = extended_text(text, "," + pieces_text(added, len(added_rows))) \
             if added_rows else text
     return merged
