@@ -188,9 +188,15 @@ class VerbatimText(str):
     __slots__ = ()
 
 
+#: The bytes JSON writes as themselves in a string: printable ASCII but the
+#: quote and the backslash.
+_JSON_PLAIN = bytes(c for c in range(0x20, 0x7f) if c not in b'"\\')
+
+
 def _plain_ascii(text):
-    return (text.isascii() and text.isprintable() and '"' not in text
-            and "\\" not in text)
+    # Deleting the plain bytes leaves nothing: a few times faster than
+    # str.isprintable, and than the escaping it saves.
+    return text.isascii() and not text.encode("ascii").translate(None, _JSON_PLAIN)
 
 
 def verbatim(text):
