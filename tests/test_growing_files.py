@@ -14,6 +14,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cpersist
 from cpersist.cli import main
@@ -21,7 +23,8 @@ from cpersist.container.frames import (FRAME_TRAILER, OBJECT_FRAMES_AT, OBJECT_S
                                        PENDING, RECORD)
 from cpersist.container.framing import walk_records
 from cpersist.container.index import parse_index
-from cpersist.container.layout import HEADER, TRAILER, checksum
+from cpersist.container.layout import (HEADER, TRAILER, VerbatimText, checksum, extended_text,
+                                       index_text, verbatim)
 
 from .conftest import assert_same
 
@@ -656,6 +659,26 @@ def test_the_fixture_loads_and_the_writer_still_writes_its_bytes(tmp_path):
     make_fixture(tmp_path / "again.cp")
     with open(FIXTURE, "rb") as file:
         assert (tmp_path / "again.cp").read_bytes() == file.read()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0x200)), st.text(max_size=8))
+def test_texts_written_as_they_are_are_the_json_of_themselves(text, tail):
+    """A commit writes its chunk tables and piece checksums unescaped
+    (VerbatimText): only what JSON would write as itself between quotes is
+    taken as one, and the index is the bytes ``json.dumps`` would give."""
+    marked = verbatim(text)
+    if type(marked) is VerbatimText:
+        assert json.dumps(text) == '"' + text + '"'
+    extended = extended_text(marked, tail, cut=1)
+    assert extended == text[:len(text) - 1] + tail
+    if type(extended) is VerbatimText:
+        assert json.dumps(extended) == '"' + extended + '"'
+    sections = [{"chunks": extended, "meta": {"path": text}}, {"pieces": marked, "n": [1.5]}]
+    plain = [{key: str(value) if isinstance(value, str) else value for key, value in entry.items()}
+             for entry in sections]
+    assert index_text(0, sections, {}, pack=False) == index_text(0, plain, {}, pack=False)
+    assert json.loads(index_text(0, sections, {}, pack=False))["sections"] == plain
 
 
 def test_readers_of_earlier_versions_refuse_the_fixture():

@@ -179,6 +179,85 @@ def pieces_text(pieces):
         struct.pack(">%dQ" % len(p), *p), newline=False).decode("ascii") for p in pieces)
 
 
+class VerbatimText(str):
+    """A string that JSON encodes as itself between quotes (printable ASCII
+    without ``"`` or ``\\``): :func:`index_text` writes it as it is. A
+    growing file's chunk tables and piece checksums are such strings,
+    longer at every commit; escaping them each time would cost each commit
+    in proportion to the file's size."""
+    __slots__ = ()
+
+
+#: The bytes JSON writes as themselves in a string: printable ASCII but the
+#: quote and the backslash.
+_JSON_PLAIN = bytes(c for c in range(0x20, 0x7f) if c not in b'"\\')
+
+
+def _plain_ascii(text):
+    # Deleting the plain bytes leaves nothing: a few times faster than
+    # str.isprintable, and than the escaping it saves.
+    return text.isascii() and not text.encode("ascii").translate(None, _JSON_PLAIN)
+
+
+def verbatim(text):
+    """``text`` as a :class:`VerbatimText` if it is one (checked unless it
+    is one already), else ``text`` itself (JSON escapes it as always)."""
+    if type(text) is VerbatimText or type(text) is not str or not _plain_ascii(text):
+        return text
+    return VerbatimText(text)
+
+
+def extended_text(text, tail, cut=0):
+    """``text`` but for its last ``cut`` characters, then ``tail``: a
+    :class:`VerbatimText` when both are plain ASCII (``text`` checked
+    unless it is a VerbatimText, ``tail`` checked: keep it short)."""
+    joined = text[:len(text) - cut] + tail
+    if (type(text) is VerbatimText or _plain_ascii(text)) and _plain_ascii(tail):
+        return VerbatimText(joined)
+    return joined
+
+
+#: ``json.dumps(o, separators=(",", ":"))`` without making an encoder per call.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _sections_parts(sections):
+    """The text of ``json.dumps(sections, separators=(",", ":"))``, as
+    strings to join, the :class:`VerbatimText` values of the section
+    entries among them as they are (not scanned or copied again)."""
+    if not any(type(value) is VerbatimText
+               for entry in sections if type(entry) is dict for value in entry.values()):
+        return [_encode(sections)]
+    parts = ["["]
+    for number, entry in enumerate(sections):
+        if number:
+            parts.append(",")
+        if type(entry) is not dict or not all(type(key) is str for key in entry):
+            parts.append(_encode(entry))
+            continue
+        # The entry's fields in order, each run of other values encoded as
+        # one dict without its braces.
+        fields, run = [], {}
+        for key, value in entry.items():
+            if type(value) is VerbatimText:
+                if run:
+                    fields.append((_encode(run)[1:-1],))
+                    run = {}
+                fields.append((_encode(key), ':"', value, '"'))
+            else:
+                run[key] = value
+        if run:
+            fields.append((_encode(run)[1:-1],))
+        parts.append("{")
+        for n, field in enumerate(fields):
+            if n:
+                parts.append(",")
+            parts.extend(field)
+        parts.append("}")
+    parts.append("]")
+    return parts
+
+
 def index_text(root, sections, info, minor=FORMAT_MINOR, pack=True):
     """The index of a dump, as UTF-8 JSON bytes.
 
@@ -191,19 +270,19 @@ def index_text(root, sections, info, minor=FORMAT_MINOR, pack=True):
     (format 2.2). ``pack=False`` keeps the list plain (a growing file's
     commits: packing it at every commit would cost more than writing it).
     """
-    listed = json.dumps(sections, separators=(",", ":"))
+    listed = _sections_parts(sections)
     key = '"sections":'
-    if pack and PACK_SECTIONS_ABOVE < len(listed) <= PACK_SECTIONS_UP_TO:
+    if pack and PACK_SECTIONS_ABOVE < sum(map(len, listed)) <= PACK_SECTIONS_UP_TO:
         from ..codecs import codec_from_config
 
-        raw = listed.encode()
+        raw = "".join(listed).encode()
         packed = codec_from_config(SECTIONS_CODEC).encode(raw)
         if packed_sections_accepted(len(raw), len(packed)):
-            listed = (binascii.b2a_base64(packed, newline=False).decode("ascii")
-                      + f'","sections_size":{len(raw)}')
+            listed = [binascii.b2a_base64(packed, newline=False).decode("ascii")
+                      + f'","sections_size":{len(raw)}']
             key = f'"sections":{PACKED_STUB},"packed_sections":"'
-    return (f'{INDEX_UNEDITED.decode()}"format":[{FORMAT_MAJOR},{minor}],"root":{root},'
-            f'{key}{listed},"info":{json.dumps(info, separators=(",", ":"))}}}').encode()
+    head = f'{INDEX_UNEDITED.decode()}"format":[{FORMAT_MAJOR},{minor}],"root":{root},{key}'
+    return "".join([head, *listed, f',"info":{_encode(info)}}}']).encode()
 
 
 #: One chunk of a section, as its chunk table describes it: where its bytes

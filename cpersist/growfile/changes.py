@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from ..container.layout import RECORD_SIZE
+from ..container.layout import RECORD_SIZE, extended_text, verbatim
 
 #: A chunk of the placed layout in an index entry's chunk table.
 PLACED_ROW = "[%d,%d,%d,%d,%d]"
@@ -197,6 +197,26 @@ def pieces_fields(entry, n):
     return [""] * n if text is None else text.split(",")
 
 
+def pieces_text(entry, n):
+    """The ``pieces`` text of the section ``entry`` of ``n`` chunks: its
+    own, or the empty fields of chunks without piece checksums."""
+    text = entry.get("pieces")
+    return "," * (n - 1) if text is None else text
+
+
+def verbatim_entry(entry):
+    """The index entry ``entry`` with its chunk table and piece checksums
+    as :class:`~cpersist.container.layout.VerbatimText` where they are
+    (checked once; the entries of later commits extend them as they are)."""
+    if all(type(entry.get(key)) is not str for key in ("chunks", "pieces")):
+        return entry
+    entry = dict(entry)
+    for key in ("chunks", "pieces"):
+        if key in entry:
+            entry[key] = verbatim(entry[key])
+    return entry
+
+
 def joined_entry(old, added):
     """The index entry of the section ``old`` followed by the chunks of the
     section ``added`` (written after it, elsewhere in the file): the placed
@@ -208,12 +228,12 @@ def joined_entry(old, added):
         # Its text extended, not parsed and written again: an append costs
         # the same however many chunks the array has.
         text = old["chunks"]
-        old_n = text.count("[") - 1
-        chunks = text[:-1] + ("," if old_n else "") + added_text + "]"
+        old_n = None if text.find("[", 1) >= 0 else 0  # some chunks, not counted
+        chunks = extended_text(text, ("," if old_n is None else "") + added_text + "]", cut=1)
     else:
         old_rows = placed_rows(old)
         chunks = "[" + ",".join(PLACED_ROW % tuple(row) for row in old_rows + added_rows) + "]"
-    if not old_n:
+    if old_n == 0:
         merged = dict(added)
         merged["layout"] = "placed"
         merged["chunks"] = "[" + added_text + "]"
@@ -229,7 +249,12 @@ def joined_entry(old, added):
         "layout": "placed",
     }
     if "pieces" in old or "pieces" in added:
-        fields = pieces_fields(old, old_n) + pieces_fields(added, len(added_rows))
+        # The fields of the old chunks, then of the added ones: the old text
+        # extended, as the chunk table's.
         merged["piece_size"] = old.get("piece_size") or added["piece_size"]
-        merged["pieces"] = ",".join(fields)
+        text = old.get("pieces")
+        if text is None:
+            text = pieces_text(old, old["chunks"].count("[") - 1 if old_n is None else old_n)
+        merged["pieces"] = extended_text(text, "," + pieces_text(added, len(added_rows))) \
+            if added_rows else text
     return merged

@@ -25,7 +25,8 @@ from ..pickling.read import array_layout
 from ..pickling.write import array_store
 from ..container.commits import CommitWriter, read_index
 from .changes import (as_rows, checked_replacement, checked_rows, checked_value, joined_entry,
-                      placed_rows, selected_part, spliced_entry, stored_layout)
+                      placed_rows, selected_part, spliced_entry, stored_layout,
+                      verbatim_entry)
 
 _OPEN = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
 
@@ -138,7 +139,7 @@ class GrowingWriter:
         start = self.end
         try:
             writer = CommitWriter(self._file, start, self._n_threads, self.name, self._fsync)
-            sections = add(writer)
+            sections = [verbatim_entry(entry) for entry in add(writer)]
             writer.finish(self._root, self._info, sections)
             end = writer.commit()
         except BaseException:
