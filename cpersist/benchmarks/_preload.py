@@ -1,8 +1,5 @@
-"""Imported once by the measurement forkserver so workers start warm.
-
-Each import is guarded: a library missing here only means its methods report
-"n/a", and the server must not die because of it.
-"""
+"""Imported once by the measurement forkserver so workers start warm; a
+library missing here only makes its methods ``n/a``."""
 
 import importlib
 
@@ -50,7 +47,6 @@ for _name in _NAMES:
 
 try:
     from cpersist.codecs import BUILTIN_CODECS as _BUILTIN
-
     for _spec in _BUILTIN.values():
         importlib.import_module(_spec.partition(":")[0])
 except Exception:  # noqa: BLE001 - see module docstring

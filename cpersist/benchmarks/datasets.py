@@ -1,12 +1,6 @@
-"""The catalogue of benchmark datasets: generated ones
-(:mod:`.generated`, at the size ``--size`` picks), real data shipped inside
-installed packages (nibabel's example NIfTI files, scikit-learn's digits,
-sample images and a random forest fitted on the digits) and the user's own
-files (:mod:`.userfiles`); how ``--size`` is read, and which a run
-measures. Each is built once by the parent process and cached
-(:mod:`.datacache`) for the measurement processes, so that every method
-sees byte-identical input.
-"""
+"""The catalogue of benchmark datasets: generated (:mod:`.generated`), real
+data shipped in installed packages and the user's files
+(:mod:`.userfiles`); how ``--size`` is read and which a run measures."""
 
 import fnmatch
 import os
@@ -118,27 +112,23 @@ _NIBABEL_EXAMPLES = (
 
 def _digits_images(size_bytes, quick):
     from sklearn.datasets import load_digits
-
     return np.ascontiguousarray(load_digits().images)
 
 
 def _digits_dict(size_bytes, quick):
     from sklearn.datasets import load_digits
-
     d = load_digits()
     return {"data": d.data, "target": d.target, "images": d.images}
 
 
 def _sample_images(size_bytes, quick):
     from sklearn.datasets import load_sample_images
-
     return np.stack(load_sample_images().images)
 
 
 def _random_forest(size_bytes, quick):
     from sklearn.datasets import load_digits
     from sklearn.ensemble import RandomForestClassifier
-
     d = load_digits()
     # Fewer trees for the smaller runs: the model scales with --size like the generated data.
     trees = 10 if quick else 100 if size_bytes >= SIZE_PRESETS["medium"] else 30
@@ -212,10 +202,9 @@ def all_datasets():
 
 
 def select(patterns, available, group="source", kind="dataset"):
-    """The items of ``available`` (datasets or methods) whose name matches
-    one of ``patterns`` (shell-style: ``nifti_*``, ``cpersist*``) or whose
-    ``group`` attribute (a dataset's source, a method's family) is one of
-    them, in the order matched; every item when ``patterns`` is empty.
+    """The items of ``available`` whose name matches one of ``patterns``
+    (shell-style) or whose ``group`` attribute is one of them, in the order
+    matched; every item when ``patterns`` is empty.
 
     Raises
     ------

@@ -92,14 +92,12 @@ def machine_info(extra=None):
     }
     try:
         import tables
-
         info["versions"]["hdf5"] = tables.hdf5_version
         info["tables_complibs"] = [c for c in tables.filters.all_complibs if tables.which_lib_version(c)]
     except Exception:
         pass
     try:
         from .methods import cpersist_codecs
-
         info["cpersist_codecs"] = cpersist_codecs()
     except Exception:
         pass

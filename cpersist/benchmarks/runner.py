@@ -83,13 +83,11 @@ assert list(COLUMN_DOCS) == COLUMNS
 
 @dataclass
 class StorageConfig:
-    """Options of the storage suite, filled in by the command line from the
-    options of the same names (``python -m cpersist.benchmarks --help``).
-    ``repeat_budget``: seconds after which an operation is not repeated
-    again (None: every repeat); ``default_datasets``: what runs when neither
-    ``datasets`` nor ``files`` are given (None: every dataset);
-    ``codec_levels``: the levels of the ``cpersist:<codec>`` methods (None:
-    ``levels``); ``exclude_methods``: method names left out."""
+    """Options of the storage suite, from the command line's options of the
+    same names. ``repeat_budget``: seconds after which an operation is not
+    repeated (None: every repeat); ``default_datasets``: what runs without
+    ``datasets`` or ``files`` (None: all); ``codec_levels``: the levels of the
+    ``cpersist:<codec>`` methods (None: ``levels``)."""
 
     out: str = "cpersist-bench"
     datasets: Optional[List[str]] = None
@@ -265,7 +263,6 @@ class _CsvSink:
 
     def __init__(self, path, resume):
         import csv
-
         self.path = path
         self.rows = []
         if resume and os.path.exists(path) and os.path.getsize(path):
@@ -300,7 +297,6 @@ def run_storage(cfg):
     first); raises :class:`Interrupted` on Ctrl-C, the CSV holding every row
     finished until then."""
     from ._progress import progress_bar
-
     os.makedirs(cfg.out, exist_ok=True)
     work = os.path.join(cfg.out, "_work")
     cache_dir = os.path.join(work, "datasets")
