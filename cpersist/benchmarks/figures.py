@@ -3,9 +3,8 @@ dataset."""
 
 import math
 import os
-import re
 
-from .output import as_float as _f
+from .output import as_float as _f, safe_name as _safe
 
 __all__ = ["plot_storage", "bar_figure", "plot_pareto"]
 
@@ -15,10 +14,6 @@ def _plt():
     matplotlib.use("Agg")  # files only, no display needed (CI, servers)
     import matplotlib.pyplot as plt
     return plt
-
-
-def _safe(name):
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 _FAMILY_COLORS = {

@@ -18,7 +18,7 @@ from .pagecache import (disk_size, evict_from_cache, files_of, remove_output, re
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 __all__ = ["rss_bytes", "PeakMemory", "run_in_subprocess", "write_task", "read_task",
-           "preload_modules", "time_runs", "best_time"]
+           "preload_modules", "time_runs"]
 
 def time_runs(func, runs):
     """Wall times in seconds of ``runs`` calls of ``func()``, in order."""
@@ -28,14 +28,6 @@ def time_runs(func, runs):
         func()
         times.append(time.perf_counter() - t0)
     return times
-
-
-def best_time(statement, namespace, number, repeat=7):
-    """Seconds per call of ``statement``, best of ``repeat`` clock reads of
-    ``number`` calls each, as ``python -m timeit`` measures."""
-    import timeit
-    timer = timeit.Timer(statement, globals=namespace)
-    return min(timer.repeat(repeat=repeat, number=number)) / number
 
 
 def rss_bytes():

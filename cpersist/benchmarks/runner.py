@@ -1,7 +1,6 @@
 """The storage suite: every dataset x method x level, one CSV row each."""
 
 import os
-import re
 import shutil
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
@@ -10,6 +9,7 @@ from . import datacache
 from . import datasets as ds
 from . import methods as mt
 from .measure import median, run_in_subprocess
+from .output import safe_name as _safe
 from .pagecache import remove_output
 
 __all__ = ["StorageConfig", "COLUMNS", "COLUMN_DOCS", "plan", "measure_cell", "run_storage",
@@ -131,10 +131,6 @@ class Interrupted(Exception):
 def row_key(row):
     """What identifies a row across runs: dataset, method and level (as text)."""
     return (str(row["dataset"]), str(row["method"]), str(row["level"]))
-
-
-def _safe(name):
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 def _row(dataset, info, method, level, cfg, **kw):
