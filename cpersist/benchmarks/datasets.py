@@ -81,20 +81,13 @@ def builtin_datasets():
 
 def _optional_builtins():
     """The pandas and scipy datasets, when those packages are installed."""
+    from importlib.util import find_spec
     out = []
-    try:
-        import pandas  # noqa: F401
-    except ImportError:
-        pass
-    else:
+    if find_spec("pandas"):
         out.append(Dataset("dataframe", "builtin",
                            "pandas DataFrame: float, int, categorical, str and datetime columns",
                            lambda s, q: make_dataframe(s)))
-    try:
-        import scipy.sparse  # noqa: F401
-    except ImportError:
-        pass
-    else:
+    if find_spec("scipy"):
         out.append(Dataset("sparse_matrix", "builtin", "scipy.sparse CSR matrix, float64, ~1% non-zero",
                            lambda s, q: make_sparse_matrix(s)))
     return out
@@ -107,7 +100,6 @@ _NIBABEL_EXAMPLES = (
     "standard.nii.gz",
     "example_nifti2.nii.gz",
 )
-
 
 
 def _digits_images(size_bytes, quick):
@@ -167,8 +159,6 @@ def package_datasets():
                 _random_forest),
     ]
     return out
-
-
 
 
 def file_dataset(path, trust_pickles=False):
