@@ -19,9 +19,8 @@ _NAMES = (
     "cpersist.benchmarks.compare",
     "cpersist.benchmarks.datasets",
     "cpersist.benchmarks.datacache",
-    # The peers: a measurement times one call, which must not include the
-    # import of its library (zarr's alone costs more than a small dataset's
-    # write).
+    # A measurement times one call, not the import of its library (zarr's
+    # alone costs more than a small dataset's write).
     "tables",
     "zarr",
     "zarr.codecs",

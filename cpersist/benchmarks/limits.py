@@ -46,8 +46,7 @@ def arrays_of(obj):
 
 class Limit:
     """The codec-alone work of dumping and loading ``obj`` with ``compress``
-    on ``n_threads`` threads: :meth:`encode_s` and :meth:`decode_s` each time
-    one pass.
+    on ``n_threads`` threads; :meth:`encode_s` and :meth:`decode_s` time it.
 
     Parameters
     ----------

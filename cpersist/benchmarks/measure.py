@@ -178,9 +178,8 @@ def read_task(task):
     from .compare import first_difference, touch
     method, path, cold = task["method"], task["file_path"], task["cold"]
     times, resident, open_times = [], [], []
-    # The codec alone decoding the same chunks on the same threads, timed
-    # after each read: what the read could reach. Its chunks are encoded
-    # once, untimed, from the first read's (checked) result.
+    # The codec alone decoding the same chunks, timed after each read: what
+    # the read could reach. Encoded once, untimed, from the checked result.
     limit, limit_read = None, []
     peak = peak_anon = None
     cache = "cold" if cold else "warm"
@@ -238,9 +237,8 @@ def read_task(task):
 
 def _worker(conn, task):
     import signal
-    # Ctrl-C in a terminal reaches the whole process group: the parent
-    # handles it (ends this process and keeps the rows measured so far);
-    # a worker reporting it as a failure would add a false row.
+    # Ctrl-C reaches the whole process group: the parent handles it; a
+    # worker reporting it as a failure would add a false row.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         # Other suites pass their own module-level function as "call".
@@ -293,9 +291,8 @@ def _hidden_main():
 
 @contextlib.contextmanager
 def _interrupt_after():
-    """Hold Ctrl-C until the block ends, then raise it: raised inside
-    ``Process.start()``, it cuts the child's preparation data short and the
-    forkserver's child prints an ``EOFError`` traceback."""
+    """Hold Ctrl-C until the block ends, then raise it (inside ``start()``
+    it would make the forkserver's child print an ``EOFError`` traceback)."""
     held = []
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
