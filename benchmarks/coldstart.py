@@ -191,7 +191,7 @@ SIDE_BY_SIDE_READ = 0.002
 def best_times(statements, namespace, number, repeat=SIDE_BY_SIDE_REPEAT):
     """``{statement: seconds per call}``, each the best of ``repeat`` clock
     reads of up to ``number`` calls lasting about :data:`SIDE_BY_SIDE_READ`
-    each, as :func:`.measure.best_time` (many calls per clock read); the statements
+    each, as ``serializers.best_time`` (many calls per clock read); the statements
     take turns, one clock read each, so that a change in the machine's
     speed while they are timed reaches every one of them alike."""
     import timeit

@@ -29,7 +29,7 @@ import time
 
 import cpersist
 
-from cpersist.benchmarks.measure import PeakMemory, best_time, rss_bytes, run_in_subprocess
+from cpersist.benchmarks.measure import PeakMemory, rss_bytes, run_in_subprocess
 from cpersist.benchmarks.output import write_csv
 from cpersist.tools.table import format_table
 
@@ -37,6 +37,14 @@ __all__ = ["SERIALIZERS", "SER_COLUMNS", "SMALL_COLUMNS", "make_dict", "run_seri
            "run_small_objects", "format_serializers", "plot_serializers", "main"]
 
 MB = 1e6
+
+
+def best_time(statement, namespace, number, repeat=7):
+    """Seconds per call of ``statement``, best of ``repeat`` clock reads of
+    ``number`` calls each, as ``python -m timeit`` measures."""
+    import timeit
+    timer = timeit.Timer(statement, globals=namespace)
+    return min(timer.repeat(repeat=repeat, number=number)) / number
 
 
 def make_dict(n):

@@ -3,6 +3,8 @@
 nothing above them, and no module grows past 400 lines
 (read from the source by :mod:`tests._import_graph`, nothing imported)."""
 
+import pathlib
+
 import pytest
 
 from ._import_graph import MAX_LINES, MAX_PRIVATE_IMPORTS, Graph
@@ -44,6 +46,21 @@ def test_the_graph_sees_what_it_checks(graph):
             "cpersist._runtime.fork"} <= set(graph.files)
     assert "cpersist.container.layout" in graph.edges["cpersist.container.reader"]
     assert not any(m.startswith("cpersist.benchmarks") for m in graph.files)
+
+
+#: Lines the installed benchmark (``cpersist/benchmarks/*.py``, all of it in
+#: the wheel) may hold: what users of ``python -m cpersist.benchmarks`` run.
+#: The maintainers' lab (acceptance bounds, investigations, publishing) lives
+#: in ``benchmarks/``, outside the wheel.
+MAX_BENCHMARK_LINES = 5050
+
+
+def test_the_installed_benchmark_stays_lean():
+    folder = pathlib.Path(__file__).resolve().parents[1] / "cpersist" / "benchmarks"
+    files = sorted(folder.glob("*.py"))
+    assert len(files) > 20 and not list(folder.glob("*/*.py"))  # the folder, flat as shipped
+    lines = {f.name: f.read_bytes().count(b"\n") for f in files}
+    assert sum(lines.values()) <= MAX_BENCHMARK_LINES, sorted(lines.items(), key=lambda kv: -kv[1])
 
 
 def test_every_module_imports(graph):

@@ -1,8 +1,5 @@
-"""Imported once by the measurement forkserver so workers start warm.
-
-Each import is guarded: a library missing here only means its methods report
-"n/a", and the server must not die because of it.
-"""
+"""Imported once by the measurement forkserver so workers start warm; a
+library missing here only makes its methods ``n/a``."""
 
 import importlib
 
@@ -22,9 +19,8 @@ _NAMES = (
     "cpersist.benchmarks.compare",
     "cpersist.benchmarks.datasets",
     "cpersist.benchmarks.datacache",
-    # The peers: a measurement times one call, which must not include the
-    # import of its library (zarr's alone costs more than a small dataset's
-    # write).
+    # A measurement times one call, not the import of its library (zarr's
+    # alone costs more than a small dataset's write).
     "tables",
     "zarr",
     "zarr.codecs",
@@ -50,7 +46,6 @@ for _name in _NAMES:
 
 try:
     from cpersist.codecs import BUILTIN_CODECS as _BUILTIN
-
     for _spec in _BUILTIN.values():
         importlib.import_module(_spec.partition(":")[0])
 except Exception:  # noqa: BLE001 - see module docstring

@@ -1,37 +1,12 @@
 """Files that grow: appending row batches, against h5py, zarr, PyTables and pickle.
 
-The data: ``n`` appends of a batch of ``rows x 128`` float32 values (200 of
-10,000 rows, 1 GB in all; ``--quick``: 20 of 1,000), half of the columns
-smooth and half noise. Each contender appends every batch to one file it
-keeps open, then the file is read back, warm page cache, in this process:
-
-* cpersist's record log: ``cpersist.open(path, "a", compress=3)`` and
-  ``log.append(batch)``, each batch a record; read back by
-  ``cpersist.load`` (the list of records) and concatenated, a slice by the
-  records it crosses;
-* cpersist's growing array: ``cpersist.dump(..., growing=True)`` of the
-  first batch, then ``f.append(key, batch)`` on ``cpersist.open(path, "a")``
-  (each batch new chunks and a commit); read back by ``cpersist.load``, a
-  slice through ``cpersist.open(path).arrays[key]``;
-* h5py: a resizable dataset (``maxshape=(None, 128)``, chunks of one batch),
-  ``resize`` then a write, Blosc2 level 3 (Zstandard level 5 inside) with
-  byte shuffle (hdf5plugin), beside cpersist's ``compress=3`` (Zstandard
-  level 3, level 1 behind the byte shuffle and byte delta, and, in the
-  growing array, level 3 behind the byte shuffle alone);
-* zarr v3: ``Array.append``, chunks of one batch, the same Blosc codec;
-* PyTables: an ``EArray``, chunks of one batch, ``blosc2:zstd`` level 3 with
-  shuffle;
-* pickle: ``pickle.dump(batch, file)`` to a file open for writing, read
-  back by ``pickle.load`` until its end (a slice by loading the batches
-  before it too: a pickle log has no index).
-
-Reported, as ratios of each cpersist contender to each peer measured in the
-same run: the total time of the appends (opening and closing included), the
-file's size, the time of a slice crossing 10 batches (opening the file
-included) and of reading everything into one array; and, for every
-contender, the median time of its last 50 appends over that of its first
-50 (of its last and first quarter in smaller runs): 1 when an append costs
-the same however large the file.
+Each contender appends ``n`` batches of ``rows x 128`` float32 values (half
+smooth, half noise) to one file it keeps open, then the file is read back,
+warm page cache, in this process. Reported as ratios of each cpersist
+contender (record log, growing array) to each peer: total append time,
+file size, a slice across :data:`SLICE_CROSSES` batches, reading it all;
+and each contender's last appends over its first (1: an append costs the
+same however large the file).
 """
 
 import json
@@ -48,6 +23,7 @@ from ..tools.table import format_table
 from .append_peers import NEEDS, PEERS, Contender
 from .pagecache import disk_size, remove_output
 from .ratios import failed_row, ratio_row
+from .turns import not_installed
 
 MB = 1 << 20
 #: (appends, rows per batch) of the data, full size and ``--quick``.
@@ -124,15 +100,6 @@ class GrowingArray(Contender):
             return f.arrays[ARRAY][start:stop]
 
 
-def _missing(contender):
-    import importlib.util
-
-    for module in NEEDS.get(type(contender), ()):
-        if importlib.util.find_spec(module) is None:
-            return module
-    return None
-
-
 def _ends(times):
     """Median of the first and of the last :data:`ENDS` appends (a quarter
     of them in shorter runs)."""
@@ -200,7 +167,7 @@ def run(out_dir, quick=False):
     results = {"appends": appends, "rows": rows, "columns": COLUMNS, "contenders": {}}
     with tempfile.TemporaryDirectory(dir=out_dir) as directory:
         for contender in (RecordLog(), GrowingArray()) + tuple(peer() for peer in PEERS):
-            missing = _missing(contender)
+            missing = not_installed((m, m) for m in NEEDS.get(type(contender), ()))
             if missing:
                 results["contenders"][contender.name] = {"missing": missing}
             else:

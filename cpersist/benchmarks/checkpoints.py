@@ -1,42 +1,27 @@
 """Model checkpoints: cpersist against torch.save, safetensors and joblib.
 
-Measures, side by side in one run and on the same files, what
-:doc:`/checkpoints` promises, on generated transformer-shaped checkpoints
-(a state dict of ``nn.TransformerEncoderLayer`` tensors, 12 per layer,
-random-normal weights, plus step, config and an optimizer dict): one in
-float32 (12 layers of width 768: 340 MB) and one in bfloat16 (10 layers of
-width 640: 98 MB), or a user's own ``.pt`` / ``.safetensors`` file:
-
-* dump time: ``cpersist.dump`` raw and ``compress=3`` against
-  ``torch.save``, safetensors ``save_file`` (the state dict alone, the
-  only thing it stores) and ``joblib.dump``;
-* load time: ``cpersist.load`` (trusted, ``trusted=False``, compressed,
-  ``mmap_mode='r'``) against ``torch.load(weights_only=True)`` and
-  ``torch.load(mmap=True)``, safetensors ``load_file`` and ``joblib.load``;
-* file sizes, and the compression ratio of ``compress=3`` (and of
-  ``compress="max"`` on the weights of one layer: it is slow by design);
-* a JAX training state (flax parameters and an optax Adam state) against
-  orbax-checkpoint and flax's msgpack: :mod:`.jax_checkpoints`.
-
-Times are medians of rounds in which every contender runs once in turn,
-warm page cache, in this process, so that a shared machine's slow spells
-fall on all of them; each dump writes a new file (the previous one is
-removed, untimed, before it). Run ``python -m cpersist.benchmarks --suite
-checkpoints`` (``--quick`` for small checkpoints), or give it your own files.
+On generated transformer-shaped checkpoints (float32, 340 MB; bfloat16,
+98 MB) or the user's own ``.pt`` / ``.safetensors`` files: dump and load
+times, file sizes and compression ratios, side by side in one run; a JAX
+training state against orbax and flax is :mod:`.jax_checkpoints`. Times
+are medians of rounds in which every contender runs once in turn
+(:func:`.turns.timed_in_turn`), warm page cache, in this process.
 """
 
 import json
 import os
 import shutil
 import tempfile
+from functools import partial
 
 import cpersist
 
 from ..tools.table import format_table
 from . import jax_checkpoints
 from .measure import time_runs
+from .pagecache import remove_output
 from .ratios import ratio_row
-from .turns import medians, timed_in_turn
+from .turns import medians, not_installed, timed_in_turn
 
 MB = 1 << 20
 #: (layers, width) of the generated checkpoints, full size and ``--quick``.
@@ -55,7 +40,6 @@ def transformer_checkpoint(dtype, layers, width, seed=0):
     layers of ``width``, feed-forward ``4 * width``), ``optimizer``,
     ``step`` and ``config``."""
     import torch
-
     g = torch.Generator().manual_seed(seed)
     dt = getattr(torch, dtype)
 
@@ -87,7 +71,6 @@ def transformer_checkpoint(dtype, layers, width, seed=0):
 def _state_dict(obj):
     """The flat dict of tensors in a checkpoint, for safetensors (or None)."""
     import torch
-
     for candidate in (obj, obj.get("model") if isinstance(obj, dict) else None,
                       obj.get("state_dict") if isinstance(obj, dict) else None):
         if isinstance(candidate, dict) and candidate and all(
@@ -100,7 +83,6 @@ def measure(name, obj, directory, rounds):
     """Times and sizes of every contender on one checkpoint."""
     import joblib
     import torch
-
     try:
         import safetensors.torch as st
     except ImportError:
@@ -120,7 +102,7 @@ def measure(name, obj, directory, rounds):
     # the previous one (a rename onto it, or a truncation) is not timed.
     targets = {"cpersist raw": "cp", "cpersist compress=3": "cp3", "torch.save": "pt",
                "joblib.dump": "jl", "safetensors save_file": "st"}
-    dump_rounds = timed_in_turn(dumps, rounds, {name: _remover(p[key])
+    dump_rounds = timed_in_turn(dumps, rounds, {name: partial(remove_output, p[key])
                                                for name, key in targets.items()})
     # Every file checked to hold the checkpoint before its loads are timed.
     _check(obj, cpersist.load(p["cp"], trusted=False))
@@ -151,13 +133,6 @@ def measure(name, obj, directory, rounds):
     return result
 
 
-def _remover(path):
-    def remove():
-        if os.path.exists(path):
-            os.unlink(path)
-    return remove
-
-
 #: ``--quick``: compress="max" on this many elements of the largest weight.
 QUICK_MAX_ELEMENTS = 1 << 14
 
@@ -165,7 +140,6 @@ QUICK_MAX_ELEMENTS = 1 << 14
 def measure_max(obj, directory, quick=False):
     """compress='max' on the largest weight of a checkpoint (it is slow by design)."""
     import torch
-
     w = max(_tensors(obj), key=lambda t: t.numel())
     if quick:
         w = w.reshape(-1)[:QUICK_MAX_ELEMENTS].clone()
@@ -180,7 +154,6 @@ def measure_max(obj, directory, quick=False):
 
 def _tensors(obj):
     import torch
-
     found, stack, seen = [], [obj], set()
     while stack:
         x = stack.pop()
@@ -198,7 +171,6 @@ def _tensors(obj):
 
 def _check(expected, got):
     import torch
-
     a, b = _tensors(expected), _tensors(got)
     assert len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
 
@@ -206,10 +178,8 @@ def _check(expected, got):
 def load_user_checkpoint(path):
     """A user's ``.pt`` (``torch.load(weights_only=True)``) or ``.safetensors`` file."""
     import torch
-
     if str(path).endswith(".safetensors"):
         from safetensors.torch import load_file
-
         return load_file(path)
     return torch.load(path, weights_only=True, map_location="cpu")
 
@@ -258,9 +228,7 @@ NEEDS = ("torch", "safetensors", "joblib")
 
 def missing():
     """The first of :data:`NEEDS` not installed, or None."""
-    import importlib.util
-
-    return next((name for name in NEEDS if importlib.util.find_spec(name) is None), None)
+    return not_installed((name, name) for name in NEEDS)
 
 
 def ratios(results):

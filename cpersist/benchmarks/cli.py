@@ -165,7 +165,6 @@ def main(argv=None, prog=None):
     if args.quick and args.full:
         parser.error("--quick and --full are opposites: choose one")
     from .checkpoints import is_checkpoint_file, missing
-
     for f in args.files:
         if not os.path.exists(f):
             parser.error(f"no such file: {f}")

@@ -1,10 +1,6 @@
-"""Check that what a method read back equals what was written.
-
-A method that returns wrong data must be reported as failed, never timed, so
-the comparison is strict where it matters (dtype, shape, every value, NaN at
-the same places) and lenient where the storage format legitimately differs
-(memory order, ``np.memmap`` vs ``np.ndarray``, read-only flags).
-"""
+"""Check that what a method read back equals what was written: strict on
+dtype, shape and every value (NaN at the same places), lenient on memory
+order, ``np.memmap`` vs ``np.ndarray`` and read-only flags."""
 
 import math
 
@@ -117,7 +113,6 @@ def first_difference(expected, actual, where="obj"):
 def _pandas_diff(a, b, where):
     """DataFrames, Series and Index objects: values, dtypes (categories too) and labels, exactly."""
     import pandas.testing as pdt
-
     check = {"DataFrame": pdt.assert_frame_equal, "Series": pdt.assert_series_equal}.get(
         type(a).__name__, pdt.assert_index_equal)
     if type(b) is not type(a):
@@ -130,14 +125,9 @@ def _pandas_diff(a, b, where):
 
 
 def _unmapped(obj):
-    """A copy of a pandas object whose arrays are plain ndarrays.
-
-    Memory-mapped columns hold the same values, but pandas' checks report
-    ``np.memmap`` as a different class; a deep copy fixes that except for
-    the codes of categorical columns, rebuilt here.
-    """
+    """A copy of a pandas object whose arrays are plain ndarrays (pandas'
+    checks call ``np.memmap`` another class); categorical codes rebuilt."""
     import pandas as pd
-
     out = obj.copy(deep=True)
     if isinstance(out, pd.DataFrame):
         for i, dtype in enumerate(out.dtypes):
@@ -194,7 +184,6 @@ def touch(obj):
 
 def _is_mapped(a):
     import mmap
-
     base = a
     while base is not None:
         if isinstance(base, (np.memmap, mmap.mmap)):

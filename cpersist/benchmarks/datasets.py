@@ -1,12 +1,6 @@
-"""The catalogue of benchmark datasets: generated ones
-(:mod:`.generated`, at the size ``--size`` picks), real data shipped inside
-installed packages (nibabel's example NIfTI files, scikit-learn's digits,
-sample images and a random forest fitted on the digits) and the user's own
-files (:mod:`.userfiles`); how ``--size`` is read, and which a run
-measures. Each is built once by the parent process and cached
-(:mod:`.datacache`) for the measurement processes, so that every method
-sees byte-identical input.
-"""
+"""The catalogue of benchmark datasets: generated (:mod:`.generated`), real
+data shipped in installed packages and the user's files
+(:mod:`.userfiles`); how ``--size`` is read and which a run measures."""
 
 import fnmatch
 import os
@@ -87,20 +81,13 @@ def builtin_datasets():
 
 def _optional_builtins():
     """The pandas and scipy datasets, when those packages are installed."""
+    from importlib.util import find_spec
     out = []
-    try:
-        import pandas  # noqa: F401
-    except ImportError:
-        pass
-    else:
+    if find_spec("pandas"):
         out.append(Dataset("dataframe", "builtin",
                            "pandas DataFrame: float, int, categorical, str and datetime columns",
                            lambda s, q: make_dataframe(s)))
-    try:
-        import scipy.sparse  # noqa: F401
-    except ImportError:
-        pass
-    else:
+    if find_spec("scipy"):
         out.append(Dataset("sparse_matrix", "builtin", "scipy.sparse CSR matrix, float64, ~1% non-zero",
                            lambda s, q: make_sparse_matrix(s)))
     return out
@@ -115,30 +102,25 @@ _NIBABEL_EXAMPLES = (
 )
 
 
-
 def _digits_images(size_bytes, quick):
     from sklearn.datasets import load_digits
-
     return np.ascontiguousarray(load_digits().images)
 
 
 def _digits_dict(size_bytes, quick):
     from sklearn.datasets import load_digits
-
     d = load_digits()
     return {"data": d.data, "target": d.target, "images": d.images}
 
 
 def _sample_images(size_bytes, quick):
     from sklearn.datasets import load_sample_images
-
     return np.stack(load_sample_images().images)
 
 
 def _random_forest(size_bytes, quick):
     from sklearn.datasets import load_digits
     from sklearn.ensemble import RandomForestClassifier
-
     d = load_digits()
     # Fewer trees for the smaller runs: the model scales with --size like the generated data.
     trees = 10 if quick else 100 if size_bytes >= SIZE_PRESETS["medium"] else 30
@@ -179,8 +161,6 @@ def package_datasets():
     return out
 
 
-
-
 def file_dataset(path, trust_pickles=False):
     """A :class:`Dataset` reading the user's file ``path`` (see
     :func:`.userfiles.load_user_file`)."""
@@ -212,10 +192,9 @@ def all_datasets():
 
 
 def select(patterns, available, group="source", kind="dataset"):
-    """The items of ``available`` (datasets or methods) whose name matches
-    one of ``patterns`` (shell-style: ``nifti_*``, ``cpersist*``) or whose
-    ``group`` attribute (a dataset's source, a method's family) is one of
-    them, in the order matched; every item when ``patterns`` is empty.
+    """The items of ``available`` whose name matches one of ``patterns``
+    (shell-style) or whose ``group`` attribute is one of them, in the order
+    matched; every item when ``patterns`` is empty.
 
     Raises
     ------

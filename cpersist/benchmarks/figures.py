@@ -3,24 +3,17 @@ dataset."""
 
 import math
 import os
-import re
 
-from .output import as_float as _f
+from .output import as_float as _f, safe_name as _safe
 
 __all__ = ["plot_storage", "bar_figure", "plot_pareto"]
 
 
 def _plt():
     import matplotlib
-
     matplotlib.use("Agg")  # files only, no display needed (CI, servers)
     import matplotlib.pyplot as plt
-
     return plt
-
-
-def _safe(name):
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 _FAMILY_COLORS = {
@@ -56,7 +49,6 @@ def bar_figure(plt, rows, key, ylabel, title, log):
     (legend in level order); method names whole on the left, one line each.
     Methods whose rows all failed are listed with a red "failed" mark."""
     from matplotlib.patches import Patch
-
     methods = list(dict.fromkeys(r["method"] for r in rows))
     ok = [r for r in rows if r.get("status") == "ok"]
     levels = sorted({int(r["level"]) for r in ok if str(r["level"]) != ""})
@@ -86,7 +78,6 @@ def bar_figure(plt, rows, key, ylabel, title, log):
     ax.set_ylim(len(methods) - 0.5, -0.5)  # first method on top
     if log:
         from matplotlib.ticker import FuncFormatter
-
         ax.set_xscale("log")
         if values:
             ax.set_xlim(min(values) / 1.5, max(values) * 1.5)
@@ -153,16 +144,10 @@ def _pareto_front(points):
 
 
 def plot_pareto(rows, path, title=""):
-    """Ratio-vs-speed scatter of one dataset's methods and levels (Pareto view).
-
-    Each point is one (method, level) on this dataset alone, so a method that
-    cannot store some other dataset still appears here. Write throughput on
-    the left, read on the right; the non-dominated points are joined and
-    labelled.
-    """
+    """Ratio-vs-speed scatter of one dataset's (method, level) points: write
+    throughput on the left, read on the right, the Pareto front joined."""
     plt = _plt()
     from matplotlib.ticker import FuncFormatter, NullFormatter
-
     ok = [r for r in rows if r.get("status") == "ok"]
     fig, axes = plt.subplots(1, 2, figsize=(15, 7.5), sharey=True)
     fams_seen = []

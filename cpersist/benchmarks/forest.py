@@ -1,17 +1,15 @@
 """A model of many small arrays against pickle: the storage suite's random
-forest dumped raw and loaded by cpersist (trusted, and restricted with
-scikit-learn allowed) and by :mod:`pickle` at protocol 5, to and from a
-file, in turns in this process with the page cache warm, as ratios of
-median times (below 1, cpersist takes less)."""
+forest dumped raw and loaded by cpersist (trusted, and restricted) and by
+pickle 5, in turns in this process, warm page cache, as ratios of medians."""
 
 import os
 import pickle
-import statistics
-import time
 
 import cpersist
 
+from .pagecache import remove_output
 from .ratios import ratio_row
+from .turns import medians, timed_in_turn
 
 __all__ = ["TITLE", "ratios"]
 
@@ -42,20 +40,11 @@ def ratios(model, work_dir, repeats=15):
         "cpersist load": lambda: cpersist.load(cp_path),
         "cpersist restricted load": lambda: cpersist.load(cp_path, trusted=TRUSTED),
     }
-    times = {name: [] for name in steps}
     try:
-        for step in steps.values():  # the files written, the code paths warm
-            step()
-        for _ in range(repeats):
-            for name, step in steps.items():
-                t0 = time.perf_counter()
-                step()
-                times[name].append(time.perf_counter() - t0)
+        med = medians(timed_in_turn(steps, repeats))
     finally:
         for path in (cp_path, pk_path):
-            if os.path.exists(path):
-                os.remove(path)
-    med = {name: statistics.median(ts) for name, ts in times.items()}
+            remove_output(path)
 
     def row(target, mine, theirs):
         return ratio_row("forest", target, med[mine] / med[theirs],

@@ -1,11 +1,6 @@
-"""The built-in benchmark data, generated reproducibly from a fixed seed at a
-requested size in bytes.
-
-Every generator takes ``size_bytes`` and returns the same object for the same
-size: a smooth 4-D probabilistic atlas (C or Fortran order), high-entropy
-images, a text corpus, a sparse table full of NaN, an integer time series,
-pure noise, a pandas DataFrame, a scipy sparse matrix and a "big" variant.
-"""
+"""The built-in benchmark data, generated reproducibly from a fixed seed:
+each generator takes ``size_bytes`` and returns the same object for the
+same size."""
 
 import numpy as np
 
@@ -133,7 +128,6 @@ def make_noise(size_bytes, seed=SEED + 5):
 def make_dataframe(size_bytes, seed=SEED + 6):
     """A pandas DataFrame: float, int, categorical, string and datetime columns."""
     import pandas as pd
-
     rng = np.random.default_rng(seed)
     n = max(16, int(size_bytes // 60))  # ~60 bytes per row in memory, strings included
     cities = np.array(["Paris", "Lyon", "Lille", "Nantes", "Nice", "Brest", "Metz", "Caen"])
@@ -149,7 +143,6 @@ def make_dataframe(size_bytes, seed=SEED + 6):
 def make_sparse_matrix(size_bytes, seed=SEED + 7):
     """A scipy CSR matrix, float64, about 1 % non-zero (the rest implicit)."""
     import scipy.sparse as sp
-
     rng = np.random.default_rng(seed)
     nnz = max(16, int(size_bytes // 12))  # 8 bytes of value + 4 of column index each
     n_cols = 20000

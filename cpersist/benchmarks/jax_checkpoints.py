@@ -1,36 +1,21 @@
 """JAX training states: cpersist against orbax-checkpoint and flax's msgpack.
 
-A part of the checkpoints suite (:mod:`.checkpoints`). The state is a flax
-model (a stack of ``nn.Dense`` layers of width 2048) with its optax Adam
-state after one update (so that the moments are not zeros) and a step
-counter, about 300 MB: 6 layers in ``float32``, 12 in ``bfloat16`` (the
-moments of the same dtype as the parameters).
-
-* save: ``cpersist.dump`` raw and ``compress=3`` against orbax's
-  ``StandardCheckpointer`` (``save`` then ``wait_until_finished``: zarr v3
-  under OCDBT, zstd level 3 by default) and ``flax.serialization.to_bytes``
-  written to a file; the time a call blocks the caller: ``background=True``
-  against orbax's asynchronous ``save`` (until it returns);
-* restore: ``cpersist.load`` (raw, ``compress=3``, ``mmap_mode='r'``)
-  against ``StandardCheckpointer.restore`` given the abstract state (jax
-  arrays on the default device) and ``flax.serialization.from_bytes``;
-* file sizes (orbax's directory, all its files).
-
-Every contender runs once in turn per round (:func:`.turns.timed_in_turn`),
-warm page cache, each save to a new file or directory (the previous one
-removed, untimed). The suite skips with a ``not installed`` row when jax,
-flax, optax or orbax-checkpoint is missing (``pip install 'cpersist[jax]'``).
+Part of the checkpoints suite (:mod:`.checkpoints`): a flax model of
+``nn.Dense`` layers with its optax Adam state, about 300 MB in float32 and
+in bfloat16; save, blocking and restore times and sizes, every contender
+once in turn per round. Without jax, flax, optax or orbax-checkpoint the
+rows say ``not installed`` (``pip install 'cpersist[jax]'``).
 """
 
 import os
-import shutil
 import time
+from functools import partial
 
 import cpersist
 
-from .pagecache import disk_size
+from .pagecache import disk_size, remove_output
 from .ratios import ratio_row
-from .turns import medians, timed_in_turn
+from .turns import medians, not_installed, timed_in_turn
 
 MB = 1 << 20
 #: (layers, width) of the generated states, full size and ``--quick``.
@@ -43,15 +28,7 @@ NEEDS = (("jax", "jax"), ("flax", "flax"), ("optax", "optax"),
 
 def missing():
     """The pip name of the first of :data:`NEEDS` not installed, or None."""
-    import importlib.util
-
-    for module, package in NEEDS:
-        try:
-            if importlib.util.find_spec(module) is None:
-                return package
-        except ModuleNotFoundError:  # the parent package of a dotted name
-            return package
-    return None
+    return not_installed(NEEDS)
 
 
 def training_state(dtype, layers, width, seed=0):
@@ -86,14 +63,12 @@ def training_state(dtype, layers, width, seed=0):
 def _leaves(state):
     import jax
     import numpy as np
-
     return [np.asarray(x) for x in jax.tree.leaves(state)]
 
 
 def _check(expected, got, jax_arrays=True):
     """Same tree structure and leaf types, dtypes, shapes and bytes."""
     import jax
-
     assert jax.tree.structure(expected) == jax.tree.structure(got)
     for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(got)):
         if jax_arrays:
@@ -102,21 +77,11 @@ def _check(expected, got, jax_arrays=True):
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-def _remover(path):
-    def remove():
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        elif os.path.exists(path):
-            os.unlink(path)
-    return remove
-
-
 def measure(name, state, directory, rounds):
     """Times and sizes of every contender on one training state."""
     import jax
     import orbax.checkpoint as ocp
     from flax import serialization
-
     p = {k: os.path.abspath(os.path.join(directory, f"jax-{name}.{k}"))
          for k in ("cp", "cp3", "bg", "orbax", "orbax_async", "msgpack")}
     checkpointer = ocp.StandardCheckpointer()
@@ -155,7 +120,8 @@ def measure(name, state, directory, rounds):
     keys = {"cpersist raw": "cp", "cpersist compress=3": "cp3", "cpersist background=True": "bg",
             "orbax save": "orbax", "orbax async save": "orbax_async", "flax msgpack": "msgpack"}
     try:
-        dump_rounds = timed_in_turn(dumps, rounds, {n: _remover(p[k]) for n, k in keys.items()})
+        dump_rounds = timed_in_turn(dumps, rounds, {n: partial(remove_output, p[k])
+                                                   for n, k in keys.items()})
         for n in calls:  # the first round is untimed
             calls[n] = calls[n][1:]
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
@@ -178,7 +144,7 @@ def measure(name, state, directory, rounds):
     finally:
         checkpointer.close()
         for path in p.values():
-            _remover(path)()
+            remove_output(path)
     array_bytes = sum(x.nbytes for x in _leaves(state))
     return {"name": name, "array_mb": array_bytes / MB, "arrays": len(_leaves(state)),
             "dump_s": medians(dump_rounds), "load_s": medians(load_rounds),
@@ -193,7 +159,6 @@ def run(directory, quick=False, rounds=5):
     if absent:
         return {"missing": absent}
     import jax.numpy as jnp
-
     states = []
     for dtype, (layers, width) in (QUICK_SHAPES if quick else SHAPES).items():
         state = training_state(getattr(jnp, dtype), layers, width)
@@ -240,7 +205,6 @@ def ratios(results):
 def format_results(results):
     """Every contender's median time and size, per state."""
     from ..tools.table import format_table
-
     if results.get("missing"):
         return ""
     lines = []

@@ -1,11 +1,6 @@
 """The lazy suite: what :func:`cpersist.open` reads and costs for part of a
-compressed array, beside a full load, zarr v3 and blosc2 (see "The suites"
-in docs/benchmarks.rst). Bytes read are the change of ``rchar`` in
-``/proc/self/io`` (what read system calls returned, page cache included),
-over the least a reader needs: the rows' share of the file, two chunks and
-the index. Times are medians, warm page cache; the peak memory is measured
-in a fresh process.
-"""
+compressed array, beside a full load, zarr v3 and blosc2. Bytes read are
+the change of ``rchar`` in ``/proc/self/io``, over the least a reader needs."""
 
 import json
 import os
@@ -52,7 +47,6 @@ def make_array(kind, nbytes, seed=0):
 def optional(name):
     """The module ``name``, or None if it is not installed."""
     import importlib
-
     try:
         return importlib.import_module(name)
     except ImportError:
@@ -132,7 +126,6 @@ def _child_peak(path, fraction):
     from .measure import PeakMemory
     from ..codecs import get_codec
     from .. import handle  # noqa: F401  (imports are not what is measured)
-
     get_codec("zstd-auto")
     with PeakMemory() as peak:
         with cpersist.open(path) as f:
@@ -154,7 +147,6 @@ def measure_peak(nbytes, directory):
 def measure_listing(n_arrays, directory, repeats):
     # Each array as small as a raw dump gives a section of its own.
     from ..pickling.write import RAW_INLINE_BELOW
-
     obj = {f"layer{i}": {"w": np.full(RAW_INLINE_BELOW // 4, i, dtype=np.float32)}
            for i in range(n_arrays)}
     path = os.path.join(directory, "many.cp")

@@ -1,12 +1,8 @@
-"""What a cpersist setting could reach at best on a dataset: its codec alone.
-
-A dump's end-to-end throughput is bounded by what its codec does on the
-same threads with nothing else: the arrays' chunks encoded in memory (for a
-dump), or decoded into new memory (for a load), with no file, no pickling,
-no checksums. For a raw file the bound is a copy of the arrays into new
-memory. The storage suite reports each cpersist row's time against it
-(``write_of_limit``, ``read_of_limit``: 1 is the codec's own speed, 0.5
-half of it), which says how much of the time the rest of cpersist costs.
+"""What a cpersist setting could reach at best on a dataset: its codec alone,
+encoding (dump) or decoding into new memory (load) the arrays' chunks on
+the same threads, with no file, pickling or checksums (raw: a copy). The
+storage suite's ``write_of_limit`` and ``read_of_limit`` are each row's
+time against it.
 """
 
 import io
@@ -50,8 +46,7 @@ def arrays_of(obj):
 
 class Limit:
     """The codec-alone work of dumping and loading ``obj`` with ``compress``
-    on ``n_threads`` threads: :meth:`encode_s` and :meth:`decode_s` each time
-    one pass.
+    on ``n_threads`` threads; :meth:`encode_s` and :meth:`decode_s` time it.
 
     Parameters
     ----------
@@ -110,11 +105,8 @@ class Limit:
 
     def decoded(self):
         """What :meth:`decode_s` times: every array's chunks decoded into
-        new memory of the array's size, allocated as a load allocates its
-        arrays. A load writes pages the process never touched, and so pays
-        for the kernel handing them out; chunk-sized buffers allocated and
-        freed in turn would be the same few pages, recycled warm, and the
-        limit would leave that cost out. Returns the arrays' bytes."""
+        new memory of the array's size (as a load allocates, paying for fresh
+        pages, which reused chunk buffers would not). Returns the arrays."""
         if self.encoded is None:
             self.encode_s()
         chunks, places, encoded, codec = self.chunks, self._places, self.encoded, self.codec

@@ -1,17 +1,5 @@
-"""Measuring one write or read: time, peak RSS, page-cache state.
-
-What the numbers mean is the user's guide's "How it measures"
-(docs/benchmarks.rst): a fresh process per (dataset, method, level,
-operation), forked from a *forkserver* that has imported every library;
-medians over the repeats, the ``fsync`` timed apart; peak RSS above the
-level before the call, from the kernel's high-water mark (``VmHWM``, reset
-through ``/proc/self/clear_refs``) or, where the reset is not allowed, a
-sampler thread reading ``/proc/self/statm`` every millisecond, the first
-repeat's only (the one made in a pristine process); cold reads evicted with
-``posix_fadvise`` (what stays resident is measured with ``mincore``); the
-first read compared with the original, loaded only after the read so that
-its allocation does not perturb the read's figures.
-"""
+"""Measuring one write or read in a fresh process: time, peak RSS,
+page-cache state ("How it measures" in docs/benchmarks.rst)."""
 
 import contextlib
 import gc
@@ -30,7 +18,7 @@ from .pagecache import (disk_size, evict_from_cache, files_of, remove_output, re
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 __all__ = ["rss_bytes", "PeakMemory", "run_in_subprocess", "write_task", "read_task",
-           "preload_modules", "time_runs", "best_time"]
+           "preload_modules", "time_runs"]
 
 def time_runs(func, runs):
     """Wall times in seconds of ``runs`` calls of ``func()``, in order."""
@@ -42,15 +30,6 @@ def time_runs(func, runs):
     return times
 
 
-def best_time(statement, namespace, number, repeat=7):
-    """Seconds per call of ``statement``, best of ``repeat`` clock reads of
-    ``number`` calls each, as ``python -m timeit`` measures."""
-    import timeit
-
-    timer = timeit.Timer(statement, globals=namespace)
-    return min(timer.repeat(repeat=repeat, number=number)) / number
-
-
 def rss_bytes():
     """Current (resident, resident file-backed/shared) bytes of this process."""
     try:
@@ -59,7 +38,6 @@ def rss_bytes():
         return int(parts[1]) * _PAGE, int(parts[2]) * _PAGE
     except OSError:  # not Linux: ru_maxrss is the best we have
         import resource
-
         r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return (r if sys.platform == "darwin" else r * 1024), 0
 
@@ -139,17 +117,13 @@ class PeakMemory:
 
 
 def _peak_memory(repeat):
-    """The :class:`PeakMemory` of the first repeat, whose peaks are reported;
-    nothing for the others. Its sampler wakes a thousand times a second and
-    takes the GIL each time, which slows the operation it samples by a few
-    percent: the other repeats, and the codec limit timed beside them, run
-    without it."""
+    """The :class:`PeakMemory` of the first repeat only: its sampler takes
+    the GIL a thousand times a second, slowing the operation a few percent."""
     return PeakMemory() if repeat == 0 else contextlib.nullcontext()
 
 
 def _load_original(data_path):
     from .datacache import load_cached
-
     return load_cached(data_path)
 
 
@@ -202,12 +176,10 @@ def write_task(task):
 def read_task(task):
     """Read the file ``task['repeats']`` times; check the first result."""
     from .compare import first_difference, touch
-
     method, path, cold = task["method"], task["file_path"], task["cold"]
     times, resident, open_times = [], [], []
-    # The codec alone decoding the same chunks on the same threads, timed
-    # after each read: what the read could reach. Its chunks are encoded
-    # once, untimed, from the first read's (checked) result.
+    # The codec alone decoding the same chunks, timed after each read: what
+    # the read could reach. Encoded once, untimed, from the checked result.
     limit, limit_read = None, []
     peak = peak_anon = None
     cache = "cold" if cold else "warm"
@@ -265,10 +237,8 @@ def read_task(task):
 
 def _worker(conn, task):
     import signal
-
-    # Ctrl-C in a terminal reaches the whole process group: the parent
-    # handles it (ends this process and keeps the rows measured so far);
-    # a worker reporting it as a failure would add a false row.
+    # Ctrl-C reaches the whole process group: the parent handles it; a
+    # worker reporting it as a failure would add a false row.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         # Other suites pass their own module-level function as "call".
@@ -296,7 +266,6 @@ def _context():
     global _CTX
     if _CTX is None:
         import multiprocessing as mp
-
         try:
             ctx = mp.get_context("forkserver")
             ctx.set_forkserver_preload(preload_modules)
@@ -308,14 +277,9 @@ def _context():
 
 @contextlib.contextmanager
 def _hidden_main():
-    """Start a child without it re-importing the caller's ``__main__``.
-
-    multiprocessing makes every forkserver/spawn child re-run the parent's
-    main module (a script, ``pytest``, a notebook ...), which the worker
-    never needs: an import per measurement, and a script without the
-    ``if __name__ == "__main__"`` guard breaks. A bare stand-in during
-    ``start()`` makes multiprocessing skip that step.
-    """
+    """Start a child without it re-importing the caller's ``__main__``
+    (an import per measurement, and a script without the ``__main__``
+    guard breaks): a bare stand-in during ``start()``."""
     real = sys.modules.get("__main__")
     sys.modules["__main__"] = types.ModuleType("__main__")
     try:
@@ -327,9 +291,8 @@ def _hidden_main():
 
 @contextlib.contextmanager
 def _interrupt_after():
-    """Hold Ctrl-C until the block ends, then raise it: raised inside
-    ``Process.start()``, it cuts the child's preparation data short and the
-    forkserver's child prints an ``EOFError`` traceback."""
+    """Hold Ctrl-C until the block ends, then raise it (inside ``start()``
+    it would make the forkserver's child print an ``EOFError`` traceback)."""
     held = []
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:

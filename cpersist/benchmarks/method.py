@@ -1,20 +1,6 @@
-"""The storage-method interface of the benchmark (:class:`Method`), which
-cpersist's own methods (:mod:`.methods`) and the peers (:mod:`.peers_classic`,
-:mod:`.peers`) implement.
-
-Every method knows
-
-* ``levels(grid)``: how the generic level grid (default 0, 1, 3, 6, 9) maps
-  onto what it supports (``np.save`` only stores raw, so it runs at level 0
-  whatever the grid; ``np.savez_compressed`` has one fixed level, reported as
-  6 because zipfile's ZIP_DEFLATED uses zlib's default level, which is 6);
-* ``why_not(obj)``: None when it can store ``obj``, else the reason (nibabel
-  on a 2-D array, ``np.save`` on a dict, ...), which becomes an ``n/a`` row;
-* ``write(obj, path, level)`` and ``read(path)``.
-
-Methods are plain picklable objects: the parent sends them to the
-measurement subprocesses.
-"""
+"""The storage-method interface of the benchmark (:class:`Method`),
+implemented by :mod:`.methods`, :mod:`.peers_classic` and :mod:`.peers`.
+Methods are plain picklable objects sent to the measurement processes."""
 
 import numpy as np
 
@@ -37,7 +23,6 @@ def is_dict_of_arrays(obj, ok_dtype=lambda dt: True):
 def missing(module, package=None):
     """None when ``module`` imports, else the reason a method is ``n/a``."""
     import importlib
-
     try:
         importlib.import_module(module)
     except ImportError:

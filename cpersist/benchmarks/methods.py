@@ -28,17 +28,11 @@ def cpersist_codecs():
 
 def kept_raw_fraction(path):
     """The fraction of a cpersist file's array bytes stored verbatim
-    (uncompressed), or None for a file with no compressed array section.
-
-    cpersist keeps a chunk verbatim when a probe of it shows the codec
-    would save too little for what decoding it costs
-    (:func:`cpersist.container.encode.saving_needed`), or when
-    the codec's output is no smaller: an explicit codec can then store raw.
-    """
+    (a chunk the codec would save too little on), or None for a file with
+    no compressed array section."""
     from cpersist.container import ContainerReader
     from cpersist.container.layout import VERBATIM
     from cpersist.container.sources import source_for
-
     with open(path, "rb") as file:
         try:
             reader = ContainerReader(source_for(file, path, owned=False), whole=True)
@@ -81,7 +75,6 @@ class Cpersist(Method):
         (:class:`.limits.Limit`), on the threads a dump would use."""
         from .._runtime.threads import default_n_threads
         from .limits import Limit
-
         return Limit(obj, self._compress(level), self.threads or default_n_threads())
 
     def kept_raw(self, path):
@@ -166,5 +159,4 @@ def all_methods(threads=None):
 def select_methods(patterns, available):
     """Methods by names or shell patterns (``cpersist*``, ``tables:*``) or family."""
     from .datasets import select
-
     return select(patterns, available, "family", "method")

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 
 __all__ = ["write_csv", "as_float", "machine_info", "load_average", "write_machine_json"]
@@ -27,6 +28,11 @@ def write_csv(path, rows, columns):
         for r in rows:
             w.writerow(r)
     return path
+
+
+def safe_name(name):
+    """``name`` with every run of characters unsafe in a file name as ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 def as_float(v):
@@ -92,14 +98,12 @@ def machine_info(extra=None):
     }
     try:
         import tables
-
         info["versions"]["hdf5"] = tables.hdf5_version
         info["tables_complibs"] = [c for c in tables.filters.all_complibs if tables.which_lib_version(c)]
     except Exception:
         pass
     try:
         from .methods import cpersist_codecs
-
         info["cpersist_codecs"] = cpersist_codecs()
     except Exception:
         pass

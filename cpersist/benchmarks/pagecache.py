@@ -26,7 +26,6 @@ def disk_size(path):
 def remove_output(path):
     """Delete what a method wrote at ``path`` (file or directory), if anything."""
     import shutil
-
     if os.path.isdir(path):
         shutil.rmtree(path)
     elif os.path.exists(path):
@@ -64,7 +63,6 @@ def resident_fraction(path):
     """Fraction of ``path``'s pages in the page cache (``mincore``), or None."""
     try:
         import ctypes
-
         size = os.path.getsize(path)
         if size == 0:
             return 0.0

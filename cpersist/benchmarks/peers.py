@@ -1,10 +1,5 @@
-"""The newer array formats compared by the benchmark: blosc2's own ``NDArray``
-files, zarr v3, HDF5 through h5py with hdf5plugin's filters, and safetensors.
-
-Each is optional: when its library does not import, the method's
-``available()`` says so and its rows are ``n/a``. The method interface is
-:class:`cpersist.benchmarks.method.Method`.
-"""
+"""The newer array formats: blosc2's ``NDArray`` files, zarr v3, h5py with
+hdf5plugin's filters, and safetensors. The interface is :class:`.method.Method`."""
 
 import numpy as np
 
@@ -48,7 +43,6 @@ class Blosc2NDArray(Method):
 
     def _cparams(self, level):
         import blosc2
-
         if self.filters is None:
             return None
         names = {"shuffle": [blosc2.Filter.SHUFFLE],
@@ -59,7 +53,6 @@ class Blosc2NDArray(Method):
 
     def write(self, obj, path, level):
         import blosc2
-
         cparams = self._cparams(level)
         kw = {} if cparams is None else {"cparams": cparams}
         arr = blosc2.asarray(np.require(obj, requirements="C"), urlpath=path, mode="w", **kw)
@@ -67,7 +60,6 @@ class Blosc2NDArray(Method):
 
     def read(self, path):
         import blosc2
-
         return blosc2.open(path, mode="r")[...]
 
 
@@ -89,7 +81,6 @@ class Zarr(Method):
         if r:
             return r
         import zarr
-
         if int(zarr.__version__.split(".")[0]) < 3:
             return f"zarr {zarr.__version__} is not zarr v3"
         return None
@@ -99,21 +90,18 @@ class Zarr(Method):
 
     def _compressors(self, level):
         from zarr.codecs import BloscCodec, ZstdCodec
-
         if self.codec == "zstd":
             return ZstdCodec(level=level)
         return BloscCodec(cname="zstd", clevel=level, shuffle="shuffle")
 
     def _put(self, store, name, arr, level):
         import zarr
-
         z = zarr.create_array(store, name=name, shape=arr.shape, dtype=arr.dtype,
                               compressors=self._compressors(level), zarr_format=3)
         z[...] = arr
 
     def write(self, obj, path, level):
         import zarr
-
         group = zarr.open_group(path, mode="w", zarr_format=3)
         items = {_SINGLE_KEY: obj} if isinstance(obj, np.ndarray) else obj
         for k, arr in items.items():
@@ -121,7 +109,6 @@ class Zarr(Method):
 
     def read(self, path):
         import zarr
-
         group = zarr.open_group(path, mode="r")
         # np.asarray: zarr returns a 0-d array's value as a numpy scalar.
         out = {k: np.asarray(node[...]) for k, node in group.members(max_depth=None)
@@ -150,14 +137,12 @@ class H5py(Method):
 
     def _filter(self, level):
         import hdf5plugin
-
         if self.codec == "blosc2":
             return hdf5plugin.Blosc2(cname="zstd", clevel=level, filters=hdf5plugin.Blosc2.SHUFFLE)
         return hdf5plugin.Zstd(clevel=level)
 
     def write(self, obj, path, level):
         import h5py
-
         items = {_SINGLE_KEY: obj} if isinstance(obj, np.ndarray) else obj
         with h5py.File(path, "w") as f:
             for k, arr in items.items():
@@ -169,7 +154,6 @@ class H5py(Method):
     def read(self, path):
         import h5py
         import hdf5plugin  # noqa: F401 - registers the filters the file needs
-
         out = {}
         with h5py.File(path, "r") as f:
             # np.asarray: h5py returns a 0-d dataset's value as a numpy scalar.
@@ -195,14 +179,12 @@ class Safetensors(Method):
 
     def write(self, obj, path, level):
         from safetensors.numpy import save_file
-
         items = {_SINGLE_KEY: obj} if isinstance(obj, np.ndarray) else obj
         # np.require, not np.ascontiguousarray, which makes a 0-d array 1-d.
         save_file({k: np.require(v, requirements="C") for k, v in items.items()}, path)
 
     def read(self, path):
         from safetensors.numpy import load_file
-
         out = load_file(path)
         return out[_SINGLE_KEY] if list(out) == [_SINGLE_KEY] else out
 

@@ -1,9 +1,5 @@
-"""The established formats the benchmark compares cpersist with: ``np.save``,
-``np.savez_compressed``, pickle, joblib, PyTables (HDF5) and nibabel (NIfTI).
-
-The method interface is :class:`cpersist.benchmarks.method.Method`; the newer
-array formats are in :mod:`cpersist.benchmarks.peers`.
-"""
+"""The established formats: ``np.save``, ``np.savez_compressed``, pickle,
+joblib, PyTables (HDF5) and nibabel (NIfTI)."""
 
 import contextlib
 import pickle
@@ -115,12 +111,10 @@ class Joblib(Method):
 
     def write(self, obj, path, level):
         import joblib
-
         joblib.dump(obj, path, compress=self._compress(level))
 
     def read(self, path):
         import joblib
-
         return joblib.load(path)
 
 
@@ -150,7 +144,6 @@ class JoblibMmap(Joblib):
 
     def read(self, path):
         import joblib
-
         return joblib.load(path, mmap_mode="r")
 
 
@@ -185,7 +178,6 @@ class Tables(Method):
         if why:
             return why
         import tables
-
         if self.complib and not tables.which_lib_version(self.complib):
             return f"{self.complib} is not built into this PyTables"
         return None
@@ -195,7 +187,6 @@ class Tables(Method):
 
     def _put(self, f, where, name, arr, level):
         import tables
-
         if arr.dtype.kind == "U":
             code_type = np.dtype("u4").newbyteorder(arr.dtype.byteorder)
             codes = np.ascontiguousarray(arr).reshape(arr.shape + (1,)).view(code_type)
@@ -210,7 +201,6 @@ class Tables(Method):
 
     def write(self, obj, path, level):
         import tables
-
         with warnings.catch_warnings():
             # Keys that are not Python identifiers only lose natural naming.
             warnings.simplefilter("ignore", tables.NaturalNameWarning)
@@ -225,7 +215,6 @@ class Tables(Method):
 
     def read(self, path):
         import tables
-
         with tables.open_file(path, "r") as f:
             if "cpersist_bench_single" in f.root._v_attrs:
                 return self._get(f.root.data)
@@ -243,7 +232,6 @@ class Tables(Method):
 @contextlib.contextmanager
 def _gzip_level(level):
     from nibabel.openers import ImageOpener, Opener
-
     saved = Opener.__dict__.get("default_compresslevel"), ImageOpener.__dict__.get("default_compresslevel")
     Opener.default_compresslevel = level
     if saved[1] is not None:
@@ -287,7 +275,6 @@ class Nibabel(Method):
         if max(obj.shape) > 32767:
             return "NIfTI-1 dimensions are int16 (max 32767)"
         import nibabel as nib
-
         try:
             nib.Nifti1Header().set_data_dtype(obj.dtype)
         except Exception:
@@ -296,7 +283,6 @@ class Nibabel(Method):
 
     def write(self, obj, path, level):
         import nibabel as nib
-
         img = nib.Nifti1Image(obj, np.eye(4), dtype=obj.dtype)
         if self.gz:
             with _gzip_level(level):
@@ -306,7 +292,6 @@ class Nibabel(Method):
 
     def read(self, path):
         import nibabel as nib
-
         return np.asanyarray(nib.load(path).dataobj)
 
 

@@ -1,12 +1,7 @@
-"""Comparisons measured within one run as ratios: the rows of the
-checkpoint and append suites (``checkpoints.csv``, ``appends.csv``) and
-their text.
-
-A ratio is cpersist's time over a peer's, a file's size over another's, and
-the like, with what was measured. Its ``key``, empty here, is where the
-maintainers' lab (``benchmarks/`` in the source tree) names a comparison it
-holds to a bound. A ratio whose measurement needs a library that is not
-installed is a row with status ``not installed``.
+"""Comparisons measured within one run as ratios (cpersist's time over a
+peer's, one size over another), the rows of ``checkpoints.csv``,
+``appends.csv``, ``raw.csv`` and ``forest.csv``. ``key``, empty here, is
+where the maintainers' lab names a comparison it holds to a bound.
 """
 
 from ..tools.table import format_table

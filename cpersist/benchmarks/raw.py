@@ -1,18 +1,10 @@
 """Raw files: cpersist's raw ``dump`` and ``load`` of one float64 array
-against ``np.save`` and ``np.load``, and each against a plain copy of the
-array's bytes into new memory (what any write to the page cache or read
-from it costs at least), at 10 KB, 1 MB, 10 MB and 100 MB (and 1 GB in a
-``--full`` run).
+against ``np.save`` and ``np.load``, and against a plain copy of its bytes
+into new memory, at each of :data:`SIZES`.
 
-Times are medians of rounds in which every contender runs once in turn, in
-this process, page cache warm (:func:`.turns.timed_in_turn`); a contender
-of a small size makes several calls per timing, so that a timing is not
-the clock's and the collector's noise. Each dump replaces the file the
-previous one wrote, as a program saving its state again does: the time the
-file system takes over the old file is the dump's. Every load is checked
-to give the array back before any is timed. The rows say each time over
-numpy's (below 1, cpersist is faster) and each throughput as a fraction
-of the copy's (1 would be a copy's speed).
+Medians of rounds in which every contender runs once in turn, in this
+process, warm page cache; a small size makes several calls per timing.
+Each dump replaces the previous file, as a program saving its state does.
 """
 
 import os

@@ -90,14 +90,10 @@ def alike(a, b, op):
 
 def recommendations(rows):
     """Per dataset, cpersist's settings that give the fastest write, the
-    fastest read, the smallest file, and the one to pick.
-
-    The pick is the best balance: the highest geometric mean of the ratio,
-    the write speed and the read speed, each divided by the best of
-    cpersist's settings on that dataset. Each goal lists its best setting
-    first, then the others :func:`alike` it (sizes within
-    :data:`SIZE_ALIKE`). A codec that kept most chunks raw wrote about what
-    ``compress=0`` writes, so it is left out of the speed goals.
+    fastest read, the smallest file, and the one to pick: the highest
+    geometric mean of ratio, write and read speed, each over the best on
+    that dataset. Each goal lists its best setting, then those :func:`alike`
+    it. A codec that kept most chunks raw is left out of the speed goals.
 
     Parameters
     ----------

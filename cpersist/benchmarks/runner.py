@@ -1,7 +1,6 @@
 """The storage suite: every dataset x method x level, one CSV row each."""
 
 import os
-import re
 import shutil
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
@@ -10,6 +9,7 @@ from . import datacache
 from . import datasets as ds
 from . import methods as mt
 from .measure import median, run_in_subprocess
+from .output import safe_name as _safe
 from .pagecache import remove_output
 
 __all__ = ["StorageConfig", "COLUMNS", "COLUMN_DOCS", "plan", "measure_cell", "run_storage",
@@ -83,13 +83,11 @@ assert list(COLUMN_DOCS) == COLUMNS
 
 @dataclass
 class StorageConfig:
-    """Options of the storage suite, filled in by the command line from the
-    options of the same names (``python -m cpersist.benchmarks --help``).
-    ``repeat_budget``: seconds after which an operation is not repeated
-    again (None: every repeat); ``default_datasets``: what runs when neither
-    ``datasets`` nor ``files`` are given (None: every dataset);
-    ``codec_levels``: the levels of the ``cpersist:<codec>`` methods (None:
-    ``levels``); ``exclude_methods``: method names left out."""
+    """Options of the storage suite, from the command line's options of the
+    same names. ``repeat_budget``: seconds after which an operation is not
+    repeated (None: every repeat); ``default_datasets``: what runs without
+    ``datasets`` or ``files`` (None: all); ``codec_levels``: the levels of the
+    ``cpersist:<codec>`` methods (None: ``levels``)."""
 
     out: str = "cpersist-bench"
     datasets: Optional[List[str]] = None
@@ -133,10 +131,6 @@ class Interrupted(Exception):
 def row_key(row):
     """What identifies a row across runs: dataset, method and level (as text)."""
     return (str(row["dataset"]), str(row["method"]), str(row["level"]))
-
-
-def _safe(name):
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 def _row(dataset, info, method, level, cfg, **kw):
@@ -265,7 +259,6 @@ class _CsvSink:
 
     def __init__(self, path, resume):
         import csv
-
         self.path = path
         self.rows = []
         if resume and os.path.exists(path) and os.path.getsize(path):
@@ -300,7 +293,6 @@ def run_storage(cfg):
     first); raises :class:`Interrupted` on Ctrl-C, the CSV holding every row
     finished until then."""
     from ._progress import progress_bar
-
     os.makedirs(cfg.out, exist_ok=True)
     work = os.path.join(cfg.out, "_work")
     cache_dir = os.path.join(work, "datasets")

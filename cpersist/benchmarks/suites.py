@@ -44,7 +44,6 @@ def run(parser, args, argv, size, levels, repeats):
     from .figures import plot_storage
     from .output import load_average, write_machine_json
     from .report import format_recommendations, format_table
-
     os.makedirs(args.out, exist_ok=True)
     failed = 0
     refused_files = False
@@ -69,7 +68,6 @@ def run(parser, args, argv, size, levels, repeats):
     if data_files or (args.suite in ("storage", "all") and (args.datasets or not args.files)):
         budget = None if args.full or args.quick or args.repeat is not None else REPEAT_BUDGET_S
         from .runner import COLUMN_DOCS, Interrupted, StorageConfig, run_storage
-
         csv_path = os.path.join(args.out, "results.csv")
         cfg = StorageConfig(
             out=args.out, datasets=args.datasets, methods=args.methods, levels=levels,
@@ -165,25 +163,22 @@ def _forest_ratios(args, size, repeats, extra, show):
     import tempfile
 
     from . import forest
-    from .output import write_csv
-    from .ratios import RATIO_COLUMNS, failed_row, format_ratios
 
     n = max(repeats or 0, 3 if args.quick else 15)
-    try:
+
+    def measure():
         model = next(d for d in ds.package_datasets() if d.name == FOREST).make(size, args.quick)
         with tempfile.TemporaryDirectory(dir=args.out) as work:
-            rows = forest.ratios(model, work, repeats=n)
-    except Exception as exc:  # reported as a failed row; the other suites go on
-        rows = [failed_row("forest", FOREST, f"{type(exc).__name__}: {exc}"[:300])]
-    show(forest.TITLE, format_ratios(rows))
-    extra["forest"] = {"repeats": n, "failed": sum(r["status"] == "failed" for r in rows)}
-    return [write_csv(os.path.join(args.out, "forest.csv"), rows, RATIO_COLUMNS)]
+            return forest.ratios(model, work, repeats=n), None
+
+    paths, failed = _ratio_suite(args, "forest", FOREST, forest.TITLE, measure, show)
+    extra["forest"] = {"repeats": n, "failed": failed}
+    return paths
 
 
 def _lazy_suite(args, scale, extra, show):
     """``--suite lazy``: writes lazy.json and lazy.txt."""
     from . import lazy
-
     repeats = args.repeat if args.repeat is not None else 1 if args.quick else 5
     title = "Lazy access: slices of cpersist.open arrays beside a full load, zarr and blosc2"
     failed = 0
@@ -200,92 +195,87 @@ def _lazy_suite(args, scale, extra, show):
     return paths
 
 
-def _raw_suite(args, extra, show):
-    """The raw-file comparisons of the storage suite (built-in data only):
-    writes raw.csv (the ratios), raw.json and raw.txt. A failure is one
-    failed row, and the other suites go on."""
-    import json
-
-    from . import raw
+def _ratio_suite(args, suite, target, title, measure, show, gap="\n"):
+    """Run ``measure`` (its ratio rows, and its text or None) and write
+    ``<name>.csv`` and, with a text, ``<name>.txt`` (listing ``<name>.json``
+    where the suite wrote one). A suite that raises is one failed row, and
+    the other suites go on. Returns the paths and the count of failed rows."""
     from .output import write_csv
     from .ratios import RATIO_COLUMNS, failed_row, format_ratios
 
-    rounds = args.repeat if args.repeat is not None and args.repeat > 1 else None
-    paths = []
+    name = {"append": "appends"}.get(suite, suite)
     try:
-        results = raw.run(quick=args.quick, full=args.full, rounds=rounds)
-        rows, text = raw.ratios(results), raw.format_results(results)
-        paths.append(os.path.join(args.out, "raw.json"))
-        with open(paths[-1], "w") as file:
-            json.dump(results, file, indent=1)
+        rows, text = measure()
     except Exception as exc:  # reported as a failed row; the other suites go on
-        rows = [failed_row("raw", "raw files", f"{type(exc).__name__}: {exc}"[:300])]
-        text = ""
+        rows, text = [failed_row(suite, target, f"{type(exc).__name__}: {exc}"[:300])], ""
     table = format_ratios(rows)
-    show(raw.TITLE, table + "\n\n" + text)
-    paths += [write_csv(os.path.join(args.out, "raw.csv"), rows, RATIO_COLUMNS),
-              _write_text(os.path.join(args.out, "raw.txt"), f"{raw.TITLE}\n{table}\n\n{text}")]
+    show(title, table if text is None else table + gap + text)
+    paths = [write_csv(os.path.join(args.out, f"{name}.csv"), rows, RATIO_COLUMNS)]
+    if text is not None:
+        paths.append(_write_text(os.path.join(args.out, f"{name}.txt"),
+                                 f"{title}\n{table}\n\n{text}"))
+        if os.path.exists(os.path.join(args.out, f"{name}.json")):
+            paths.append(os.path.join(args.out, f"{name}.json"))
+    return paths, sum(r["status"] == "failed" for r in rows)
+
+
+def _raw_suite(args, extra, show):
+    """The raw-file comparisons of the storage suite (built-in data only):
+    raw.csv (the ratios), raw.json and raw.txt."""
+    import json
+
+    from . import raw
+
+    rounds = args.repeat if args.repeat is not None and args.repeat > 1 else None
+
+    def measure():
+        results = raw.run(quick=args.quick, full=args.full, rounds=rounds)
+        with open(os.path.join(args.out, "raw.json"), "w") as file:
+            json.dump(results, file, indent=1)
+        return raw.ratios(results), raw.format_results(results)
+
+    paths, failed = _ratio_suite(args, "raw", "raw files", raw.TITLE, measure, show, gap="\n\n")
     extra["raw"] = {"rounds": rounds or (raw.QUICK_ROUNDS if args.quick else raw.ROUNDS),
-                    "sizes": list(raw.FULL_SIZES if args.full else raw.SIZES),
-                    "failed": sum(r["status"] == "failed" for r in rows),
+                    "sizes": list(raw.FULL_SIZES if args.full else raw.SIZES), "failed": failed,
                     "units": "per-call medians over the rounds (every contender once per "
                              "round, in this process), warm page cache; MB = 1e6 bytes"}
     return paths
 
 
 def _checkpoints_suite(args, files, extra, show, settings):
-    """``--suite checkpoints``, or the user's checkpoint files: writes
-    checkpoints.json, .csv (the ratios) and .txt; adds the rows of
-    cpersist's settings on each checkpoint to ``settings``. A suite that
-    raises is one failed row, and the other suites go on."""
+    """``--suite checkpoints``, or the user's checkpoint files: checkpoints.json,
+    .csv (the ratios) and .txt; adds the rows of cpersist's settings on each
+    checkpoint to ``settings``."""
     from . import checkpoints
-    from .output import write_csv
-    from .ratios import RATIO_COLUMNS, failed_row, format_ratios
 
     rounds = (args.repeat if args.repeat is not None
               else 1 if args.quick else checkpoints.ROUNDS)
-    try:
+
+    def measure():
         results = checkpoints.run(args.out, quick=args.quick, rounds=rounds, files=files)
         settings.extend(checkpoints.setting_rows(results))
-        rows, text = checkpoints.ratios(results), checkpoints.format_results(results)
-    except Exception as exc:  # reported as a failed row; the other suites go on
-        rows = [failed_row("checkpoints", "checkpoints", f"{type(exc).__name__}: {exc}"[:300])]
-        text = ""
-    title, table = checkpoints.TITLE, format_ratios(rows)
-    show(title, table + "\n" + text)
-    paths = [write_csv(os.path.join(args.out, "checkpoints.csv"), rows, RATIO_COLUMNS),
-             _write_text(os.path.join(args.out, "checkpoints.txt"), f"{title}\n{table}\n\n{text}")]
-    if os.path.exists(os.path.join(args.out, "checkpoints.json")):
-        paths.append(os.path.join(args.out, "checkpoints.json"))
+        return checkpoints.ratios(results), checkpoints.format_results(results)
+
+    paths, failed = _ratio_suite(args, "checkpoints", "checkpoints", checkpoints.TITLE,
+                                 measure, show)
     extra["checkpoints"] = {
-        "rounds": rounds, "files": files, "failed": sum(r["status"] == "failed" for r in rows),
+        "rounds": rounds, "files": files, "failed": failed,
         "units": "ratios of medians over the rounds (every contender once per round, in this "
                  "process), warm page cache"}
     return paths
 
 
 def _append_suite(args, extra, show):
-    """``--suite append``: writes appends.json, .csv (the ratios) and .txt.
-    A suite that raises is one failed row, and the other suites go on."""
+    """``--suite append``: appends.json, .csv (the ratios) and .txt."""
     from . import appends
-    from .output import write_csv
-    from .ratios import RATIO_COLUMNS, failed_row, format_ratios
 
-    try:
+    def measure():
         results = appends.run(args.out, quick=args.quick)
-        rows, text = appends.ratios(results), appends.format_results(results)
-    except Exception as exc:  # reported as a failed row; the other suites go on
-        rows = [failed_row("append", "append", f"{type(exc).__name__}: {exc}"[:300])]
-        text = ""
-    table = format_ratios(rows)
-    show(appends.TITLE, table + "\n" + text)
-    paths = [write_csv(os.path.join(args.out, "appends.csv"), rows, RATIO_COLUMNS),
-             _write_text(os.path.join(args.out, "appends.txt"),
-                         f"{appends.TITLE}\n{table}\n\n{text}")]
-    if os.path.exists(os.path.join(args.out, "appends.json")):
-        paths.append(os.path.join(args.out, "appends.json"))
+        return appends.ratios(results), appends.format_results(results)
+
+    paths, failed = _ratio_suite(args, "append", "append", appends.TITLE, measure, show)
     extra["append"] = {
-        "quick": args.quick, "failed": sum(r["status"] == "failed" for r in rows),
+        "quick": args.quick, "failed": failed,
         "units": "one run of the appends, each timed; reads: medians of "
                  f"{appends.READ_REPEATS}, warm page cache, in this process; MB = 1e6 bytes"}
     return paths

@@ -11,19 +11,12 @@ import time
 
 def timed_in_turn(contenders, rounds, before=None):
     """The time of each contender in every round (a list of ``rounds``
-    seconds), timed in turn round after round; ``before[name]()`` runs
-    untimed before each of its runs.
+    seconds), timed in turn; ``before[name]()`` runs untimed before each run.
 
-    What a call returns is freed (and the collector run) after its clock
-    stops, and the memory freed is given back to the kernel (glibc's
-    ``malloc_trim``): a contender is charged neither for freeing its own
-    result nor for what the one before it left to free, and each allocates
-    its memory as in a new process, whatever ran before it (a loader whose
-    predecessor freed much memory would otherwise reuse its pages without
-    faulting them in, and one following a loader that maps the file would
-    not). Each round takes the contenders with another stride, so that each
-    follows a different one in each round (as many rounds as there are
-    strides prime to their number)."""
+    A call's result is freed after its clock stops and the memory given back
+    to the kernel (``malloc_trim``), so that each allocates as in a new
+    process, whatever ran before it. Each round takes the contenders with
+    another stride, so that each follows a different one."""
     names = list(contenders)
     times = {name: [] for name in names}
     n = len(names)
@@ -51,6 +44,19 @@ def timed_in_turn(contenders, rounds, before=None):
     finally:
         gc.unfreeze()
     return times
+
+
+def not_installed(needs):
+    """The pip name of the first of ``needs`` (``(module, pip name)`` pairs)
+    that does not import, or None."""
+    import importlib.util
+    for module, package in needs:
+        try:
+            if importlib.util.find_spec(module) is None:
+                return package
+        except ModuleNotFoundError:  # the parent package of a dotted name
+            return package
+    return None
 
 
 def medians(times):

@@ -36,7 +36,6 @@ def untrusted_pickle(path):
 def load_nifti_array(path):
     """The data of a NIfTI file as an in-memory array (never a memmap)."""
     import nibabel as nib
-
     img = nib.load(path)
     # np.array (not asarray) so a memmap of the file never leaks into the cache.
     return np.array(np.asanyarray(img.dataobj))
@@ -48,11 +47,9 @@ def _unwrap_single(d):
 
 def load_user_file(path, trust_pickles=False):
     """The object to benchmark from a user's file: an array, or a dict of
-    arrays for a container of several (one array alone is returned as such, so
-    that array-only methods apply). Pickle-based files (joblib, pickle) run code
-    when loaded: without ``trust_pickles`` they raise :class:`PermissionError`,
-    as does a ``.cp`` file holding classes outside the restricted load's
-    allowlist; a file of another kind raises :class:`ValueError`."""
+    arrays. Pickle-based files raise :class:`PermissionError` without
+    ``trust_pickles`` (as does a ``.cp`` file needing classes outside the
+    allowlist); a file of another kind raises :class:`ValueError`."""
     low = path.lower()
     if low.endswith(".npy"):
         return np.load(path, allow_pickle=False)
@@ -68,7 +65,6 @@ def load_user_file(path, trust_pickles=False):
         return _unwrap_single(arrays)
     if low.endswith(".cp"):
         import cpersist
-
         # Plain data (arrays, dicts, lists, str ...) loads restricted; objects
         # of other classes need trust, like any pickle.
         try:
@@ -80,7 +76,6 @@ def load_user_file(path, trust_pickles=False):
             raise PermissionError(
                 f"{path}: loading a pickle/joblib file runs code; pass --trust-pickles to allow it")
         import joblib
-
         # joblib.load reads plain pickles too (and its own compressed files).
         return joblib.load(path)
     raise ValueError(unsupported_file(path))
@@ -89,7 +84,6 @@ def load_user_file(path, trust_pickles=False):
 def _read_hdf5(path):
     """Every dataset of an HDF5 file by path; compound ones as structured arrays."""
     import h5py
-
     out = {}
 
     def visit(name, node):
