@@ -80,7 +80,10 @@ def arrays_of(walked, root="obj"):
     found = {"paths": paths, "inline": inline, "tensors": tensors, "torch_pickled": torch_pickled,
              "also": also}
     top = walked.top
-    if type(top) is not Node and type(top) is not tuple:
+    if type(top) is not Node and type(top) is not tuple or not walked.globals:
+        # Every array, inline array, tensor and object torch pickled is a
+        # call of a global the stream names: without one, nothing to find
+        # (and a stranger's million nested tuples need no walk).
         return found
     seen = {id(top)}
     parents = [-1]   # per place: the place of its parent
