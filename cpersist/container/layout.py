@@ -270,7 +270,9 @@ def index_text(root, sections, info, minor=FORMAT_MINOR, pack=True):
     (format 2.2). ``pack=False`` keeps the list plain (a growing file's
     commits: packing it at every commit would cost more than writing it).
     """
-    listed = _sections_parts(sections)
+    # Only a plain list (a growing file's commits) holds VerbatimText
+    # values; a dump's own index is encoded whole, without looking for them.
+    listed = [_encode(sections)] if pack else _sections_parts(sections)
     key = '"sections":'
     if pack and PACK_SECTIONS_ABOVE < sum(map(len, listed)) <= PACK_SECTIONS_UP_TO:
         from ..codecs import codec_from_config
