@@ -167,8 +167,8 @@ class ZstdAuto(Codec):
         into runs of zeros; where neighbouring items are not close, but
         their bytes repeat further on (rows that hold smooth columns and
         noisy ones side by side, each row much like the one before), it
-        adds noise instead, and the shuffle alone compresses better: by 4%
-        on the append benchmark's rows, half smooth and half noise. Its
+        adds noise instead, and the shuffle alone compresses better (as on
+        the append benchmark's rows, half smooth and half noise). Its
         chunks decode as the other Blosc chunks do, so files record the
         same :meth:`get_config`.
         """
