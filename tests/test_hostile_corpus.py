@@ -16,6 +16,7 @@ bytes in what it loads, or the same object as a trusted load.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -188,7 +189,10 @@ def test_fuzzer_runs(tmp_path):
     done = subprocess.run(["/bin/sh", "-c", '"$@"; exit $?', "sh", *args], cwd=ROOT,
                           env=fresh_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "Done 500 runs" in done.stderr, done.stderr[-3000:]
+    # libFuzzer checks -runs between mutation batches, so it may stop a run
+    # or two past it ("Done 501 runs").
+    ran = re.search(r"Done (\d+) runs", done.stderr)
+    assert ran and int(ran.group(1)) >= 500, done.stderr[-3000:]
     assert not os.listdir(tmp_path / "crashes")
     seeded = set(os.listdir(tmp_path / "corpus"))  # the seeds, where the corpus is
     assert {"fixture-2.3-records.cpl", "fixture-2.4-growing.cp", "dump-0-0.cp"} <= seeded
