@@ -5,12 +5,13 @@ Run from the repository root (it is not installed with cpersist)::
 
     python -m cpersist.benchmarks --suite all --out RUN    # or any suites
     python -m benchmarks.remote RUN                        # reading from S3
+    python -m benchmarks.lazy_costs RUN                    # a slice's peak memory, listing
     python -m benchmarks.lazy_dask RUN                     # a dask sum, 2 workers
     python -m benchmarks.coldstart RUN                     # start-up and cold start
     python -m benchmarks.bounds RUN [RUN ...]
 
 Each comparison is a ratio row with a ``key``: :mod:`benchmarks.ratios`
-makes those of the lazy suite, the dask sum and the S3 reads from their
+makes those of the lazy suite, the lazy costs, the dask sum and the S3 reads from their
 results and keys the checkpoint suite's ``checkpoints.csv``;
 :mod:`benchmarks.coldstart` writes ``coldstart.csv``. This module maps each
 key to its bound. A row without a

@@ -5,6 +5,7 @@ Run from the repository root (it is not installed with cpersist)::
     python -m cpersist.benchmarks --suite all --out bench-results   # or --run below
     python -m benchmarks.serializers bench-results   # the lab's suites the page shows
     python -m benchmarks.remote bench-results
+    python -m benchmarks.lazy_costs bench-results
     python -m benchmarks.lazy_dask bench-results
     python -m benchmarks.coldstart bench-results
     python benchmarks/publish.py bench-results
@@ -438,9 +439,10 @@ def page_lines(rows, machine, datasets, figures, imports, serializers, targets, 
     if lazy:
         lines += ["Lazy access", "-----------", "",
                   "Slices of arrays opened with ``cpersist.open`` beside zarr v3 and blosc2 "
-                  "holding the same array (``--suite lazy``), and a dask sum on a local "
-                  "cluster of 2 worker processes (``python -m benchmarks.lazy_dask``), as ratios (for times, below 1 means cpersist "
-                  "took less):", "", *comparisons_table(lazy), ""]
+                  "holding the same array (``--suite lazy``), the peak memory of a slice and "
+                  "listing many arrays (``python -m benchmarks.lazy_costs``), and a dask sum on "
+                  "a local cluster of 2 worker processes (``python -m benchmarks.lazy_dask``), "
+                  "as ratios (for times, below 1 means cpersist took less):", "", *comparisons_table(lazy), ""]
     if remote:
         lines += ["Object storage", "--------------", "",
                   "A full load from a loopback S3 server (moto) beside zarr v3 and a plain "
@@ -615,7 +617,7 @@ def main(argv=None):
     if args.run:
         from cpersist.benchmarks import main as bench_main
 
-        from benchmarks import coldstart, lazy_dask, remote, serializers
+        from benchmarks import coldstart, lazy_costs, lazy_dask, remote, serializers
 
         rc = bench_main(["--suite", "all", "--out", args.results, "--no-plots"] + extra)
         if rc not in (0, 1):  # 1 = some method failed: still worth drawing
@@ -623,6 +625,7 @@ def main(argv=None):
         quick = ["--quick"] if "--quick" in extra else []
         serializers.main([args.results, "--no-plots"] + quick)
         remote.main([args.results] + (["--mb", "2", "--runs", "1"] if quick else []))
+        lazy_costs.main([args.results] + (["--scale", "0.01", "--repeat", "1"] if quick else []))
         lazy_dask.main([args.results] + (["--scale", "0.01", "--repeat", "1"] if quick else []))
         coldstart.main([args.results, "--runs", "21" if "--full" in extra else "5"])
     if not os.path.exists(os.path.join(args.results, "results.csv")):

@@ -1,9 +1,10 @@
 """The suites' comparisons as ratio rows keyed for the bounds of
 :mod:`benchmarks.bounds`, and every ratio file of a run.
 
-The lazy suite (installed), :mod:`benchmarks.lazy_dask` and
-:mod:`benchmarks.remote` write what they measured (``lazy.json``,
-``dask.json``, ``remote.csv``) and print it; the comparisons the maintainers hold to bounds are made here,
+The lazy suite (installed), :mod:`benchmarks.lazy_costs`,
+:mod:`benchmarks.lazy_dask` and :mod:`benchmarks.remote` write what they
+measured (``lazy.json``, ``lazy_costs.json``, ``dask.json``, ``remote.csv``)
+and print it; the comparisons the maintainers hold to bounds are made here,
 from those files: ``lazy.csv`` and ``remote_targets.csv`` in the columns of
 :data:`cpersist.benchmarks.ratios.RATIO_COLUMNS`. The checkpoint suite
 writes its own ratios (``checkpoints.csv``, unkeyed), to which
@@ -51,6 +52,7 @@ JAX_KEYS = {
 
 def lazy_ratios(results):
     """Ratio rows of :func:`cpersist.benchmarks.lazy.run`'s results, with
+    :mod:`benchmarks.lazy_costs`' ``peak`` and ``listing`` and
     :func:`benchmarks.lazy_dask.measure_dask`'s as ``results["dask"]``."""
     rows = []
     for r in results.get("slice", []):
@@ -175,18 +177,19 @@ def _read(path):
 
 def ratio_files(run):
     """``{file name: ratio rows}`` of a run's folder: ``lazy.csv`` and
-    ``remote_targets.csv`` made from the suites' results (``lazy.json``
-    and ``dask.json``, ``remote.csv``), ``checkpoints.csv``
+    ``remote_targets.csv`` made from the suites' results (``lazy.json``,
+    ``lazy_costs.json`` and ``dask.json``, ``remote.csv``), ``checkpoints.csv``
     keyed from ``checkpoints.json`` and ``coldstart.csv`` as written; a file
     whose suite did not run is left out."""
     found = {}
     lazy = None
-    for name in ("lazy.json", "dask.json"):  # the suite's and benchmarks.lazy_dask's
+    # The suite's, benchmarks.lazy_costs' and benchmarks.lazy_dask's.
+    for name in ("lazy.json", "lazy_costs.json", "dask.json"):
         path = os.path.join(run, name)
         if os.path.exists(path):
             with open(path) as f:
                 part = json.load(f)
-            lazy = dict(lazy or {}, **(part if name == "lazy.json" else {"dask": part}))
+            lazy = dict(lazy or {}, **(part if name != "dask.json" else {"dask": part}))
     if lazy is not None:
         found["lazy.csv"] = lazy_ratios(lazy)
     path = os.path.join(run, "remote.csv")

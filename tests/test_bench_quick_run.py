@@ -4,7 +4,7 @@ The run (``python -m cpersist.benchmarks --quick --suite all``: every method
 and suite on tiny data, in real subprocesses, against real PyTables,
 nibabel, joblib, zarr ...) takes minutes, so it is made once, here, with the
 lab's suites (``python -m benchmarks.serializers``, ``memory_store``,
-``remote``, ``lazy_dask``) and start-up and cold-start measurements (``python -m
+``remote``, ``lazy_costs``, ``lazy_dask``) and start-up and cold-start measurements (``python -m
 benchmarks.coldstart``) in the same folder, and every test of its output is in this module: ``pytest
 -n`` (pytest-xdist, ``--dist loadfile``) runs a module on one worker, so the
 run is not made once per worker. The benchmark's other tests are in
@@ -29,8 +29,8 @@ from ._fresh import ROOT
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import (bounds, coldstart, lazy_dask, memory_store, publish, remote,  # noqa: E402
-                        serializers)
+from benchmarks import (bounds, coldstart, lazy_costs, lazy_dask, memory_store,  # noqa: E402
+                        publish, remote, serializers)
 from benchmarks.ratios import ratio_files  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -58,6 +58,7 @@ def quick_run(tmp_path_factory):
     return (rc or serializers.main([str(out), "--quick", "--no-plots"])
             or memory_store.main([str(out), "--quick"])
             or remote.main([str(out), "--mb", "2.1", "--runs", "1"])
+            or lazy_costs.main([str(out), "--scale", "0.01", "--repeat", "1"])
             or lazy_dask.main([str(out), "--scale", "0.01", "--repeat", "1"])
             or coldstart.main([str(out), "--runs", "2", "--number", "200"])), out
 

@@ -563,11 +563,10 @@ def test_lazy_benchmark_runs(tmp_path):
     only here; its timings are reported by the benchmark, not asserted)."""
     from cpersist.benchmarks import lazy as bench
 
-    results = bench.run(str(tmp_path), scale=0.01, repeats=1, parts=("slice", "listing"))
+    results = bench.run(str(tmp_path), scale=0.01, repeats=1)
     assert (tmp_path / "lazy.json").is_file()
     for row in results["slice"]:
         assert 0 < row["bytes_read"] <= row["bound_bytes"], row
-    assert results["listing"]["arrays"] == 100
     assert "1% row slice" in bench.format_results(results)
 
 

@@ -5,16 +5,12 @@ the change of ``rchar`` in ``/proc/self/io``, over the least a reader needs."""
 import json
 import os
 import shutil
-import statistics
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
 
 import cpersist
 
-from .measure import time_runs
 from .turns import medians, timed_in_turn
 
 MB = 1 << 20
@@ -51,10 +47,6 @@ def optional(name):
         return importlib.import_module(name)
     except ImportError:
         return None
-
-
-def _median_time(func, repeats):
-    return statistics.median(time_runs(func, repeats))
 
 
 def _slice_of(arr, fraction):
@@ -121,66 +113,15 @@ def measure_slice(kind, nbytes, directory, repeats):
     return result
 
 
-def _child_peak(path, fraction):
-    """In a fresh process: peak RSS above the start while opening and slicing."""
-    from .measure import PeakMemory
-    from ..codecs import get_codec
-    from .. import handle  # noqa: F401  (imports are not what is measured)
-    get_codec("zstd-auto")
-    with PeakMemory() as peak:
-        with cpersist.open(path) as f:
-            lazy = f.arrays["obj['a']"]
-            part = lazy[_slice_of(lazy, fraction)]
-    return {"peak_mb": peak.peak / MB, "exact": peak.exact, "slice_mb": part.nbytes / MB}
-
-
-def measure_peak(nbytes, directory):
-    arr = make_array("compressible", nbytes, seed=1)
-    path = os.path.join(directory, "peak.cp")
-    cpersist.dump({"a": arr}, path, compress=True)
-    del arr
-    result = _run_child("peak", path, "0.001")
-    result["array_mb"] = nbytes / MB
-    return result
-
-
-def measure_listing(n_arrays, directory, repeats):
-    # Each array as small as a raw dump gives a section of its own.
-    from ..pickling.write import RAW_INLINE_BELOW
-    obj = {f"layer{i}": {"w": np.full(RAW_INLINE_BELOW // 4, i, dtype=np.float32)}
-           for i in range(n_arrays)}
-    path = os.path.join(directory, "many.cp")
-    cpersist.dump(obj, path)
-
-    def listing():
-        with cpersist.open(path) as f:
-            assert len(f.arrays) == n_arrays
-
-    return {"arrays": n_arrays, "listing_s": _median_time(listing, repeats)}
-
-
-def _run_child(what, *args):
-    done = subprocess.run([sys.executable, "-m", "cpersist.benchmarks.lazy", "--child", what,
-                           *args], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)
-
-
-def run(out_dir, scale=1.0, repeats=5, parts=("slice", "peak", "listing")):
-    """Run the lazy-access measurements ``parts`` and write ``out_dir/lazy.json``;
-    ``scale`` multiplies the array sizes (200 MB for the slice, 400 MB for the
-    peak memory) and the number of arrays listed."""
+def run(out_dir, scale=1.0, repeats=5):
+    """Run the lazy-access measurements and write ``out_dir/lazy.json``;
+    ``scale`` multiplies the arrays' 200 MB."""
     os.makedirs(out_dir, exist_ok=True)
     directory = tempfile.mkdtemp(prefix="cpersist-lazy-")
     results = {"scale": scale, "cpus": os.cpu_count()}
     try:
-        if "slice" in parts:
-            results["slice"] = [measure_slice(kind, int(200 * MB * scale), directory, repeats)
-                                for kind in ("compressible", "incompressible")]
-        if "peak" in parts:
-            results["peak"] = measure_peak(int(400 * MB * scale), directory)
-        if "listing" in parts:
-            results["listing"] = measure_listing(max(10, int(10000 * scale)), directory,
-                                                 repeats)
+        results["slice"] = [measure_slice(kind, int(200 * MB * scale), directory, repeats)
+                            for kind in ("compressible", "incompressible")]
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     with open(os.path.join(out_dir, "lazy.json"), "w") as file:
@@ -202,15 +143,5 @@ def format_results(results):
             f"read {row['bytes_read'] / MB:.2f} MB = {row['read_over_bound']:.2f}x the bound; "
             f"{row['slice_s'] * 1e3:.1f} ms = {row['slice_over_load']:.3f}x full load "
             f"({row['full_load_s'] * 1e3:.0f} ms){peers}")
-    if "peak" in results:
-        p = results["peak"]
-        lines.append(f"0.1% slice of {p['array_mb']:.0f} MB: peak {p['peak_mb']:.1f} MB above "
-                     f"the RSS before ({'VmHWM' if p['exact'] else 'sampled'})")
-    if "listing" in results:
-        p = results["listing"]
-        lines.append(f"open().arrays of {p['arrays']} arrays: {p['listing_s'] * 1e3:.1f} ms")
     return "\n".join(lines)
 
-
-if __name__ == "__main__":  # the child of measure_peak: --child peak PATH FRACTION
-    print(json.dumps(_child_peak(sys.argv[3], float(sys.argv[4]))))
