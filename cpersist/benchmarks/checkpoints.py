@@ -12,16 +12,13 @@ import json
 import os
 import shutil
 import tempfile
-from functools import partial
 
 import cpersist
 
-from ..tools.table import format_table
 from . import jax_checkpoints
 from .measure import time_runs
-from .pagecache import remove_output
 from .ratios import ratio_row
-from .turns import medians, not_installed, timed_in_turn
+from .turns import contest_table, dumps_then_loads, not_installed, range_ms
 
 MB = 1 << 20
 #: (layers, width) of the generated checkpoints, full size and ``--quick``.
@@ -91,22 +88,13 @@ def measure(name, obj, directory, rounds):
     p = {k: os.path.join(directory, f"{name}.{k}") for k in
          ("cp", "cp3", "pt", "st", "jl")}
     dumps = {
-        "cpersist raw": lambda: cpersist.dump(obj, p["cp"]),
-        "cpersist compress=3": lambda: cpersist.dump(obj, p["cp3"], compress=3),
-        "torch.save": lambda: torch.save(obj, p["pt"]),
-        "joblib.dump": lambda: joblib.dump(obj, p["jl"]),
+        "cpersist raw": (lambda: cpersist.dump(obj, p["cp"]), "cp"),
+        "cpersist compress=3": (lambda: cpersist.dump(obj, p["cp3"], compress=3), "cp3"),
+        "torch.save": (lambda: torch.save(obj, p["pt"]), "pt"),
+        "joblib.dump": (lambda: joblib.dump(obj, p["jl"]), "jl"),
     }
     if sd is not None:
-        dumps["safetensors save_file"] = lambda: st.save_file(sd, p["st"])
-    # Each dump writes a new file: the time the file system takes to free
-    # the previous one (a rename onto it, or a truncation) is not timed.
-    targets = {"cpersist raw": "cp", "cpersist compress=3": "cp3", "torch.save": "pt",
-               "joblib.dump": "jl", "safetensors save_file": "st"}
-    dump_rounds = timed_in_turn(dumps, rounds, {name: partial(remove_output, p[key])
-                                               for name, key in targets.items()})
-    # Every file checked to hold the checkpoint before its loads are timed.
-    _check(obj, cpersist.load(p["cp"], trusted=False))
-    _check(obj, cpersist.load(p["cp3"]))
+        dumps["safetensors save_file"] = (lambda: st.save_file(sd, p["st"]), "st")
     loads = {
         "cpersist.load": lambda: cpersist.load(p["cp"]),
         "cpersist.load trusted=False": lambda: cpersist.load(p["cp"], trusted=False),
@@ -119,18 +107,14 @@ def measure(name, obj, directory, rounds):
     }
     if sd is not None:
         loads["safetensors load_file"] = lambda: st.load_file(p["st"])
-    load_rounds = timed_in_turn(loads, rounds)
-    sizes = {k: os.path.getsize(v) for k, v in p.items() if os.path.exists(v)}
-    tensor_bytes = sum(t.numel() * t.dtype.itemsize for t in _tensors(obj))
-    result = {"name": name, "tensor_mb": tensor_bytes / MB, "tensors": len(_tensors(obj)),
-              "dump_s": medians(dump_rounds), "load_s": medians(load_rounds),
-              # Every round's time, so that a slow spell shows as the spread it is.
-              "dump_rounds_s": dump_rounds, "load_rounds_s": load_rounds, "file_bytes": sizes,
-              "ratio_compress3": tensor_bytes / sizes["cp3"]}
-    for f in p.values():
-        if os.path.exists(f):
-            os.unlink(f)
-    return result
+
+    def check():
+        _check(obj, cpersist.load(p["cp"], trusted=False))
+        _check(obj, cpersist.load(p["cp3"]))
+
+    tensors = _tensors(obj)
+    return {"name": name, "tensor_mb": sum(t.numel() * t.dtype.itemsize for t in tensors) / MB,
+            "tensors": len(tensors), **dumps_then_loads(dumps, loads, p, rounds, check)}
 
 
 #: ``--quick``: compress="max" on this many elements of the largest weight.
@@ -244,7 +228,7 @@ def ratios(results):
 
         def timed(target, mine, peer, t):
             measured = (f"{t[mine] * 1e3:.0f} ms / {t[peer] * 1e3:.0f} ms (ranges "
-                        f"{_range_ms(spread[mine])} / {_range_ms(spread[peer])} ms)")
+                        f"{range_ms(spread[mine])} / {range_ms(spread[peer])} ms)")
             rows.append(ratio_row("checkpoints", f"{what}: {target}", t[mine] / t[peer], measured))
 
         def sized(target, mine, peer, measured):
@@ -298,10 +282,6 @@ def setting_rows(results):
     return rows
 
 
-def _range_ms(seconds):
-    return f"{min(seconds) * 1e3:.0f}-{max(seconds) * 1e3:.0f}"
-
-
 def format_results(results):
     """Every contender's time (median and range over the rounds) and size,
     per checkpoint."""
@@ -309,15 +289,7 @@ def format_results(results):
     for r in results["checkpoints"]:
         lines.append(f"{r['name']}: {r['tensor_mb']:.0f} MB in {r['tensors']} tensors "
                      f"(median of {results['rounds']} rounds, warm cache)")
-        cells = []
-        for op in ("dump", "load"):
-            rounds = r[f"{op}_rounds_s"]
-            cells += [[op, method, f"{t * 1e3:.1f} ms", f"{_range_ms(rounds[method])} ms"]
-                      for method, t in sorted(r[f"{op}_s"].items(), key=lambda kv: kv[1])]
-        cells += [["size", key, f"{n / MB:.1f} MB", ""]
-                  for key, n in sorted(r["file_bytes"].items())]
-        lines.append(format_table(["op", "contender", "time or size", "range"], cells,
-                                  right=(2, 3), indent="  "))
+        lines.append(contest_table(r))
     if "jax" in results:
         lines.append(jax_checkpoints.format_results(results["jax"]))
     return "\n".join(line for line in lines if line)

@@ -9,13 +9,11 @@ rows say ``not installed`` (``pip install 'cpersist[jax]'``).
 
 import os
 import time
-from functools import partial
 
 import cpersist
 
-from .pagecache import disk_size, remove_output
 from .ratios import ratio_row
-from .turns import medians, not_installed, timed_in_turn
+from .turns import contest_table, dumps_then_loads, medians, not_installed
 
 MB = 1 << 20
 #: (layers, width) of the generated states, full size and ``--quick``.
@@ -106,50 +104,42 @@ def measure(name, state, directory, rounds):
         checkpointer.wait_until_finished()
 
     dumps = {
-        "cpersist raw": lambda: cpersist.dump(state, p["cp"]),
-        "cpersist compress=3": lambda: cpersist.dump(state, p["cp3"], compress=3),
-        "cpersist background=True": lambda: timed_call(
+        "cpersist raw": (lambda: cpersist.dump(state, p["cp"]), "cp"),
+        "cpersist compress=3": (lambda: cpersist.dump(state, p["cp3"], compress=3), "cp3"),
+        "cpersist background=True": (lambda: timed_call(
             "cpersist background=True", lambda: cpersist.dump(state, p["bg"], background=True),
-            lambda future: future.result()),
-        "orbax save": lambda: orbax_save(p["orbax"]),
-        "orbax async save": lambda: timed_call(
+            lambda future: future.result()), "bg"),
+        "orbax save": (lambda: orbax_save(p["orbax"]), "orbax"),
+        "orbax async save": (lambda: timed_call(
             "orbax async save", lambda: checkpointer.save(p["orbax_async"], state),
-            lambda _: checkpointer.wait_until_finished()),
-        "flax msgpack": msgpack_save,
+            lambda _: checkpointer.wait_until_finished()), "orbax_async"),
+        "flax msgpack": (msgpack_save, "msgpack"),
     }
-    keys = {"cpersist raw": "cp", "cpersist compress=3": "cp3", "cpersist background=True": "bg",
-            "orbax save": "orbax", "orbax async save": "orbax_async", "flax msgpack": "msgpack"}
-    try:
-        dump_rounds = timed_in_turn(dumps, rounds, {n: partial(remove_output, p[k])
-                                                   for n, k in keys.items()})
-        for n in calls:  # the first round is untimed
-            calls[n] = calls[n][1:]
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
-        loads = {
-            "cpersist.load": lambda: jax.block_until_ready(cpersist.load(p["cp"])),
-            "cpersist.load compress=3": lambda: jax.block_until_ready(cpersist.load(p["cp3"])),
-            "cpersist.load mmap_mode='r'": lambda: cpersist.load(p["cp"], mmap_mode="r"),
-            "orbax restore": lambda: jax.block_until_ready(
-                checkpointer.restore(p["orbax"], abstract)),
-            "flax msgpack": msgpack_load,
-        }
-        # Every file checked to hold the state before its loads are timed.
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+    loads = {
+        "cpersist.load": lambda: jax.block_until_ready(cpersist.load(p["cp"])),
+        "cpersist.load compress=3": lambda: jax.block_until_ready(cpersist.load(p["cp3"])),
+        "cpersist.load mmap_mode='r'": lambda: cpersist.load(p["cp"], mmap_mode="r"),
+        "orbax restore": lambda: jax.block_until_ready(
+            checkpointer.restore(p["orbax"], abstract)),
+        "flax msgpack": msgpack_load,
+    }
+
+    def check():
         for n in ("cpersist.load", "cpersist.load compress=3", "cpersist.load mmap_mode='r'",
                   "orbax restore"):
             _check(state, loads[n]())
         _check(state, cpersist.load(p["bg"]))
         _check(state, msgpack_load(), jax_arrays=False)  # flax gives numpy arrays
-        load_rounds = timed_in_turn(loads, rounds)
-        sizes = {k: disk_size(v) for k, v in p.items() if os.path.exists(v)}
+
+    try:
+        result = dumps_then_loads(dumps, loads, p, rounds, check)
     finally:
         checkpointer.close()
-        for path in p.values():
-            remove_output(path)
-    array_bytes = sum(x.nbytes for x in _leaves(state))
-    return {"name": name, "array_mb": array_bytes / MB, "arrays": len(_leaves(state)),
-            "dump_s": medians(dump_rounds), "load_s": medians(load_rounds),
-            "call_s": medians(calls), "dump_rounds_s": dump_rounds,
-            "load_rounds_s": load_rounds, "call_rounds_s": calls, "file_bytes": sizes}
+    calls = {n: times[1:] for n, times in calls.items()}  # the first round is untimed
+    leaves = _leaves(state)
+    return {"name": name, "array_mb": sum(x.nbytes for x in leaves) / MB, "arrays": len(leaves),
+            "call_s": medians(calls), "call_rounds_s": calls, **result}
 
 
 def run(directory, quick=False, rounds=5):
@@ -203,16 +193,8 @@ def ratios(results):
 
 
 def format_results(results):
-    """Every contender's median time and size, per state."""
-    from ..tools.table import format_table
+    """Every contender's median time, its range and size, per state."""
     if results.get("missing"):
         return ""
-    lines = []
-    for r in results["states"]:
-        lines.append(f"JAX {r['name']} state: {r['array_mb']:.0f} MB in {r['arrays']} arrays")
-        cells = [[op, method, f"{t * 1e3:.1f} ms"] for op in ("dump", "call", "load")
-                 for method, t in sorted(r[f"{op}_s"].items(), key=lambda kv: kv[1])]
-        cells += [["size", key, f"{n / MB:.1f} MB"] for key, n in sorted(r["file_bytes"].items())]
-        lines.append(format_table(["op", "contender", "time or size"], cells, right=(2,),
-                                  indent="  "))
-    return "\n".join(lines)
+    return "\n".join(f"JAX {r['name']} state: {r['array_mb']:.0f} MB in {r['arrays']} arrays\n"
+                     f"{contest_table(r, ('dump', 'call', 'load'))}" for r in results["states"])

@@ -5,8 +5,13 @@ process would, so that the comparisons of one run are side by side."""
 import ctypes
 import gc
 import math
+import os
 import statistics
 import time
+from functools import partial
+
+from ..tools.table import format_table
+from .pagecache import disk_size, remove_output
 
 
 def timed_in_turn(contenders, rounds, before=None):
@@ -44,6 +49,50 @@ def timed_in_turn(contenders, rounds, before=None):
     finally:
         gc.unfreeze()
     return times
+
+
+def dumps_then_loads(dumps, loads, paths, rounds, check):
+    """Every dump of ``dumps`` (name -> (call, key in ``paths`` of the file
+    it writes)) timed in turn, ``check()``, then every load of ``loads``
+    timed in turn; the files are removed afterwards.
+
+    Returns the medians (``dump_s``, ``load_s``), every round's time
+    (``dump_rounds_s``, ``load_rounds_s``: a slow spell shows as the spread
+    it is) and the bytes of each file, by its key (``file_bytes``)."""
+    # Each dump writes a new file: the time the file system takes to free
+    # the previous one (a rename onto it, or a truncation) is not timed.
+    before = {name: partial(remove_output, paths[key]) for name, (_, key) in dumps.items()}
+    try:
+        dump_rounds = timed_in_turn({name: call for name, (call, _) in dumps.items()}, rounds,
+                                    before)
+        check()  # every file holds what was dumped before its loads are timed
+        load_rounds = timed_in_turn(loads, rounds)
+        sizes = {key: disk_size(path) for key, path in paths.items() if os.path.exists(path)}
+    finally:
+        for path in paths.values():
+            remove_output(path)
+    return {"dump_s": medians(dump_rounds), "load_s": medians(load_rounds),
+            "dump_rounds_s": dump_rounds, "load_rounds_s": load_rounds, "file_bytes": sizes}
+
+
+def range_ms(seconds):
+    """``12-15``: the fastest and slowest of ``seconds``, in whole milliseconds."""
+    return f"{min(seconds) * 1e3:.0f}-{max(seconds) * 1e3:.0f}"
+
+
+def contest_table(result, ops=("dump", "load")):
+    """Every contender's median time and range over the rounds, fastest
+    first, for each of ``ops``, then the size of each file of a
+    :func:`dumps_then_loads` result."""
+    cells = []
+    for op in ops:
+        rounds = result[f"{op}_rounds_s"]
+        cells += [[op, name, f"{t * 1e3:.1f} ms", f"{range_ms(rounds[name])} ms"]
+                  for name, t in sorted(result[f"{op}_s"].items(), key=lambda kv: kv[1])]
+    cells += [["size", key, f"{n / (1 << 20):.1f} MB", ""]
+              for key, n in sorted(result["file_bytes"].items())]
+    return format_table(["op", "contender", "time or size", "range"], cells, right=(2, 3),
+                        indent="  ")
 
 
 def not_installed(needs):
