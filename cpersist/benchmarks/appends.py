@@ -201,27 +201,28 @@ def ratios(results):
             theirs = contenders[peer]
             for key, what, form in RATIOS:
                 target = f"{name} / {peer}: {what}"
-                if "missing" in theirs:
-                    rows.append(ratio_row("append", target, missing=theirs["missing"]))
-                elif "error" in mine or "error" in theirs:
-                    rows.append(failed_row("append", target,
-                                           mine.get("error") or theirs["error"]))
-                else:
-                    rows.append(ratio_row(
-                        "append", target, mine[key] / theirs[key],
-                        f"{_shown(key, mine[key], form)} / {_shown(key, theirs[key], form)}"))
+                rows.append(_unmeasured(target, mine, theirs) or ratio_row(
+                    "append", target, mine[key] / theirs[key],
+                    f"{_shown(key, mine[key], form)} / {_shown(key, theirs[key], form)}"))
     for name, figures in contenders.items():
         target = f"{name}: median of the last appends / of the first"
-        if "missing" in figures:
-            rows.append(ratio_row("append", target, missing=figures["missing"]))
-        elif "error" in figures:
-            rows.append(failed_row("append", target, figures["error"]))
-        else:
-            rows.append(ratio_row(
-                "append", target, figures["last_median_s"] / figures["first_median_s"],
-                f"{figures['last_median_s'] * 1e3:.2f} ms / {figures['first_median_s'] * 1e3:.2f}"
-                f" ms ({figures['ends']} each)"))
+        rows.append(_unmeasured(target, figures) or ratio_row(
+            "append", target, figures["last_median_s"] / figures["first_median_s"],
+            f"{figures['last_median_s'] * 1e3:.2f} ms / {figures['first_median_s'] * 1e3:.2f}"
+            f" ms ({figures['ends']} each)"))
     return rows
+
+
+def _unmeasured(target, *figures):
+    """The row of a comparison one of whose contenders is not installed or
+    failed, or None when each was measured."""
+    for f in figures:
+        if "missing" in f:
+            return ratio_row("append", target, missing=f["missing"])
+    for f in figures:
+        if "error" in f:
+            return failed_row("append", target, f["error"])
+    return None
 
 
 def format_results(results):
