@@ -149,9 +149,15 @@ class SectionReads:
             self._read_chunk_into(section, section.offset, out)
             return
         chunks = section.chunks
-        verbatim = (chunks[0].flag == VERBATIM if len(chunks) == 1
-                    else all(c.flag == VERBATIM for c in chunks))
-        if verbatim and (section.raw_size < COPY_ALONE_BELOW or len(section.chunks) < 2):
+        if len(chunks) == 1:
+            if chunks[0].flag == VERBATIM and not self.source.remote:
+                # Every small raw array, and the pickle stream of a raw dump.
+                self._read_verbatim_chunk(section, chunks[0], out, verify)
+                return
+            verbatim = chunks[0].flag == VERBATIM
+        else:
+            verbatim = all(c.flag == VERBATIM for c in chunks)
+        if verbatim and (section.raw_size < COPY_ALONE_BELOW or len(chunks) < 2):
             n_threads = 1
         if n_threads > 1 and self.source.concurrent and len(section.chunks) > 1:
             self._decode_claimed(section, out, verify, n_threads)

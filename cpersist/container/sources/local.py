@@ -74,15 +74,22 @@ class LocalFileSource(ByteSource):
         return self._size
 
     def read_into(self, offset, buffer):
+        # A regular file's pread comes back short only at its end: one call
+        # fills the buffer (the loop is for what the file system may still
+        # do), with no layers between the load of a small raw array and
+        # its copy.
         position = self.base + offset
-
-        def read_some(view):
-            nonlocal position
-            n = os.preadv(self.fd, [view], position)
-            position += n
-            return n
-
-        self.fill(offset, buffer, read_some)
+        view = memoryview(buffer)
+        wanted = view.nbytes
+        got = os.preadv(self.fd, [view], position)
+        if got == wanted:
+            return
+        view = view.cast("B")
+        while got < wanted:
+            n = os.preadv(self.fd, [view[got:]], position + got)
+            if not n:
+                raise self.short_read(offset, wanted, got)
+            got += n
 
     def map(self, offset, length, mode):
         # mmap offsets must be multiples of the allocation granularity: map
