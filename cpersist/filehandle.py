@@ -9,7 +9,7 @@ from .format.limits import DEFAULT as _DEFAULT_LIMITS
 from .lazy.array import LazyArray, BoundSection
 from .lazy.array_paths import ArrayPaths, placed
 from .lazy.rebuild import in_lazy_load, lazy_tensor
-from .pickling.read import array_layout, load_source, pickle_stream
+from .pickling.read import array_layout, check_stream_start, load_source
 from .pickling.unpickler import ArrayUnpickler
 from .stream.paths import scan_arrays
 
@@ -66,7 +66,8 @@ class FileHandle:
         root = reader.sections[reader.root]
         if root.meta.get("kind") != "pickle":
             raise reader.error("damaged index: the root section is not a pickle stream")
-        return pickle_stream(reader, root, self._verify, self._n_threads)
+        check_stream_start(reader, root, self._verify)
+        return reader.open_section(root, verify=self._verify, n_threads=self._n_threads)
 
     def _lazy_array(self, reader, index, path):
         lazy = self._lazy.get(index)
@@ -107,7 +108,7 @@ class FileHandle:
                 tensors = {}
                 kept_in_stream = self._kept_in_stream
                 if paths is None:
-                    found = scan_arrays(_stream_bytes(self._root_stream(reader)),
+                    found = scan_arrays(self._root_stream(reader).getbuffer(),
                                         limits=self._limits, source=self.name)
                     paths = found["paths"]
                     for tensor in found["tensors"]:
@@ -145,7 +146,7 @@ class FileHandle:
         """The paths of the arrays kept inside the pickle stream (for the
         message of a missing key: a file that cannot be walked has none)."""
         try:
-            found = scan_arrays(_stream_bytes(self._root_stream(self._reader())),
+            found = scan_arrays(self._root_stream(self._reader()).getbuffer(),
                                 limits=self._limits, source=self.name)
         except (CpersistError, ValueError):
             return []
@@ -262,8 +263,3 @@ class _LazyUnpickler(ArrayUnpickler):
     def find_class(self, module, name):
         return in_lazy_load(super().find_class(module, name))
 
-
-def _stream_bytes(stream):
-    """The bytes of what :func:`~cpersist.pickling.read.pickle_stream` returns: a
-    BytesIO's buffer, or the anonymous map itself."""
-    return stream.getbuffer() if hasattr(stream, "getbuffer") else stream

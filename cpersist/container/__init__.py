@@ -17,7 +17,8 @@ and :mod:`.tiny` (dumps of a pickle stream alone), :mod:`.marking` and
 a file object, a buffer, a path written whole or not at all), :mod:`.files`
 (what may be done with a path or file object: its descriptor, whether it
 seeks, appends or writes, its name), :mod:`.buffers` (reused read buffers),
-and :mod:`.kinds` and :mod:`.foreign` (what a file holds, read from its first
+:mod:`.section_file` (a section's bytes read as a file object, such as the
+pickle stream an unpickler reads), and :mod:`.kinds` and :mod:`.foreign` (what a file holds, read from its first
 bytes, and what to say of one that is no cpersist file).
 """
 

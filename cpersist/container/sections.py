@@ -10,6 +10,7 @@ from .._runtime.parallel import COPY_ALONE_BELOW, ordered_map, run_claimed
 from ..exceptions import CorruptFileError
 from .buffers import READ_BUFFERS, private_map
 from .layout import ENCODED, VERBATIM, checksum, checksum_state
+from .section_file import KEEP_BYTES, SECTION_BUFFERS, SectionFile
 from .sources import ShortReadError
 
 #: Sections claiming more decoded bytes than this have the sizes stated in
@@ -312,6 +313,27 @@ class SectionReads:
         if section.raw_size:
             self.read_into(section, out, verify=verify, n_threads=n_threads)
         return out
+
+    def open_section(self, section, *, verify=True, n_threads=1):
+        """Return the section's bytes as a :class:`~.section_file.SectionFile`
+        (a file object whose reads are views of them); close it once done.
+
+        Up to :data:`~.section_file.KEEP_BYTES`, they are read into a
+        buffer kept for the next section opened, given back when the file
+        is closed; above, into new memory (:meth:`read_bytes`).
+        """
+        size = section.raw_size
+        if size > KEEP_BYTES:
+            return SectionFile(self.read_bytes(section, verify=verify, n_threads=n_threads))
+        buffer = SECTION_BUFFERS.take(size)
+        if size:
+            try:
+                self.read_into(section, memoryview(buffer)[:size], verify=verify,
+                               n_threads=n_threads)
+            except BaseException:
+                SECTION_BUFFERS.give(buffer)
+                raise
+        return SectionFile(buffer, size, kept=True)
 
     def iter_section_chunks(self, section, *, verify=True):
         """Yield the section's decoded bytes one chunk at a time.

@@ -18,7 +18,6 @@ from ..format import names
 from .arrays import allocate, parse_description
 from .brief import brief
 from .jax_arrays import ALIGNMENT as JAX_ALIGNMENT
-from .stream_reader import StreamReader, pooled_reader
 from .unpickler import ArrayUnpickler
 
 def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole,
@@ -36,13 +35,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
     root = reader.sections[reader.root]
     if root.meta.get("kind") != "pickle":
         raise reader.error("damaged index: the root section is not a pickle stream")
-    pickled = pickle_stream(reader, root, verify, n_threads)
-    # jax uses a CPU buffer in place only when it is aligned: the arrays of
-    # a file of JAX arrays are, else each would be copied once more.
-    # A file of no array section (its arrays, if any, inside the stream)
-    # has nothing to align: its stream is not scanned.
-    align = (JAX_ALIGNMENT if not jax_as_numpy and len(reader.sections) > 1
-             and _stores_jax(pickled) else 0)
+    check_stream_start(reader, root, verify)
     loaded = {}
     mapped = []
 
@@ -113,10 +106,19 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
         read_ahead = []
     ahead_of, ahead = frozenset(read_ahead), None
 
-    unpickler = ArrayUnpickler(pickled, load_array, restricted, allowed,
-                               prefixes, source=name, limits=limits,
-                               jax_as_numpy=jax_as_numpy)
+    # Read right before the try that closes it: its buffer may be one kept
+    # for the next load.
+    pickled = reader.open_section(root, verify=verify, n_threads=n_threads)
     try:
+        # jax uses a CPU buffer in place only when it is aligned: the arrays
+        # of a file of JAX arrays are, else each would be copied once more.
+        # A file of no array section (its arrays, if any, inside the stream)
+        # has nothing to align: its stream is not scanned.
+        align = (JAX_ALIGNMENT if not jax_as_numpy and len(reader.sections) > 1
+                 and _stores_jax(pickled) else 0)
+        unpickler = ArrayUnpickler(pickled, load_array, restricted, allowed,
+                                   prefixes, source=name, limits=limits,
+                                   jax_as_numpy=jax_as_numpy)
         with collector_paused():  # a stream makes many objects and frees none
             obj = unpickler.load()
     except CpersistError:
@@ -246,24 +248,6 @@ def _memmap(source, size, mode):
     path = getattr(source, "path", None)
     arr.filename = os.path.abspath(path) if path is not None else None
     return arr
-
-
-def pickle_stream(reader, root, verify, n_threads):
-    """The pickle stream as a :class:`~.stream_reader.StreamReader`, decoded
-    straight into its buffer; close it once unpickled (its buffer may be
-    one kept for the next load).
-
-    Above :data:`~cpersist.container.CHECKED_CLAIM` bytes, the buffer is
-    the anonymous map :meth:`~cpersist.container.ContainerReader.read_bytes`
-    decodes into: its pages are backed as chunks decode, so a forged claim
-    costs what its chunks decode to, and a genuine one a single copy of the
-    stream.
-    """
-    if root.raw_size > CHECKED_CLAIM:
-        return StreamReader(read_stream(reader, root, verify=verify, n_threads=n_threads))
-    reader.check_claimed_sizes(root)
-    return pooled_reader(root.raw_size, lambda view: reader.read_into(
-        root, view, verify=verify, n_threads=n_threads))
 
 
 def read_stream(reader, root, *, verify=True, n_threads=1):

@@ -1,31 +1,31 @@
-"""A pickle stream in memory as the file object the C unpickler reads, in a
-buffer kept for the next load.
+"""A section's decoded bytes read as a file object, whose reads are views of
+them, in a buffer kept for the next section opened.
 
 ``pickle.Unpickler`` takes the buffer of whatever its file's ``read``
 returns: a frame (up to 64 KiB of opcodes and small arrays' bytes) read
 from a :class:`io.BytesIO` is first copied into a new ``bytes``, and only
 then out of it into each ``bytearray`` an array kept in the stream views.
-Here ``read`` returns views of the stream's own buffer: such an array is
+Here ``read`` returns views of the section's own buffer: such an array is
 copied once on its way out, as ``pickle.load`` copies it once out of a
-frame it read. And the stream of a model of many small arrays is a few
-megabytes, which fresh memory would fault in page by page at every load
+frame it read. And the pickle stream of a model of many small arrays is a
+few megabytes, which fresh memory would fault in page by page at every load
 (costing about as much as unpickling it): a buffer of at most
-:data:`KEEP_BYTES` is kept for the next load.
+:data:`KEEP_BYTES` is kept for the next section opened.
 """
 
 import threading
 
 from .._runtime.fork import renew_after_fork
-from ..container.buffers import BufferPool
+from .buffers import BufferPool
 
-#: Stream buffers kept between loads, in bytes.
+#: Bytes of section buffers kept between loads.
 KEEP_BYTES = 16 << 20
 
-STREAM_BUFFERS = BufferPool(KEEP_BYTES)
-renew_after_fork(STREAM_BUFFERS, _lock=threading.Lock)
+SECTION_BUFFERS = BufferPool(KEEP_BYTES)
+renew_after_fork(SECTION_BUFFERS, _lock=threading.Lock)
 
 
-class StreamReader:
+class SectionFile:
     """Read-only file object over the first ``size`` bytes of ``buffer`` (a
     bytearray or an anonymous map), whose reads are views of it.
 
@@ -33,20 +33,20 @@ class StreamReader:
     ----------
     buffer : bytearray or mmap.mmap
     size : int, optional
-        Bytes of the stream (default: all of ``buffer``).
-    pooled : bool
-        Whether ``buffer`` came from :data:`STREAM_BUFFERS`, to which
+        Bytes of the section (default: all of ``buffer``).
+    kept : bool
+        Whether ``buffer`` came from :data:`SECTION_BUFFERS`, to which
         :meth:`close` gives it back: nothing may use what was read after.
     """
 
-    __slots__ = ("_buffer", "_view", "_size", "_pos", "_pooled")
+    __slots__ = ("_buffer", "_view", "_size", "_pos", "_kept")
 
-    def __init__(self, buffer, size=None, pooled=False):
+    def __init__(self, buffer, size=None, kept=False):
         self._buffer = buffer
         self._size = len(buffer) if size is None else size
         self._view = memoryview(buffer)[:self._size]
         self._pos = 0
-        self._pooled = pooled
+        self._kept = kept
 
     def read(self, n=-1):
         pos = self._pos
@@ -70,30 +70,16 @@ class StreamReader:
         return self._view[pos:end]
 
     def find(self, sub):
-        """Where ``sub`` first occurs in the stream, or -1."""
+        """Where ``sub`` first occurs in the section, or -1."""
         return self._buffer.find(sub, 0, self._size)
 
     def getbuffer(self):
-        """The whole stream, as a memoryview."""
+        """The whole section, as a memoryview."""
         return self._view
 
     def close(self):
-        """Give a pooled buffer back for the next load."""
-        if self._pooled:
-            self._pooled = False
-            STREAM_BUFFERS.give(self._buffer)
+        """Give a kept buffer back for the next section opened."""
+        if self._kept:
+            self._kept = False
+            SECTION_BUFFERS.give(self._buffer)
 
-
-def pooled_reader(size, fill):
-    """A :class:`StreamReader` of ``size`` bytes, in a kept buffer when one
-    fits (else a new one, kept once closed if small enough), filled by
-    ``fill(writable memoryview of size bytes)``."""
-    buffer = STREAM_BUFFERS.take(size) if size <= KEEP_BYTES else bytearray(size)
-    stream = StreamReader(buffer, size, pooled=size <= KEEP_BYTES)
-    if size:
-        try:
-            fill(memoryview(buffer)[:size])
-        except BaseException:
-            stream.close()
-            raise
-    return stream
