@@ -78,7 +78,18 @@ class LocalFileSource(ByteSource):
     def size(self):
         return self._size
 
+    def read(self, offset, length):
+        # One pread into new bytes; a short one (the file ends first) is
+        # read again the general way, which reports it.
+        data = os.pread(self.fd, length, self.base + offset)
+        return data if len(data) == length else super().read(offset, length)
+
     def read_into(self, offset, buffer):
+        # One preadv mostly fills the buffer; when it does not (the file
+        # ends first, or was cut meanwhile), the buffer is read again read
+        # by read, and a short read reported.
+        if os.preadv(self.fd, [buffer], self.base + offset) == memoryview(buffer).nbytes:
+            return
         position = self.base + offset
 
         def read_some(view):
