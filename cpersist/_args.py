@@ -107,9 +107,13 @@ def check_limits(limits):
 def check_trusted(trusted):
     """``load``'s ``trusted`` as ``(restricted, allowed globals, trusted
     prefixes)``: see :func:`cpersist.pickling.unpickler.normalize_trusted`."""
-    from .pickling.unpickler import normalize_trusted
+    global _normalize_trusted
+    if _normalize_trusted is None:  # the first load: a call-time import costs every call
+        from .pickling.unpickler import normalize_trusted as _normalize_trusted
+    return _normalize_trusted(trusted)
 
-    return normalize_trusted(trusted)
+
+_normalize_trusted = None
 
 
 def check_target(target, storage_options=None, fsync=False, timeout=None, *, background=False,

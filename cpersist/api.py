@@ -271,11 +271,7 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
             except (pickle.UnpicklingError, EOFError) as exc:
                 raise CorruptFileError(
                     f"{os.fsdecode(source)}: damaged pickle stream ({exc})") from None
-    from .container.foreign import foreign_file_error
-    from .container.frames import GrowingFileFound
-    from .storage.open import open_source
-    from .pickling.read import load_source
-
+    open_source, load_source, foreign_file_error, GrowingFileFound = _reading_side()
     try:
         with open_source(source, mmap_mode, storage_options=storage_options) as opened:
             try:
@@ -297,3 +293,22 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
 
         return load_records(source, load, mmap_mode=mmap_mode, trusted=trusted,
                             verify=verify, limits=limits)
+
+
+_READING_SIDE = None
+
+
+def _reading_side():
+    """``(open_source, load_source, foreign_file_error, GrowingFileFound)``,
+    imported by the first load that needs them, so that a process that only
+    dumps never imports the reading side; kept, since an import statement
+    run on every load would cost about a microsecond each time."""
+    global _READING_SIDE
+    if _READING_SIDE is None:
+        from .container.foreign import foreign_file_error
+        from .container.frames import GrowingFileFound
+        from .pickling.read import load_source
+        from .storage.open import open_source
+
+        _READING_SIDE = open_source, load_source, foreign_file_error, GrowingFileFound
+    return _READING_SIDE

@@ -156,7 +156,7 @@ def parse_index(data, digest, end, name, base=0):
         raise corrupt(name, "index checksum mismatch: the file is damaged")
     try:
         with collector_paused():
-            index = json.loads(bytes(data))
+            index = _parse_json(data)
             root = index["root"]
             info = index.get("info", {})
             edited = index.get("edited")
@@ -285,6 +285,21 @@ def _bad_pieces(section, name):
 #: The JSON decoder's own scanner: a section's table is a short text, on
 #: which ``json.loads`` spends more in Python than in decoding.
 _scan_json = json.JSONDecoder().scan_once
+
+
+def _parse_json(data):
+    """The JSON text ``data`` (bytes) parsed: by the decoder's own scanner
+    when it is UTF-8 that the scanner reads to its end, else (another
+    encoding, surrounding whitespace, an error to word) by ``json.loads``,
+    whose Python layers cost more than the scan of a small index."""
+    try:
+        text = str(data, "utf-8")
+        parsed, stop = _scan_json(text, 0)
+        if stop == len(text):
+            return parsed
+    except Exception:  # noqa: BLE001, S110 - json.loads decides, and says what is wrong
+        pass
+    return json.loads(bytes(data))
 
 
 def _checked_chunks(section, table, end, name, base):

@@ -13,7 +13,7 @@ one of them.
 
 import os
 
-from ..files import is_seekable, local_fd
+from ..files import is_seekable, local_file
 from .abc import ByteSource, ShortReadError
 from .fileobj import FileObjectSource
 from .local import LocalFileSource
@@ -36,7 +36,8 @@ def source_for(file, name, owned=False):
         return MemorySource(file, name)
     if not is_seekable(file):
         return SpooledSource(file, name, owned)
-    fd = local_fd(file)
-    if fd is not None and hasattr(os, "preadv"):  # Windows has no pread
-        return LocalFileSource(file, name, fd, owned)
+    found = local_file(file)
+    if found is not None and hasattr(os, "preadv"):  # Windows has no pread
+        fd, file_size = found
+        return LocalFileSource(file, name, fd, owned, file_size=file_size)
     return FileObjectSource(file, name, owned)

@@ -29,18 +29,23 @@ class LocalFileSource(ByteSource):
         ``file``'s descriptor.
     owned : bool, default False
         Close ``file`` with the source.
+    file_size : int, optional
+        The file's size, when the caller has just taken it from ``fd``
+        (:func:`cpersist.container.files.local_file`); else taken here.
     """
 
     concurrent = True
     can_map = True
 
-    def __init__(self, file, name, fd, owned=False):
+    def __init__(self, file, name, fd, owned=False, *, file_size=None):
         self.file = file
         self.name = name
         self.fd = fd
         self._owned = owned
         self.base = file.tell()
-        self._size = os.fstat(fd).st_size - self.base
+        if file_size is None:
+            file_size = os.fstat(fd).st_size
+        self._size = file_size - self.base
         path = getattr(file, "name", None)
         #: The file's path, when it has one (numpy's memmap reports it).
         self.path = path if isinstance(path, str) else None
@@ -72,6 +77,12 @@ class LocalFileSource(ByteSource):
     @property
     def size(self):
         return self._size
+
+    def read(self, offset, length):
+        # One pread into new bytes; a short one (the file ends first) is
+        # read again the general way, which reports it.
+        data = os.pread(self.fd, length, self.base + offset)
+        return data if len(data) == length else super().read(offset, length)
 
     def read_into(self, offset, buffer):
         # A regular file's pread comes back short only at its end: one call
