@@ -380,6 +380,13 @@ def test_the_compact_quick_path_takes_only_what_the_machine_builds():
         assert not check(stream) and loaded(stream) == machine(stream)
         assert machine(stream)[0] == "error"
     check(pickle.dumps(dict.fromkeys(floats[:16], 0), 5))
+    # A damaged dump, in the frame's length or after it, goes to the reader.
+    for at in (80, 84):
+        damaged = bytearray(compact_dump(pickle.dumps({"a": 1}, 5)))
+        damaged[at] ^= 1
+        assert compact_quick_load(bytes(damaged)) is NOT_QUICK
+        with pytest.raises(cpersist.CorruptFileError):
+            cpersist.loads(bytes(damaged), trusted=False)
 
     @settings(max_examples=int(os.environ.get("CPERSIST_DIFF_EXAMPLES", "1500")))
     @given(st.lists(_opcode_pieces(), max_size=24), st.binary(max_size=2))

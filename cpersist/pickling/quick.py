@@ -70,9 +70,9 @@ import pickle
 import re
 import struct
 
-from ..container.compact import (END_MAGIC, HEAD16_BELOW, HEAD16_FROM, OVERHEAD, STREAM_AT,
+from ..container.compact import (DATA, END_MAGIC, HEAD, HEAD_FORMAT, OVERHEAD, STREAM_AT,
                                  STREAM_END, TAIL_RECORD, TRAILER_SIZE, pack_tail,
-                                 stream_checksum)
+                                 small_bytes_stream, stream_checksum)
 from ..format.limits import DEFAULT, STR_HASH_PREDICTABLE
 
 #: Largest pickle stream the quick path takes. Below the machine's opcodes
@@ -130,8 +130,7 @@ _CLASS = _classes(X=b"r\x96\x82\x83\x84", N=b"\n", G=b"\x93", P=b"p", M=b"\x95",
 #: those :func:`_verdict_of` looks for, as ``bytes``.
 _CHOSEN_ONE = [bytes([_mark(letter)]) for letter in "TZHDEI"]
 _X, _N, _G, _T, _Z, _D, _E, _P, _M, _I, _F = (bytes([_mark(c)]) for c in "XNGTZDEPMIF")
-#: Those of the plain test (:func:`compact_quick_load`), as ints (found quicker).
-_FILL, _CHOSEN, _TEXT_INT = _mark("F"), _mark("H"), _mark("I")
+_FILL, _CHOSEN, _TEXT_INT = _mark("F"), _mark("H"), _mark("I")  # as ints: found quicker
 #: What :func:`_verdict_of` says of a stream left to the machine.
 _FAIL = "fail"
 #: Verdicts of the streams with few bytes looked at, by those bytes' classes.
@@ -154,10 +153,10 @@ _unpickle = pickle.loads
 _FRAMED_PLAIN = (True, _unpickle, None)
 #: LONG_BINPUT's byte, as an int (``in`` finds one quicker than a bytes).
 _LONG_BINPUT = pickle.LONG_BINPUT[0]
-#: The length of the FRAME at offset 3 (after PROTO): as a tuple.
+#: The length of the FRAME at offset 3 (after PROTO): as a tuple. And a
+#: stream's first opcode, the third and the eight bytes after it: what PROTO,
+#: FRAME and the frame's length give when a frame opens the stream.
 _frame_length = struct.Struct("<Q").unpack_from
-#: A stream's first opcode, the third and the eight bytes after it: what
-#: PROTO, FRAME and the frame's length give when a frame opens the stream.
 _proto_frame = struct.Struct("<BxBQ").unpack_from
 
 
@@ -310,45 +309,46 @@ def _scanned_load(stream, n, bound):
 
 
 #: A stream past the plain test and shorter than this is no collision flood
-#: the machine refuses: the only keys whose hash it can choose are floats
-#: (the machine counts no small int; strings and bytes hash with the
-#: process's secret unless it is fixed), and a flood takes _SAME_HASH + 1
-#: of them in one container, each a 9-byte BINFLOAT.
+#: the machine refuses: its only keys of a chosen hash are floats (no small
+#: int is counted; strings and bytes hash with the process's secret unless
+#: it is fixed), and a flood takes _SAME_HASH + 1 of them, 9-byte BINFLOATs.
 _NO_FLOOD_BELOW = 0 if STR_HASH_PREDICTABLE else (_SAME_HASH + 1) * 9
-#: Sizes of compact dumps: those taken, those whose stream cannot flood, and
-#: (plus the frame's length) one whose stream is a frame after PROTO.
-_SMALLEST_DUMP, _LARGEST_DUMP = OVERHEAD + 1, OVERHEAD + QUICK_UP_TO
-_NO_FLOOD_DUMP, _FRAME_AFTER = OVERHEAD + _NO_FLOOD_BELOW, OVERHEAD + 11
+#: Sizes of compact dumps: the largest taken, those whose stream cannot flood,
+#: and (plus the frame's length) one whose stream is a frame after PROTO.
+_LARGEST_DUMP, _NO_FLOOD_DUMP = OVERHEAD + QUICK_UP_TO, OVERHEAD + _NO_FLOOD_BELOW
+_FRAME_AFTER = OVERHEAD + 11
+#: What opens a compact dump of a protocol 5 stream in one frame, as dumps
+#: writes it, from its length, DATA, these opcodes and the frame's length.
+_pack_framed_head = struct.Struct(HEAD_FORMAT + "3sQ").pack
+_FRAMED_HEAD_SIZE, _PROTO5_FRAME = STREAM_AT + 11, pickle.PROTO + b"\x05" + pickle.FRAME
 
 
 def compact_quick_load(data):
     """:func:`quick_load` of the stream of ``data`` (``bytes``) under the
     default limits if ``data`` is one intact compact dump of a stream of at
     most :data:`QUICK_UP_TO` bytes, else :data:`NOT_QUICK`. Specialised for
-    speed (a call costs a tenth of the load): the dump is checked as
-    :func:`~cpersist.container.compact.small_bytes_stream` does, the
-    commonest verdict (:data:`_FRAMED_PLAIN`) tested on the stream's
-    translation, and any other stream given :func:`quick_load`'s checks
-    from the same translation."""
-    if (_SMALLEST_DUMP <= (size := len(data)) <= _LARGEST_DUMP
-            and HEAD16_FROM <= data < HEAD16_BELOW):
+    speed (a call costs a tenth of the load) for a stream in one frame of
+    protocol 5: the bytes around it are compared with those a dump has, the
+    commonest verdict (:data:`_FRAMED_PLAIN`) tested on its translation, any
+    other given by :func:`quick_load`'s checks from it."""
+    if _FRAME_AFTER < (size := len(data)) <= _LARGEST_DUMP and data[:_FRAMED_HEAD_SIZE] == (
+            _pack_framed_head(HEAD, size - OVERHEAD, DATA, _PROTO5_FRAME, size - _FRAME_AFTER)):
         stream = data[STREAM_AT:STREAM_END]
-        if data[STREAM_END:] == pack_tail(TAIL_RECORD, size - TRAILER_SIZE,
+        if data[STREAM_END:] != pack_tail(TAIL_RECORD, size - TRAILER_SIZE,
                                          stream_checksum(stream), END_MAGIC):
-            if _LONG_BINPUT in stream:
-                return _scanned_load(stream, size - OVERHEAD, _DEFAULT_BOUND)
-            classes = stream.translate(_CLASS)
-            if (classes.isascii()
-                    and (size < _NO_FLOOD_DUMP or _FILL not in classes
-                         or classes.count(_CHOSEN) + classes.count(_TEXT_INT) <= _SAME_HASH)
-                    and size > _FRAME_AFTER
-                    and _proto_frame(stream) == (0x80, 0x95, size - _FRAME_AFTER)):
-                try:
-                    return _unpickle(stream)
-                except Exception:  # noqa: BLE001 - the machine says what is wrong
-                    return NOT_QUICK
-            return _classified_load(stream, size - OVERHEAD, _DEFAULT_BOUND, classes)
-    return NOT_QUICK
+            return NOT_QUICK
+        if _LONG_BINPUT in stream:
+            return _scanned_load(stream, size - OVERHEAD, _DEFAULT_BOUND)
+        classes = stream.translate(_CLASS)
+        if classes.isascii() and (size < _NO_FLOOD_DUMP or _FILL not in classes or classes.count(
+                _CHOSEN) + classes.count(_TEXT_INT) <= _SAME_HASH):
+            try:
+                return _unpickle(stream)
+            except Exception:  # noqa: BLE001 - the machine says what is wrong
+                return NOT_QUICK
+        return _classified_load(stream, size - OVERHEAD, _DEFAULT_BOUND, classes)
+    stream = small_bytes_stream(data) if size <= _LARGEST_DUMP else None
+    return NOT_QUICK if stream is None else quick_load(stream, DEFAULT)
 
 
 def quick_load(stream, limits):
