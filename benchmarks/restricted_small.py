@@ -29,7 +29,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cpersist  # noqa: E402
 from cpersist.format.limits import DEFAULT  # noqa: E402
 from cpersist.container.compact import small_bytes_stream  # noqa: E402
-from cpersist.pickling.quick import (NOT_QUICK, _CLASS, _exact_scan, _proto_frame,  # noqa: E402
+from cpersist.container.compact import (DATA, END_MAGIC, HEAD, TAIL_RECORD,  # noqa: E402
+                                        pack_tail, stream_checksum)
+from cpersist.pickling.quick import (NOT_QUICK, _CLASS, _PROTO5_FRAME,  # noqa: E402
+                                     _exact_scan, _pack_framed_head, compact_quick_load,
                                      quick_load)
 from xxhash import xxh3_64_intdigest  # noqa: E402
 
@@ -80,18 +83,21 @@ def steps(obj, number, repeat):
     alone in a loop (so a step costs less here than within the load)."""
     stream = pickle.dumps(obj, 5)
     data = cpersist.dumps(obj)
-    n = len(stream)
+    n, size = len(stream), len(data)
     scan = _exact_scan()
     calls = {
         "pickle.loads(stream)": lambda: pickle.loads(stream),
         "cpersist.loads(data)": lambda: cpersist.loads(data),
         "cpersist.loads(data, trusted=False)": lambda: cpersist.loads(data, trusted=False),
-        "  compact form: small_bytes_stream(data)": lambda: small_bytes_stream(data),
-        "    of which XXH3-64 of the stream": lambda: xxh3_64_intdigest(stream),
-        "  quick_load(stream) (pickle.loads included)": lambda: quick_load(stream, DEFAULT),
-        "    of which the byte classes (2 translates)":
-            lambda: stream.translate(_CLASS).translate(None, b"."),
-        "    of which the frame's check": lambda: _proto_frame(stream) == (0x80, 0x95, n - 11),
+        "  compact_quick_load(data) (pickle.loads included)": lambda: compact_quick_load(data),
+        "    its head (header, DATA, PROTO 5, FRAME)":
+            lambda: data[:83] == _pack_framed_head(HEAD, n, DATA, _PROTO5_FRAME, n - 11),
+        "    its tail (the stream's slice and XXH3-64)": lambda: data[-40:] == pack_tail(
+            TAIL_RECORD, size - 32, stream_checksum(data[72:-40]), END_MAGIC),
+        "      of which XXH3-64 of the stream": lambda: xxh3_64_intdigest(stream),
+        "    its byte classes (a translate, isascii)": lambda: stream.translate(_CLASS).isascii(),
+        "  (small_bytes_stream(data), the trusted one's)": lambda: small_bytes_stream(data),
+        "  (quick_load(stream), limits given; 2 translates)": lambda: quick_load(stream, DEFAULT),
         "  (exact scan, for a stream with an 'r' byte)": lambda: scan(stream),
         "an empty call": lambda: None,
     }

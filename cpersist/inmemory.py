@@ -15,10 +15,9 @@ from .container.compact import OVERHEAD as COMPACT_OVERHEAD
 from .container.compact import compact_dump, compact_stream, small_bytes_stream
 from .container.sources import MemorySource
 from .exceptions import CorruptFileError
-from .format.limits import DEFAULT as _DEFAULT_LIMITS
 from .pickling.array_pickler import ArrayPickler
 from .pickling.dump import RESET_MEMO_ABOVE, write_dump
-from .pickling.quick import NOT_QUICK, QUICK_UP_TO, quick_load
+from .pickling.quick import NOT_QUICK, QUICK_UP_TO, compact_quick_load, quick_load
 from .pickling.read import load_source
 from .pickling.unpickler import STREAM_ERRORS, caused_by_stream
 from .pickling.write import PICKLE_CHUNK_SIZE, array_store, finish_dump
@@ -270,15 +269,19 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
                     return _unpickle(stream)
                 except _STREAM_FAILURES as exc:
                     _raise_damaged(exc)
-        elif trusted is False and len(data) <= _QUICK_DUMP:
+        elif trusted is False:
             # A restricted load of a small compact dump: its stream may take
             # the quick path (cpersist.pickling.quick), else the general way.
-            stream = small_bytes_stream(data)
-            if stream is not None:
-                obj = quick_load(stream,
-                                 _DEFAULT_LIMITS if limits is None else check_limits(limits))
+            if limits is None:
+                obj = compact_quick_load(data)
                 if obj is not NOT_QUICK:
                     return obj
+            elif len(data) <= _QUICK_DUMP:
+                stream = small_bytes_stream(data)
+                if stream is not None:
+                    obj = quick_load(stream, check_limits(limits))
+                    if obj is not NOT_QUICK:
+                        return obj
     elif _keywords_only is not _KEYWORDS_ONLY:
         raise TypeError("loads() takes 1 positional argument (data); pass trusted, verify, "
                         "n_threads, copy, limits and jax_as_numpy by keyword")

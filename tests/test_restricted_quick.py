@@ -18,7 +18,7 @@ from cpersist.container.compact import compact_dump
 from cpersist.pickling import restricted
 from cpersist._args import check_limits
 from cpersist.format.limits import DEFAULT
-from cpersist.pickling.quick import NOT_QUICK, PUT_BELOW, quick_load
+from cpersist.pickling.quick import NOT_QUICK, PUT_BELOW, compact_quick_load, quick_load
 from cpersist.pickling.unpickler import ArrayUnpickler
 
 def machine(stream, limits=DEFAULT):
@@ -355,3 +355,43 @@ def test_quick_path_and_machine_agree_on_mutated_streams():
                     "<I", rng.choice([3, PUT_BELOW - 1, PUT_BELOW, 1 << 20]))
         taken += check_quick(bytes(stream))
     assert taken > 100  # mutants of the scan's language are checked, not only refused
+
+
+def test_the_compact_quick_path_takes_only_what_the_machine_builds():
+    """``compact_quick_load`` (a restricted ``loads`` of a small compact dump)
+    tests the commonest verdict itself, and counts the bytes of chosen-hash
+    keys only in a stream long enough to hold a flood: a stream it takes is
+    one the machine builds the same; a float flood is left to the machine."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    def check(stream):
+        quick = compact_quick_load(compact_dump(stream))
+        if quick is not NOT_QUICK:
+            outcome, built = machine(stream)
+            assert outcome == "ok" and exact(quick) == exact(built), stream
+        return quick is not NOT_QUICK
+
+    # More than 16 bytes of chosen-hash classes in a string, in a short stream.
+    assert check(pickle.dumps({"GFIL" * 5: 1.5, "b": None}, 5))
+    floats = [struct.unpack(">d", SAME_HASH_FLOATS[9 * k + 1:9 * k + 9])[0] for k in range(17)]
+    for flood in (dict.fromkeys(floats, 0), set(floats)):
+        stream = pickle.dumps(flood, 5)
+        assert not check(stream) and loaded(stream) == machine(stream)
+        assert machine(stream)[0] == "error"
+    check(pickle.dumps(dict.fromkeys(floats[:16], 0), 5))
+    # A damaged dump, in the frame's length or after it, goes to the reader.
+    for at in (80, 84):
+        damaged = bytearray(compact_dump(pickle.dumps({"a": 1}, 5)))
+        damaged[at] ^= 1
+        assert compact_quick_load(bytes(damaged)) is NOT_QUICK
+        with pytest.raises(cpersist.CorruptFileError):
+            cpersist.loads(bytes(damaged), trusted=False)
+
+    @settings(max_examples=int(os.environ.get("CPERSIST_DIFF_EXAMPLES", "1500")))
+    @given(st.lists(_opcode_pieces(), max_size=24), st.binary(max_size=2))
+    def agree(pieces, after):
+        body = b"".join(pieces) + pickle.STOP + after
+        check(b"\x80\x05" + pickle.FRAME + struct.pack("<Q", len(body)) + body)
+
+    agree()
