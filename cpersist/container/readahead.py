@@ -1,0 +1,78 @@
+"""Asking the source for a section's stored chunks a bounded window ahead of
+the threads that read and decode them (:class:`ReadAhead`).
+
+A thread reading a chunk that is not in the page cache waits for the disk,
+and while it waits it decodes nothing. The kernel's own read-ahead follows
+one sequential reader; threads reading chunks side by side through one
+descriptor look to it like reads at scattered offsets. Told which bytes
+come next, the kernel reads them while the threads decode.
+"""
+
+import threading
+
+#: Stored bytes asked for ahead of the chunk being read: enough to cover
+#: the disk's latency at the rate decoders consume stored bytes (a few GB/s
+#: for poorly compressible data), small against memory. They go to the
+#: page cache, which gives them back under pressure; nothing is allocated
+#: in the process.
+WINDOW = 16 << 20
+
+#: Most bytes asked for at one chunk: the first chunks, which wait for the
+#: disk anyway, are not held up by the syscalls asking for the whole window.
+STEP = 4 << 20
+
+#: Bytes asked for by one call. Linux reads at most the device's read-ahead
+#: size or largest request (whichever is larger; often 128 KiB to a few
+#: MiB) of a larger range and drops the rest; each call costs tens of
+#: microseconds.
+PIECE = 1 << 20
+
+
+class ReadAhead:
+    """Asks ``source`` (:meth:`~.sources.ByteSource.will_need`) for
+    ``chunks`` in file order, up to :data:`WINDOW` bytes ahead of the last
+    chunk :meth:`reached`.
+
+    Parameters
+    ----------
+    source : ByteSource
+    chunks : sequence of chunks
+        Each with ``offset`` and ``length`` (its stored bytes), in the order
+        they are read.
+    """
+
+    def __init__(self, source, chunks):
+        self._source = source
+        self._chunks = chunks
+        #: How many of the chunks, from the first, are asked for.
+        self.asked = 0
+        self._lock = threading.Lock()
+
+    def reached(self, i):
+        """Note that chunk ``i`` is read now: ask for it and those after it
+        that start less than :data:`WINDOW` bytes past its start, at most
+        :data:`STEP` bytes of them. Called by any thread."""
+        chunks = self._chunks
+        with self._lock:
+            first = max(self.asked, i)
+            until = chunks[i].offset + WINDOW if i < len(chunks) else 0
+            end, budget = first, STEP
+            while end < len(chunks) and chunks[end].offset < until and budget > 0:
+                budget -= chunks[end].length
+                end += 1
+            self.asked = end
+        if end == first:
+            return
+        # Outside the lock: another thread's read need not wait for these
+        # calls. Adjacent chunks (as a dump writes them) are asked for together.
+        start = stop = chunks[first].offset
+        for chunk in chunks[first:end]:
+            if chunk.offset != stop:
+                self._ask(start, stop)
+                start = chunk.offset
+            stop = chunk.offset + chunk.length
+        self._ask(start, stop)
+
+    def _ask(self, start, stop):
+        for at in range(start, stop, PIECE):
+            self._source.will_need(at, min(PIECE, stop - at))
