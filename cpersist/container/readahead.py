@@ -1,5 +1,6 @@
 """Asking the source for a section's stored chunks a bounded window ahead of
-the threads that read and decode them (:class:`ReadAhead`).
+the threads that read and decode them (:class:`ReadAhead`), and for their
+headers before they are checked one by one (:func:`ask_for_heads`).
 
 A thread reading a chunk that is not in the page cache waits for the disk,
 and while it waits it decodes nothing. The kernel's own read-ahead follows
@@ -76,3 +77,16 @@ class ReadAhead:
     def _ask(self, start, stop):
         for at in range(start, stop, PIECE):
             self._source.will_need(at, min(PIECE, stop - at))
+
+
+def ask_for_heads(source, chunks, header_size):
+    """Ask ``source`` for the first ``header_size`` bytes of each of
+    ``chunks`` before they are read one after another (checked against the
+    index before a large section is allocated): from a file not in the
+    page cache, they then cost the disk's latency about once rather than
+    once per chunk. Then for the first chunks whole, read next: asked for
+    first, a header would wait for the whole of its chunk."""
+    for chunk in chunks:
+        source.will_need(chunk.offset, min(chunk.length, header_size))
+    if chunks:
+        ReadAhead(source, chunks).reached(0)

@@ -10,7 +10,7 @@ from .._runtime.parallel import COPY_ALONE_BELOW, ordered_map, run_claimed
 from ..exceptions import CorruptFileError
 from .buffers import READ_BUFFERS, private_map
 from .layout import ENCODED, VERBATIM, checksum, checksum_state
-from .readahead import ReadAhead
+from .readahead import ReadAhead, ask_for_heads
 from .sources import ShortReadError
 
 #: Sections claiming more decoded bytes than this have the sizes stated in
@@ -291,7 +291,7 @@ class SectionReads:
             # before the first chunk that does not decode to it.
             return
         encoded = [c for c in chunks if c.flag == ENCODED]
-        self._ask_for_heads(encoded, codec.header_size)
+        ask_for_heads(self.source, encoded, codec.header_size)
         heads = self.source.read_ranges(
             [(c.offset, min(c.length, codec.header_size)) for c in encoded])
         for chunk, head in zip(encoded, heads):
@@ -299,18 +299,6 @@ class SectionReads:
                 codec.check_header(head, chunk.length, chunk.raw_length)
             except CorruptFileError as exc:
                 raise self.error(f"section {section.index}: {exc}") from None
-
-    def _ask_for_heads(self, chunks, header_size):
-        """Ask the source for the chunks' headers before they are read one
-        by one (:meth:`check_claimed_sizes`): from a file not in the page
-        cache, they then cost the disk's latency about once rather than
-        once per chunk. Then the first chunks whole, read next
-        (:class:`.readahead.ReadAhead`): asked for first, a header would
-        wait for the whole of its chunk."""
-        for chunk in chunks:
-            self.source.will_need(chunk.offset, min(chunk.length, header_size))
-        if chunks:
-            ReadAhead(self.source, chunks).reached(0)
 
     def read_bytes(self, section, *, verify=True, n_threads=1):
         """Return the section's bytes as new writable bytes: a bytearray,
