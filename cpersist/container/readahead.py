@@ -11,15 +11,16 @@ come next, the kernel reads them while the threads decode.
 
 import threading
 
-#: Stored bytes asked for ahead of the chunk being read: enough to cover
+#: Stored bytes asked for past the chunk just read: enough to cover
 #: the disk's latency at the rate decoders consume stored bytes (a few GB/s
 #: for poorly compressible data), small against memory. They go to the
 #: page cache, which gives them back under pressure; nothing is allocated
 #: in the process.
 WINDOW = 16 << 20
 
-#: Most bytes asked for at one chunk: the first chunks, which wait for the
-#: disk anyway, are not held up by the syscalls asking for the whole window.
+#: Most bytes asked for after one chunk's read: the first chunks, which wait
+#: for the disk anyway, are not held up by the calls asking for the whole
+#: window.
 STEP = 4 << 20
 
 #: Bytes asked for by one call. Linux reads at most the device's read-ahead
@@ -31,8 +32,13 @@ PIECE = 1 << 20
 
 class ReadAhead:
     """Asks ``source`` (:meth:`~.sources.ByteSource.will_need`) for
-    ``chunks`` in file order, up to :data:`WINDOW` bytes ahead of the last
-    chunk :meth:`reached`.
+    ``chunks`` in file order, up to :data:`WINDOW` bytes past the last
+    chunk read (:meth:`read`).
+
+    A chunk is asked for once another has been read, not before the first
+    read: a section of one chunk (each of a checkpoint's small tensors) is
+    asked for nothing, and the first chunk's read goes to the disk ahead of
+    the requests for those after it.
 
     Parameters
     ----------
@@ -45,38 +51,45 @@ class ReadAhead:
     def __init__(self, source, chunks):
         self._source = source
         self._chunks = chunks
-        #: How many of the chunks, from the first, are asked for.
-        self.asked = 0
+        #: How many of the chunks, from the first, are asked for (or read).
+        self.asked = 1
         self._lock = threading.Lock()
 
-    def reached(self, i):
-        """Note that chunk ``i`` is read now: ask for it and those after it
-        that start less than :data:`WINDOW` bytes past its start, at most
+    def read(self, i):
+        """Note that chunk ``i`` has been read: ask for those after it that
+        start less than :data:`WINDOW` bytes past its start, at most
         :data:`STEP` bytes of them. Called by any thread."""
         chunks = self._chunks
         with self._lock:
-            first = max(self.asked, i)
-            until = chunks[i].offset + WINDOW if i < len(chunks) else 0
+            first = max(self.asked, i + 1)
+            until = chunks[i].offset + WINDOW
             end, budget = first, STEP
             while end < len(chunks) and chunks[end].offset < until and budget > 0:
                 budget -= chunks[end].length
                 end += 1
-            self.asked = end
-        if end == first:
-            return
-        # Outside the lock: another thread's read need not wait for these
-        # calls. Adjacent chunks (as a dump writes them) are asked for together.
-        start = stop = chunks[first].offset
-        for chunk in chunks[first:end]:
-            if chunk.offset != stop:
-                self._ask(start, stop)
-                start = chunk.offset
-            stop = chunk.offset + chunk.length
-        self._ask(start, stop)
+            self.asked = max(self.asked, end)
+        if end > first:
+            # Outside the lock: another thread's read need not wait for
+            # these calls.
+            ask_for(self._source, chunks[first:end])
 
-    def _ask(self, start, stop):
-        for at in range(start, stop, PIECE):
-            self._source.will_need(at, min(PIECE, stop - at))
+
+def ask_for(source, chunks):
+    """Ask ``source`` for the stored bytes of ``chunks`` (in file order):
+    adjacent chunks, as a dump writes them, together, in calls of at most
+    :data:`PIECE` bytes."""
+    start = stop = chunks[0].offset
+    for chunk in chunks:
+        if chunk.offset != stop:
+            _ask(source, start, stop)
+            start = chunk.offset
+        stop = chunk.offset + chunk.length
+    _ask(source, start, stop)
+
+
+def _ask(source, start, stop):
+    for at in range(start, stop, PIECE):
+        source.will_need(at, min(PIECE, stop - at))
 
 
 def ask_for_heads(source, chunks, header_size):
@@ -84,9 +97,15 @@ def ask_for_heads(source, chunks, header_size):
     ``chunks`` before they are read one after another (checked against the
     index before a large section is allocated): from a file not in the
     page cache, they then cost the disk's latency about once rather than
-    once per chunk. Then for the first chunks whole, read next: asked for
-    first, a header would wait for the whole of its chunk."""
+    once per chunk. Then for the first :data:`STEP` bytes of chunks whole,
+    read next; asked for first, a header would wait for the whole of its
+    chunk."""
+    if not chunks:
+        return
     for chunk in chunks:
         source.will_need(chunk.offset, min(chunk.length, header_size))
-    if chunks:
-        ReadAhead(source, chunks).reached(0)
+    end, budget = 0, STEP
+    while end < len(chunks) and budget > 0:
+        budget -= chunks[end].length
+        end += 1
+    ask_for(source, chunks[:end])

@@ -88,8 +88,6 @@ class SectionReads:
         ahead = ReadAhead(self.source, section.chunks) if largest else None
         start = 0
         for i, chunk in enumerate(section.chunks):
-            if ahead is not None:
-                ahead.reached(i)
             target = out_view[start:start + chunk.raw_length]
             if chunk.flag == VERBATIM:
                 buffer = None
@@ -98,6 +96,8 @@ class SectionReads:
                 buffer = READ_BUFFERS.take(largest)
                 data = memoryview(buffer)[:chunk.length]
             self._read_chunk_into(section, chunk.offset, data)
+            if ahead is not None:
+                ahead.read(i)
             yield chunk, data, target, buffer
             start += chunk.raw_length
 
@@ -246,8 +246,6 @@ class SectionReads:
             buffer = READ_BUFFERS.take(largest) if largest else None
             try:
                 for i in claims:
-                    if ahead is not None:
-                        ahead.reached(i)
                     chunk = chunks[i]
                     target = out[starts[i]:starts[i] + chunk.raw_length]
                     if chunk.flag == VERBATIM:
@@ -255,6 +253,8 @@ class SectionReads:
                         continue
                     data = memoryview(buffer)[:chunk.length]
                     self._read_chunk_into(section, chunk.offset, data)
+                    if ahead is not None:
+                        ahead.read(i)
                     if verify:
                         self._check(section, data, chunk.checksum)
                     self._decode(section, data, target)
