@@ -3,10 +3,11 @@ the threads that read and decode them (:class:`ReadAhead`), and for their
 headers before they are checked one by one (:func:`ask_for_heads`).
 
 A thread reading a chunk that is not in the page cache waits for the disk,
-and while it waits it decodes nothing. The kernel's own read-ahead follows
-one sequential reader; threads reading chunks side by side through one
-descriptor look to it like reads at scattered offsets. Told which bytes
-come next, the kernel reads them while the threads decode.
+and while it waits it decodes nothing. The kernel's own read-ahead guesses
+from the reads it has seen, a window at a time (128 KiB on many devices),
+and the chunk headers checked before a large section is read are small
+reads far apart, each a wait. Told which bytes come next, the kernel reads
+them while the threads decode.
 """
 
 import threading
