@@ -3,7 +3,7 @@
 Run from the repository root (it is not installed with cpersist)::
 
     python benchmarks/codec_limit.py [--datasets atlas_c,timeseries] [--size 100MB]
-        [--compress 3] [--rounds 9] [--out DIR]
+        [--compress 3] [--rounds 9] [--out DIR] [--cold] [--paired-hints]
 
 The storage suite's ``write_of_limit`` and ``read_of_limit`` are the
 medians of a few repeats, each in a fresh process, of a write or a read
@@ -15,6 +15,14 @@ into new memory. Each round gives a fraction per operation, of wall time and
 of CPU time (every thread of the process); on a shared machine, the machine's
 speed drifts within seconds, and a fraction of two timings taken moments
 apart carries less of that drift than either timing.
+
+``--cold`` drops the file from the page cache before each load, as the
+storage suite does. ``--paired-hints`` also loads it, in each round, with
+the read-ahead hints switched off (:meth:`LocalFileSource.will_need
+<cpersist.container.sources.LocalFileSource.will_need>` asking for nothing),
+the two loads in alternating order: the rows ``load wall, no hints`` and
+``load hints / no hints`` (per round, the time with hints over the time
+without) show what the hints give.
 """
 
 import argparse
@@ -32,6 +40,8 @@ import cpersist  # noqa: E402
 from cpersist._runtime.threads import default_n_threads  # noqa: E402
 from cpersist.benchmarks import datasets as ds  # noqa: E402
 from cpersist.benchmarks.limits import Limit  # noqa: E402
+from cpersist.benchmarks.pagecache import evict_from_cache  # noqa: E402
+from cpersist.container.sources import ByteSource, LocalFileSource  # noqa: E402
 
 
 def _timed(func):
@@ -41,13 +51,33 @@ def _timed(func):
     return time.perf_counter() - wall, time.process_time() - cpu, result
 
 
-def fractions(obj, compress, rounds, path, n_threads):
+def _load_timed(path, n_threads, cold, hints=True):
+    """``(wall, cpu)`` seconds of a load of ``path``, evicted first if ``cold``,
+    with or without the read-ahead hints."""
+    if cold:
+        evict_from_cache(path)
+    real = LocalFileSource.will_need
+    if not hints:
+        LocalFileSource.will_need = ByteSource.will_need
+    try:
+        wall, cpu, loaded = _timed(lambda: cpersist.load(path, n_threads=n_threads))
+    finally:
+        LocalFileSource.will_need = real
+    del loaded  # freed before anything else allocates
+    return wall, cpu
+
+
+def fractions(obj, compress, rounds, path, n_threads, cold=False, paired_hints=False):
     """``{"dump wall": [...], "dump cpu": [...], "load wall": ..., "load cpu": ...}``:
-    per round, the codec alone's time over the operation's."""
+    per round, the codec alone's time over the operation's; with
+    ``paired_hints``, also the load without the read-ahead hints."""
     limit = Limit(obj, compress, n_threads)
     limit.encode_s()
-    out = {key: [] for key in ("dump wall", "dump cpu", "load wall", "load cpu")}
-    for _ in range(rounds):
+    keys = ["dump wall", "dump cpu", "load wall", "load cpu"]
+    if paired_hints:
+        keys += ["load wall, no hints", "load cpu, no hints", "load hints / no hints"]
+    out = {key: [] for key in keys}
+    for r in range(rounds):
         if os.path.exists(path):
             os.remove(path)  # every dump creates its file, as the storage suite's
         wall, cpu, _ = _timed(lambda: cpersist.dump(obj, path, compress=compress,
@@ -55,11 +85,17 @@ def fractions(obj, compress, rounds, path, n_threads):
         limit_wall, limit_cpu, _ = _timed(limit.encode_s)
         out["dump wall"].append(limit_wall / wall)
         out["dump cpu"].append(limit_cpu / cpu)
-        wall, cpu, loaded = _timed(lambda: cpersist.load(path, n_threads=n_threads))
-        del loaded  # freed before the limit allocates its own
+        # With paired hints, which load goes first alternates from round to round.
+        order = [True, False] if paired_hints else [True]
+        timed = {hints: _load_timed(path, n_threads, cold, hints)
+                 for hints in (order if r % 2 == 0 else order[::-1])}
         limit_wall, limit_cpu, _ = _timed(limit.decode_s)
-        out["load wall"].append(limit_wall / wall)
-        out["load cpu"].append(limit_cpu / cpu)
+        for hints, (wall, cpu) in timed.items():
+            suffix = "" if hints else ", no hints"
+            out["load wall" + suffix].append(limit_wall / wall)
+            out["load cpu" + suffix].append(limit_cpu / cpu)
+        if paired_hints:
+            out["load hints / no hints"].append(timed[True][0] / timed[False][0])
     return out
 
 
@@ -70,6 +106,10 @@ def main(argv=None):
     p.add_argument("--compress", default="3")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--out", default=None, help="directory for the file (default: a temporary one)")
+    p.add_argument("--cold", action="store_true",
+                   help="drop the file from the page cache before each load")
+    p.add_argument("--paired-hints", action="store_true",
+                   help="also load without the read-ahead hints, in alternating order")
     args = p.parse_args(argv)
     compress = int(args.compress) if args.compress.isdigit() else args.compress
     size = ds.parse_size(args.size)
@@ -79,11 +119,14 @@ def main(argv=None):
         path = os.path.join(folder, "limit.cp")
         for dataset in chosen:
             obj = dataset.make(size, False)
-            out = fractions(obj, compress, args.rounds, path, n_threads)
+            out = fractions(obj, compress, args.rounds, path, n_threads, args.cold,
+                            args.paired_hints)
             print(f"{dataset.name} compress={args.compress} n_threads={n_threads} "
-                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
+                  f"{'cold' if args.cold else 'warm'} load average "
+                  f"{os.getloadavg()[0]:.1f}", flush=True)
             for key, values in out.items():
-                print(f"  {key} of limit: min {min(values):.2f}  median "
+                name = key if "/" in key else f"{key} of limit"
+                print(f"  {name}: min {min(values):.2f}  median "
                       f"{statistics.median(values):.2f}  max {max(values):.2f}", flush=True)
 
 

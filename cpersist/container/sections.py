@@ -10,6 +10,7 @@ from .._runtime.parallel import COPY_ALONE_BELOW, ordered_map, run_claimed
 from ..exceptions import CorruptFileError
 from .buffers import READ_BUFFERS, private_map
 from .layout import ENCODED, VERBATIM, checksum, checksum_state
+from .readahead import ReadAhead, ask_for_heads
 from .section_file import KEEP_BYTES, SECTION_BUFFERS, SectionFile
 from .sources import ShortReadError
 
@@ -85,8 +86,9 @@ class SectionReads:
             yield from self._fetch_chunks(section, out_view)
             return
         largest = max((c.length for c in section.chunks if c.flag != VERBATIM), default=0)
+        ahead = ReadAhead(self.source, section.chunks) if largest else None
         start = 0
-        for chunk in section.chunks:
+        for i, chunk in enumerate(section.chunks):
             target = out_view[start:start + chunk.raw_length]
             if chunk.flag == VERBATIM:
                 buffer = None
@@ -95,6 +97,8 @@ class SectionReads:
                 buffer = READ_BUFFERS.take(largest)
                 data = memoryview(buffer)[:chunk.length]
             self._read_chunk_into(section, chunk.offset, data)
+            if ahead is not None:
+                ahead.read(i)
             yield chunk, data, target, buffer
             start += chunk.raw_length
 
@@ -243,6 +247,7 @@ class SectionReads:
         chunks = section.chunks
         starts = list(itertools.accumulate((c.raw_length for c in chunks), initial=0))
         largest = max((c.length for c in chunks if c.flag != VERBATIM), default=0)
+        ahead = ReadAhead(self.source, chunks) if largest else None
 
         def task(claims):
             buffer = READ_BUFFERS.take(largest) if largest else None
@@ -255,6 +260,8 @@ class SectionReads:
                         continue
                     data = memoryview(buffer)[:chunk.length]
                     self._read_chunk_into(section, chunk.offset, data)
+                    if ahead is not None:
+                        ahead.read(i)
                     if verify:
                         self._check(section, data, chunk.checksum)
                     self._decode(section, data, target)
@@ -291,6 +298,7 @@ class SectionReads:
             # before the first chunk that does not decode to it.
             return
         encoded = [c for c in chunks if c.flag == ENCODED]
+        ask_for_heads(self.source, encoded, codec.header_size)
         heads = self.source.read_ranges(
             [(c.offset, min(c.length, codec.header_size)) for c in encoded])
         for chunk, head in zip(encoded, heads):

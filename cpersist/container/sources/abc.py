@@ -117,6 +117,12 @@ class ByteSource(ABC):
         rather than range by range. This default does nothing.
         """
 
+    def will_need(self, offset, length):
+        """Note that the ``length`` bytes at ``offset`` are read soon: a
+        source that can fetch them in the background starts to, so that
+        the read finds them fetched. This default does nothing.
+        """
+
     def mark_end(self, size):
         """Note that the dump read through this source ends ``size`` bytes
         in (the reader finds it in the dump's header or records).

@@ -11,6 +11,9 @@ from .abc import ByteSource
 
 _ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY}
 
+#: None where the system takes no read-ahead advice (macOS, Windows).
+_WILL_NEED = getattr(os, "POSIX_FADV_WILLNEED", None)
+
 
 class LocalFileSource(ByteSource):
     """The bytes of a local regular file from its position to its end.
@@ -101,6 +104,17 @@ class LocalFileSource(ByteSource):
             if not n:
                 raise self.short_read(offset, wanted, got)
             got += n
+
+    def will_need(self, offset, length):
+        """See :meth:`ByteSource.will_need`: the kernel is asked to read the
+        range into its page cache, and returns once the reads are under
+        way. Only a hint: where it is refused, the reads wait as before."""
+        if _WILL_NEED is None or length <= 0:
+            return
+        try:
+            os.posix_fadvise(self.fd, self.base + offset, length, _WILL_NEED)
+        except OSError:
+            pass
 
     def map(self, offset, length, mode):
         # mmap offsets must be multiples of the allocation granularity: map
