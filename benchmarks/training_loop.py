@@ -11,7 +11,10 @@ background=True)``: the call, and until ``result()`` returns.
 originals' memory, while the call copies them from the last one back, until
 the two meet (as cpersist does); with ``--copy-first``, "bg copy first"
 copies all of them before the dump starts
-(``cpersist.pickling.background.OVERLAP_COPIES = False``). Beside each
+(``cpersist.pickling.background.OVERLAP_COPIES = False``); with
+``--unpaced``, "bg unpaced" copies as fast as it can from the start rather
+than leave to the dump what it can write in about the time a copy takes
+(``cpersist.pickling.copy_pace.CALL_BUDGET = 0``). Beside each
 ratio of medians and of minimums, the median of the ratios of each round's
 pair, in wall and in CPU time (the process's, all threads). With
 ``--fsync``, both dumps end once the file is on disk rather than in the page
@@ -63,6 +66,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import cpersist  # noqa: E402
 from cpersist.pickling import background as _background  # noqa: E402
+from cpersist.pickling import copy_pace as _copy_pace  # noqa: E402
 
 MB = 1 << 20
 
@@ -114,30 +118,36 @@ def calls(args, directory):
         # As the background dump does: same codec, threads and fsync.
         cpersist.dump(obj, path, compress=args.compress, fsync=args.fsync)
 
-    def in_background(overlap):
+    def in_background(name, overlap=True, paced=True):
         def work():
             _background.OVERLAP_COPIES = overlap
+            budget = _copy_pace.CALL_BUDGET
+            if not paced:
+                _copy_pace.CALL_BUDGET = 0
             try:
                 t0 = time.perf_counter()
                 future = cpersist.dump(obj, path, compress=args.compress, fsync=args.fsync,
                                        background=True)
-                call_times[overlap].append(time.perf_counter() - t0)
+                call_times[name].append(time.perf_counter() - t0)
                 future.result()
             finally:
                 _background.OVERLAP_COPIES = True
+                _copy_pace.CALL_BUDGET = budget
         return work
 
-    call_times = {True: [], False: []}
-    contenders = {"memcpy": memcpy, "plain dump": plain, "background dump": in_background(True)}
+    contenders = {"memcpy": memcpy, "plain dump": plain,
+                  "background dump": in_background("background dump")}
     if args.copy_first:
-        contenders["bg copy first"] = in_background(False)
+        contenders["bg copy first"] = in_background("bg copy first", overlap=False)
+    if args.unpaced:
+        contenders["bg unpaced"] = in_background("bg unpaced", paced=False)
+    call_times = {name: [] for name in contenders if name.startswith("b")}
     before = load_average()
     results = in_turn({name: timed(work) for name, work in contenders.items()}, args.rounds)
     times = {name: [r[0] for r in runs] for name, runs in results.items()}
     cpu = {name: [r[1] for r in runs] for name, runs in results.items()}
-    times["background call"] = call_times[True][1:]
-    if args.copy_first:
-        times["bg copy first call"] = call_times[False][1:]
+    for name, runs in call_times.items():
+        times[name.replace(" dump", "") + " call"] = runs[1:]
     print(f"{args.mb} MB in {n} arrays, compress={args.compress}, fsync={args.fsync}, "
           f"{args.rounds} rounds; "
           f"load average {before} -> {load_average()}")
@@ -147,9 +157,8 @@ def calls(args, directory):
         if name in cpu:
             line += f"  cpu median {statistics.median(cpu[name]) * 1e3:.0f} ms"
         print(line)
-    pairs = [("background call", "memcpy"), ("background dump", "plain dump")]
-    if args.copy_first:
-        pairs += [("bg copy first call", "memcpy"), ("bg copy first", "plain dump")]
+    pairs = [pair for name in call_times
+             for pair in ((name.replace(" dump", "") + " call", "memcpy"), (name, "plain dump"))]
     for mine, peer in pairs:
         # Each round times both within seconds of each other: the ratio of
         # a round's pair is less drift-prone than a ratio of two medians.
@@ -340,6 +349,8 @@ def main(argv=None):
                         help="calls: both dumps fsync the file (the end is then on disk)")
     parser.add_argument("--copy-first", action="store_true",
                         help="calls: also time background dumps that copy every array first")
+    parser.add_argument("--unpaced", action="store_true",
+                        help="calls: also time background dumps whose call copies all it can")
     parser.add_argument("--savers", help="loop: comma-separated, of " + ", ".join(SAVER_NAMES)
                         + " (default: none, background and the framework's own)")
     args = parser.parse_args(argv)
