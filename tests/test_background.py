@@ -284,6 +284,7 @@ def test_the_call_leaves_to_the_dump_what_it_writes_before_a_copy_would_be_done(
     # A copy would take ages (one byte a second): the call, started before
     # the dump, copies nothing and returns once the dump has read it all.
     monkeypatch.setattr(copy_pace, "_copy_speed", 1.0)
+    monkeypatch.setattr(copy_pace, "_just_measured", True)
     original = np.random.default_rng(2).integers(0, 256, 12 << 20, dtype=np.uint8)
     expected = original.copy()
     snapshot = take({"a": original}, deferred=True)
@@ -301,6 +302,7 @@ def test_the_call_leaves_to_the_dump_what_it_writes_before_a_copy_would_be_done(
 
 def test_the_call_copies_at_once_what_the_dump_waits_for(monkeypatch):
     monkeypatch.setattr(copy_pace, "_copy_speed", 1.0)  # the call would rather wait
+    monkeypatch.setattr(copy_pace, "_just_measured", True)
     original = np.random.default_rng(3).integers(0, 256, 4 << 20, dtype=np.uint8)
     expected = original.copy()
     snapshot = take({"a": original}, deferred=True)

@@ -28,8 +28,10 @@ COPY_MARGIN = 1.0
 MEASURED_COPY = 64 << 20
 
 #: Bytes per second of a copy of MEASURED_COPY bytes, once measured; raised
-#: by any faster run of copies (:meth:`CopyPace.copied`).
+#: by any faster run of copies (:meth:`CopyPace.copies`).
 _copy_speed = None
+#: Whether it was measured for the next call (which then need not).
+_just_measured = False
 
 
 def speed_unknown():
@@ -40,33 +42,47 @@ def speed_unknown():
 def measure_copy(copy, original):
     """Copy ``original`` into ``copy`` (:data:`MEASURED_COPY` bytes each),
     timing it: the copy speed the calls of this process pace themselves by."""
-    global _copy_speed
+    global _copy_speed, _just_measured
     np.copyto(copy, original)  # the memory may never have been touched
     start = time.perf_counter()
     np.copyto(copy, original)
     _copy_speed = copy.nbytes / max(time.perf_counter() - start, 1e-6)
+    _just_measured = True
 
 
 class CopyPace:
-    """The pace of one call copying ``size`` deferred bytes."""
+    """The pace of one call copying ``size`` deferred bytes.
 
-    __slots__ = ("_size", "_deadline", "_run_start", "_run_bytes")
+    The call first copies a run of :data:`MEASURED_COPY` bytes, timed, unless
+    the speed was just measured (:func:`measure_copy`); the fastest run of
+    the process is the speed its calls pace themselves by (if anything a
+    low one: the dump writes meanwhile), so that a speed measured while the
+    machine was busy does not hold the calls back for good.
+    """
+
+    __slots__ = ("_size", "_started", "_deadline", "_run_start", "_run_bytes")
 
     def __init__(self, size):
         self._size = size
-        self._deadline = None
+        self._started = self._deadline = None
         self._run_start = None  # of the copies made one after another
         self._run_bytes = 0
 
     def start(self):
         """The call starts copying."""
-        if _copy_speed is not None:
-            self._deadline = time.perf_counter() + CALL_BUDGET * self._size / _copy_speed
+        global _just_measured
+        self._started = time.perf_counter()
+        if _just_measured:
+            _just_measured = False
+            self._set_deadline()
+
+    def _set_deadline(self):
+        self._deadline = self._started + CALL_BUDGET * self._size / _copy_speed
 
     def may_wait(self, left):
         """Seconds the call may still wait for the dump before it copies
         ``left`` bytes (those neither taken by the dump nor copied yet),
-        0 if it copies the next block now (the speed is unknown)."""
+        0 if it copies the next block now."""
         if self._deadline is None:
             return 0
         wait = max(0, self._deadline - left * COPY_MARGIN / _copy_speed - time.perf_counter())
@@ -76,16 +92,15 @@ class CopyPace:
 
     def copies(self, nbytes):
         """The call copies ``nbytes`` next, right after its last copy if it
-        has not waited since: a long enough run of copies is a measure of
-        the copy speed too (if anything, a low one: the dump writes
-        meanwhile), which raises the one known if faster."""
+        has not waited since."""
         global _copy_speed
         now = time.perf_counter()
         if self._run_start is None:
             self._run_start, self._run_bytes = now, 0
         elif self._run_bytes >= MEASURED_COPY:
             speed = self._run_bytes / max(now - self._run_start, 1e-6)
-            if _copy_speed is not None and speed > _copy_speed:
-                _copy_speed = speed
+            _copy_speed = max(_copy_speed or 0, speed)
+            if self._deadline is None:
+                self._set_deadline()
             self._run_start, self._run_bytes = now, 0
         self._run_bytes += nbytes
