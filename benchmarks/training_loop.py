@@ -26,7 +26,8 @@ cache, whose writing back otherwise varies with the machine's other writes.
 forward pass, gradient (batch ``--batch``) and momentum update per layer,
 checkpointing it every ``--every`` steps with each of ``--savers``: not at
 all (``none``), ``cpersist.dump(background=True)`` (``background``), the same
-with its copies made before it writes (``copy-first``), a plain
+with its call copying all it can (``unpaced``) or with its copies made
+before it writes (``copy-first``), a plain
 ``cpersist.dump`` (``dump``), ``torch.save`` (``torch``, torch loop) or
 orbax's ``StandardCheckpointer`` without waiting (``orbax``, jax loop,
 ``force=True`` to one directory). By default: none, background, and the
@@ -242,7 +243,8 @@ def copy_first(call):
 DEFAULT_SAVERS = {"numpy": "none,background,dump", "torch": "none,background,torch",
                   "jax": "none,background,orbax"}
 SAVER_NAMES = {"none": "none", "background": "cpersist background",
-               "copy-first": "bg copy first", "dump": "cpersist dump",
+               "unpaced": "bg unpaced", "copy-first": "bg copy first",
+               "dump": "cpersist dump",
                "torch": "torch.save", "orbax": "orbax async"}
 
 
@@ -269,6 +271,14 @@ def loop(args, directory):
             def save():
                 pending.append(cpersist.dump(state, path, compress=args.compress,
                                              background=True))
+        elif name == "unpaced":
+            def save():
+                budget, _copy_pace.CALL_BUDGET = _copy_pace.CALL_BUDGET, 0
+                try:
+                    pending.append(cpersist.dump(state, path, compress=args.compress,
+                                                 background=True))
+                finally:
+                    _copy_pace.CALL_BUDGET = budget
         elif name == "copy-first":
             def save():
                 pending.append(copy_first(lambda: cpersist.dump(
