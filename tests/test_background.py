@@ -91,6 +91,15 @@ def test_numpy_arrays_changed_after_the_call_are_written_as_they_were(tmp_path, 
     assert_same(expected, cpersist.load(path)["obj"])
 
 
+@pytest.mark.parametrize("compress", [0, 3])
+def test_the_file_is_byte_for_byte_a_plain_dumps(tmp_path, compress):
+    # Large arrays too: their chunks come from the originals or the copies.
+    obj = {**_numpy_object(), "large": np.random.default_rng(4).standard_normal(3 << 20)}
+    cpersist.dump(obj, tmp_path / "plain.cp", compress=compress)
+    cpersist.dump(obj, tmp_path / "bg.cp", compress=compress, background=True).result()
+    assert (tmp_path / "bg.cp").read_bytes() == (tmp_path / "plain.cp").read_bytes()
+
+
 def test_a_memmap_is_snapshotted_as_a_plain_array(tmp_path, gate):
     source = np.lib.format.open_memmap(tmp_path / "m.npy", "w+", np.float64, (1000,))
     source[:] = np.arange(1000)
