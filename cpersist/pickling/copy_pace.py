@@ -18,7 +18,7 @@ import numpy as np
 
 #: The call takes up to about this many times as long as copying its
 #: deferred bytes would (at the speed :func:`measure_copy` found).
-CALL_BUDGET = 1.1
+CALL_BUDGET = 1.05
 #: What the call allows for copying what is left while the dump also
 #: writes: a copy then shares memory bandwidth and cores with it, and
 #: the dump still takes blocks from the front.
