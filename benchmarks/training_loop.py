@@ -11,7 +11,10 @@ background=True)``: the call, and until ``result()`` returns.
 originals' memory, while the call copies them from the last one back, until
 the two meet (as cpersist does); with ``--copy-first``, "bg copy first"
 copies all of them before the dump starts
-(``cpersist.pickling.background.OVERLAP_COPIES = False``). Beside each
+(``cpersist.pickling.background.OVERLAP_COPIES = False``); with
+``--unpaced``, "bg unpaced" copies as fast as it can from the start rather
+than leave to the dump what it can write in about the time a copy takes
+(``cpersist.pickling.copy_pace.CALL_BUDGET = 0``). Beside each
 ratio of medians and of minimums, the median of the ratios of each round's
 pair, in wall and in CPU time (the process's, all threads). With
 ``--fsync``, both dumps end once the file is on disk rather than in the page
@@ -23,7 +26,8 @@ cache, whose writing back otherwise varies with the machine's other writes.
 forward pass, gradient (batch ``--batch``) and momentum update per layer,
 checkpointing it every ``--every`` steps with each of ``--savers``: not at
 all (``none``), ``cpersist.dump(background=True)`` (``background``), the same
-with its copies made before it writes (``copy-first``), a plain
+with its call copying all it can (``unpaced``) or with its copies made
+before it writes (``copy-first``), a plain
 ``cpersist.dump`` (``dump``), ``torch.save`` (``torch``, torch loop) or
 orbax's ``StandardCheckpointer`` without waiting (``orbax``, jax loop,
 ``force=True`` to one directory). By default: none, background, and the
@@ -36,8 +40,10 @@ is written (a save still running when the next one starts waits for it, as
 in a training loop that keeps checkpointing). So a run of 30 steps, every
 10, costs what 30 steps of a long run do. Each figure is the median over
 ``--rounds`` rounds, the savers run in turn with the order rotated each
-round, after a warm-up of one step and one save each; beside steps per
-second of wall time, steps per second of the process's CPU time (all its
+round, after a warm-up of one step and one save each; after each run, its
+files are removed and the page cache written back, untimed (a run does not
+pay for the write-back of an earlier run's files). Beside steps per second of
+wall time, steps per second of the process's CPU time (all its
 threads: the loop's, the writer's, orbax's), which a loaded machine
 disturbs less.
 
@@ -63,6 +69,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import cpersist  # noqa: E402
 from cpersist.pickling import background as _background  # noqa: E402
+from cpersist.pickling import copy_pace as _copy_pace  # noqa: E402
 
 MB = 1 << 20
 
@@ -114,30 +121,36 @@ def calls(args, directory):
         # As the background dump does: same codec, threads and fsync.
         cpersist.dump(obj, path, compress=args.compress, fsync=args.fsync)
 
-    def in_background(overlap):
+    def in_background(name, overlap=True, paced=True):
         def work():
             _background.OVERLAP_COPIES = overlap
+            budget = _copy_pace.CALL_BUDGET
+            if not paced:
+                _copy_pace.CALL_BUDGET = 0
             try:
                 t0 = time.perf_counter()
                 future = cpersist.dump(obj, path, compress=args.compress, fsync=args.fsync,
                                        background=True)
-                call_times[overlap].append(time.perf_counter() - t0)
+                call_times[name].append(time.perf_counter() - t0)
                 future.result()
             finally:
                 _background.OVERLAP_COPIES = True
+                _copy_pace.CALL_BUDGET = budget
         return work
 
-    call_times = {True: [], False: []}
-    contenders = {"memcpy": memcpy, "plain dump": plain, "background dump": in_background(True)}
+    contenders = {"memcpy": memcpy, "plain dump": plain,
+                  "background dump": in_background("background dump")}
     if args.copy_first:
-        contenders["bg copy first"] = in_background(False)
+        contenders["bg copy first"] = in_background("bg copy first", overlap=False)
+    if args.unpaced:
+        contenders["bg unpaced"] = in_background("bg unpaced", paced=False)
+    call_times = {name: [] for name in contenders if name.startswith("b")}
     before = load_average()
     results = in_turn({name: timed(work) for name, work in contenders.items()}, args.rounds)
     times = {name: [r[0] for r in runs] for name, runs in results.items()}
     cpu = {name: [r[1] for r in runs] for name, runs in results.items()}
-    times["background call"] = call_times[True][1:]
-    if args.copy_first:
-        times["bg copy first call"] = call_times[False][1:]
+    for name, runs in call_times.items():
+        times[name.replace(" dump", "") + " call"] = runs[1:]
     print(f"{args.mb} MB in {n} arrays, compress={args.compress}, fsync={args.fsync}, "
           f"{args.rounds} rounds; "
           f"load average {before} -> {load_average()}")
@@ -147,9 +160,8 @@ def calls(args, directory):
         if name in cpu:
             line += f"  cpu median {statistics.median(cpu[name]) * 1e3:.0f} ms"
         print(line)
-    pairs = [("background call", "memcpy"), ("background dump", "plain dump")]
-    if args.copy_first:
-        pairs += [("bg copy first call", "memcpy"), ("bg copy first", "plain dump")]
+    pairs = [pair for name in call_times
+             for pair in ((name.replace(" dump", "") + " call", "memcpy"), (name, "plain dump"))]
     for mine, peer in pairs:
         # Each round times both within seconds of each other: the ratio of
         # a round's pair is less drift-prone than a ratio of two medians.
@@ -231,7 +243,8 @@ def copy_first(call):
 DEFAULT_SAVERS = {"numpy": "none,background,dump", "torch": "none,background,torch",
                   "jax": "none,background,orbax"}
 SAVER_NAMES = {"none": "none", "background": "cpersist background",
-               "copy-first": "bg copy first", "dump": "cpersist dump",
+               "unpaced": "bg unpaced", "copy-first": "bg copy first",
+               "dump": "cpersist dump",
                "torch": "torch.save", "orbax": "orbax async"}
 
 
@@ -258,6 +271,14 @@ def loop(args, directory):
             def save():
                 pending.append(cpersist.dump(state, path, compress=args.compress,
                                              background=True))
+        elif name == "unpaced":
+            def save():
+                budget, _copy_pace.CALL_BUDGET = _copy_pace.CALL_BUDGET, 0
+                try:
+                    pending.append(cpersist.dump(state, path, compress=args.compress,
+                                                 background=True))
+                finally:
+                    _copy_pace.CALL_BUDGET = budget
         elif name == "copy-first":
             def save():
                 pending.append(copy_first(lambda: cpersist.dump(
@@ -296,8 +317,22 @@ def loop(args, directory):
             finish_saves()  # the last checkpoint's cost is the run's too
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             print(f" {wall:.1f} s wall, {cpu:.1f} s cpu", file=sys.stderr, flush=True)
+            clean_up()
             return steps / wall, steps / cpu
         return timed
+
+    def clean_up():
+        """Untimed: remove what the run wrote and write back what else is in
+        the page cache, so that no run pays for the write-back of files an
+        earlier one left (1 GB files cross the kernel's dirty-page limit
+        in two or three saves)."""
+        for name in os.listdir(directory):
+            where = os.path.join(directory, name)
+            if os.path.isdir(where):
+                shutil.rmtree(where, ignore_errors=True)
+            else:
+                os.unlink(where)
+        os.sync()
 
     before = load_average()
     try:
@@ -322,6 +357,9 @@ def loop(args, directory):
                 f"  {cpu:6.3f} steps/cpu-s")
         if base_wall is not None:
             line += f"  loss {1 - wall / base_wall:+.1%} wall, {1 - cpu / base_cpu:+.1%} cpu"
+            # Against the same round's loop without saving: drift between rounds cancels.
+            paired = [1 - r[0] / b[0] for r, b in zip(runs, results["none"])]
+            line += f"; per round median {statistics.median(paired):+.1%} wall"
         print(line)
 
 
@@ -340,6 +378,8 @@ def main(argv=None):
                         help="calls: both dumps fsync the file (the end is then on disk)")
     parser.add_argument("--copy-first", action="store_true",
                         help="calls: also time background dumps that copy every array first")
+    parser.add_argument("--unpaced", action="store_true",
+                        help="calls: also time background dumps whose call copies all it can")
     parser.add_argument("--savers", help="loop: comma-separated, of " + ", ".join(SAVER_NAMES)
                         + " (default: none, background and the framework's own)")
     args = parser.parse_args(argv)

@@ -83,7 +83,9 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         and its arrays right after the call. The snapshot pickles ``obj``'s
         other objects and copies the bytes of its numpy arrays and CPU torch
         tensors (once per storage), but for those the dump has already
-        written from their own memory, which it starts doing at once; JAX
+        written from their own memory, which it starts doing at once: the
+        call takes about as long as one copy would, and copies only what
+        the dump will not have written by then; JAX
         arrays are immutable and are not copied (jax does not donate one
         while the dump is pending). The copies' memory is kept for the next
         background dump's snapshot.

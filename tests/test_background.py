@@ -13,6 +13,7 @@ import pytest
 
 import cpersist
 from cpersist._runtime.temporaries import TMP_SUFFIX
+from cpersist.pickling import copy_pace
 from cpersist.pickling.snapshot import IncompleteSnapshot, chunks_to_write, take
 from cpersist.pickling.snapshot_pickler import DEFER_FROM
 
@@ -88,6 +89,15 @@ def test_numpy_arrays_changed_after_the_call_are_written_as_they_were(tmp_path, 
     _GATES[gate].set()  # the dump writes only now
     assert future.result() == [str(path)]
     assert_same(expected, cpersist.load(path)["obj"])
+
+
+@pytest.mark.parametrize("compress", [0, 3])
+def test_the_file_is_byte_for_byte_a_plain_dumps(tmp_path, compress):
+    # Large arrays too: their chunks come from the originals or the copies.
+    obj = {**_numpy_object(), "large": np.random.default_rng(4).standard_normal(3 << 20)}
+    cpersist.dump(obj, tmp_path / "plain.cp", compress=compress)
+    cpersist.dump(obj, tmp_path / "bg.cp", compress=compress, background=True).result()
+    assert (tmp_path / "bg.cp").read_bytes() == (tmp_path / "plain.cp").read_bytes()
 
 
 def test_a_memmap_is_snapshotted_as_a_plain_array(tmp_path, gate):
@@ -276,6 +286,55 @@ def test_the_call_and_the_dump_meet_inside_an_array():
             release()
     assert first + b"".join(rest) == expected
     assert snapshot.from_originals == 1 << 20
+
+
+def test_the_call_leaves_to_the_dump_what_it_writes_before_a_copy_would_be_done(
+        tmp_path, monkeypatch):
+    # A copy would take ages (one byte a second): the call, started before
+    # the dump, copies nothing and returns once the dump has read it all.
+    monkeypatch.setattr(copy_pace, "_copy_speed", 1.0)
+    monkeypatch.setattr(copy_pace, "_just_measured", True)
+    original = np.random.default_rng(2).integers(0, 256, 12 << 20, dtype=np.uint8)
+    expected = original.copy()
+    snapshot = take({"a": original}, deferred=True)
+    restored = snapshot.restore()
+    copying = threading.Thread(target=snapshot.copy)
+    copying.start()
+    with snapshot.written_by_this_thread():
+        cpersist.dump(restored, tmp_path / "x.cp")
+    copying.join(60)
+    assert not copying.is_alive()
+    assert snapshot.from_originals == original.nbytes
+    original[...] = 0
+    assert_same({"a": expected}, cpersist.load(tmp_path / "x.cp"))
+
+
+def test_the_call_copies_at_once_what_the_dump_waits_for(monkeypatch):
+    monkeypatch.setattr(copy_pace, "_copy_speed", 1.0)  # the call would rather wait
+    monkeypatch.setattr(copy_pace, "_just_measured", True)
+    original = np.random.default_rng(3).integers(0, 256, 4 << 20, dtype=np.uint8)
+    expected = original.copy()
+    snapshot = take({"a": original}, deferred=True)
+    restored = snapshot.restore()["a"]
+    views = []
+
+    def dump():
+        with snapshot.written_by_this_thread():
+            chunks, release = chunks_to_write(restored, 1 << 20)
+            next(iter(chunks))  # from the original
+            release()
+            # A view of the array is read from the copy: the dump waits for the call.
+            view, _ = chunks_to_write(restored[::3], 1 << 20)
+            views.append(b"".join(bytes(chunk) for chunk in view))
+
+    dumping = threading.Thread(target=dump, daemon=True)
+    dumping.start()
+    snapshot.copy()
+    dumping.join(60)
+    assert not dumping.is_alive()
+    assert snapshot.from_originals == 1 << 20
+    original[...] = 0
+    assert views == [expected[::3].tobytes()]
 
 
 def test_a_view_of_an_array_partly_read_from_the_original_is_read_from_the_copy():

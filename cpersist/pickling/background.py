@@ -81,6 +81,7 @@ def start(obj, write, target, codec, protocol, chunk_size, n_threads, deferred=T
     buffers = _buffers
     try:
         snapshot = take(obj, buffers, deferred and OVERLAP_COPIES)
+        snapshot.measure_copy_speed()  # before the dump competes with the copy
     except BaseException as exc:
         _slots.release()
         future.set_exception(_snapshot_error(obj, protocol, exc))

@@ -34,6 +34,9 @@ call copies only what the dump has not written by then, and the dump never
 waits for a copy but where the two meet. The writing thread gets each
 array's chunks from :func:`chunks_to_write` (``write_sections`` does, for
 each section).
+
+The call paces its copies (:mod:`.copy_pace`): it leaves to the dump
+what the dump can write before the call would have copied it all.
 """
 
 import bisect
@@ -44,6 +47,7 @@ import threading
 import numpy as np
 
 from .arrays import iter_chunks
+from .copy_pace import MEASURED_COPY, CopyPace, measure_copy, speed_unknown
 from .snapshot_pickler import SnapshotPickler, SnapshotUnpickler
 
 
@@ -96,6 +100,9 @@ class Snapshot:
         self._finished = not self._deferred  # copy() has returned or raised
         self._broken = False  # copy() raised: the originals may have changed
         self._dump_ended = False
+        self._left = sum(item.size for item in self._deferred)  # neither taken nor claimed
+        self._pace = CopyPace(self._left)
+        self._dump_waits = False  # for the call to copy
         #: Bytes the dump has read from originals rather than from copies.
         self.from_originals = 0
 
@@ -107,8 +114,12 @@ class Snapshot:
         :class:`IncompleteSnapshot` on the first chunk it cannot have."""
         state = self._state
         complete = False
+        self._pace.start()
+        # Those the dump cannot read from the original first: it waits for them.
+        ordered = ([item for item in reversed(self._deferred) if item.original is None]
+                   + [item for item in reversed(self._deferred) if item.original is not None])
         try:
-            for item in reversed(self._deferred):
+            for item in ordered:
                 if not self._copy_down(item):
                     break  # the dump is over: nothing more to copy
             with state:
@@ -140,6 +151,7 @@ class Snapshot:
                 if self._dump_ended:
                     return False
                 item.low = 0
+                self._left -= item.size
             item.fill()
             with state:
                 item.copied = 0
@@ -153,11 +165,30 @@ class Snapshot:
                 low = max(item.taken, high - COPY_BLOCK)
                 if low >= high:
                     return True
+                wait = 0 if self._dump_waits else self._pace.may_wait(self._left)
+                if wait:
+                    state.wait(wait)  # woken as the dump lets go of each chunk
+                    continue
                 item.low = low
+                self._left -= high - low
+                self._pace.copies(high - low)
             np.copyto(item.copy[low:high], item.original[low:high])
             with state:
                 item.copied = low
                 state.notify_all()
+
+    def measure_copy_speed(self):
+        """Before the dump starts, once per process: copy the end of the
+        largest deferred array, timed (:func:`.copy_pace.measure_copy`)."""
+        items = [item for item in self._deferred
+                 if item.original is not None and item.size >= MEASURED_COPY]
+        if items and speed_unknown():
+            item = max(items, key=lambda item: item.size)
+            low = item.size - MEASURED_COPY
+            measure_copy(item.copy[low:], item.original[low:])
+            with self._state:
+                item.low = item.copied = low
+                self._left -= MEASURED_COPY
 
     def wait_finished(self):
         """Wait until :meth:`copy` has returned or raised (nothing writes
@@ -222,7 +253,9 @@ class Snapshot:
             raise _incomplete()
         if not self._finished and item.original is not None:
             if low <= item.taken and high <= item.low:
-                item.taken = max(item.taken, high)  # not the call's to copy any more
+                if high > item.taken:  # not the call's to copy any more
+                    self._left -= high - item.taken
+                    item.taken = high
                 return item.original
             if low < item.taken and high > item.filled:
                 return item.original  # again: it is not in the copy
@@ -230,11 +263,21 @@ class Snapshot:
             return None
         if low < item.taken:  # taken by the dump, not in the copy, too late
             raise _read_twice()
-        while item.copied > low:  # the call copies down to item.taken <= low
-            if self._finished:
-                raise _incomplete()
-            self._state.wait()
+        self._wait_for_copies(item, low)
         return None
+
+    def _wait_for_copies(self, item, low):
+        """Wait until the call has copied ``item`` down to ``low`` (at or
+        below what it copies down to); under ``_state``."""
+        self._dump_waits = True
+        self._state.notify_all()  # the call copies at once
+        try:
+            while item.copied > low:
+                if self._finished:
+                    raise _incomplete()
+                self._state.wait()
+        finally:
+            self._dump_waits = False
 
     def _release(self, sources):
         if sources.popleft():
@@ -267,10 +310,7 @@ class Snapshot:
                     item.filled = high
                     state.notify_all()
         with state:
-            while item.copied > item.taken:
-                if self._finished:
-                    raise _incomplete()
-                state.wait()
+            self._wait_for_copies(item, item.taken)
 
     def _dump_ends(self):
         """The dump reads nothing more (written or failed): the call waits
