@@ -173,6 +173,11 @@ def test_run_claimed_raises_the_first_error_after_every_thread_stopped():
         for i in claims:
             time.sleep(0.01)
             if i == 0:
+                # Fail only once the other thread runs too (a loaded machine
+                # may not have started it 10 ms in), so both are stopped.
+                deadline = time.monotonic() + 10
+                while len(running) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.001)
                 raise KeyError("item 0")
             finished.append(i)
     with pytest.raises(KeyError, match="item 0"):
