@@ -36,7 +36,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
     root = reader.sections[reader.root]
     if root.meta.get("kind") != "pickle":
         raise reader.error("damaged index: the root section is not a pickle stream")
-    pickled = pickle_stream(reader, root, verify, n_threads)
+    pickled = pickle_stream(reader, root, verify, n_threads, exact=restricted)
     # jax uses a CPU buffer in place only when it is aligned: the arrays of
     # a file of JAX arrays are, else each would be copied once more.
     # A file of no array section (its arrays, if any, inside the stream)
@@ -248,10 +248,11 @@ def _memmap(source, size, mode):
     return arr
 
 
-def pickle_stream(reader, root, verify, n_threads):
+def pickle_stream(reader, root, verify, n_threads, exact=False):
     """The pickle stream as a :class:`~.stream_reader.StreamReader`, decoded
     straight into its buffer; close it once unpickled (its buffer may be
-    one kept for the next load).
+    one kept for the next load). ``exact``: a buffer of the stream's length
+    (for a restricted load, see :func:`~.stream_reader.pooled_reader`).
 
     Above :data:`~cpersist.container.CHECKED_CLAIM` bytes, the buffer is
     the anonymous map :meth:`~cpersist.container.ContainerReader.read_bytes`
@@ -263,7 +264,7 @@ def pickle_stream(reader, root, verify, n_threads):
         return StreamReader(read_stream(reader, root, verify=verify, n_threads=n_threads))
     reader.check_claimed_sizes(root)
     return pooled_reader(root.raw_size, lambda view: reader.read_into(
-        root, view, verify=verify, n_threads=n_threads))
+        root, view, verify=verify, n_threads=n_threads), exact)
 
 
 def read_stream(reader, root, *, verify=True, n_threads=1):

@@ -73,6 +73,16 @@ class StreamReader:
         """Where ``sub`` first occurs in the stream, or -1."""
         return self._buffer.find(sub, 0, self._size)
 
+    def whole(self):
+        """The stream as bytes of exactly its length that support what
+        ``bytes`` does: the buffer itself when it is a bytearray of that
+        length (see :func:`pooled_reader`), else a copy. Nothing may use it
+        once closed."""
+        buffer = self._buffer
+        if type(buffer) is bytearray and len(buffer) == self._size:
+            return buffer
+        return bytes(self._view)
+
     def getbuffer(self):
         """The whole stream, as a memoryview."""
         return self._view
@@ -84,11 +94,15 @@ class StreamReader:
             STREAM_BUFFERS.give(self._buffer)
 
 
-def pooled_reader(size, fill):
+def pooled_reader(size, fill, exact=False):
     """A :class:`StreamReader` of ``size`` bytes, in a kept buffer when one
     fits (else a new one, kept once closed if small enough), filled by
-    ``fill(writable memoryview of size bytes)``."""
-    buffer = STREAM_BUFFERS.take(size) if size <= KEEP_BYTES else bytearray(size)
+    ``fill(writable memoryview of size bytes)``. ``exact``: a bytearray of
+    ``size`` bytes, which :meth:`StreamReader.whole` gives as it is (a
+    restricted load walks the stream as bytes: a copy of a model's stream
+    of many small arrays, in fresh memory, would cost about a fifth of
+    walking it)."""
+    buffer = STREAM_BUFFERS.take(size, exact) if size <= KEEP_BYTES else bytearray(size)
     stream = StreamReader(buffer, size, pooled=size <= KEEP_BYTES)
     if size:
         try:
