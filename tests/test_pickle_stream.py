@@ -6,6 +6,7 @@ import pickle
 import re
 import threading
 import time
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -306,8 +307,8 @@ def test_buffers_changed_later_in_the_dump_keep_their_pickled_bytes(
 
 
 def _inline_arrays(value, n=50):
-    """Arrays of 12,000 bytes each: a raw dump keeps them in its pickle stream."""
-    return {f"a{i}": np.full(1500, value + i, dtype="<f8") for i in range(n)}
+    """Arrays of 32,000 bytes each: a raw dump keeps them in its pickle stream."""
+    return {f"a{i}": np.full(4000, value + i, dtype="<f8") for i in range(n)}
 
 
 def test_arrays_kept_in_a_raw_stream_outlive_the_next_load(tmp_path):
@@ -323,6 +324,24 @@ def test_arrays_kept_in_a_raw_stream_outlive_the_next_load(tmp_path):
         two = [cpersist.load(tmp_path / "2.cp", trusted=trusted) for _ in range(2)]
         assert_same(first, one)
         assert_same(second, two[0])
+
+
+def test_restricted_load_allocates_arrays_kept_in_a_raw_stream_once(tmp_path):
+    """A restricted load walks the pickle stream in the buffer it was read
+    into, and an array kept in the stream views the bytearray its bytes
+    were copied into: beside the stream, the load allocates the arrays'
+    bytes once (not a copy of the stream, nor a second of each array)."""
+    obj = _inline_arrays(1.0)
+    cpersist.dump(obj, tmp_path / "a.cp", compress=0)
+    total = sum(arr.nbytes for arr in obj.values())
+    tracemalloc.start()
+    try:
+        out = cpersist.load(tmp_path / "a.cp", trusted=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert_same(obj, out)
+    assert peak < 2.5 * total, peak / total
 
 
 class _KeepingFile:

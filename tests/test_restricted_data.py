@@ -103,6 +103,58 @@ def test_array_without_buffer_is_zeros_not_heap():
         assert arr.shape == (4096,) and not arr.any()
 
 
+_INLINE = glob("cpersist.pickler", "inline_array")
+_BYTES = b"".join(struct.pack("<d", x) for x in (1.5, -2.0))
+
+
+def _arguments(data_ops):
+    """The arguments of ``inline_array`` of two float64 items, ``data_ops``
+    pushing their bytes, as a tuple left on the stack."""
+    return tup(data_ops, s("<f8"), tup(integer(2)), s("C"))
+
+
+_BYTEARRAY8 = pickle.BYTEARRAY8 + struct.pack("<Q", len(_BYTES)) + _BYTES
+#: An inline array's bytearray, or its arguments' tuple, also reachable from
+#: another item of the object: before the call, after it, by DUP or the memo.
+_SHARED = {
+    "memo-before": _BYTEARRAY8 + put(0) + pickle.POP + _INLINE
+    + _arguments(get(0)) + pickle.REDUCE + get(0),
+    "dup-before": _INLINE + pickle.MARK + _BYTEARRAY8 + pickle.DUP + put(0) + pickle.POP
+    + s("<f8") + tup(integer(2)) + s("C") + pickle.TUPLE + pickle.REDUCE + get(0),
+    "memo-after": _INLINE + _arguments(_BYTEARRAY8 + put(0)) + pickle.REDUCE + get(0),
+    "arguments-after": _INLINE + _arguments(_BYTEARRAY8) + put(0) + pickle.REDUCE + get(0),
+    "arguments-before": _INLINE + _arguments(_BYTEARRAY8) + pickle.DUP + put(0) + pickle.POP
+    + pickle.REDUCE + get(0),
+    "two-arrays": _INLINE + _arguments(_BYTEARRAY8 + put(0)) + pickle.REDUCE
+    + _INLINE + _arguments(get(0)) + pickle.REDUCE,
+}
+
+
+def _flat(value):
+    if type(value) is tuple:
+        return [item for inner in value for item in _flat(inner)]
+    return [value]
+
+
+@pytest.mark.parametrize("how", sorted(_SHARED))
+def test_inline_array_views_no_bytes_the_object_holds_elsewhere(how):
+    """An inline array views the bytearray its bytes were read into only
+    when nothing else of the object can hold it: bytes the stream pushes
+    again, or whose tuple of arguments it pushes again, are another copy."""
+    stream = proto(5, pickle.MARK + _SHARED[how] + pickle.TUPLE)
+    restricted = _flat(load(stream))
+    trusted = _flat(cpersist.loads(container_bytes(stream), trusted=True))
+    assert [type(item) for item in restricted] == [type(item) for item in trusted]
+    buffers = (bytearray, np.ndarray)
+    for mine, theirs in zip(restricted, trusted):
+        assert bytes(mine) == bytes(theirs) if type(mine) in buffers else mine == theirs
+    arrays = [item for item in restricted if type(item) is np.ndarray]
+    assert arrays and all(a.flags.writeable and a.tolist() == [1.5, -2.0] for a in arrays)
+    for arr in arrays:
+        assert not any(np.shares_memory(arr, np.frombuffer(other, np.uint8))
+                       for other in restricted if type(other) in buffers and other is not arr)
+
+
 # -- nesting and hashing -----------------------------------------------------------
 
 @pytest.mark.parametrize("into", ["set", "frozenset", "dict key", "none"])

@@ -42,10 +42,12 @@ class BufferPool:
         self._free = []
         self._lock = threading.Lock()
 
-    def take(self, size):
+    def take(self, size, exact=False):
         """Writable bytes (a bytearray, or an anonymous map of :data:`MAP_FROM`
         bytes or more) of at least ``size`` bytes, the caller's until given
-        back."""
+        back; with ``exact``, a bytearray of ``size`` bytes."""
+        if exact:
+            return self._take_exact(size)
         with self._lock:
             free = self._free
             # The smallest that fits: a lazy slice takes buffers of two sizes
@@ -66,6 +68,15 @@ class BufferPool:
         # Rounded up, so that the next chunk, a little longer, fits too: pages
         # never touched are never backed.
         return private_map(-(-size // MAP_FROM) * MAP_FROM)
+
+    def _take_exact(self, size):
+        with self._lock:
+            for k, buffer in enumerate(self._free):
+                if len(buffer) == size and type(buffer) is bytearray:
+                    del self._free[k]
+                    self._kept_bytes -= size
+                    return buffer
+        return bytearray(size)
 
     def give(self, buffer):
         """Return a buffer from :meth:`take`; kept if there is room."""

@@ -73,6 +73,16 @@ class SectionFile:
         """Where ``sub`` first occurs in the section, or -1."""
         return self._buffer.find(sub, 0, self._size)
 
+    def whole(self):
+        """The stream as bytes of exactly its length that support what
+        ``bytes`` does: the buffer itself when it is a bytearray of that
+        length (see :meth:`~.sections.ContainerReader.open_section`), else
+        a copy. Nothing may use it once closed."""
+        buffer = self._buffer
+        if type(buffer) is bytearray and len(buffer) == self._size:
+            return buffer
+        return bytes(self._view)
+
     def getbuffer(self):
         """The whole section, as a memoryview."""
         return self._view

@@ -322,18 +322,23 @@ class SectionReads:
             self.read_into(section, out, verify=verify, n_threads=n_threads)
         return out
 
-    def open_section(self, section, *, verify=True, n_threads=1):
+    def open_section(self, section, *, verify=True, n_threads=1, exact=False):
         """Return the section's bytes as a :class:`~.section_file.SectionFile`
         (a file object whose reads are views of them); close it once done.
 
         Up to :data:`~.section_file.KEEP_BYTES`, they are read into a
         buffer kept for the next section opened, given back when the file
-        is closed; above, into new memory (:meth:`read_bytes`).
+        is closed; above, into new memory (:meth:`read_bytes`). ``exact``:
+        a kept buffer is a bytearray of the section's length, which
+        :meth:`~.section_file.SectionFile.whole` gives as it is (a
+        restricted load walks the stream as bytes: a copy of a model's
+        stream of many small arrays, in fresh memory, would cost about a
+        fifth of walking it).
         """
         size = section.raw_size
         if size > KEEP_BYTES:
             return SectionFile(self.read_bytes(section, verify=verify, n_threads=n_threads))
-        buffer = SECTION_BUFFERS.take(size)
+        buffer = SECTION_BUFFERS.take(size, exact)
         if size:
             try:
                 self.read_into(section, memoryview(buffer)[:size], verify=verify,

@@ -99,6 +99,11 @@ class ArrayPickler(pickle.Pickler):
         # check is of the class, and a class is neither a tensor nor a JAX or
         # dask array type later, once torch, jax or dask is imported.
         self._passed = set()
+        # Dtypes whose C-contiguous arrays kept in the stream pickle as a
+        # buffer of their memory and the dtype itself, by id (held, so that
+        # no other dtype takes its id): a model's hundreds of small arrays
+        # share a few, and each skips the checks below.
+        self._inline_dtypes = {}
 
     def forget(self):
         """Forget the arrays and tensor storages met so far, as
@@ -147,9 +152,31 @@ class ArrayPickler(pickle.Pickler):
         self.placed[id(obj)] = reduced[1][0] if reduced[0] is stored_array else None
         return reduced
 
+    def _note_inline_dtype(self, arr):
+        """Remember ``arr``'s dtype for :meth:`reducer_override`'s quick way
+        if its arrays pickle as what :func:`.arrays.to_inline` makes of a
+        C-contiguous one at protocol 5, and the dtype as itself."""
+        dtype = arr.dtype
+        if self._protocol < 5 or inline_dtype(dtype) is not dtype:
+            return
+        try:
+            pickle.PickleBuffer(arr)
+        except (ValueError, TypeError):  # numpy exports no buffer of it
+            return
+        if len(self._inline_dtypes) >= 1024:
+            self._inline_dtypes.clear()
+        self._inline_dtypes[id(dtype)] = dtype
+
     def reducer_override(self, obj):
         cls = type(obj)
         if cls is np.ndarray:
+            dtype = obj.dtype
+            if (self._inline_dtypes.get(id(dtype)) is dtype
+                    and 0 < obj.nbytes < self._inline_below and obj.flags.c_contiguous):
+                # What _reduce_plain gives for it, the same bytes.
+                self.inlined += 1
+                self.placed[id(obj)] = None
+                return inline_array, (pickle.PickleBuffer(obj), dtype, obj.shape, "C")
             if not is_plain_data(obj):
                 return NotImplemented  # items are Python objects: pickle them
             reduced = self._reduce_plain(obj)
@@ -157,6 +184,8 @@ class ArrayPickler(pickle.Pickler):
                 self.placed[id(obj)] = reduced[1][0]
             elif reduced[0] is inline_array:
                 self.placed[id(obj)] = None
+                if obj.nbytes and self._inline_dtypes.get(id(dtype)) is not dtype:
+                    self._note_inline_dtype(obj)
             return reduced
         if cls is np.memmap:
             if not is_plain_data(obj):

@@ -8,7 +8,7 @@ import numpy as np
 
 from .array_builders import array_arg, array_class, fill_value, numpy_ma
 from .builders import bind
-from .checks import Refused, as_dtype, as_order, as_shape, brief
+from .checks import Refused, as_order, as_shape, brief
 from ..format.named_dtypes import ITEMSIZES, resolve
 
 
@@ -31,11 +31,14 @@ def build_inline(machine, func, args, kwargs, new):
         # up; a dry run stands it in as bytes of its size, importing nothing.
         dtype = np.dtype(f"V{ITEMSIZES[dtype]}") if machine.dry else resolve(dtype)
     else:
-        dtype = as_dtype(dtype)
+        dtype = machine.dtype(dtype)
     machine.alloc(count * dtype.itemsize)
-    # A bytearray of its own, which the array views: the stream's may be
-    # referenced again by it.
-    return func(bytearray(bound["data"]), dtype, shape, as_order(bound.get("order")))
+    # A bytearray of its own, which the array views: the stream's itself when
+    # nothing else holds it (Machine.take_buffer), else a copy.
+    data = bound["data"]
+    if not (args and data is args[0] and not kwargs and machine.take_buffer(data)):
+        data = bytearray(data)
+    return func(data, dtype, shape, as_order(bound.get("order")))
 
 
 def _state_dict(value, what):

@@ -15,7 +15,7 @@ from ..exceptions import UntrustedObjectError
 from ..format.limits import STR_HASH_PREDICTABLE, exceeded
 from ..stream.args import StreamError
 from .allowlist import TRUSTED, VALUE
-from .checks import Refused, brief
+from .checks import Refused, as_dtype, brief
 
 #: What the C unpickler says of an opcode that takes more than the stack holds.
 UNDERFLOW = "unpickling stack underflow"
@@ -43,7 +43,8 @@ class Machine:
 
     Parameters
     ----------
-    data : bytes
+    data : bytes or bytearray
+        The stream (a bytearray is never written to here).
     resolve : callable
         ``resolve(module, name) -> (object, builder)``: the allowlist.
     persistent_load : callable
@@ -64,6 +65,9 @@ class Machine:
         self._targets = {}    # id -> object the stream made and may still fill in
         self._callables = {}  # id -> (global, its builder, its name)
         self._stored = {}     # id -> array of a section
+        self._loose = {}      # id -> bytearray of BYTEARRAY8 held at one place
+        self._taken = {}      # id -> bytearray an inline array views
+        self._dtypes = {}     # id -> dtype checked that the stream can no longer change
         self._depths = {}     # id -> (tuple or frozenset, nesting) when nested
         self._hashes = {}     # id -> (set or dict, {hash: keys of it}) of odd keys
         self._objects = 0
@@ -206,6 +210,17 @@ class Machine:
         self.new_dtypes[id(dtype)] = dtype
         return dtype
 
+    def dtype(self, value):
+        """:func:`.checks.as_dtype` of ``value``; a dtype object is checked
+        once while the stream can no longer change it (its state given, or
+        not one the stream made): a model's hundreds of arrays share a few."""
+        if self._dtypes.get(id(value)) is value:
+            return value
+        dtype = as_dtype(value)
+        if dtype is value and self.new_dtypes.get(id(value)) is not value:
+            self._dtypes[id(value)] = value
+        return dtype
+
     def stored(self, arr):
         self._stored[id(arr)] = arr
         return arr
@@ -222,6 +237,50 @@ class Machine:
                        f"only fill in objects the stream made and has not handed on",
                 remedy="load it with trusted=True only if you trust this file")
         return obj
+
+    # -- the bytearrays inline arrays view -----------------------------------
+    # A BYTEARRAY8's bytearray is a copy of the stream's bytes, which no
+    # opcode or builder changes. An inline array views it instead of a copy
+    # of its own when nothing else holds it but the memo and the tuple of the
+    # array's arguments. It is pushed once; another place could hold it only
+    # once it is pushed again (from the memo, by DUP, or returned by a
+    # call), and so could its arguments' tuple, which holds it first: either
+    # pushed again, the bytearray is copied for the array. Once an array
+    # views it, the stream reaches it, or that tuple, only from the memo,
+    # and is given a copy.
+    def made_buffer(self, buffer):
+        """``buffer``, just made by BYTEARRAY8."""
+        self._loose[id(buffer)] = buffer
+        return buffer
+
+    def take_buffer(self, buffer):
+        """Whether an inline array may view ``buffer``, the first of its call's
+        arguments, rather than a copy of it; if so, it is the array's."""
+        if self._loose.pop(id(buffer), None) is not buffer:
+            return False
+        self._taken[id(buffer)] = buffer
+        return True
+
+    def again(self, value):
+        """``value``, pushed again: from the memo, by DUP, or returned by a
+        call. A bytearray of BYTEARRAY8 (alone, or first of four in a tuple,
+        as an inline array's arguments) is no longer held at one place, and
+        one an array views is given as a copy."""
+        if type(value) is bytearray:
+            buffer = value
+        elif type(value) is tuple and len(value) == 4 and type(value[0]) is bytearray:
+            buffer = value[0]
+        else:
+            return value
+        key = id(buffer)
+        if self._loose.get(key) is buffer:
+            del self._loose[key]
+        elif self._taken.get(key) is buffer:
+            self.made()
+            self.alloc(len(buffer))
+            copy = bytearray(buffer)
+            return copy if value is buffer else self.nested((copy,) + value[1:])
+        return value
 
     # -- calls --------------------------------------------------------------
     def call(self, func, args, kwargs=None, new=False):
@@ -240,14 +299,14 @@ class Machine:
         kwargs = kwargs or {}
         if builder is TRUSTED:
             made = func.__new__(func, *args, **kwargs) if new else func(*args, **kwargs)
-            return self.made_target(made)
+            return self.made_target(self.again(made))
         if builder is VALUE:
             module, _, name = entry[2].rpartition(".")
             raise UntrustedObjectError(
                 module, name, self.source,
                 reason="restricted loads take it as a value, never call it",
                 remedy="load it with trusted=True only if you trust this file")
-        return builder(self, func, args, kwargs, new)
+        return self.again(builder(self, func, args, kwargs, new))
 
     def instantiate(self, cls, args):
         if not args and isinstance(cls, type) and not hasattr(cls, "__getinitargs__"):

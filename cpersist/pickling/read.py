@@ -108,7 +108,8 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
 
     # Read right before the try that closes it: its buffer may be one kept
     # for the next load.
-    pickled = reader.open_section(root, verify=verify, n_threads=n_threads)
+    pickled = reader.open_section(root, verify=verify, n_threads=n_threads,
+                                  exact=restricted)
     try:
         # jax uses a CPU buffer in place only when it is aligned: the arrays
         # of a file of JAX arrays are, else each would be copied once more.

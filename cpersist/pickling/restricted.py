@@ -117,9 +117,11 @@ def execute(m):
             memo[key] = stack[-1]
         elif code == _BINGET:
             try:
-                push(memo[arg])
+                value = memo[arg]
             except KeyError:
                 raise StreamError(f"Memo value not found at index {arg}") from None
+            kind = type(value)
+            push(value if kind is not bytearray and kind is not tuple else m.again(value))
         elif code == _BINPUT:
             if len(stack) <= (marks[-1] if marks else 0):
                 m.need(1)

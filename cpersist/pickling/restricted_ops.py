@@ -27,7 +27,7 @@ from .machine import UNDERFLOW
 LITERALS = frozenset((
     "BININT", "BININT1", "BININT2", "FLOAT", "BINFLOAT", "STRING", "BINSTRING",
     "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8",
-    "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "BYTEARRAY8"))
+    "BINBYTES", "SHORT_BINBYTES", "BINBYTES8"))
 _INTS = ("INT", "LONG", "LONG1", "LONG4")
 
 
@@ -44,7 +44,11 @@ def op_pop_mark(m, arg):
 
 def op_dup(m, arg):
     m.need(1)
-    m.stack.append(m.stack[-1])
+    m.stack.append(m.again(m.stack[-1]))
+
+
+def op_bytearray8(m, arg):
+    m.stack.append(m.made_buffer(arg))
 
 
 def op_const(value):
@@ -173,7 +177,7 @@ def op_frozenset(m, arg):
 
 def op_get(m, arg):  # GET, LONG_BINGET (BINGET is the loop's)
     try:
-        m.stack.append(m.memo[arg])
+        m.stack.append(m.again(m.memo[arg]))
     except KeyError:
         raise StreamError(f"Memo value not found at index {arg}") from None
 
@@ -377,7 +381,7 @@ HANDLERS = by_code({
     "STACK_GLOBAL": op_stack_global, "INST": op_inst, "OBJ": op_obj,
     "LIST": op_list, "TUPLE": op_tuple, "TUPLE3": op_tuple3,
     "DICT": op_dict, "FROZENSET": op_frozenset,
-    "GET": op_get, "LONG_BINGET": op_get, "PUT": op_put, "LONG_BINPUT": op_put,
+    "BYTEARRAY8": op_bytearray8, "GET": op_get, "LONG_BINGET": op_get, "PUT": op_put, "LONG_BINPUT": op_put,
     "APPEND": op_append, "APPENDS": op_appends,
     "SETITEM": op_setitem, "SETITEMS": op_setitems,
     "ADDITEMS": op_additems, "BUILD": op_build,

@@ -310,13 +310,17 @@ class ArrayUnpickler(pickle.Unpickler):
                     f"{str(exc)[:200]})") from exc
         from . import restricted as _restricted
         try:
-            data = self._file.read()
+            # The stream's own buffer where it can be (it is never written
+            # to, nor viewed by what the load makes): a copy would be fresh
+            # memory, faulted in at every load.
+            whole = getattr(self._file, "whole", None)
+            data = whole() if whole is not None else bytes(self._file.read())
         except (AttributeError, OSError, ValueError) as exc:
             raise CorruptFileError(f"{self._source}: cannot read the pickle stream "
                                    f"({exc})") from None
-        data, limits = bytes(data), self._limits
+        limits = self._limits
         if len(data) <= QUICK_UP_TO:  # a small stream naming no global
-            result = quick_load(data, limits)
+            result = quick_load(bytes(data), limits)
             if result is not NOT_QUICK:
                 return result
         self._watched = {}

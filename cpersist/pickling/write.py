@@ -23,13 +23,13 @@ PICKLE_CHUNK_SIZE = 1 << 20
 INLINE_BELOW = 64 << 10
 #: In raw files, arrays smaller than this are kept in the pickle stream: a
 #: section costs about 15 µs to write and to read whatever its size, more
-#: than copying an array of this size through the stream costs; above it,
-#: reading a section straight into the array costs less. Such arrays load
-#: into memory, never memory-mapped. (Up to 64 KiB, where an array's bytes
-#: still sit in the pickler's frames, a trusted load and a dump would gain
-#: from keeping them too, but a restricted load, which walks the stream in
-#: Python, would lose more.)
-RAW_INLINE_BELOW = 16 << 10
+#: than copying an array of this size through the stream costs (its bytes
+#: sit in the pickler's frames of 64 KiB and are copied once out of them on
+#: load, as pickle does, trusted or restricted); from this size on, an
+#: array's bytes bypass the frames, and reading a section straight into the
+#: array costs as much or less. Such arrays load into memory, never
+#: memory-mapped.
+RAW_INLINE_BELOW = 64 << 10
 #: Files of at least this many array sections record each array's path in
 #: the index (when the object is plain containers around its arrays), so
 #: that listing them reads no more than the index: reading and walking the
