@@ -165,26 +165,15 @@ def _counted(size_reader, make, negative=None):
     return reader
 
 
-def _bytes(size_reader):
-    """BINBYTES's argument (and its like), copied once out of ``data``
-    (bytes or a bytearray, whose slice would be a copy already)."""
+def _copied(size_reader, make):
+    """The reader of BINBYTES's argument and its like: ``make`` (``bytes``
+    or ``bytearray``) of a view of ``data``, a bytes or a bytearray, so the
+    argument is copied once (``make`` of a slice would copy it twice)."""
     def reader(data, pos):
         size, pos = size_reader(data, pos)
-        end = pos + size
-        if end > len(data):
-            raise _truncated()
-        return bytes(memoryview(data)[pos:end]), end
+        raw, pos = _sized(memoryview(data), pos, size)
+        return make(raw), pos
     return reader
-
-
-def _bytearray8(data, pos):
-    """BYTEARRAY8's argument, copied once out of ``data`` (a slice of
-    ``data`` and then a bytearray of it would copy it twice)."""
-    size, pos = _U8_READER(data, pos)
-    end = pos + size
-    if end > len(data):
-        raise _truncated()
-    return bytearray(memoryview(data)[pos:end]), end
 
 
 def _global_lines(data, pos):
@@ -234,8 +223,8 @@ _READERS = {
     "BINUNICODE": _counted(_U4_READER, lambda raw: _decode(raw, "utf-8", "surrogatepass")),
     "SHORT_BINUNICODE": _counted(_byte, lambda raw: _decode(raw, "utf-8", "surrogatepass")),
     "BINUNICODE8": _counted(_U8_READER, lambda raw: _decode(raw, "utf-8", "surrogatepass")),
-    "BINBYTES": _bytes(_U4_READER), "SHORT_BINBYTES": _bytes(_byte),
-    "BINBYTES8": _bytes(_U8_READER), "BYTEARRAY8": _bytearray8,
+    "BINBYTES": _copied(_U4_READER, bytes), "SHORT_BINBYTES": _copied(_byte, bytes),
+    "BINBYTES8": _copied(_U8_READER, bytes), "BYTEARRAY8": _copied(_U8_READER, bytearray),
     "GLOBAL": _global_lines, "INST": _global_lines,
     "GET": _text(_memo_index), "PUT": _text(_memo_index),
     "BINGET": _byte, "LONG_BINGET": _U4_READER, "BINPUT": _byte, "LONG_BINPUT": _U4_READER,
