@@ -89,21 +89,21 @@ class LocalFileSource(ByteSource):
 
     def read_into(self, offset, buffer):
         # A regular file's pread comes back short only at its end: one call
-        # fills the buffer (the loop is for what the file system may still
-        # do), with no layers between the load of a small raw array and
-        # its copy.
+        # fills the buffer, with no layers between the load of a small raw
+        # array and its copy. A short one (the file ends first, or was cut
+        # meanwhile) is read again the general way, which reports it.
         position = self.base + offset
         view = memoryview(buffer)
-        wanted = view.nbytes
-        got = os.preadv(self.fd, [view], position)
-        if got == wanted:
+        if os.preadv(self.fd, [view], position) == view.nbytes:
             return
-        view = view.cast("B")
-        while got < wanted:
-            n = os.preadv(self.fd, [view[got:]], position + got)
-            if not n:
-                raise self.short_read(offset, wanted, got)
-            got += n
+
+        def read_some(part):
+            nonlocal position
+            n = os.preadv(self.fd, [part], position)
+            position += n
+            return n
+
+        self.fill(offset, buffer, read_some)
 
     def will_need(self, offset, length):
         """See :meth:`ByteSource.will_need`: the kernel is asked to read the
