@@ -63,11 +63,7 @@ class ReadAhead:
         chunks = self._chunks
         with self._lock:
             first = max(self.asked, i + 1)
-            until = chunks[i].offset + WINDOW
-            end, budget = first, STEP
-            while end < len(chunks) and chunks[end].offset < until and budget > 0:
-                budget -= chunks[end].length
-                end += 1
+            end = _step_end(chunks, first, chunks[i].offset + WINDOW)
             self.asked = max(self.asked, end)
         if end > first:
             # Outside the lock: another thread's read need not wait for
@@ -105,8 +101,14 @@ def ask_for_heads(source, chunks, header_size):
         return
     for chunk in chunks:
         source.will_need(chunk.offset, min(chunk.length, header_size))
-    end, budget = 0, STEP
-    while end < len(chunks) and budget > 0:
+    ask_for(source, chunks[:_step_end(chunks, 0, float("inf"))])
+
+
+def _step_end(chunks, first, until):
+    """Where the chunks asked for next, from ``first`` on, end: those that
+    start before ``until``, until :data:`STEP` bytes are reached."""
+    end, budget = first, STEP
+    while end < len(chunks) and chunks[end].offset < until and budget > 0:
         budget -= chunks[end].length
         end += 1
-    ask_for(source, chunks[:end])
+    return end
