@@ -16,11 +16,9 @@ prints two lines.
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
@@ -28,6 +26,8 @@ import cpersist
 from cpersist.benchmarks.lazy import MB, make_array
 from cpersist.benchmarks.measure import PeakMemory, time_runs
 from cpersist.pickling.write import RAW_INLINE_BELOW
+
+from .run_files import measure_into
 
 __all__ = ["measure_peak", "measure_listing", "format_costs", "main"]
 
@@ -103,16 +103,9 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=5,
                         help="timed listings (median kept; default 5)")
     args = parser.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    directory = tempfile.mkdtemp(prefix="cpersist-lazy-costs-")
-    try:
-        results = {"peak": measure_peak(int(400 * MB * args.scale), directory),
-                   "listing": measure_listing(max(10, int(10000 * args.scale)), directory,
-                                              args.repeat)}
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-    with open(os.path.join(args.out, "lazy_costs.json"), "w") as file:
-        json.dump(results, file, indent=1)
+    results = measure_into(args.out, "lazy_costs.json", "cpersist-lazy-costs-", lambda directory: {
+        "peak": measure_peak(int(400 * MB * args.scale), directory),
+        "listing": measure_listing(max(10, int(10000 * args.scale)), directory, args.repeat)})
     print(format_costs(results))
     return 0
 

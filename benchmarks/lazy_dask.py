@@ -14,18 +14,17 @@ reads beside the lazy suite's ``lazy.json``, and prints one line.
 """
 
 import argparse
-import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 
 import numpy as np
 
 import cpersist
 from cpersist.benchmarks.lazy import MB, make_array, optional
 from cpersist.benchmarks.measure import time_runs
+
+from .run_files import measure_into
 
 __all__ = ["measure_dask", "format_dask", "main"]
 
@@ -106,14 +105,8 @@ def main(argv=None):
                         help="multiplies the array's 1 GB (the size the bounds are set for)")
     parser.add_argument("--repeat", type=int, default=5, help="rounds (median kept; default 5)")
     args = parser.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    directory = tempfile.mkdtemp(prefix="cpersist-dask-")
-    try:
-        result = measure_dask(int(1024 * MB * args.scale), directory, args.repeat)
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-    with open(os.path.join(args.out, "dask.json"), "w") as file:
-        json.dump(result, file, indent=1)
+    result = measure_into(args.out, "dask.json", "cpersist-dask-", lambda directory: measure_dask(
+        int(1024 * MB * args.scale), directory, args.repeat))
     print(format_dask(result))
     return 0
 
