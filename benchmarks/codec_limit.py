@@ -114,7 +114,7 @@ def main(argv=None):
     compress = int(args.compress) if args.compress.isdigit() else args.compress
     size = ds.parse_size(args.size)
     n_threads = default_n_threads()
-    chosen = ds.select_datasets(args.datasets.split(","), ds.builtin_datasets())
+    chosen = ds.select(args.datasets.split(","), ds.builtin_datasets())
     with tempfile.TemporaryDirectory(dir=args.out) as folder:
         path = os.path.join(folder, "limit.cp")
         for dataset in chosen:

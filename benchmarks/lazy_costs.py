@@ -24,10 +24,11 @@ import numpy as np
 
 import cpersist
 from cpersist.benchmarks.lazy import MB, make_array
-from cpersist.benchmarks.measure import PeakMemory, time_runs
+from cpersist.benchmarks.measure import PeakMemory
+from cpersist.benchmarks.output import measure_into
 from cpersist.pickling.write import RAW_INLINE_BELOW
 
-from .run_files import measure_into
+from .timing import time_runs
 
 __all__ = ["measure_peak", "measure_listing", "format_costs", "main"]
 

@@ -22,9 +22,9 @@ import numpy as np
 
 import cpersist
 from cpersist.benchmarks.lazy import MB, make_array, optional
-from cpersist.benchmarks.measure import time_runs
+from cpersist.benchmarks.output import measure_into
 
-from .run_files import measure_into
+from .timing import time_runs
 
 __all__ = ["measure_dask", "format_dask", "main"]
 

@@ -158,7 +158,7 @@ def main(argv=None):
     parser.add_argument("--csv", help="write every size to this CSV file")
     args = parser.parse_args(argv)
     size = D.parse_size(args.size)
-    chosen = D.select_datasets(args.dataset, D.all_datasets())
+    chosen = D.select(args.dataset, D.all_datasets())
     rows = []
     print(f"{'dataset':18} {'MB':>7} {'max':>7} {'best peer':>7}  {'max/best':>8}  best peer")
     for ds in chosen:

@@ -177,7 +177,7 @@ def main(argv=None):
     os.makedirs(cache_dir, exist_ok=True)
     data = {d.name: datacache.save_cached(d, d.make(size, args.quick),
                                           os.path.join(cache_dir, d.name + ".pkl"))
-            for d in ds.select_datasets(list(MEMORY_OBJECTS), ds.all_datasets())}
+            for d in ds.select(list(MEMORY_OBJECTS), ds.all_datasets())}
     repeats = args.repeat or (1 if args.quick else 3)
     try:
         rows = run_memory(args.out, data, repeats=repeats, timeout=args.timeout, progress=False)

@@ -23,9 +23,10 @@ import sys
 
 import numpy as np
 
-from cpersist.benchmarks.measure import time_runs
 from cpersist.benchmarks.output import write_csv
 from cpersist.tools.table import format_table
+
+from .timing import time_runs
 
 __all__ = ["REMOTE_COLUMNS", "run", "format_results", "main"]
 

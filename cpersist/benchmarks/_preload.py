@@ -5,36 +5,17 @@ import importlib
 
 #: What the forkserver imports before forking measurement processes.
 _NAMES = (
-    "numpy",
-    "cpersist",
-    "cpersist.codecs",
+    "numpy", "cpersist", "cpersist.codecs",
     # cpersist imports these on first use; a worker's first dump must not
     # pay for them, any more than a peer's first call pays for its imports.
-    "cpersist.api",
-    "cpersist.tools.inspection",
-    "cpersist.handle",
-    "cpersist.benchmarks.measure",
-    "cpersist.benchmarks.methods",
-    "cpersist.benchmarks.peers_classic",
-    "cpersist.benchmarks.compare",
-    "cpersist.benchmarks.datasets",
-    "cpersist.benchmarks.datacache",
+    "cpersist.api", "cpersist.tools.inspection", "cpersist.handle",
+    "cpersist.benchmarks.measure", "cpersist.benchmarks.methods",
+    "cpersist.benchmarks.peers_classic", "cpersist.benchmarks.compare",
+    "cpersist.benchmarks.datasets", "cpersist.benchmarks.datacache",
     # A measurement times one call, not the import of its library (zarr's
     # alone costs more than a small dataset's write).
-    "tables",
-    "zarr",
-    "zarr.codecs",
-    "h5py",
-    "hdf5plugin",
-    "safetensors.numpy",
-    "nibabel",
-    "joblib",
-    "lz4.frame",
-    "bz2",
-    "lzma",
-    "zstandard",
-    "blosc2",
-    "sklearn.ensemble",
+    "tables", "zarr", "zarr.codecs", "h5py", "hdf5plugin", "safetensors.numpy", "nibabel",
+    "joblib", "lz4.frame", "bz2", "lzma", "zstandard", "blosc2", "sklearn.ensemble",
     "sklearn.tree",
 )
 

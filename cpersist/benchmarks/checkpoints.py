@@ -8,17 +8,15 @@ are medians of rounds in which every contender runs once in turn
 (:func:`.turns.timed_in_turn`), warm page cache, in this process.
 """
 
-import json
 import os
-import shutil
-import tempfile
+import time
 
 import cpersist
 
 from . import jax_checkpoints
-from .measure import time_runs
+from .output import measure_into
 from .ratios import ratio_row
-from .turns import contest_table, dumps_then_loads, not_installed, range_ms
+from .turns import contest_table, dumps_then_loads, not_installed, ratio_rows
 
 MB = 1 << 20
 #: (layers, width) of the generated checkpoints, full size and ``--quick``.
@@ -128,12 +126,14 @@ def measure_max(obj, directory, quick=False):
     if quick:
         w = w.reshape(-1)[:QUICK_MAX_ELEMENTS].clone()
     path = os.path.join(directory, "max.cp")
-    times = time_runs(lambda: cpersist.dump({"w": w}, path, compress="max"), 1)
+    t0 = time.perf_counter()
+    cpersist.dump({"w": w}, path, compress="max")
+    dump_s = time.perf_counter() - t0
     ratio = w.numel() * w.dtype.itemsize / os.path.getsize(path)
     assert torch.equal(cpersist.load(path)["w"], w)
     os.unlink(path)
     return {"dtype": str(w.dtype).rpartition(".")[2], "tensor_mb": w.numel() * w.dtype.itemsize
-            / MB, "ratio": ratio, "dump_s": times[0]}
+            / MB, "ratio": ratio, "dump_s": dump_s}
 
 
 def _tensors(obj):
@@ -174,33 +174,29 @@ ROUNDS = 9
 
 
 def run(out_dir, quick=False, rounds=ROUNDS, files=()):
-    """Run the suite; write ``out_dir/checkpoints.json``; return the results."""
-    os.makedirs(out_dir, exist_ok=True)
+    """Run the suite; write ``out_dir/checkpoints.json`` (unless a library it
+    needs is missing); return the results."""
     results = {"quick": quick, "rounds": rounds, "cpus": os.cpu_count(), "checkpoints": [],
                "missing": missing()}
     if results["missing"]:
         return results
-    directory = tempfile.mkdtemp(prefix="cpersist-checkpoints-")
-    try:
+
+    def measure_all(directory):
         if files:
-            for path in files:
-                obj = load_user_checkpoint(path)
-                results["checkpoints"].append(
-                    measure(os.path.basename(path), obj, directory, rounds))
-        else:
-            for dtype, (layers, width) in (QUICK_SHAPES if quick else SHAPES).items():
-                obj = transformer_checkpoint(dtype, layers, width)
-                results["checkpoints"].append(
-                    dict(measure(dtype, obj, directory, rounds), generated=True))
-                if dtype == "float32":
-                    results["max"] = measure_max(obj, directory, quick)
-                del obj
-            results["jax"] = jax_checkpoints.run(directory, quick, rounds)
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-    with open(os.path.join(out_dir, "checkpoints.json"), "w") as file:
-        json.dump(results, file, indent=1)
-    return results
+            results["checkpoints"] += [measure(os.path.basename(path), load_user_checkpoint(path),
+                                               directory, rounds) for path in files]
+            return results
+        for dtype, (layers, width) in (QUICK_SHAPES if quick else SHAPES).items():
+            obj = transformer_checkpoint(dtype, layers, width)
+            results["checkpoints"].append(dict(measure(dtype, obj, directory, rounds),
+                                               generated=True))
+            if dtype == "float32":
+                results["max"] = measure_max(obj, directory, quick)
+            del obj
+        results["jax"] = jax_checkpoints.run(directory, quick, rounds)
+        return results
+
+    return measure_into(out_dir, "checkpoints.json", "cpersist-checkpoints-", measure_all)
 
 
 #: Heads the table of :func:`ratios`: which way every ratio reads.
@@ -215,6 +211,26 @@ def missing():
     return not_installed((name, name) for name in NEEDS)
 
 
+#: The comparisons on each checkpoint, in order: (what follows its name,
+#: the figure, cpersist's contender, the peer's); see :func:`.turns.ratio_rows`.
+COMPARISONS = (
+    ("dump time / torch.save's", "dump", "cpersist raw", "torch.save"),
+    ("load time / torch.load(weights_only)'s", "load", "cpersist.load", "torch.load weights_only"),
+    # In bytes: the files differ by kilobytes, which megabytes would hide.
+    ("file size / torch.save's", "{a:,} B / {b:,} B ({d:+,} B)", "cp", "pt"),
+    ("mmap_mode='r' load time / torch.load(mmap)'s", "load", "cpersist.load mmap_mode='r'",
+     "torch.load mmap"),
+    ("mmap_mode='r' load time / safetensors load_file's", "load", "cpersist.load mmap_mode='r'",
+     "safetensors load_file"),
+    ("trusted=False load time / trusted's", "load", "cpersist.load trusted=False",
+     "cpersist.load"),
+    ("compress=3 file size / torch.save's", "{a_mb:.1f} MB / {b_mb:.1f} MB", "cp3", "pt"),
+    ("compress=3 dump time / raw dump's", "dump", "cpersist compress=3", "cpersist raw"),
+    ("compress=3 load time / torch.load(weights_only)'s", "load", "cpersist.load compress=3",
+     "torch.load weights_only"),
+)
+
+
 def ratios(results):
     """Ratio rows (:data:`.ratios.RATIO_COLUMNS`): each comparison measured in
     this run."""
@@ -222,37 +238,8 @@ def ratios(results):
         return [ratio_row("checkpoints", "model checkpoints", missing=results["missing"])]
     rows = []
     for r in results["checkpoints"]:
-        d, lo, size = r["dump_s"], r["load_s"], r["file_bytes"]
-        spread = {**r["dump_rounds_s"], **r["load_rounds_s"]}  # no name is in both
         what = f"{r['name']} ({r['tensor_mb']:.0f} MB, {r['tensors']} tensors)"
-
-        def timed(target, mine, peer, t):
-            measured = (f"{t[mine] * 1e3:.0f} ms / {t[peer] * 1e3:.0f} ms (ranges "
-                        f"{range_ms(spread[mine])} / {range_ms(spread[peer])} ms)")
-            rows.append(ratio_row("checkpoints", f"{what}: {target}", t[mine] / t[peer], measured))
-
-        def sized(target, mine, peer, measured):
-            rows.append(ratio_row("checkpoints", f"{what}: {target}", size[mine] / size[peer],
-                                  measured))
-
-        timed("dump time / torch.save's", "cpersist raw", "torch.save", d)
-        timed("load time / torch.load(weights_only)'s", "cpersist.load", "torch.load weights_only",
-              lo)
-        # In bytes: the files differ by kilobytes, which megabytes would hide.
-        sized("file size / torch.save's", "cp", "pt",
-              f"{size['cp']:,} B / {size['pt']:,} B ({size['cp'] - size['pt']:+,} B)")
-        timed("mmap_mode='r' load time / torch.load(mmap)'s", "cpersist.load mmap_mode='r'",
-              "torch.load mmap", lo)
-        if "safetensors load_file" in lo:
-            timed("mmap_mode='r' load time / safetensors load_file's",
-                  "cpersist.load mmap_mode='r'", "safetensors load_file", lo)
-        timed("trusted=False load time / trusted's", "cpersist.load trusted=False",
-              "cpersist.load", lo)
-        sized("compress=3 file size / torch.save's", "cp3", "pt",
-              f"{size['cp3'] / MB:.1f} MB / {size['pt'] / MB:.1f} MB")
-        timed("compress=3 dump time / raw dump's", "cpersist compress=3", "cpersist raw", d)
-        timed("compress=3 load time / torch.load(weights_only)'s", "cpersist.load compress=3",
-              "torch.load weights_only", lo)
+        rows += ratio_rows("checkpoints", what, COMPARISONS, r)
     if "jax" in results:
         rows += jax_checkpoints.ratios(results["jax"])
     if "max" in results:

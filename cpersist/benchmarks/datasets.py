@@ -15,7 +15,7 @@ from .generated import (BIG_FACTOR, make_atlas, make_big, make_dataframe, make_i
 from .userfiles import load_nifti_array, load_user_file
 
 __all__ = ["Dataset", "SIZE_PRESETS", "parse_size", "builtin_datasets", "package_datasets",
-           "file_dataset", "all_datasets", "QUICK_DATASETS", "select_datasets", "datasets_for_run",
+           "file_dataset", "all_datasets", "QUICK_DATASETS", "select", "datasets_for_run",
            "DEFAULT_DATASETS"]
 
 #: Named sizes accepted by ``--size`` (bytes per built-in dataset).
@@ -58,70 +58,41 @@ class Dataset:
 
 
 def builtin_datasets():
-    """The generated datasets (all seeded, so every run sees the same bytes)."""
-    return [
-        Dataset("atlas_c", "builtin", "smooth 4-D probabilistic atlas, float32, C order",
-                lambda s, q: make_atlas(s, "C")),
-        Dataset("atlas_f", "builtin", "same atlas, Fortran order",
-                lambda s, q: make_atlas(s, "F")),
-        Dataset("images", "builtin", "high-entropy RGB images, uint8 (n, h, w, 3)",
-                lambda s, q: make_images(s)),
-        Dataset("text", "builtin", "text corpus: list of str",
-                lambda s, q: make_text(s)),
-        Dataset("sparse_table", "builtin", "float64 table, ~90% NaN",
-                lambda s, q: make_sparse_table(s)),
-        Dataset("timeseries", "builtin", "int64 random-walk time series (16, n)",
-                lambda s, q: make_timeseries(s)),
-        Dataset("noise", "builtin", "float64 Gaussian noise, 1-D",
-                lambda s, q: make_noise(s)),
-        Dataset("big", "builtin", f"atlas_c repeated x{BIG_FACTOR} (memory strain)",
-                lambda s, q: make_big(s)),
-    ] + _optional_builtins()
-
-
-def _optional_builtins():
-    """The pandas and scipy datasets, when those packages are installed."""
+    """The generated datasets (all seeded, so every run sees the same bytes);
+    the pandas and scipy ones when those packages are installed."""
     from importlib.util import find_spec
-    out = []
+    made = [
+        ("atlas_c", "smooth 4-D probabilistic atlas, float32, C order", make_atlas),
+        ("atlas_f", "same atlas, Fortran order", lambda s: make_atlas(s, "F")),
+        ("images", "high-entropy RGB images, uint8 (n, h, w, 3)", make_images),
+        ("text", "text corpus: list of str", make_text),
+        ("sparse_table", "float64 table, ~90% NaN", make_sparse_table),
+        ("timeseries", "int64 random-walk time series (16, n)", make_timeseries),
+        ("noise", "float64 Gaussian noise, 1-D", make_noise),
+        ("big", f"atlas_c repeated x{BIG_FACTOR} (memory strain)", make_big),
+    ]
     if find_spec("pandas"):
-        out.append(Dataset("dataframe", "builtin",
-                           "pandas DataFrame: float, int, categorical, str and datetime columns",
-                           lambda s, q: make_dataframe(s)))
+        made.append(("dataframe", "pandas DataFrame: float, int, categorical, str and datetime "
+                     "columns", make_dataframe))
     if find_spec("scipy"):
-        out.append(Dataset("sparse_matrix", "builtin", "scipy.sparse CSR matrix, float64, ~1% non-zero",
-                           lambda s, q: make_sparse_matrix(s)))
-    return out
+        made.append(("sparse_matrix", "scipy.sparse CSR matrix, float64, ~1% non-zero",
+                     make_sparse_matrix))
+    return [Dataset(name, "builtin", description, lambda s, q, make=make: make(s))
+            for name, description, make in made]
 
 
-_NIBABEL_EXAMPLES = (
-    "anatomical.nii",
-    "functional.nii",
-    "example4d.nii.gz",
-    "standard.nii.gz",
-    "example_nifti2.nii.gz",
-)
+_NIBABEL_EXAMPLES = ("anatomical.nii", "functional.nii", "example4d.nii.gz", "standard.nii.gz",
+                     "example_nifti2.nii.gz")
 
 
-def _digits_images(size_bytes, quick):
+def _digits(size_bytes, quick):
     from sklearn.datasets import load_digits
-    return np.ascontiguousarray(load_digits().images)
-
-
-def _digits_dict(size_bytes, quick):
-    from sklearn.datasets import load_digits
-    d = load_digits()
-    return {"data": d.data, "target": d.target, "images": d.images}
-
-
-def _sample_images(size_bytes, quick):
-    from sklearn.datasets import load_sample_images
-    return np.stack(load_sample_images().images)
+    return load_digits()
 
 
 def _random_forest(size_bytes, quick):
-    from sklearn.datasets import load_digits
     from sklearn.ensemble import RandomForestClassifier
-    d = load_digits()
+    d = _digits(size_bytes, quick)
     # Fewer trees for the smaller runs: the model scales with --size like the generated data.
     trees = 10 if quick else 100 if size_bytes >= SIZE_PRESETS["medium"] else 30
     model = RandomForestClassifier(n_estimators=trees, random_state=0, n_jobs=1)
@@ -131,34 +102,33 @@ def _random_forest(size_bytes, quick):
 def package_datasets():
     """Real data bundled with nibabel and scikit-learn (no network needed); a
     package not installed lists none."""
+    from importlib.util import find_spec
     out = []
-    try:
+    if find_spec("nibabel"):
         from nibabel.testing import data_path
-    except ImportError:
-        data_path = None
-    if data_path:
         for fname in _NIBABEL_EXAMPLES:
             p = os.path.join(data_path, fname)
             if os.path.exists(p):
-                out.append(Dataset(
-                    "nifti_" + fname.split(".")[0], "package",
-                    f"nibabel example {fname}",
-                    (lambda path: lambda s, q: load_nifti_array(path))(p)))
-    try:
-        import sklearn  # noqa: F401
-    except ImportError:
+                out.append(Dataset("nifti_" + fname.split(".")[0], "package",
+                                   f"nibabel example {fname}",
+                                   lambda s, q, path=p: load_nifti_array(path)))
+    if not find_spec("sklearn"):
         return out
-    out += [
+
+    def sample_images(size_bytes, quick):
+        from sklearn.datasets import load_sample_images
+        return np.stack(load_sample_images().images)
+
+    return out + [
         Dataset("digits", "package", "scikit-learn digits images, float64 (1797, 8, 8)",
-                _digits_images),
+                lambda s, q: np.ascontiguousarray(_digits(s, q).images)),
         Dataset("digits_dict", "package", "scikit-learn digits as a dict of arrays",
-                _digits_dict),
+                lambda s, q: {k: getattr(_digits(s, q), k) for k in ("data", "target", "images")}),
         Dataset("sample_images", "package", "scikit-learn sample JPEGs, uint8 (2, 427, 640, 3)",
-                _sample_images),
+                sample_images),
         Dataset("random_forest", "package", "RandomForestClassifier fitted on digits (many small arrays)",
                 _random_forest),
     ]
-    return out
 
 
 def file_dataset(path, trust_pickles=False):
@@ -175,15 +145,13 @@ def file_dataset(path, trust_pickles=False):
 #: (the other nibabel examples and the digits array add nothing new).
 QUICK_DATASETS = [
     "atlas_c", "atlas_f", "images", "text", "sparse_table", "timeseries", "noise", "big",
-    "dataframe", "sparse_matrix", "nifti_anatomical", "nifti_example4d", "digits_dict", "sample_images", "random_forest",
+    "dataframe", "sparse_matrix", "nifti_anatomical", "nifti_example4d", "digits_dict",
+    "sample_images", "random_forest",
 ]
-
-
 #: What the default run measures: the built-in datasets (but the memory
 #: strain of "big") and a fitted model, at a size that keeps the run within minutes.
-DEFAULT_DATASETS = [name for name in QUICK_DATASETS if name == "random_forest" or name in (
-    "atlas_c", "atlas_f", "images", "text", "sparse_table", "timeseries", "noise", "dataframe",
-    "sparse_matrix")]
+DEFAULT_DATASETS = ["atlas_c", "atlas_f", "images", "text", "sparse_table", "timeseries", "noise",
+                    "dataframe", "sparse_matrix", "random_forest"]
 
 
 def all_datasets():
@@ -213,11 +181,6 @@ def select(patterns, available, group="source", kind="dataset"):
     return list(chosen.values())
 
 
-def select_datasets(patterns, available):
-    """:func:`select` on datasets (``"builtin"``/``"package"`` select a source)."""
-    return select(patterns, available)
-
-
 def datasets_for_run(patterns, files, trust_pickles, default=None):
     """The datasets a run measures (``--datasets`` patterns, as for
     :func:`select`; else ``default``, names, or every dataset), then the user's
@@ -228,7 +191,7 @@ def datasets_for_run(patterns, files, trust_pickles, default=None):
     elif default is not None and not patterns:
         chosen = [d for d in available if d.name in default]
     else:
-        chosen = select_datasets(patterns, available)
+        chosen = select(patterns, available)
     return chosen + [file_dataset(p, trust_pickles) for p in files]
 
 

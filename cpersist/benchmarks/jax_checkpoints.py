@@ -13,7 +13,7 @@ import time
 import cpersist
 
 from .ratios import ratio_row
-from .turns import contest_table, dumps_then_loads, medians, not_installed
+from .turns import contest_table, dumps_then_loads, medians, not_installed, ratio_rows
 
 MB = 1 << 20
 #: (layers, width) of the generated states, full size and ``--quick``.
@@ -157,39 +157,34 @@ def run(directory, quick=False, rounds=5):
     return {"states": states, "quick": quick}
 
 
+#: The comparisons on each state, in order (:func:`.turns.ratio_rows`).
+COMPARISONS = (
+    ("compress=3 dump time / orbax StandardCheckpointer save's", "dump", "cpersist compress=3",
+     "orbax save"),
+    ("raw dump time / orbax save's", "dump", "cpersist raw", "orbax save"),
+    ("compress=3 load time / orbax restore's", "load", "cpersist.load compress=3",
+     "orbax restore"),
+    ("raw load time / orbax restore's", "load", "cpersist.load", "orbax restore"),
+    ("mmap_mode='r' load time / orbax restore's", "load", "cpersist.load mmap_mode='r'",
+     "orbax restore"),
+    ("compress=3 file size / orbax's", "{a:,} B / {b:,} B", "cp3", "orbax"),
+    ("background=True call / orbax async save call", "call", "cpersist background=True",
+     "orbax async save"),
+    ("background=True until written / orbax async until written", "dump",
+     "cpersist background=True", "orbax async save"),
+    ("raw dump time / flax msgpack to_bytes and write", "dump", "cpersist raw", "flax msgpack"),
+    ("raw load time / flax msgpack read and from_bytes", "load", "cpersist.load",
+     "flax msgpack"),
+)
+
+
 def ratios(results):
     """Ratio rows: cpersist's time or size over orbax's (and flax's)."""
     if results.get("missing"):
         return [ratio_row("checkpoints", "JAX training state", missing=results["missing"])]
-    rows = []
-    for r in results["states"]:
-        d, lo, c, size = r["dump_s"], r["load_s"], r["call_s"], r["file_bytes"]
-        what = f"JAX {r['name']} state ({r['array_mb']:.0f} MB, {r['arrays']} arrays)"
-
-        def row(target, mine, peer, times):
-            ratio = times[mine] / times[peer]
-            measured = f"{times[mine] * 1e3:.0f} ms / {times[peer] * 1e3:.0f} ms"
-            rows.append(ratio_row("checkpoints", f"{what}: {target}", ratio, measured))
-
-        row("compress=3 dump time / orbax StandardCheckpointer save's",
-            "cpersist compress=3", "orbax save", d)
-        row("raw dump time / orbax save's", "cpersist raw", "orbax save", d)
-        row("compress=3 load time / orbax restore's", "cpersist.load compress=3",
-            "orbax restore", lo)
-        row("raw load time / orbax restore's", "cpersist.load", "orbax restore", lo)
-        row("mmap_mode='r' load time / orbax restore's", "cpersist.load mmap_mode='r'",
-            "orbax restore", lo)
-        rows.append(ratio_row(
-            "checkpoints", f"{what}: compress=3 file size / orbax's", size["cp3"] / size["orbax"],
-            f"{size['cp3']:,} B / {size['orbax']:,} B"))
-        row("background=True call / orbax async save call", "cpersist background=True",
-            "orbax async save", c)
-        row("background=True until written / orbax async until written",
-            "cpersist background=True", "orbax async save", d)
-        row("raw dump time / flax msgpack to_bytes and write", "cpersist raw", "flax msgpack", d)
-        row("raw load time / flax msgpack read and from_bytes", "cpersist.load",
-            "flax msgpack", lo)
-    return rows
+    return [row for r in results["states"] for row in ratio_rows(
+        "checkpoints", f"JAX {r['name']} state ({r['array_mb']:.0f} MB, {r['arrays']} arrays)",
+        COMPARISONS, r, ranges=False)]
 
 
 def format_results(results):

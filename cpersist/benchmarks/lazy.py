@@ -2,15 +2,13 @@
 compressed array, beside a full load, zarr v3 and blosc2. Bytes read are
 the change of ``rchar`` in ``/proc/self/io``, over the least a reader needs."""
 
-import json
 import os
-import shutil
-import tempfile
 
 import numpy as np
 
 import cpersist
 
+from .output import measure_into
 from .turns import medians, timed_in_turn
 
 MB = 1 << 20
@@ -116,17 +114,10 @@ def measure_slice(kind, nbytes, directory, repeats):
 def run(out_dir, scale=1.0, repeats=5):
     """Run the lazy-access measurements and write ``out_dir/lazy.json``;
     ``scale`` multiplies the arrays' 200 MB."""
-    os.makedirs(out_dir, exist_ok=True)
-    directory = tempfile.mkdtemp(prefix="cpersist-lazy-")
-    results = {"scale": scale, "cpus": os.cpu_count()}
-    try:
-        results["slice"] = [measure_slice(kind, int(200 * MB * scale), directory, repeats)
-                            for kind in ("compressible", "incompressible")]
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-    with open(os.path.join(out_dir, "lazy.json"), "w") as file:
-        json.dump(results, file, indent=1)
-    return results
+    return measure_into(out_dir, "lazy.json", "cpersist-lazy-", lambda directory: {
+        "scale": scale, "cpus": os.cpu_count(),
+        "slice": [measure_slice(kind, int(200 * MB * scale), directory, repeats)
+                  for kind in ("compressible", "incompressible")]})
 
 
 def format_results(results):

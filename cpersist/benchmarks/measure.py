@@ -12,22 +12,14 @@ import time
 import traceback
 import types
 
+from .datacache import load_cached
 from .pagecache import (disk_size, evict_from_cache, files_of, remove_output, resident_fraction,
                         warm_cache)
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 __all__ = ["rss_bytes", "PeakMemory", "run_in_subprocess", "write_task", "read_task",
-           "preload_modules", "time_runs"]
-
-def time_runs(func, runs):
-    """Wall times in seconds of ``runs`` calls of ``func()``, in order."""
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        func()
-        times.append(time.perf_counter() - t0)
-    return times
+           "preload_modules"]
 
 
 def rss_bytes():
@@ -122,15 +114,10 @@ def _peak_memory(repeat):
     return PeakMemory() if repeat == 0 else contextlib.nullcontext()
 
 
-def _load_original(data_path):
-    from .datacache import load_cached
-    return load_cached(data_path)
-
-
 def write_task(task):
     """Write the dataset ``task['repeats']`` times; return times and peaks."""
     method, level, path = task["method"], task["level"], task["file_path"]
-    obj = _load_original(task["data_path"])
+    obj = load_cached(task["data_path"])
     gc.collect()
     times = []
     peak = peak_anon = None
@@ -208,7 +195,7 @@ def read_task(task):
         if r == 0:
             peak, peak_anon, pm_exact = pm.peak, pm.peak_anon, pm.exact
             # The original is loaded only now, after the measured read.
-            diff = first_difference(_load_original(task["data_path"]), result)
+            diff = first_difference(load_cached(task["data_path"]), result)
             if diff:
                 return {"status": "failed", "reason": "wrong data read back: " + diff, "cache": cache}
             if hasattr(method, "limit"):
@@ -236,7 +223,6 @@ def read_task(task):
 
 
 def _worker(conn, task):
-    import signal
     # Ctrl-C reaches the whole process group: the parent handles it; a
     # worker reporting it as a failure would add a false row.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

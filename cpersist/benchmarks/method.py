@@ -4,7 +4,11 @@ Methods are plain picklable objects sent to the measurement processes."""
 
 import numpy as np
 
-__all__ = ["Method", "is_plain_array", "is_dict_of_arrays", "missing", "array_reason"]
+__all__ = ["Method", "is_plain_array", "is_dict_of_arrays", "missing", "array_reason",
+           "as_dict", "from_dict"]
+
+#: The key of a lone array in a format that stores a dict of arrays.
+SINGLE_KEY = "__array__"
 
 
 def is_plain_array(obj):
@@ -28,6 +32,17 @@ def missing(module, package=None):
     except ImportError:
         return f"{package or module} not installed"
     return None
+
+
+def as_dict(obj):
+    """``obj``, an array or a dict of arrays, as a dict of arrays (a lone
+    array under :data:`SINGLE_KEY`)."""
+    return {SINGLE_KEY: obj} if isinstance(obj, np.ndarray) else obj
+
+
+def from_dict(arrays):
+    """What :func:`as_dict` was given: the lone array back, or the dict."""
+    return arrays[SINGLE_KEY] if list(arrays) == [SINGLE_KEY] else arrays
 
 
 #: Numeric kinds every array format stores as such (no str, object,

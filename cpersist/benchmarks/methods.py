@@ -26,40 +26,18 @@ def cpersist_codecs():
     return list(cpersist.available_codecs())
 
 
-def kept_raw_fraction(path):
-    """The fraction of a cpersist file's array bytes stored verbatim
-    (a chunk the codec would save too little on), or None for a file with
-    no compressed array section."""
-    from cpersist.container import ContainerReader
-    from cpersist.container.layout import VERBATIM
-    from cpersist.container.sources import source_for
-    with open(path, "rb") as file:
-        try:
-            reader = ContainerReader(source_for(file, path, owned=False), whole=True)
-        except Exception:  # a file of another layout (a tiny file): nothing to say
-            return None
-        total = kept = 0
-        for section in reader.sections:
-            if section.index == reader.root or section.codec is None:
-                continue
-            for chunk in section.chunks:
-                total += chunk.raw_length
-                kept += chunk.raw_length if chunk.flag == VERBATIM else 0
-    return kept / total if total else None
-
-
 class Cpersist(Method):
     """``cpersist.dump(obj, path, compress=level)``: default codec, 0 = raw."""
 
+    name = "cpersist"
     family = "cpersist"
+    codec = "default"
     suffix = ".cp"
     supported = tuple(range(10))
+    note = "compress=<int level>: the default codec; level 0 = raw"
 
     def __init__(self, threads=None):
         self.threads = threads
-        self.name = "cpersist"
-        self.codec = "default"
-        self.note = "compress=<int level>: the default codec; level 0 = raw"
 
     def _compress(self, level):
         return level
@@ -77,22 +55,37 @@ class Cpersist(Method):
         from .limits import Limit
         return Limit(obj, self._compress(level), self.threads or default_n_threads())
 
-    def kept_raw(self, path):
-        """Fraction of the array bytes written raw although compressed (see
-        :func:`kept_raw_fraction`), or None."""
-        return kept_raw_fraction(path)
+    @staticmethod
+    def kept_raw(path):
+        """The fraction of a cpersist file's array bytes stored verbatim
+        (a chunk the codec would save too little on), or None for a file with
+        no compressed array section."""
+        from cpersist.container import ContainerReader
+        from cpersist.container.layout import VERBATIM
+        from cpersist.container.sources import source_for
+        with open(path, "rb") as file:
+            try:
+                reader = ContainerReader(source_for(file, path, owned=False), whole=True)
+            except Exception:  # a file of another layout (a tiny file): nothing to say
+                return None
+            chunks = [chunk for section in reader.sections
+                      if section.index != reader.root and section.codec is not None
+                      for chunk in section.chunks]
+        total = sum(chunk.raw_length for chunk in chunks)
+        kept = sum(chunk.raw_length for chunk in chunks if chunk.flag == VERBATIM)
+        return kept / total if total else None
 
 
 class CpersistCodec(Cpersist):
     """``cpersist.dump(obj, path, compress=(codec, level))``."""
 
     supported = tuple(range(1, 10))
+    note = ""
 
     def __init__(self, codec, threads=None):
         super().__init__(threads)
         self.codec = codec
         self.name = f"cpersist:{codec}"
-        self.note = ""
 
     def _compress(self, level):
         return (self.codec, level)
@@ -101,14 +94,11 @@ class CpersistCodec(Cpersist):
 class CpersistMax(Cpersist):
     """``cpersist.dump(obj, path, compress="max")``: the smallest file cpersist makes."""
 
+    name = "cpersist max"
+    codec = MAX_PRESET
+    supported = (9,)
     fixed_level = 9
-
-    def __init__(self, threads=None):
-        super().__init__(threads)
-        self.name = "cpersist max"
-        self.codec = MAX_PRESET
-        self.supported = (9,)
-        self.note = 'compress="max" (a preset, no level: reported as 9)'
+    note = 'compress="max" (a preset, no level: reported as 9)'
 
     def _compress(self, level):
         return MAX_PRESET
@@ -122,14 +112,11 @@ class CpersistMax(Cpersist):
 class CpersistMmap(Cpersist):
     """Raw cpersist file read with ``mmap_mode='r'`` (every byte touched)."""
 
+    name = "cpersist-mmap"
+    codec = "none"
     mmap = True
     fixed_level = 0
-
-    def __init__(self, threads=None):
-        super().__init__(threads)
-        self.name = "cpersist-mmap"
-        self.codec = "none"
-        self.note = "compress=0, load(mmap_mode='r'); read time includes touching every byte"
+    note = "compress=0, load(mmap_mode='r'); read time includes touching every byte"
 
     def read(self, path):
         return cpersist.load(path, mmap_mode="r")

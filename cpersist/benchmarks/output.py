@@ -10,9 +10,12 @@ import math
 import os
 import platform
 import re
+import shutil
 import sys
+import tempfile
 
-__all__ = ["write_csv", "as_float", "machine_info", "load_average", "write_machine_json"]
+__all__ = ["write_csv", "measure_into", "as_float", "machine_info", "load_average",
+           "write_machine_json"]
 
 _VERSIONED = (
     "cpersist", "numpy", "tables", "blosc", "blosc2", "nibabel", "joblib", "lz4", "zstandard",
@@ -28,6 +31,22 @@ def write_csv(path, rows, columns):
         for r in rows:
             w.writerow(r)
     return path
+
+
+def measure_into(out, filename, prefix, measure, scratch_in_out=False):
+    """``measure(directory)`` in a new scratch folder (its name starting
+    with ``prefix``; inside ``out`` with ``scratch_in_out``, else in the
+    system's temporary folder), removed afterwards; its result written to
+    ``out/filename`` as JSON (``out`` made if new) and returned."""
+    os.makedirs(out, exist_ok=True)
+    directory = tempfile.mkdtemp(prefix=prefix, dir=out if scratch_in_out else None)
+    try:
+        result = measure(directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    with open(os.path.join(out, filename), "w") as file:
+        json.dump(result, file, indent=1)
+    return result
 
 
 def safe_name(name):

@@ -3,11 +3,9 @@ hdf5plugin's filters, and safetensors. The interface is :class:`.method.Method`.
 
 import numpy as np
 
-from .method import Method, array_reason as _numeric_reason, missing as _missing
+from .method import Method, as_dict, from_dict, array_reason as _numeric_reason, missing as _missing
 
 __all__ = ["Blosc2NDArray", "Zarr", "H5py", "Safetensors", "peer_methods"]
-
-_SINGLE_KEY = "__array__"
 
 
 class Blosc2NDArray(Method):
@@ -103,17 +101,15 @@ class Zarr(Method):
     def write(self, obj, path, level):
         import zarr
         group = zarr.open_group(path, mode="w", zarr_format=3)
-        items = {_SINGLE_KEY: obj} if isinstance(obj, np.ndarray) else obj
-        for k, arr in items.items():
+        for k, arr in as_dict(obj).items():
             self._put(group.store, k, arr, level)
 
     def read(self, path):
         import zarr
         group = zarr.open_group(path, mode="r")
         # np.asarray: zarr returns a 0-d array's value as a numpy scalar.
-        out = {k: np.asarray(node[...]) for k, node in group.members(max_depth=None)
-               if isinstance(node, zarr.Array)}
-        return out[_SINGLE_KEY] if list(out) == [_SINGLE_KEY] else out
+        return from_dict({k: np.asarray(node[...]) for k, node in group.members(max_depth=None)
+                          if isinstance(node, zarr.Array)})
 
 
 class H5py(Method):
@@ -143,9 +139,8 @@ class H5py(Method):
 
     def write(self, obj, path, level):
         import h5py
-        items = {_SINGLE_KEY: obj} if isinstance(obj, np.ndarray) else obj
         with h5py.File(path, "w") as f:
-            for k, arr in items.items():
+            for k, arr in as_dict(obj).items():
                 if arr.ndim == 0 or arr.size == 0:  # chunked layouts need data
                     f.create_dataset(k, data=arr)
                 else:
@@ -159,7 +154,7 @@ class H5py(Method):
             # np.asarray: h5py returns a 0-d dataset's value as a numpy scalar.
             f.visititems(lambda k, node: out.__setitem__(k, np.asarray(node[()]))
                          if isinstance(node, h5py.Dataset) else None)
-        return out[_SINGLE_KEY] if list(out) == [_SINGLE_KEY] else out
+        return from_dict(out)
 
 
 class Safetensors(Method):
@@ -179,14 +174,12 @@ class Safetensors(Method):
 
     def write(self, obj, path, level):
         from safetensors.numpy import save_file
-        items = {_SINGLE_KEY: obj} if isinstance(obj, np.ndarray) else obj
         # np.require, not np.ascontiguousarray, which makes a 0-d array 1-d.
-        save_file({k: np.require(v, requirements="C") for k, v in items.items()}, path)
+        save_file({k: np.require(v, requirements="C") for k, v in as_dict(obj).items()}, path)
 
     def read(self, path):
         from safetensors.numpy import load_file
-        out = load_file(path)
-        return out[_SINGLE_KEY] if list(out) == [_SINGLE_KEY] else out
+        return from_dict(load_file(path))
 
 
 def peer_methods():

@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 
-from .method import Method, array_reason, is_dict_of_arrays, is_plain_array, missing
+from .method import Method, array_reason, as_dict, from_dict, is_dict_of_arrays, is_plain_array, missing
 
 __all__ = ["NpSave", "NpSaveMmap", "NpSavezCompressed", "Pickle5", "Joblib", "JoblibLZ4",
            "JoblibMmap", "Tables", "Nibabel", "classic_methods"]
@@ -45,9 +45,6 @@ class NpSaveMmap(NpSave):
         return np.load(path, mmap_mode="r", allow_pickle=False)
 
 
-_SINGLE_KEY = "__array__"
-
-
 class NpSavezCompressed(Method):
     """``np.savez_compressed``: arrays and dicts of arrays, one fixed level."""
 
@@ -64,16 +61,11 @@ class NpSavezCompressed(Method):
         return "np.savez_compressed stores arrays or a dict of str -> non-object arrays"
 
     def write(self, obj, path, level):
-        if isinstance(obj, np.ndarray):
-            np.savez_compressed(path, **{_SINGLE_KEY: obj})
-        else:
-            np.savez_compressed(path, **obj)
+        np.savez_compressed(path, **as_dict(obj))
 
     def read(self, path):
         with np.load(path, allow_pickle=False) as z:
-            if z.files == [_SINGLE_KEY]:
-                return z[_SINGLE_KEY]
-            return {k: z[k] for k in z.files}
+            return from_dict({k: z[k] for k in z.files})
 
 
 class Pickle5(Method):

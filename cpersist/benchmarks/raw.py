@@ -8,14 +8,13 @@ Each dump replaces the previous file, as a program saving its state does.
 """
 
 import os
-import shutil
-import tempfile
 
 import numpy as np
 
 import cpersist
 
 from ..tools.table import format_table
+from .output import measure_into
 from .ratios import ratio_row
 from .turns import medians, timed_in_turn
 
@@ -83,14 +82,12 @@ def measure(size, directory, rounds):
             "median_s": {op: medians(runs) for op, runs in per_call.items()}}
 
 
-def run(quick=False, full=False, rounds=None):
-    """Measure every size; the list of :func:`measure` results."""
+def run(out_dir, quick=False, full=False, rounds=None):
+    """Measure every size; write ``out_dir/raw.json``; return the list of
+    :func:`measure` results."""
     rounds = rounds or (QUICK_ROUNDS if quick else ROUNDS)
-    directory = tempfile.mkdtemp(prefix="cpersist-raw-")
-    try:
-        return [measure(size, directory, rounds) for size in (FULL_SIZES if full else SIZES)]
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+    return measure_into(out_dir, "raw.json", "cpersist-raw-", lambda directory: [
+        measure(size, directory, rounds) for size in (FULL_SIZES if full else SIZES)])
 
 
 def _ms(seconds):

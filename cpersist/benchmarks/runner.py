@@ -17,20 +17,9 @@ __all__ = ["StorageConfig", "COLUMNS", "COLUMN_DOCS", "plan", "measure_cell", "r
 
 MB = 1e6  # all MB figures in the CSV are 10**6 bytes
 
-#: CSV columns, in order. Times are medians over ``repeats``; peaks are RSS
-#: above the level before the call (first repeat, fresh process).
-COLUMNS = [
-    "dataset", "source", "description", "method", "family", "codec", "level",
-    "size_bytes", "disk_bytes", "ratio", "disk_fraction", "kept_raw",
-    "write_s", "read_s", "read_open_s", "write_MBps", "read_MBps",
-    "write_peak_MB", "read_peak_MB", "write_peak_anon_MB", "read_peak_anon_MB",
-    "limit_write_s", "limit_read_s", "write_of_limit", "read_of_limit",
-    "fsync_s", "cache", "resident_frac", "peak_via", "mmap", "repeats", "threads",
-    "status", "reason", "notes", "write_times", "read_times",
-]
-
-
-#: What each column means (also written to machine.json).
+#: The CSV's columns, in order, and what each means (also written to
+#: machine.json). Times are medians over ``repeats``; peaks are RSS above
+#: the level before the call (first repeat, fresh process).
 COLUMN_DOCS = {
     "dataset": "dataset name (file_* for user files)",
     "source": "builtin (generated, seeded), package (shipped with nibabel/scikit-learn) or file",
@@ -78,7 +67,7 @@ COLUMN_DOCS = {
     "write_times": "every write repeat, seconds, ';'-separated",
     "read_times": "every read repeat, seconds, ';'-separated",
 }
-assert list(COLUMN_DOCS) == COLUMNS
+COLUMNS = list(COLUMN_DOCS)
 
 
 @dataclass
@@ -261,18 +250,17 @@ class _CsvSink:
         import csv
         self.path = path
         self.rows = []
-        if resume and os.path.exists(path) and os.path.getsize(path):
+        kept = resume and os.path.exists(path) and os.path.getsize(path)
+        if kept:
             with open(path, newline="") as f:
                 reader = csv.DictReader(f)
                 if reader.fieldnames != COLUMNS:
                     raise ValueError(f"{path}: not a results CSV of this benchmark version "
                                      f"(columns differ); cannot --resume from it")
                 self.rows = list(reader)
-            self._file = open(path, "a", newline="")
-            self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="ignore")
-        else:
-            self._file = open(path, "w", newline="")
-            self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="ignore")
+        self._file = open(path, "a" if kept else "w", newline="")
+        self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="ignore")
+        if not kept:
             self._writer.writeheader()
             self._file.flush()
         self.done = {row_key(r) for r in self.rows}

@@ -12,6 +12,7 @@ from functools import partial
 
 from ..tools.table import format_table
 from .pagecache import disk_size, remove_output
+from .ratios import ratio_row
 
 
 def timed_in_turn(contenders, rounds, before=None):
@@ -78,6 +79,32 @@ def dumps_then_loads(dumps, loads, paths, rounds, check):
 def range_ms(seconds):
     """``12-15``: the fastest and slowest of ``seconds``, in whole milliseconds."""
     return f"{min(seconds) * 1e3:.0f}-{max(seconds) * 1e3:.0f}"
+
+
+def ratio_rows(suite, what, comparisons, result, ranges=True):
+    """The ratio rows on ``what`` of a :func:`dumps_then_loads` ``result``,
+    one per comparison of ``comparisons`` ((target, figure, cpersist's
+    contender, the peer's)) whose peer was measured. The figure is
+    ``"dump"``, ``"load"`` or ``"call"``: median times (with ``ranges``,
+    the range of each one's rounds too); or a format of the two files'
+    sizes: ``{a}`` and ``{b}`` in bytes, ``{a_mb}`` and ``{b_mb}`` in MB,
+    ``{d}`` their difference in bytes."""
+    rows = []
+    for target, figure, mine, peer in comparisons:
+        if figure in ("dump", "load", "call"):
+            t = result[f"{figure}_s"]
+            if peer not in t:
+                continue
+            ratio, measured = t[mine] / t[peer], f"{t[mine] * 1e3:.0f} ms / {t[peer] * 1e3:.0f} ms"
+            if ranges:
+                spread = result[f"{figure}_rounds_s"]
+                measured += f" (ranges {range_ms(spread[mine])} / {range_ms(spread[peer])} ms)"
+        else:
+            a, b = result["file_bytes"][mine], result["file_bytes"][peer]
+            ratio = a / b
+            measured = figure.format(a=a, b=b, d=a - b, a_mb=a / (1 << 20), b_mb=b / (1 << 20))
+        rows.append(ratio_row(suite, f"{what}: {target}", ratio, measured))
+    return rows
 
 
 def contest_table(result, ops=("dump", "load")):
