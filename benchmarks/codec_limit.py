@@ -9,7 +9,7 @@ The storage suite's ``write_of_limit`` and ``read_of_limit`` are the
 medians of a few repeats, each in a fresh process, of a write or a read
 from disk (cold by default). This script times the same fractions within
 one process, round after round: a dump, then the codec alone encoding the
-same chunks on the same threads (:class:`cpersist.benchmarks.limits.Limit`);
+same chunks on the same threads (:class:`cpersist.benchmarks.methods.Limit`);
 a load of that file from the page cache, then the codec alone decoding them
 into new memory. Each round gives a fraction per operation, of wall time and
 of CPU time (every thread of the process); on a shared machine, the machine's
@@ -39,7 +39,7 @@ if __name__ == "__main__":  # run as a script: import this checkout's cpersist
 import cpersist  # noqa: E402
 from cpersist._runtime.threads import default_n_threads  # noqa: E402
 from cpersist.benchmarks import datasets as ds  # noqa: E402
-from cpersist.benchmarks.limits import Limit  # noqa: E402
+from cpersist.benchmarks.methods import Limit  # noqa: E402
 from cpersist.benchmarks.pagecache import evict_from_cache  # noqa: E402
 from cpersist.container.sources import ByteSource, LocalFileSource  # noqa: E402
 

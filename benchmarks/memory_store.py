@@ -110,7 +110,7 @@ def run_memory(out_dir, data, repeats=3, timeout=1800, progress=True):
     -> what :func:`cpersist.benchmarks.datacache.save_cached` returns) with each store, one fresh
     process per (object, store), ``repeats`` write + hit rounds in it (medians
     reported); scratch caches in ``out_dir/_work/memory``."""
-    from cpersist.benchmarks._progress import progress_bar
+    from cpersist.benchmarks.runner import progress_bar
 
     work = os.path.join(out_dir, "_work", "memory")
     os.makedirs(work, exist_ok=True)

@@ -170,7 +170,7 @@ def run_serializers(out_dir, max_entries=4_096_000, mem_budget_mb=4096, serializ
     (4x the previous size's) would exceed ``mem_budget_mb``; scratch files in
     ``out_dir/_work``; each store and load in a fresh process, killed after
     ``timeout`` seconds."""
-    from cpersist.benchmarks._progress import progress_bar
+    from cpersist.benchmarks.runner import progress_bar
 
     names = serializers or SERIALIZERS
     sizes = []

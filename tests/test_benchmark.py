@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from cpersist.benchmarks import main
-from cpersist.benchmarks import datacache, generated, peers_classic, userfiles
+from cpersist.benchmarks import datacache, generated, peers_classic
 from cpersist.benchmarks import datasets as ds
 from cpersist.benchmarks import methods as mt
 from cpersist.benchmarks.compare import first_difference, touch
@@ -98,26 +98,26 @@ def test_user_files_each_type(tmp_path):
 
 def test_load_user_file_loaders(tmp_path):
     paths, vol = _make_user_files(tmp_path)
-    assert first_difference(vol, userfiles.load_user_file(str(paths["npy"]))) is None
-    z = userfiles.load_user_file(str(paths["npz"]))
+    assert first_difference(vol, ds.load_user_file(str(paths["npy"]))) is None
+    z = ds.load_user_file(str(paths["npz"]))
     assert set(z) == {"x", "y"} and first_difference(vol, z["x"]) is None
-    assert first_difference(vol, userfiles.load_user_file(str(paths["nii.gz"]))) is None
-    h = userfiles.load_user_file(str(paths["h5"]))
+    assert first_difference(vol, ds.load_user_file(str(paths["nii.gz"]))) is None
+    h = ds.load_user_file(str(paths["h5"]))
     assert set(h) == {"vol", "grp/t"}
     with pytest.raises(PermissionError):
-        userfiles.load_user_file(str(paths["joblib"]))
+        ds.load_user_file(str(paths["joblib"]))
     # A .cp of plain data loads without trust; one holding a class instance does not.
     import cpersist
     from sklearn.linear_model import LinearRegression
 
-    assert set(userfiles.load_user_file(str(paths["cp"]))) == {"vol", "meta"}
+    assert set(ds.load_user_file(str(paths["cp"]))) == {"vol", "meta"}
     model = tmp_path / "model.cp"
     cpersist.dump(LinearRegression(), str(model))
     with pytest.raises(PermissionError, match="--trust-pickles"):
-        userfiles.load_user_file(str(model))
-    assert isinstance(userfiles.load_user_file(str(model), trust_pickles=True), LinearRegression)
+        ds.load_user_file(str(model))
+    assert isinstance(ds.load_user_file(str(model), trust_pickles=True), LinearRegression)
     with pytest.raises(ValueError):
-        userfiles.load_user_file(str(tmp_path / "x.txt"))
+        ds.load_user_file(str(tmp_path / "x.txt"))
 
 
 # ---------------------------------------------------------------------------
@@ -362,7 +362,7 @@ def test_hdf5_compound_dataset_is_loaded_and_measured(tmp_path):
         f["vol"] = np.ones((4, 5, 6), dtype=np.float32)
         f["grp/ids"] = np.arange(9)
         f["table"] = rec
-    obj = userfiles.load_user_file(str(path))
+    obj = ds.load_user_file(str(path))
     assert set(obj) == {"vol", "grp/ids", "table"}
     assert first_difference(rec, obj["table"]) is None
     out = tmp_path / "out"
@@ -414,7 +414,7 @@ def test_default_and_full_grids():
 
 
 def test_progress_bar_shows_cell_and_time_left(capsys):
-    from cpersist.benchmarks._progress import progress_bar
+    from cpersist.benchmarks.runner import progress_bar
 
     bar = progress_bar(total=10.0, desc="cpersist bench", weighted=True)
     bar.set_postfix_str("atlas_c | cpersist:zstd L9")
@@ -604,7 +604,7 @@ def test_jax_checkpoints_without_the_jax_extra_are_one_row(tmp_path, monkeypatch
 
 
 def test_codec_limit_times_the_arrays_chunks_alone():
-    from cpersist.benchmarks.limits import Limit, arrays_of
+    from cpersist.benchmarks.methods import Limit, arrays_of
 
     big = np.arange(300_000, dtype="<f8")
     small = np.arange(10, dtype="<i4")

@@ -9,10 +9,8 @@ and each contender's last appends over its first (1: an append costs the
 same however large the file).
 """
 
-import json
 import os
 import statistics
-import tempfile
 import time
 
 import numpy as np
@@ -21,6 +19,7 @@ import cpersist
 
 from ..tools.table import format_table
 from .append_peers import NEEDS, PEERS, Contender
+from .output import measure_into
 from .pagecache import disk_size, remove_output
 from .ratios import failed_row, ratio_row
 from .turns import not_installed
@@ -125,7 +124,6 @@ def measure(contender, directory, appends, rows):
     """The figures of one contender, or ``{"error": ...}``."""
     path = os.path.join(directory, contender.name.split()[0] + "-append")
     remove_output(path)
-    expected = None
     try:
         times = []
         t0 = time.perf_counter()
@@ -136,21 +134,20 @@ def measure(contender, directory, appends, rows):
             contender.append(data)
             times.append(time.perf_counter() - t1)
         contender.close()
-        total = time.perf_counter() - t0
-        first, last, k = _ends(times)
+        figures = {"total_s": time.perf_counter() - t0}
+        figures["first_median_s"], figures["last_median_s"], figures["ends"] = _ends(times)
+        figures["file_bytes"] = disk_size(path)
         start = rows // 2 + max(0, (appends - SLICE_CROSSES - 1) // 2) * rows
         stop = min(start + SLICE_CROSSES * rows, appends * rows)
-        figures = {"total_s": total, "first_median_s": first, "last_median_s": last,
-                   "ends": k, "file_bytes": disk_size(path)}
-        for key, read in (("slice_s", lambda: contender.read_slice(path, start, stop, rows)),
-                          ("read_all_s", lambda: contender.read_all(path))):
+        for key, begin, end, read in (
+                ("slice_s", start, stop, lambda: contender.read_slice(path, start, stop, rows)),
+                ("read_all_s", 0, appends * rows, lambda: contender.read_all(path))):
             runs = []
             for _ in range(READ_REPEATS):
                 t1 = time.perf_counter()
                 got = read()
                 runs.append(time.perf_counter() - t1)
-            if not _holds(got, start if key == "slice_s" else 0,
-                          stop if key == "slice_s" else appends * rows, rows):
+            if not _holds(got, begin, end, rows):
                 return {"error": f"{key[:-2]} read back other values"}
             figures[key] = statistics.median(runs)
             del got
@@ -164,18 +161,17 @@ def measure(contender, directory, appends, rows):
 def run(out_dir, quick=False):
     """Run the suite; write ``out_dir/appends.json``; return the results."""
     appends, rows = SIZES["quick" if quick else "full"]
-    results = {"appends": appends, "rows": rows, "columns": COLUMNS, "contenders": {}}
-    with tempfile.TemporaryDirectory(dir=out_dir) as directory:
+
+    def measure_all(directory):
+        contenders = {}
         for contender in (RecordLog(), GrowingArray()) + tuple(peer() for peer in PEERS):
             missing = not_installed((m, m) for m in NEEDS.get(type(contender), ()))
-            if missing:
-                results["contenders"][contender.name] = {"missing": missing}
-            else:
-                results["contenders"][contender.name] = measure(contender, directory,
-                                                                appends, rows)
-    with open(os.path.join(out_dir, "appends.json"), "w") as file:
-        json.dump(results, file, indent=1)
-    return results
+            contenders[contender.name] = {"missing": missing} if missing else measure(
+                contender, directory, appends, rows)
+        return {"appends": appends, "rows": rows, "columns": COLUMNS, "contenders": contenders}
+
+    return measure_into(out_dir, "appends.json", "cpersist-appends-", measure_all,
+                        scratch_in_out=True)
 
 
 #: (figure, what it is, how it is shown) of the ratios against each peer.
@@ -183,10 +179,6 @@ RATIOS = (("total_s", "total append time", "{:.2f} s"),
           ("file_bytes", "file size", "{:.1f} MB"),
           ("slice_s", f"slice across {SLICE_CROSSES} batches", "{:.4f} s"),
           ("read_all_s", "read all", "{:.2f} s"))
-
-
-def _shown(key, value, form):
-    return form.format(value / 1e6 if key == "file_bytes" else value)
 
 
 def ratios(results):
@@ -211,6 +203,10 @@ def ratios(results):
             f"{figures['last_median_s'] * 1e3:.2f} ms / {figures['first_median_s'] * 1e3:.2f}"
             f" ms ({figures['ends']} each)"))
     return rows
+
+
+def _shown(key, value, form):
+    return form.format(value / 1e6 if key == "file_bytes" else value)
 
 
 def _unmeasured(target, *figures):

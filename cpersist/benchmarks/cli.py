@@ -6,7 +6,6 @@ import sys
 
 from . import datasets as ds
 from . import methods as mt
-from . import userfiles
 from ..tools.table import format_table
 from .suites import EXIT_INTERRUPTED, SUITES, run
 
@@ -173,8 +172,7 @@ def main(argv=None, prog=None):
                 parser.error(f"{f}: a checkpoint file is measured with torch, safetensors and "
                              f"joblib, and {missing()} is not installed (pip install {missing()})")
             continue
-        why = userfiles.unsupported_file(f) or (
-            None if args.trust_pickles else userfiles.untrusted_pickle(f))
+        why = ds.unsupported_file(f) or (None if args.trust_pickles else ds.untrusted_pickle(f))
         if why:
             parser.error(why)
     try:

@@ -80,9 +80,8 @@ def first_difference(expected, actual, where="obj"):
                 return d
         return None
     if isinstance(a, dict):
-        if list(a.keys()) != list(b.keys()):
-            if set(a.keys()) != set(b.keys()):
-                return f"{where}: keys differ"
+        if set(a) != set(b):
+            return f"{where}: keys differ"
         for k in a:
             d = first_difference(a[k], b[k], f"{where}[{k!r}]")
             if d:

@@ -43,11 +43,9 @@ def deep_nbytes(obj):
             total += special
             continue
         if isinstance(o, np.ndarray):
+            total += o.nbytes
             if o.dtype.hasobject:
-                total += o.nbytes
                 stack.extend(o.ravel().tolist())
-            else:
-                total += o.nbytes
             continue
         total += sys.getsizeof(o)
         if isinstance(o, (str, bytes, bytearray, int, float, complex, bool, type(None))):
@@ -58,7 +56,6 @@ def deep_nbytes(obj):
         elif isinstance(o, (list, tuple, set, frozenset)):
             stack.extend(o)
         else:
-            state = None
             try:
                 state = o.__getstate__()
             except Exception:

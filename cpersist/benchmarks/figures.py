@@ -31,13 +31,6 @@ def _minor_label(v, _pos=None):
     return f"{v:g}" if lead in (2.0, 5.0) else ""
 
 
-def _grouped_bars(plt, rows, key, ylabel, title, path, log):
-    fig = bar_figure(plt, rows, key, ylabel, title, log)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
-
-
 #: One colour per level, the same in every chart; distinct for the levels
 #: runs use (0 grey: raw; red is kept for failed methods).
 LEVEL_COLORS = {0: "#9e9e9e", 1: "#1f77b4", 2: "#17becf", 3: "#2ca02c", 4: "#bcbd22",
@@ -197,29 +190,26 @@ def plot_storage(rows, out_dir):
     plt = _plt()
     os.makedirs(out_dir, exist_ok=True)
     paths = []
-    shown = [r for r in rows if r.get("status") in ("ok", "failed")]
     by_ds = {}
-    for r in shown:
-        by_ds.setdefault(r["dataset"], []).append(r)
+    for r in rows:
+        if r.get("status") in ("ok", "failed"):
+            disk_mb = (_f(r["disk_bytes"]) or 0) / 1e6
+            by_ds.setdefault(r["dataset"], []).append(dict(r, disk_MB=disk_mb))
     for name, rs in by_ds.items():
         if not any(r.get("status") == "ok" for r in rs):
             continue
-        size_mb = (_f(rs[0]["size_bytes"]) or 0) / 1e6
         cache = rs[0].get("cache", "")
-        sub = f"{name} ({size_mb:.3g} MB in memory)"
-        paths.append(_disk_chart(plt, rs, sub, out_dir, name))
-        paths.append(_grouped_bars(plt, rs, "write_s", "write time, s (median)", f"{sub}: write time",
-                                   os.path.join(out_dir, f"{_safe(name)}_write.png"), log=True))
-        paths.append(_grouped_bars(plt, rs, "read_s", f"read time, s (median, {cache} cache)",
-                                   f"{sub}: read time ({cache} cache; mmap rows touch every byte)",
-                                   os.path.join(out_dir, f"{_safe(name)}_read.png"), log=True))
+        sub = f"{name} ({(_f(rs[0]['size_bytes']) or 0) / 1e6:.3g} MB in memory)"
+        # Disk sizes linear: those of one dataset are comparable and bars must start at 0.
+        for chart, key, label, title, log in (
+                ("disk", "disk_MB", "disk size, MB", "disk size", False),
+                ("write", "write_s", "write time, s (median)", "write time", True),
+                ("read", "read_s", f"read time, s (median, {cache} cache)",
+                 f"read time ({cache} cache; mmap rows touch every byte)", True)):
+            fig = bar_figure(plt, rs, key, label, f"{sub}: {title}", log)
+            paths.append(os.path.join(out_dir, f"{_safe(name)}_{chart}.png"))
+            fig.savefig(paths[-1], dpi=90)
+            plt.close(fig)
         paths.append(plot_pareto(rs, os.path.join(out_dir, f"{_safe(name)}_pareto.png"),
                                  f"{sub}: compression ratio against speed"))
     return paths
-
-
-def _disk_chart(plt, rs, sub, out_dir, name):
-    rows = [dict(r, disk_MB=(_f(r["disk_bytes"]) or 0) / 1e6) for r in rs]
-    # Linear: sizes of one dataset are comparable and bars must start at 0.
-    return _grouped_bars(plt, rows, "disk_MB", "disk size, MB", f"{sub}: disk size",
-                         os.path.join(out_dir, f"{_safe(name)}_disk.png"), log=False)

@@ -29,12 +29,10 @@ def make_array(kind, nbytes, seed=0):
     ``"compressible"``: int32 random walks along each row (smooth, like a
     signal); ``"incompressible"``: uniformly random bytes.
     """
-    rng = np.random.default_rng(seed)
+    rng, rows = np.random.default_rng(seed), max(1, nbytes // 2000)
     if kind == "compressible":
-        rows = max(1, nbytes // 2000)
         steps = rng.integers(-2, 3, size=(rows, 500), dtype=np.int8)
         return np.cumsum(steps, axis=1, dtype=np.int32)
-    rows = max(1, nbytes // 2000)
     return rng.integers(0, 256, size=(rows, 2000), dtype=np.uint8)
 
 
@@ -47,13 +45,6 @@ def optional(name):
         return None
 
 
-def _slice_of(arr, fraction):
-    n = len(arr)
-    count = max(1, int(n * fraction))
-    start = (n - count) // 2
-    return slice(start, start + count)
-
-
 def _lazy_slice(path, index):
     with cpersist.open(path) as f:
         return next(iter(f.arrays.values()))[index]
@@ -64,7 +55,8 @@ def measure_slice(kind, nbytes, directory, repeats):
     (a peer not installed has its time None and its name in ``missing``)."""
     zarr, blosc2 = optional("zarr"), optional("blosc2")
     arr = make_array(kind, nbytes)
-    index = _slice_of(arr, 0.01)
+    count = max(1, int(len(arr) * 0.01))  # 1% of the rows, in the middle
+    index = slice((len(arr) - count) // 2, (len(arr) - count) // 2 + count)
     path = os.path.join(directory, f"{kind}.cp")
     cpersist.dump({"a": arr}, path, compress=True)
     file_bytes = os.path.getsize(path)

@@ -2,6 +2,7 @@
 page-cache state ("How it measures" in docs/benchmarks.rst)."""
 
 import contextlib
+import functools
 import gc
 import os
 import signal
@@ -13,10 +14,8 @@ import traceback
 import types
 
 from .datacache import load_cached
-from .pagecache import (disk_size, evict_from_cache, files_of, remove_output, resident_fraction,
-                        warm_cache)
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+from .pagecache import (PAGE as _PAGE, disk_size, evict_from_cache, files_of, remove_output,
+                        resident_fraction, warm_cache)
 
 __all__ = ["rss_bytes", "PeakMemory", "run_in_subprocess", "write_task", "read_task",
            "preload_modules"]
@@ -70,18 +69,15 @@ class PeakMemory:
 
     def __init__(self, interval=0.001):
         self.interval = interval
-        self.peak = 0
-        self.peak_anon = 0
+        self.peak = self.peak_anon = 0
         self.exact = False
         self._stop = threading.Event()
         self._max = (0, 0)
 
     def _run(self):
-        m_rss, m_anon = self._max
         while not self._stop.is_set():
             rss, shared = rss_bytes()
-            m_rss, m_anon = max(m_rss, rss), max(m_anon, rss - shared)
-            self._max = (m_rss, m_anon)
+            self._max = (max(self._max[0], rss), max(self._max[1], rss - shared))
             time.sleep(self.interval)
 
     def __enter__(self):
@@ -98,20 +94,25 @@ class PeakMemory:
         rss, shared = rss_bytes()
         self._stop.set()
         self._thread.join()
-        m_rss, m_anon = self._max
-        m_rss, m_anon = max(m_rss, rss), max(m_anon, rss - shared)
-        hwm = _read_hwm() if self.exact else None
-        if hwm is not None:
-            m_rss = max(m_rss, hwm)
-        self.peak = max(0, m_rss - self.base)
-        self.peak_anon = max(0, m_anon - self.base_anon)
+        hwm = (_read_hwm() if self.exact else None) or 0
+        self.peak = max(0, self._max[0] - self.base, rss - self.base, hwm - self.base)
+        self.peak_anon = max(0, self._max[1] - self.base_anon, rss - shared - self.base_anon)
         return False
 
 
-def _peak_memory(repeat):
-    """The :class:`PeakMemory` of the first repeat only: its sampler takes
-    the GIL a thousand times a second, slowing the operation a few percent."""
-    return PeakMemory() if repeat == 0 else contextlib.nullcontext()
+def _repeats(task, times):
+    """The numbers of the repeats to run: ``task["repeats"]``, fewer once
+    ``times`` add up to the task's ``budget`` of seconds."""
+    for r in range(task["repeats"]):
+        if sum(times) > (task.get("budget") or float("inf")):
+            return
+        yield r
+
+
+def _measured(pm, r):
+    """``pm`` around the first repeat only: the :class:`PeakMemory` sampler
+    takes the GIL a thousand times a second, slowing the operation a few percent."""
+    return pm if r == 0 else contextlib.nullcontext()
 
 
 def write_task(task):
@@ -119,24 +120,17 @@ def write_task(task):
     method, level, path = task["method"], task["level"], task["file_path"]
     obj = load_cached(task["data_path"])
     gc.collect()
-    times = []
-    peak = peak_anon = None
-    exact = False
+    times, pm = [], PeakMemory()
     # The codec alone on the same threads, timed after each write (both
     # see the machine alike): what the write could reach.
     limit = method.limit(obj, level) if hasattr(method, "limit") else None
     limit_write = []
-    for r in range(task["repeats"]):
-        if sum(times) > (task.get("budget") or float("inf")):
-            break
+    for r in _repeats(task, times):
         remove_output(path)  # every repeat creates the file, as a user would
-        with _peak_memory(r) as pm:
+        with _measured(pm, r):
             t0 = time.perf_counter()
             method.write(obj, path, level)
-            t1 = time.perf_counter()
-        times.append(t1 - t0)
-        if r == 0:
-            peak, peak_anon, exact = pm.peak, pm.peak_anon, pm.exact
+            times.append(time.perf_counter() - t0)
         if limit is not None:
             limit_write.append(limit.encode_s())
     del limit
@@ -147,32 +141,21 @@ def write_task(task):
             os.fsync(fd)
         finally:
             os.close(fd)
-    fsync_s = time.perf_counter() - t0
-    return {
-        "status": "ok",
-        "write_times": times,
-        "write_peak": peak,
-        "write_peak_anon": peak_anon,
-        "peak_exact": exact,
-        "disk_bytes": disk_size(path),
-        "fsync_s": fsync_s,
-        "limit_write_times": limit_write,
-    }
+    return {"status": "ok", "write_times": times, "write_peak": pm.peak,
+            "write_peak_anon": pm.peak_anon, "peak_exact": pm.exact, "disk_bytes": disk_size(path),
+            "fsync_s": time.perf_counter() - t0, "limit_write_times": limit_write}
 
 
 def read_task(task):
     """Read the file ``task['repeats']`` times; check the first result."""
     from .compare import first_difference, touch
     method, path, cold = task["method"], task["file_path"], task["cold"]
-    times, resident, open_times = [], [], []
+    times, resident, open_times, pm = [], [], [], PeakMemory()
     # The codec alone decoding the same chunks, timed after each read: what
     # the read could reach. Encoded once, untimed, from the checked result.
     limit, limit_read = None, []
-    peak = peak_anon = None
     cache = "cold" if cold else "warm"
-    for r in range(task["repeats"]):
-        if sum(times) > (task.get("budget") or float("inf")):
-            break
+    for r in _repeats(task, times):
         names = files_of(path)
         if cold:
             if not all([evict_from_cache(name) for name in names]):
@@ -183,25 +166,22 @@ def read_task(task):
             for name in names:
                 warm_cache(name)
         gc.collect()
-        with _peak_memory(r) as pm:
+        with _measured(pm, r):
             t0 = time.perf_counter()
             result = method.read(path)
             t_open = time.perf_counter()
             if method.mmap:
                 touch(result)
-            t1 = time.perf_counter()
-        times.append(t1 - t0)
+            times.append(time.perf_counter() - t0)
         open_times.append(t_open - t0)  # for mmap: the open alone, before any access
         if r == 0:
-            peak, peak_anon, pm_exact = pm.peak, pm.peak_anon, pm.exact
             # The original is loaded only now, after the measured read.
             diff = first_difference(load_cached(task["data_path"]), result)
             if diff:
                 return {"status": "failed", "reason": "wrong data read back: " + diff, "cache": cache}
-            if hasattr(method, "limit"):
-                limit = method.limit(result, task["level"])
-                if limit is not None:
-                    limit.encode_s()
+            limit = method.limit(result, task["level"]) if hasattr(method, "limit") else None
+            if limit is not None:
+                limit.encode_s()
         del result
         if limit is not None:
             limit_read.append(limit.decode_s())
@@ -209,17 +189,9 @@ def read_task(task):
     if cold and res and max(res) > 0.5:
         # e.g. a tmpfs or a filesystem ignoring the advice: say so in the row.
         cache = "warm (eviction had no effect)"
-    return {
-        "status": "ok",
-        "read_times": times,
-        "open_times": open_times,
-        "read_peak": peak,
-        "read_peak_anon": peak_anon,
-        "peak_exact": pm_exact,
-        "cache": cache,
-        "resident_frac": max(res) if res else None,
-        "limit_read_times": limit_read,
-    }
+    return {"status": "ok", "read_times": times, "open_times": open_times, "read_peak": pm.peak,
+            "read_peak_anon": pm.peak_anon, "peak_exact": pm.exact, "cache": cache,
+            "resident_frac": max(res) if res else None, "limit_read_times": limit_read}
 
 
 def _worker(conn, task):
@@ -245,20 +217,16 @@ def _worker(conn, task):
 #: Imported once in the forkserver so each measurement starts fast.
 preload_modules = ["cpersist.benchmarks._preload"]
 
-_CTX = None
 
-
+@functools.lru_cache(maxsize=None)
 def _context():
-    global _CTX
-    if _CTX is None:
-        import multiprocessing as mp
-        try:
-            ctx = mp.get_context("forkserver")
-            ctx.set_forkserver_preload(preload_modules)
-        except ValueError:  # no forkserver (Windows): slower but equivalent
-            ctx = mp.get_context("spawn")
-        _CTX = ctx
-    return _CTX
+    import multiprocessing as mp
+    try:
+        ctx = mp.get_context("forkserver")
+    except ValueError:  # no forkserver (Windows): slower but equivalent
+        return mp.get_context("spawn")
+    ctx.set_forkserver_preload(preload_modules)
+    return ctx
 
 
 @contextlib.contextmanager

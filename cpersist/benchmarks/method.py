@@ -88,6 +88,9 @@ class Method:
         Levels the method can run at.
     note : str
         Anything a reader of the CSV must know (goes to the ``notes`` column).
+    needs : tuple
+        The modules it imports: each a name, or ``(name, what the reason
+        calls it)``; :meth:`available` says which is missing.
     """
 
     name = "?"
@@ -98,6 +101,7 @@ class Method:
     supported = (0,)
     fixed_level = None
     note = ""
+    needs = ()
     threads = None
 
     def levels(self, grid):
@@ -111,7 +115,11 @@ class Method:
         return [lv for lv in grid if lv in self.supported]
 
     def available(self):
-        """None when the library imports, else why not."""
+        """None when every library of :attr:`needs` imports, else why not."""
+        for need in self.needs:
+            why = missing(*((need,) if isinstance(need, str) else need))
+            if why:
+                return why
         return None
 
     def why_not(self, obj):

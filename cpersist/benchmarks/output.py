@@ -28,8 +28,7 @@ def write_csv(path, rows, columns):
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
         w.writeheader()
-        for r in rows:
-            w.writerow(r)
+        w.writerows(rows)
     return path
 
 

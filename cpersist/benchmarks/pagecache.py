@@ -8,7 +8,8 @@ import os
 __all__ = ["files_of", "disk_size", "remove_output", "evict_from_cache", "warm_cache",
            "resident_fraction"]
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+#: Bytes of a memory page.
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def files_of(path):
@@ -73,7 +74,7 @@ def resident_fraction(path):
             mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
         try:
             buf = ctypes.c_char.from_buffer(mm)
-            n = (size + _PAGE - 1) // _PAGE
+            n = (size + PAGE - 1) // PAGE
             vec = (ctypes.c_ubyte * n)()
             rc = libc.mincore(ctypes.c_void_p(ctypes.addressof(buf)), ctypes.c_size_t(size), vec)
             del buf

@@ -17,6 +17,7 @@ class Blosc2NDArray(Method):
     """
 
     family = "blosc2"
+    needs = ("blosc2",)
     codec = "zstd"
     suffix = ".b2nd"
 
@@ -30,9 +31,6 @@ class Blosc2NDArray(Method):
             self.name = f"blosc2:zstd+{filters}"
             self.supported = tuple(range(1, 10))
             self.note = f"blosc2.asarray(urlpath=...), codec zstd, filters {filters}"
-
-    def available(self):
-        return _missing("blosc2")
 
     def why_not(self, obj):
         if isinstance(obj, np.ndarray) and obj.ndim == 0:
@@ -65,6 +63,7 @@ class Zarr(Method):
     """zarr v3 directory store: one array, or a group with one array per key."""
 
     family = "zarr"
+    needs = ("zarr",)
     suffix = ".zarr"
     supported = tuple(range(1, 10))
 
@@ -75,9 +74,9 @@ class Zarr(Method):
                      "zarr v3 directory, default chunks, BloscCodec(cname='zstd', clevel, shuffle)")
 
     def available(self):
-        r = _missing("zarr")
-        if r:
-            return r
+        why = super().available()
+        if why:
+            return why
         import zarr
         if int(zarr.__version__.split(".")[0]) < 3:
             return f"zarr {zarr.__version__} is not zarr v3"
@@ -116,6 +115,7 @@ class H5py(Method):
     """HDF5 through h5py, chunked, with an hdf5plugin filter (Blosc2 or Zstd)."""
 
     family = "h5py"
+    needs = ("h5py", "hdf5plugin")
     suffix = ".h5"
     supported = tuple(range(1, 10))
 
@@ -124,9 +124,6 @@ class H5py(Method):
         self.name = f"h5py:{codec}"
         self.note = ("h5py chunks=True, hdf5plugin.Blosc2(cname='zstd', clevel, SHUFFLE)"
                      if codec == "blosc2" else "h5py chunks=True, hdf5plugin.Zstd(clevel)")
-
-    def available(self):
-        return _missing("h5py") or _missing("hdf5plugin")
 
     def why_not(self, obj):
         return _numeric_reason(obj, "h5py", allow_records=True)
@@ -162,12 +159,10 @@ class Safetensors(Method):
 
     name = "safetensors"
     family = "safetensors"
+    needs = ("safetensors",)
     suffix = ".safetensors"
     fixed_level = 0
     note = "safetensors.numpy.save_file / load_file (no compression)"
-
-    def available(self):
-        return _missing("safetensors")
 
     def why_not(self, obj):
         return _numeric_reason(obj, "safetensors", kinds="biuf")

@@ -90,13 +90,11 @@ class Joblib(Method):
 
     name = "joblib"
     family = "joblib"
+    needs = ("joblib",)
     codec = "zlib"
     suffix = ".joblib"
     supported = tuple(range(10))
     note = "compress=<int>: zlib; level 0 = raw"
-
-    def available(self):
-        return missing("joblib")
 
     def _compress(self, level):
         return level
@@ -114,12 +112,10 @@ class JoblibLZ4(Joblib):
     """``joblib.dump(obj, path, compress=('lz4', level))``."""
 
     name = "joblib:lz4"
+    needs = ("joblib", ("lz4", "lz4 (joblib needs it for ('lz4', level))"))
     codec = "lz4"
     supported = tuple(range(1, 10))
     note = ""
-
-    def available(self):
-        return missing("joblib") or missing("lz4", "lz4 (joblib needs it for ('lz4', level))")
 
     def _compress(self, level):
         return ("lz4", level)
@@ -152,6 +148,7 @@ class Tables(Method):
     """
 
     family = "tables"
+    needs = (("tables", "PyTables (tables)"),)
     suffix = ".h5"
 
     def __init__(self, complib=None):
@@ -166,7 +163,7 @@ class Tables(Method):
             self.note = "create_carray, default chunkshape, shuffle on"
 
     def available(self):
-        why = missing("tables", "PyTables (tables)")
+        why = super().available()
         if why:
             return why
         import tables
@@ -240,6 +237,7 @@ class Nibabel(Method):
     """NIfTI-1 via nibabel: ``.nii`` (raw) or ``.nii.gz`` (gzip levels 1-9)."""
 
     family = "nibabel"
+    needs = ("nibabel",)
 
     def __init__(self, gz=False):
         self.gz = gz
@@ -255,9 +253,6 @@ class Nibabel(Method):
             self.mmap = True
             self.note = ("np.asanyarray(img.dataobj), memory-mapped by nibabel; read time "
                          "includes touching every byte")
-
-    def available(self):
-        return missing("nibabel")
 
     def why_not(self, obj):
         if not isinstance(obj, np.ndarray):

@@ -1,6 +1,8 @@
 """Raw files: cpersist's raw ``dump`` and ``load`` of one float64 array
 against ``np.save`` and ``np.load``, and against a plain copy of its bytes
-into new memory, at each of :data:`SIZES`.
+into new memory, at each of :data:`SIZES`; and of a model of many small
+arrays (the storage suite's random forest), loaded trusted and restricted,
+against pickle 5 (:func:`forest_ratios`).
 
 Medians of rounds in which every contender runs once in turn, in this
 process, warm page cache; a small size makes several calls per timing.
@@ -8,6 +10,7 @@ Each dump replaces the previous file, as a program saving its state does.
 """
 
 import os
+import pickle
 
 import numpy as np
 
@@ -15,6 +18,7 @@ import cpersist
 
 from ..tools.table import format_table
 from .output import measure_into
+from .pagecache import remove_output
 from .ratios import ratio_row
 from .turns import medians, timed_in_turn
 
@@ -129,3 +133,48 @@ def format_results(results):
                               f"{r['size'] / 1e6 / t:.0f} MB/s", _range(r["rounds_s"][op][name])])
     return format_table(["size", "op", "contender", "median", "throughput", "range"], cells,
                         right=(3, 4, 5))
+
+
+#: Heads the table of :func:`forest_ratios`.
+FOREST_TITLE = ("A random forest (many small arrays) against pickle protocol 5: raw dump and "
+                "load, in turns in one process, warm page cache")
+#: What a restricted load of the forest trusts beyond the allowlist.
+FOREST_TRUSTED = ["sklearn"]
+
+
+def forest_ratios(model, work_dir, repeats=15):
+    """The ratio rows of ``model`` (a fitted scikit-learn estimator) dumped
+    and loaded ``repeats`` times by each contender, in turns, in ``work_dir``."""
+    cp_path = os.path.join(work_dir, "forest.cp")
+    pk_path = os.path.join(work_dir, "forest.pkl")
+
+    def pickle_dump():
+        with open(pk_path, "wb") as file:
+            pickle.dump(model, file, protocol=5)
+
+    def pickle_load():
+        with open(pk_path, "rb") as file:
+            return pickle.load(file)
+
+    steps = {
+        "pickle dump": pickle_dump,
+        "cpersist dump": lambda: cpersist.dump(model, cp_path, compress=0),
+        "pickle load": pickle_load,
+        "cpersist load": lambda: cpersist.load(cp_path),
+        "cpersist restricted load": lambda: cpersist.load(cp_path, trusted=FOREST_TRUSTED),
+    }
+    try:
+        med = medians(timed_in_turn(steps, repeats))
+    finally:
+        for path in (cp_path, pk_path):
+            remove_output(path)
+
+    def row(target, mine, theirs):
+        return ratio_row("forest", target, med[mine] / med[theirs],
+                         measured=f"{med[mine] * 1e3:.2f} ms / {med[theirs] * 1e3:.2f} ms, "
+                                  f"medians of {repeats}")
+
+    return [row("raw dump / pickle 5 dump", "cpersist dump", "pickle dump"),
+            row("raw load / pickle 5 load", "cpersist load", "pickle load"),
+            row("restricted load (trusted=['sklearn']) / pickle 5 load",
+                "cpersist restricted load", "pickle load")]

@@ -13,7 +13,7 @@ from .output import safe_name as _safe
 from .pagecache import remove_output
 
 __all__ = ["StorageConfig", "COLUMNS", "COLUMN_DOCS", "plan", "measure_cell", "run_storage",
-           "Interrupted", "row_key"]
+           "Interrupted", "row_key", "progress_bar"]
 
 MB = 1e6  # all MB figures in the CSV are 10**6 bytes
 
@@ -205,8 +205,7 @@ def measure_cell(name, info, method, level, cfg, work_dir):
             remove_output(fpath)
     size, disk = info["size_bytes"], w["disk_bytes"]
     ws, rs = median(w["write_times"]), median(r["read_times"])
-    lw = median(w["limit_write_times"]) if w.get("limit_write_times") else None
-    lr = median(r["limit_read_times"]) if r.get("limit_read_times") else None
+    lw, lr = median(w.get("limit_write_times")), median(r.get("limit_read_times"))
     return _row(
         name, info, method, level, cfg,
         disk_bytes=disk,
@@ -241,6 +240,38 @@ def _cost(info, level):
     the data's size, more at high levels, plus the fixed cost of two processes."""
     size_mb = (info.get("size_bytes") or 0) / MB
     return 0.5 + size_mb * (1 + (level or 0) / 3)
+
+
+class _Silent:
+    """The part of tqdm's interface the benchmark uses, doing nothing
+    (tqdm is in the [bench] extra; the benchmark runs without it)."""
+
+    def _nothing(self, *args, **kwargs):
+        pass
+
+    update = set_postfix_str = close = _nothing
+
+
+#: A bar whose steps are estimated costs, not counts: only the percentage and
+#: the elapsed and remaining time mean something to a reader.
+_WEIGHTED_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {elapsed} elapsed, ~{remaining} left {postfix}"
+
+
+def progress_bar(total, desc="", disable=False, weighted=False):
+    """A tqdm bar counting to ``total``, or a no-op one.
+
+    With ``weighted``, ``total`` and the updates are estimated costs, and the
+    bar shows the percentage done and the time left rather than counts.
+    """
+    if disable:
+        return _Silent()
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return _Silent()
+    if weighted:
+        return tqdm(total=total, desc=desc, dynamic_ncols=True, bar_format=_WEIGHTED_FORMAT)
+    return tqdm(total=total, desc=desc, unit="run", dynamic_ncols=True)
 
 
 class _CsvSink:
@@ -280,7 +311,6 @@ def run_storage(cfg):
     and return every row of the CSV (with ``cfg.resume``, the earlier rows
     first); raises :class:`Interrupted` on Ctrl-C, the CSV holding every row
     finished until then."""
-    from ._progress import progress_bar
     os.makedirs(cfg.out, exist_ok=True)
     work = os.path.join(cfg.out, "_work")
     cache_dir = os.path.join(work, "datasets")

@@ -198,7 +198,7 @@ def _storage_suite(run, parser, given, files, size, levels, repeats):
 
 
 #: The storage suite's dataset of many small arrays, also compared with
-#: pickle as ratios measured in one process (:mod:`.forest`).
+#: pickle as ratios measured in one process (:func:`.raw.forest_ratios`).
 FOREST = "random_forest"
 
 
@@ -206,7 +206,7 @@ def _forest_ratios(run, size, repeats):
     """The forest's raw dump and loads against pickle 5's: forest.csv."""
     import tempfile
 
-    from . import forest
+    from . import raw
 
     quick = run.args.quick
     n = max(repeats or 0, 3 if quick else 15)
@@ -214,9 +214,9 @@ def _forest_ratios(run, size, repeats):
     def measure():
         model = next(d for d in ds.package_datasets() if d.name == FOREST).make(size, quick)
         with tempfile.TemporaryDirectory(dir=run.args.out) as work:
-            return forest.ratios(model, work, repeats=n), None
+            return raw.forest_ratios(model, work, repeats=n), None
 
-    run.ratio_suite("forest", FOREST, forest.TITLE, measure, {"repeats": n})
+    run.ratio_suite("forest", FOREST, raw.FOREST_TITLE, measure, {"repeats": n})
 
 
 def _lazy_suite(run):
