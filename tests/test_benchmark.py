@@ -280,6 +280,7 @@ def test_several_thread_counts_side_by_side(tmp_path, capsys):
 def test_peer_methods_round_trip(tmp_path):
     """Each peer format writes and reads back arrays and dicts exactly, or says why not."""
     from cpersist.benchmarks import peers
+    from cpersist.benchmarks.method import missing
 
     arr = generated.make_atlas(64 * 1024, "F")
     objs = {"array": arr, "dict": {"vol": arr, "grp/ids": np.arange(7, dtype=np.int32)},
@@ -300,7 +301,7 @@ def test_peer_methods_round_trip(tmp_path):
     assert {("blosc2", "array"), ("zarr", "dict"), ("h5py", "records"), ("safetensors", "dict")} <= seen
     # Compression settings are really applied: level 9 with bit shuffle beats raw safetensors.
     assert os.path.getsize(tmp_path / "blosc2_zstd+bitshuffle_array.b2nd") < arr.nbytes / 2
-    assert "not installed" in peers._missing("no_such_module_for_the_benchmark")
+    assert "not installed" in missing("no_such_module_for_the_benchmark")
 
 
 def test_dataframe_and_sparse_datasets_round_trip_exactly():

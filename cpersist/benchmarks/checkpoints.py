@@ -43,19 +43,15 @@ def transformer_checkpoint(dtype, layers, width, seed=0):
 
     sd = {}
     d, ff = width, 4 * width
+    shapes = {"self_attn.in_proj_weight": (3 * d, d), "self_attn.in_proj_bias": (3 * d,),
+              "self_attn.out_proj.weight": (d, d), "self_attn.out_proj.bias": (d,),
+              "linear1.weight": (ff, d), "linear1.bias": (ff,), "linear2.weight": (d, ff),
+              "linear2.bias": (d,)}
     for i in range(layers):
-        p = f"{i}."
-        sd[p + "self_attn.in_proj_weight"] = w(3 * d, d)
-        sd[p + "self_attn.in_proj_bias"] = w(3 * d)
-        sd[p + "self_attn.out_proj.weight"] = w(d, d)
-        sd[p + "self_attn.out_proj.bias"] = w(d)
-        sd[p + "linear1.weight"] = w(ff, d)
-        sd[p + "linear1.bias"] = w(ff)
-        sd[p + "linear2.weight"] = w(d, ff)
-        sd[p + "linear2.bias"] = w(d)
+        sd.update((f"{i}.{name}", w(*shape)) for name, shape in shapes.items())
         for norm in ("norm1", "norm2"):
-            sd[p + norm + ".weight"] = torch.ones(d, dtype=dt)
-            sd[p + norm + ".bias"] = torch.zeros(d, dtype=dt)
+            sd[f"{i}.{norm}.weight"] = torch.ones(d, dtype=dt)
+            sd[f"{i}.{norm}.bias"] = torch.zeros(d, dtype=dt)
     optimizer = {"state": {}, "param_groups": [{
         "lr": 1e-4, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01,
         "amsgrad": False, "params": list(range(len(sd)))}]}

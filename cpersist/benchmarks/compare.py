@@ -6,7 +6,10 @@ import math
 
 import numpy as np
 
-__all__ = ["first_difference", "touch"]
+
+def _first(differences):
+    """The first of ``differences`` (made one by one, as asked for) that is not None."""
+    return next((d for d in differences if d), None)
 
 
 def _array_diff(a, b, where):
@@ -19,19 +22,13 @@ def _array_diff(a, b, where):
     if a.shape != b.shape:
         return f"{where}: shape {b.shape} != {a.shape}"
     if a.dtype.hasobject:
-        for i, (x, y) in enumerate(zip(a.ravel(order="K").tolist(), b.ravel(order="K").tolist())):
-            d = first_difference(x, y, f"{where}[{i}]")
-            if d:
-                return d
-        return None
+        return _first(first_difference(x, y, f"{where}[{i}]") for i, (x, y) in enumerate(
+            zip(a.ravel(order="K").tolist(), b.ravel(order="K").tolist())))
     if a.dtype.fields is not None:
         # Structured records: field by field (padding bytes between fields
         # are uninitialised memory and legitimately differ after a copy).
-        for name in a.dtype.names:
-            d = _array_diff(a[name], b[name], f"{where}[{name!r}]")
-            if d:
-                return d
-        return None
+        return _first(_array_diff(a[name], b[name], f"{where}[{name!r}]")
+                      for name in a.dtype.names)
     if a.dtype.kind == "V":
         if np.ascontiguousarray(a).tobytes() != np.ascontiguousarray(b).tobytes():
             return f"{where}: raw void values differ"
@@ -74,19 +71,11 @@ def first_difference(expected, actual, where="obj"):
                 return None
         except (ValueError, TypeError):  # arrays inside: ambiguous truth value
             pass
-        for i, (x, y) in enumerate(zip(a, b)):
-            d = first_difference(x, y, f"{where}[{i}]")
-            if d:
-                return d
-        return None
+        return _first(first_difference(x, y, f"{where}[{i}]") for i, (x, y) in enumerate(zip(a, b)))
     if isinstance(a, dict):
         if set(a) != set(b):
             return f"{where}: keys differ"
-        for k in a:
-            d = first_difference(a[k], b[k], f"{where}[{k!r}]")
-            if d:
-                return d
-        return None
+        return _first(first_difference(a[k], b[k], f"{where}[{k!r}]") for k in a)
     if isinstance(a, (set, frozenset)):
         return None if a == b else f"{where}: sets differ"
     module = type(a).__module__
@@ -143,12 +132,10 @@ def _sparse_diff(a, b, where):
     """scipy sparse matrices and arrays: format, shape, dtype and every stored value."""
     if a.format != b.format or a.shape != b.shape:
         return f"{where}: {b.format} {b.shape} != {a.format} {a.shape}"
-    for name in ("data", "indices", "indptr", "row", "col", "offsets"):
-        if hasattr(a, name):
-            d = _array_diff(np.asarray(getattr(a, name)), np.asarray(getattr(b, name)), f"{where}.{name}")
-            if d:
-                return d
-    return None
+    return _first(_array_diff(np.asarray(getattr(a, name)), np.asarray(getattr(b, name)),
+                              f"{where}.{name}")
+                  for name in ("data", "indices", "indptr", "row", "col", "offsets")
+                  if hasattr(a, name))
 
 
 def touch(obj):
@@ -156,9 +143,7 @@ def touch(obj):
     how many: opening a memmap costs almost nothing, the data is read on first
     access. Counting non-zero bytes forces every page in, in a fast SIMD loop
     that adds little CPU time of its own."""
-    n = 0
-    stack = [obj]
-    seen = set()
+    n, stack, seen = 0, [obj], set()
     while stack:
         o = stack.pop()
         if id(o) in seen:

@@ -8,8 +8,6 @@ import sys
 
 import numpy as np
 
-__all__ = ["deep_nbytes", "describe", "save_cached", "load_cached"]
-
 
 def _special_nbytes(obj):
     """Size of a pandas DataFrame or a scipy sparse matrix, or None for others."""

@@ -16,11 +16,6 @@ from .generated import (BIG_FACTOR, make_atlas, make_big, make_dataframe, make_i
                         make_sparse_matrix, make_sparse_table, make_text, make_timeseries)
 from .output import safe_name
 
-__all__ = ["Dataset", "SIZE_PRESETS", "parse_size", "builtin_datasets", "package_datasets",
-           "file_dataset", "all_datasets", "QUICK_DATASETS", "select", "datasets_for_run",
-           "DEFAULT_DATASETS", "PICKLE_SUFFIXES", "USER_SUFFIXES", "unsupported_file",
-           "untrusted_pickle", "load_user_file", "load_nifti_array"]
-
 #: Named sizes accepted by ``--size`` (bytes per built-in dataset).
 SIZE_PRESETS = {
     "tiny": 256 * 1024,  # --quick: every method in seconds

@@ -6,8 +6,6 @@ import os
 
 from .output import as_float as _f, safe_name as _safe
 
-__all__ = ["plot_storage", "bar_figure", "plot_pareto"]
-
 
 def _plt():
     import matplotlib

@@ -4,9 +4,6 @@ same size."""
 
 import numpy as np
 
-__all__ = ["SEED", "BIG_FACTOR", "make_atlas", "make_images", "make_text", "make_sparse_table",
-           "make_timeseries", "make_noise", "make_dataframe", "make_sparse_matrix", "make_big"]
-
 SEED = 20240503
 
 _MNI_2MM = (91, 109, 91)  # the usual 2 mm MNI template grid
@@ -57,9 +54,10 @@ def make_images(size_bytes, seed=SEED + 1):
     yy, xx = np.mgrid[0:side, 0:side].astype(np.float32) / side
     out = np.empty((n, side, side, 3), dtype=np.uint8)
     for i in range(n):
-        base = np.stack([255 * (0.5 + 0.5 * np.sin(6.28 * (xx * rng.uniform(0.5, 3) + rng.uniform()))),
-                         255 * yy * rng.uniform(0.3, 1.0),
-                         255 * (0.5 + 0.5 * np.cos(6.28 * (xx + yy) * rng.uniform(0.5, 2)))], axis=-1)
+        base = np.stack([
+            255 * (0.5 + 0.5 * np.sin(6.28 * (xx * rng.uniform(0.5, 3) + rng.uniform()))),
+            255 * yy * rng.uniform(0.3, 1.0),
+            255 * (0.5 + 0.5 * np.cos(6.28 * (xx + yy) * rng.uniform(0.5, 2)))], axis=-1)
         noisy = base + rng.normal(0.0, 24.0, size=base.shape).astype(np.float32)
         out[i] = np.clip(noisy, 0, 255).astype(np.uint8)
     return out

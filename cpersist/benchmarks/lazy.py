@@ -61,9 +61,7 @@ def measure_slice(kind, nbytes, directory, repeats):
     cpersist.dump({"a": arr}, path, compress=True)
     file_bytes = os.path.getsize(path)
     with cpersist.open(path) as f:
-        lazy = f.arrays["obj['a']"]
-        section = lazy._bind().section
-        largest = max(c.length for c in section.chunks)
+        largest = max(c.length for c in f.arrays["obj['a']"]._bind().section.chunks)
     row_share = file_bytes * (index.stop - index.start) / len(arr)
     before = rchar()
     got = _lazy_slice(path, index)
@@ -87,8 +85,7 @@ def measure_slice(kind, nbytes, directory, repeats):
     times = medians(timed_in_turn({"cpersist": lambda: _lazy_slice(path, index),
                                    "load": lambda: cpersist.load(path), **peers},
                                   max(9, 3 * repeats)))
-    t_lazy = times["cpersist"]
-    t_load = times["load"]
+    t_lazy, t_load = times["cpersist"], times["load"]
     result = {
         "kind": kind, "array_mb": nbytes / MB, "file_mb": file_bytes / MB,
         "slice_rows": index.stop - index.start, "bytes_read": read, "bound_bytes": int(bound),

@@ -17,9 +17,6 @@ from .datacache import load_cached
 from .pagecache import (PAGE as _PAGE, disk_size, evict_from_cache, files_of, remove_output,
                         resident_fraction, warm_cache)
 
-__all__ = ["rss_bytes", "PeakMemory", "run_in_subprocess", "write_task", "read_task",
-           "preload_modules"]
-
 
 def rss_bytes():
     """Current (resident, resident file-backed/shared) bytes of this process."""

@@ -4,9 +4,6 @@ Methods are plain picklable objects sent to the measurement processes."""
 
 import numpy as np
 
-__all__ = ["Method", "is_plain_array", "is_dict_of_arrays", "missing", "array_reason",
-           "as_dict", "from_dict"]
-
 #: The key of a lone array in a format that stores a dict of arrays.
 SINGLE_KEY = "__array__"
 

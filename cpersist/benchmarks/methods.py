@@ -29,9 +29,6 @@ from .method import Method
 from .peers import peer_methods
 from .peers_classic import classic_methods
 
-__all__ = ["all_methods", "select_methods", "cpersist_codecs", "DEFAULT_LEVELS", "FULL_LEVELS",
-           "arrays_of", "Limit"]
-
 #: The level grid of the default run: raw, a fast level and a strong one
 #: (level 9 of the Blosc-based peers alone would take longer than the rest).
 DEFAULT_LEVELS = (0, 3, 6)

@@ -14,9 +14,6 @@ import shutil
 import sys
 import tempfile
 
-__all__ = ["write_csv", "measure_into", "as_float", "machine_info", "load_average",
-           "write_machine_json"]
-
 _VERSIONED = (
     "cpersist", "numpy", "tables", "blosc", "blosc2", "nibabel", "joblib", "lz4", "zstandard",
     "sklearn", "matplotlib", "tqdm",

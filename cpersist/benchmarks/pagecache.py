@@ -5,9 +5,6 @@ one, the share still resident afterwards)."""
 import mmap
 import os
 
-__all__ = ["files_of", "disk_size", "remove_output", "evict_from_cache", "warm_cache",
-           "resident_fraction"]
-
 #: Bytes of a memory page.
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

@@ -3,9 +3,7 @@ hdf5plugin's filters, and safetensors. The interface is :class:`.method.Method`.
 
 import numpy as np
 
-from .method import Method, as_dict, from_dict, array_reason as _numeric_reason, missing as _missing
-
-__all__ = ["Blosc2NDArray", "Zarr", "H5py", "Safetensors", "peer_methods"]
+from .method import Method, as_dict, from_dict, array_reason as _numeric_reason
 
 
 class Blosc2NDArray(Method):
@@ -37,22 +35,17 @@ class Blosc2NDArray(Method):
             return "blosc2 NDArray files hold arrays of at least one dimension"
         return _numeric_reason(obj, "a blosc2 NDArray file", allow_dict=False)
 
-    def _cparams(self, level):
-        import blosc2
-        if self.filters is None:
-            return None
-        names = {"shuffle": [blosc2.Filter.SHUFFLE],
-                 "bitshuffle": [blosc2.Filter.BITSHUFFLE],
-                 "bytedelta": [blosc2.Filter.SHUFFLE, blosc2.Filter.BYTEDELTA]}[self.filters]
-        return blosc2.CParams(codec=blosc2.Codec.ZSTD, clevel=level, filters=names,
-                              filters_meta=[0] * len(names))
-
     def write(self, obj, path, level):
         import blosc2
-        cparams = self._cparams(level)
-        kw = {} if cparams is None else {"cparams": cparams}
-        arr = blosc2.asarray(np.require(obj, requirements="C"), urlpath=path, mode="w", **kw)
-        del arr  # the file is complete once the array object is released
+        kw = {}
+        if self.filters is not None:
+            names = {"shuffle": [blosc2.Filter.SHUFFLE],
+                     "bitshuffle": [blosc2.Filter.BITSHUFFLE],
+                     "bytedelta": [blosc2.Filter.SHUFFLE, blosc2.Filter.BYTEDELTA]}[self.filters]
+            kw["cparams"] = blosc2.CParams(codec=blosc2.Codec.ZSTD, clevel=level, filters=names,
+                                           filters_meta=[0] * len(names))
+        # The file is complete once the array returned is released: here, at once.
+        blosc2.asarray(np.require(obj, requirements="C"), urlpath=path, mode="w", **kw)
 
     def read(self, path):
         import blosc2
@@ -85,23 +78,16 @@ class Zarr(Method):
     def why_not(self, obj):
         return _numeric_reason(obj, "zarr", kinds="biuf")
 
-    def _compressors(self, level):
-        from zarr.codecs import BloscCodec, ZstdCodec
-        if self.codec == "zstd":
-            return ZstdCodec(level=level)
-        return BloscCodec(cname="zstd", clevel=level, shuffle="shuffle")
-
-    def _put(self, store, name, arr, level):
-        import zarr
-        z = zarr.create_array(store, name=name, shape=arr.shape, dtype=arr.dtype,
-                              compressors=self._compressors(level), zarr_format=3)
-        z[...] = arr
-
     def write(self, obj, path, level):
         import zarr
+        from zarr.codecs import BloscCodec, ZstdCodec
+        codec = (ZstdCodec(level=level) if self.codec == "zstd" else
+                 BloscCodec(cname="zstd", clevel=level, shuffle="shuffle"))
         group = zarr.open_group(path, mode="w", zarr_format=3)
         for k, arr in as_dict(obj).items():
-            self._put(group.store, k, arr, level)
+            z = zarr.create_array(group.store, name=k, shape=arr.shape, dtype=arr.dtype,
+                                  compressors=codec, zarr_format=3)
+            z[...] = arr
 
     def read(self, path):
         import zarr
@@ -128,20 +114,17 @@ class H5py(Method):
     def why_not(self, obj):
         return _numeric_reason(obj, "h5py", allow_records=True)
 
-    def _filter(self, level):
-        import hdf5plugin
-        if self.codec == "blosc2":
-            return hdf5plugin.Blosc2(cname="zstd", clevel=level, filters=hdf5plugin.Blosc2.SHUFFLE)
-        return hdf5plugin.Zstd(clevel=level)
-
     def write(self, obj, path, level):
         import h5py
+        import hdf5plugin
+        compression = (hdf5plugin.Zstd(clevel=level) if self.codec == "zstd" else hdf5plugin.Blosc2(
+            cname="zstd", clevel=level, filters=hdf5plugin.Blosc2.SHUFFLE))
         with h5py.File(path, "w") as f:
             for k, arr in as_dict(obj).items():
                 if arr.ndim == 0 or arr.size == 0:  # chunked layouts need data
                     f.create_dataset(k, data=arr)
                 else:
-                    f.create_dataset(k, data=arr, chunks=True, **self._filter(level))
+                    f.create_dataset(k, data=arr, chunks=True, **compression)
 
     def read(self, path):
         import h5py

@@ -7,10 +7,7 @@ import warnings
 
 import numpy as np
 
-from .method import Method, array_reason, as_dict, from_dict, is_dict_of_arrays, is_plain_array, missing
-
-__all__ = ["NpSave", "NpSaveMmap", "NpSavezCompressed", "Pickle5", "Joblib", "JoblibLZ4",
-           "JoblibMmap", "Tables", "Nibabel", "classic_methods"]
+from .method import Method, array_reason, as_dict, from_dict, is_dict_of_arrays, is_plain_array
 
 
 class NpSave(Method):
@@ -270,12 +267,8 @@ class Nibabel(Method):
 
     def write(self, obj, path, level):
         import nibabel as nib
-        img = nib.Nifti1Image(obj, np.eye(4), dtype=obj.dtype)
-        if self.gz:
-            with _gzip_level(level):
-                nib.save(img, path)
-        else:
-            nib.save(img, path)
+        with _gzip_level(level) if self.gz else contextlib.nullcontext():
+            nib.save(nib.Nifti1Image(obj, np.eye(4), dtype=obj.dtype), path)
 
     def read(self, path):
         import nibabel as nib

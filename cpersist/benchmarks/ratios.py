@@ -6,8 +6,6 @@ where the maintainers' lab names a comparison it holds to a bound.
 
 from ..tools.table import format_table
 
-__all__ = ["RATIO_COLUMNS", "ratio_row", "failed_row", "format_ratios"]
-
 #: Columns of a ratio row.
 RATIO_COLUMNS = ["suite", "target", "key", "ratio", "measured", "status", "reason"]
 

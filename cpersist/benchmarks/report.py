@@ -6,9 +6,6 @@ import statistics
 from ..tools.table import format_table as _table
 from .output import as_float as _f
 
-__all__ = ["format_table", "setting", "alike", "recommendations", "format_recommendations",
-           "KEPT_RAW_NOTE"]
-
 
 def _fmt(v, spec):
     x = _f(v)

@@ -12,9 +12,6 @@ from .measure import median, run_in_subprocess
 from .output import safe_name as _safe
 from .pagecache import remove_output
 
-__all__ = ["StorageConfig", "COLUMNS", "COLUMN_DOCS", "plan", "measure_cell", "run_storage",
-           "Interrupted", "row_key", "progress_bar"]
-
 MB = 1e6  # all MB figures in the CSV are 10**6 bytes
 
 #: The CSV's columns, in order, and what each means (also written to
@@ -113,8 +110,7 @@ class Interrupted(Exception):
 
     def __init__(self, rows, measured):
         super().__init__(f"interrupted after {measured} measurement(s)")
-        self.rows = rows
-        self.measured = measured
+        self.rows, self.measured = rows, measured
 
 
 def row_key(row):
@@ -311,17 +307,15 @@ def run_storage(cfg):
     and return every row of the CSV (with ``cfg.resume``, the earlier rows
     first); raises :class:`Interrupted` on Ctrl-C, the CSV holding every row
     finished until then."""
-    os.makedirs(cfg.out, exist_ok=True)
     work = os.path.join(cfg.out, "_work")
     cache_dir = os.path.join(work, "datasets")
+    os.makedirs(cache_dir, exist_ok=True)
     method_list = [m for m in mt.select_methods(cfg.methods, mt.all_methods(cfg.threads))
                    if m.name.split("@")[0] not in cfg.exclude_methods]
     dataset_list = ds.datasets_for_run(cfg.datasets, cfg.files, cfg.trust_pickles,
                                        ds.QUICK_DATASETS if cfg.quick else cfg.default_datasets)
     sink = _CsvSink(cfg.csv_path or os.path.join(cfg.out, "results.csv"), cfg.resume)
-    os.makedirs(cache_dir, exist_ok=True)
-    measured = 0
-    bar = None
+    measured, bar = 0, None
     try:
         cells, skipped = plan(cfg, method_list, dataset_list, cache_dir)
         for row in skipped:

@@ -9,8 +9,6 @@ import time
 
 from . import datasets as ds
 
-__all__ = ["SUITES", "EXIT_INTERRUPTED", "run"]
-
 #: The default run measures each of cpersist's codecs at this level only
 #: (cpersist's default codec and the peers at every level of the grid).
 DEFAULT_CODEC_LEVELS = (3,)
