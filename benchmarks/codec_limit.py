@@ -40,7 +40,7 @@ import cpersist  # noqa: E402
 from cpersist._runtime.threads import default_n_threads  # noqa: E402
 from cpersist.benchmarks import datasets as ds  # noqa: E402
 from cpersist.benchmarks.methods import Limit  # noqa: E402
-from cpersist.benchmarks.pagecache import evict_from_cache  # noqa: E402
+from cpersist.benchmarks.measure import evict_from_cache  # noqa: E402
 from cpersist.container.sources import ByteSource, LocalFileSource  # noqa: E402
 
 

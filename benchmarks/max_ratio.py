@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(HERE))  # this checkout's cpersist
 import cpersist  # noqa: E402
 from cpersist.benchmarks import datacache  # noqa: E402
 from cpersist.benchmarks import datasets as D  # noqa: E402
-from cpersist.benchmarks.pagecache import disk_size  # noqa: E402
+from cpersist.benchmarks.measure import disk_size  # noqa: E402
 from cpersist.benchmarks.peers_classic import Nibabel, Tables  # noqa: E402
 
 

@@ -39,7 +39,7 @@ if __name__ == "__main__":  # run as a script: import this file as benchmarks.th
 from cpersist.benchmarks import datacache  # noqa: E402
 from cpersist.benchmarks import datasets as ds  # noqa: E402
 from cpersist.benchmarks.measure import median, run_in_subprocess  # noqa: E402
-from cpersist.benchmarks.pagecache import warm_cache  # noqa: E402
+from cpersist.benchmarks.measure import warm_cache  # noqa: E402
 from cpersist.tools.table import format_table  # noqa: E402
 
 __all__ = ["THREADS_COLUMNS", "THREADS_DATASETS", "run_threads", "format_threads", "main"]

@@ -19,8 +19,8 @@ import cpersist
 
 from ..tools.table import format_table
 from .append_peers import NEEDS, PEERS, Contender
+from .measure import disk_size, remove_output
 from .output import measure_into
-from .pagecache import disk_size, remove_output
 from .ratios import failed_row, ratio_row
 from .turns import not_installed
 

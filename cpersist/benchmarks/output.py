@@ -114,8 +114,8 @@ def machine_info(extra=None):
     except Exception:
         pass
     try:
-        from .methods import cpersist_codecs
-        info["cpersist_codecs"] = cpersist_codecs()
+        import cpersist
+        info["cpersist_codecs"] = list(cpersist.available_codecs())
     except Exception:
         pass
     if extra:

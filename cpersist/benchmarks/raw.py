@@ -17,8 +17,8 @@ import numpy as np
 import cpersist
 
 from ..tools.table import format_table
+from .measure import remove_output
 from .output import measure_into
-from .pagecache import remove_output
 from .ratios import ratio_row
 from .turns import medians, timed_in_turn
 

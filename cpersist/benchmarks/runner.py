@@ -8,9 +8,8 @@ from typing import List, Optional, Sequence
 from . import datacache
 from . import datasets as ds
 from . import methods as mt
-from .measure import median, run_in_subprocess
+from .measure import median, remove_output, run_in_subprocess
 from .output import safe_name as _safe
-from .pagecache import remove_output
 
 MB = 1e6  # all MB figures in the CSV are 10**6 bytes
 

@@ -11,7 +11,7 @@ import time
 from functools import partial
 
 from ..tools.table import format_table
-from .pagecache import disk_size, remove_output
+from .measure import disk_size, remove_output
 from .ratios import ratio_row
 
 
