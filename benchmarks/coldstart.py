@@ -1,6 +1,6 @@
 """Cold start and small objects: what a one-shot script, a first call and a
 small object cost, each as a ratio (rows of ``coldstart.csv``, in the
-columns of :data:`cpersist.benchmarks.ratios.RATIO_COLUMNS`), keyed for
+columns of :data:`cpersist.benchmarks.turns.RATIO_COLUMNS`), keyed for
 :mod:`benchmarks.bounds`; with the start-up times of
 :mod:`benchmarks.importtime` (``import_time.csv``).
 
@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 
-from cpersist.benchmarks.ratios import RATIO_COLUMNS, failed_row, format_ratios, ratio_row
+from cpersist.benchmarks.turns import RATIO_COLUMNS, failed_row, format_ratios, ratio_row
 
 from .importtime import _cli_command
 
@@ -285,7 +285,7 @@ def run_cold_start(runs=5, number=2000):
     Returns
     -------
     list of dict
-        Target rows (:data:`.ratios.RATIO_COLUMNS`), suite ``coldstart``.
+        Target rows (:data:`.turns.RATIO_COLUMNS`), suite ``coldstart``.
     """
     with tempfile.TemporaryDirectory(prefix="cpersist-coldstart-") as directory:
         return (_one_shot(directory, runs) + _first_calls(directory, runs)

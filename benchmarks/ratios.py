@@ -6,7 +6,7 @@ The lazy suite (installed), :mod:`benchmarks.lazy_costs`,
 measured (``lazy.json``, ``lazy_costs.json``, ``dask.json``, ``remote.csv``)
 and print it; the comparisons the maintainers hold to bounds are made here,
 from those files: ``lazy.csv`` and ``remote_targets.csv`` in the columns of
-:data:`cpersist.benchmarks.ratios.RATIO_COLUMNS`. The checkpoint suite
+:data:`cpersist.benchmarks.turns.RATIO_COLUMNS`. The checkpoint suite
 writes its own ratios (``checkpoints.csv``, unkeyed), to which
 :func:`checkpoint_keys` gives the keys; ``coldstart.csv`` comes from
 :mod:`benchmarks.coldstart`.
@@ -16,7 +16,7 @@ import csv
 import json
 import os
 
-from cpersist.benchmarks.ratios import failed_row, ratio_row
+from cpersist.benchmarks.turns import failed_row, ratio_row
 
 __all__ = ["lazy_ratios", "remote_ratios", "checkpoint_keys", "ratio_files"]
 

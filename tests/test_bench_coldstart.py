@@ -5,7 +5,7 @@ small-object timing."""
 import pickle
 import sys
 
-from cpersist.benchmarks.ratios import RATIO_COLUMNS
+from cpersist.benchmarks.turns import RATIO_COLUMNS
 
 from ._fresh import ROOT
 

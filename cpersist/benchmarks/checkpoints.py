@@ -15,8 +15,7 @@ import cpersist
 
 from . import jax_checkpoints
 from .output import measure_into
-from .ratios import ratio_row
-from .turns import contest_table, dumps_then_loads, not_installed, ratio_rows
+from .turns import contest_table, dumps_then_loads, not_installed, ratio_row, ratio_rows
 
 MB = 1 << 20
 #: (layers, width) of the generated checkpoints, full size and ``--quick``.
@@ -228,7 +227,7 @@ COMPARISONS = (
 
 
 def ratios(results):
-    """Ratio rows (:data:`.ratios.RATIO_COLUMNS`): each comparison measured in
+    """Ratio rows (:data:`.turns.RATIO_COLUMNS`): each comparison measured in
     this run."""
     if results.get("missing"):
         return [ratio_row("checkpoints", "model checkpoints", missing=results["missing"])]

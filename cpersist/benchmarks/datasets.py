@@ -37,10 +37,8 @@ def parse_size(text):
     m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([kmg]?i?b?)?", s)
     if not m:
         raise ValueError(f"cannot parse size {text!r}; use e.g. 100MB, 1GB, tiny, small")
-    value = float(m.group(1))
-    unit = (m.group(2) or "mb")[:1]
-    scale = {"k": 1024, "m": 1024**2, "g": 1024**3, "b": 1}.get(unit, 1024**2)
-    return max(1024, int(value * scale))
+    scale = {"k": 1024, "m": 1024**2, "g": 1024**3, "b": 1}.get((m.group(2) or "mb")[:1], 1024**2)
+    return max(1024, int(float(m.group(1)) * scale))
 
 
 @dataclass
@@ -157,9 +155,8 @@ def untrusted_pickle(path):
 def load_nifti_array(path):
     """The data of a NIfTI file as an in-memory array (never a memmap)."""
     import nibabel as nib
-    img = nib.load(path)
     # np.array (not asarray) so a memmap of the file never leaks into the cache.
-    return np.array(np.asanyarray(img.dataobj))
+    return np.array(np.asanyarray(nib.load(path).dataobj))
 
 
 def _unwrap_single(d):
@@ -206,13 +203,9 @@ def _read_hdf5(path):
     """Every dataset of an HDF5 file by path; compound ones as structured arrays."""
     import h5py
     out = {}
-
-    def visit(name, node):
-        if isinstance(node, h5py.Dataset):
-            out[name] = node[()]
-
     with h5py.File(path, "r") as f:
-        f.visititems(visit)
+        f.visititems(lambda name, node: out.__setitem__(name, node[()])
+                     if isinstance(node, h5py.Dataset) else None)
     return out
 
 

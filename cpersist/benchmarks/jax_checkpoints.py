@@ -12,8 +12,7 @@ import time
 
 import cpersist
 
-from .ratios import ratio_row
-from .turns import contest_table, dumps_then_loads, medians, not_installed, ratio_rows
+from .turns import contest_table, dumps_then_loads, medians, not_installed, ratio_row, ratio_rows
 
 MB = 1 << 20
 #: (layers, width) of the generated states, full size and ``--quick``.

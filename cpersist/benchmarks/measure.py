@@ -9,6 +9,7 @@ import functools
 import gc
 import mmap
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -38,7 +39,6 @@ def disk_size(path):
 
 def remove_output(path):
     """Delete what a method wrote at ``path`` (file or directory), if anything."""
-    import shutil
     if os.path.isdir(path):
         shutil.rmtree(path)
     elif os.path.exists(path):
@@ -90,9 +90,7 @@ def resident_fraction(path):
             vec = (ctypes.c_ubyte * n)()
             rc = libc.mincore(ctypes.c_void_p(ctypes.addressof(buf)), ctypes.c_size_t(size), vec)
             del buf
-            if rc != 0:
-                return None
-            return sum(v & 1 for v in vec) / n
+            return None if rc else sum(v & 1 for v in vec) / n
         finally:
             mm.close()
     except Exception:

@@ -19,8 +19,7 @@ import cpersist
 from ..tools.table import format_table
 from .measure import remove_output
 from .output import measure_into
-from .ratios import ratio_row
-from .turns import medians, timed_in_turn
+from .turns import medians, ratio_row, timed_in_turn
 
 #: Sizes of the array, in bytes (MB = 1e6 bytes).
 SIZES = (10_000, 1_000_000, 10_000_000, 100_000_000)
@@ -99,7 +98,7 @@ def _ms(seconds):
 
 
 def ratios(results):
-    """Ratio rows (:data:`.ratios.RATIO_COLUMNS`) of :func:`run`'s results."""
+    """Ratio rows (:data:`.turns.RATIO_COLUMNS`) of :func:`run`'s results."""
     rows = []
     for r in results:
         what = f"raw float64 array, {label(r['size'])}"

@@ -70,7 +70,7 @@ class _Run:
         where the suite wrote one). A suite that raises is one failed row, and
         the other suites go on."""
         from .output import write_csv
-        from .ratios import RATIO_COLUMNS, failed_row, format_ratios
+        from .turns import RATIO_COLUMNS, failed_row, format_ratios
 
         name = {"append": "appends"}.get(suite, suite)
         try:

@@ -1,6 +1,10 @@
 """Contenders timed in turn, round after round, in this process: each call
 charged for its own work alone, and each allocating its memory as a new
-process would, so that the comparisons of one run are side by side."""
+process would, so that the comparisons of one run are side by side; and
+those comparisons as ratio rows (cpersist's time over a peer's, one size
+over another): the rows of ``checkpoints.csv``, ``appends.csv``,
+``raw.csv`` and ``forest.csv``. ``key``, empty here, is where the
+maintainers' lab names a comparison it holds to a bound."""
 
 import ctypes
 import gc
@@ -12,7 +16,32 @@ from functools import partial
 
 from ..tools.table import format_table
 from .measure import disk_size, remove_output
-from .ratios import ratio_row
+
+
+#: Columns of a ratio row.
+RATIO_COLUMNS = ["suite", "target", "key", "ratio", "measured", "status", "reason"]
+
+
+def ratio_row(suite, target, ratio=None, measured="", key="", missing=None):
+    """One ratio row; ``missing`` names a library that is not installed."""
+    if missing:
+        return {"suite": suite, "target": target, "key": key, "ratio": "", "measured": "",
+                "status": "not installed", "reason": f"needs {missing} (pip install {missing})"}
+    return {"suite": suite, "target": target, "key": key, "ratio": round(ratio, 3),
+            "measured": measured, "status": "ok", "reason": ""}
+
+
+def failed_row(suite, target, reason, key=""):
+    """A comparison that could not be measured."""
+    return dict(ratio_row(suite, target, 0, key=key), ratio="", status="failed", reason=reason)
+
+
+def format_ratios(rows):
+    """The ratio rows as a text table."""
+    return format_table(["comparison", "ratio", "measured"], [
+        [r["target"], f"{float(r['ratio']):.3f}", r["measured"]]
+        if r["status"] == "ok" else [r["target"], f"{r['status']}: {r['reason']}"]
+        for r in rows], right=(1,))
 
 
 def timed_in_turn(contenders, rounds, before=None):
