@@ -34,7 +34,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # this checkout's cpersist
 
 import cpersist  # noqa: E402
-from cpersist.benchmarks import datacache  # noqa: E402
 from cpersist.benchmarks import datasets as D  # noqa: E402
 from cpersist.benchmarks.measure import disk_size  # noqa: E402
 from cpersist.benchmarks.peers_classic import Nibabel, Tables  # noqa: E402
@@ -163,7 +162,7 @@ def main(argv=None):
     print(f"{'dataset':18} {'MB':>7} {'max':>7} {'best peer':>7}  {'max/best':>8}  best peer")
     for ds in chosen:
         obj = ds.make(size, False)
-        nbytes = datacache.deep_nbytes(obj)
+        nbytes = D.deep_nbytes(obj)
         with tempfile.TemporaryDirectory(prefix="max_ratio_") as work:
             sizes = measure(obj, work)
         mine = sizes.pop("cpersist:max")

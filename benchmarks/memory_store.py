@@ -30,7 +30,6 @@ import statistics
 import time
 import warnings
 
-from cpersist.benchmarks import datacache
 from cpersist.benchmarks import datasets as ds
 from cpersist.benchmarks.measure import run_in_subprocess
 from cpersist.benchmarks.output import write_csv
@@ -75,7 +74,7 @@ def _memory_task(task):
     import cpersist
 
     cpersist.register_joblib_backend()
-    _OBJECTS[task["dataset"]] = datacache.load_cached(task["data_path"])
+    _OBJECTS[task["dataset"]] = ds.load_cached(task["data_path"])
     writes, hits, mapped_hits, size = [], [], [], None
     for r in range(task["repeats"]):
         location = os.path.join(task["work"], f"r{r}")
@@ -107,7 +106,7 @@ def _memory_task(task):
 
 def run_memory(out_dir, data, repeats=3, timeout=1800, progress=True):
     """Rows (:data:`MEMORY_COLUMNS`) of caching each object of ``data`` (name
-    -> what :func:`cpersist.benchmarks.datacache.save_cached` returns) with each store, one fresh
+    -> what :func:`cpersist.benchmarks.datasets.save_cached` returns) with each store, one fresh
     process per (object, store), ``repeats`` write + hit rounds in it (medians
     reported); scratch caches in ``out_dir/_work/memory``."""
     from cpersist.benchmarks.runner import progress_bar
@@ -175,7 +174,7 @@ def main(argv=None):
     size = ds.parse_size(args.size or ("tiny" if args.quick else "1MB"))
     cache_dir = os.path.join(args.out, "_work", "memory_data")
     os.makedirs(cache_dir, exist_ok=True)
-    data = {d.name: datacache.save_cached(d, d.make(size, args.quick),
+    data = {d.name: ds.save_cached(d, d.make(size, args.quick),
                                           os.path.join(cache_dir, d.name + ".pkl"))
             for d in ds.select(list(MEMORY_OBJECTS), ds.all_datasets())}
     repeats = args.repeat or (1 if args.quick else 3)

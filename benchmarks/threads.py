@@ -36,7 +36,6 @@ import numpy as np
 if __name__ == "__main__":  # run as a script: import this file as benchmarks.threads
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cpersist.benchmarks import datacache  # noqa: E402
 from cpersist.benchmarks import datasets as ds  # noqa: E402
 from cpersist.benchmarks.measure import median, run_in_subprocess  # noqa: E402
 from cpersist.benchmarks.measure import warm_cache  # noqa: E402
@@ -268,7 +267,7 @@ def _threads_task(task):
     from cpersist.benchmarks.compare import first_difference
 
     path, counts, level = task["file_path"], task["counts"], task["level"]
-    obj = datacache.load_cached(task["data_path"])
+    obj = ds.load_cached(task["data_path"])
     controls = MachineControls()
     # Made from the file: on a write, after the first dump has written it.
     codec_control = CodecControl(path) if task["op"] == "read" else None
@@ -347,7 +346,7 @@ def run_threads(out_dir, dataset_list, size_bytes, levels, counts, repeats, time
                               reason=f"dataset not loaded: {type(e).__name__}: {e}")
                          for level in levels for op in ("write", "read") for n in counts]
                 continue
-            info = datacache.save_cached(d, obj, os.path.join(work, "dataset.pkl"))
+            info = ds.save_cached(d, obj, os.path.join(work, "dataset.pkl"))
             del obj
             for level in levels:
                 task = dict(call=_threads_task, file_path=os.path.join(work, "data.cp"),

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from cpersist.benchmarks import main
-from cpersist.benchmarks import datacache, generated, peers_classic
+from cpersist.benchmarks import generated, peers_classic
 from cpersist.benchmarks import datasets as ds
 from cpersist.benchmarks import methods as mt
 from cpersist.benchmarks.compare import first_difference, touch
@@ -312,7 +312,7 @@ def test_dataframe_and_sparse_datasets_round_trip_exactly():
 
     df = generated.make_dataframe(64 * 1024)
     assert isinstance(df["city"].dtype, pd.CategoricalDtype) and pd.api.types.is_string_dtype(df["code"])
-    assert datacache.deep_nbytes(df) == int(df.memory_usage(deep=True).sum())
+    assert ds.deep_nbytes(df) == int(df.memory_usage(deep=True).sum())
     m = generated.make_sparse_matrix(64 * 1024)
     assert sp.issparse(m) and m.format == "csr" and 0 < m.nnz < 0.05 * m.shape[0] * m.shape[1]
     for obj in (df, m):

@@ -18,7 +18,7 @@ import time
 import traceback
 import types
 
-from .datacache import load_cached
+from .datasets import load_cached
 
 
 #: Bytes of a memory page.
@@ -46,14 +46,9 @@ def remove_output(path):
 
 
 def evict_from_cache(path):
-    """Flush ``path`` to disk and drop it from the page cache.
-
-    Returns
-    -------
-    bool
-        False when ``posix_fadvise`` is not available (then reads are warm
-        whatever was asked, and the row says so).
-    """
+    """Flush ``path`` to disk and drop it from the page cache; False when
+    ``posix_fadvise`` is not available (then reads are warm whatever was
+    asked, and the row says so)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)  # dirty pages cannot be dropped
@@ -130,18 +125,10 @@ def _read_hwm():
 
 
 class PeakMemory:
-    """Context manager measuring the peak RSS above the level at entry.
-
-    Attributes
-    ----------
-    peak : int
-        Peak extra RSS in bytes (kernel high-water mark when resettable, else
-        the sampler's maximum).
-    peak_anon : int
-        Peak extra anonymous (non file-backed) RSS seen by the sampler.
-    exact : bool
-        Whether the kernel high-water mark was used.
-    """
+    """Context manager measuring the peak RSS above the level at entry:
+    ``peak``, in bytes (the kernel high-water mark when resettable, else the
+    sampler's maximum); ``peak_anon``, the anonymous (non file-backed) part
+    seen by the sampler; ``exact``, whether the high-water mark was used."""
 
     def __init__(self, interval=0.001):
         self.interval = interval

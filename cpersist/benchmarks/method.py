@@ -66,39 +66,28 @@ def array_reason(obj, lib, kinds=NUMERIC, allow_dict=True, allow_records=False):
 
 
 class Method:
-    """Base class of a storage method.
+    """Base class of a storage method; each sets the attributes below."""
 
-    Attributes
-    ----------
-    name : str
-        Unique id, used by ``--methods`` and in the CSV ``method`` column.
-    family : str
-        Library (``cpersist``, ``tables``, ``joblib`` ...), for colours.
-    codec : str
-        Compressor name, ``"none"`` when raw.
-    suffix : str
-        File name suffix (some libraries insist on theirs).
-    mmap : bool
-        True when the read memory-maps and the benchmark must touch every
-        byte to pay the real cost.
-    supported : tuple of int
-        Levels the method can run at.
-    note : str
-        Anything a reader of the CSV must know (goes to the ``notes`` column).
-    needs : tuple
-        The modules it imports: each a name, or ``(name, what the reason
-        calls it)``; :meth:`available` says which is missing.
-    """
-
+    #: Unique id, used by ``--methods`` and in the CSV ``method`` column.
     name = "?"
+    #: Library (``cpersist``, ``tables``, ``joblib`` ...), for colours.
     family = "?"
+    #: Compressor name, ``"none"`` when raw.
     codec = "none"
+    #: File name suffix (some libraries insist on theirs).
     suffix = ".bin"
+    #: True when the read memory-maps and the benchmark must touch every
+    #: byte to pay the real cost.
     mmap = False
+    #: Levels the method can run at, or the one it runs at whatever the grid.
     supported = (0,)
     fixed_level = None
+    #: Anything a reader of the CSV must know (goes to the ``notes`` column).
     note = ""
+    #: The modules it imports: each a name, or ``(name, what the reason
+    #: calls it)``; :meth:`available` says which is missing.
     needs = ()
+    #: cpersist's ``n_threads`` (None: all CPUs).
     threads = None
 
     def levels(self, grid):

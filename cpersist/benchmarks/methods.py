@@ -188,15 +188,9 @@ def arrays_of(obj):
 
 class Limit:
     """The codec-alone work of dumping and loading ``obj`` with ``compress``
-    on ``n_threads`` threads; :meth:`encode_s` and :meth:`decode_s` time it.
-
-    Parameters
-    ----------
-    obj : object
-    compress : as :func:`cpersist.dump`'s (``"max"`` is not a codec: refused)
-    n_threads : int
-    chunk_size : int
-    """
+    (as :func:`cpersist.dump`'s; ``"max"`` is not a codec: refused) on
+    ``n_threads`` threads, in chunks of ``chunk_size`` bytes;
+    :meth:`encode_s` and :meth:`decode_s` time it."""
 
     def __init__(self, obj, compress, n_threads, chunk_size=DEFAULT_CHUNK_SIZE):
         self.codec = parse_compress(compress)

@@ -91,18 +91,10 @@ def recommendations(rows):
     geometric mean of ratio, write and read speed, each over the best on
     that dataset. Each goal lists its best setting, then those :func:`alike`
     it. A codec that kept most chunks raw is left out of the speed goals.
-
-    Parameters
-    ----------
-    rows : list of dict
-        Rows of the storage suite (and the checkpoints suite's
-        :func:`.checkpoints.setting_rows`); cpersist's ``ok`` rows are used.
-
-    Returns
-    -------
-    list of dict
-        ``dataset``, ``description`` and ``goals``: goal name -> rows.
-    """
+    Of ``rows`` (the storage suite's, and the checkpoints suite's
+    :func:`.checkpoints.setting_rows`) cpersist's ``ok`` ones are used.
+    Returns a dict per dataset: ``dataset``, ``description`` and ``goals``
+    (goal name -> rows)."""
     ok = [r for r in rows if r.get("status") == "ok" and r.get("family") == "cpersist"
           and all(_f(r.get(k)) for k in _SPEEDS) and _times(r, "write") and _times(r, "read")]
     out = []

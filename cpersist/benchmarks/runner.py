@@ -5,7 +5,6 @@ import shutil
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
-from . import datacache
 from . import datasets as ds
 from . import methods as mt
 from .measure import median, remove_output, run_in_subprocess
@@ -97,15 +96,9 @@ class StorageConfig:
 
 
 class Interrupted(Exception):
-    """The run was stopped (Ctrl-C); the rows measured until then are in the CSV.
-
-    Attributes
-    ----------
-    rows : list of dict
-        Every row in the CSV (earlier runs' rows too, with ``--resume``).
-    measured : int
-        Rows measured by this run before the interruption.
-    """
+    """The run was stopped (Ctrl-C); the rows measured until then are in the
+    CSV. ``rows``: every row in the CSV (earlier runs' rows too, with
+    ``--resume``); ``measured``: how many this run measured."""
 
     def __init__(self, rows, measured):
         super().__init__(f"interrupted after {measured} measurement(s)")
@@ -137,15 +130,9 @@ QUICK_MAX_ON = "atlas_c"
 
 
 def plan(cfg, method_list, dataset_list, cache_dir):
-    """Materialise the datasets and decide what runs.
-
-    Returns
-    -------
-    cells : list of tuple
-        ``(dataset_name, info, method, level)`` to measure.
-    skipped : list of dict
-        Ready-made ``n/a``/``failed`` rows with their reason.
-    """
+    """Materialise the datasets and decide what runs: ``cells``, the
+    ``(dataset_name, info, method, level)`` to measure, and ``skipped``,
+    ready-made ``n/a``/``failed`` rows with their reason."""
     cells, skipped = [], []
     unavailable = {m.name: m.available() for m in method_list}
     for d in dataset_list:
@@ -159,7 +146,7 @@ def plan(cfg, method_list, dataset_list, cache_dir):
                 skipped.append(_row(d.name, info, m, None, cfg, status=status,
                                     reason=f"dataset not loaded: {type(e).__name__}: {e}"))
             continue
-        info = datacache.save_cached(d, obj, os.path.join(cache_dir, _safe(d.name) + ".pkl"))
+        info = ds.save_cached(d, obj, os.path.join(cache_dir, _safe(d.name) + ".pkl"))
         for m in method_list:
             reason = unavailable[m.name] or m.why_not(obj)
             if not reason and cfg.quick and isinstance(m, mt.CpersistMax) and d.name != QUICK_MAX_ON:
