@@ -66,7 +66,8 @@ def array_reason(obj, lib, kinds=NUMERIC, allow_dict=True, allow_records=False):
 
 
 class Method:
-    """Base class of a storage method; each sets the attributes below."""
+    """Base class of a storage method; each sets the attributes below (as
+    keywords of its class statement, or in ``__init__`` where they vary)."""
 
     #: Unique id, used by ``--methods`` and in the CSV ``method`` column.
     name = "?"
@@ -89,6 +90,13 @@ class Method:
     needs = ()
     #: cpersist's ``n_threads`` (None: all CPUs).
     threads = None
+
+    def __init_subclass__(cls, **attributes):
+        """A method's attributes may be given as keywords of its class statement."""
+        super().__init_subclass__()
+        for key, value in attributes.items():
+            assert hasattr(Method, key), f"{key} is no attribute of a Method"
+            setattr(cls, key, value)
 
     def levels(self, grid):
         """Levels to run for the generic ``grid``.

@@ -44,14 +44,10 @@ def cpersist_codecs():
     return list(cpersist.available_codecs())
 
 
-class Cpersist(Method):
+class Cpersist(Method, name="cpersist", family="cpersist", codec="default", suffix=".cp",
+               supported=tuple(range(10))):
     """``cpersist.dump(obj, path, compress=level)``: default codec, 0 = raw."""
 
-    name = "cpersist"
-    family = "cpersist"
-    codec = "default"
-    suffix = ".cp"
-    supported = tuple(range(10))
     note = "compress=<int level>: the default codec; level 0 = raw"
 
     def __init__(self, threads=None):
@@ -89,11 +85,8 @@ class Cpersist(Method):
         return kept / total if total else None
 
 
-class CpersistCodec(Cpersist):
+class CpersistCodec(Cpersist, supported=tuple(range(1, 10)), note=""):
     """``cpersist.dump(obj, path, compress=(codec, level))``."""
-
-    supported = tuple(range(1, 10))
-    note = ""
 
     def __init__(self, codec, threads=None):
         super().__init__(threads)
@@ -104,13 +97,9 @@ class CpersistCodec(Cpersist):
         return (self.codec, level)
 
 
-class CpersistMax(Cpersist):
+class CpersistMax(Cpersist, name="cpersist max", codec=MAX_PRESET, supported=(9,), fixed_level=9):
     """``cpersist.dump(obj, path, compress="max")``: the smallest file cpersist makes."""
 
-    name = "cpersist max"
-    codec = MAX_PRESET
-    supported = (9,)
-    fixed_level = 9
     note = 'compress="max" (a preset, no level: reported as 9)'
 
     def _compress(self, level):
@@ -122,13 +111,9 @@ class CpersistMax(Cpersist):
         return None
 
 
-class CpersistMmap(Cpersist):
+class CpersistMmap(Cpersist, name="cpersist-mmap", codec="none", mmap=True, fixed_level=0):
     """Raw cpersist file read with ``mmap_mode='r'`` (every byte touched)."""
 
-    name = "cpersist-mmap"
-    codec = "none"
-    mmap = True
-    fixed_level = 0
     note = "compress=0, load(mmap_mode='r'); read time includes touching every byte"
 
     def read(self, path):

@@ -14,10 +14,10 @@ import shutil
 import sys
 import tempfile
 
-_VERSIONED = (
-    "cpersist", "numpy", "tables", "blosc", "blosc2", "nibabel", "joblib", "lz4", "zstandard",
-    "sklearn", "matplotlib", "tqdm",
-)
+import cpersist
+
+_VERSIONED = ("cpersist", "numpy", "tables", "blosc", "blosc2", "nibabel", "joblib", "lz4",
+              "zstandard", "sklearn", "matplotlib", "tqdm")
 
 
 def write_csv(path, rows, columns):
@@ -96,28 +96,18 @@ def load_average():
 def machine_info(extra=None):
     """The machine, the library versions and ``extra`` (the command line,
     options, what each column means), for machine.json."""
-    info = {
-        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "implementation": platform.python_implementation(),
-        "cpu": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "ram_bytes": _total_ram(),
-        "load_average": load_average(),
-        "versions": {m: _version(m) for m in _VERSIONED},
-    }
+    info = {"date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "platform": platform.platform(), "python": sys.version.split()[0],
+            "implementation": platform.python_implementation(), "cpu": _cpu_model(),
+            "cpu_count": os.cpu_count(), "ram_bytes": _total_ram(), "load_average": load_average(),
+            "versions": {m: _version(m) for m in _VERSIONED}}
     try:
         import tables
         info["versions"]["hdf5"] = tables.hdf5_version
         info["tables_complibs"] = [c for c in tables.filters.all_complibs if tables.which_lib_version(c)]
     except Exception:
         pass
-    try:
-        import cpersist
-        info["cpersist_codecs"] = list(cpersist.available_codecs())
-    except Exception:
-        pass
+    info["cpersist_codecs"] = list(cpersist.available_codecs())
     if extra:
         info.update(extra)
     return info

@@ -6,18 +6,13 @@ import numpy as np
 from .method import Method, as_dict, from_dict, array_reason as _numeric_reason
 
 
-class Blosc2NDArray(Method):
+class Blosc2NDArray(Method, family="blosc2", needs=("blosc2",), codec="zstd", suffix=".b2nd"):
     """``blosc2.asarray(arr, urlpath=path, mode="w", cparams=...)``: one ``.b2nd`` file.
 
     ``filters=None`` keeps blosc2's defaults (zstd level 5, byte shuffle) and
     runs at that one level; otherwise zstd at the grid's levels after the
     given filter.
     """
-
-    family = "blosc2"
-    needs = ("blosc2",)
-    codec = "zstd"
-    suffix = ".b2nd"
 
     def __init__(self, filters=None):
         self.filters = filters
@@ -52,13 +47,8 @@ class Blosc2NDArray(Method):
         return blosc2.open(path, mode="r")[...]
 
 
-class Zarr(Method):
+class Zarr(Method, family="zarr", needs=("zarr",), suffix=".zarr", supported=tuple(range(1, 10))):
     """zarr v3 directory store: one array, or a group with one array per key."""
-
-    family = "zarr"
-    needs = ("zarr",)
-    suffix = ".zarr"
-    supported = tuple(range(1, 10))
 
     def __init__(self, codec="zstd"):
         self.codec = codec
@@ -97,13 +87,9 @@ class Zarr(Method):
                           if isinstance(node, zarr.Array)})
 
 
-class H5py(Method):
+class H5py(Method, family="h5py", needs=("h5py", "hdf5plugin"), suffix=".h5",
+           supported=tuple(range(1, 10))):
     """HDF5 through h5py, chunked, with an hdf5plugin filter (Blosc2 or Zstd)."""
-
-    family = "h5py"
-    needs = ("h5py", "hdf5plugin")
-    suffix = ".h5"
-    supported = tuple(range(1, 10))
 
     def __init__(self, codec="blosc2"):
         self.codec = codec
@@ -137,14 +123,10 @@ class H5py(Method):
         return from_dict(out)
 
 
-class Safetensors(Method):
+class Safetensors(Method, name="safetensors", family="safetensors", needs=("safetensors",),
+                  suffix=".safetensors", fixed_level=0):
     """``safetensors.numpy.save_file``: a dict of arrays, raw (no compression)."""
 
-    name = "safetensors"
-    family = "safetensors"
-    needs = ("safetensors",)
-    suffix = ".safetensors"
-    fixed_level = 0
     note = "safetensors.numpy.save_file / load_file (no compression)"
 
     def why_not(self, obj):

@@ -10,13 +10,8 @@ import numpy as np
 from .method import Method, array_reason, as_dict, from_dict, is_dict_of_arrays, is_plain_array
 
 
-class NpSave(Method):
+class NpSave(Method, name="np.save", family="numpy", suffix=".npy", fixed_level=0):
     """``np.save`` / ``np.load`` (raw, arrays only)."""
-
-    name = "np.save"
-    family = "numpy"
-    suffix = ".npy"
-    fixed_level = 0
 
     def why_not(self, obj):
         if not is_plain_array(obj):
@@ -31,25 +26,19 @@ class NpSave(Method):
         return np.load(path, allow_pickle=False)
 
 
-class NpSaveMmap(NpSave):
+class NpSaveMmap(NpSave, name="np.save-mmap", mmap=True):
     """``np.save`` then ``np.load(mmap_mode='r')`` (every byte touched)."""
 
-    name = "np.save-mmap"
-    mmap = True
     note = "np.load(mmap_mode='r'); read time includes touching every byte"
 
     def read(self, path):
         return np.load(path, mmap_mode="r", allow_pickle=False)
 
 
-class NpSavezCompressed(Method):
+class NpSavezCompressed(Method, name="np.savez_compressed", family="numpy", codec="zlib",
+                        suffix=".npz", fixed_level=6):
     """``np.savez_compressed``: arrays and dicts of arrays, one fixed level."""
 
-    name = "np.savez_compressed"
-    family = "numpy"
-    codec = "zlib"
-    suffix = ".npz"
-    fixed_level = 6
     note = "level not settable: zipfile ZIP_DEFLATED at zlib's default (reported as 6)"
 
     def why_not(self, obj):
@@ -65,13 +54,8 @@ class NpSavezCompressed(Method):
             return from_dict({k: z[k] for k in z.files})
 
 
-class Pickle5(Method):
+class Pickle5(Method, name="pickle5", family="pickle", suffix=".pkl", fixed_level=0):
     """``pickle.dump(obj, f, protocol=5)`` to a file."""
-
-    name = "pickle5"
-    family = "pickle"
-    suffix = ".pkl"
-    fixed_level = 0
 
     def write(self, obj, path, level):
         with open(path, "wb") as f:
@@ -82,16 +66,10 @@ class Pickle5(Method):
             return pickle.load(f)
 
 
-class Joblib(Method):
+class Joblib(Method, name="joblib", family="joblib", needs=("joblib",), codec="zlib",
+             suffix=".joblib", supported=tuple(range(10)),
+             note="compress=<int>: zlib; level 0 = raw"):
     """``joblib.dump(obj, path, compress=level)``: zlib, 0 = raw."""
-
-    name = "joblib"
-    family = "joblib"
-    needs = ("joblib",)
-    codec = "zlib"
-    suffix = ".joblib"
-    supported = tuple(range(10))
-    note = "compress=<int>: zlib; level 0 = raw"
 
     def _compress(self, level):
         return level
@@ -105,26 +83,18 @@ class Joblib(Method):
         return joblib.load(path)
 
 
-class JoblibLZ4(Joblib):
+class JoblibLZ4(Joblib, name="joblib:lz4", codec="lz4", supported=tuple(range(1, 10)), note=""):
     """``joblib.dump(obj, path, compress=('lz4', level))``."""
 
-    name = "joblib:lz4"
     needs = ("joblib", ("lz4", "lz4 (joblib needs it for ('lz4', level))"))
-    codec = "lz4"
-    supported = tuple(range(1, 10))
-    note = ""
 
     def _compress(self, level):
         return ("lz4", level)
 
 
-class JoblibMmap(Joblib):
+class JoblibMmap(Joblib, name="joblib-mmap", codec="none", mmap=True, fixed_level=0):
     """Raw joblib file read with ``mmap_mode='r'`` (every byte touched)."""
 
-    name = "joblib-mmap"
-    codec = "none"
-    mmap = True
-    fixed_level = 0
     note = "compress=0, load(mmap_mode='r'); read time includes touching every byte"
 
     def read(self, path):
@@ -138,15 +108,11 @@ _TABLES_KINDS = "biufcS"  # HDF5 atoms PyTables maps from numpy (no U, O, V, M)
 _TABLES_STR_ATTR = "cpersist_bench_str_dtype"
 
 
-class Tables(Method):
+class Tables(Method, family="tables", needs=(("tables", "PyTables (tables)"),), suffix=".h5"):
     """PyTables (HDF5): ``create_array`` raw or ``create_carray`` with a filter.
 
     Stores an array, or a dict of arrays as one node per key.
     """
-
-    family = "tables"
-    needs = (("tables", "PyTables (tables)"),)
-    suffix = ".h5"
 
     def __init__(self, complib=None):
         self.complib = complib
@@ -230,11 +196,8 @@ def _gzip_level(level):
             ImageOpener.default_compresslevel = saved[1]
 
 
-class Nibabel(Method):
+class Nibabel(Method, family="nibabel", needs=("nibabel",)):
     """NIfTI-1 via nibabel: ``.nii`` (raw) or ``.nii.gz`` (gzip levels 1-9)."""
-
-    family = "nibabel"
-    needs = ("nibabel",)
 
     def __init__(self, gz=False):
         self.gz = gz
