@@ -48,9 +48,16 @@ def batch(number, rows):
 
 
 class Contender:
-    """How one library appends batches to a file and reads them back."""
+    """How one library appends batches to a file and reads them back; its
+    ``name`` and the modules it ``needs`` (as pip names them) are keywords
+    of its class statement."""
 
     name = ""
+    needs = ()
+
+    def __init_subclass__(cls, name, needs=()):
+        super().__init_subclass__()
+        cls.name, cls.needs = name, needs
 
     def open(self, path):
         """Start an empty file (or directory) at ``path``."""
@@ -75,9 +82,7 @@ class Contender:
         raise NotImplementedError
 
 
-class RecordLog(Contender):
-    name = "cpersist record log"
-
+class RecordLog(Contender, name="cpersist record log"):
     def open(self, path):
         self._log = cpersist.open(path, "a", compress=3)
 
@@ -99,9 +104,7 @@ class RecordLog(Contender):
 ARRAY = "obj['x']"
 
 
-class GrowingArray(Contender):
-    name = "cpersist growing array"
-
+class GrowingArray(Contender, name="cpersist growing array"):
     def open(self, path):
         self._path = path
         self._file = None
@@ -124,9 +127,7 @@ class GrowingArray(Contender):
             return f.arrays[ARRAY][start:stop]
 
 
-class H5pyResizable(Contender):
-    name = "h5py resize + write"
-
+class H5pyResizable(Contender, name="h5py resize + write", needs=("h5py", "hdf5plugin")):
     def open(self, path):
         import h5py
         import hdf5plugin
@@ -156,9 +157,7 @@ class H5pyResizable(Contender):
             return f["x"][start:stop]
 
 
-class ZarrAppend(Contender):
-    name = "zarr append"
-
+class ZarrAppend(Contender, name="zarr append", needs=("zarr",)):
     def open(self, path):
         self._path = path
         self._array = None
@@ -178,9 +177,7 @@ class ZarrAppend(Contender):
         return zarr.open_array(path, mode="r")[start:stop]
 
 
-class TablesEArray(Contender):
-    name = "PyTables EArray"
-
+class TablesEArray(Contender, name="PyTables EArray", needs=("tables",)):
     def open(self, path):
         import tables
         self._file = tables.open_file(path, "w")
@@ -204,9 +201,7 @@ class TablesEArray(Contender):
             return f.root.x[start:stop]
 
 
-class PickleLog(Contender):
-    name = "pickle.dump to an open file"
-
+class PickleLog(Contender, name="pickle.dump to an open file"):
     def open(self, path):
         self._file = open(path, "wb")
 
@@ -231,9 +226,6 @@ class PickleLog(Contender):
 
 
 PEERS = (H5pyResizable, ZarrAppend, TablesEArray, PickleLog)
-#: The pip name each peer needs.
-NEEDS = {H5pyResizable: ("h5py", "hdf5plugin"), ZarrAppend: ("zarr",),
-         TablesEArray: ("tables",), PickleLog: ()}
 
 
 def _ends(times):
@@ -302,7 +294,7 @@ def run(out_dir, quick=False):
     def measure_all(directory):
         contenders = {}
         for contender in (RecordLog(), GrowingArray()) + tuple(peer() for peer in PEERS):
-            missing = not_installed((m, m) for m in NEEDS.get(type(contender), ()))
+            missing = not_installed((m, m) for m in contender.needs)
             contenders[contender.name] = {"missing": missing} if missing else measure(
                 contender, directory, appends, rows)
         return {"appends": appends, "rows": rows, "columns": COLUMNS, "contenders": contenders}

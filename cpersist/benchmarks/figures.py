@@ -51,13 +51,12 @@ def bar_figure(plt, rows, key, ylabel, title, log):
         if not mrows:
             failed.append(i)
             continue
-        n = len(mrows)
-        height = 0.8 / n
+        height = 0.8 / len(mrows)
         for j, r in enumerate(mrows):
             v = _f(r[key])
             if v is None:
                 continue
-            y = i + (j - (n - 1) / 2) * height
+            y = i + (j - (len(mrows) - 1) / 2) * height
             ax.barh(y, max(v, 1e-9) if log else v, height=height * 0.95,
                     color=LEVEL_COLORS.get(int(r["level"]), "black"))
     ax.set_yticks(range(len(methods)))
@@ -79,8 +78,7 @@ def bar_figure(plt, rows, key, ylabel, title, log):
     ax.set_title(title, fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     handles = [Patch(color=LEVEL_COLORS.get(lv, "black"), label=f"level {lv}") for lv in levels]
-    if failed:
-        handles.append(Patch(color="tab:red", label="failed"))
+    handles += [Patch(color="tab:red", label="failed")] if failed else []
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0),
               borderaxespad=0.0)
     # Fixed margins instead of tight_layout: it measures every tick label
@@ -100,13 +98,11 @@ def _place_labels(ax, pts, labels, front, fontsize=6):
     fig.canvas.draw()
     to_px = ax.transData.transform
     char_w, line_h = fontsize * 0.62 * fig.dpi / 72, fontsize * 1.25 * fig.dpi / 72
-    boxes = []
-    skipped = 0
+    boxes, skipped = [], 0
     order = list(front) + [i for i in range(len(pts)) if i not in set(front)]
     for i in order:
         x, y = to_px(pts[i])
         w = char_w * len(labels[i])
-        placed = False
         for dx, dy in ((4, 3), (4, -line_h - 2), (-w - 4, 3), (-w - 4, -line_h - 2),
                        (4, line_h + 4), (4, -2 * line_h - 4), (-w / 2, line_h + 5),
                        (-w / 2, -2 * line_h - 5)):
@@ -118,9 +114,8 @@ def _place_labels(ax, pts, labels, front, fontsize=6):
             ax.annotate(labels[i], pts[i], xytext=(dx * 72 / fig.dpi, dy * 72 / fig.dpi),
                         textcoords="offset points", fontsize=fontsize,
                         color="black" if i in front else "dimgray")
-            placed = True
             break
-        if not placed:
+        else:
             skipped += 1
     return skipped
 

@@ -76,12 +76,8 @@ def make_text(size_bytes, seed=SEED + 2):
     doc_lens = rng.integers(20, 400, size=max(1, n_words // 50))
     bounds = np.cumsum(doc_lens)
     bounds = bounds[bounds < n_words]
-    docs = []
-    getter = vocab.__getitem__
-    for chunk in np.split(ids, bounds):
-        if len(chunk):
-            docs.append(" ".join(map(getter, chunk.tolist())))
-    return docs
+    return [" ".join(map(vocab.__getitem__, chunk.tolist())) for chunk in np.split(ids, bounds)
+            if len(chunk)]
 
 
 def make_sparse_table(size_bytes, seed=SEED + 3):

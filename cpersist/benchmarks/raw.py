@@ -54,12 +54,6 @@ def _repeated(func, calls):
     return run
 
 
-def _copy(arr):
-    out = np.empty_like(arr)
-    np.copyto(out, arr)
-    return out
-
-
 def measure(size, directory, rounds):
     """Per-call medians and rounds (seconds) of every contender at ``size``."""
     arr = np.random.default_rng(0).random(size // 8)
@@ -70,7 +64,7 @@ def measure(size, directory, rounds):
         if not (back.dtype == arr.dtype and np.array_equal(back, arr)):
             raise AssertionError(f"a {label(size)} array did not load back as it was dumped")
     calls = max(1, min(MAX_CALLS, BYTES_PER_TIMING // size))
-    copy = _repeated(lambda: _copy(arr), calls)
+    copy = _repeated(arr.copy, calls)  # into new memory
     dumps = timed_in_turn({"np.save": _repeated(lambda: np.save(npy, arr), calls),
                            "cpersist.dump": _repeated(lambda: cpersist.dump(arr, cp), calls),
                            "copy": copy}, rounds)

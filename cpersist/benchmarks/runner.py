@@ -261,7 +261,6 @@ class _CsvSink:
 
     def __init__(self, path, resume):
         import csv
-        self.path = path
         self.rows = []
         kept = resume and os.path.exists(path) and os.path.getsize(path)
         if kept:
@@ -304,9 +303,8 @@ def run_storage(cfg):
     measured, bar = 0, None
     try:
         cells, skipped = plan(cfg, method_list, dataset_list, cache_dir)
-        for row in skipped:
-            if row_key(row) not in sink.done:
-                sink.add(row)
+        for row in (r for r in skipped if row_key(r) not in sink.done):
+            sink.add(row)
         todo = [c for c in cells if row_key({"dataset": c[0], "method": c[2].name, "level": c[3]})
                 not in sink.done]
         bar = progress_bar(total=sum(_cost(info, lv) for _, info, _, lv in todo),

@@ -44,8 +44,7 @@ class _Run:
     def __init__(self, args, extra):
         self.args, self.extra = args, extra
         self.written, self.shown, self.settings = [], [], []
-        self.failed = 0
-        self.refused_files = False
+        self.failed, self.refused_files = 0, False
 
     def path(self, name):
         return os.path.join(self.args.out, name)
@@ -126,9 +125,7 @@ def run(parser, args, argv, size, levels, repeats):
           f"{run.extra['elapsed_s']} s")
     if run.failed:
         print(f"{run.failed} measurement(s) FAILED; see the 'reason' column", file=sys.stderr)
-    if run.refused_files:
-        return 2
-    return 1 if run.failed else 0
+    return 2 if run.refused_files else 1 if run.failed else 0
 
 
 def _storage_suite(run, parser, given, files, size, levels, repeats):
