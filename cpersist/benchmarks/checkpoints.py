@@ -72,12 +72,9 @@ def _state_dict(obj):
 def measure(name, obj, directory, rounds):
     """Times and sizes of every contender on one checkpoint."""
     import joblib
+    import safetensors.torch as st
     import torch
-    try:
-        import safetensors.torch as st
-    except ImportError:
-        st = None
-    sd = _state_dict(obj) if st is not None else None
+    sd = _state_dict(obj)  # None: no flat dict of tensors for safetensors
     p = {k: os.path.join(directory, f"{name}.{k}") for k in
          ("cp", "cp3", "pt", "st", "jl")}
     dumps = {
@@ -269,9 +266,8 @@ def format_results(results):
     per checkpoint."""
     lines = []
     for r in results["checkpoints"]:
-        lines.append(f"{r['name']}: {r['tensor_mb']:.0f} MB in {r['tensors']} tensors "
-                     f"(median of {results['rounds']} rounds, warm cache)")
-        lines.append(contest_table(r))
+        lines += [f"{r['name']}: {r['tensor_mb']:.0f} MB in {r['tensors']} tensors (median of "
+                  f"{results['rounds']} rounds, warm cache)", contest_table(r)]
     if "jax" in results:
         lines.append(jax_checkpoints.format_results(results["jax"]))
     return "\n".join(line for line in lines if line)

@@ -57,9 +57,7 @@ def first_difference(expected, actual, where="obj"):
     if type(a) is not type(b):
         return f"{where}: type {type(b).__name__} != {type(a).__name__}"
     if isinstance(a, float):
-        if a == b or (math.isnan(a) and math.isnan(b)):
-            return None
-        return f"{where}: {b!r} != {a!r}"
+        return None if a == b or (math.isnan(a) and math.isnan(b)) else f"{where}: {b!r} != {a!r}"
     if isinstance(a, (str, bytes, int, bool, complex, type(None))):
         return None if a == b else f"{where}: values differ"
     if isinstance(a, (list, tuple)):
@@ -91,8 +89,7 @@ def first_difference(expected, actual, where="obj"):
         sa, sb = getattr(a, "__dict__", None), getattr(b, "__dict__", None)
     if sa is None and sb is None:
         try:
-            ra, rb = a.__reduce_ex__(5), b.__reduce_ex__(5)
-            sa, sb = ra[1:3], rb[1:3]
+            sa, sb = a.__reduce_ex__(5)[1:3], b.__reduce_ex__(5)[1:3]
         except Exception:
             return None if a == b else f"{where}: values differ"
     return first_difference(sa, sb, f"{where}.__state__")

@@ -293,10 +293,8 @@ def deep_nbytes(obj):
     (``nbytes``; views of a shared base once per view, which is what gets
     serialised), everything else ``sys.getsizeof`` of each distinct object
     reached through containers, ``__dict__`` and ``__getstate__``."""
-    seen = set()
-    keep = []  # states made by __getstate__ must outlive the walk, or ids get reused
-    total = 0
-    stack = [obj]
+    # States made by __getstate__ must outlive the walk (kept), or ids get reused.
+    seen, keep, total, stack = set(), [], 0, [obj]
     while stack:
         o = stack.pop()
         if id(o) in seen:
@@ -350,12 +348,8 @@ def save_cached(dataset, obj, path):
     ``description``, ``size_bytes``, ``path``)."""
     with open(path, "wb") as f:
         pickle.dump(obj, f, protocol=5)
-    return {
-        "source": dataset.source,
-        "description": f"{dataset.description} [{describe(obj)}]",
-        "size_bytes": deep_nbytes(obj),
-        "path": path,
-    }
+    return {"source": dataset.source, "description": f"{dataset.description} [{describe(obj)}]",
+            "size_bytes": deep_nbytes(obj), "path": path}
 
 
 def load_cached(path):

@@ -122,10 +122,8 @@ def _place_labels(ax, pts, labels, front, fontsize=6):
 
 def _pareto_front(points):
     """Indices of points not dominated (higher speed and higher ratio win)."""
-    front = []
-    for i, (x, y) in enumerate(points):
-        if not any((x2 >= x and y2 >= y) and (x2 > x or y2 > y) for x2, y2 in points):
-            front.append(i)
+    front = [i for i, (x, y) in enumerate(points)
+             if not any((x2 >= x and y2 >= y) and (x2 > x or y2 > y) for x2, y2 in points)]
     return sorted(front, key=lambda i: points[i][0])
 
 

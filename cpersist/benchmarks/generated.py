@@ -89,11 +89,8 @@ def make_sparse_table(size_bytes, seed=SEED + 3):
     for c in range(n_cols):
         present = rng.random(n_rows) < rng.uniform(0.02, 0.2)
         k = int(present.sum())
-        if c % 2:
-            vals = rng.poisson(rng.uniform(1, 50), size=k).astype(np.float64)
-        else:
-            vals = np.round(rng.normal(rng.uniform(-100, 100), 10, size=k), 2)
-        out[present, c] = vals
+        out[present, c] = (rng.poisson(rng.uniform(1, 50), size=k).astype(np.float64) if c % 2
+                           else np.round(rng.normal(rng.uniform(-100, 100), 10, size=k), 2))
     return out
 
 

@@ -67,9 +67,8 @@ def _check(expected, got, jax_arrays=True):
     """Same tree structure and leaf types, dtypes, shapes and bytes."""
     import jax
     assert jax.tree.structure(expected) == jax.tree.structure(got)
-    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(got)):
-        if jax_arrays:
-            assert type(a) is type(b)
+    assert not jax_arrays or all(type(a) is type(b) for a, b in zip(
+        jax.tree.leaves(expected), jax.tree.leaves(got)))
     for a, b in zip(_leaves(expected), _leaves(got)):
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 

@@ -149,8 +149,7 @@ class PeakMemory:
         time.sleep(0.002)
         self.exact = _reset_hwm()
         rss, shared = rss_bytes()
-        self.base, self.base_anon = rss, rss - shared
-        self._max = (rss, rss - shared)
+        self._max = self.base, self.base_anon = rss, rss - shared
         return self
 
     def __exit__(self, *exc):
@@ -263,12 +262,10 @@ def _worker(conn, task):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         # Other suites pass their own module-level function as "call".
-        fn = task.get("call") or (write_task if task["op"] == "write" else read_task)
-        out = fn(task)
+        out = (task.get("call") or (write_task if task["op"] == "write" else read_task))(task)
     except BaseException as e:  # report, never hang the parent
-        tb = traceback.format_exc(limit=-3)
         out = {"status": "failed", "reason": f"{task['op']} raised {type(e).__name__}: {e}".strip(),
-               "traceback": tb}
+               "traceback": traceback.format_exc(limit=-3)}
     try:
         conn.send(out)
     except OSError:  # the parent is gone (interrupted): nobody to report to

@@ -12,13 +12,10 @@ def is_plain_array(obj):
     return isinstance(obj, np.ndarray) and not obj.dtype.hasobject
 
 
-def is_dict_of_arrays(obj, ok_dtype=lambda dt: True):
-    return (
-        isinstance(obj, dict)
-        and len(obj) > 0
-        and all(isinstance(k, str) and k for k in obj)
-        and all(is_plain_array(v) and ok_dtype(v.dtype) for v in obj.values())
-    )
+def is_dict_of_arrays(obj):
+    """A non-empty dict of non-empty str keys to plain arrays."""
+    return (isinstance(obj, dict) and len(obj) > 0 and all(isinstance(k, str) and k for k in obj)
+            and all(is_plain_array(v) for v in obj.values()))
 
 
 def missing(module, package=None):
@@ -50,9 +47,7 @@ NUMERIC = "biufc"
 def array_reason(obj, lib, kinds=NUMERIC, allow_dict=True, allow_records=False):
     """None when ``obj`` is an array (or dict of arrays) ``lib`` stores, else why not."""
     def ok(dt):
-        if dt.fields is not None:
-            return allow_records
-        return dt.kind in kinds
+        return allow_records if dt.fields is not None else dt.kind in kinds
 
     if isinstance(obj, np.ndarray):
         return None if ok(obj.dtype) else f"{lib} cannot hold dtype {obj.dtype}"

@@ -136,9 +136,7 @@ def all_methods(threads=None):
             for m in group:
                 m.name += f"@{count}t"
         ms += group
-    ms += classic_methods()
-    ms += peer_methods()
-    return ms
+    return ms + classic_methods() + peer_methods()
 
 
 def select_methods(patterns, available):

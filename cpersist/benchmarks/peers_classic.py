@@ -176,8 +176,7 @@ class Tables(Method, family="tables", needs=(("tables", "PyTables (tables)"),), 
     def _get(node):
         data = node.read()
         if _TABLES_STR_ATTR in node.attrs:
-            dtype = np.dtype(node.attrs[_TABLES_STR_ATTR])
-            return data.view(dtype).reshape(data.shape[:-1])
+            return data.view(np.dtype(node.attrs[_TABLES_STR_ATTR])).reshape(data.shape[:-1])
         return data
 
 
@@ -243,7 +242,6 @@ _TABLES_COMPLIBS = ("zlib", "blosc:lz4", "blosc:zstd", "blosc2", "lzo")
 
 def classic_methods():
     """Every method of this module, in display order (including ones not installed here)."""
-    ms = [NpSave(), NpSaveMmap(), NpSavezCompressed(), Pickle5(), Joblib(), JoblibLZ4(), JoblibMmap()]
-    ms += [Tables(None)] + [Tables(c) for c in _TABLES_COMPLIBS]
-    ms += [Nibabel(False), Nibabel(True)]
-    return ms
+    return ([NpSave(), NpSaveMmap(), NpSavezCompressed(), Pickle5(), Joblib(), JoblibLZ4(),
+             JoblibMmap(), Tables(None)] + [Tables(c) for c in _TABLES_COMPLIBS]
+            + [Nibabel(False), Nibabel(True)])

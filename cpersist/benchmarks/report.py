@@ -132,9 +132,8 @@ speed. "either" joins settings whose times differ by less than the noise of thei
 
 
 def _either(settings):
-    if len(settings) == 1:
-        return settings[0]
-    return f"either {', '.join(settings[:-1])} or {settings[-1]}"
+    return settings[0] if len(settings) == 1 else (
+        f"either {', '.join(settings[:-1])} or {settings[-1]}")
 
 
 def format_recommendations(rows):

@@ -53,10 +53,11 @@ class _Run:
         print(f"\n{title}\n{table}")
         self.shown.append((title, table))
 
-    def write_text(self, name, text):
+    def write_text(self, name, text, beside=None):
+        """Write ``name``, then list the file ``beside`` it where a suite wrote one."""
         with open(self.path(name), "w", encoding="utf-8") as file:
             file.write(text.rstrip() + "\n")
-        self.written.append(self.path(name))
+        self.written += [self.path(n) for n in (name, beside) if n and os.path.exists(self.path(n))]
 
     def suite_done(self, suite, about, failed):
         """``about`` (and the count of failed rows) goes to machine.json."""
@@ -65,7 +66,7 @@ class _Run:
 
     def ratio_suite(self, suite, target, title, measure, about, gap="\n"):
         """Run ``measure`` (its ratio rows, and its text or None) and write
-        ``<name>.csv`` and, with a text, ``<name>.txt`` (listing ``<name>.json``
+        ``<name>.csv`` and, with a text, ``<name>.txt`` (and ``<name>.json``
         where the suite wrote one). A suite that raises is one failed row, and
         the other suites go on."""
         from .output import write_csv
@@ -80,9 +81,7 @@ class _Run:
         self.show(title, table if text is None else table + gap + text)
         self.written.append(write_csv(self.path(f"{name}.csv"), rows, RATIO_COLUMNS))
         if text is not None:
-            self.write_text(f"{name}.txt", f"{title}\n{table}\n\n{text}")
-            if os.path.exists(self.path(f"{name}.json")):
-                self.written.append(self.path(f"{name}.json"))
+            self.write_text(f"{name}.txt", f"{title}\n{table}\n\n{text}", f"{name}.json")
         self.suite_done(suite, about, sum(r["status"] == "failed" for r in rows))
 
 
@@ -230,9 +229,7 @@ def _lazy_suite(run):
     run.suite_done("lazy", {"scale": scale, "repeats": repeats,
                             "units": "medians over the repeats, warm page cache; MB = 2**20 bytes"},
                    failed)
-    run.write_text("lazy.txt", f"{title}\n{text}")
-    if os.path.exists(run.path("lazy.json")):
-        run.written.append(run.path("lazy.json"))
+    run.write_text("lazy.txt", f"{title}\n{text}", "lazy.json")
 
 
 def _raw_suite(run):
