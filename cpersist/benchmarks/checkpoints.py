@@ -228,10 +228,9 @@ def ratios(results):
     this run."""
     if results.get("missing"):
         return [ratio_row("checkpoints", "model checkpoints", missing=results["missing"])]
-    rows = []
-    for r in results["checkpoints"]:
-        what = f"{r['name']} ({r['tensor_mb']:.0f} MB, {r['tensors']} tensors)"
-        rows += ratio_rows("checkpoints", what, COMPARISONS, r)
+    rows = [row for r in results["checkpoints"] for row in ratio_rows(
+        "checkpoints", f"{r['name']} ({r['tensor_mb']:.0f} MB, {r['tensors']} tensors)",
+        COMPARISONS, r)]
     if "jax" in results:
         rows += jax_checkpoints.ratios(results["jax"])
     if "max" in results:

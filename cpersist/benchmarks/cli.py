@@ -9,19 +9,17 @@ from . import methods as mt
 from ..tools.table import format_table
 from .suites import EXIT_INTERRUPTED, SUITES, run
 
-QUICK_SIZE = "tiny"
-QUICK_LEVELS = (0, 3)
 #: The default run: minutes on two cores, every method family on every
 #: built-in dataset, levels 0, 3 and 6, up to five repeats (the run's repeat
 #: budget stops slow operations sooner).
 DEFAULT_SIZE = "1MB"
-DEFAULT_REPEATS = 5
+#: (size, levels, repeats) of each mode: the default, ``--quick`` (a smoke
+#: run) and ``--full`` (every dataset at 100 MB, every level, three repeats).
+GRIDS = {"default": (DEFAULT_SIZE, mt.DEFAULT_LEVELS, 5), "quick": ("tiny", (0, 3), 1),
+         "full": ("medium", mt.FULL_LEVELS, 3)}
 #: Users' own files can be large: the default grid on them leaves out the
 #: slowest levels (some peers take minutes per file at level 9).
 FILE_LEVELS = (0, 3)
-#: ``--full``: every dataset at 100 MB, every level, three repeats.
-FULL_SIZE = "medium"
-FULL_REPEATS = 3
 
 
 def csv_list(text):
@@ -189,13 +187,8 @@ def main(argv=None, prog=None):
 
 def _grid(args):
     """Size, level grid and repeats of this run, from the mode and the options."""
-    if args.quick:
-        size, levels, repeats = QUICK_SIZE, QUICK_LEVELS, 1
-    elif args.full:
-        size, levels, repeats = FULL_SIZE, mt.FULL_LEVELS, FULL_REPEATS
-    else:
-        only_files = args.files and not args.datasets
-        size = DEFAULT_SIZE
-        levels, repeats = FILE_LEVELS if only_files else mt.DEFAULT_LEVELS, DEFAULT_REPEATS
+    size, levels, repeats = GRIDS["quick" if args.quick else "full" if args.full else "default"]
+    if not (args.quick or args.full) and args.files and not args.datasets:
+        levels = FILE_LEVELS
     return (ds.parse_size(args.size or size), list(args.levels or levels),
             args.repeat if args.repeat is not None else repeats)

@@ -243,21 +243,16 @@ def all_datasets():
 def select(patterns, available, group="source", kind="dataset"):
     """The items of ``available`` whose name matches one of ``patterns``
     (shell-style) or whose ``group`` attribute is one of them, in the order
-    matched; every item when ``patterns`` is empty.
-
-    Raises
-    ------
-    ValueError
-        A pattern matched nothing (a typo should not silently do nothing).
-    """
+    matched; every item when ``patterns`` is empty. A pattern that matches
+    nothing raises :class:`ValueError` (a typo should not silently do nothing)."""
     if not patterns:
         return list(available)
     chosen = {}
     for pat in patterns:
         hits = [x for x in available if fnmatch.fnmatchcase(x.name, pat) or getattr(x, group) == pat]
         if not hits:
-            known = ", ".join(x.name for x in available)
-            raise ValueError(f"no {kind} matches {pat!r}; known: {known}")
+            raise ValueError(f"no {kind} matches {pat!r}; known: "
+                             f"{', '.join(x.name for x in available)}")
         chosen.update((x.name, x) for x in hits if x.name not in chosen)
     return list(chosen.values())
 

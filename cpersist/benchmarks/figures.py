@@ -180,8 +180,7 @@ def plot_storage(rows, out_dir):
     PNG files written to ``out_dir``."""
     plt = _plt()
     os.makedirs(out_dir, exist_ok=True)
-    paths = []
-    by_ds = {}
+    paths, by_ds = [], {}
     for r in rows:
         if r.get("status") in ("ok", "failed"):
             disk_mb = (_f(r["disk_bytes"]) or 0) / 1e6

@@ -52,9 +52,8 @@ def training_state(dtype, layers, width, seed=0):
     grads = jax.tree.unflatten(tree, [(jax.random.normal(k, p.shape) * 0.01).astype(dtype)
                                       for k, p in zip(keys, leaves)])
     updates, opt_state = tx.update(grads, tx.init(params), params)
-    state = {"params": optax.apply_updates(params, updates), "opt_state": opt_state,
-             "step": 1000}
-    return jax.block_until_ready(state)
+    return jax.block_until_ready({"params": optax.apply_updates(params, updates),
+                                  "opt_state": opt_state, "step": 1000})
 
 
 def _leaves(state):

@@ -180,10 +180,9 @@ class Limit:
         if self.codec is not None and self.codec.codec_id == "max":
             raise ValueError("compress='max' tries several codecs: it has no single limit")
         self.n_threads = max(1, n_threads)
-        self.chunks = []
-        # Where each chunk decodes to: (its array's number, offset in it).
-        self._places = []
-        self._sizes = []
+        # Where each chunk decodes to: (its array's number, offset in it);
+        # and the size of each array.
+        self.chunks, self._places, self._sizes = [], [], []
         for number, arr in enumerate(arrays_of(obj)):
             offset = 0
             for chunk in iter_chunks(arr, chunk_size):
@@ -195,9 +194,7 @@ class Limit:
 
     def encode_s(self):
         """Seconds to encode every chunk (raw: to copy it into new memory)."""
-        chunks = self.chunks
-        out = [None] * len(chunks)
-        codec = self.codec
+        chunks, codec, out = self.chunks, self.codec, [None] * len(self.chunks)
 
         def task(claims):
             for i in claims:

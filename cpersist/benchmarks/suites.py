@@ -143,8 +143,7 @@ def _storage_suite(run, parser, given, files, size, levels, repeats):
         timeout=args.timeout, keep_files=args.keep_files, progress=not args.no_progress,
         csv_path=csv_path, resume=args.resume, repeat_budget=budget,
         default_datasets=None if args.full else ds.DEFAULT_DATASETS,
-        codec_levels=None if (args.full or args.quick or args.levels) else DEFAULT_CODEC_LEVELS,
-    )
+        codec_levels=None if (args.full or args.quick or args.levels) else DEFAULT_CODEC_LEVELS)
     if args.files and not args.datasets and not args.full and not args.methods:
         cfg.exclude_methods = list(USER_FILE_SKIPPED)
         print(USER_FILE_SKIP_NOTE, file=sys.stderr)
