@@ -106,8 +106,7 @@ ARRAY = "obj['x']"
 
 class GrowingArray(Contender, name="cpersist growing array"):
     def open(self, path):
-        self._path = path
-        self._file = None
+        self._path, self._file = path, None
 
     def append(self, batch):
         if self._file is None:  # the first batch makes the file
@@ -131,11 +130,9 @@ class H5pyResizable(Contender, name="h5py resize + write", needs=("h5py", "hdf5p
     def open(self, path):
         import h5py
         import hdf5plugin
-        self._file = h5py.File(path, "w")
-        self._rows = 0
+        self._file, self._rows, self._data = h5py.File(path, "w"), 0, None
         self._compression = hdf5plugin.Blosc2(cname="zstd", clevel=3,
                                               filters=hdf5plugin.Blosc2.SHUFFLE)
-        self._data = None
 
     def append(self, batch):
         if self._data is None:
@@ -159,8 +156,7 @@ class H5pyResizable(Contender, name="h5py resize + write", needs=("h5py", "hdf5p
 
 class ZarrAppend(Contender, name="zarr append", needs=("zarr",)):
     def open(self, path):
-        self._path = path
-        self._array = None
+        self._path, self._array = path, None
 
     def append(self, batch):
         import zarr
@@ -180,8 +176,7 @@ class ZarrAppend(Contender, name="zarr append", needs=("zarr",)):
 class TablesEArray(Contender, name="PyTables EArray", needs=("tables",)):
     def open(self, path):
         import tables
-        self._file = tables.open_file(path, "w")
-        self._array = None
+        self._file, self._array = tables.open_file(path, "w"), None
 
     def append(self, batch):
         import tables
@@ -228,13 +223,6 @@ class PickleLog(Contender, name="pickle.dump to an open file"):
 PEERS = (H5pyResizable, ZarrAppend, TablesEArray, PickleLog)
 
 
-def _ends(times):
-    """Median of the first and of the last :data:`ENDS` appends (a quarter
-    of them in shorter runs)."""
-    k = min(ENDS, max(1, len(times) // 4))
-    return statistics.median(times[:k]), statistics.median(times[-k:]), k
-
-
 def _holds(got, start, stop, rows):
     """Whether ``got`` is rows ``start:stop`` of the batches, every byte,
     its dtype and shape (compared batch by batch: no copy of them all)."""
@@ -263,9 +251,11 @@ def measure(contender, directory, appends, rows):
             contender.append(data)
             times.append(time.perf_counter() - t1)
         contender.close()
-        figures = {"total_s": time.perf_counter() - t0}
-        figures["first_median_s"], figures["last_median_s"], figures["ends"] = _ends(times)
-        figures["file_bytes"] = disk_size(path)
+        k = min(ENDS, max(1, len(times) // 4))  # the ends compared: a quarter of a short run
+        figures = {"total_s": time.perf_counter() - t0,
+                   "first_median_s": statistics.median(times[:k]),
+                   "last_median_s": statistics.median(times[-k:]), "ends": k,
+                   "file_bytes": disk_size(path)}
         start = rows // 2 + max(0, (appends - SLICE_CROSSES - 1) // 2) * rows
         stop = min(start + SLICE_CROSSES * rows, appends * rows)
         for key, begin, end, read in (
@@ -313,8 +303,7 @@ RATIOS = (("total_s", "total append time", "{:.2f} s"),
 def ratios(results):
     """The suite's ratio rows: each cpersist contender against each peer,
     and each contender's last appends against its first."""
-    rows = []
-    contenders = results["contenders"]
+    rows, contenders = [], results["contenders"]
     ours = [n for n in contenders if n.startswith("cpersist")]
     for name in ours:
         mine = contenders[name]

@@ -75,8 +75,7 @@ def measure(name, obj, directory, rounds):
     import safetensors.torch as st
     import torch
     sd = _state_dict(obj)  # None: no flat dict of tensors for safetensors
-    p = {k: os.path.join(directory, f"{name}.{k}") for k in
-         ("cp", "cp3", "pt", "st", "jl")}
+    p = {k: os.path.join(directory, f"{name}.{k}") for k in ("cp", "cp3", "pt", "st", "jl")}
     dumps = {
         "cpersist raw": (lambda: cpersist.dump(obj, p["cp"]), "cp"),
         "cpersist compress=3": (lambda: cpersist.dump(obj, p["cp3"], compress=3), "cp3"),

@@ -50,8 +50,7 @@ def build_parser(prog="python -m cpersist.benchmarks"):
                     "dataset or file, and saves every table in OUT/summary.md.",
         epilog="Each write and each read runs in a fresh process; reads are cold-cache "
                "(fsync + POSIX_FADV_DONTNEED) unless --warm-cache. See the CSV 'cache' and "
-               "'notes' columns and machine.json for what every number means.",
-    )
+               "'notes' columns and machine.json for what every number means.")
     p.add_argument("files", nargs="*", metavar="PATH",
                    help="your own files to benchmark, of any of these kinds together: .npy .npz "
                         ".nii .nii.gz .h5 .hdf5 .cp, pickle/joblib with --trust-pickles, and "

@@ -39,8 +39,7 @@ def _array_diff(a, b, where):
             nan_a, nan_b = np.isnan(a), np.isnan(b)
             if not np.array_equal(nan_a, nan_b):
                 return f"{where}: NaN positions differ ({int(nan_a.sum())} vs {int(nan_b.sum())} NaN)"
-        bad = int(np.count_nonzero(a != b))
-        return f"{where}: {bad} of {a.size} values differ"
+        return f"{where}: {int(np.count_nonzero(a != b))} of {a.size} values differ"
     return None
 
 

@@ -107,8 +107,7 @@ def make_timeseries(size_bytes, seed=SEED + 4):
 
 def make_noise(size_bytes, seed=SEED + 5):
     """Pure float64 Gaussian noise (incompressible), 1-D."""
-    rng = np.random.default_rng(seed)
-    return rng.standard_normal(max(16, int(size_bytes // 8)))
+    return np.random.default_rng(seed).standard_normal(max(16, int(size_bytes // 8)))
 
 
 def make_dataframe(size_bytes, seed=SEED + 6):

@@ -118,9 +118,8 @@ def format_results(results):
             if row[f"{name}_s"] is not None else f", {name} not installed"
             for name in ("zarr", "blosc2"))
         lines.append(
-            f"1% row slice of {row['array_mb']:.0f} MB {row['kind']} "
-            f"(file {row['file_mb']:.1f} MB): "
-            f"read {row['bytes_read'] / MB:.2f} MB = {row['read_over_bound']:.2f}x the bound; "
+            f"1% row slice of {row['array_mb']:.0f} MB {row['kind']} (file {row['file_mb']:.1f} "
+            f"MB): read {row['bytes_read'] / MB:.2f} MB = {row['read_over_bound']:.2f}x the bound; "
             f"{row['slice_s'] * 1e3:.1f} ms = {row['slice_over_load']:.3f}x full load "
             f"({row['full_load_s'] * 1e3:.0f} ms){peers}")
     return "\n".join(lines)

@@ -39,11 +39,6 @@ FULL_LEVELS = (0, 1, 3, 6, 9)
 MAX_PRESET = "max"
 
 
-def cpersist_codecs():
-    """Codec (and preset) names the installed cpersist offers."""
-    return list(cpersist.available_codecs())
-
-
 class Cpersist(Method, name="cpersist", family="cpersist", codec="default", suffix=".cp",
                supported=tuple(range(10))):
     """``cpersist.dump(obj, path, compress=level)``: default codec, 0 = raw."""
@@ -125,8 +120,7 @@ def all_methods(threads=None):
     ``threads`` goes to cpersist as ``n_threads``: with several counts, every
     cpersist method comes once per count, named with the suffix ``@<N>t``."""
     counts = list(threads) if isinstance(threads, (list, tuple)) else [threads]
-    codecs = cpersist_codecs()
-    ms = []
+    codecs, ms = cpersist.available_codecs(), []
     for count in counts:
         group = [Cpersist(count), CpersistMmap(count)]
         if MAX_PRESET in codecs:

@@ -153,17 +153,16 @@ class Tables(Method, family="tables", needs=(("tables", "PyTables (tables)"),), 
 
     def write(self, obj, path, level):
         import tables
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), tables.open_file(path, "w") as f:
             # Keys that are not Python identifiers only lose natural naming.
             warnings.simplefilter("ignore", tables.NaturalNameWarning)
-            with tables.open_file(path, "w") as f:
-                if isinstance(obj, np.ndarray):
-                    self._put(f, "/", "data", obj, level)
-                    f.root._v_attrs.cpersist_bench_single = True
-                else:
-                    for k, arr in obj.items():
-                        where, _, name = ("/" + k.strip("/")).rpartition("/")
-                        self._put(f, where or "/", name, arr, level)
+            if isinstance(obj, np.ndarray):
+                self._put(f, "/", "data", obj, level)
+                f.root._v_attrs.cpersist_bench_single = True
+            else:
+                for k, arr in obj.items():
+                    where, _, name = ("/" + k.strip("/")).rpartition("/")
+                    self._put(f, where or "/", name, arr, level)
 
     def read(self, path):
         import tables

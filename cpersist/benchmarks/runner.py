@@ -111,17 +111,14 @@ def row_key(row):
 
 
 def _row(dataset, info, method, level, cfg, **kw):
-    row = {c: "" for c in COLUMNS}
-    row.update(
+    """A CSV row: what a row says of its dataset and method, then ``kw``."""
+    return dict(
+        dict.fromkeys(COLUMNS, ""),
         dataset=dataset, source=info.get("source", ""), description=info.get("description", ""),
         method=method.name, family=method.family, codec=method.codec,
         level="" if level is None else level, size_bytes=info.get("size_bytes", ""),
         cache="warm" if cfg.warm_cache else "cold", mmap=method.mmap, repeats=cfg.repeats,
-        threads=getattr(method, "threads", None) or "",
-        notes=method.note,
-    )
-    row.update(kw)
-    return row
+        threads=getattr(method, "threads", None) or "", notes=method.note) | kw
 
 
 #: ``--quick`` (a smoke run) measures ``compress="max"``, many times slower

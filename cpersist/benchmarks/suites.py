@@ -287,8 +287,8 @@ def _write_summary(run, advice):
     parts = [f"# cpersist benchmark\n\n`{run.extra['command']}`, started "
              f"{run.extra['started_utc']} on {os.cpu_count()} logical CPUs. The CSV files beside "
              f"this one hold every figure; machine.json says what each column means."]
-    for title, table in ([("What to pick", advice)] if advice else []) + run.shown:
-        parts.append(f"## {title}\n\n```text\n{table}\n```")
+    parts += [f"## {title}\n\n```text\n{table}\n```"
+              for title, table in ([("What to pick", advice)] if advice else []) + run.shown]
     run.write_text("summary.md", "\n\n".join(parts))
 
 
