@@ -8,10 +8,10 @@ pickle stream of a dump have every thread, the calling one included, claim
 chunks and do all the work on them (:func:`run_claimed`); a thread of a
 slice that is done with its chunks helps decode the blocks of another's
 (:func:`spread`). A checksum on the pool overlaps the calling thread's
-reads and writes (xxhash releases the GIL only in a running state's
-``update``, which :func:`cpersist.container.layout.checksum` uses for large
-inputs), and checksums of data that is not in the CPU's caches are bound by
-memory bandwidth, so spreading checksums alone over more threads gains little.
+reads and writes, not other Python code: xxhash's one-call functions hold
+the GIL while they hash (a running state's ``update`` releases it), and
+checksums of data that is not in the CPU's caches are bound by memory
+bandwidth, so spreading checksums alone over more threads gains little.
 """
 
 import itertools

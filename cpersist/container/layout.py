@@ -126,26 +126,15 @@ def packed_sections_accepted(size, packed_size):
 ZEROS = bytes(ALIGN)
 
 
-#: Bytes from which :func:`checksum` hashes through a running state, whose
-#: ``update`` releases the GIL: xxhash's one-call functions hold it however
-#: long the input, so that a thread checksumming a chunk stopped the others
-#: at their next return to Python. Below, the state costs more than the hash.
-CHECKSUM_FREES_GIL_FROM = 1 << 16
-
-
 def checksum(data):
     """XXH3-64 of a bytes-like object.
 
     Chosen over zlib's CRC-32 because it runs several times faster, so that
     verifying a raw load, otherwise a plain copy from the page cache, stays
-    cheap beside it. Other threads run while it hashes
-    :data:`CHECKSUM_FREES_GIL_FROM` bytes or more.
+    cheap beside it. On the pool it overlaps the calling thread's file I/O
+    (see :mod:`cpersist._runtime.threads` for when xxhash releases the GIL).
     """
-    if len(data) < CHECKSUM_FREES_GIL_FROM:
-        return _xxh3_64(data)
-    state = _xxh3_64_state()
-    state.update(data)
-    return state.intdigest()
+    return _xxh3_64(data)
 
 
 def checksum_state():
