@@ -465,14 +465,11 @@ def test_a_failed_prepare_stops_the_work_and_frees_the_worker():
     assert finished and "no memory" in str(finished[0].value)
 
 
-def test_pages_of_a_large_raw_section_are_faulted_in_by_the_calling_thread(tmp_path,
-                                                                           monkeypatch):
+def test_pages_of_a_raw_section_are_faulted_in_by_the_calling_thread(tmp_path, monkeypatch):
     """Its worker reads into pages the calling thread has faulted in; the
     bytes and the checks are those of any load."""
-    from cpersist._runtime import pages
     from cpersist.container import sections as reader_module
 
-    monkeypatch.setattr(pages, "FAULT_IN_FROM", 0)
     faulted = []
     real = reader_module.fault_in
 

@@ -33,20 +33,10 @@ def _load_madvise():
     return _madvise
 
 
-#: Memory of fewer bytes is not worth faulting in ahead (:func:`worth_faulting_in`):
-#: malloc hands it out from its heap (up to its largest threshold for a
-#: map of its own, 32 MiB in glibc), backed by the kernel 4 KiB at a time,
-#: where faulting pages in ahead cost more than the writes that fault them;
-#: a larger block is a map of its own, which numpy asks the kernel to back
-#: with 2 MiB pages.
-FAULT_IN_FROM = 32 << 20
-
-
-def worth_faulting_in(nbytes):
-    """Whether to fault in ``nbytes`` of new memory ahead of the threads that
-    fill it: :func:`fault_in` can (as far as is known before the kernel has
-    been asked once), and they are at least :data:`FAULT_IN_FROM`."""
-    return _usable and nbytes >= FAULT_IN_FROM
+def can_fault_in():
+    """Whether :func:`fault_in` does anything on this platform (as far as is
+    known before the kernel has been asked once)."""
+    return _usable
 
 
 def fault_in(view):

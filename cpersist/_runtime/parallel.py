@@ -277,8 +277,8 @@ class _Prepared:
     items the worker has claimed and waits for, then (once the worker runs)
     the :data:`PREPARE_AHEAD` after it; an item the worker claims is handed
     to it once prepared. The caller prepares none of its own items, and
-    only the second while the worker has not started (on a busy machine,
-    it may not get a core before the work is done)."""
+    after the first none while the worker has not started (on a busy
+    machine, it may not get a core before the work is done)."""
 
     __slots__ = ("prepare", "errors", "unclaimed", "changed", "ready", "started", "n_items")
 
@@ -297,8 +297,8 @@ class _Prepared:
                 if i is None:
                     return
                 # The worker is seldom running yet at the first item: the
-                # one after it is prepared for it all the same.
-                ahead = PREPARE_AHEAD if self.started else 1 if i == 0 else 0
+                # ones after it are prepared for it all the same.
+                ahead = PREPARE_AHEAD if self.started or i == 0 else 0
                 stop = min(i + 1 + ahead, self.n_items)
             for k in range(self.ready, stop):
                 if k != i:

@@ -6,7 +6,7 @@ section without keeping its bytes. A mixin of :class:`.reader.ContainerReader`.
 
 import itertools
 
-from .._runtime.pages import fault_in, worth_faulting_in
+from .._runtime.pages import can_fault_in, fault_in
 from .._runtime.parallel import COPY_ALONE_BELOW, ordered_map, run_claimed
 from ..exceptions import CorruptFileError
 from .buffers import READ_BUFFERS, private_map
@@ -242,9 +242,9 @@ class SectionReads:
         an encoded one into a buffer of its own, checksummed while it is in
         its cache and decoded into place. No thread waits for another until
         the end, where handing every chunk read by one thread to the others
-        made the readers wait on each other. Of a large raw section, this
-        thread faults in the pages its worker reads into (:func:`.fault_in`):
-        pages faulted by both slowed loads on a virtual machine, at random.
+        made the readers wait on each other. Of a raw section, this thread
+        faults in the pages its worker reads into (:func:`.fault_in`): pages
+        faulted by both slowed loads on a virtual machine, at random.
         """
         chunks = section.chunks
         starts = list(itertools.accumulate((c.raw_length for c in chunks), initial=0))
@@ -273,8 +273,8 @@ class SectionReads:
                     READ_BUFFERS.give(buffer)
 
         fault = lambda i: fault_in(out[starts[i]:starts[i + 1]])
-        run_claimed(task, len(chunks), n_threads, prepare=fault if not largest
-                    and worth_faulting_in(section.raw_size) else None)
+        run_claimed(task, len(chunks), n_threads,
+                    prepare=fault if not largest and can_fault_in() else None)
 
     def check_claimed_sizes(self, section):
         """Check a section's claimed decoded size before allocating for it.
