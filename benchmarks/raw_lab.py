@@ -4,6 +4,7 @@ and what the load's threads wait for.
 
     python benchmarks/raw_lab.py [--sizes 1e4,1e6,1e7,1e8] [--rounds 15]
                                  [--parts 256,4096] [--ops dump,load] [--dir DIR]
+                                 [--own-faults]
 
 For each size (bytes of a float64 array), the contenders run in turn round
 after round (the order reversed every other round), each call's result
@@ -15,8 +16,11 @@ thread going to sleep, mostly waiting for the GIL or for another thread
 (numpy's calls make none). ``--parts`` times the load once per size of the
 part a raw chunk is read and checksummed in
 (:data:`cpersist.container.sections.READ_PART`, in KiB; the default is the
-library's own). The load average is printed at the end: on a busy machine
-the wall times mean little, the CPU times and the switches more.
+library's own). ``--own-faults`` times the load also with each of its two
+threads faulting in the new array's pages it reads into, rather than the
+calling thread faulting in its worker's (:func:`cpersist._runtime.pages.fault_in`).
+The load average is printed at the end: on a busy machine the wall times
+mean little, the CPU times and the switches more.
 """
 
 import argparse
@@ -35,6 +39,7 @@ import numpy as np  # noqa: E402
 
 import cpersist  # noqa: E402
 from cpersist.container import sections  # noqa: E402
+from cpersist._runtime.pages import can_fault_in  # noqa: E402
 
 
 def _trim():
@@ -80,6 +85,16 @@ def with_part(part, load):
     return run
 
 
+def own_faults(load):
+    def run():
+        sections.can_fault_in = lambda: False
+        try:
+            return load()
+        finally:
+            sections.can_fault_in = can_fault_in
+    return run
+
+
 def report(size, op, times, peer):
     med = statistics.median
     peer_wall = med(t[0] for t in times[peer])
@@ -98,6 +113,8 @@ def main(argv=None):
     parser.add_argument("--parts", default="", help="KiB per read and checksum call, e.g. 256,4096")
     parser.add_argument("--ops", default="dump,load")
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--own-faults", action="store_true",
+                        help="also time the load with each thread faulting in its own pages")
     args = parser.parse_args(argv)
     directory = tempfile.mkdtemp(prefix="cpersist-raw-lab-", dir=args.dir)
     print("columns: min / median per call (ratio of medians to numpy's)")
@@ -120,6 +137,8 @@ def main(argv=None):
                 loads += [(f"cpersist.load part {p} KiB", with_part(int(p) << 10,
                                                                   lambda: cpersist.load(cp)))
                           for p in args.parts.split(",") if p]
+                if args.own_faults:
+                    loads.append(("cpersist.load own faults", own_faults(lambda: cpersist.load(cp))))
                 report(size, "load", timed(loads, args.rounds, calls), "np.load")
     finally:
         for name in os.listdir(directory):

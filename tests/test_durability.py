@@ -347,6 +347,39 @@ def test_no_leaked_file_handles(tmp_path):
     assert _open_fds() == before
 
 
+@pytest.mark.skipif(not hasattr(os, "O_PATH"), reason="path descriptors are Linux's")
+def test_a_replaced_file_is_deleted_off_the_dumping_thread(tmp_path, monkeypatch):
+    """The file a dump replaces is held across the rename and deleted when
+    another thread closes it: the dump does not wait for its pages and
+    blocks to be freed. Nothing behind the path is opened (a FIFO), and no
+    descriptor is left open."""
+    from cpersist.container import atomic
+
+    path = tmp_path / "a.cp"
+    cpersist.dump(np.arange(10), path)
+    old = path.stat()
+    later = []
+    monkeypatch.setattr(atomic, "run_later", lambda func, *args: later.append((func, args)))
+    cpersist.dump(np.arange(20), path)
+    [(func, (fd,))] = later
+    held = os.fstat(fd)
+    assert os.path.samestat(held, old) and held.st_nlink == 0  # replaced, not yet deleted
+    func(fd)
+    assert np.array_equal(cpersist.load(path), np.arange(20))
+    monkeypatch.undo()
+    fifo = tmp_path / "fifo.cp"
+    os.mkfifo(fifo)
+    gc.collect()
+    before = _open_fds()
+    for target in (fifo, path, path):
+        cpersist.dump(np.arange(5), target)
+        assert np.array_equal(cpersist.load(target), np.arange(5))
+    deadline = time.monotonic() + 20
+    while _open_fds() != before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _open_fds() == before
+
+
 def test_memmap_outlives_load_and_replacement(tmp_path):
     target = tmp_path / "m.cp"
     arr = np.arange(100_000, dtype=np.float32)

@@ -4,6 +4,7 @@ way gives back the same bytes or the same error."""
 import gzip
 import io
 import os
+import sys
 import textwrap
 import threading
 import time
@@ -411,3 +412,92 @@ def test_arrays_read_ahead_are_allocated_on_the_calling_thread(tmp_path, monkeyp
     cpersist.dump(obj, path, compress=3)
     assert_same(cpersist.load(path, n_threads=2), obj)
     assert len(threads) == 8 and set(threads) == {threading.current_thread()}
+
+
+def test_the_worker_reads_items_the_calling_thread_has_prepared():
+    """With ``prepare`` and two threads, the calling thread prepares every
+    item its worker gets before the worker gets it, each at most once and
+    none it has taken itself; alone, or with more threads, it prepares none."""
+    for n_threads, expected in ((2, True), (1, False), (3, False)):
+        prepared, by_caller, by_worker = [], [], []
+        worker_ran = threading.Event()
+        caller = threading.get_ident()
+
+        def prepare(i):
+            assert threading.get_ident() == caller and i not in by_caller
+            prepared.append(i)
+
+        def task(claims):
+            for i in claims:
+                if threading.get_ident() == caller:
+                    by_caller.append(i)
+                    # The second item is prepared for the worker first: wait for it.
+                    worker_ran.wait(20 if expected else 0)
+                else:
+                    assert i in prepared or not expected
+                    by_worker.append(i)
+                    worker_ran.set()
+
+        _parallel.run_claimed(task, 30, n_threads, prepare=prepare)
+        assert sorted(by_caller + by_worker) == list(range(30))
+        assert len(prepared) == len(set(prepared))
+        assert bool(prepared) == expected and (bool(by_worker) or not expected)
+        assert set(by_worker) <= set(prepared) or not expected
+
+
+def test_a_failed_prepare_stops_the_work_and_frees_the_worker():
+    prepared = []
+
+    def prepare(i):
+        prepared.append(i)
+        if len(prepared) == 3:
+            raise ValueError("no memory for it")
+
+    def task(claims):
+        for _ in claims:
+            time.sleep(0.001)
+
+    finished = []
+    runner = threading.Thread(target=lambda: finished.append(pytest.raises(
+        ValueError, _parallel.run_claimed, task, 40, 2, prepare=prepare)))
+    runner.start()
+    runner.join(30)
+    assert finished and "no memory" in str(finished[0].value)
+
+
+def test_pages_of_a_raw_section_are_faulted_in_by_the_calling_thread(tmp_path, monkeypatch):
+    """Its worker reads into pages the calling thread has faulted in; the
+    bytes and the checks are those of any load."""
+    from cpersist.container import sections as reader_module
+
+    faulted = []
+    real = reader_module.fault_in
+
+    def spy(view):
+        faulted.append((threading.get_ident(), view.nbytes))
+        return real(view)
+    monkeypatch.setattr(reader_module, "fault_in", spy)
+    arr = np.random.default_rng(0).random((_parallel.COPY_ALONE_BELOW + 40 * CHUNK) // 8)
+    path = tmp_path / "a.cp"
+    cpersist.dump(arr, path, chunk_size=CHUNK)
+    assert_same(arr, cpersist.load(path, n_threads=2))
+    assert faulted and {thread for thread, _ in faulted} == {threading.get_ident()}
+    assert all(n == CHUNK for _, n in faulted)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptFileError, match="checksum mismatch in section"):
+        cpersist.load(path, n_threads=2)
+
+
+def test_faulting_pages_in_leaves_their_bytes():
+    from cpersist._runtime import pages
+
+    buffer = bytearray(b"abc" * 100_000)
+    did = pages.fault_in(memoryview(buffer)[5:])
+    assert buffer == b"abc" * 100_000
+    assert not pages.fault_in(memoryview(buffer)[:0])
+    # Linux 5.14 and later take the advice.
+    linux = sys.platform.startswith("linux")
+    release = tuple(int(x) for x in os.uname().release.split(".")[:2]) if linux else ()
+    assert did == (linux and release >= (5, 14))

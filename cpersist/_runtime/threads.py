@@ -29,6 +29,17 @@ def get_pool(n_threads):
         return pool
 
 
+def run_later(func, *args):
+    """Run ``func(*args)`` on a thread of its own, not waited for: work
+    whose end nothing waits on (closing a descriptor that keeps a replaced
+    file from being deleted), never queued behind a pool's."""
+    with _pools_lock:
+        pool = _pools.get("later")
+        if pool is None:
+            pool = _pools["later"] = _Pool(1)
+    pool.submit(func, *args)
+
+
 class _Pool:
     """Worker threads started as work comes, up to ``n_threads``, that run
     what :meth:`submit` hands them in order.

@@ -6,6 +6,7 @@ import os
 import stat
 
 from .._runtime.temporaries import new_temporary, remove_dead_temporaries
+from .._runtime.threads import run_later
 
 
 #: Write buffer of files cpersist creates. A file holds a section (with its
@@ -95,7 +96,12 @@ class AtomicFile:
             if kind is None:
                 try:
                     self._close()
-                    os.replace(self._tmp, self.name)
+                    replaced = _hold(self.name) if self._mode is not None else None
+                    try:
+                        os.replace(self._tmp, self.name)
+                    finally:
+                        if replaced is not None:  # deleted there while the dump returns
+                            run_later(os.close, replaced)
                 except BaseException as error:
                     exc = error
             if exc is not None:
@@ -144,6 +150,29 @@ class AtomicFile:
             os.unlink(self._tmp)
         except OSError:
             pass
+
+
+def _hold(name):
+    """A descriptor that keeps the file at ``name`` (which a rename is about
+    to replace) from being deleted before it is closed, or None (not on
+    Linux, or nothing there now).
+
+    Deleting a file frees its pages and blocks: a rename onto a 10 KB file
+    took 105 microseconds, 30 with the file held open (np.save writes such
+    a file whole in about 120); onto a large file, far longer.
+    """
+    if _HOLD_FLAGS is None:
+        return None
+    try:
+        return os.open(name, _HOLD_FLAGS)
+    except OSError:
+        return None
+
+
+#: A path descriptor: no permission needed, nothing opened behind it (a
+#: FIFO, a device), never a link's target.
+_HOLD_FLAGS = (os.O_PATH | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+               if hasattr(os, "O_PATH") else None)
 
 
 def _existing_mode(name):
