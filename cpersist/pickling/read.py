@@ -325,10 +325,11 @@ def _new_array(reader, section, dtype, shape, order, align=0):
     that a forged size is reported as one.
     """
     try:
-        return allocate(dtype, shape, order, align)
-    except (MemoryError, ValueError):
-        reader.check_claimed_sizes(section)
-    return _allocate(reader, section.index, dtype, shape, order, align)
+        return _allocate(reader, section.index, dtype, shape, order, align)
+    except CorruptFileError as exc:
+        cannot = exc
+    reader.check_claimed_sizes(section)
+    raise cannot
 
 
 def _allocate(reader, index, dtype, shape, order, align=0):
