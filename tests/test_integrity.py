@@ -181,10 +181,13 @@ def test_forged_huge_chunk_beyond_codec_expansion(tmp_path, compress):
     _expect_corrupt(tmp_path, data, match="more than that codec can produce")
 
 
+@pytest.mark.parametrize("allocatable", [False, True])
 @pytest.mark.parametrize("compress", ["blosc:lz4", "zstd"])
-def test_forged_sizes_checked_against_chunk_headers(tmp_path, compress):
-    """Claims beyond CHECKED_CLAIM are compared with the chunks' own headers
-    before the array is allocated (here: 1000 chunks of 2 GiB = 2 TB)."""
+def test_forged_sizes_checked_against_chunk_headers(tmp_path, compress, allocatable):
+    """Claims beyond CHECKED_CLAIM are compared with the chunks' own headers:
+    one that cannot be allocated (1000 chunks of 2 GiB = 2 TB) before the
+    array is allocated, one that can (about 64 MiB) by the codec before it
+    decodes the first chunk into it."""
     data = _array_file(tmp_path, compress)
     body, index = split(data)
     section = _first_array(index)
@@ -198,8 +201,12 @@ def test_forged_sizes_checked_against_chunk_headers(tmp_path, compress):
     # within what the codec's static bound allows.
     claim = MAX_CHUNK_SIZE if compress.startswith("blosc") else min(
         MAX_CHUNK_SIZE, 32768 * length)
-    section["chunks"] = [[length, claim, checksum, 0]] * 1000
-    section["meta"]["shape"] = [claim * 1000 // 8]
+    count = 1000
+    if allocatable:
+        claim = min(claim, 1 << 20)
+        count = CHECKED_CLAIM // claim + 1
+    section["chunks"] = [[length, claim, checksum, 0]] * count
+    section["meta"]["shape"] = [claim * count // 8]
     new_body = bytearray(body[:64])
 
     def records(section, chunks):  # each chunk in a record of its own
@@ -208,7 +215,7 @@ def test_forged_sizes_checked_against_chunk_headers(tmp_path, compress):
         for part in chunks:
             new_body.extend(record_header(DATA, len(part), len(new_body)) + part)
 
-    records(section, [chunk] * 1000)
+    records(section, [chunk] * count)
     lengths = [length for length, _, _, _ in root["chunks"]]
     starts = [sum(lengths[:k]) for k in range(len(lengths))]
     records(root, [pickled[a:a + n] for a, n in zip(starts, lengths)])
@@ -218,7 +225,7 @@ def test_forged_sizes_checked_against_chunk_headers(tmp_path, compress):
     exc = _expect_corrupt(tmp_path, with_index(bytes(new_body), index))
     assert "cannot be allocated" not in str(exc)
     assert "decompressed to" in str(exc) or "header says" in str(exc)
-    assert CHECKED_CLAIM < 1000 * MAX_CHUNK_SIZE
+    assert CHECKED_CLAIM < count * claim
 
 
 def test_forged_huge_pickle_stream(tmp_path):

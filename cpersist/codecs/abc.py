@@ -129,6 +129,11 @@ class Codec(ABC):
     def decode_into(self, src, out):
         """Decompress one chunk into a preallocated buffer.
 
+        A codec whose chunks state their decoded size in a header
+        (``header_size``) compares it with ``len(out)`` before writing
+        anything: a load allocates an array of the size the index claims
+        before reading the chunks, relying on this check.
+
         Parameters
         ----------
         src : bytes-like

@@ -19,7 +19,8 @@ from .sources import ShortReadError
 #: their chunks' headers checked against the index before anything is
 #: allocated for them (smaller claims are harmless to allocate), and are
 #: decoded into memory whose pages are backed only once written
-#: (:func:`claimed_buffer`).
+#: (:func:`claimed_buffer`). An array a load allocates uninitialised is
+#: checked chunk by chunk instead, by the codec before it decodes each.
 CHECKED_CLAIM = 64 << 20
 
 #: A chunk stored as it is, read whole, is read and checksummed this many

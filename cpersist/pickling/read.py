@@ -310,10 +310,26 @@ def array_layout(reader, section, resolve=True):
 
 
 def _new_array(reader, section, dtype, shape, order, align=0):
-    """``(array, byte view)`` to read ``section`` into, allocated once the
-    sizes the section claims are checked against the file."""
-    reader.check_claimed_sizes(section)  # before allocating a forged size
-    return _allocate(reader, section.index, dtype, shape, order, align)
+    """``(array, byte view)`` to read ``section`` into.
+
+    Allocated before the sizes stated in its chunks' own headers are read:
+    uninitialised, its pages are backed only as chunks are written into
+    them, and each chunk's codec compares the size its header states with
+    the index's before writing anything
+    (:meth:`~cpersist.codecs.abc.Codec.decode_into`), so a forged claim
+    costs no more memory than the chunks that do decode to it. Reading every
+    header first would hold up the first decode by a read of each, a wait
+    for the disk each from a file not in the page cache. A claim that cannot
+    be allocated at all is compared with those headers then
+    (:meth:`~cpersist.container.ContainerReader.check_claimed_sizes`), so
+    that a forged size is reported as one.
+    """
+    try:
+        return _allocate(reader, section.index, dtype, shape, order, align)
+    except CorruptFileError as exc:
+        cannot = exc
+    reader.check_claimed_sizes(section)
+    raise cannot
 
 
 def _allocate(reader, index, dtype, shape, order, align=0):
