@@ -24,8 +24,6 @@ try:
 except ImportError:  # Windows: no pread either
     fcntl = None
 
-#: Bytes read back at a time when a stream is taken out of the file.
-READ_BACK = 1 << 20
 #: Most parts gathered for one write.
 MAX_PARTS = 256
 _LENGTH_BITS = 56
@@ -42,7 +40,7 @@ class DirectRecords:
         file is not a local one whose descriptor also reads back what is
         written to it."""
         fd = self._fd
-        if fd is None or fcntl is None or not hasattr(os, "pread"):
+        if fd is None or fcntl is None or not hasattr(os, "preadv"):
             return None
         try:
             if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDWR:
@@ -88,15 +86,14 @@ class DirectRecords:
         # did not move.
         self._file.seek(self._fd_base + self._pos)
 
-    def _read_back(self, fd, start, end, into):
-        """Write bytes ``start`` to ``end`` of the file to ``into``."""
+    def _read_back(self, fd, start, into):
+        """Fill ``into`` with the bytes of the file from ``start`` on."""
         try:
-            while start < end:
-                part = os.pread(fd, min(READ_BACK, end - start), self._fd_base + start)
-                if not part:
-                    raise OSError(f"the file ends at byte {start}, before {end}")
-                into.write(part)
-                start += len(part)
+            while into:
+                n = os.preadv(fd, [into], self._fd_base + start)
+                if not n:
+                    raise OSError(f"the file ends at byte {start}")
+                into, start = into[n:], start + n
         except OSError as exc:
             raise named_os_error(exc, self._name) from None
 
@@ -190,11 +187,22 @@ class DirectStream:
 
     def withdraw(self):
         """Take the stream out of the file, which goes on where its record
-        started: an :class:`EncodedStream` holding it, to take the rest."""
-        stream = EncodedStream(None, self._chunk_size, 1)
+        started: an :class:`EncodedStream` holding it, to take the rest.
+
+        Its whole chunks are read back into the stream's chunk buffers,
+        their checksums known; the rest is written to it as pickled."""
+        size = self._chunk_size
+        stream = EncodedStream(None, size, 1)
         if self._head is not None:
-            writer = self._writer
-            writer._read_back(self._fd, self._start, writer.position, stream)
+            writer, fd, start = self._writer, self._fd, self._start
+            written = writer.position - start
+            for k in range(written // size):
+                stream.take_raw_chunk(
+                    lambda chunk, at=start + k * size: writer._read_back(fd, at, chunk),
+                    self._table[k][2])
+            tail = bytearray(written % size)
+            writer._read_back(fd, writer.position - len(tail), memoryview(tail))
+            stream.write(tail)
             writer._rewind(self._head)
             for part in self._parts:  # gathered, not written
                 stream.write(part)
