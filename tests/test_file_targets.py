@@ -17,10 +17,13 @@ from .conftest import _Thread, assert_same
 
 #: Large enough that single writes pass 64 KiB (where blocks are reserved
 #: ahead), one raw, one compressed in several chunks, and a small object
-#: (written from memory in one call).
+#: (written from memory in one call); one raw whose pickle stream, several
+#: chunks long, comes before its array (written straight into a file that
+#: reads back, then taken back out of it: :mod:`cpersist.container.direct`).
 OBJECTS = [
     ({"x": np.arange(100_000.0), "f": np.asfortranarray(np.arange(60_000, dtype="<i2")
                                                          .reshape(200, 300)), "s": "raw"}, 0),
+    ({"words": ["w%d" % i for i in range(100_000)], "a": np.arange(20_000.0)}, 0),
     ([np.random.default_rng(0).random(150_000).astype(">f4"), {"n": 2}], ("zstd", 3)),
     ("no arrays", 0),
 ]
@@ -82,9 +85,11 @@ class Unpicklable:
         raise TypeError("not this one")
 
 
-def failing_object():
-    """Fails once a large array is written: a dump that fails partway."""
-    return {"x": np.arange(200_000.0), "then": Unpicklable()}
+def failing_objects():
+    """Fail once a large array is written, and once a raw stream is (in a
+    file that reads back, straight into it): dumps that fail partway."""
+    return [{"x": np.arange(200_000.0), "then": Unpicklable()},
+            {"words": ["w%d" % i for i in range(100_000)], "then": Unpicklable()}]
 
 
 @pytest.mark.parametrize("before", [False, True], ids=["empty", "holding a dump"])
@@ -98,10 +103,11 @@ def test_every_file_mode_adds_loadable_dumps_after_what_is_there(mode, before, t
     with open_file(str(path)) as file:
         if truncates:
             file.write(previous)  # through the file, maybe still in its buffer
-        with pytest.raises(cpersist.UnpicklableError):
-            cpersist.dump(failing_object(), file)
-        file.flush()
-        assert path.read_bytes() == previous, "a failed dump was not taken back"
+        for failing in failing_objects():
+            with pytest.raises(cpersist.UnpicklableError):
+                cpersist.dump(failing, file)
+            file.flush()
+            assert path.read_bytes() == previous, "a failed dump was not taken back"
         for obj, compress in OBJECTS:
             returned = cpersist.dump(obj, file, compress=compress, chunk_size=CHUNK_SIZE)
             assert returned == ([str(path)] if named else [])
@@ -165,7 +171,7 @@ def test_a_bytesio_positioned_before_its_end_is_refused():
     assert buf.tell() == 7 and buf.getvalue() == data
     buf.seek(0, os.SEEK_END)
     with pytest.raises(cpersist.UnpicklableError):
-        cpersist.dump(failing_object(), buf)
+        cpersist.dump(failing_objects()[0], buf)
     assert buf.getvalue() == data
     assert buf.tell() == len(data)
 

@@ -2,6 +2,8 @@
 several threads (:class:`EncodedStream`, :func:`run_claimed`), and the
 buffers a raw one is kept in between dumps and between loads."""
 
+import io
+import os
 import pickle
 import re
 import threading
@@ -261,6 +263,80 @@ def test_raw_file_keeps_arrays_under_the_threshold_in_the_stream(tmp_path):
     assert_same(obj["small"], mapped["small"])
     with cpersist.open(path) as handle:
         assert list(handle.arrays) == ["obj['section']"]
+
+
+#: Raw dumps whose pickle stream passes the size a dump is made in memory
+#: below: the stream alone, a section after a frame of it, a section after
+#: more than a chunk of it (read back from the file), a buffer of the object.
+STREAM_FIRST = {
+    "stream alone": ({"words": ["word %d" % i for i in range(200_000)],
+                      "small": np.arange(100.0)}, "add_section"),
+    "array after a frame": ({"words": [str(i) for i in range(30_000)],
+                             "a": np.arange(100_000.0)}, "withdraw"),
+    "array after 2 MiB": ([bytes(range(256)) * 4000 for _ in range(3)] + [np.arange(20_000.0)],
+                          "withdraw"),
+    "buffer of the object": ([bytearray(b"y" * 200_000), "z" * 100_000, np.arange(9.0)],
+                             "add_section"),
+}
+
+
+@pytest.mark.parametrize("target", ["path", "w+b file object after bytes"])
+@pytest.mark.parametrize("name", list(STREAM_FIRST))
+def test_a_raw_stream_written_into_the_file_as_pickled_has_the_same_bytes(
+        tmp_path, monkeypatch, name, target):
+    """A raw stream goes straight into a file it can read back while no
+    array section is written, and is taken back out of it for the first one:
+    the file holds the very bytes of one gathered in memory (a dump to a
+    BytesIO)."""
+    from cpersist.container.direct import DirectStream
+
+    obj, ending = STREAM_FIRST[name]
+    ends = []
+    for method in ("add_section", "withdraw"):
+        original = getattr(DirectStream, method)
+        monkeypatch.setattr(DirectStream, method, lambda self, *args, _original=original,
+                            _method=method, **kwargs: ends.append(_method)
+                            or _original(self, *args, **kwargs))
+    path = tmp_path / "raw.cp"
+    if target == "path":
+        cpersist.dump(obj, path, compress=0)
+        data = path.read_bytes()
+    else:
+        with open(path, "w+b") as file:
+            file.write(b"before")
+            cpersist.dump(obj, file, compress=0)
+            file.flush()
+            assert file.tell() == os.path.getsize(path)
+        data = path.read_bytes()
+        assert data[:6] == b"before"
+        data = data[6:]
+    assert ends == [ending]
+    gathered = io.BytesIO()
+    cpersist.dump(obj, gathered, compress=0)
+    assert data == gathered.getvalue()
+    assert_same(obj, cpersist.loads(data))
+
+
+def test_short_writes_of_a_raw_stream_into_the_file_are_completed(tmp_path, monkeypatch):
+    """The kernel may write less than asked (a signal, a write past 2 GiB):
+    the rest of each write is written after it."""
+    writev = os.writev
+    short = []
+
+    def write_part(fd, parts):
+        # A part and a half at most, never all of several.
+        n = parts[0].nbytes + (parts[1].nbytes // 2 if len(parts) > 1 else 0)
+        short.append(n)
+        return writev(fd, [parts[0], parts[1][:n - parts[0].nbytes]] if len(parts) > 1
+                      else parts)
+
+    monkeypatch.setattr(os, "writev", write_part)
+    obj, _ = STREAM_FIRST["stream alone"]
+    cpersist.dump(obj, tmp_path / "raw.cp", compress=0)
+    assert len(short) > 1
+    gathered = io.BytesIO()
+    cpersist.dump(obj, gathered, compress=0)
+    assert (tmp_path / "raw.cp").read_bytes() == gathered.getvalue()
 
 
 def test_inline_data_is_a_buffer_only_at_protocol_5():

@@ -8,6 +8,7 @@ by an opaque ``meta`` dict that the caller provides. One module per layer:
 :mod:`.framing` (where a dump ends: its records, walked or copied from a
 stream), :mod:`.encode` (whether and how a chunk is encoded), :mod:`.writer`
 (writing a file sequentially, so a pipe or socket can be the target),
+:mod:`.direct` (a raw pickle stream written into a local file as it comes),
 :mod:`.reader` (opening a file through a byte source), :mod:`.sections` and
 :mod:`.pieces` (reading whole sections and parts of them), :mod:`.compact`
 and :mod:`.tiny` (dumps of a pickle stream alone), :mod:`.marking` and

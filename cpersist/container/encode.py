@@ -233,6 +233,16 @@ class EncodedStream:
         self._done.append((chunk, self._buffered, state.intdigest(), VERBATIM))
         self._buffered = 0
 
+    def take_raw_chunk(self, fill, digest):
+        """Add a whole chunk of a raw stream at once, before any byte is
+        written: ``fill(view)`` fills a chunk buffer, whose checksum is
+        ``digest``."""
+        size = self._chunk_size
+        self._held.append(CHUNK_BUFFERS.take(size))
+        chunk = memoryview(self._held[-1])[:size]
+        fill(chunk)
+        self._done.append((chunk, size, digest, VERBATIM))
+
     def release(self):
         """Give the raw stream's buffers back for the next dump, once its
         chunks are written: nothing may use them after."""

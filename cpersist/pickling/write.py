@@ -65,10 +65,15 @@ class SectionWriter:
         Where ``file`` is: the payload of a growing object file's commit
         frame, the dump's index the commit's (its offsets count from the
         start of the file); None: a dump of its own.
+    direct : bool
+        No array section written yet: a raw stream is written straight into
+        ``file`` as it comes, if its descriptor reads back (taken back out
+        at the first array section: :mod:`cpersist.container.direct`),
+        rather than gathered in memory.
     """
 
     def __init__(self, file, name, codec, protocol, chunk_size, n_threads,
-                 pickle_chunk_size=PICKLE_CHUNK_SIZE, payload_at=None):
+                 pickle_chunk_size=PICKLE_CHUNK_SIZE, payload_at=None, direct=False):
         if payload_at is None:
             self.writer = ContainerWriter(file, n_threads, name)
         else:
@@ -78,9 +83,23 @@ class SectionWriter:
             self.writer = ContainerWriter(file, n_threads, name, start=payload_at,
                                           minor=OBJECT_MINOR)
         self.store = array_store(self.writer, codec, chunk_size)
-        # The pickle stream is encoded chunk by chunk on the pool while
-        # pickling goes on.
-        self.stream = EncodedStream(codec, min(chunk_size, pickle_chunk_size), n_threads)
+        stream_chunk = min(chunk_size, pickle_chunk_size)
+        self.stream = self._direct = None
+        if direct and codec is None:
+            self.stream = self._direct = self.writer.direct_stream(stream_chunk)
+        if self.stream is None:
+            # The pickle stream is encoded chunk by chunk on the pool while
+            # pickling goes on.
+            self.stream = EncodedStream(codec, stream_chunk, n_threads)
+        else:
+            stored = self.store
+
+            def store(arr, favour_speed=False):
+                if self._direct is not None:  # the stream leaves the file first
+                    self.stream, self._direct = self._direct.withdraw(), None
+                return stored(arr, favour_speed)
+
+            self.store = store
         self._codec = codec
         self._protocol = protocol
         self._file = file
@@ -105,6 +124,10 @@ class SectionWriter:
             if paths is not None:
                 for section, path in paths.items():
                     writer.section_meta(section)["path"] = path
+        if self._direct is not None:
+            root = self._direct.add_section(meta=dict(ROOT_META))
+            writer.finish(root, info=dump_info(self._protocol))
+            return
         finish_dump(writer, self.stream.encoded_chunks(), self._codec, self._protocol)
         if type(self._file) in COPYING_FILES:
             # Their write() has copied the stream's chunks: the buffers
@@ -183,5 +206,14 @@ def array_store(writer, codec, chunk_size):
 
 def finish_dump(writer, encoded, codec, protocol):
     """Write the pickle stream's encoded chunks as the root section, and the index."""
-    root = writer.add_encoded_section(encoded, codec=codec, meta={"kind": "pickle"})
-    writer.finish(root, info={"writer": f"cpersist {__version__}", "protocol": protocol})
+    root = writer.add_encoded_section(encoded, codec=codec, meta=dict(ROOT_META))
+    writer.finish(root, info=dump_info(protocol))
+
+
+#: The ``meta`` of a dump's root section.
+ROOT_META = {"kind": "pickle"}
+
+
+def dump_info(protocol):
+    """The ``info`` of a dump's index."""
+    return {"writer": f"cpersist {__version__}", "protocol": protocol}
