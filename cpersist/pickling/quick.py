@@ -70,8 +70,7 @@ import pickle
 import re
 import struct
 
-from ..container.compact import (DATA, END_MAGIC, HEAD, HEAD_FORMAT, OVERHEAD, STREAM_AT,
-                                 STREAM_END, TAIL_RECORD, TRAILER_SIZE, pack_tail,
+from ..container.compact import (DATA, END_MAGIC, HEAD, HEAD_FORMAT, OVERHEAD, compact_split,
                                  small_bytes_stream, stream_checksum)
 from ..format.limits import DEFAULT, STR_HASH_PREDICTABLE
 
@@ -320,7 +319,32 @@ _FRAME_AFTER = OVERHEAD + 11
 #: What opens a compact dump of a protocol 5 stream in one frame, as dumps
 #: writes it, from its length, DATA, these opcodes and the frame's length.
 _pack_framed_head = struct.Struct(HEAD_FORMAT + "3sQ").pack
-_FRAMED_HEAD_SIZE, _PROTO5_FRAME = STREAM_AT + 11, pickle.PROTO + b"\x05" + pickle.FRAME
+_PROTO5_FRAME = pickle.PROTO + b"\x05" + pickle.FRAME
+
+
+#: Sizes of compact dumps whose checks :func:`compact_quick_load` keeps, at
+#: most (each about 700 bytes).
+SIZES_KEPT = 512
+#: Size of a compact dump -> ``(head, after, split, before_checksum)``:
+#: ``head`` the bytes that open it when a frame of protocol 5 holds its whole
+#: stream, ``after`` the first string of as many bytes that sorts after
+#: ``head`` (a ``bytes`` ``b`` longer than ``head`` starts with it exactly
+#: when ``head <= b < after``, compared without a slice), then
+#: :func:`~cpersist.container.compact.compact_split` of its stream's length.
+_checks = {}
+
+
+def _checks_of(size):
+    """``_checks[size]``, made and kept; None for a size the quick path does
+    not take framed."""
+    if not _FRAME_AFTER < size <= _LARGEST_DUMP:
+        return None
+    head = _pack_framed_head(HEAD, size - OVERHEAD, DATA, _PROTO5_FRAME, size - _FRAME_AFTER)
+    after = (int.from_bytes(head, "big") + 1).to_bytes(len(head), "big")  # head starts 0x89
+    if len(_checks) >= SIZES_KEPT:
+        _checks.clear()
+    checks = _checks[size] = (head, after, *compact_split(size - OVERHEAD))
+    return checks
 
 
 def compact_quick_load(data):
@@ -328,25 +352,36 @@ def compact_quick_load(data):
     default limits if ``data`` is one intact compact dump of a stream of at
     most :data:`QUICK_UP_TO` bytes, else :data:`NOT_QUICK`. Specialised for
     speed (a call costs a tenth of the load) for a stream in one frame of
-    protocol 5: the bytes around it are compared with those a dump has, the
-    commonest verdict (:data:`_FRAMED_PLAIN`) tested on its translation, any
-    other given by :func:`quick_load`'s checks from it."""
-    if _FRAME_AFTER < (size := len(data)) <= _LARGEST_DUMP and data[:_FRAMED_HEAD_SIZE] == (
-            _pack_framed_head(HEAD, size - OVERHEAD, DATA, _PROTO5_FRAME, size - _FRAME_AFTER)):
-        stream = data[STREAM_AT:STREAM_END]
-        if data[STREAM_END:] != pack_tail(TAIL_RECORD, size - TRAILER_SIZE,
-                                         stream_checksum(stream), END_MAGIC):
+    protocol 5: its bytes are compared with those a dump of its size has
+    (:data:`_checks`), the commonest verdict (:data:`_FRAMED_PLAIN`) tested
+    on its translation, any other given by :func:`quick_load`'s checks."""
+    try:
+        head, after, split, before_checksum = _checks[size := len(data)]
+    except KeyError:
+        return _other_quick_load(data, size)
+    if not head <= data < after:
+        return _other_quick_load(data, size)
+    stream, tail, checksum, end_magic = split(data)
+    if not (tail == before_checksum and end_magic == END_MAGIC
+            and checksum == stream_checksum(stream)):
+        return NOT_QUICK
+    if _LONG_BINPUT in stream:  # before the translation, which the scan does not need
+        return _scanned_load(stream, size - OVERHEAD, _DEFAULT_BOUND)
+    classes = stream.translate(_CLASS)
+    if classes.isascii() and (size < _NO_FLOOD_DUMP or _FILL not in classes or classes.count(
+            _CHOSEN) + classes.count(_TEXT_INT) <= _SAME_HASH):
+        try:
+            return _unpickle(stream)
+        except Exception:  # noqa: BLE001 - the machine says what is wrong
             return NOT_QUICK
-        if _LONG_BINPUT in stream:
-            return _scanned_load(stream, size - OVERHEAD, _DEFAULT_BOUND)
-        classes = stream.translate(_CLASS)
-        if classes.isascii() and (size < _NO_FLOOD_DUMP or _FILL not in classes or classes.count(
-                _CHOSEN) + classes.count(_TEXT_INT) <= _SAME_HASH):
-            try:
-                return _unpickle(stream)
-            except Exception:  # noqa: BLE001 - the machine says what is wrong
-                return NOT_QUICK
-        return _classified_load(stream, size - OVERHEAD, _DEFAULT_BOUND, classes)
+    return _classified_load(stream, size - OVERHEAD, _DEFAULT_BOUND, classes)
+
+
+def _other_quick_load(data, size):
+    """:func:`compact_quick_load` of ``data`` of ``size`` bytes, whose checks
+    are not kept, or whose stream is not one frame of protocol 5."""
+    if size not in _checks and _checks_of(size) is not None:
+        return compact_quick_load(data)  # its checks are kept now
     stream = small_bytes_stream(data) if size <= _LARGEST_DUMP else None
     return NOT_QUICK if stream is None else quick_load(stream, DEFAULT)
 
