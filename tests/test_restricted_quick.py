@@ -395,3 +395,54 @@ def test_the_compact_quick_path_takes_only_what_the_machine_builds():
         check(b"\x80\x05" + pickle.FRAME + struct.pack("<Q", len(body)) + body)
 
     agree()
+
+
+def _outcome(load):
+    try:
+        return "ok", exact(load())
+    except cpersist.CpersistError as exc:
+        return "error", type(exc)
+
+
+def test_a_damaged_head_or_tail_is_refused_at_every_size():
+    """A byte changed before or after the stream of a compact dump, at each
+    size class the quick path tells apart (a stream without a frame, the
+    shortest framed one, one long enough to count a flood, the longest taken,
+    one past it, protocol 2): the restricted ``loads`` says what the trusted
+    one says of it (both take a stream intact whatever the DATA record's
+    header and the header's reserved bytes hold), and the quick path takes
+    no byte it compares."""
+    from cpersist.pickling import quick
+
+    longest = "s" * (quick.QUICK_UP_TO - 18)  # a stream of QUICK_UP_TO bytes
+    cases = [(None, 5), (1000, 5), ({"a": 1, "b": 2.0, "c": "x"}, 5), ([0.5] * 40, 5),
+             (longest, 5), (longest + "s", 5), ({"a": 1}, 2)]
+    sizes = []
+    for obj, protocol in cases:
+        data = cpersist.dumps(obj, protocol=protocol)
+        sizes.append(len(data))
+        framed = data[72:75] == b"\x80\x05\x95"
+        assert (compact_quick_load(data) is NOT_QUICK) == (len(data) > quick._LARGEST_DUMP)
+        for at in [*range(83), *range(len(data) - 40, len(data))]:
+            damaged = bytearray(data)
+            damaged[at] ^= 0x41
+            damaged = bytes(damaged)
+            read = _outcome(lambda: cpersist.loads(damaged))
+            assert _outcome(lambda: cpersist.loads(damaged, trusted=False)) == read, (obj, at)
+            quick_path = compact_quick_load(damaged)
+            if framed and not 16 <= at < 72:  # bytes the framed check compares itself
+                assert quick_path is NOT_QUICK, (obj, at)
+            elif quick_path is not NOT_QUICK:
+                assert read == ("ok", exact(obj)), (obj, at)
+    assert sizes[:2] == [quick.OVERHEAD + 4, quick._FRAME_AFTER + 4]  # unframed, shortest framed
+    assert sizes[3] >= quick._NO_FLOOD_DUMP and sizes[4:6] == [quick._LARGEST_DUMP, quick._LARGEST_DUMP + 1]
+
+
+def test_the_checks_of_a_bounded_number_of_sizes_are_kept():
+    from cpersist.pickling import quick
+
+    objects = ["x" * k for k in range(quick.SIZES_KEPT + 40)]
+    for obj in objects + objects[:20]:
+        assert cpersist.loads(cpersist.dumps(obj), trusted=False) == obj
+        kept = [size for size, checks in enumerate(quick._checks) if checks is not quick._UNKNOWN]
+        assert len(kept) <= quick.SIZES_KEPT and sorted(quick._sizes_kept) == kept

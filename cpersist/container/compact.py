@@ -49,8 +49,6 @@ _END = RECORD.pack(END << 56 | TRAILER.size)
 #: offset, index length 0 as padding, checksum, end magic).
 _BACK = struct.Struct("<8sQ8xQ8s")
 assert _BACK.size == RECORD_SIZE + TRAILER.size
-#: Where the stream ends, counted from the end of the dump.
-STREAM_END = -_BACK.size
 #: A compact dump's (empty) index starts here plus the stream's length.
 _INDEX_AT = STREAM_AT + RECORD_SIZE
 #: Up to this size a stream is sliced (copied) out of a ``bytes``, rather
@@ -107,7 +105,8 @@ def small_bytes_stream(data):
 #: (the restricted load's quick path, :func:`cpersist.pickling.quick.compact_quick_load`,
 #: which a call to :func:`small_bytes_stream` would cost a tenth of its time):
 #: the bytes before the stream, ``struct.pack(HEAD_FORMAT, HEAD, n, DATA)``
-#: for a stream of ``n`` bytes, and the rest from :func:`compact_split`.
+#: for a stream of ``n`` bytes, and the rest from :func:`compact_split`, its
+#: checks worked out once per size.
 HEAD, HEAD_FORMAT = _HEAD, _HEAD_AND_DATA.format
 #: The END record and the trailer up to the checksum (index offset, length 0).
 _BEFORE_CHECKSUM = _BACK.size - 16
@@ -119,10 +118,10 @@ def compact_split(n):
     bytes: ``split(data)`` (``data`` of exactly that size) gives ``(stream,
     after, checksum, end_magic)``, the bytes from the stream on; they are
     those of an intact dump exactly when ``after == before_checksum``,
-    ``checksum == stream_checksum(stream)`` and ``end_magic == END_MAGIC``.
-    One call to ``split`` costs less than the slices and the packing of
-    :func:`small_bytes_stream`; the caller keeps it for the next dump of the
-    size."""
+    ``checksum == stream_checksum(stream)`` and ``end_magic == END_MAGIC``:
+    every byte after the stream is compared. One call to ``split`` costs less
+    than the slices and the packing of :func:`small_bytes_stream`; making it
+    costs more, so that the caller keeps it for the next dump of the size."""
     split = struct.Struct(f"<{STREAM_AT}x{n}s{_BEFORE_CHECKSUM}sQ8s").unpack
     before_checksum = _pack_back(_END, _INDEX_AT + n, 0, END_MAGIC)[:_BEFORE_CHECKSUM]
     return split, before_checksum

@@ -67,12 +67,12 @@ its result or says what is wrong, as without this path.
 
 import io
 import pickle
-import re
 import struct
 
 from ..container.compact import (DATA, END_MAGIC, HEAD, HEAD_FORMAT, OVERHEAD, compact_split,
                                  small_bytes_stream, stream_checksum)
 from ..format.limits import DEFAULT, STR_HASH_PREDICTABLE
+from .quick_scan import exact_scan
 
 #: Largest pickle stream the quick path takes. Below the machine's opcodes
 #: between two looks at the clock, so that its only look is at the start.
@@ -88,7 +88,6 @@ _SAME_HASH = 16
 #: the quick path takes can hold, so that the C unpickler's memo (twice the
 #: largest index, 8 bytes a slot) stays below :data:`_MEMO_BYTES`.
 PUT_BELOW = QUICK_UP_TO
-assert PUT_BELOW == 1 << 13  # the scan's pattern spells it: a second byte below 0x20
 #: What the exact scan lets the C unpickler's memo take; a load whose
 #: ``max_alloc_bytes`` is smaller is left to the byte checks.
 _MEMO_BYTES = 16 * PUT_BELOW
@@ -215,29 +214,6 @@ def _verdict_of(marks):
     return verdict
 
 
-def _sized(opcodes, length_bytes):
-    """The pattern of one of ``opcodes`` (a class of them: sre decides
-    quicker on one literal) and its argument: a little-endian length of
-    ``length_bytes`` bytes, below 256, then that many bytes. A regular
-    expression cannot read a length, so each is spelt out, an alternative
-    per value (sre skips one whose first byte differs without entering it;
-    each costs the compilation about 10 us)."""
-    zeros = b"\x00" * (length_bytes - 1)
-    first = re.escape(opcodes) if len(opcodes) == 1 else b"[" + re.escape(opcodes) + b"]"
-    return first + b"(?:" + b"|".join(
-        re.escape(bytes([n])) + zeros + _skip(n) for n in range(256)) + b")"
-
-
-def _skip(n):
-    """The pattern of ``n`` bytes, any (a few ``.`` match quicker than a
-    repeat)."""
-    return b"." * n if n <= 8 else b".{%d}" % n
-
-
-def _one_of(*alternatives):
-    return b"(?:" + b"|".join(alternatives) + b")"
-
-
 _exact = None
 
 
@@ -245,49 +221,8 @@ def _exact_scan():
     """``fullmatch`` of the pattern of the streams the exact scan takes (see
     the module), compiled at its first use."""
     global _exact
-    if _exact is not None:
-        return _exact
-    P, esc = pickle, re.escape
-    # Opcodes without argument making no key of a chosen hash: MARK, POP,
-    # POP_MARK, DUP, NONE, the empty list, dict and set, APPEND(S), LIST,
-    # the booleans, MEMOIZE. Then those filling a set or a dict, and those
-    # making a tuple.
-    plain = (P.MARK + P.POP + P.POP_MARK + P.DUP + P.NONE + P.EMPTY_LIST + P.EMPTY_DICT
-             + P.APPEND + P.APPENDS + P.LIST + P.NEWTRUE + P.NEWFALSE + P.EMPTY_SET + P.MEMOIZE)
-    fills = P.SETITEM + P.SETITEMS + P.DICT + P.ADDITEMS
-    tuples = P.EMPTY_TUPLE + P.TUPLE + P.TUPLE1 + P.TUPLE2 + P.TUPLE3
-    # The alternatives of one step, each opening with a literal or a class,
-    # the commonest in a dump first (sre tries them in turn, skipping one
-    # whose first byte differs); a run of opcodes without argument is one
-    # step. A string is mostly followed by MEMOIZE, taken with it. A
-    # LONG_BINPUT index is below PUT_BELOW: any low byte, a second byte
-    # below 0x20.
-    string = _sized(P.SHORT_BINUNICODE, 1) + esc(P.MEMOIZE) + b"?"
-    ints = [esc(P.BININT1) + b".", esc(P.BININT2) + b".."]
-    float_ = esc(P.BINFLOAT) + _skip(8)
-    memo = [esc(P.BININT) + b"....", esc(P.BINGET) + b".", esc(P.BINPUT) + b".",
-            esc(P.LONG_BINGET) + b"....", esc(P.LONG_BINPUT) + b".[\x00-\x1f]\x00\x00"]
-    long_strings = _sized(P.BINUNICODE + P.BINBYTES, 4)
-    stop_next = b"(?=" + esc(P.STOP) + b"\\Z)"
-    # Each iteration of a possessive repeat (one pass, no backtracking): the
-    # steps not counted, then one that is, or the STOP next (so that at most
-    # _SAME_HASH iterations take fewer counted steps than that, or as many
-    # when the last is the last opcode: fewer than the machine refuses).
-    if STR_HASH_PREDICTABLE:  # strings and bytes make keys of a chosen hash
-        uncounted = [*ints, *memo]
-        counted = [string, float_, _sized(P.SHORT_BINBYTES + P.LONG1, 1), long_strings]
-    else:
-        uncounted = [string, *ints, *memo, _sized(P.SHORT_BINBYTES, 1), long_strings]
-        counted = [float_, _sized(P.LONG1, 1)]
-    few_chosen = (b"(?:" + _one_of(*uncounted, b"[" + esc(plain + fills) + b"]++") + b"*+"
-                  + _one_of(*counted, b"[" + esc(tuples + P.FROZENSET) + b"]", stop_next)
-                  + b"){0,%d}+" % _SAME_HASH)
-    floats = float_ + b"(?:" + float_ + b")*+"  # a run of them in one step
-    no_fill = (b"(?:" + _one_of(string, floats, *ints, *memo, b"[" + esc(plain) + b"]++",
-                                 _sized(P.SHORT_BINBYTES + P.LONG1, 1), long_strings)
-               + b"*+" + _one_of(b"[" + esc(tuples) + b"]", stop_next) + b"){0,%d}+" % _DEPTH_CAP)
-    head = esc(P.PROTO) + b"[\x02-\x05](?:" + esc(P.FRAME) + b".{8})?"
-    _exact = re.compile(head + _one_of(few_chosen, no_fill) + esc(P.STOP), re.DOTALL).fullmatch
+    if _exact is None:
+        _exact = exact_scan(_SAME_HASH, _DEPTH_CAP, PUT_BELOW, STR_HASH_PREDICTABLE)
     return _exact
 
 
@@ -322,8 +257,8 @@ _pack_framed_head = struct.Struct(HEAD_FORMAT + "3sQ").pack
 _PROTO5_FRAME = pickle.PROTO + b"\x05" + pickle.FRAME
 
 
-#: Sizes of compact dumps whose checks :func:`compact_quick_load` keeps, at
-#: most (each about 700 bytes).
+#: How many sizes of compact dumps :func:`compact_quick_load` keeps the
+#: checks of at once (each about 700 bytes).
 SIZES_KEPT = 512
 #: Size of a compact dump -> ``(head, after, split, before_checksum)``:
 #: ``head`` the bytes that open it when a frame of protocol 5 holds its whole
@@ -331,20 +266,26 @@ SIZES_KEPT = 512
 #: ``head`` (a ``bytes`` ``b`` longer than ``head`` starts with it exactly
 #: when ``head <= b < after``, compared without a slice), then
 #: :func:`~cpersist.container.compact.compact_split` of its stream's length.
-_checks = {}
+#: A list (indexed quicker than a dict), _UNKNOWN where none is kept.
+_UNKNOWN = (b"", b"", None, None)
+_checks = [_UNKNOWN] * (_LARGEST_DUMP + 1)
+_sizes_kept = []
 
 
-def _checks_of(size):
-    """``_checks[size]``, made and kept; None for a size the quick path does
-    not take framed."""
+def _keep_checks(size):
+    """Keep ``_checks[size]``; False for a size the quick path does not take
+    framed."""
     if not _FRAME_AFTER < size <= _LARGEST_DUMP:
-        return None
+        return False
     head = _pack_framed_head(HEAD, size - OVERHEAD, DATA, _PROTO5_FRAME, size - _FRAME_AFTER)
     after = (int.from_bytes(head, "big") + 1).to_bytes(len(head), "big")  # head starts 0x89
-    if len(_checks) >= SIZES_KEPT:
-        _checks.clear()
-    checks = _checks[size] = (head, after, *compact_split(size - OVERHEAD))
-    return checks
+    if len(_sizes_kept) >= SIZES_KEPT:
+        for kept in _sizes_kept:
+            _checks[kept] = _UNKNOWN
+        _sizes_kept.clear()
+    _checks[size] = (head, after, *compact_split(size - OVERHEAD))
+    _sizes_kept.append(size)
+    return True
 
 
 def compact_quick_load(data):
@@ -357,32 +298,37 @@ def compact_quick_load(data):
     on its translation, any other given by :func:`quick_load`'s checks."""
     try:
         head, after, split, before_checksum = _checks[size := len(data)]
-    except KeyError:
-        return _other_quick_load(data, size)
+    except IndexError:
+        return NOT_QUICK  # too large
     if not head <= data < after:
         return _other_quick_load(data, size)
     stream, tail, checksum, end_magic = split(data)
     if not (tail == before_checksum and end_magic == END_MAGIC
             and checksum == stream_checksum(stream)):
         return NOT_QUICK
-    if _LONG_BINPUT in stream:  # before the translation, which the scan does not need
-        return _scanned_load(stream, size - OVERHEAD, _DEFAULT_BOUND)
-    classes = stream.translate(_CLASS)
-    if classes.isascii() and (size < _NO_FLOOD_DUMP or _FILL not in classes or classes.count(
-            _CHOSEN) + classes.count(_TEXT_INT) <= _SAME_HASH):
-        try:
-            return _unpickle(stream)
-        except Exception:  # noqa: BLE001 - the machine says what is wrong
-            return NOT_QUICK
-    return _classified_load(stream, size - OVERHEAD, _DEFAULT_BOUND, classes)
+    # A short stream (no flood) is translated at once; a longer one is not
+    # when it has LONG_BINPUT's byte, as the scan does without.
+    if size < _NO_FLOOD_DUMP or _LONG_BINPUT not in stream:
+        classes = stream.translate(_CLASS)
+        # Ascii: no byte of the classes in _NOT_PLAIN, LONG_BINPUT's among them.
+        if classes.isascii() and (size < _NO_FLOOD_DUMP or _FILL not in classes or classes.count(
+                _CHOSEN) + classes.count(_TEXT_INT) <= _SAME_HASH):
+            try:
+                return _unpickle(stream)
+            except Exception:  # noqa: BLE001 - the machine says what is wrong
+                return NOT_QUICK
+        if _LONG_BINPUT not in stream:
+            return _classified_load(stream, size - OVERHEAD, _DEFAULT_BOUND, classes)
+    return _scanned_load(stream, size - OVERHEAD, _DEFAULT_BOUND)
 
 
 def _other_quick_load(data, size):
-    """:func:`compact_quick_load` of ``data`` of ``size`` bytes, whose checks
-    are not kept, or whose stream is not one frame of protocol 5."""
-    if size not in _checks and _checks_of(size) is not None:
-        return compact_quick_load(data)  # its checks are kept now
-    stream = small_bytes_stream(data) if size <= _LARGEST_DUMP else None
+    """:func:`compact_quick_load` of ``data`` of ``size`` bytes (at most
+    _LARGEST_DUMP), whose checks are not kept, or whose stream is not one
+    frame of protocol 5."""
+    if _checks[size] is _UNKNOWN and _keep_checks(size):
+        return compact_quick_load(data)
+    stream = small_bytes_stream(data)
     return NOT_QUICK if stream is None else quick_load(stream, DEFAULT)
 
 
