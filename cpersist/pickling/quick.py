@@ -273,10 +273,7 @@ _sizes_kept = []
 
 
 def _keep_checks(size):
-    """Keep ``_checks[size]``; False for a size the quick path does not take
-    framed."""
-    if not _FRAME_AFTER < size <= _LARGEST_DUMP:
-        return False
+    """Keep ``_checks[size]`` (of a size the quick path takes framed)."""
     head = _pack_framed_head(HEAD, size - OVERHEAD, DATA, _PROTO5_FRAME, size - _FRAME_AFTER)
     after = (int.from_bytes(head, "big") + 1).to_bytes(len(head), "big")  # head starts 0x89
     if len(_sizes_kept) >= SIZES_KEPT:
@@ -285,7 +282,6 @@ def _keep_checks(size):
         _sizes_kept.clear()
     _checks[size] = (head, after, *compact_split(size - OVERHEAD))
     _sizes_kept.append(size)
-    return True
 
 
 def compact_quick_load(data):
@@ -324,10 +320,11 @@ def compact_quick_load(data):
 
 def _other_quick_load(data, size):
     """:func:`compact_quick_load` of ``data`` of ``size`` bytes (at most
-    _LARGEST_DUMP), whose checks are not kept, or whose stream is not one
-    frame of protocol 5."""
-    if _checks[size] is _UNKNOWN and _keep_checks(size):
-        return compact_quick_load(data)
+    _LARGEST_DUMP) whose checks are not kept, or whose stream is not one
+    frame of protocol 5: :func:`quick_load`'s, the checks of a size not kept
+    made for its next dump."""
+    if _checks[size] is _UNKNOWN and size > _FRAME_AFTER:
+        _keep_checks(size)
     stream = small_bytes_stream(data)
     return NOT_QUICK if stream is None else quick_load(stream, DEFAULT)
 
