@@ -30,8 +30,8 @@ import cpersist  # noqa: E402
 from cpersist.format.limits import DEFAULT  # noqa: E402
 from cpersist.container.compact import small_bytes_stream  # noqa: E402
 from cpersist.container.compact import END_MAGIC, stream_checksum  # noqa: E402
-from cpersist.pickling.quick import (NOT_QUICK, _CLASS, _checks, _exact_scan,  # noqa: E402
-                                     compact_quick_load, quick_load)
+from cpersist.pickling.quick import (BYTE_CLASSES, NOT_QUICK, _exact_scan,  # noqa: E402
+                                     compact_quick_load, framed_checks, quick_load)
 from xxhash import xxh3_64_intdigest  # noqa: E402
 
 
@@ -83,7 +83,7 @@ def steps(obj, number, repeat):
     data = cpersist.dumps(obj)
     scan = _exact_scan()
     compact_quick_load(data)  # keeps the checks of its size
-    head, after, split, before_checksum = _checks[len(data)]
+    head, after, split, before_checksum = framed_checks[len(data)]
     parts = split(data)
 
     def signature_only(data, _keywords_only=None, trusted=True, verify=True, n_threads=None,
@@ -100,7 +100,8 @@ def steps(obj, number, repeat):
             parts[1] == before_checksum and parts[3] == END_MAGIC
             and parts[2] == stream_checksum(parts[0])),
         "      of which XXH3-64 of the stream": lambda: xxh3_64_intdigest(stream),
-        "    its byte classes (a translate, isascii)": lambda: stream.translate(_CLASS).isascii(),
+        "    its byte classes (a translate, isascii)":
+            lambda: stream.translate(BYTE_CLASSES).isascii(),
         "  (small_bytes_stream(data), the trusted one's)": lambda: small_bytes_stream(data),
         "  (quick_load(stream), limits given; 2 translates)": lambda: quick_load(stream, DEFAULT),
         "  (exact scan, for a stream with an 'r' byte)": lambda: scan(stream),

@@ -119,11 +119,12 @@ def _classes(**members):
 #: PUT, ``M`` FRAME; ``T`` makes a tuple, ``Z`` a frozenset (and fills it),
 #: ``H`` another key whose hash a stream can choose, ``D`` a LONG4, ``E`` a
 #: LONG1, ``I`` a text integer (both choose their hash too); ``F`` fills a
-#: set or a dict.
-_CLASS = _classes(X=b"r\x96\x82\x83\x84", N=b"\n", G=b"\x93", P=b"p", M=b"\x95",
-                  T=b")t\x85\x86\x87", Z=b"\x91",
-                  H=b"GF" + (b"\x8cX\x8dUTSVCB\x8e" if STR_HASH_PREDICTABLE else b""),
-                  D=b"\x8b", E=b"\x8a", I=b"IL", F=b"sud\x90")
+#: set or a dict. A stream translates to ASCII when it holds no byte of the
+#: classes in _NOT_PLAIN.
+BYTE_CLASSES = _classes(X=b"r\x96\x82\x83\x84", N=b"\n", G=b"\x93", P=b"p", M=b"\x95",
+                        T=b")t\x85\x86\x87", Z=b"\x91",
+                        H=b"GF" + (b"\x8cX\x8dUTSVCB\x8e" if STR_HASH_PREDICTABLE else b""),
+                        D=b"\x8b", E=b"\x8a", I=b"IL", F=b"sud\x90")
 #: The marks of the classes of keys whose hash a stream can choose, and of
 #: those :func:`_verdict_of` looks for, as ``bytes``.
 _CHOSEN_ONE = [bytes([_mark(letter)]) for letter in "TZHDEI"]
@@ -191,7 +192,7 @@ assert _DEFAULT_BOUND[1] == QUICK_UP_TO
 
 def _verdict_of(marks):
     """``(needs a frame over the whole stream, how to load, counts)`` of a
-    stream whose bytes' classes (``_CLASS``) are ``marks``, or _FAIL;
+    stream whose bytes' classes (``BYTE_CLASSES``) are ``marks``, or _FAIL;
     ``counts``, None when there is nothing to count, is ``(may hold a long
     integer, holds a LONG1, tuple and frozenset opcodes, may be a collision
     flood)``."""
@@ -249,7 +250,7 @@ def _scanned_load(stream, n, bound):
 _NO_FLOOD_BELOW = 0 if STR_HASH_PREDICTABLE else (_SAME_HASH + 1) * 9
 #: Sizes of compact dumps: the largest taken, those whose stream cannot flood,
 #: and (plus the frame's length) one whose stream is a frame after PROTO.
-_LARGEST_DUMP, _NO_FLOOD_DUMP = OVERHEAD + QUICK_UP_TO, OVERHEAD + _NO_FLOOD_BELOW
+_LARGEST_DUMP, NO_FLOOD_DUMP = OVERHEAD + QUICK_UP_TO, OVERHEAD + _NO_FLOOD_BELOW
 _FRAME_AFTER = OVERHEAD + 11
 #: What opens a compact dump of a protocol 5 stream in one frame, as dumps
 #: writes it, from its length, DATA, these opcodes and the frame's length.
@@ -266,21 +267,23 @@ SIZES_KEPT = 512
 #: ``head`` (a ``bytes`` ``b`` longer than ``head`` starts with it exactly
 #: when ``head <= b < after``, compared without a slice), then
 #: :func:`~cpersist.container.compact.compact_split` of its stream's length.
-#: A list (indexed quicker than a dict), _UNKNOWN where none is kept.
+#: A list (indexed quicker than a dict), _UNKNOWN where none is kept. With
+#: :data:`BYTE_CLASSES` and :data:`NO_FLOOD_DUMP`, what :func:`cpersist.loads`
+#: needs to take this path's commonest case itself.
 _UNKNOWN = (b"", b"", None, None)
-_checks = [_UNKNOWN] * (_LARGEST_DUMP + 1)
+framed_checks = [_UNKNOWN] * (_LARGEST_DUMP + 1)
 _sizes_kept = []
 
 
 def _keep_checks(size):
-    """Keep ``_checks[size]`` (of a size the quick path takes framed)."""
+    """Keep ``framed_checks[size]`` (of a size the quick path takes framed)."""
     head = _pack_framed_head(HEAD, size - OVERHEAD, DATA, _PROTO5_FRAME, size - _FRAME_AFTER)
     after = (int.from_bytes(head, "big") + 1).to_bytes(len(head), "big")  # head starts 0x89
     if len(_sizes_kept) >= SIZES_KEPT:
         for kept in _sizes_kept:
-            _checks[kept] = _UNKNOWN
+            framed_checks[kept] = _UNKNOWN
         _sizes_kept.clear()
-    _checks[size] = (head, after, *compact_split(size - OVERHEAD))
+    framed_checks[size] = (head, after, *compact_split(size - OVERHEAD))
     _sizes_kept.append(size)
 
 
@@ -290,10 +293,12 @@ def compact_quick_load(data):
     most :data:`QUICK_UP_TO` bytes, else :data:`NOT_QUICK`. Specialised for
     speed (a call costs a tenth of the load) for a stream in one frame of
     protocol 5: its bytes are compared with those a dump of its size has
-    (:data:`_checks`), the commonest verdict (:data:`_FRAMED_PLAIN`) tested
-    on its translation, any other given by :func:`quick_load`'s checks."""
+    (:data:`framed_checks`), the commonest verdict (:data:`_FRAMED_PLAIN`)
+    tested on its translation, any other given by :func:`quick_load`'s
+    checks. :func:`cpersist.loads` writes out its first case (a stream
+    shorter than a flood): a change to it is a change to both."""
     try:
-        head, after, split, before_checksum = _checks[size := len(data)]
+        head, after, split, before_checksum = framed_checks[size := len(data)]
     except IndexError:
         return NOT_QUICK  # too large
     if not head <= data < after:
@@ -304,10 +309,10 @@ def compact_quick_load(data):
         return NOT_QUICK
     # A short stream (no flood) is translated at once; a longer one is not
     # when it has LONG_BINPUT's byte, as the scan does without.
-    if size < _NO_FLOOD_DUMP or _LONG_BINPUT not in stream:
-        classes = stream.translate(_CLASS)
-        # Ascii: no byte of the classes in _NOT_PLAIN, LONG_BINPUT's among them.
-        if classes.isascii() and (size < _NO_FLOOD_DUMP or _FILL not in classes or classes.count(
+    if size < NO_FLOOD_DUMP or _LONG_BINPUT not in stream:
+        classes = stream.translate(BYTE_CLASSES)
+        # Ascii: LONG_BINPUT's byte (in _NOT_PLAIN's classes) is not in it either.
+        if classes.isascii() and (size < NO_FLOOD_DUMP or _FILL not in classes or classes.count(
                 _CHOSEN) + classes.count(_TEXT_INT) <= _SAME_HASH):
             try:
                 return _unpickle(stream)
@@ -323,7 +328,7 @@ def _other_quick_load(data, size):
     _LARGEST_DUMP) whose checks are not kept, or whose stream is not one
     frame of protocol 5: :func:`quick_load`'s, the checks of a size not kept
     made for its next dump."""
-    if _checks[size] is _UNKNOWN and size > _FRAME_AFTER:
+    if framed_checks[size] is _UNKNOWN and size > _FRAME_AFTER:
         _keep_checks(size)
     stream = small_bytes_stream(data)
     return NOT_QUICK if stream is None else quick_load(stream, DEFAULT)
@@ -340,12 +345,12 @@ def quick_load(stream, limits):
         return NOT_QUICK
     if _LONG_BINPUT in stream:  # its byte, or an argument's: the scan tells
         return _scanned_load(stream, n, bound)
-    return _classified_load(stream, n, bound, stream.translate(_CLASS))
+    return _classified_load(stream, n, bound, stream.translate(BYTE_CLASSES))
 
 
 def _classified_load(stream, n, bound, classes):
     """:func:`quick_load` of a stream with no LONG_BINPUT byte, translated by
-    :data:`_CLASS` to ``classes``: the bytes looked at, by class, are those
+    :data:`BYTE_CLASSES` to ``classes``: the bytes looked at, by class, are those
     left once ``.`` is deleted (quicker than deleting the 230 others)."""
     marks = classes.translate(None, b".")
     verdict = _verdicts.get(marks)
