@@ -99,11 +99,14 @@ def test_a_global_is_never_resolved_by_the_quick_path():
     import gc
 
     assert gc.isenabled()
+    body = b"\x8c\x02gc\x8c\x07disable\x93)R."
     for stream in (b"\x80\x02cgc\ndisable\n)R.",  # GLOBAL: a newline
-                   b"\x80\x04\x8c\x02gc\x8c\x07disable\x93)R."):  # STACK_GLOBAL: none
-        with pytest.raises(cpersist.UntrustedObjectError):
-            cpersist.loads(compact_dump(stream), trusted=False)
-        assert gc.isenabled()
+                   b"\x80\x04" + body,  # STACK_GLOBAL: none
+                   b"\x80\x05\x95" + struct.pack("<Q", len(body)) + body):  # in a frame
+        for _ in range(2):  # the second with the checks its size's first keeps
+            with pytest.raises(cpersist.UntrustedObjectError):
+                cpersist.loads(compact_dump(stream), trusted=False)
+            assert gc.isenabled()
         assert quick_load(stream, DEFAULT) is NOT_QUICK
         assert gc.isenabled()
 
@@ -366,16 +369,26 @@ def test_the_compact_quick_path_takes_only_what_the_machine_builds():
     from hypothesis import strategies as st
 
     def check(stream):
-        quick = compact_quick_load(compact_dump(stream))
-        if quick is not NOT_QUICK:
-            outcome, built = machine(stream)
-            assert outcome == "ok" and exact(quick) == exact(built), stream
+        """Whether the checks kept for the dump's size take it (the first
+        load of a size, by quick_load's checks, keeps them), each load that
+        takes it giving what the machine builds; and a restricted ``loads``
+        (which takes the commonest case itself) says what the machine says."""
+        data, built = compact_dump(stream), machine(stream)
+        for _ in range(2):
+            quick = compact_quick_load(data)
+            if quick is not NOT_QUICK:
+                assert built[0] == "ok" and exact(quick) == exact(built[1]), stream
+            said = loaded(stream)
+            assert said[0] == built[0] and (exact(said[1]) == exact(built[1]) if said[0] == "ok"
+                                            else said[1] == built[1]), stream
         return quick is not NOT_QUICK
 
     # More than 16 bytes of chosen-hash classes in a string, in a short stream.
     assert check(pickle.dumps({"GFIL" * 5: 1.5, "b": None}, 5))
     floats = [struct.unpack(">d", SAME_HASH_FLOATS[9 * k + 1:9 * k + 9])[0] for k in range(17)]
-    for flood in (dict.fromkeys(floats, 0), set(floats)):
+    # Also one whose bytes are all of plain classes: only the count refuses it.
+    plain = [2.0 ** (61 * k) for k in range(17)]
+    for flood in (dict.fromkeys(floats, 0), set(floats), dict.fromkeys(plain, 0), set(plain)):
         stream = pickle.dumps(flood, 5)
         assert not check(stream) and loaded(stream) == machine(stream)
         assert machine(stream)[0] == "error"
@@ -395,3 +408,57 @@ def test_the_compact_quick_path_takes_only_what_the_machine_builds():
         check(b"\x80\x05" + pickle.FRAME + struct.pack("<Q", len(body)) + body)
 
     agree()
+
+
+def _outcome(load):
+    try:
+        return "ok", exact(load())
+    except cpersist.CpersistError as exc:
+        return "error", type(exc)
+
+
+def test_a_damaged_head_or_tail_is_refused_at_every_size():
+    """A byte changed before or after the stream of a compact dump, at each
+    size class the quick path tells apart (a stream without a frame, the
+    shortest framed one, one long enough to count a flood, the longest taken,
+    one past it, protocol 2): the restricted ``loads`` says what the trusted
+    one says of it (both take a stream intact whatever the DATA record's
+    header and the header's reserved bytes hold), and the quick path takes
+    no byte it compares."""
+    from cpersist.pickling import quick
+
+    longest = "s" * (quick.QUICK_UP_TO - 18)  # a stream of QUICK_UP_TO bytes
+    cases = [(None, 5), (1000, 5), ({"a": 1, "b": 2.0, "c": "x"}, 5), ([0.5] * 40, 5),
+             (longest, 5), (longest + "s", 5), ({"a": 1}, 2)]
+    sizes = []
+    for obj, protocol in cases:
+        data = cpersist.dumps(obj, protocol=protocol)
+        sizes.append(len(data))
+        framed = data[72:75] == b"\x80\x05\x95"
+        assert (compact_quick_load(data) is NOT_QUICK) == (len(data) > quick._LARGEST_DUMP)
+        for at in [*range(83), *range(len(data) - 40, len(data))]:
+            damaged = bytearray(data)
+            damaged[at] ^= 0x41
+            damaged = bytes(damaged)
+            read = _outcome(lambda: cpersist.loads(damaged))
+            assert _outcome(lambda: cpersist.loads(damaged, trusted=False)) == read, (obj, at)
+            quick_path = compact_quick_load(damaged)
+            if framed and not 16 <= at < 72:  # bytes the framed check compares itself
+                assert quick_path is NOT_QUICK, (obj, at)
+            elif quick_path is not NOT_QUICK:
+                assert read == ("ok", exact(obj)), (obj, at)
+    assert sizes[:2] == [quick.OVERHEAD + 4, quick._FRAME_AFTER + 4]  # unframed, shortest framed
+    assert sizes[3] >= quick.NO_FLOOD_DUMP  # a stream that may hold a flood
+    assert sizes[4:6] == [quick._LARGEST_DUMP, quick._LARGEST_DUMP + 1]
+
+
+def test_the_checks_of_a_bounded_number_of_sizes_are_kept():
+    """Past SIZES_KEPT sizes, those kept are dropped: each dump loads still."""
+    from cpersist.pickling import quick
+
+    objects = ["x" * k for k in range(quick.SIZES_KEPT + 40)]
+    for obj in objects + objects[:20]:
+        assert cpersist.loads(cpersist.dumps(obj), trusted=False) == obj
+        kept = [size for size, checks in enumerate(quick.framed_checks)
+                if checks is not quick._UNKNOWN]
+        assert len(kept) <= quick.SIZES_KEPT and sorted(quick._sizes_kept) == kept

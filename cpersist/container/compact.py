@@ -49,8 +49,6 @@ _END = RECORD.pack(END << 56 | TRAILER.size)
 #: offset, index length 0 as padding, checksum, end magic).
 _BACK = struct.Struct("<8sQ8xQ8s")
 assert _BACK.size == RECORD_SIZE + TRAILER.size
-#: Where the stream ends, counted from the end of the dump.
-STREAM_END = -_BACK.size
 #: A compact dump's (empty) index starts here plus the stream's length.
 _INDEX_AT = STREAM_AT + RECORD_SIZE
 #: Up to this size a stream is sliced (copied) out of a ``bytes``, rather
@@ -107,13 +105,31 @@ def small_bytes_stream(data):
 #: (the restricted load's quick path, :func:`cpersist.pickling.quick.compact_quick_load`,
 #: which a call to :func:`small_bytes_stream` would cost a tenth of its time):
 #: the bytes before the stream, ``struct.pack(HEAD_FORMAT, HEAD, n, DATA)``
-#: for a stream of ``n`` bytes, the stream at ``data[STREAM_AT:STREAM_END]``,
-#: and the bytes after it
-#: ``pack_tail(TAIL_RECORD, len(data) - TRAILER_SIZE, stream_checksum(stream), END_MAGIC)``.
+#: for a stream of ``n`` bytes, and the rest from :func:`compact_split`, its
+#: checks worked out once per size.
 HEAD, HEAD_FORMAT = _HEAD, _HEAD_AND_DATA.format
-TAIL_RECORD, TRAILER_SIZE = _END, TRAILER.size
-pack_tail, stream_checksum = _pack_back, _xxh3_64
-assert _INDEX_AT == STREAM_AT + RECORD_SIZE and OVERHEAD - TRAILER_SIZE == _INDEX_AT
+#: The END record and the trailer up to the checksum (index offset, length 0).
+_BEFORE_CHECKSUM = _BACK.size - 16
+assert _BACK.format[-3:] == "Q8s" and len(END_MAGIC) == 8
+
+
+def compact_split(n):
+    """``(split, before_checksum)`` for a compact dump of a stream of ``n``
+    bytes: ``split(data)`` (``data`` of exactly that size) gives ``(stream,
+    after, checksum, end_magic)``, the bytes from the stream on; they are
+    those of an intact dump exactly when ``after == before_checksum``,
+    ``checksum == stream_checksum(stream)`` and ``end_magic == END_MAGIC``:
+    every byte after the stream is compared. One call to ``split`` costs less
+    than the slices and the packing of :func:`small_bytes_stream`; making it
+    costs more, so that the caller keeps it for the next dump of the size."""
+    split = struct.Struct(f"<{STREAM_AT}x{n}s{_BEFORE_CHECKSUM}sQ8s").unpack
+    before_checksum = _pack_back(_END, _INDEX_AT + n, 0, END_MAGIC)[:_BEFORE_CHECKSUM]
+    return split, before_checksum
+
+
+stream_checksum = _xxh3_64
+assert _INDEX_AT == STREAM_AT + RECORD_SIZE
+assert struct.calcsize(compact_split(1)[0].__self__.format) == OVERHEAD + 1
 
 
 def compact_stream(data):

@@ -67,13 +67,12 @@ its result or says what is wrong, as without this path.
 
 import io
 import pickle
-import re
 import struct
 
-from ..container.compact import (DATA, END_MAGIC, HEAD, HEAD_FORMAT, OVERHEAD, STREAM_AT,
-                                 STREAM_END, TAIL_RECORD, TRAILER_SIZE, pack_tail,
+from ..container.compact import (DATA, END_MAGIC, HEAD, HEAD_FORMAT, OVERHEAD, compact_split,
                                  small_bytes_stream, stream_checksum)
 from ..format.limits import DEFAULT, STR_HASH_PREDICTABLE
+from .quick_scan import exact_scan
 
 #: Largest pickle stream the quick path takes. Below the machine's opcodes
 #: between two looks at the clock, so that its only look is at the start.
@@ -89,7 +88,6 @@ _SAME_HASH = 16
 #: the quick path takes can hold, so that the C unpickler's memo (twice the
 #: largest index, 8 bytes a slot) stays below :data:`_MEMO_BYTES`.
 PUT_BELOW = QUICK_UP_TO
-assert PUT_BELOW == 1 << 13  # the scan's pattern spells it: a second byte below 0x20
 #: What the exact scan lets the C unpickler's memo take; a load whose
 #: ``max_alloc_bytes`` is smaller is left to the byte checks.
 _MEMO_BYTES = 16 * PUT_BELOW
@@ -121,11 +119,12 @@ def _classes(**members):
 #: PUT, ``M`` FRAME; ``T`` makes a tuple, ``Z`` a frozenset (and fills it),
 #: ``H`` another key whose hash a stream can choose, ``D`` a LONG4, ``E`` a
 #: LONG1, ``I`` a text integer (both choose their hash too); ``F`` fills a
-#: set or a dict.
-_CLASS = _classes(X=b"r\x96\x82\x83\x84", N=b"\n", G=b"\x93", P=b"p", M=b"\x95",
-                  T=b")t\x85\x86\x87", Z=b"\x91",
-                  H=b"GF" + (b"\x8cX\x8dUTSVCB\x8e" if STR_HASH_PREDICTABLE else b""),
-                  D=b"\x8b", E=b"\x8a", I=b"IL", F=b"sud\x90")
+#: set or a dict. A stream translates to ASCII when it holds no byte of the
+#: classes in _NOT_PLAIN.
+BYTE_CLASSES = _classes(X=b"r\x96\x82\x83\x84", N=b"\n", G=b"\x93", P=b"p", M=b"\x95",
+                        T=b")t\x85\x86\x87", Z=b"\x91",
+                        H=b"GF" + (b"\x8cX\x8dUTSVCB\x8e" if STR_HASH_PREDICTABLE else b""),
+                        D=b"\x8b", E=b"\x8a", I=b"IL", F=b"sud\x90")
 #: The marks of the classes of keys whose hash a stream can choose, and of
 #: those :func:`_verdict_of` looks for, as ``bytes``.
 _CHOSEN_ONE = [bytes([_mark(letter)]) for letter in "TZHDEI"]
@@ -193,7 +192,7 @@ assert _DEFAULT_BOUND[1] == QUICK_UP_TO
 
 def _verdict_of(marks):
     """``(needs a frame over the whole stream, how to load, counts)`` of a
-    stream whose bytes' classes (``_CLASS``) are ``marks``, or _FAIL;
+    stream whose bytes' classes (``BYTE_CLASSES``) are ``marks``, or _FAIL;
     ``counts``, None when there is nothing to count, is ``(may hold a long
     integer, holds a LONG1, tuple and frozenset opcodes, may be a collision
     flood)``."""
@@ -216,29 +215,6 @@ def _verdict_of(marks):
     return verdict
 
 
-def _sized(opcodes, length_bytes):
-    """The pattern of one of ``opcodes`` (a class of them: sre decides
-    quicker on one literal) and its argument: a little-endian length of
-    ``length_bytes`` bytes, below 256, then that many bytes. A regular
-    expression cannot read a length, so each is spelt out, an alternative
-    per value (sre skips one whose first byte differs without entering it;
-    each costs the compilation about 10 us)."""
-    zeros = b"\x00" * (length_bytes - 1)
-    first = re.escape(opcodes) if len(opcodes) == 1 else b"[" + re.escape(opcodes) + b"]"
-    return first + b"(?:" + b"|".join(
-        re.escape(bytes([n])) + zeros + _skip(n) for n in range(256)) + b")"
-
-
-def _skip(n):
-    """The pattern of ``n`` bytes, any (a few ``.`` match quicker than a
-    repeat)."""
-    return b"." * n if n <= 8 else b".{%d}" % n
-
-
-def _one_of(*alternatives):
-    return b"(?:" + b"|".join(alternatives) + b")"
-
-
 _exact = None
 
 
@@ -246,49 +222,8 @@ def _exact_scan():
     """``fullmatch`` of the pattern of the streams the exact scan takes (see
     the module), compiled at its first use."""
     global _exact
-    if _exact is not None:
-        return _exact
-    P, esc = pickle, re.escape
-    # Opcodes without argument making no key of a chosen hash: MARK, POP,
-    # POP_MARK, DUP, NONE, the empty list, dict and set, APPEND(S), LIST,
-    # the booleans, MEMOIZE. Then those filling a set or a dict, and those
-    # making a tuple.
-    plain = (P.MARK + P.POP + P.POP_MARK + P.DUP + P.NONE + P.EMPTY_LIST + P.EMPTY_DICT
-             + P.APPEND + P.APPENDS + P.LIST + P.NEWTRUE + P.NEWFALSE + P.EMPTY_SET + P.MEMOIZE)
-    fills = P.SETITEM + P.SETITEMS + P.DICT + P.ADDITEMS
-    tuples = P.EMPTY_TUPLE + P.TUPLE + P.TUPLE1 + P.TUPLE2 + P.TUPLE3
-    # The alternatives of one step, each opening with a literal or a class,
-    # the commonest in a dump first (sre tries them in turn, skipping one
-    # whose first byte differs); a run of opcodes without argument is one
-    # step. A string is mostly followed by MEMOIZE, taken with it. A
-    # LONG_BINPUT index is below PUT_BELOW: any low byte, a second byte
-    # below 0x20.
-    string = _sized(P.SHORT_BINUNICODE, 1) + esc(P.MEMOIZE) + b"?"
-    ints = [esc(P.BININT1) + b".", esc(P.BININT2) + b".."]
-    float_ = esc(P.BINFLOAT) + _skip(8)
-    memo = [esc(P.BININT) + b"....", esc(P.BINGET) + b".", esc(P.BINPUT) + b".",
-            esc(P.LONG_BINGET) + b"....", esc(P.LONG_BINPUT) + b".[\x00-\x1f]\x00\x00"]
-    long_strings = _sized(P.BINUNICODE + P.BINBYTES, 4)
-    stop_next = b"(?=" + esc(P.STOP) + b"\\Z)"
-    # Each iteration of a possessive repeat (one pass, no backtracking): the
-    # steps not counted, then one that is, or the STOP next (so that at most
-    # _SAME_HASH iterations take fewer counted steps than that, or as many
-    # when the last is the last opcode: fewer than the machine refuses).
-    if STR_HASH_PREDICTABLE:  # strings and bytes make keys of a chosen hash
-        uncounted = [*ints, *memo]
-        counted = [string, float_, _sized(P.SHORT_BINBYTES + P.LONG1, 1), long_strings]
-    else:
-        uncounted = [string, *ints, *memo, _sized(P.SHORT_BINBYTES, 1), long_strings]
-        counted = [float_, _sized(P.LONG1, 1)]
-    few_chosen = (b"(?:" + _one_of(*uncounted, b"[" + esc(plain + fills) + b"]++") + b"*+"
-                  + _one_of(*counted, b"[" + esc(tuples + P.FROZENSET) + b"]", stop_next)
-                  + b"){0,%d}+" % _SAME_HASH)
-    floats = float_ + b"(?:" + float_ + b")*+"  # a run of them in one step
-    no_fill = (b"(?:" + _one_of(string, floats, *ints, *memo, b"[" + esc(plain) + b"]++",
-                                 _sized(P.SHORT_BINBYTES + P.LONG1, 1), long_strings)
-               + b"*+" + _one_of(b"[" + esc(tuples) + b"]", stop_next) + b"){0,%d}+" % _DEPTH_CAP)
-    head = esc(P.PROTO) + b"[\x02-\x05](?:" + esc(P.FRAME) + b".{8})?"
-    _exact = re.compile(head + _one_of(few_chosen, no_fill) + esc(P.STOP), re.DOTALL).fullmatch
+    if _exact is None:
+        _exact = exact_scan(_SAME_HASH, _DEPTH_CAP, PUT_BELOW, STR_HASH_PREDICTABLE)
     return _exact
 
 
@@ -315,12 +250,41 @@ def _scanned_load(stream, n, bound):
 _NO_FLOOD_BELOW = 0 if STR_HASH_PREDICTABLE else (_SAME_HASH + 1) * 9
 #: Sizes of compact dumps: the largest taken, those whose stream cannot flood,
 #: and (plus the frame's length) one whose stream is a frame after PROTO.
-_LARGEST_DUMP, _NO_FLOOD_DUMP = OVERHEAD + QUICK_UP_TO, OVERHEAD + _NO_FLOOD_BELOW
+_LARGEST_DUMP, NO_FLOOD_DUMP = OVERHEAD + QUICK_UP_TO, OVERHEAD + _NO_FLOOD_BELOW
 _FRAME_AFTER = OVERHEAD + 11
 #: What opens a compact dump of a protocol 5 stream in one frame, as dumps
 #: writes it, from its length, DATA, these opcodes and the frame's length.
 _pack_framed_head = struct.Struct(HEAD_FORMAT + "3sQ").pack
-_FRAMED_HEAD_SIZE, _PROTO5_FRAME = STREAM_AT + 11, pickle.PROTO + b"\x05" + pickle.FRAME
+_PROTO5_FRAME = pickle.PROTO + b"\x05" + pickle.FRAME
+
+
+#: How many sizes of compact dumps :func:`compact_quick_load` keeps the
+#: checks of at once (each about 700 bytes).
+SIZES_KEPT = 512
+#: Size of a compact dump -> ``(head, after, split, before_checksum)``:
+#: ``head`` the bytes that open it when a frame of protocol 5 holds its whole
+#: stream, ``after`` the first string of as many bytes that sorts after
+#: ``head`` (a ``bytes`` ``b`` longer than ``head`` starts with it exactly
+#: when ``head <= b < after``, compared without a slice), then
+#: :func:`~cpersist.container.compact.compact_split` of its stream's length.
+#: A list (indexed quicker than a dict), _UNKNOWN where none is kept. With
+#: :data:`BYTE_CLASSES` and :data:`NO_FLOOD_DUMP`, what :func:`cpersist.loads`
+#: needs to take this path's commonest case itself.
+_UNKNOWN = (b"", b"", None, None)
+framed_checks = [_UNKNOWN] * (_LARGEST_DUMP + 1)
+_sizes_kept = []
+
+
+def _keep_checks(size):
+    """Keep ``framed_checks[size]`` (of a size the quick path takes framed)."""
+    head = _pack_framed_head(HEAD, size - OVERHEAD, DATA, _PROTO5_FRAME, size - _FRAME_AFTER)
+    after = (int.from_bytes(head, "big") + 1).to_bytes(len(head), "big")  # head starts 0x89
+    if len(_sizes_kept) >= SIZES_KEPT:
+        for kept in _sizes_kept:
+            framed_checks[kept] = _UNKNOWN
+        _sizes_kept.clear()
+    framed_checks[size] = (head, after, *compact_split(size - OVERHEAD))
+    _sizes_kept.append(size)
 
 
 def compact_quick_load(data):
@@ -328,26 +292,45 @@ def compact_quick_load(data):
     default limits if ``data`` is one intact compact dump of a stream of at
     most :data:`QUICK_UP_TO` bytes, else :data:`NOT_QUICK`. Specialised for
     speed (a call costs a tenth of the load) for a stream in one frame of
-    protocol 5: the bytes around it are compared with those a dump has, the
-    commonest verdict (:data:`_FRAMED_PLAIN`) tested on its translation, any
-    other given by :func:`quick_load`'s checks from it."""
-    if _FRAME_AFTER < (size := len(data)) <= _LARGEST_DUMP and data[:_FRAMED_HEAD_SIZE] == (
-            _pack_framed_head(HEAD, size - OVERHEAD, DATA, _PROTO5_FRAME, size - _FRAME_AFTER)):
-        stream = data[STREAM_AT:STREAM_END]
-        if data[STREAM_END:] != pack_tail(TAIL_RECORD, size - TRAILER_SIZE,
-                                         stream_checksum(stream), END_MAGIC):
-            return NOT_QUICK
-        if _LONG_BINPUT in stream:
-            return _scanned_load(stream, size - OVERHEAD, _DEFAULT_BOUND)
-        classes = stream.translate(_CLASS)
-        if classes.isascii() and (size < _NO_FLOOD_DUMP or _FILL not in classes or classes.count(
+    protocol 5: its bytes are compared with those a dump of its size has
+    (:data:`framed_checks`), the commonest verdict (:data:`_FRAMED_PLAIN`)
+    tested on its translation, any other given by :func:`quick_load`'s
+    checks. :func:`cpersist.loads` writes out its first case (a stream
+    shorter than a flood): a change to it is a change to both."""
+    try:
+        head, after, split, before_checksum = framed_checks[size := len(data)]
+    except IndexError:
+        return NOT_QUICK  # too large
+    if not head <= data < after:
+        return _other_quick_load(data, size)
+    stream, tail, checksum, end_magic = split(data)
+    if not (tail == before_checksum and end_magic == END_MAGIC
+            and checksum == stream_checksum(stream)):
+        return NOT_QUICK
+    # A short stream (no flood) is translated at once; a longer one is not
+    # when it has LONG_BINPUT's byte, as the scan does without.
+    if size < NO_FLOOD_DUMP or _LONG_BINPUT not in stream:
+        classes = stream.translate(BYTE_CLASSES)
+        # Ascii: LONG_BINPUT's byte (in _NOT_PLAIN's classes) is not in it either.
+        if classes.isascii() and (size < NO_FLOOD_DUMP or _FILL not in classes or classes.count(
                 _CHOSEN) + classes.count(_TEXT_INT) <= _SAME_HASH):
             try:
                 return _unpickle(stream)
             except Exception:  # noqa: BLE001 - the machine says what is wrong
                 return NOT_QUICK
-        return _classified_load(stream, size - OVERHEAD, _DEFAULT_BOUND, classes)
-    stream = small_bytes_stream(data) if size <= _LARGEST_DUMP else None
+        if _LONG_BINPUT not in stream:
+            return _classified_load(stream, size - OVERHEAD, _DEFAULT_BOUND, classes)
+    return _scanned_load(stream, size - OVERHEAD, _DEFAULT_BOUND)
+
+
+def _other_quick_load(data, size):
+    """:func:`compact_quick_load` of ``data`` of ``size`` bytes (at most
+    _LARGEST_DUMP) whose checks are not kept, or whose stream is not one
+    frame of protocol 5: :func:`quick_load`'s, the checks of a size not kept
+    made for its next dump."""
+    if framed_checks[size] is _UNKNOWN and size > _FRAME_AFTER:
+        _keep_checks(size)
+    stream = small_bytes_stream(data)
     return NOT_QUICK if stream is None else quick_load(stream, DEFAULT)
 
 
@@ -362,12 +345,12 @@ def quick_load(stream, limits):
         return NOT_QUICK
     if _LONG_BINPUT in stream:  # its byte, or an argument's: the scan tells
         return _scanned_load(stream, n, bound)
-    return _classified_load(stream, n, bound, stream.translate(_CLASS))
+    return _classified_load(stream, n, bound, stream.translate(BYTE_CLASSES))
 
 
 def _classified_load(stream, n, bound, classes):
     """:func:`quick_load` of a stream with no LONG_BINPUT byte, translated by
-    :data:`_CLASS` to ``classes``: the bytes looked at, by class, are those
+    :data:`BYTE_CLASSES` to ``classes``: the bytes looked at, by class, are those
     left once ``.`` is deleted (quicker than deleting the 230 others)."""
     marks = classes.translate(None, b".")
     verdict = _verdicts.get(marks)
