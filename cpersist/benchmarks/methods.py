@@ -4,11 +4,9 @@
 
 What a cpersist setting could reach at best on a dataset (:class:`Limit`):
 its codec alone, encoding (dump) or decoding into new memory (load) the
-arrays' chunks on the same threads, with no file, pickling or checksums
-(raw: a copy). The storage suite's ``write_of_limit`` and
-``read_of_limit`` are each row's time against it. The limit reads nothing:
-a read from a file not in the page cache is held against it with the disk's
-part in it.
+arrays' chunks on the same threads, with no file (a cold read's disk time
+counts against the row), pickling or checksums (raw: a copy). The storage
+suite's ``write_of_limit`` and ``read_of_limit`` are each row's time against it.
 """
 
 import io
