@@ -243,9 +243,8 @@ class SectionReads:
         an encoded one into a buffer of its own, checksummed while it is in
         its cache and decoded into place. No thread waits for another until
         the end, where handing every chunk read by one thread to the others
-        made the readers wait on each other. Of a raw section, this thread
-        faults in the pages its worker reads into (:func:`.fault_in`): with
-        both faulting, loads on a virtual machine ran up to 8x slower, at random.
+        made the readers wait on each other. Of a raw section, this thread faults in
+        its worker's pages (:func:`.fault_in`): both faulting slowed loads up to 8x.
         """
         chunks = section.chunks
         starts = list(itertools.accumulate((c.raw_length for c in chunks), initial=0))
