@@ -14,7 +14,10 @@ copies all of them before the dump starts
 (``cpersist.pickling.background.OVERLAP_COPIES = False``); with
 ``--unpaced``, "bg unpaced" copies as fast as it can from the start rather
 than leave to the dump what it can write in about the time a copy takes
-(``cpersist.pickling.copy_pace.CALL_BUDGET = 0``). Beside each
+(``cpersist.pickling.copy_pace.CALL_BUDGET = 0``); with ``--cached``, "bg
+page cache" writes its file through the page cache as a plain dump does,
+rather than around it (``cpersist.pickling.background.DIRECT_FROM``). Every
+dump writes a new file at the same path, removed after it. Beside each
 ratio of medians and of minimums, the median of the ratios of each round's
 pair, in wall and in CPU time (the process's, all threads). With
 ``--fsync``, both dumps end once the file is on disk rather than in the page
@@ -26,8 +29,9 @@ cache, whose writing back otherwise varies with the machine's other writes.
 forward pass, gradient (batch ``--batch``) and momentum update per layer,
 checkpointing it every ``--every`` steps with each of ``--savers``: not at
 all (``none``), ``cpersist.dump(background=True)`` (``background``), the same
-with its call copying all it can (``unpaced``) or with its copies made
-before it writes (``copy-first``), a plain
+with its call copying all it can (``unpaced``), with its copies made
+before it writes (``copy-first``) or with its file written through the page
+cache (``cached``), a plain
 ``cpersist.dump`` (``dump``), ``torch.save`` (``torch``, torch loop) or
 orbax's ``StandardCheckpointer`` without waiting (``orbax``, jax loop,
 ``force=True`` to one directory). By default: none, background, and the
@@ -70,6 +74,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cpersist  # noqa: E402
 from cpersist.pickling import background as _background  # noqa: E402
 from cpersist.pickling import copy_pace as _copy_pace  # noqa: E402
+
+#: ``background.DIRECT_FROM`` for a background dump written through the page cache.
+NEVER_DIRECT = 1 << 62
 
 MB = 1 << 20
 
@@ -121,12 +128,14 @@ def calls(args, directory):
         # As the background dump does: same codec, threads and fsync.
         cpersist.dump(obj, path, compress=args.compress, fsync=args.fsync)
 
-    def in_background(name, overlap=True, paced=True):
+    def in_background(name, overlap=True, paced=True, cached=False):
         def work():
             _background.OVERLAP_COPIES = overlap
-            budget = _copy_pace.CALL_BUDGET
+            budget, direct_from = _copy_pace.CALL_BUDGET, _background.DIRECT_FROM
             if not paced:
                 _copy_pace.CALL_BUDGET = 0
+            if cached:
+                _background.DIRECT_FROM = NEVER_DIRECT
             try:
                 t0 = time.perf_counter()
                 future = cpersist.dump(obj, path, compress=args.compress, fsync=args.fsync,
@@ -136,6 +145,7 @@ def calls(args, directory):
             finally:
                 _background.OVERLAP_COPIES = True
                 _copy_pace.CALL_BUDGET = budget
+                _background.DIRECT_FROM = direct_from
         return work
 
     contenders = {"memcpy": memcpy, "plain dump": plain,
@@ -144,6 +154,8 @@ def calls(args, directory):
         contenders["bg copy first"] = in_background("bg copy first", overlap=False)
     if args.unpaced:
         contenders["bg unpaced"] = in_background("bg unpaced", paced=False)
+    if args.cached:
+        contenders["bg page cache"] = in_background("bg page cache", cached=True)
     call_times = {name: [] for name in contenders if name.startswith("b")}
     before = load_average()
     results = in_turn({name: timed(work) for name, work in contenders.items()}, args.rounds)
@@ -244,6 +256,7 @@ DEFAULT_SAVERS = {"numpy": "none,background,dump", "torch": "none,background,tor
                   "jax": "none,background,orbax"}
 SAVER_NAMES = {"none": "none", "background": "cpersist background",
                "unpaced": "bg unpaced", "copy-first": "bg copy first",
+               "cached": "bg page cache",
                "dump": "cpersist dump",
                "torch": "torch.save", "orbax": "orbax async"}
 
@@ -279,6 +292,14 @@ def loop(args, directory):
                                                  background=True))
                 finally:
                     _copy_pace.CALL_BUDGET = budget
+        elif name == "cached":
+            def save():
+                direct_from, _background.DIRECT_FROM = _background.DIRECT_FROM, NEVER_DIRECT
+                try:
+                    pending.append(cpersist.dump(state, path, compress=args.compress,
+                                                 background=True))
+                finally:
+                    _background.DIRECT_FROM = direct_from
         elif name == "copy-first":
             def save():
                 pending.append(copy_first(lambda: cpersist.dump(
@@ -380,6 +401,8 @@ def main(argv=None):
                         help="calls: also time background dumps that copy every array first")
     parser.add_argument("--unpaced", action="store_true",
                         help="calls: also time background dumps whose call copies all it can")
+    parser.add_argument("--cached", action="store_true",
+                        help="calls: also time background dumps written through the page cache")
     parser.add_argument("--savers", help="loop: comma-separated, of " + ", ".join(SAVER_NAMES)
                         + " (default: none, background and the framework's own)")
     args = parser.parse_args(argv)
