@@ -17,7 +17,8 @@ than leave to the dump what it can write in about the time a copy takes
 (``cpersist.pickling.copy_pace.CALL_BUDGET = 0``); with ``--cached``, "bg
 page cache" writes its file through the page cache as a plain dump does,
 rather than around it (``cpersist.pickling.background.DIRECT_FROM``). Every
-dump writes a new file at the same path, removed after it. Beside each
+dump replaces the file it wrote the round before (the first, untimed round
+writes them), as a loop saving its checkpoint does. Beside each
 ratio of medians and of minimums, the median of the ratios of each round's
 pair, in wall and in CPU time (the process's, all threads). With
 ``--fsync``, both dumps end once the file is on disk rather than in the page
@@ -107,17 +108,22 @@ def calls(args, directory):
     obj = {f"layer{i}": rng.standard_normal(args.mb * MB // 4 // n, np.float32)
            for i in range(n)}
     copies = {k: np.empty_like(v) for k, v in obj.items()}
-    path = os.path.join(directory, "calls.cp")
+
+    def path_of(name):
+        # Each dump replaces the file it wrote the round before, as a loop
+        # saving its checkpoint does: the old file's pages are freed only
+        # once the new one is written. (Removing each file after its dump
+        # would let the next dump's writes reuse the pages just freed,
+        # which a checkpointing loop's dumps never do: on a virtual machine
+        # that gives freed memory back to its host, several times cheaper.)
+        return os.path.join(directory, name.replace(" ", "-") + ".cp")
 
     def timed(work):
         """``work``'s wall and CPU seconds (the process's: all its threads)."""
         def run():
             t0, c0 = time.perf_counter(), time.process_time()
             work()
-            elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
-            if os.path.exists(path):
-                os.unlink(path)
-            return elapsed, cpu
+            return time.perf_counter() - t0, time.process_time() - c0
         return run
 
     def memcpy():
@@ -126,7 +132,7 @@ def calls(args, directory):
 
     def plain():
         # As the background dump does: same codec, threads and fsync.
-        cpersist.dump(obj, path, compress=args.compress, fsync=args.fsync)
+        cpersist.dump(obj, path_of("plain"), compress=args.compress, fsync=args.fsync)
 
     def in_background(name, overlap=True, paced=True, cached=False):
         def work():
@@ -138,8 +144,8 @@ def calls(args, directory):
                 _background.DIRECT_FROM = NEVER_DIRECT
             try:
                 t0 = time.perf_counter()
-                future = cpersist.dump(obj, path, compress=args.compress, fsync=args.fsync,
-                                       background=True)
+                future = cpersist.dump(obj, path_of(name), compress=args.compress,
+                                       fsync=args.fsync, background=True)
                 call_times[name].append(time.perf_counter() - t0)
                 future.result()
             finally:

@@ -26,9 +26,11 @@ import threading
 
 from .._runtime.fork import renew_after_fork
 
-#: Bytes of one direct write (and of each buffer): the file's offsets and
-#: lengths written directly are multiples of :data:`BLOCK`.
-BUFFER_SIZE = 8 << 20
+#: Bytes of one direct write (and of the buffer, kept for the next file):
+#: each write waits for the disk, and the writing thread then for a core,
+#: which on a busy machine takes longer than the write; fewer, larger
+#: writes wait less in all.
+BUFFER_SIZE = 32 << 20
 #: Alignment of direct writes' offsets, lengths and memory: the largest
 #: logical block size of common disks.
 BLOCK = 4096
