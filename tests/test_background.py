@@ -575,7 +575,9 @@ def test_result_raises_the_dumps_error(tmp_path):
 _FILE_TOO_LARGE = """
 import os, resource, signal, sys
 import numpy as np, cpersist
+from cpersist.pickling import background
 
+background.DIRECT_FROM = int(sys.argv[3])
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
 resource.setrlimit(resource.RLIMIT_FSIZE, (3 << 20, 3 << 20))
 # 8 MiB each, of noise: it does not compress under the limit.
@@ -591,10 +593,13 @@ print(sorted(os.listdir(sys.argv[1])))
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="no RLIMIT_FSIZE")
+@pytest.mark.parametrize("direct_from", [0, 1 << 62], ids=["direct", "page cache"])
 @pytest.mark.parametrize("compress", [0, 3])
-def test_a_write_failing_midway_reaches_result_and_leaves_nothing(tmp_path, compress):
+def test_a_write_failing_midway_reaches_result_and_leaves_nothing(tmp_path, compress,
+                                                                  direct_from):
     # The dump fails while it may be reading an original: the call returns all the same.
-    out = run_code(_FILE_TOO_LARGE, str(tmp_path), str(compress), timeout=120)
+    out = run_code(_FILE_TOO_LARGE, str(tmp_path), str(compress), str(direct_from),
+                   timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [f"OSError {errno.EFBIG}", "[]"], out.stdout
 
