@@ -83,14 +83,14 @@ class DirectFile:
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         total = view.nbytes
-        array, source, done = self._array, _as_array(view), 0
+        array, source, done, size = self._array, _as_array(view), 0, len(self._buffer)
         while done < total:
-            n = min(BUFFER_SIZE - self._filled, total - done)
+            n = min(size - self._filled, total - done)
             array[self._filled:self._filled + n] = source[done:done + n]
             self._filled += n
             done += n
-            if self._filled == BUFFER_SIZE:
-                self._write_buffer(BUFFER_SIZE)
+            if self._filled == size:
+                self._write_buffer(size)
         self._pos += total
         return total
 
@@ -103,8 +103,9 @@ class DirectFile:
         except OSError as exc:
             if exc.errno != errno.EINVAL or not self._direct:
                 raise
-            # Refused, from the first write on (its memory, offset and
-            # length are aligned): written again through the page cache.
+            # Refused (its memory, offset and length are aligned: the file
+            # system takes no direct write), written again at its place
+            # through the page cache.
             self._direct = _set_direct(self._fd, False)
             _write_at(self._fd, view, self._written)
         finally:
