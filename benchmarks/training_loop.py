@@ -38,6 +38,15 @@ orbax's ``StandardCheckpointer`` without waiting (``orbax``, jax loop,
 ``force=True`` to one directory). By default: none, background, and the
 framework's own (torch.save, orbax async; a plain dump for numpy).
 
+``cpu``: the CPU seconds each checkpoint of the same loop costs (median and
+minimum over ``--rounds``), all threads together and by thread: the call or
+the save on the loop's thread, a background dump on its own, its checksums
+on cpersist's pool; for ``cpersist.dump(background=True)``, the same
+written through the page cache, and torch.save (torch loop) or a plain
+dump. The loop trains ``--every`` steps after each checkpoint, so that the
+dump runs beside it; CPU times, unlike steps per second, change little when
+the machine is busy.
+
 A run takes ``--steps`` steps and checkpoints before steps 0, ``every``,
 ``2 * every``...: each checkpoint is followed by ``every`` timed steps, which
 an asynchronous save overlaps, and the clock stops once the last checkpoint
@@ -57,6 +66,7 @@ Run from the repository root:
     python benchmarks/training_loop.py calls --mb 1024 --rounds 7
     python benchmarks/training_loop.py loop --framework torch --mb 1024 --rounds 3
     python benchmarks/training_loop.py loop --framework jax --savers none,background,orbax
+    python benchmarks/training_loop.py cpu --framework torch --mb 1024 --rounds 3
 """
 
 import argparse
@@ -390,9 +400,101 @@ def loop(args, directory):
         print(line)
 
 
+def checkpoint_cpu(args, directory):
+    """CPU seconds each checkpoint costs the process while its loop trains
+    on: the call's (or the save's) on the loop's thread, a background
+    dump's on its own thread, its checksums on cpersist's pool. Each saver
+    saves, the loop takes ``--every`` steps, and the dump is waited for;
+    the savers in turn, each replacing its own file, ``--rounds`` rounds
+    after an untimed one."""
+    import resource
+    import threading
+    from concurrent.futures import Future
+
+    from cpersist.pickling import dump as _dump
+
+    layer_mb = args.side * args.side * 4 / MB
+    n = max(1, round(args.mb / (2 * layer_mb)))
+    state, step = {"numpy": _numpy_loop, "torch": _torch_loop, "jax": _jax_loop}[
+        args.framework](n, args.side, args.batch)
+    dump_thread = []
+    write_to = _dump.write_to
+
+    def thread_cpu():
+        usage = resource.getrusage(resource.RUSAGE_THREAD)
+        return usage.ru_utime + usage.ru_stime
+
+    def measured_write_to(*given, **named):  # runs on the dump's thread
+        start = thread_cpu()
+        try:
+            return write_to(*given, **named)
+        finally:
+            dump_thread.append(thread_cpu() - start)
+
+    def pool_cpu():
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for thread in threading.enumerate():
+            if thread.name.startswith("cpersist_"):
+                with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / ticks
+        return total
+
+    def background(cached):
+        def save():
+            direct_from = _background.DIRECT_FROM
+            if cached:
+                _background.DIRECT_FROM = NEVER_DIRECT
+            try:
+                return cpersist.dump(state, os.path.join(directory, f"bg{cached:d}.cp"),
+                                     compress=args.compress, background=True)
+            finally:
+                _background.DIRECT_FROM = direct_from
+        return save
+
+    savers = {"cpersist background": background(False), "bg page cache": background(True)}
+    if args.framework == "torch":
+        import torch
+
+        savers["torch.save"] = lambda: torch.save(state, os.path.join(directory, "loop.pt"))
+    else:
+        savers["cpersist dump"] = lambda: cpersist.dump(
+            state, os.path.join(directory, "plain.cp"), compress=args.compress)
+
+    def run(save):
+        def measure():
+            pool, call = pool_cpu(), thread_cpu()
+            future = save()
+            call = thread_cpu() - call
+            for _ in range(args.every):
+                step()
+            dumped = 0.0
+            if isinstance(future, Future):  # a background dump's
+                future.result()
+                dumped = dump_thread.pop()
+            return call, dumped, pool_cpu() - pool
+        return measure
+
+    _dump.write_to = measured_write_to
+    before = load_average()
+    try:
+        results = in_turn({name: run(save) for name, save in savers.items()}, args.rounds)
+    finally:
+        _dump.write_to = write_to
+    print(f"{args.framework} loop, checkpoint {2 * n * layer_mb:.0f} MB, {args.every} steps "
+          f"after each, {args.rounds} rounds; load average {before} -> {load_average()}")
+    print("  CPU seconds per checkpoint, median (min): all; the loop's thread, the dump's "
+          "thread, cpersist's pool")
+    for name, runs in results.items():
+        totals = [sum(run) for run in runs]
+        parts = ", ".join(f"{statistics.median(r[i] for r in runs):.2f}" for i in range(3))
+        print(f"  {name:20s} {statistics.median(totals):5.2f} ({min(totals):.2f}); {parts}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("part", choices=("calls", "loop"))
+    parser.add_argument("part", choices=("calls", "loop", "cpu"))
     parser.add_argument("--framework", choices=("numpy", "torch", "jax"), default="numpy")
     parser.add_argument("--mb", type=int, default=1024, help="checkpoint size")
     parser.add_argument("--compress", type=int, default=0)
@@ -414,7 +516,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     directory = tempfile.mkdtemp(prefix="cpersist-training-loop-")
     try:
-        (calls if args.part == "calls" else loop)(args, directory)
+        {"calls": calls, "loop": loop, "cpu": checkpoint_cpu}[args.part](args, directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

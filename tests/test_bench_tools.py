@@ -399,6 +399,10 @@ def test_training_loop_compares_checkpointing_with_none(capsys):
     out = capsys.readouterr().out
     assert "background call / memcpy: median" in out and "background dump / plain dump" in out
     assert "bg page cache / plain dump" in out
+    training_loop.main(["cpu", "--framework", "numpy", "--mb", "1", "--side", "128",
+                        "--batch", "4", "--every", "1", "--rounds", "1"])
+    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:]]
+    assert rows == ["cpersist", "bg", "cpersist"]  # background, page cache, plain dump
     assert "cpu per round median" in out
 
 
