@@ -14,7 +14,11 @@ copies all of them before the dump starts
 (``cpersist.pickling.background.OVERLAP_COPIES = False``); with
 ``--unpaced``, "bg unpaced" copies as fast as it can from the start rather
 than leave to the dump what it can write in about the time a copy takes
-(``cpersist.pickling.copy_pace.CALL_BUDGET = 0``). Beside each
+(``cpersist.pickling.copy_pace.CALL_BUDGET = 0``); with ``--cached``, "bg
+page cache" writes its file through the page cache as a plain dump does,
+rather than around it (``cpersist.pickling.background.DIRECT_FROM``). Every
+dump replaces the file it wrote the round before (the first, untimed round
+writes them), as a loop saving its checkpoint does. Beside each
 ratio of medians and of minimums, the median of the ratios of each round's
 pair, in wall and in CPU time (the process's, all threads). With
 ``--fsync``, both dumps end once the file is on disk rather than in the page
@@ -26,12 +30,22 @@ cache, whose writing back otherwise varies with the machine's other writes.
 forward pass, gradient (batch ``--batch``) and momentum update per layer,
 checkpointing it every ``--every`` steps with each of ``--savers``: not at
 all (``none``), ``cpersist.dump(background=True)`` (``background``), the same
-with its call copying all it can (``unpaced``) or with its copies made
-before it writes (``copy-first``), a plain
+with its call copying all it can (``unpaced``), with its copies made
+before it writes (``copy-first``) or with its file written through the page
+cache (``cached``), a plain
 ``cpersist.dump`` (``dump``), ``torch.save`` (``torch``, torch loop) or
 orbax's ``StandardCheckpointer`` without waiting (``orbax``, jax loop,
 ``force=True`` to one directory). By default: none, background, and the
 framework's own (torch.save, orbax async; a plain dump for numpy).
+
+``cpu``: the CPU seconds each checkpoint of the same loop costs (median and
+minimum over ``--rounds``), all threads together and by thread: the call or
+the save on the loop's thread, a background dump on its own, its checksums
+on cpersist's pool; for ``cpersist.dump(background=True)``, the same
+written through the page cache, and torch.save (torch loop) or a plain
+dump. The loop trains ``--every`` steps after each checkpoint, so that the
+dump runs beside it; CPU times, unlike steps per second, change little when
+the machine is busy.
 
 A run takes ``--steps`` steps and checkpoints before steps 0, ``every``,
 ``2 * every``...: each checkpoint is followed by ``every`` timed steps, which
@@ -52,6 +66,7 @@ Run from the repository root:
     python benchmarks/training_loop.py calls --mb 1024 --rounds 7
     python benchmarks/training_loop.py loop --framework torch --mb 1024 --rounds 3
     python benchmarks/training_loop.py loop --framework jax --savers none,background,orbax
+    python benchmarks/training_loop.py cpu --framework torch --mb 1024 --rounds 3
 """
 
 import argparse
@@ -70,6 +85,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cpersist  # noqa: E402
 from cpersist.pickling import background as _background  # noqa: E402
 from cpersist.pickling import copy_pace as _copy_pace  # noqa: E402
+
+#: ``background.DIRECT_FROM`` for a background dump written through the page cache.
+NEVER_DIRECT = 1 << 62
 
 MB = 1 << 20
 
@@ -100,17 +118,22 @@ def calls(args, directory):
     obj = {f"layer{i}": rng.standard_normal(args.mb * MB // 4 // n, np.float32)
            for i in range(n)}
     copies = {k: np.empty_like(v) for k, v in obj.items()}
-    path = os.path.join(directory, "calls.cp")
+
+    def path_of(name):
+        # Each dump replaces the file it wrote the round before, as a loop
+        # saving its checkpoint does: the old file's pages are freed only
+        # once the new one is written. (Removing each file after its dump
+        # would let the next dump's writes reuse the pages just freed,
+        # which a checkpointing loop's dumps never do: on a virtual machine
+        # that gives freed memory back to its host, several times cheaper.)
+        return os.path.join(directory, name.replace(" ", "-") + ".cp")
 
     def timed(work):
         """``work``'s wall and CPU seconds (the process's: all its threads)."""
         def run():
             t0, c0 = time.perf_counter(), time.process_time()
             work()
-            elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
-            if os.path.exists(path):
-                os.unlink(path)
-            return elapsed, cpu
+            return time.perf_counter() - t0, time.process_time() - c0
         return run
 
     def memcpy():
@@ -119,23 +142,26 @@ def calls(args, directory):
 
     def plain():
         # As the background dump does: same codec, threads and fsync.
-        cpersist.dump(obj, path, compress=args.compress, fsync=args.fsync)
+        cpersist.dump(obj, path_of("plain"), compress=args.compress, fsync=args.fsync)
 
-    def in_background(name, overlap=True, paced=True):
+    def in_background(name, overlap=True, paced=True, cached=False):
         def work():
             _background.OVERLAP_COPIES = overlap
-            budget = _copy_pace.CALL_BUDGET
+            budget, direct_from = _copy_pace.CALL_BUDGET, _background.DIRECT_FROM
             if not paced:
                 _copy_pace.CALL_BUDGET = 0
+            if cached:
+                _background.DIRECT_FROM = NEVER_DIRECT
             try:
                 t0 = time.perf_counter()
-                future = cpersist.dump(obj, path, compress=args.compress, fsync=args.fsync,
-                                       background=True)
+                future = cpersist.dump(obj, path_of(name), compress=args.compress,
+                                       fsync=args.fsync, background=True)
                 call_times[name].append(time.perf_counter() - t0)
                 future.result()
             finally:
                 _background.OVERLAP_COPIES = True
                 _copy_pace.CALL_BUDGET = budget
+                _background.DIRECT_FROM = direct_from
         return work
 
     contenders = {"memcpy": memcpy, "plain dump": plain,
@@ -144,6 +170,8 @@ def calls(args, directory):
         contenders["bg copy first"] = in_background("bg copy first", overlap=False)
     if args.unpaced:
         contenders["bg unpaced"] = in_background("bg unpaced", paced=False)
+    if args.cached:
+        contenders["bg page cache"] = in_background("bg page cache", cached=True)
     call_times = {name: [] for name in contenders if name.startswith("b")}
     before = load_average()
     results = in_turn({name: timed(work) for name, work in contenders.items()}, args.rounds)
@@ -244,6 +272,7 @@ DEFAULT_SAVERS = {"numpy": "none,background,dump", "torch": "none,background,tor
                   "jax": "none,background,orbax"}
 SAVER_NAMES = {"none": "none", "background": "cpersist background",
                "unpaced": "bg unpaced", "copy-first": "bg copy first",
+               "cached": "bg page cache",
                "dump": "cpersist dump",
                "torch": "torch.save", "orbax": "orbax async"}
 
@@ -279,6 +308,14 @@ def loop(args, directory):
                                                  background=True))
                 finally:
                     _copy_pace.CALL_BUDGET = budget
+        elif name == "cached":
+            def save():
+                direct_from, _background.DIRECT_FROM = _background.DIRECT_FROM, NEVER_DIRECT
+                try:
+                    pending.append(cpersist.dump(state, path, compress=args.compress,
+                                                 background=True))
+                finally:
+                    _background.DIRECT_FROM = direct_from
         elif name == "copy-first":
             def save():
                 pending.append(copy_first(lambda: cpersist.dump(
@@ -363,9 +400,101 @@ def loop(args, directory):
         print(line)
 
 
+def checkpoint_cpu(args, directory):
+    """CPU seconds each checkpoint costs the process while its loop trains
+    on: the call's (or the save's) on the loop's thread, a background
+    dump's on its own thread, its checksums on cpersist's pool. Each saver
+    saves, the loop takes ``--every`` steps, and the dump is waited for;
+    the savers in turn, each replacing its own file, ``--rounds`` rounds
+    after an untimed one."""
+    import resource
+    import threading
+    from concurrent.futures import Future
+
+    from cpersist.pickling import dump as _dump
+
+    layer_mb = args.side * args.side * 4 / MB
+    n = max(1, round(args.mb / (2 * layer_mb)))
+    state, step = {"numpy": _numpy_loop, "torch": _torch_loop, "jax": _jax_loop}[
+        args.framework](n, args.side, args.batch)
+    dump_thread = []
+    write_to = _dump.write_to
+
+    def thread_cpu():
+        usage = resource.getrusage(resource.RUSAGE_THREAD)
+        return usage.ru_utime + usage.ru_stime
+
+    def measured_write_to(*given, **named):  # runs on the dump's thread
+        start = thread_cpu()
+        try:
+            return write_to(*given, **named)
+        finally:
+            dump_thread.append(thread_cpu() - start)
+
+    def pool_cpu():
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for thread in threading.enumerate():
+            if thread.name.startswith("cpersist_"):
+                with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / ticks
+        return total
+
+    def background(cached):
+        def save():
+            direct_from = _background.DIRECT_FROM
+            if cached:
+                _background.DIRECT_FROM = NEVER_DIRECT
+            try:
+                return cpersist.dump(state, os.path.join(directory, f"bg{cached:d}.cp"),
+                                     compress=args.compress, background=True)
+            finally:
+                _background.DIRECT_FROM = direct_from
+        return save
+
+    savers = {"cpersist background": background(False), "bg page cache": background(True)}
+    if args.framework == "torch":
+        import torch
+
+        savers["torch.save"] = lambda: torch.save(state, os.path.join(directory, "loop.pt"))
+    else:
+        savers["cpersist dump"] = lambda: cpersist.dump(
+            state, os.path.join(directory, "plain.cp"), compress=args.compress)
+
+    def run(save):
+        def measure():
+            pool, call = pool_cpu(), thread_cpu()
+            future = save()
+            call = thread_cpu() - call
+            for _ in range(args.every):
+                step()
+            dumped = 0.0
+            if isinstance(future, Future):  # a background dump's
+                future.result()
+                dumped = dump_thread.pop()
+            return call, dumped, pool_cpu() - pool
+        return measure
+
+    _dump.write_to = measured_write_to
+    before = load_average()
+    try:
+        results = in_turn({name: run(save) for name, save in savers.items()}, args.rounds)
+    finally:
+        _dump.write_to = write_to
+    print(f"{args.framework} loop, checkpoint {2 * n * layer_mb:.0f} MB, {args.every} steps "
+          f"after each, {args.rounds} rounds; load average {before} -> {load_average()}")
+    print("  CPU seconds per checkpoint, median (min): all; the loop's thread, the dump's "
+          "thread, cpersist's pool")
+    for name, runs in results.items():
+        totals = [sum(run) for run in runs]
+        parts = ", ".join(f"{statistics.median(r[i] for r in runs):.2f}" for i in range(3))
+        print(f"  {name:20s} {statistics.median(totals):5.2f} ({min(totals):.2f}); {parts}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("part", choices=("calls", "loop"))
+    parser.add_argument("part", choices=("calls", "loop", "cpu"))
     parser.add_argument("--framework", choices=("numpy", "torch", "jax"), default="numpy")
     parser.add_argument("--mb", type=int, default=1024, help="checkpoint size")
     parser.add_argument("--compress", type=int, default=0)
@@ -380,12 +509,14 @@ def main(argv=None):
                         help="calls: also time background dumps that copy every array first")
     parser.add_argument("--unpaced", action="store_true",
                         help="calls: also time background dumps whose call copies all it can")
+    parser.add_argument("--cached", action="store_true",
+                        help="calls: also time background dumps written through the page cache")
     parser.add_argument("--savers", help="loop: comma-separated, of " + ", ".join(SAVER_NAMES)
                         + " (default: none, background and the framework's own)")
     args = parser.parse_args(argv)
     directory = tempfile.mkdtemp(prefix="cpersist-training-loop-")
     try:
-        (calls if args.part == "calls" else loop)(args, directory)
+        {"calls": calls, "loop": loop, "cpu": checkpoint_cpu}[args.part](args, directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

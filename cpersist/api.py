@@ -90,7 +90,10 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         while the dump is pending). The copies' memory is kept for the next
         background dump's snapshot.
         Compression runs on ``n_threads`` threads as in any dump, and the
-        file appears at ``target`` atomically once complete. At
+        file appears at ``target`` atomically once complete; from 64 MB of
+        arrays on, it is written around the page cache (``O_DIRECT``,
+        where the file system allows it), sparing the caller's cores the
+        copy into it. At
         most one background dump is pending per process: a call while one
         is waits for it to finish before taking its snapshot. At
         interpreter exit, pending background dumps are finished, and the

@@ -2,8 +2,10 @@
 call, written on a thread, atomically; errors come out of the future; one
 dump pending at a time; pending dumps finish at interpreter exit."""
 
+import ctypes
 import errno
 import io
+import mmap
 import os
 import sys
 import threading
@@ -13,7 +15,8 @@ import pytest
 
 import cpersist
 from cpersist._runtime.temporaries import TMP_SUFFIX
-from cpersist.pickling import copy_pace
+from cpersist.container import direct_io
+from cpersist.pickling import background, copy_pace
 from cpersist.pickling.snapshot import IncompleteSnapshot, chunks_to_write, take
 from cpersist.pickling.snapshot_pickler import DEFER_FROM
 
@@ -91,13 +94,89 @@ def test_numpy_arrays_changed_after_the_call_are_written_as_they_were(tmp_path, 
     assert_same(expected, cpersist.load(path)["obj"])
 
 
+@pytest.mark.parametrize("direct", [False, True], ids=["page cache", "direct"])
 @pytest.mark.parametrize("compress", [0, 3])
-def test_the_file_is_byte_for_byte_a_plain_dumps(tmp_path, compress):
+def test_the_file_is_byte_for_byte_a_plain_dumps(tmp_path, compress, direct, monkeypatch):
     # Large arrays too: their chunks come from the originals or the copies.
     obj = {**_numpy_object(), "large": np.random.default_rng(4).standard_normal(3 << 20)}
+    # Written around the page cache from DIRECT_FROM bytes of arrays on.
+    monkeypatch.setattr(background, "DIRECT_FROM", 0 if direct else 1 << 62)
     cpersist.dump(obj, tmp_path / "plain.cp", compress=compress)
     cpersist.dump(obj, tmp_path / "bg.cp", compress=compress, background=True).result()
+    if direct and _direct_writes_allowed(tmp_path):
+        # Of the file's pages, only its last, shorter than a block, is cached.
+        assert _cached_pages(tmp_path / "bg.cp") <= 1
     assert (tmp_path / "bg.cp").read_bytes() == (tmp_path / "plain.cp").read_bytes()
+
+
+@pytest.mark.skipif(not direct_io.direct_writes_possible(), reason="no O_DIRECT on this platform")
+def test_a_direct_file_holds_what_it_is_given_across_its_buffers(tmp_path, monkeypatch):
+    import fcntl
+
+    monkeypatch.setattr(direct_io, "BUFFER_SIZE", 3 * direct_io.BLOCK)
+    rng = np.random.default_rng(5)
+    sizes = [0, 1, direct_io.BLOCK - 1, 3 * direct_io.BLOCK, 7 * direct_io.BLOCK + 5, 2, 100_000, 3]
+    pieces = [rng.integers(0, 256, n, np.uint8).tobytes() for n in sizes]
+    path = tmp_path / "direct.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        file = direct_io.DirectFile(fd)
+        for number, piece in enumerate(pieces):
+            # Any buffer: memoryviews of other formats too, as the writer hands them.
+            given = memoryview(np.frombuffer(piece, np.uint8)) if number % 2 else piece
+            assert file.write(given) == len(piece)
+        assert file.tell() == sum(sizes)
+        file.close()
+        file.close()  # a second close does nothing (nor writes twice)
+        assert os.fstat(fd).st_size == sum(sizes)
+        assert not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT  # its owner's again
+    finally:
+        os.close(fd)
+    if _direct_writes_allowed(tmp_path):
+        assert _cached_pages(path) <= 1
+    assert path.read_bytes() == b"".join(pieces)
+    with pytest.raises(ValueError, match="closed"):
+        file.write(b"x")
+
+
+def _direct_writes_allowed(folder):
+    """Whether files in ``folder`` take writes with ``O_DIRECT`` (tmpfs
+    before Linux 6.6 does not)."""
+    if not direct_io.direct_writes_possible():
+        return False
+    path = os.path.join(folder, "direct-probe")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
+    except OSError:
+        return False
+    try:
+        os.write(fd, mmap.mmap(-1, direct_io.BLOCK))  # page-aligned memory
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def _cached_pages(path):
+    """How many pages of the file at ``path`` are in the page cache (mincore)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    size = os.path.getsize(path)
+    pages = -(-size // mmap.PAGESIZE)
+    with open(path, "rb") as file:
+        # A private mapping, written to by nobody: mincore sees the file's pages.
+        mapped = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY)
+    start = ctypes.c_char.from_buffer(mapped)
+    vector = ctypes.create_string_buffer(pages)
+    try:
+        if libc.mincore(ctypes.addressof(start), size, vector) != 0:
+            raise OSError(ctypes.get_errno(), "mincore failed")
+    finally:
+        del start
+        mapped.close()
+    return sum(byte & 1 for byte in vector.raw)
 
 
 def test_a_memmap_is_snapshotted_as_a_plain_array(tmp_path, gate):
@@ -496,7 +575,9 @@ def test_result_raises_the_dumps_error(tmp_path):
 _FILE_TOO_LARGE = """
 import os, resource, signal, sys
 import numpy as np, cpersist
+from cpersist.pickling import background
 
+background.DIRECT_FROM = int(sys.argv[3])
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
 resource.setrlimit(resource.RLIMIT_FSIZE, (3 << 20, 3 << 20))
 # 8 MiB each, of noise: it does not compress under the limit.
@@ -512,10 +593,13 @@ print(sorted(os.listdir(sys.argv[1])))
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="no RLIMIT_FSIZE")
+@pytest.mark.parametrize("direct_from", [0, 1 << 62], ids=["direct", "page cache"])
 @pytest.mark.parametrize("compress", [0, 3])
-def test_a_write_failing_midway_reaches_result_and_leaves_nothing(tmp_path, compress):
+def test_a_write_failing_midway_reaches_result_and_leaves_nothing(tmp_path, compress,
+                                                                  direct_from):
     # The dump fails while it may be reading an original: the call returns all the same.
-    out = run_code(_FILE_TOO_LARGE, str(tmp_path), str(compress), timeout=120)
+    out = run_code(_FILE_TOO_LARGE, str(tmp_path), str(compress), str(direct_from),
+                   timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [f"OSError {errno.EFBIG}", "[]"], out.stdout
 

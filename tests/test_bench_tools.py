@@ -386,17 +386,23 @@ def test_training_loop_compares_checkpointing_with_none(capsys):
     background dump's call and end are timed beside a copy and a plain dump."""
     training_loop.main(["loop", "--framework", "numpy", "--mb", "1", "--side", "128",
                         "--batch", "4", "--steps", "4", "--every", "2", "--rounds", "1",
-                        "--savers", "none,background,copy-first,dump"])
+                        "--savers", "none,background,copy-first,cached,dump"])
     out = capsys.readouterr().out
     rates = {line[2:22].strip(): float(line.split("steps/s")[0].split()[-1])
              for line in out.splitlines() if "steps/s" in line}
-    assert set(rates) == {"none", "cpersist background", "bg copy first", "cpersist dump"}
+    assert set(rates) == {"none", "cpersist background", "bg copy first", "bg page cache",
+                          "cpersist dump"}
     assert all(rate > 0 for rate in rates.values())
     with pytest.raises(SystemExit):  # torch.save saves a torch loop only
         training_loop.main(["loop", "--framework", "numpy", "--savers", "none,torch"])
-    training_loop.main(["calls", "--mb", "2", "--rounds", "1"])
+    training_loop.main(["calls", "--mb", "2", "--rounds", "1", "--cached"])
     out = capsys.readouterr().out
     assert "background call / memcpy: median" in out and "background dump / plain dump" in out
+    assert "bg page cache / plain dump" in out
+    training_loop.main(["cpu", "--framework", "numpy", "--mb", "1", "--side", "128",
+                        "--batch", "4", "--every", "1", "--rounds", "1"])
+    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:]]
+    assert rows == ["cpersist", "bg", "cpersist"]  # background, page cache, plain dump
     assert "cpu per round median" in out
 
 

@@ -7,6 +7,7 @@ import stat
 
 from .._runtime.temporaries import new_temporary, remove_dead_temporaries
 from .._runtime.threads import run_later
+from .direct_io import DirectFile, direct_writes_possible
 
 
 #: Write buffer of files cpersist creates. A file holds a section (with its
@@ -41,7 +42,10 @@ class AtomicFile:
     again naming ``path``, once (closing the temporary file would report
     the same error a second time). With ``fsync`` the data and then the
     directory entry are flushed to disk before the block ends, so the new
-    file survives a power loss.
+    file survives a power loss. With ``direct``, :meth:`file` writes around
+    the page cache where the file system allows it
+    (:class:`.direct.DirectFile`): for a large file written beside other
+    work, which the writing thread's copy into the page cache would slow.
 
     Either :meth:`file` (a buffered file object, made on first call) or
     :meth:`write_whole` (a dump made in memory, written with
@@ -49,12 +53,14 @@ class AtomicFile:
     more than its data) writes the bytes.
     """
 
-    __slots__ = ("name", "names", "_fsync", "_mode", "_directory", "_fd", "_tmp", "_held", "_file")
+    __slots__ = ("name", "names", "_fsync", "_direct", "_mode", "_directory", "_fd", "_tmp",
+                 "_held", "_file")
 
-    def __init__(self, path, fsync=False):
+    def __init__(self, path, fsync=False, direct=False):
         name = self.name = os.fsdecode(path)
         self.names = [name]
         self._fsync = fsync
+        self._direct = direct
         self._mode = _existing_mode(name)
         directory, base = os.path.split(name)  # directory "": the current one
         self._directory = directory
@@ -77,9 +83,13 @@ class AtomicFile:
         return self
 
     def file(self):
-        """The temporary file as a buffered binary file object."""
+        """The temporary file as a buffered binary file object (with
+        ``direct``, a :class:`.direct.DirectFile` where possible)."""
         if self._file is None:
-            self._file = open(self._fd, "wb", buffering=WRITE_BUFFER, closefd=False)
+            if self._direct and direct_writes_possible():
+                self._file = DirectFile(self._fd)
+            else:
+                self._file = open(self._fd, "wb", buffering=WRITE_BUFFER, closefd=False)
         return self._file
 
     def write_whole(self, data):

@@ -16,6 +16,15 @@ from .unpicklable import PICKLING_ERRORS, unpicklable_error
 #: snapshots (a copy of the arrays each) are held in memory.
 MAX_PENDING = 1
 
+#: A dump to a path of a snapshot holding at least this many bytes of
+#: arrays writes its file around the page cache
+#: (:class:`cpersist.container.direct_io.DirectFile`): copying it into the page
+#: cache would cost the writing thread more CPU time than all the rest of
+#: the dump, and take a core and memory bandwidth from the caller's work
+#: (a training loop's) meanwhile. A smaller file goes through the page
+#: cache, where a load soon after finds it.
+DIRECT_FROM = 64 << 20
+
 #: Whether the dump starts writing while the call copies the large arrays,
 #: from the originals the call has not copied yet (see :func:`start`); the
 #: maintainers' lab (benchmarks/training_loop.py) compares both ways.
@@ -82,6 +91,8 @@ def start(obj, write, target, codec, protocol, chunk_size, n_threads, deferred=T
     try:
         snapshot = take(obj, buffers, deferred and OVERLAP_COPIES)
         snapshot.measure_copy_speed()  # before the dump competes with the copy
+        if snapshot.nbytes >= DIRECT_FROM:
+            target.direct = True
     except BaseException as exc:
         _slots.release()
         future.set_exception(_snapshot_error(obj, protocol, exc))

@@ -90,6 +90,9 @@ class Snapshot:
         self._kept = kept
         self._pins = pins  # alive as long as the snapshot, after restore()
         self._buffers = buffers
+        #: Bytes of the arrays set aside: the copies' and the JAX arrays'.
+        self.nbytes = (sum(buffer.nbytes for buffer in buffers)
+                       + sum(view.nbytes for views in pins for view in views))
         # The deferred copies (snapshot_pickler.Deferred), in the order the dump meets them.
         self._deferred = list(deferred)
         self._by_address = sorted(self._deferred, key=lambda item: item.start)

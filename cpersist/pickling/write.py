@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import __version__
 from ..container import ContainerWriter, EncodedStream
+from ..container.direct_io import DirectFile
 from .object_paths import object_paths
 from .arrays import describe, rows_per_chunk
 from .array_pickler import ArrayPickler
@@ -38,7 +39,7 @@ RAW_INLINE_BELOW = 64 << 10
 RECORD_PATHS_FROM = 1
 #: File objects whose ``write`` copies the bytes it is given, keeping no
 #: reference to them.
-COPYING_FILES = (io.BufferedWriter, io.BufferedRandom, io.FileIO, io.BytesIO)
+COPYING_FILES = (io.BufferedWriter, io.BufferedRandom, io.FileIO, io.BytesIO, DirectFile)
 
 
 class SectionWriter:

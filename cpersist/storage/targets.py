@@ -19,9 +19,11 @@ from .fsspec.write import remote_target
 
 class DumpTarget:
     """A checked dump target (a path, a file object or a URL; ``remote``:
-    a URL or a file system's path) and how to write it, not opened yet."""
+    a URL or a file system's path) and how to write it, not opened yet.
+    ``direct``: a path's file is written around the page cache (see
+    :class:`cpersist.container.atomic.AtomicFile`)."""
 
-    __slots__ = ("target", "remote", "fsync", "storage_options", "timeout")
+    __slots__ = ("target", "remote", "fsync", "storage_options", "timeout", "direct")
 
     def __init__(self, target, remote, fsync=False, storage_options=None, timeout=None):
         self.target = target
@@ -29,6 +31,7 @@ class DumpTarget:
         self.fsync = fsync
         self.storage_options = storage_options
         self.timeout = timeout
+        self.direct = False
 
     @property
     def name(self):
@@ -43,5 +46,5 @@ def open_dump_target(told):
     if told.remote:  # told before is_path: a URL is a string
         return remote_target(target, told.storage_options, told.timeout)
     if is_path(target):
-        return AtomicFile(target, told.fsync)
+        return AtomicFile(target, told.fsync, told.direct)
     return FileTarget(target)
