@@ -19,7 +19,7 @@ from .conftest import _Thread, assert_same
 #: ahead), one raw, one compressed in several chunks, and a small object
 #: (written from memory in one call); one raw whose pickle stream, several
 #: chunks long, comes before its array (written straight into a file that
-#: reads back, then taken back out of it: :mod:`cpersist.container.direct`).
+#: reads back, then taken back out of it: :mod:`cpersist.container.stream_in_file`).
 OBJECTS = [
     ({"x": np.arange(100_000.0), "f": np.asfortranarray(np.arange(60_000, dtype="<i2")
                                                          .reshape(200, 300)), "s": "raw"}, 0),

@@ -288,7 +288,7 @@ def test_a_raw_stream_written_into_the_file_as_pickled_has_the_same_bytes(
     array section is written, and is taken back out of it for the first one:
     the file holds the very bytes of one gathered in memory (a dump to a
     BytesIO)."""
-    from cpersist.container.direct import DirectStream
+    from cpersist.container.stream_in_file import DirectStream
 
     obj, ending = STREAM_FIRST[name]
     ends = []

@@ -69,7 +69,7 @@ class SectionWriter:
     direct : bool
         No array section written yet: a raw stream is written straight into
         ``file`` as it comes, if its descriptor reads back (taken back out
-        at the first array section: :mod:`cpersist.container.direct`),
+        at the first array section: :mod:`cpersist.container.stream_in_file`),
         rather than gathered in memory.
     """
 
