@@ -17,11 +17,16 @@ real source.
 
 ``dask_client`` (a module-scoped fixture) is a client of a
 ``distributed.LocalCluster`` of two worker processes on 127.0.0.1.
+
+Every test must leave the trace function as it found it (an autouse check):
+coverage traces through it, and a test that sets ``sys.settrace(None)``
+silently stops the measurement of every later test in its process.
 """
 
 import contextlib
 import io
 import os
+import sys
 import threading
 import time
 import warnings
@@ -45,6 +50,15 @@ settings.load_profile("ci" if os.environ.get("CI") == "true" else "default")
 COMPRESSIONS = [0] + cpersist.available_codecs()
 #: Dump targets / load sources exercised by :func:`roundtrip`.
 TARGETS = ["path", "pathlib", "bytesio", "file", "pipe"]
+
+
+@pytest.fixture(autouse=True)
+def _trace_function_kept():
+    found = sys.gettrace()
+    yield
+    assert sys.gettrace() == found, (
+        f"the test left the trace function {sys.gettrace()!r}, not the one it found "
+        f"({found!r}): put back what sys.gettrace() gave before calling sys.settrace")
 
 
 def make_matrix(data):

@@ -449,7 +449,11 @@ def test_a_view_of_an_array_partly_read_from_the_original_is_read_from_the_copy(
 
 class _CtrlCAfterFirstCopy:
     """Raises KeyboardInterrupt in ``Snapshot.copy`` once it has copied its
-    first array (the object's last), as Ctrl-C would."""
+    first array (the object's last), as Ctrl-C would.
+
+    The trace function found on entry (coverage's, a debugger's) is put back
+    on exit: leaving none would switch coverage off for every later test in
+    this process."""
 
     def __enter__(self):
         from cpersist.pickling.snapshot import Snapshot
@@ -462,10 +466,11 @@ class _CtrlCAfterFirstCopy:
                 if len(calls) == 2:
                     raise KeyboardInterrupt
 
+        self._found = sys.gettrace()
         sys.settrace(tracer)
 
     def __exit__(self, *exc):
-        sys.settrace(None)
+        sys.settrace(self._found)
 
 
 def test_the_dump_of_an_interrupted_call_stops_at_its_next_chunk():

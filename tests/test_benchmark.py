@@ -251,6 +251,24 @@ def test_cli_errors_and_list(tmp_path, capsys):
         main(["--out", str(tmp_path), str(tmp_path / "missing.npy")])
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--levels", "3,high"], "levels must be integers 0-9, got '3,high'"),
+    (["--threads", "two", "--list"], "expected positive ints separated by commas, got 'two'"),
+    (["--quick", "--full"], "--quick and --full are opposites: choose one"),
+    (["--size", "lots"], "cannot parse size 'lots'; use e.g. 100MB, 1GB, tiny, small"),
+    (["--repeat", "0"], "--repeat must be >= 1"),
+    (["--size", "tiny", "--datasets", "timeseries", "--methods", "no_such_method"],
+     "no method matches 'no_such_method'; known: "),
+])
+def test_bad_arguments_exit_2_naming_the_problem(args, message, tmp_path, capsys):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as stop:
+        main([*args, "--out", str(out), "--no-progress", "--no-plots"])
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (out / "results.csv").exists() or len(_read(out / "results.csv")) == 0
+
+
 @pytest.mark.slow
 def test_several_thread_counts_side_by_side(tmp_path, capsys):
     """--threads 1,2: every cpersist method once per count, in one run."""

@@ -1,15 +1,23 @@
-"""The ``cpersist`` command line, called through a subprocess as a user would."""
+"""The ``cpersist`` command line.
 
+Each command runs through :func:`cpersist.cli.main`, what the console script
+calls, in this process (its output captured); ``python -m cpersist`` itself
+is run in a fresh interpreter by the tests of help and version.
+"""
+
+import argparse
+import contextlib
 import io
 import json
 import os
 import re
+import subprocess
 
 import numpy as np
 import pytest
 
 import cpersist
-from cpersist.cli import main, parse_compress_spec
+from cpersist.cli import main, parse_compress_spec, parse_storage_option
 from cpersist.container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader
 
 from ._fresh import ROOT, run_cli, run_code
@@ -19,8 +27,24 @@ VERBS = ["info", "verify", "convert", "bench"]
 
 
 def run(*args, cwd=None):
-    """``python -m cpersist ARGS``; returns the CompletedProcess (text mode)."""
-    return run_cli(*args, cwd=cwd, timeout=120)
+    """``cpersist ARGS`` through :func:`cpersist.cli.main` in this process,
+    in folder ``cwd``; a CompletedProcess with its exit code and output."""
+    argv = [str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(argv)
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(["cpersist", *argv], code, out.getvalue(), err.getvalue())
+
+
+def run_fresh(*args):
+    """``python -m cpersist ARGS`` in a fresh interpreter (text mode)."""
+    return run_cli(*args, timeout=120)
 
 
 class Model:
@@ -61,14 +85,14 @@ def test_help_on_every_verb(verb):
 
 
 def test_top_level_help_lists_the_verbs():
-    result = run("--help")
+    result = run_fresh("--help")
     assert result.returncode == 0
     for verb in VERBS:
         assert verb in result.stdout
 
 
 def test_version():
-    result = run("--version")
+    result = run_fresh("--version")
     assert result.returncode == 0
     assert result.stdout.strip() == f"cpersist {cpersist.__version__}"
 
@@ -80,6 +104,21 @@ def test_usage_errors_exit_2(args):
     assert result.returncode == 2
     assert "usage:" in result.stderr
     assert "error:" in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("args,message", [
+    (["verify", "--reseal", "-"], "--reseal rewrites files: it cannot read standard input"),
+    (["verify", "--reseal", "s3://bucket/model.cp"],
+     "s3://bucket/model.cp: --reseal rewrites local files in place, not objects in remote storage"),
+    (["info", "--storage-option", "anon", "x.cp"], "expected KEY=VALUE, got 'anon'"),
+    (["convert", "a.cp", "b.cp", "-c", "3", "--threads", "two"],
+     "expected a positive integer, got 'two'"),
+])
+def test_bad_option_values_exit_2_naming_the_problem(args, message):
+    result = run(*args)
+    assert result.returncode == 2
+    assert message in result.stderr
     assert result.stdout == ""
 
 
@@ -319,6 +358,18 @@ def test_parse_compress_spec():
     assert parse_compress_spec("blosc:zstd:1") == ("blosc:zstd", 1)
     with pytest.raises(ValueError, match="invalid compress"):
         parse_compress_spec("zstd:0:1")
+
+
+def test_parse_storage_option():
+    assert parse_storage_option("anon=true") == ("anon", True)
+    assert parse_storage_option('client_kwargs={"region_name": "eu-west-1"}') == (
+        "client_kwargs", {"region_name": "eu-west-1"})
+    # Not JSON: kept as the text given.
+    assert parse_storage_option("endpoint_url=http://localhost:9000") == (
+        "endpoint_url", "http://localhost:9000")
+    for bad in ("=true", "anon"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected KEY=VALUE"):
+            parse_storage_option(bad)
 
 
 # -- bench -------------------------------------------------------------------
