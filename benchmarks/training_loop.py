@@ -70,6 +70,7 @@ Run from the repository root:
 """
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -144,24 +145,14 @@ def calls(args, directory):
         # As the background dump does: same codec, threads and fsync.
         cpersist.dump(obj, path_of("plain"), compress=args.compress, fsync=args.fsync)
 
-    def in_background(name, overlap=True, paced=True, cached=False):
+    def in_background(name, **variant):
         def work():
-            _background.OVERLAP_COPIES = overlap
-            budget, direct_from = _copy_pace.CALL_BUDGET, _background.DIRECT_FROM
-            if not paced:
-                _copy_pace.CALL_BUDGET = 0
-            if cached:
-                _background.DIRECT_FROM = NEVER_DIRECT
-            try:
+            with background_variant(**variant):
                 t0 = time.perf_counter()
                 future = cpersist.dump(obj, path_of(name), compress=args.compress,
                                        fsync=args.fsync, background=True)
                 call_times[name].append(time.perf_counter() - t0)
                 future.result()
-            finally:
-                _background.OVERLAP_COPIES = True
-                _copy_pace.CALL_BUDGET = budget
-                _background.DIRECT_FROM = direct_from
         return work
 
     contenders = {"memcpy": memcpy, "plain dump": plain,
@@ -258,15 +249,28 @@ def _jax_loop(n, side, batch):
     return state, step
 
 
-def copy_first(call):
-    """``call()`` with the background dump's copies made before it writes."""
-    _background.OVERLAP_COPIES = False
+@contextlib.contextmanager
+def background_variant(overlap=True, paced=True, cached=False):
+    """The background dump's settings for one of the lab's variants, put
+    back after the block: ``overlap=False``, the call copies every array
+    before the dump writes; ``paced=False``, it copies as fast as it can;
+    ``cached``, the file goes through the page cache."""
+    saved = _background.OVERLAP_COPIES, _copy_pace.CALL_BUDGET, _background.DIRECT_FROM
+    _background.OVERLAP_COPIES = overlap
+    if not paced:
+        _copy_pace.CALL_BUDGET = 0
+    if cached:
+        _background.DIRECT_FROM = NEVER_DIRECT
     try:
-        return call()
+        yield
     finally:
-        _background.OVERLAP_COPIES = True
+        _background.OVERLAP_COPIES, _copy_pace.CALL_BUDGET, _background.DIRECT_FROM = saved
 
 
+#: The loop's savers that are background dumps, and their settings
+#: (:func:`background_variant`).
+BACKGROUND_VARIANTS = {"background": {}, "unpaced": {"paced": False},
+                       "cached": {"cached": True}, "copy-first": {"overlap": False}}
 #: Savers each framework's loop runs unless told (see ``--savers``).
 DEFAULT_SAVERS = {"numpy": "none,background,dump", "torch": "none,background,torch",
                   "jax": "none,background,orbax"}
@@ -296,30 +300,11 @@ def loop(args, directory):
     for name in wanted:
         if name == "none":
             save = None
-        elif name == "background":
-            def save():
-                pending.append(cpersist.dump(state, path, compress=args.compress,
-                                             background=True))
-        elif name == "unpaced":
-            def save():
-                budget, _copy_pace.CALL_BUDGET = _copy_pace.CALL_BUDGET, 0
-                try:
+        elif name in BACKGROUND_VARIANTS:
+            def save(variant=BACKGROUND_VARIANTS[name]):
+                with background_variant(**variant):
                     pending.append(cpersist.dump(state, path, compress=args.compress,
                                                  background=True))
-                finally:
-                    _copy_pace.CALL_BUDGET = budget
-        elif name == "cached":
-            def save():
-                direct_from, _background.DIRECT_FROM = _background.DIRECT_FROM, NEVER_DIRECT
-                try:
-                    pending.append(cpersist.dump(state, path, compress=args.compress,
-                                                 background=True))
-                finally:
-                    _background.DIRECT_FROM = direct_from
-        elif name == "copy-first":
-            def save():
-                pending.append(copy_first(lambda: cpersist.dump(
-                    state, path, compress=args.compress, background=True)))
         elif name == "dump":
             def save():
                 cpersist.dump(state, path, compress=args.compress)
@@ -443,14 +428,9 @@ def checkpoint_cpu(args, directory):
 
     def background(cached):
         def save():
-            direct_from = _background.DIRECT_FROM
-            if cached:
-                _background.DIRECT_FROM = NEVER_DIRECT
-            try:
+            with background_variant(cached=cached):
                 return cpersist.dump(state, os.path.join(directory, f"bg{cached:d}.cp"),
                                      compress=args.compress, background=True)
-            finally:
-                _background.DIRECT_FROM = direct_from
         return save
 
     savers = {"cpersist background": background(False), "bg page cache": background(True)}
