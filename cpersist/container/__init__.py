@@ -8,7 +8,8 @@ by an opaque ``meta`` dict that the caller provides. One module per layer:
 :mod:`.framing` (where a dump ends: its records, walked or copied from a
 stream), :mod:`.encode` (whether and how a chunk is encoded), :mod:`.writer`
 (writing a file sequentially, so a pipe or socket can be the target),
-:mod:`.direct` (a raw pickle stream written into a local file as it comes),
+:mod:`.stream_in_file` (a raw pickle stream written into a local file as it
+comes), :mod:`.direct_io` (a file written around the page cache),
 :mod:`.reader` (opening a file through a byte source), :mod:`.sections` and
 :mod:`.pieces` (reading whole sections and parts of them), :mod:`.compact`
 and :mod:`.tiny` (dumps of a pickle stream alone), :mod:`.marking` and
@@ -19,8 +20,9 @@ a file object, a buffer, a path written whole or not at all), :mod:`.files`
 (what may be done with a path or file object: its descriptor, whether it
 seeks, appends or writes, its name), :mod:`.buffers` (reused read buffers),
 :mod:`.section_file` (a section's bytes read as a file object, such as the
-pickle stream an unpickler reads), and :mod:`.kinds` and :mod:`.foreign` (what a file holds, read from its first
-bytes, and what to say of one that is no cpersist file).
+pickle stream an unpickler reads), and :mod:`.kinds` and :mod:`.foreign`
+(what a file holds, read from its first bytes, and what to say of one that
+is no cpersist file).
 """
 
 from .buffers import READ_BUFFERS

@@ -44,7 +44,7 @@ class AtomicFile:
     directory entry are flushed to disk before the block ends, so the new
     file survives a power loss. With ``direct``, :meth:`file` writes around
     the page cache where the file system allows it
-    (:class:`.direct.DirectFile`): for a large file written beside other
+    (:class:`.direct_io.DirectFile`): for a large file written beside other
     work, which the writing thread's copy into the page cache would slow.
 
     Either :meth:`file` (a buffered file object, made on first call) or
@@ -84,7 +84,7 @@ class AtomicFile:
 
     def file(self):
         """The temporary file as a buffered binary file object (with
-        ``direct``, a :class:`.direct.DirectFile` where possible)."""
+        ``direct``, a :class:`.direct_io.DirectFile` where possible)."""
         if self._file is None:
             if self._direct and direct_writes_possible():
                 self._file = DirectFile(self._fd)
