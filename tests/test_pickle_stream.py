@@ -288,13 +288,13 @@ def test_a_raw_stream_written_into_the_file_as_pickled_has_the_same_bytes(
     array section is written, and is taken back out of it for the first one:
     the file holds the very bytes of one gathered in memory (a dump to a
     BytesIO)."""
-    from cpersist.container.stream_in_file import DirectStream
+    from cpersist.container.stream_in_file import InFileStream
 
     obj, ending = STREAM_FIRST[name]
     ends = []
     for method in ("add_section", "withdraw"):
-        original = getattr(DirectStream, method)
-        monkeypatch.setattr(DirectStream, method, lambda self, *args, _original=original,
+        original = getattr(InFileStream, method)
+        monkeypatch.setattr(InFileStream, method, lambda self, *args, _original=original,
                             _method=method, **kwargs: ends.append(_method)
                             or _original(self, *args, **kwargs))
     path = tmp_path / "raw.cp"

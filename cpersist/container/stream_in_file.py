@@ -1,5 +1,5 @@
 """A raw pickle stream written straight into its record of the file while it
-is pickled (:class:`DirectStream`), as ``pickle.dump`` writes its frames,
+is pickled (:class:`InFileStream`), as ``pickle.dump`` writes its frames,
 rather than gathered in memory to be written once the array sections
 before it are.
 
@@ -8,7 +8,7 @@ array section. While the dump has written no array section, the record can
 be opened where the file is and the stream written into it as it comes;
 its header, which states the record's length, is written once the stream
 ends. A dump that needs an array section after that takes the stream back
-out of the file (:meth:`DirectStream.withdraw`) and gathers it in memory
+out of the file (:meth:`InFileStream.withdraw`) and gathers it in memory
 from there on: the file's bytes are the same either way.
 """
 
@@ -29,14 +29,14 @@ MAX_PARTS = 256
 _LENGTH_BITS = 56
 
 
-class DirectRecords:
+class InFileRecords:
     """The part of :class:`.writer.ContainerWriter` that lets a
-    :class:`DirectStream` write a record's payload to the file's descriptor
+    :class:`InFileStream` write a record's payload to the file's descriptor
     itself (it uses the writer's ``_file``, ``_fd``, ``_fd_base``, ``_pos``,
-    ``_name``, ``_reserve``, and :class:`DirectStream` its ``_add_table``)."""
+    ``_name``, ``_reserve``, and :class:`InFileStream` its ``_add_table``)."""
 
-    def direct_stream(self, chunk_size):
-        """A :class:`DirectStream` writing the next record, or None if the
+    def in_file_stream(self, chunk_size):
+        """A :class:`InFileStream` writing the next record, or None if the
         file is not a local one whose descriptor also reads back what is
         written to it."""
         fd = self._fd
@@ -47,10 +47,10 @@ class DirectRecords:
                 return None
         except OSError:
             return None
-        return DirectStream(self, fd, chunk_size)
+        return InFileStream(self, fd, chunk_size)
 
-    def _open_direct_record(self):
-        """Open a raw record, its length 0 until :meth:`_close_direct_record`
+    def _open_in_file_record(self):
+        """Open a raw record, its length 0 until :meth:`_close_in_file_record`
         states it; return where it starts. What follows is written to the
         descriptor (:meth:`_write_directly`)."""
         self._write_pending()
@@ -76,7 +76,7 @@ class DirectRecords:
             raise named_os_error(exc, self._name) from None
         self._pos += total
 
-    def _close_direct_record(self, fd, head, length):
+    def _close_in_file_record(self, fd, head, length):
         try:
             os.pwrite(fd, RECORD.pack(ALIGNED << _LENGTH_BITS | length),
                       self._fd_base + head)
@@ -103,10 +103,10 @@ class DirectRecords:
         self._pos = position
 
 
-class DirectStream:
+class InFileStream:
     """A write-only file object writing a raw stream as the next record of
     ``writer``'s file through its descriptor ``fd``
-    (:meth:`DirectRecords.direct_stream`), checksummed in
+    (:meth:`InFileRecords.in_file_stream`), checksummed in
     chunks of ``chunk_size`` bytes as it goes (see the module's doc).
 
     The pickler's frames (of 64 KiB) are gathered, not copied, and written
@@ -132,7 +132,7 @@ class DirectStream:
 
     def write(self, data):
         if self._head is None:
-            self._head = self._writer._open_direct_record()
+            self._head = self._writer._open_in_file_record()
             self._start = self._writer.position
         view = memoryview(data)
         if view.format != "B" or view.ndim != 1:
@@ -176,13 +176,13 @@ class DirectStream:
         index as a section; return its number."""
         writer = self._writer
         if self._head is None:
-            self._head = writer._open_direct_record()
+            self._head = writer._open_in_file_record()
             self._start = writer.position
         self._write_gathered()
         table = self._table
         if self._filled:
             table.append([self._filled, self._filled, self._state.intdigest(), VERBATIM])
-        writer._close_direct_record(self._fd, self._head, writer.position - self._start)
+        writer._close_in_file_record(self._fd, self._head, writer.position - self._start)
         return writer._add_table(self._start, table, None, 1, meta)
 
     def withdraw(self):

@@ -8,7 +8,7 @@ from collections import deque
 from .files import named_os_error, reservable_fd
 from .._runtime.parallel import COPY_ALONE_BELOW, IN_FLIGHT_PER_THREAD, ordered_map
 from .._runtime.threads import get_pool
-from .stream_in_file import DirectRecords
+from .stream_in_file import InFileRecords
 from .encode import encode_array_chunk
 from .framing import ALIGNED, DATA, END, record_header
 from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, PIECE_SIZE,
@@ -21,7 +21,7 @@ FALLOCATE_MIN = 1 << 16
 TINY_CHUNKS_PER_CHUNK = 8
 
 
-class ContainerWriter(DirectRecords):
+class ContainerWriter(InFileRecords):
     """Write a cpersist file sequentially to a binary file object.
 
     Parameters

@@ -198,7 +198,7 @@ class _Pickling:
             memory = self.memory
             if memory.tell() + memoryview(data).nbytes <= SMALL_STREAM:
                 return memory.write(data)
-            sections = self._to_sections(direct=True)
+            sections = self._to_sections(stream_in_file=True)
         return sections.stream.write(data)
 
     def _store(self, arr, favour_speed=False):
@@ -207,14 +207,14 @@ class _Pickling:
             sections = self._to_sections()
         return sections.store(arr, favour_speed)
 
-    def _to_sections(self, direct=False):
+    def _to_sections(self, stream_in_file=False):
         """Turn the dump into a sectioned one on the target's file; with
-        ``direct``, no array section yet, a raw stream is written straight
-        into the file (:class:`.write.SectionWriter`)."""
+        ``stream_in_file``, no array section yet, a raw stream is written
+        straight into the file (:class:`.write.SectionWriter`)."""
         target = self._target
         sections = self.sections = SectionWriter(
             target.file(), target.name, self._codec, self._protocol, self._chunk_size,
-            self._n_threads or default_n_threads(), direct=direct)
+            self._n_threads or default_n_threads(), stream_in_file=stream_in_file)
         if self.memory.tell():
             sections.stream.write(self.memory.getvalue())
         self.memory = None

@@ -66,7 +66,7 @@ class SectionWriter:
         Where ``file`` is: the payload of a growing object file's commit
         frame, the dump's index the commit's (its offsets count from the
         start of the file); None: a dump of its own.
-    direct : bool
+    stream_in_file : bool
         No array section written yet: a raw stream is written straight into
         ``file`` as it comes, if its descriptor reads back (taken back out
         at the first array section: :mod:`cpersist.container.stream_in_file`),
@@ -74,7 +74,7 @@ class SectionWriter:
     """
 
     def __init__(self, file, name, codec, protocol, chunk_size, n_threads,
-                 pickle_chunk_size=PICKLE_CHUNK_SIZE, payload_at=None, direct=False):
+                 pickle_chunk_size=PICKLE_CHUNK_SIZE, payload_at=None, stream_in_file=False):
         if payload_at is None:
             self.writer = ContainerWriter(file, n_threads, name)
         else:
@@ -85,9 +85,9 @@ class SectionWriter:
                                           minor=OBJECT_MINOR)
         self.store = array_store(self.writer, codec, chunk_size)
         stream_chunk = min(chunk_size, pickle_chunk_size)
-        self.stream = self._direct = None
-        if direct and codec is None:
-            self.stream = self._direct = self.writer.direct_stream(stream_chunk)
+        self.stream = self._in_file = None
+        if stream_in_file and codec is None:
+            self.stream = self._in_file = self.writer.in_file_stream(stream_chunk)
         if self.stream is None:
             # The pickle stream is encoded chunk by chunk on the pool while
             # pickling goes on.
@@ -96,8 +96,8 @@ class SectionWriter:
             stored = self.store
 
             def store(arr, favour_speed=False):
-                if self._direct is not None:  # the stream leaves the file first
-                    self.stream, self._direct = self._direct.withdraw(), None
+                if self._in_file is not None:  # the stream leaves the file first
+                    self.stream, self._in_file = self._in_file.withdraw(), None
                 return stored(arr, favour_speed)
 
             self.store = store
@@ -125,8 +125,8 @@ class SectionWriter:
             if paths is not None:
                 for section, path in paths.items():
                     writer.section_meta(section)["path"] = path
-        if self._direct is not None:
-            root = self._direct.add_section(meta=dict(ROOT_META))
+        if self._in_file is not None:
+            root = self._in_file.add_section(meta=dict(ROOT_META))
             writer.finish(root, info=dump_info(self._protocol))
             return
         finish_dump(writer, self.stream.encoded_chunks(), self._codec, self._protocol)
