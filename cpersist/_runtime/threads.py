@@ -38,8 +38,8 @@ def run_later(func, *args):
 
     The thread is started without waiting for it to run, as
     ``threading.Thread.start`` does: that wait hands the GIL to the new
-    thread and back, which cost the first dump replacing a file 1 to 5 ms,
-    several times the dump.
+    thread and back, which would cost the first dump that replaces a file
+    more than the dump itself.
     """
     global _later
     with _pools_lock:
