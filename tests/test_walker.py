@@ -382,6 +382,62 @@ def test_paths_recorded_for_arrays_in_plain_containers(tmp_path):
     assert _recorded(tmp_path / "f.cp") is None
 
 
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+@pytest.mark.usefixtures("sections")
+def test_paths_recorded_under_every_kind_of_key_are_the_walk_s(tmp_path, protocol):
+    """Keys the walk labels as literals, or ``[?]`` (None, a long string),
+    with arrays and literals under them, as do the paths recorded."""
+    w = np.arange(3.0)
+    obj = {None: [w, 1], True: {"x": np.ones(2)}, 2.5: (np.zeros(2), "s"), -3: [[np.ones(3)]],
+           "é\n'\"": {0: np.arange(4)}, "k" * 200: np.arange(5), "k" * 201: np.arange(6),
+           "leaves": {None: 1, True: 2, 0.5: b"x", -1: None, "k" * 300: "v"}, "again": (w,)}
+    cpersist.dump(obj, tmp_path / "k.cp", protocol=protocol)
+    recorded = _recorded(tmp_path / "k.cp")
+    assert recorded is not None and len(recorded) == 7
+    assert recorded == array_paths(_pickle_stream(tmp_path / "k.cp"))
+    assert recorded[0] == "obj[?][0]" and recorded[6] == "obj[?]"
+
+
+@pytest.mark.usefixtures("sections")
+def test_paths_pass_gives_up_on_objects_beyond_its_budget(tmp_path):
+    """The pass counts the children of containers, literals too, against a
+    budget per array section: beyond it, nothing is recorded and listing
+    walks the stream; within it, the paths recorded are the walk's; a path
+    longer than the walk spells out records nothing either."""
+    from cpersist.pickling.object_paths import CHILDREN_BASE, CHILDREN_PER_SECTION
+
+    budget = CHILDREN_PER_SECTION * 2 + CHILDREN_BASE
+    arrays = {"a": np.arange(3.0), "b": np.arange(4.0)}
+    for n_literals, within in [(budget - 4, True), (budget - 3, False)]:
+        # Children: the root's 2, "config"'s n_literals + 1 and "more"'s 1.
+        literals = {f"k{i}": i for i in range(n_literals)} | {"more": [arrays["b"]]}
+        obj = {"a": arrays["a"], "config": literals}
+        cpersist.dump(obj, tmp_path / "c.cp")
+        recorded = _recorded(tmp_path / "c.cp")
+        walked = array_paths(_pickle_stream(tmp_path / "c.cp"))
+        assert walked == {0: "obj['a']", 1: "obj['config']['more'][0]"}
+        assert recorded == (walked if within else None)
+        with cpersist.open(tmp_path / "c.cp") as f:
+            assert list(f.arrays) == list(walked.values())
+    # A list of literals alone beyond the budget.
+    cpersist.dump([np.arange(3.0)] + [0.5] * budget, tmp_path / "l.cp")
+    assert _recorded(tmp_path / "l.cp") is None
+    cpersist.dump([np.arange(3.0)] + [0.5] * (budget - 65), tmp_path / "l.cp")
+    assert _recorded(tmp_path / "l.cp") == {0: "obj[0]"}
+    # Paths of 4,096 characters and one more (the walk's "?").
+    for length, kept in [(4096, True), (4097, False)]:
+        key = "k" * 190
+        depth, rest = divmod(length - len("obj"), len(repr(key)) + 2)
+        obj = node = {}
+        for _ in range(depth):
+            node[key] = node = {}
+        node["k" * (rest - 4)] = np.arange(3.0)
+        cpersist.dump(obj, tmp_path / "d.cp")
+        walked = array_paths(_pickle_stream(tmp_path / "d.cp"))
+        assert (len(walked[0]) == length) if kept else (walked == {0: "?"})
+        assert _recorded(tmp_path / "d.cp") == (walked if kept else None)
+
+
 @pytest.mark.parametrize("edit", ["duplicate", "not a string", "missing", "too long"])
 @pytest.mark.usefixtures("sections")
 def test_forged_recorded_paths_fall_back_to_the_walk(tmp_path, edit):

@@ -15,13 +15,15 @@ from collections import deque
 
 import numpy as np
 
-from ..stream import MAX_KEPT_BYTES
+from ..stream import MAX_KEPT_BYTES, MAX_PATH
 
 #: Values that hold no array, as the pickle stream writes them.
 _LEAVES = frozenset((str, bytes, bytearray, int, float, complex, bool, type(None)))
 #: Keys the stream writes as the literals the walker labels (bytes keys are
 #: left out: protocol 2 writes them as a call).
 _LITERAL_KEYS = frozenset((int, float, bool))
+#: Keys this pass models (None is labelled ``[?]``, as the walk does).
+_KEYS = _LITERAL_KEYS | {str, type(None)}
 
 
 def object_paths(obj, placed, n_sections, root="obj"):
@@ -44,62 +46,95 @@ def object_paths(obj, placed, n_sections, root="obj"):
     -------
     dict or None
         None if the object holds anything but plain containers, arrays and
-        literals, if it is larger than a pass is worth (more than 64
-        containers per array section), or if an array section was not found.
+        literals, if it is larger than a pass is worth (more than
+        :data:`CHILDREN_PER_SECTION` children, items of its containers, per
+        array section, plus :data:`CHILDREN_BASE`: a container is measured
+        before its children are looked at, so that a pass over a large
+        object stops at once), if a path would be longer than the stream's
+        walk spells out (:data:`cpersist.stream.MAX_PATH`), or if an
+        array section was not found.
     """
-    budget = 64 * n_sections + 1024
-    paths = {}
-    queue = deque([(obj, root)])
-    seen = {id(obj)}
     kind = type(obj)
     if kind is np.ndarray or id(obj) in placed:
+        paths = {}
         section = placed.get(id(obj))
         if section is not None:
             paths[section] = root
         return paths if len(paths) == n_sections else None
     if kind is not dict and kind is not list and kind is not tuple:
         return None
+    budget = CHILDREN_PER_SECTION * n_sections + CHILDREN_BASE
+    paths = {}
+    queue = deque([(obj, root)])
+    seen = {id(obj)}
+    leaves = _LEAVES
     while queue:
-        budget -= 1
+        node, path = queue.popleft()
+        budget -= len(node)
         if budget < 0:
             return None
-        node, path = queue.popleft()
         if type(node) is dict:
-            children = []
             for key, child in node.items():
-                kind = type(key)
-                if kind is str:
-                    label = f"[{key!r}]" if len(key) <= MAX_KEPT_BYTES else "[?]"
-                elif kind in _LITERAL_KEYS:
-                    label = f"[{key!r}]"
-                elif key is None:
-                    label = "[?]"
-                else:
+                if type(child) in leaves and type(key) in _KEYS:
+                    continue  # a literal: labelled only if it may hold an array
+                label = _key_label(key)
+                if label is None or not _visit(child, path + label, placed, paths, seen,
+                                               queue):
                     return None
-                children.append((label, child))
         else:
-            children = [(f"[{i}]", child) for i, child in enumerate(node)]
-        for label, child in children:
-            kind = type(child)
-            if kind in _LEAVES:
-                continue
-            if kind is np.ndarray:
-                if id(child) not in placed:
-                    return None  # pickled some other way (object items)
-                section = placed[id(child)]
-                if section is not None and section not in paths:
-                    paths[section] = path + label
-            elif kind is dict or kind is list or kind is tuple:
-                if id(child) not in seen:
-                    seen.add(id(child))
-                    queue.append((child, path + label))
-            elif isinstance(child, (np.generic, np.dtype)):
-                continue  # numpy scalars and dtypes hold no array
-            elif id(child) in placed:
-                # Another kind of array stored as an ndarray is (a dask array).
-                section = placed[id(child)]
-                if section is not None and section not in paths:
-                    paths[section] = path + label
-            else:
-                return None
+            i = -1
+            for child in node:
+                i += 1
+                if type(child) in leaves:
+                    continue
+                if not _visit(child, f"{path}[{i}]", placed, paths, seen, queue):
+                    return None
     return paths if len(paths) == n_sections else None
+
+
+#: Children of plain containers a pass looks at, per array section of the dump
+#: and in all (added): beyond, readers walk the pickle stream.
+CHILDREN_PER_SECTION = 64
+CHILDREN_BASE = 1024
+
+
+def _key_label(key):
+    """The label the stream's walk gives a dict key, or None if this pass
+    does not model how the stream writes it."""
+    kind = type(key)
+    if kind is str:
+        return f"[{key!r}]" if len(key) <= MAX_KEPT_BYTES else "[?]"
+    if kind in _LITERAL_KEYS:
+        return f"[{key!r}]"
+    if key is None:
+        return "[?]"
+    return None
+
+
+def _visit(child, path, placed, paths, seen, queue):
+    """Record or queue ``child`` of a container, found at ``path``; False
+    if it is something this pass does not model."""
+    kind = type(child)
+    if kind is np.ndarray:
+        if id(child) not in placed:
+            return False  # pickled some other way (object items)
+        section = placed[id(child)]
+    elif kind is dict or kind is list or kind is tuple:
+        if id(child) not in seen:
+            seen.add(id(child))
+            if len(path) > MAX_PATH:
+                return False  # the walk would give its arrays no path ("?")
+            queue.append((child, path))
+        return True
+    elif isinstance(child, (np.generic, np.dtype)):
+        return True  # numpy scalars and dtypes hold no array
+    elif id(child) in placed:
+        # Another kind of array stored as an ndarray is (a dask array).
+        section = placed[id(child)]
+    else:
+        return False
+    if section is not None and section not in paths:
+        if len(path) > MAX_PATH:
+            return False
+        paths[section] = path
+    return True

@@ -11,6 +11,7 @@ taking a non-dict state) get no path.
 from collections import deque
 
 from ..format import named_dtypes, names
+from . import MAX_PATH
 from .opcodes import walk
 from .symbolic import Node, tuple_children
 
@@ -58,8 +59,6 @@ def array_paths(pickled, root="obj", limits=None, source=None):
     return scan_arrays(pickled, root, limits, source)["paths"]
 
 
-#: Longest path given; an array deeper in the object gets ``"?"``.
-MAX_PATH = 4096
 #: Other paths given of an array the object holds at several places.
 MAX_ALSO = 8
 
