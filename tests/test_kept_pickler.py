@@ -145,7 +145,7 @@ def test_dumps_and_loads_frame_as_compact_dump_and_compact_stream(monkeypatch):
         assert general == []
     assert len(cpersist.dumps(large)) - OVERHEAD > COPY_UP_TO
     data = cpersist.dumps(small)
-    for at in list(range(16)) + list(range(len(data) - 48, len(data))):
+    for at in [*range(16), *range(64, 72), *range(len(data) - 48, len(data))]:
         damaged = bytearray(data)
         damaged[at] ^= 1
         damaged = bytes(damaged)

@@ -422,9 +422,9 @@ def test_a_damaged_head_or_tail_is_refused_at_every_size():
     size class the quick path tells apart (a stream without a frame, the
     shortest framed one, one long enough to count a flood, the longest taken,
     one past it, protocol 2): the restricted ``loads`` says what the trusted
-    one says of it (both take a stream intact whatever the DATA record's
-    header and the header's reserved bytes hold), and the quick path takes
-    no byte it compares."""
+    one says of it (both take a stream intact whatever the header's reserved
+    bytes hold, and refuse a damaged DATA record header), and the quick path
+    takes no byte it compares."""
     from cpersist.pickling import quick
 
     longest = "s" * (quick.QUICK_UP_TO - 18)  # a stream of QUICK_UP_TO bytes
@@ -434,7 +434,6 @@ def test_a_damaged_head_or_tail_is_refused_at_every_size():
     for obj, protocol in cases:
         data = cpersist.dumps(obj, protocol=protocol)
         sizes.append(len(data))
-        framed = data[72:75] == b"\x80\x05\x95"
         assert (compact_quick_load(data) is NOT_QUICK) == (len(data) > quick._LARGEST_DUMP)
         for at in [*range(83), *range(len(data) - 40, len(data))]:
             damaged = bytearray(data)
@@ -443,7 +442,7 @@ def test_a_damaged_head_or_tail_is_refused_at_every_size():
             read = _outcome(lambda: cpersist.loads(damaged))
             assert _outcome(lambda: cpersist.loads(damaged, trusted=False)) == read, (obj, at)
             quick_path = compact_quick_load(damaged)
-            if framed and not 16 <= at < 72:  # bytes the framed check compares itself
+            if not 16 <= at < 64:  # all but the header's reserved bytes are compared
                 assert quick_path is NOT_QUICK, (obj, at)
             elif quick_path is not NOT_QUICK:
                 assert read == ("ok", exact(obj)), (obj, at)
@@ -453,12 +452,26 @@ def test_a_damaged_head_or_tail_is_refused_at_every_size():
 
 
 def test_the_checks_of_a_bounded_number_of_sizes_are_kept():
-    """Past SIZES_KEPT sizes, those kept are dropped: each dump loads still."""
+    """Past SIZES_KEPT sizes, those kept are dropped: each dump loads still.
+    A trusted load keeps the checks of its size only while there is room,
+    and drops none."""
     from cpersist.pickling import quick
+
+    def kept():
+        sizes = [size for size, checks in enumerate(quick.framed_checks)
+                 if checks is not quick._UNKNOWN]
+        assert len(sizes) <= quick.SIZES_KEPT and sorted(quick._sizes_kept) == sizes
+        return sizes
 
     objects = ["x" * k for k in range(quick.SIZES_KEPT + 40)]
     for obj in objects + objects[:20]:
         assert cpersist.loads(cpersist.dumps(obj), trusted=False) == obj
-        kept = [size for size, checks in enumerate(quick.framed_checks)
-                if checks is not quick._UNKNOWN]
-        assert len(kept) <= quick.SIZES_KEPT and sorted(quick._sizes_kept) == kept
+        kept()
+    longer = iter(range(len(objects), len(objects) + quick.SIZES_KEPT))
+    while len(kept()) < quick.SIZES_KEPT:  # trusted loads fill the room left
+        obj = "y" * next(longer)
+        assert cpersist.loads(cpersist.dumps(obj)) == obj
+    full = kept()
+    for obj in ["z" * k for k in range(1000, 1100)] + objects[-20:]:
+        assert cpersist.loads(cpersist.dumps(obj)) == obj
+        assert kept() == full

@@ -111,6 +111,45 @@ def test_damaged_or_extended_compact_files_are_reported_by_the_general_reader(tm
         cpersist.load(path)
 
 
+def test_a_damaged_data_record_header_is_refused_by_load_and_loads_alike(tmp_path):
+    """Each byte of a compact dump's DATA record header (after the 64-byte
+    header) changed in turn: ``loads`` (trusted, restricted, restricted
+    under limits) and ``load`` (a path, trusted or not, and a file object,
+    which walks the records) refuse it with the same exception, for a stream
+    the restricted quick path takes framed, one it takes unframed
+    (protocol 2), and one past what ``loads`` copies (viewed)."""
+    path = tmp_path / "d.cp"
+    loads = {"loads": cpersist.loads,
+             "loads restricted": lambda d: cpersist.loads(d, trusted=False),
+             "loads limited": lambda d: cpersist.loads(d, trusted=False, limits={}),
+             "load path": lambda d: path.write_bytes(d) and cpersist.load(path),
+             "load path restricted": lambda d: path.write_bytes(d) and cpersist.load(
+                 path, trusted=False),
+             "load file object": lambda d: cpersist.load(io.BytesIO(d))}
+
+    def outcome(load, data):
+        try:
+            return load(data)
+        except Exception as exc:  # noqa: BLE001 - the outcome compared
+            return type(exc)
+
+    for obj, protocol in [({"a": 1, "b": 2.0, "c": "x"}, 5), (SMALL, 2),
+                          (list(range(40000)), 5)]:
+        data = cpersist.dumps(obj, protocol=protocol)
+        assert {name: outcome(load, data) for name, load in loads.items()} == dict.fromkeys(
+            loads, obj)
+        for at in range(64, 72):
+            for change in (0x01, 0x41, 0x80, 0xFF):
+                damaged = bytearray(data)
+                damaged[at] ^= change
+                damaged = bytes(damaged)
+                outcomes = {name: outcome(load, damaged) for name, load in loads.items()}
+                refused = outcomes["load file object"]
+                assert isinstance(refused, type) and issubclass(
+                    refused, cpersist.CorruptFileError), (at, change, outcomes)
+                assert outcomes == dict.fromkeys(loads, refused), (at, change)
+
+
 def test_dumps_keeps_a_pickler_per_thread_only_after_small_objects():
     """Its memo is cleared at every call, at a cost that grows with the
     largest object it ever pickled: one that pickled a large object is dropped."""

@@ -3,11 +3,11 @@ where the dump ends, and its index, for each layout (a dump of records, a
 compact dump, a tiny dump). Reading the sections' bytes is :mod:`.sections`
 (whole sections) and :mod:`.pieces` (parts of them)."""
 
-from .compact import COMPACT, compact_dump, parse_compact_index
+from .compact import COMPACT, STREAM_AT, compact_dump, parse_compact_index
 from .frames import (FRAME_TRAILER, GROWING, GROWING_MINOR, OBJECT_FILE_START,
                      OBJECT_FRAMES_AT, OBJECT_MINOR, DumpsFollow, GrowingFileFound,
                      last_commit)
-from .framing import END, parse_record_quietly, walk_records
+from .framing import DATA, END, parse_record_quietly, walk_records
 from .index import parse_header, parse_index, parse_trailer
 from ..exceptions import CorruptFileError, UnsupportedVersionError
 from .layout import EDITED, END_MAGIC, HEADER, MAGIC, RECORD_SIZE, TRAILER, checksum, corrupt
@@ -214,7 +214,13 @@ class ContainerReader(SectionReads, PieceReads):
         dumps (an fsspec file object), since a walk costs a request per
         record there: the trailer's offsets count from the start of its own
         dump, so a trailer at the end matches only when this dump, the
-        first, ends there."""
+        first, ends there.
+
+        A compact dump's one DATA record, which the index does not describe,
+        is checked too: its header must say that the stream fills the dump up
+        to the END record, as the quick paths of :func:`cpersist.loads` and a
+        walk find it (else the walk says what is wrong, as it does for a
+        file object read from its position)."""
         self.size = self.available
         tail_start = max(0, self.size - TAIL_READ)
         tail = self._tail = (tail_start, self.source.read(tail_start, self.size - tail_start))
@@ -223,10 +229,20 @@ class ContainerReader(SectionReads, PieceReads):
         if (end_magic != END_MAGIC or offset + length != self.size - TRAILER.size
                 or start < HEADER.size):
             return False
-        head = tail[1][start - tail_start:offset - tail_start] if start >= tail_start else (
-            self.source.read(start, RECORD_SIZE))
-        return len(head) == RECORD_SIZE and parse_record_quietly(head) == (
-            END, length + TRAILER.size)
+        if self._record_at(start, tail) != (END, length + TRAILER.size):
+            return False
+        return not self.compact or start < STREAM_AT or (
+            self._record_at(HEADER.size, tail) == (DATA, start - STREAM_AT))
+
+    def _record_at(self, at, tail):
+        """``(kind, length)`` of the record header at ``at``, read from
+        ``tail`` (``(start, bytes)``) where it holds it; None if cut short."""
+        tail_start, data = tail
+        if at >= tail_start:
+            head = data[at - tail_start:at - tail_start + RECORD_SIZE]
+        else:
+            head = self.source.read(at, RECORD_SIZE)
+        return parse_record_quietly(head) if len(head) == RECORD_SIZE else None
 
     def _trailing_data(self, end):
         """The error for bytes after a complete dump that ends at ``end``."""

@@ -287,6 +287,16 @@ def _keep_checks(size):
     _sizes_kept.append(size)
 
 
+def keep_framed_checks(size):
+    """Keep :data:`framed_checks` of a compact dump of ``size`` bytes for a
+    trusted :func:`cpersist.loads`, which compares the same bytes, while
+    fewer than :data:`SIZES_KEPT` sizes are kept: it never drops those of
+    other sizes, so that loads of dumps of many sizes cost no more than
+    without the checks."""
+    if len(_sizes_kept) < SIZES_KEPT and size > _FRAME_AFTER and framed_checks[size] is _UNKNOWN:
+        _keep_checks(size)
+
+
 def compact_quick_load(data):
     """:func:`quick_load` of the stream of ``data`` (``bytes``) under the
     default limits if ``data`` is one intact compact dump of a stream of at
