@@ -60,15 +60,6 @@ class SectionReads:
     """Whole-section reads of :class:`~.reader.ContainerReader`."""
 
     def _read_chunk_into(self, section, offset, view):
-        tail = self._tail
-        if tail is not None and section.index == self.root:
-            # The pickle stream is written right before the index: mostly
-            # it is in the bytes read from the file's end to find the
-            # index, and copied from them rather than read a second time.
-            start = offset - tail[0]
-            if start >= 0 and start + len(view) <= len(tail[1]):
-                view[:] = memoryview(tail[1])[start:start + len(view)]
-                return
         try:
             self.source.read_into(offset, view)
         except ShortReadError:
