@@ -73,9 +73,12 @@ def new_temporary(directory, base, mode):
         if not try_lock(fd):
             return fd, tmp  # a file system without locks
         # A writer removing dead writers' files that locked this one between
-        # its creation and this lock took it for one: look again.
+        # its creation and this lock took it for one, and removed it before
+        # letting the lock go: then it has no name left, so look again.
+        # (Only a lock holder removes a temporary file, and only its writer
+        # renames one: a file still linked once locked is still at ``tmp``.)
         try:
-            if os.path.samestat(os.stat(tmp), os.fstat(fd)):
+            if os.fstat(fd).st_nlink:
                 return fd, tmp
         except OSError:
             pass

@@ -289,6 +289,18 @@ class ContainerReader(SectionReads, PieceReads):
             # is there for readers of format 2.0 only.
             self.edited = edited is True
 
+    def _read_chunk_into(self, section, offset, view):
+        tail = self._tail
+        if tail is not None and section.index == self.root:
+            # The pickle stream is written right before the index: mostly
+            # it is in the bytes read from the file's end to find the
+            # index, and copied from them rather than read a second time.
+            start = offset - tail[0]
+            if start >= 0 and start + len(view) <= len(tail[1]):
+                view[:] = memoryview(tail[1])[start:start + len(view)]
+                return
+        super()._read_chunk_into(section, offset, view)
+
     def unchecked(self, section):
         """Whether ``section``'s checksums no longer hold: a raw array
         section of a file mapped for writing (see :attr:`edited`)."""

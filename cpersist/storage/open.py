@@ -50,7 +50,10 @@ def open_source(source, mmap_mode=None, *, storage_options=None, what="source"):
         source = path  # a file:// URL
     owned = is_path(source)
     if owned:
-        file = open(source, "r+b" if mmap_mode == "r+" else "rb")
+        # Unbuffered: the source reads the descriptor with pread, never
+        # through the file object, whose buffer (and isatty check) would
+        # cost a small load more than its own reads.
+        file = open(source, "r+b" if mmap_mode == "r+" else "rb", buffering=0)
     else:
         file = source
         file_system = getattr(file, "fs", None)
