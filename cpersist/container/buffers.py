@@ -50,8 +50,9 @@ class BufferPool:
 
     def take_backed(self, size, exact=False):
         """``(buffer, backed)``: :meth:`take`'s buffer, and whether its pages
-        are backed with memory already (a buffer kept, or a bytearray, which
-        is zero-filled when made), so that writing it faults nothing in."""
+        are backed with memory already, so that writing it faults nothing in:
+        a bytearray's (zero-filled when made) and a kept buffer's (as far as
+        it was written before) are, a new map's are not."""
         if exact:
             return self._take_exact(size), True
         with self._lock:
