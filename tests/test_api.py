@@ -728,6 +728,22 @@ def test_read_buffer_pool_hands_out_the_smallest_that_fits():
     assert pool.take(250) is large
 
 
+def test_read_buffer_pool_says_which_buffers_are_backed_already():
+    """A section read into memory already backed is copied by one thread:
+    a bytearray (zero-filled when made) and a buffer kept are, a new map
+    is not."""
+    from cpersist.container.buffers import MAP_FROM
+
+    pool = BufferPool(keep_bytes=1 << 30)
+    small, backed = pool.take_backed(100)
+    assert type(small) is bytearray and backed
+    large, backed = pool.take_backed(4 * MAP_FROM)
+    assert type(large) is not bytearray and not backed
+    pool.give(large)
+    assert pool.take_backed(4 * MAP_FROM) == (large, True)
+    assert pool.take_backed(4 * MAP_FROM, exact=True)[1]
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
 def test_large_read_buffers_cost_no_memory_until_used():
     """A large buffer is an anonymous map, rounded up so that a slightly

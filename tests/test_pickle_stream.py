@@ -402,6 +402,38 @@ def test_arrays_kept_in_a_raw_stream_outlive_the_next_load(tmp_path):
         assert_same(second, two[0])
 
 
+def test_a_section_file_gives_the_unpickler_its_rest_and_ends_after_stop():
+    """The unpickler peeks at the rest of a section's bytes and reads its
+    way through them with a pointer: it takes the stream's frames and the
+    large arrays between them (sent outside frames) from that one view,
+    calls ``read`` once, to move past what it took, and leaves the file
+    right after STOP, the bytes after it (and those of the buffer beyond the
+    section) unread."""
+    from cpersist.container.section_file import SectionFile
+
+    reads = []
+
+    class Counted(SectionFile):
+        __slots__ = ()
+
+        def read(self, n=-1):
+            reads.append("read")
+            return super().read(n)
+
+        def readinto(self, target):
+            reads.append("readinto")
+            return super().readinto(target)
+
+    obj = {"small": [np.arange(i, dtype="<i4") for i in range(200)],
+           "large": [random_array("<f8", (70_000,), seed=i) for i in range(3)]}
+    stream = pickle.dumps(obj, protocol=5)
+    buffer = bytearray(stream + b"after STOP" + b"beyond the section")
+    file = Counted(buffer, len(stream) + len(b"after STOP"))
+    assert_same(obj, pickle.Unpickler(file).load())
+    assert reads == ["read"]
+    assert bytes(file.peek()) == bytes(file.read()) == b"after STOP"
+
+
 def test_restricted_load_allocates_arrays_kept_in_a_raw_stream_once(tmp_path):
     """A restricted load walks the pickle stream in the buffer it was read
     into, and an array kept in the stream views the bytearray its bytes

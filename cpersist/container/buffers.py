@@ -46,8 +46,15 @@ class BufferPool:
         """Writable bytes (a bytearray, or an anonymous map of :data:`MAP_FROM`
         bytes or more) of at least ``size`` bytes, the caller's until given
         back; with ``exact``, a bytearray of ``size`` bytes."""
+        return self.take_backed(size, exact)[0]
+
+    def take_backed(self, size, exact=False):
+        """``(buffer, backed)``: :meth:`take`'s buffer, and whether its pages
+        are backed with memory already, so that writing it faults nothing in:
+        a bytearray's (zero-filled when made) and a kept buffer's (as far as
+        it was written before) are, a new map's are not."""
         if exact:
-            return self._take_exact(size)
+            return self._take_exact(size), True
         with self._lock:
             free = self._free
             # The smallest that fits: a lazy slice takes buffers of two sizes
@@ -59,15 +66,15 @@ class BufferPool:
             if best is not None:
                 buffer = free.pop(best)
                 self._kept_bytes -= len(buffer)
-                return buffer
+                return buffer, True
             # All too small (left by a section of smaller chunks): dropped.
             free.clear()
             self._kept_bytes = 0
         if size < MAP_FROM:
-            return bytearray(size)
+            return bytearray(size), True
         # Rounded up, so that the next chunk, a little longer, fits too: pages
         # never touched are never backed.
-        return private_map(-(-size // MAP_FROM) * MAP_FROM)
+        return private_map(-(-size // MAP_FROM) * MAP_FROM), False
 
     def _take_exact(self, size):
         with self._lock:

@@ -54,6 +54,18 @@ class SectionFile:
         self._pos = end
         return self._view[pos:end]
 
+    def peek(self, n=0):
+        """The rest of the section, the position left where it is.
+
+        ``pickle.Unpickler`` peeks before it reads and takes all it is given
+        (:meth:`io.BufferedReader.peek` too may give more than asked for):
+        given the rest, it reads the stream through with a pointer, calling
+        :meth:`read` once, at the end, to move past what it took, where it
+        would otherwise call :meth:`read` or :meth:`readinto` for every frame
+        and every array's bytes.
+        """
+        return self._view[self._pos:]
+
     def readinto(self, target):
         pos = self._pos
         target = memoryview(target).cast("B")

@@ -130,7 +130,7 @@ class SectionReads:
             yield chunk, data, target, None
             start += chunk.raw_length
 
-    def read_into(self, section, out, *, verify=True, n_threads=1):
+    def read_into(self, section, out, *, verify=True, n_threads=1, backed=False):
         """Fill ``out`` (writable bytes of ``section.raw_size``) with the section.
 
         Where the source takes concurrent reads, each of ``n_threads``
@@ -139,19 +139,19 @@ class SectionReads:
         page cache, the checksums and the decoding all run on every thread.
         A section of verbatim chunks only is read and checked by this thread
         alone (:meth:`_read_verbatim`) when it is one chunk, smaller than
-        :data:`~cpersist._runtime.parallel.COPY_ALONE_BELOW` bytes, or read
-        from a source that does not take concurrent reads (a file object
-        without a descriptor of its own). Otherwise (a remote store, or
-        encoded chunks from such a file object) this thread reads the chunks
-        in file order and the pool checksums them and decodes the encoded
-        ones into place.
+        :data:`~cpersist._runtime.parallel.COPY_ALONE_BELOW` bytes, read into
+        memory whose pages are ``backed`` already (a buffer reused: with no
+        page to fault in, a second thread costs more to wake and hand the
+        GIL to than it saves), or from a source that does not take
+        concurrent reads (a file object without a descriptor of its own).
+        Otherwise (a remote store, or encoded chunks from such a file
+        object) this thread reads the chunks in file order and the pool
+        checksums them and decodes the encoded ones into place.
         """
         out = memoryview(out).cast("B")
         if len(out) != section.raw_size:
-            raise self.error(
-                f"section {section.index} holds {section.raw_size} bytes, "
-                f"{len(out)} expected"
-            )
+            raise self.error(f"section {section.index} holds {section.raw_size} bytes, "
+                             f"{len(out)} expected")
         if section.is_raw and not verify and section.contiguous:
             self._read_chunk_into(section, section.offset, out)
             return
@@ -164,7 +164,7 @@ class SectionReads:
             verbatim = chunks[0].flag == VERBATIM
         else:
             verbatim = all(c.flag == VERBATIM for c in chunks)
-        if verbatim and (section.raw_size < COPY_ALONE_BELOW or len(chunks) < 2):
+        if verbatim and (backed or section.raw_size < COPY_ALONE_BELOW or len(chunks) < 2):
             n_threads = 1
         if n_threads > 1 and self.source.concurrent and len(section.chunks) > 1:
             self._decode_claimed(section, out, verify, n_threads)
@@ -342,11 +342,11 @@ class SectionReads:
         size = section.raw_size
         if size > KEEP_BYTES:
             return SectionFile(self.read_bytes(section, verify=verify, n_threads=n_threads))
-        buffer = SECTION_BUFFERS.take(size, exact)
+        buffer, backed = SECTION_BUFFERS.take_backed(size, exact)
         if size:
             try:
                 self.read_into(section, memoryview(buffer)[:size], verify=verify,
-                               n_threads=n_threads)
+                               n_threads=n_threads, backed=backed)
             except BaseException:
                 SECTION_BUFFERS.give(buffer)
                 raise
