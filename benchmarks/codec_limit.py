@@ -6,8 +6,8 @@ Run from the repository root (it is not installed with cpersist)::
         [--compress 3] [--rounds 9] [--out DIR] [--cold] [--paired-hints]
 
 The storage suite's ``write_of_limit`` and ``read_of_limit`` are the
-medians of a few repeats, each in a fresh process, of a write or a read
-from disk (cold by default). This script times the same fractions within
+medians of a few repeats' fractions, each operation in a fresh process, of
+a write or a read from disk (cold by default). This script times the same fractions within
 one process, round after round: a dump, then the codec alone encoding the
 same chunks on the same threads (:class:`cpersist.benchmarks.methods.Limit`);
 a load of that file from the page cache, then the codec alone decoding them

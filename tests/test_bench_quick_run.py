@@ -148,8 +148,10 @@ def test_quick_levels_and_specific_rows(quick_run):
                 ("timeseries", "cpersist:zstd", "3")]:
         row = rows[key]
         assert float(row["limit_write_s"]) > 0 and float(row["limit_read_s"]) > 0, key
-        assert float(row["write_of_limit"]) == pytest.approx(
-            float(row["limit_write_s"]) / float(row["write_s"]), rel=0.01), key
+        # One repeat: the median of the repeats' own fractions is its one.
+        for op in ("write", "read"):
+            assert float(row[f"{op}_of_limit"]) == pytest.approx(
+                float(row[f"limit_{op}_s"]) / float(row[f"{op}_s"]), rel=0.01, abs=5e-4), key
     assert rows[("atlas_c", "np.save", "0")]["write_of_limit"] == ""
     assert rows[("atlas_c", "cpersist max", "9")]["limit_write_s"] == ""
     # The forest against pickle 5, as ratios of one run.
