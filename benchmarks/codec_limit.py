@@ -3,11 +3,11 @@
 Run from the repository root (it is not installed with cpersist)::
 
     python benchmarks/codec_limit.py [--datasets atlas_c,timeseries] [--size 100MB]
-        [--compress 3] [--rounds 9] [--out DIR] [--cold] [--paired-hints]
+        [--compress 3] [--rounds 9] [--out DIR] [--cold] [--paired-hints] [--window]
 
 The storage suite's ``write_of_limit`` and ``read_of_limit`` are the
-medians of a few repeats, each in a fresh process, of a write or a read
-from disk (cold by default). This script times the same fractions within
+medians of a few repeats' fractions, each operation in a fresh process, of
+a write or a read from disk (cold by default). This script times the same fractions within
 one process, round after round: a dump, then the codec alone encoding the
 same chunks on the same threads (:class:`cpersist.benchmarks.methods.Limit`);
 a load of that file from the page cache, then the codec alone decoding them
@@ -25,7 +25,12 @@ the read-ahead hints switched off (:meth:`LocalFileSource.will_need
 <cpersist.container.sources.LocalFileSource.will_need>` asking for nothing),
 the two loads in alternating order: the rows ``load wall, no hints`` and
 ``load hints / no hints`` (per round, the time with hints over the time
-without) show what the hints give.
+without) show what the hints give. A local file's device that reads far
+enough ahead by itself (:attr:`LocalFileSource.reads_ahead
+<cpersist.container.sources.LocalFileSource.reads_ahead>`) is asked for no
+window of chunks (a load of arrays then gives no hint at all, and the two
+loads differ only by noise); ``--window`` has the loads with hints treat
+every device as one that reads ahead little.
 """
 
 import argparse
@@ -54,23 +59,27 @@ def _timed(func):
     return time.perf_counter() - wall, time.process_time() - cpu, result
 
 
-def _load_timed(path, n_threads, cold, hints=True):
+def _load_timed(path, n_threads, cold, hints=True, window=False):
     """``(wall, cpu)`` seconds of a load of ``path``, evicted first if ``cold``,
-    with or without the read-ahead hints."""
+    with or without the read-ahead hints (with ``window``, every device
+    taken for one that reads ahead little)."""
     if cold:
         evict_from_cache(path)
-    real = LocalFileSource.will_need
+    real, reads_ahead = LocalFileSource.will_need, LocalFileSource.__dict__["reads_ahead"]
     if not hints:
         LocalFileSource.will_need = ByteSource.will_need
+    elif window:
+        LocalFileSource.reads_ahead = 0
     try:
         wall, cpu, loaded = _timed(lambda: cpersist.load(path, n_threads=n_threads))
     finally:
-        LocalFileSource.will_need = real
+        LocalFileSource.will_need, LocalFileSource.reads_ahead = real, reads_ahead
     del loaded  # freed before anything else allocates
     return wall, cpu
 
 
-def fractions(obj, compress, rounds, path, n_threads, cold=False, paired_hints=False):
+def fractions(obj, compress, rounds, path, n_threads, cold=False, paired_hints=False,
+              window=False):
     """``{"dump wall": [...], "dump cpu": [...], "load wall": ..., "load cpu": ...}``:
     per round, the codec alone's time over the operation's; with
     ``paired_hints``, also the load without the read-ahead hints."""
@@ -94,7 +103,7 @@ def fractions(obj, compress, rounds, path, n_threads, cold=False, paired_hints=F
         out["dump cpu"].append(limit_cpu / cpu)
         # With paired hints, which load goes first alternates from round to round.
         order = [True, False] if paired_hints else [True]
-        timed = {hints: _load_timed(path, n_threads, cold, hints)
+        timed = {hints: _load_timed(path, n_threads, cold, hints, window)
                  for hints in (order if r % 2 == 0 else order[::-1])}
         limit_wall, limit_cpu, _ = _timed(limit.decode_s)
         for hints, (wall, cpu) in timed.items():
@@ -117,6 +126,8 @@ def main(argv=None):
                    help="drop the file from the page cache before each load")
     p.add_argument("--paired-hints", action="store_true",
                    help="also load without the read-ahead hints, in alternating order")
+    p.add_argument("--window", action="store_true",
+                   help="loads with hints ask for the chunks a window ahead on any device")
     args = p.parse_args(argv)
     compress = int(args.compress) if args.compress.isdigit() else args.compress
     size = ds.parse_size(args.size)
@@ -127,9 +138,9 @@ def main(argv=None):
         for dataset in chosen:
             obj = dataset.make(size, False)
             out = fractions(obj, compress, args.rounds, path, n_threads, args.cold,
-                            args.paired_hints)
+                            args.paired_hints, args.window)
             print(f"{dataset.name} compress={args.compress} n_threads={n_threads} "
-                  f"{'cold' if args.cold else 'warm'} load average "
+                  f"{'cold' if args.cold else 'warm'}{' window' if args.window else ''} load average "
                   f"{os.getloadavg()[0]:.1f}", flush=True)
             for key, values in out.items():
                 name = key if "/" in key else f"{key} of limit"

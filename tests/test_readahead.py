@@ -1,10 +1,13 @@
-"""Read-ahead hints on load: the stored chunks of a compressed section are
-asked for (``posix_fadvise(WILLNEED)``) before they are read, a bounded
-window ahead, a section of one chunk is asked for nothing, and a refused
-hint never fails a load."""
+"""Read-ahead hints on load: from a device that reads ahead little, the
+stored chunks of a compressed section are asked for
+(``posix_fadvise(WILLNEED)``) before they are read, a bounded window ahead;
+from one that reads far ahead, only the chunk headers checked one by one
+are; a section of one chunk is asked for nothing, and a refused hint never
+fails a load."""
 
 import errno
 import os
+import pathlib
 import threading
 from types import SimpleNamespace
 
@@ -14,10 +17,27 @@ import pytest
 import cpersist
 from cpersist.container import readahead, sections
 from cpersist.container.reader import ContainerReader
-from cpersist.container.sources import MemorySource
+from cpersist.container.sources import MemorySource, local
 
 needs_fadvise = pytest.mark.skipif(not hasattr(os, "posix_fadvise"),
                                    reason="the system takes no read-ahead advice")
+
+
+def _device_reads_ahead(monkeypatch, nbytes):
+    """Every local file's device reads ``nbytes`` ahead by itself."""
+    monkeypatch.setattr(local, "device_read_ahead", lambda device: nbytes)
+
+
+def _record_asks(monkeypatch):
+    """The hints given, as ``(offset, length, advice)``, from here on."""
+    asked, fadvise = [], os.posix_fadvise
+
+    def advised(fd, offset, length, advice):
+        asked.append((offset, length, advice))
+        return fadvise(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", advised)
+    return asked
 
 
 def _compressed_file(tmp_path):
@@ -38,6 +58,7 @@ def _compressed_file(tmp_path):
 def test_every_chunk_asked_for_before_it_is_read(tmp_path, monkeypatch, n_threads,
                                                  checked_claim):
     arr, path, chunks = _compressed_file(tmp_path)
+    _device_reads_ahead(monkeypatch, 128 << 10)
     if checked_claim:  # the chunks' headers are read first, one by one
         monkeypatch.setattr(sections, "CHECKED_CLAIM", 0)
     events, lock = [], threading.Lock()
@@ -91,10 +112,45 @@ def test_every_chunk_asked_for_before_it_is_read(tmp_path, monkeypatch, n_thread
 
 
 @needs_fadvise
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_device_reading_far_ahead_is_asked_only_for_the_headers(tmp_path, monkeypatch,
+                                                                n_threads):
+    # Its own read-ahead follows the chunks read in order; the headers,
+    # read one by one far apart before the section, it cannot foresee.
+    arr, path, chunks = _compressed_file(tmp_path)
+    _device_reads_ahead(monkeypatch, readahead.KERNEL_ENOUGH)
+    asked = _record_asks(monkeypatch)
+    assert cpersist.load(path, n_threads=n_threads).tobytes() == arr.tobytes()
+    assert asked == []
+    monkeypatch.setattr(sections, "CHECKED_CLAIM", 0)
+    with open(path, "rb") as f:
+        reader = ContainerReader(f)
+        section = max(reader.sections, key=lambda s: s.raw_size)
+        header_size = section.codec.header_size
+        assert bytes(reader.read_bytes(section, n_threads=n_threads)) == arr.tobytes()
+    assert asked == [(reader.source.base + c.offset, header_size, os.POSIX_FADV_WILLNEED)
+                     for c in chunks]
+
+
+def test_reads_ahead_is_the_device_read_ahead_linux_states(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    device = os.stat(path).st_dev
+    with open(path, "rb") as f:
+        source = local.LocalFileSource(f, str(path), f.fileno())
+        stated = local.device_read_ahead(device)
+        assert source.reads_ahead == stated
+    known = pathlib.Path(f"/sys/class/bdi/{os.major(device)}:{os.minor(device)}/read_ahead_kb")
+    if known.exists():
+        assert stated == int(known.read_text()) << 10
+
+
+@needs_fadvise
 def test_one_chunk_asked_for_nothing(tmp_path, monkeypatch):
     arr = np.arange(100_000, dtype=np.int64)
     path = tmp_path / "one.cp"
     cpersist.dump({"a": arr, "b": arr[::-1].copy()}, path, compress=3)
+    _device_reads_ahead(monkeypatch, 128 << 10)
     asked = []
     monkeypatch.setattr(os, "posix_fadvise", lambda *args: asked.append(args))
     loaded = cpersist.load(path, n_threads=2)
@@ -106,6 +162,7 @@ def test_one_chunk_asked_for_nothing(tmp_path, monkeypatch):
 @needs_fadvise
 def test_refused_advice_fails_no_load(tmp_path, monkeypatch):
     arr, path, _ = _compressed_file(tmp_path)
+    _device_reads_ahead(monkeypatch, 128 << 10)
     refused = []
 
     def refuse(fd, offset, length, advice):

@@ -7,8 +7,7 @@ warm page cache, in this process. Reported as ratios of each cpersist
 contender (record log, growing array) to each peer: total append time,
 file size, a slice across :data:`SLICE_CROSSES` batches, reading it all;
 and each contender's last appends over its first (1: an append costs the
-same however large the file).
-"""
+same however large the file)."""
 
 import os
 import pickle

@@ -213,8 +213,8 @@ def read_task(task):
     from .compare import first_difference, touch
     method, path, cold = task["method"], task["file_path"], task["cold"]
     times, resident, open_times, pm = [], [], [], PeakMemory()
-    # The codec alone decoding the same chunks, timed after each read: what
-    # the read could reach. Encoded once, untimed, from the checked result.
+    # The codec alone decoding the same chunks, timed after each read: what the read could
+    # reach. Encoded and decoded once, untimed, from the checked result (a process's first).
     limit, limit_read = None, []
     cache = "cold" if cold else "warm"
     for r in _repeats(task, times):
@@ -243,7 +243,7 @@ def read_task(task):
                 return {"status": "failed", "reason": "wrong data read back: " + diff, "cache": cache}
             limit = method.limit(result, task["level"]) if hasattr(method, "limit") else None
             if limit is not None:
-                limit.encode_s()
+                limit.decode_s()
         del result
         if limit is not None:
             limit_read.append(limit.decode_s())

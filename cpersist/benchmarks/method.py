@@ -97,8 +97,7 @@ class Method:
         """Levels to run for the generic ``grid``.
 
         Methods with a single fixed level run at it whatever the grid; the
-        others run at the grid levels they support.
-        """
+        others run at the grid levels they support."""
         if self.fixed_level is not None:
             return [self.fixed_level]
         return [lv for lv in grid if lv in self.supported]

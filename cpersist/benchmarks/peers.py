@@ -11,8 +11,7 @@ class Blosc2NDArray(Method, family="blosc2", needs=("blosc2",), codec="zstd", su
 
     ``filters=None`` keeps blosc2's defaults (zstd level 5, byte shuffle) and
     runs at that one level; otherwise zstd at the grid's levels after the
-    given filter.
-    """
+    given filter."""
 
     def __init__(self, filters=None):
         self.filters = filters

@@ -1,13 +1,18 @@
 """Asking the source for a section's stored chunks a bounded window ahead of
-the threads that read and decode them (:class:`ReadAhead`), and for their
-headers before they are checked one by one (:func:`ask_for_heads`).
+the threads that read and decode them (:class:`ReadAhead`, where the system
+does not read far enough ahead by itself: :func:`read_ahead`), and for
+their headers before they are checked one by one (:func:`ask_for_heads`).
 
 A thread reading a chunk that is not in the page cache waits for the disk,
-and while it waits it decodes nothing. The kernel's own read-ahead guesses
-from the reads it has seen, a window at a time (128 KiB on many devices),
-and the chunk headers checked before a large section is read are small
-reads far apart, each a wait. Told which bytes come next, the kernel reads
-them while the threads decode.
+and while it waits it decodes nothing. The kernel's own read-ahead follows
+reads in order, as the chunks are read, up to its device's read-ahead size:
+on a device that reads far ahead it keeps the disk ahead of the decoders
+at no cost to them, filling the page cache in large pages. A hint fills it
+4 KiB page by page, in the CPU time of the thread that asks, and the reads
+of those pages then cost more than of large ones: it pays only where the
+device reads ahead little (128 KiB on many), or for reads the kernel cannot
+foresee, such as the chunk headers checked before a large section is read,
+small reads far apart, each a wait.
 """
 
 import threading
@@ -24,11 +29,30 @@ WINDOW = 16 << 20
 #: window.
 STEP = 4 << 20
 
+#: A source whose system reads at least this far ahead of reads in order
+#: (:attr:`~.sources.ByteSource.reads_ahead`) is asked for no window: as
+#: far as :class:`ReadAhead` asks after each chunk, it covers the disk's
+#: latency at the decoders' rate.
+KERNEL_ENOUGH = STEP
+
 #: Bytes asked for by one call. Linux reads at most the device's read-ahead
 #: size or largest request (whichever is larger; often 128 KiB to a few
 #: MiB) of a larger range and drops the rest; each call costs tens of
 #: microseconds.
 PIECE = 1 << 20
+
+
+def read_ahead(source, chunks):
+    """A :class:`ReadAhead` of ``chunks``, read from ``source`` in file
+    order, or None where its system reads ahead far enough by itself
+    (:data:`KERNEL_ENOUGH`)."""
+    if _reads_ahead_itself(source):
+        return None
+    return ReadAhead(source, chunks)
+
+
+def _reads_ahead_itself(source):
+    return (source.reads_ahead or 0) >= KERNEL_ENOUGH
 
 
 class ReadAhead:
@@ -94,14 +118,16 @@ def ask_for_heads(source, chunks, header_size):
     ``chunks`` before they are read one after another (checked against the
     index before a large section is allocated): from a file not in the
     page cache, they then cost the disk's latency about once rather than
-    once per chunk. Then for the first :data:`STEP` bytes of chunks whole,
-    read next; asked for first, a header would wait for the whole of its
-    chunk."""
+    once per chunk. Then, unless the system reads ahead far enough by
+    itself (:func:`read_ahead`), for the first :data:`STEP` bytes of chunks
+    whole, read next; asked for first, a header would wait for the whole of
+    its chunk."""
     if not chunks:
         return
     for chunk in chunks:
         source.will_need(chunk.offset, min(chunk.length, header_size))
-    ask_for(source, chunks[:_step_end(chunks, 0, float("inf"))])
+    if not _reads_ahead_itself(source):
+        ask_for(source, chunks[:_step_end(chunks, 0, float("inf"))])
 
 
 def _step_end(chunks, first, until):

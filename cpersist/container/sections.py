@@ -11,7 +11,7 @@ from .._runtime.parallel import COPY_ALONE_BELOW, ordered_map, run_claimed
 from ..exceptions import CorruptFileError
 from .buffers import READ_BUFFERS, private_map
 from .layout import ENCODED, VERBATIM, checksum, checksum_state
-from .readahead import ReadAhead, ask_for_heads
+from .readahead import ask_for_heads, read_ahead
 from .section_file import KEEP_BYTES, SECTION_BUFFERS, SectionFile
 from .sources import ShortReadError
 
@@ -88,7 +88,7 @@ class SectionReads:
             yield from self._fetch_chunks(section, out_view)
             return
         largest = max((c.length for c in section.chunks if c.flag != VERBATIM), default=0)
-        ahead = ReadAhead(self.source, section.chunks) if largest else None
+        ahead = read_ahead(self.source, section.chunks) if largest else None
         start = 0
         for i, chunk in enumerate(section.chunks):
             target = out_view[start:start + chunk.raw_length]
@@ -249,7 +249,7 @@ class SectionReads:
         chunks = section.chunks
         starts = list(itertools.accumulate((c.raw_length for c in chunks), initial=0))
         largest = max((c.length for c in chunks if c.flag != VERBATIM), default=0)
-        ahead = ReadAhead(self.source, chunks) if largest else None
+        ahead = read_ahead(self.source, chunks) if largest else None
 
         def task(claims):
             buffer = READ_BUFFERS.take(largest) if largest else None

@@ -48,6 +48,9 @@ class ByteSource(ABC):
         spooled from a stream, a remote object): the reader then finds the
         dump's end at the source's end, without walking its records, and
         reports any bytes after it as an error.
+    reads_ahead : int or None
+        How many bytes past a run of reads in order the system reads by
+        itself (a local file's device read-ahead), or None where not known.
     """
 
     name = "<bytes>"
@@ -59,6 +62,7 @@ class ByteSource(ABC):
     writable = False
     remote = False
     whole = False
+    reads_ahead = None
 
     @property
     @abstractmethod

@@ -1,6 +1,7 @@
 """A local regular file, read with ``pread`` on its descriptor and mapped
 from that same descriptor."""
 
+import functools
 import mmap
 import os
 from contextlib import contextmanager
@@ -116,6 +117,12 @@ class LocalFileSource(ByteSource):
         except OSError:
             pass
 
+    @functools.cached_property
+    def reads_ahead(self):
+        """See :attr:`ByteSource.reads_ahead`: the read-ahead size of the
+        file's device, as Linux states it."""
+        return device_read_ahead(os.fstat(self.fd).st_dev)
+
     def map(self, offset, length, mode):
         # mmap offsets must be multiples of the allocation granularity: map
         # from the one below and say where the range starts in the map.
@@ -130,3 +137,21 @@ class LocalFileSource(ByteSource):
         elif self.end is not None:
             # pread leaves the position alone: put it after the dump.
             self.file.seek(self.base + self.end)
+
+
+@functools.lru_cache(maxsize=None)
+def device_read_ahead(device):
+    """Bytes Linux reads ahead of reads in order on ``device`` (a file's
+    ``st_dev``): the ``read_ahead_kb`` of its backing device (a disk, a
+    device-mapper volume, an NFS mount) or, for a partition, of its disk.
+    None where the system says nothing (another system, or a filesystem
+    whose device number is none of these, such as btrfs or overlayfs)."""
+    name = f"{os.major(device)}:{os.minor(device)}"
+    for path in (f"/sys/class/bdi/{name}/read_ahead_kb",
+                 f"/sys/dev/block/{name}/../queue/read_ahead_kb"):
+        try:
+            with open(path, "rb") as file:
+                return int(file.read()) << 10
+        except (OSError, ValueError):
+            pass
+    return None
