@@ -35,7 +35,9 @@ before it writes (``copy-first``) or with its file written through the page
 cache (``cached``), a plain
 ``cpersist.dump`` (``dump``), ``torch.save`` (``torch``, torch loop) or
 orbax's ``StandardCheckpointer`` without waiting (``orbax``, jax loop,
-``force=True`` to one directory). By default: none, background, and the
+``force=True`` to one directory), or, jax loop, a background dump of numpy
+views of the state's arrays (``host-copy``: copied as numpy arrays are,
+where a background dump of JAX arrays holds their buffers until written). By default: none, background, and the
 framework's own (torch.save, orbax async; a plain dump for numpy).
 
 ``cpu``: the CPU seconds each checkpoint of the same loop costs (median and
@@ -43,9 +45,13 @@ minimum over ``--rounds``), all threads together and by thread: the call or
 the save on the loop's thread, a background dump on its own, its checksums
 on cpersist's pool; for ``cpersist.dump(background=True)``, the same
 written through the page cache, and torch.save (torch loop) or a plain
-dump. The loop trains ``--every`` steps after each checkpoint, so that the
-dump runs beside it; CPU times, unlike steps per second, change little when
-the machine is busy.
+dump (and, jax loop, ``host-copy``). The loop trains ``--every`` steps after each checkpoint, so that the
+dump runs beside it; "all" is the process's CPU time (every thread) beyond
+that of the same steps without saving (run in turn with the savers), of
+which what the steps cost beyond is the checkpoint's too: a jax loop that donates its state cannot reuse
+buffers a background dump still reads, and pays for fresh memory in the
+step after. CPU times, unlike steps per second, change little when the
+machine is busy.
 
 A run takes ``--steps`` steps and checkpoints before steps 0, ``every``,
 ``2 * every``...: each checkpoint is followed by ``every`` timed steps, which
@@ -249,6 +255,17 @@ def _jax_loop(n, side, batch):
     return state, step
 
 
+def host_views(state):
+    """``state`` with each JAX array replaced by a numpy view of its buffer:
+    a background dump of it copies them as it copies numpy arrays, rather
+    than holding the JAX arrays' buffers until it is written (which keeps a
+    jitted step from reusing them for its results: ``donate_argnums``)."""
+    import jax
+
+    return jax.tree.map(lambda leaf: np.asarray(leaf) if isinstance(leaf, jax.Array) else leaf,
+                        state)
+
+
 @contextlib.contextmanager
 def background_variant(overlap=True, paced=True, cached=False):
     """The background dump's settings for one of the lab's variants, put
@@ -275,6 +292,7 @@ BACKGROUND_VARIANTS = {"background": {}, "unpaced": {"paced": False},
 DEFAULT_SAVERS = {"numpy": "none,background,dump", "torch": "none,background,torch",
                   "jax": "none,background,orbax"}
 SAVER_NAMES = {"none": "none", "background": "cpersist background",
+               "host-copy": "bg host copy",
                "unpaced": "bg unpaced", "copy-first": "bg copy first",
                "cached": "bg page cache",
                "dump": "cpersist dump",
@@ -286,7 +304,8 @@ def loop(args, directory):
     wanted = (args.savers or DEFAULT_SAVERS[args.framework]).split(",")
     unknown = [name for name in wanted if name not in SAVER_NAMES]
     if unknown or ("torch" in wanted and args.framework != "torch") or (
-            "orbax" in wanted and args.framework != "jax"):
+            "orbax" in wanted and args.framework != "jax") or (
+            "host-copy" in wanted and args.framework != "jax"):
         raise SystemExit(f"--savers: {','.join(wanted)} names a saver unknown or not of "
                          f"the {args.framework} loop; choose from {', '.join(SAVER_NAMES)}")
     layer_mb = args.side * args.side * 4 / MB
@@ -305,6 +324,10 @@ def loop(args, directory):
                 with background_variant(**variant):
                     pending.append(cpersist.dump(state, path, compress=args.compress,
                                                  background=True))
+        elif name == "host-copy":
+            def save():
+                pending.append(cpersist.dump(host_views(state), path, compress=args.compress,
+                                             background=True))
         elif name == "dump":
             def save():
                 cpersist.dump(state, path, compress=args.compress)
@@ -433,7 +456,8 @@ def checkpoint_cpu(args, directory):
                                      compress=args.compress, background=True)
         return save
 
-    savers = {"cpersist background": background(False), "bg page cache": background(True)}
+    savers = {"none": lambda: None, "cpersist background": background(False),
+              "bg page cache": background(True)}
     if args.framework == "torch":
         import torch
 
@@ -441,9 +465,14 @@ def checkpoint_cpu(args, directory):
     else:
         savers["cpersist dump"] = lambda: cpersist.dump(
             state, os.path.join(directory, "plain.cp"), compress=args.compress)
+    if args.framework == "jax":
+        savers["bg host copy"] = lambda: cpersist.dump(
+            host_views(state), os.path.join(directory, "host.cp"), compress=args.compress,
+            background=True)
 
     def run(save):
         def measure():
+            total = time.process_time()
             pool, call = pool_cpu(), thread_cpu()
             future = save()
             call = thread_cpu() - call
@@ -453,7 +482,8 @@ def checkpoint_cpu(args, directory):
             if isinstance(future, Future):  # a background dump's
                 future.result()
                 dumped = dump_thread.pop()
-            return call, dumped, pool_cpu() - pool
+            pool = pool_cpu() - pool
+            return call, dumped, pool, time.process_time() - total
         return measure
 
     _dump.write_to = measured_write_to
@@ -464,11 +494,17 @@ def checkpoint_cpu(args, directory):
         _dump.write_to = write_to
     print(f"{args.framework} loop, checkpoint {2 * n * layer_mb:.0f} MB, {args.every} steps "
           f"after each, {args.rounds} rounds; load average {before} -> {load_average()}")
-    print("  CPU seconds per checkpoint, median (min): all; the loop's thread, the dump's "
-          "thread, cpersist's pool")
+    print("  CPU seconds per checkpoint, median (min): all (the process's beyond the loop's "
+          "without saving); the call on the loop's thread, the dump's thread, cpersist's pool, "
+          "the steps after it beyond the loop's without saving")
+    # Against the same round's steps without saving: drift between rounds cancels.
+    results = {name: [run[:3] + (run[3] - none[3] - sum(run[:3]),)
+                      for run, none in zip(runs, results["none"])]
+               for name, runs in results.items() if name != "none"}
     for name, runs in results.items():
         totals = [sum(run) for run in runs]
-        parts = ", ".join(f"{statistics.median(r[i] for r in runs):.2f}" for i in range(3))
+        parts = ", ".join(f"{statistics.median(r[i] for r in runs):+.2f}" if i == 3 else
+                          f"{statistics.median(r[i] for r in runs):.2f}" for i in range(4))
         print(f"  {name:20s} {statistics.median(totals):5.2f} ({min(totals):.2f}); {parts}")
 
 

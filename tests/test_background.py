@@ -222,22 +222,31 @@ def test_jax_arrays_are_written_without_a_copy(tmp_path, gate):
     jax = pytest.importorskip("jax")
     jnp = pytest.importorskip("jax.numpy")
 
-    params = {"w": jnp.arange(12, dtype=jnp.bfloat16).reshape(3, 4), "b": jnp.ones(4)}
+    def expected_w():
+        return jnp.arange(12, dtype=jnp.bfloat16).reshape(3, 4)
+
+    params = {"w": expected_w(), "b": jnp.ones(4)}
     snapshot = take(params)
-    assert snapshot.restore()["w"] is params["w"]  # immutable: kept as it is
-    del snapshot
+    # Immutable: the snapshot views the array's own buffer.
+    (data, placement), = [args for _, args in [snapshot.restore()["w"].__reduce__()]]
+    assert placement is None
+    assert data.__array_interface__["data"][0] == params["w"].unsafe_buffer_pointer()
+    del snapshot, data
     step = jax.jit(lambda w: w + 1, donate_argnums=0)
     future = cpersist.dump({"gate": Gate(gate), **params}, tmp_path / "bg.cp",
                            background=True)
-    # A training step that donates the array: jax must not delete it under the dump.
+    # A training step that donates the array, then one deleting it: neither
+    # may free or reuse its buffer under the dump.
     params["w"] = step(params["w"])
+    params["b"].delete()
+    refill = [jnp.full(4, -7.0) for _ in range(64)]
     _GATES[gate].set()
     future.result()
     loaded = cpersist.load(tmp_path / "bg.cp")
-    assert type(loaded["w"]) is type(params["b"])
+    assert all(type(loaded[k]) is type(refill[0]) for k in ("w", "b"))
     assert loaded["w"].dtype == jnp.bfloat16 and loaded["w"].shape == (3, 4)
-    assert np.asarray(loaded["w"]).tobytes() == np.asarray(
-        jnp.arange(12, dtype=jnp.bfloat16).reshape(3, 4)).tobytes()
+    assert np.asarray(loaded["w"]).tobytes() == np.asarray(expected_w()).tobytes()
+    assert np.asarray(loaded["b"]).tobytes() == np.ones(4, np.float32).tobytes()
 
 
 def _first_and_last(framework):

@@ -24,8 +24,8 @@ from ._fresh import ROOT
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import (bf16_ml_dtypes, bounds, publish, recorded_paths, targets,  # noqa: E402
-                        threads, training_loop)
+from benchmarks import (bf16_ml_dtypes, bounds, jax_checkpoints, publish,  # noqa: E402
+                        recorded_paths, targets, threads, training_loop)
 
 
 def _read(path):
@@ -422,6 +422,18 @@ def test_bf16_script_compares_ml_dtypes_arrays_with_torch_tensors(capsys):
     out = capsys.readouterr().out
     # The same bits take the same path: the files are as large.
     assert "ml_dtypes / torch: ratio 1.0000, dump time" in out
+
+
+def test_jax_checkpoints_script_prints_the_ratios_against_orbax(capsys):
+    for module in ("jax", "flax", "optax", "orbax.checkpoint"):
+        pytest.importorskip(module)
+    jax_checkpoints.main(["--quick", "--rounds", "1"])
+    out = capsys.readouterr().out
+    for state in ("float32", "bfloat16"):
+        assert f"JAX {state} state" in out
+        row = [line for line in out.splitlines() if line.startswith(f"JAX {state}")
+               and "compress=3 load time / orbax restore's" in line]
+        assert len(row) == 1 and float(row[0].split()[-5]) > 0  # ratio, then "a ms / b ms"
 
 
 def test_jax_checkpoint_ratios_are_keyed_at_full_size():

@@ -12,8 +12,10 @@ by value), and each array is set aside instead of being serialized:
 * a CPU ``torch.Tensor`` or ``nn.Parameter`` that cpersist stores as a
   section: its storage copied once, however many tensors view it, so that
   views and tied weights still share memory in the snapshot;
-* a ``jax.Array``: kept as it is, without a copy: JAX arrays are immutable
-  (but may be donated: see :func:`_host_views`).
+* a ``jax.Array`` on the CPU: numpy views of its buffers, without a copy:
+  JAX arrays are immutable, and the views keep the buffers alive even if
+  the caller deletes or donates the array
+  (:class:`~.snapshot_pickler._JaxHostData`).
 
 Anything else (object arrays, masked arrays, other tensors) keeps its own
 pickling, which copies its data into the stream. :meth:`Snapshot.restore`

@@ -164,12 +164,12 @@ class SnapshotPickler(pickle.Pickler):
         self._defer = deferred
         self.deferred = []  # Deferred, in the order met
         self.kept = []
-        self.pins = []  # host views of the JAX arrays kept (see _host_views)
+        self.pins = []  # host views of the JAX arrays (see _JaxHostData)
         self._storages = {}  # torch storage key -> _StorageOf its copy
         # The storages copied, alive while pickling so that no other storage
         # takes the address of one (in its key).
         self._originals = []
-        self._jax_type = None
+        self._jax = None  # a jax_arrays.JaxReducer, once a JAX array is met
 
     def _keep(self, obj):
         self.kept.append(obj)
@@ -199,13 +199,17 @@ class SnapshotPickler(pickle.Pickler):
             if cls is torch.Tensor or cls is torch.nn.Parameter:
                 return self._reduce_tensor(torch, obj)
         if "jax" in sys.modules:
-            if self._jax_type is None:
+            if self._jax is None:
                 from .jax_arrays import JaxReducer
+                from .rebuild import rebuild_jax
 
-                self._jax_type = JaxReducer(None).array_type
-            if cls is self._jax_type:
-                self.pins.append(_host_views(obj))
-                return self._keep(obj)  # immutable: no copy
+                self._jax = JaxReducer(rebuild_jax)
+            if self._jax.is_jax_array(obj, cls) and not obj.is_deleted():
+                reduced = self._jax.reduce(obj)
+                if reduced is not NotImplemented:
+                    data = reduced[1][0]
+                    self.pins.append(data if type(data) is tuple else (data,))
+                    return self._keep(_JaxHostData(reduced))  # immutable: no copy
         return NotImplemented
 
     def _reduce_tensor(self, torch, tensor):
@@ -232,14 +236,23 @@ class SnapshotPickler(pickle.Pickler):
             type(tensor) is torch.nn.Parameter, dict(state) if state else None)
 
 
-def _host_views(array):
-    """numpy views of a JAX array's buffers on the CPU (host copies from
-    another device). While they live, jax does not reuse the buffers: a
-    jitted function given the array in ``donate_argnums`` leaves it as it is
-    (and writes its result elsewhere) instead of deleting it under the dump."""
-    if not array.is_fully_addressable or array.is_deleted():
-        return ()  # the dump reports what it can store of it
-    return tuple(np.asarray(shard.data) for shard in array.addressable_shards)
+class _JaxHostData:
+    """A JAX array as the dump stores it: ``(rebuild_jax, (data,
+    placement))`` (:meth:`.jax_arrays.JaxReducer.reduce`), its data numpy
+    views of the array's CPU buffers, taken at the call, without a copy (JAX
+    arrays are immutable). The views keep the buffers alive and unchanged
+    whatever the caller does with the array after the call: jax frees a
+    buffer on ``Array.delete()`` or reuses it for a jitted function's result
+    (``donate_argnums``) only once no view of it is left, so the dump never
+    reads the array itself, which may be deleted by then."""
+
+    __slots__ = ("_reduced",)
+
+    def __init__(self, reduced):
+        self._reduced = reduced
+
+    def __reduce__(self):
+        return self._reduced
 
 
 class _StorageOf:
