@@ -5,6 +5,7 @@ import gc
 import glob
 import mmap
 import os
+import pathlib
 import signal
 import subprocess
 import textwrap
@@ -417,22 +418,26 @@ def test_a_dump_frees_the_replaced_files_page_cache_first_only_when_all_is_on_di
     if dirty:
         assert not pagecache.drop_clean_cache(path, path.stat().st_size)
         assert _cache_state(path)[0] == cached
-    # Clean: freed by the dump that replaces it, before the rename.
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fdatasync(fd)
-        assert os.pread(fd, len(expected_old), 0) == expected_old  # all cached
-        assert pagecache.cache_state(fd)[:2] == (-(-len(expected_old) // mmap.PAGESIZE), 0)
-        freed = []
-        drop = pagecache.drop_clean_cache
-        monkeypatch.setattr(atomic, "drop_clean_cache",
-                            lambda *args: freed.append(drop(*args)))
-        cpersist.dump(new, path)
-        assert freed == [True]
-        assert pagecache.cache_state(fd)[0] == 0  # the old file's, still held here
-        assert os.pread(fd, len(expected_old) + 1, 0) == expected_old  # whole on disk
-    finally:
-        os.close(fd)
+    # Clean: freed by the dump that replaces it, before the rename, the old
+    # file whole on disk; not while this process has it open or mapped.
+    with open(path, "rb") as file:
+        os.fdatasync(file.fileno())
+        assert file.read() == expected_old  # all cached
+        assert pagecache.cache_state(file.fileno())[:2] == (
+            -(-len(expected_old) // mmap.PAGESIZE), 0)
+        assert not pagecache.drop_clean_cache(path, len(expected_old))
+    mapped = np.memmap(path, mode="r")
+    assert not pagecache.drop_clean_cache(path, len(expected_old))
+    del mapped
+    seen = []
+    drop = pagecache.drop_clean_cache
+
+    def drop_and_look(name, size):
+        seen.append((drop(name, size), _cache_state(name)[0], pathlib.Path(name).read_bytes()))
+
+    monkeypatch.setattr(atomic, "drop_clean_cache", drop_and_look)
+    cpersist.dump(new, path)
+    assert seen == [(True, 0, expected_old)]
     assert path.read_bytes() == expected_new
 
     # Neither a link's target nor a FIFO is opened or freed.

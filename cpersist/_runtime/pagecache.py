@@ -16,7 +16,9 @@ on disk already (clean): the file stays whole on disk, and a reader reads
 it from there. :func:`drop_clean_cache` does that, asking the kernel first
 (``cachestat``, Linux 6.5 and later) whether any page is dirty or being
 written: a dirty page would start a write of the old file that its
-replacement makes useless, so then nothing is given back.
+replacement makes useless, so then nothing is given back. Nor is it where
+this process has the file open or mapped (a dump of arrays loaded lazily
+or mapped from the file it replaces reads them as it writes).
 """
 
 import os
@@ -91,9 +93,10 @@ def drop_clean_cache(path, size):
     least :data:`DROP_MIN` bytes; return whether it did.
 
     A symbolic link is left alone (a rename replaces the link, not the file
-    it names), and so is anything but a regular file. Pages some process
-    has mapped stay (the kernel keeps them). The file's bytes are not
-    touched: only whether they are in memory.
+    it names), and so is anything but a regular file, and a file this
+    process has open or mapped elsewhere. Pages another process has mapped
+    stay (the kernel keeps them). The file's bytes are not touched: only
+    whether they are in memory.
     """
     if not _usable or size < DROP_MIN:
         return False
@@ -102,13 +105,15 @@ def drop_clean_cache(path, size):
     except OSError:  # gone, a link, or not ours to read: nothing to free
         return False
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
             return False
         state = cache_state(fd)
         if state is None:
             return False
         cached, dirty, writing = state
-        if dirty or writing or cached * os.sysconf("SC_PAGE_SIZE") < DROP_MIN:
+        if (dirty or writing or cached * os.sysconf("SC_PAGE_SIZE") < DROP_MIN
+                or _used_here(found, fd)):
             return False
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         return True
@@ -116,3 +121,31 @@ def drop_clean_cache(path, size):
         return False
     finally:
         os.close(fd)
+
+
+def _used_here(found, own):
+    """Whether this process maps the file ``found`` (an ``os.stat`` result)
+    or has it open on a descriptor other than ``own``; True when it cannot
+    tell."""
+    device = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}"
+    inode = str(found.st_ino)
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            for line in maps:
+                fields = line.split(None, 5)
+                if len(fields) > 4 and fields[4] == inode.encode() and \
+                        fields[3] == device.encode():
+                    return True
+        with os.scandir("/proc/self/fd") as entries:
+            for entry in entries:
+                if entry.name == str(own):
+                    continue
+                try:
+                    other = os.stat(entry.path)
+                except OSError:  # closed meanwhile, or not a file
+                    continue
+                if other.st_ino == found.st_ino and other.st_dev == found.st_dev:
+                    return True
+    except OSError:
+        return True
+    return False
