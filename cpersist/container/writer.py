@@ -6,14 +6,14 @@ import os
 from collections import deque
 
 from .files import named_os_error, reservable_fd
-from .._runtime.parallel import IN_FLIGHT_PER_THREAD, ordered_map
+from .._runtime.parallel import COPY_ALONE_BELOW, IN_FLIGHT_PER_THREAD, ordered_map
 from .._runtime.threads import get_pool
-from .raw_runs import RawRuns
 from .stream_in_file import InFileRecords
 from .encode import encode_array_chunk
 from .framing import ALIGNED, DATA, END, record_header
 from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, PIECE_SIZE,
-                     TRAILER, VERBATIM, checksum, chunk_table_text, index_text, piece_fields)
+                     TRAILER, VERBATIM, checksum, chunk_table_text, index_text, piece_fields,
+                     verbatim_checksums)
 
 #: Writes at least this large reserve their blocks first.
 FALLOCATE_MIN = 1 << 16
@@ -21,7 +21,7 @@ FALLOCATE_MIN = 1 << 16
 TINY_CHUNKS_PER_CHUNK = 8
 
 
-class ContainerWriter(InFileRecords, RawRuns):
+class ContainerWriter(InFileRecords):
     """Write a cpersist file sequentially to a binary file object.
 
     Parameters
@@ -234,6 +234,55 @@ class ContainerWriter(InFileRecords, RawRuns):
             raise ValueError(f"a raw section of {size} bytes was given "
                              f"{self._pos - start} bytes")
         return number
+
+    def _add_raw_run(self, offset, chunks, typesize, meta, size, release):
+        table = []
+        pieces = []
+        # Below COPY_ALONE_BELOW, handing checksums to a worker and waiting
+        # for it costs more than computing them here.
+        if self._n_threads <= 1 or size < COPY_ALONE_BELOW:
+            for chunk in chunks:
+                if len(chunk):
+                    # Checksummed just before it is written, the chunk is
+                    # still in the CPU cache when write() copies it.
+                    digest, chunk_pieces = verbatim_checksums(chunk)
+                    self._write(chunk)
+                    if release is not None:
+                        release()
+                    table.append([len(chunk), len(chunk), digest, VERBATIM])
+                    pieces.append(chunk_pieces)
+            return self._add_table(offset, table, None, typesize, meta, pieces=pieces)
+        # A worker checksums each chunk while this thread writes it: it crosses
+        # from memory once, and no write waits for a checksum.
+        pool = get_pool(self._n_threads)
+        pending = deque()
+        most_pending = 2 * self._n_threads
+
+        def done(chunk, future):
+            # A checksum no worker has started by the time the writes are
+            # done is computed here: on a busy machine, waiting for a
+            # worker to be scheduled costs more than the checksum.
+            if future.cancel():
+                digest, chunk_pieces = verbatim_checksums(chunk)
+            else:
+                digest, chunk_pieces = future.result()
+            if release is not None:
+                release()  # written, and checksummed
+            table.append([len(chunk), len(chunk), digest, VERBATIM])
+            pieces.append(chunk_pieces)
+
+        for chunk in chunks:
+            if len(chunk):
+                future = pool.submit(verbatim_checksums, chunk)
+                self._write(chunk)
+                pending.append((chunk, future))
+                while pending and pending[0][1].done():
+                    done(*pending.popleft())
+                if len(pending) > most_pending:  # workers lag: keep few chunks alive
+                    done(*pending.popleft())  # (dask blocks, row batches: a band each)
+        for chunk, future in pending:
+            done(chunk, future)
+        return self._add_table(offset, table, None, typesize, meta, pieces=pieces)
 
     def add_encoded_section(self, encoded, *, codec=None, typesize=1, meta=None):
         """Append a section from chunks already passed through :func:`encode_chunk`:
