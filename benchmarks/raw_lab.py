@@ -4,7 +4,8 @@ and what the load's threads wait for.
 
     python benchmarks/raw_lab.py [--sizes 1e4,1e6,1e7,1e8] [--rounds 15]
                                  [--parts 256,4096] [--ops dump,load] [--dir DIR]
-                                 [--own-faults]
+                                 [--own-faults] [--old-file kept|clean|none]
+                                 [--old-cache-kept] [--settle SECONDS]
 
 For each size (bytes of a float64 array), the contenders run in turn round
 after round (the order reversed every other round), each call's result
@@ -19,6 +20,20 @@ part a raw chunk is read and checksummed in
 library's own). ``--own-faults`` times the load also with each of its two
 threads faulting in the new array's pages it reads into, rather than the
 calling thread faulting in its worker's (:func:`cpersist._runtime.pages.fault_in`).
+``--old-file`` says what each dump replaces: ``kept`` (the default) the
+file the previous round wrote, its pages still dirty in the page cache
+unless the kernel wrote them meanwhile; ``clean`` that file written to disk
+first (untimed), as a file written a minute before is; ``none`` no file
+(removed first, untimed): both sides then write a new file, as np.save
+does to a new path. Each is done once per timed batch, before its first
+call (for sizes of 4 MB and more, before every call). Memory freed a
+moment before is cheap to take again where a virtual machine gives freed
+memory back to its host; ``--settle`` waits that many seconds after it
+(untimed), so that a removed file's pages are given back first, as they
+are when a file is written to a new path in a while.
+``--old-cache-kept`` times the dump also with the replaced file's page
+cache left as it is (:data:`cpersist._runtime.pagecache.DROP_MIN` out of
+reach), to see what freeing it first gives.
 The load average is printed at the end: on a busy machine the wall times
 mean little, the CPU times and the switches more.
 """
@@ -39,6 +54,7 @@ import numpy as np  # noqa: E402
 
 import cpersist  # noqa: E402
 from cpersist.container import sections  # noqa: E402
+from cpersist._runtime import pagecache  # noqa: E402
 from cpersist._runtime.pages import can_fault_in  # noqa: E402
 
 
@@ -49,8 +65,9 @@ def _trim():
         return lambda pad: None
 
 
-def timed(contenders, rounds, calls):
-    """``{name: [(wall, cpu, voluntary switches) per call, one per round]}``."""
+def timed(contenders, rounds, calls, prepare=None):
+    """``{name: [(wall, cpu, voluntary switches) per call, one per round]}``;
+    ``prepare(name)`` is called before each contender's calls, untimed."""
     trim = _trim()
     out = {name: [] for name, _ in contenders}
     gc.freeze()
@@ -58,6 +75,8 @@ def timed(contenders, rounds, calls):
         for number in range(rounds + 1):  # the first round untimed
             order = contenders if number % 2 else contenders[::-1]
             for name, run in order:
+                if prepare is not None:
+                    prepare(name)
                 before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
                 c0, t0 = time.process_time(), time.perf_counter()
                 for _ in range(calls):
@@ -95,6 +114,33 @@ def own_faults(load):
     return run
 
 
+def old_cache_kept(dump):
+    def run():
+        default = pagecache.DROP_MIN
+        pagecache.DROP_MIN = float("inf")
+        try:
+            return dump()
+        finally:
+            pagecache.DROP_MIN = default
+    return run
+
+
+def old_file(path, state, settle):
+    """Leave ``path``'s file as ``state`` says (``kept``, ``clean``, ``none``),
+    then wait ``settle`` seconds."""
+    if state == "none":
+        if os.path.exists(path):
+            os.unlink(path)
+    elif state == "clean" and os.path.exists(path):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+    if settle:
+        time.sleep(settle)
+
+
 def report(size, op, times, peer):
     med = statistics.median
     peer_wall = med(t[0] for t in times[peer])
@@ -113,6 +159,12 @@ def main(argv=None):
     parser.add_argument("--parts", default="", help="KiB per read and checksum call, e.g. 256,4096")
     parser.add_argument("--ops", default="dump,load")
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--old-file", choices=("kept", "clean", "none"), default="kept",
+                        help="what each dump replaces (see above)")
+    parser.add_argument("--settle", type=float, default=0,
+                        help="seconds to wait after --old-file's step, untimed")
+    parser.add_argument("--old-cache-kept", action="store_true",
+                        help="also time the dump keeping the replaced file's page cache")
     parser.add_argument("--own-faults", action="store_true",
                         help="also time the load with each thread faulting in its own pages")
     args = parser.parse_args(argv)
@@ -124,13 +176,25 @@ def main(argv=None):
             npy, cp = os.path.join(directory, "a.npy"), os.path.join(directory, "a.cp")
             np.save(npy, arr)
             cpersist.dump(arr, cp)
+            if "load" in args.ops and args.old_file == "none":
+                parser.error("--old-file none removes the files the loads read")
             if not np.array_equal(cpersist.load(cp), arr):
                 raise AssertionError("the array did not load back as it was dumped")
             calls = max(1, min(100, (4 << 20) // size))
             if "dump" in args.ops:
-                report(size, "dump", timed([("np.save", lambda: np.save(npy, arr)),
-                                            ("cpersist.dump", lambda: cpersist.dump(arr, cp))],
-                                           args.rounds, calls), "np.save")
+                dumps = [("np.save", lambda: np.save(npy, arr)),
+                         ("cpersist.dump", lambda: cpersist.dump(arr, cp))]
+                targets = {"np.save": npy, "cpersist.dump": cp}
+                if args.old_cache_kept:
+                    kept = os.path.join(directory, "kept.cp")
+                    cpersist.dump(arr, kept)
+                    dumps.append(("cpersist.dump old cache kept",
+                                  old_cache_kept(lambda: cpersist.dump(arr, kept))))
+                    targets["cpersist.dump old cache kept"] = kept
+                report(size, "dump", timed(dumps, args.rounds, calls,
+                                           lambda name: old_file(targets[name], args.old_file,
+                                                                 args.settle)),
+                       "np.save")
             if "load" in args.ops:
                 loads = [("np.load", lambda: np.load(npy)),
                          ("cpersist.load", lambda: cpersist.load(cp))]

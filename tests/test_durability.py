@@ -3,7 +3,9 @@ leaked file handles, memmaps that outlive ``load``."""
 
 import gc
 import glob
+import mmap
 import os
+import pathlib
 import signal
 import subprocess
 import textwrap
@@ -14,6 +16,7 @@ import numpy as np
 import pytest
 
 import cpersist
+from cpersist.container import atomic
 
 from ._fresh import run_code, start_python
 
@@ -378,6 +381,74 @@ def test_a_replaced_file_is_deleted_off_the_dumping_thread(tmp_path, monkeypatch
     while _open_fds() != before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert _open_fds() == before
+
+
+def _cache_state(path):
+    from cpersist._runtime.pagecache import cache_state
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return cache_state(fd)
+    finally:
+        os.close(fd)
+
+
+def test_a_dump_frees_the_replaced_files_page_cache_first_only_when_all_is_on_disk(
+        tmp_path, monkeypatch):
+    """A dump replacing a file whose cached pages are all on disk frees them
+    before writing (the new file's pages are then cheap to get): the old
+    file stays whole, the new one has the bytes of a dump to a new path. A
+    file with pages not yet written keeps them, and so does a file behind a
+    symbolic link or a FIFO (nothing opened blocks)."""
+    from cpersist._runtime import pagecache
+
+    old_bytes = np.arange(1 << 19, dtype=np.float64)  # 4 MiB
+    new = {"v": "new", "a": np.arange(1 << 19, dtype=np.float64)[::-1].copy()}
+    path, fresh = tmp_path / "a.cp", tmp_path / "fresh.cp"
+    cpersist.dump(old_bytes, path)
+    if _cache_state(path) is None:
+        pytest.skip("the kernel does not say what is cached (cachestat, Linux 6.5)")
+    monkeypatch.setattr(pagecache, "DROP_MIN", 1 << 20)
+    cpersist.dump(new, fresh)
+    expected_new = fresh.read_bytes()
+
+    # Dirty: written a moment ago and not yet on disk, so kept.
+    expected_old = path.read_bytes()
+    cached, dirty, _ = _cache_state(path)
+    if dirty:
+        assert not pagecache.drop_clean_cache(path, path.stat().st_size)
+        assert _cache_state(path)[0] == cached
+    # Clean: freed by the dump that replaces it, before the rename, the old
+    # file whole on disk; not while this process has it open or mapped.
+    with open(path, "rb") as file:
+        os.fdatasync(file.fileno())
+        assert file.read() == expected_old  # all cached
+        assert pagecache.cache_state(file.fileno())[:2] == (
+            -(-len(expected_old) // mmap.PAGESIZE), 0)
+        assert not pagecache.drop_clean_cache(path, len(expected_old))
+    mapped = np.memmap(path, mode="r")
+    assert not pagecache.drop_clean_cache(path, len(expected_old))
+    del mapped
+    seen = []
+    drop = pagecache.drop_clean_cache
+
+    def drop_and_look(name, size):
+        seen.append((drop(name, size), _cache_state(name)[0], pathlib.Path(name).read_bytes()))
+
+    monkeypatch.setattr(atomic, "drop_clean_cache", drop_and_look)
+    cpersist.dump(new, path)
+    assert seen == [(True, 0, expected_old)]
+    assert path.read_bytes() == expected_new
+
+    # Neither a link's target nor a FIFO is opened or freed.
+    link, fifo = tmp_path / "link.cp", tmp_path / "fifo.cp"
+    os.symlink(fresh, link)
+    os.mkfifo(fifo)
+    fresh.read_bytes()
+    before = _cache_state(fresh)[0]
+    assert not pagecache.drop_clean_cache(link, fresh.stat().st_size)
+    assert not pagecache.drop_clean_cache(fifo, 1 << 30)
+    assert _cache_state(fresh)[0] == before > 0
 
 
 def test_memmap_outlives_load_and_replacement(tmp_path):

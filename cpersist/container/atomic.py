@@ -5,6 +5,7 @@ import errno
 import os
 import stat
 
+from .._runtime.pagecache import drop_clean_cache
 from .._runtime.temporaries import new_temporary, remove_dead_temporaries
 from .._runtime.threads import run_later
 from .direct_io import DirectFile, direct_writes_possible
@@ -42,7 +43,11 @@ class AtomicFile:
     again naming ``path``, once (closing the temporary file would report
     the same error a second time). With ``fsync`` the data and then the
     directory entry are flushed to disk before the block ends, so the new
-    file survives a power loss. With ``direct``, :meth:`file` writes around
+    file survives a power loss. With ``free_old``, the page cache of the
+    file being replaced is freed first where all of it is on disk
+    (:func:`cpersist._runtime.pagecache.drop_clean_cache`): the new file's pages are then
+    cheap to get; for a writer that does not read the old file meanwhile
+    (a dump, not a compaction of the file itself). With ``direct``, :meth:`file` writes around
     the page cache where the file system allows it
     (:class:`.direct_io.DirectFile`): for a large file written beside other
     work, which the writing thread's copy into the page cache would slow.
@@ -56,12 +61,12 @@ class AtomicFile:
     __slots__ = ("name", "names", "_fsync", "_direct", "_mode", "_directory", "_fd", "_tmp",
                  "_held", "_file")
 
-    def __init__(self, path, fsync=False, direct=False):
+    def __init__(self, path, fsync=False, direct=False, free_old=False):
         name = self.name = os.fsdecode(path)
         self.names = [name]
         self._fsync = fsync
         self._direct = direct
-        self._mode = _existing_mode(name)
+        self._mode, old_size = _existing(name)
         directory, base = os.path.split(name)  # directory "": the current one
         self._directory = directory
         remove_dead_temporaries(directory, base)
@@ -74,6 +79,10 @@ class AtomicFile:
         except OSError:
             _check_parent(name)
             raise
+        if free_old and self._mode is not None:
+            # Its pages freed now are cheap to take again for the new file;
+            # those freed by the rename would not be (see _runtime.pagecache).
+            drop_clean_cache(name, old_size)
         self._file = None
         # The temporary file's lock lasts while a descriptor of its open file
         # description is open: this one outlives the write's, up to the rename.
@@ -185,8 +194,9 @@ _HOLD_FLAGS = (os.O_PATH | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
                if hasattr(os, "O_PATH") else None)
 
 
-def _existing_mode(name):
-    """Permission bits of the file at ``name``, None when there is none.
+def _existing(name):
+    """Permission bits and size of the file at ``name``, ``(None, 0)`` when
+    there is none.
 
     Raises
     ------
@@ -195,7 +205,8 @@ def _existing_mode(name):
         anything is written.
     """
     try:
-        mode = os.stat(name).st_mode
+        found = os.stat(name)
+        mode, size = found.st_mode, found.st_size
     except OSError:  # none there, or not one we may look at: a new file's mode
         mode = None
     if mode is not None and stat.S_ISDIR(mode):
@@ -206,7 +217,7 @@ def _existing_mode(name):
         raise IsADirectoryError(
             errno.EISDIR, "names a directory (it ends with a separator); give the path of a "
             "file to write", name)
-    return None if mode is None else stat.S_IMODE(mode)
+    return (None, 0) if mode is None else (stat.S_IMODE(mode), size)
 
 
 def _check_parent(name):

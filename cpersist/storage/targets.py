@@ -46,5 +46,5 @@ def open_dump_target(told):
     if told.remote:  # told before is_path: a URL is a string
         return remote_target(target, told.storage_options, told.timeout)
     if is_path(target):
-        return AtomicFile(target, told.fsync, told.direct)
+        return AtomicFile(target, told.fsync, told.direct, free_old=True)
     return FileTarget(target)
