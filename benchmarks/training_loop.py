@@ -16,10 +16,7 @@ copies all of them before the dump starts
 than leave to the dump what it can write in about the time a copy takes
 (``cpersist.pickling.copy_pace.CALL_BUDGET = 0``); with ``--cached``, "bg
 page cache" writes its file through the page cache as a plain dump does,
-rather than around it (``cpersist.pickling.background.DIRECT_FROM``); with
-``--paced``, "bg paced" is written around the page cache but its call paces
-its copies as through it (``cpersist.pickling.background.PACE_DIRECT_DUMPS``,
-which "background dump" leaves off: its call copies at once). Every
+rather than around it (``cpersist.pickling.background.DIRECT_FROM``). Every
 dump replaces the file it wrote the round before (the first, untimed round
 writes them), as a loop saving its checkpoint does. Beside each
 ratio of medians and of minimums, the median of the ratios of each round's
@@ -34,8 +31,8 @@ forward pass, gradient (batch ``--batch``) and momentum update per layer,
 checkpointing it every ``--every`` steps with each of ``--savers``: not at
 all (``none``), ``cpersist.dump(background=True)`` (``background``), the same
 with its call copying all it can (``unpaced``), with its copies made
-before it writes (``copy-first``), with its file written through the page
-cache (``cached``) or its call paced though it writes around it (``paced``), a plain
+before it writes (``copy-first``) or with its file written through the page
+cache (``cached``), a plain
 ``cpersist.dump`` (``dump``), ``torch.save`` (``torch``, torch loop) or
 orbax's ``StandardCheckpointer`` without waiting (``orbax``, jax loop,
 ``force=True`` to one directory). By default: none, background, and the
@@ -167,8 +164,6 @@ def calls(args, directory):
         contenders["bg unpaced"] = in_background("bg unpaced", paced=False)
     if args.cached:
         contenders["bg page cache"] = in_background("bg page cache", cached=True)
-    if args.paced:
-        contenders["bg paced"] = in_background("bg paced", pace_direct=True)
     call_times = {name: [] for name in contenders if name.startswith("b")}
     before = load_average()
     results = in_turn({name: timed(work) for name, work in contenders.items()}, args.rounds)
@@ -256,16 +251,13 @@ def _jax_loop(n, side, batch):
 
 
 @contextlib.contextmanager
-def background_variant(overlap=True, paced=True, cached=False, pace_direct=False):
+def background_variant(overlap=True, paced=True, cached=False):
     """The background dump's settings for one of the lab's variants, put
     back after the block: ``overlap=False``, the call copies every array
     before the dump writes; ``paced=False``, it copies as fast as it can;
-    ``cached``, the file goes through the page cache; ``pace_direct``, the
-    call of a dump written around it paces its copies as through it."""
-    saved = (_background.OVERLAP_COPIES, _copy_pace.CALL_BUDGET, _background.DIRECT_FROM,
-             _background.PACE_DIRECT_DUMPS)
+    ``cached``, the file goes through the page cache."""
+    saved = _background.OVERLAP_COPIES, _copy_pace.CALL_BUDGET, _background.DIRECT_FROM
     _background.OVERLAP_COPIES = overlap
-    _background.PACE_DIRECT_DUMPS = pace_direct
     if not paced:
         _copy_pace.CALL_BUDGET = 0
     if cached:
@@ -273,21 +265,19 @@ def background_variant(overlap=True, paced=True, cached=False, pace_direct=False
     try:
         yield
     finally:
-        (_background.OVERLAP_COPIES, _copy_pace.CALL_BUDGET, _background.DIRECT_FROM,
-         _background.PACE_DIRECT_DUMPS) = saved
+        _background.OVERLAP_COPIES, _copy_pace.CALL_BUDGET, _background.DIRECT_FROM = saved
 
 
 #: The loop's savers that are background dumps, and their settings
 #: (:func:`background_variant`).
 BACKGROUND_VARIANTS = {"background": {}, "unpaced": {"paced": False},
-                       "cached": {"cached": True}, "copy-first": {"overlap": False},
-                       "paced": {"pace_direct": True}}
+                       "cached": {"cached": True}, "copy-first": {"overlap": False}}
 #: Savers each framework's loop runs unless told (see ``--savers``).
 DEFAULT_SAVERS = {"numpy": "none,background,dump", "torch": "none,background,torch",
                   "jax": "none,background,orbax"}
 SAVER_NAMES = {"none": "none", "background": "cpersist background",
                "unpaced": "bg unpaced", "copy-first": "bg copy first",
-               "cached": "bg page cache", "paced": "bg paced",
+               "cached": "bg page cache",
                "dump": "cpersist dump",
                "torch": "torch.save", "orbax": "orbax async"}
 
@@ -514,9 +504,6 @@ def main(argv=None):
                         help="calls: also time background dumps whose call copies all it can")
     parser.add_argument("--cached", action="store_true",
                         help="calls: also time background dumps written through the page cache")
-    parser.add_argument("--paced", action="store_true",
-                        help="calls: also time background dumps written around the page cache "
-                             "whose call paces its copies")
     parser.add_argument("--savers", help="loop: comma-separated, of " + ", ".join(SAVER_NAMES)
                         + " (default: none, background and the framework's own)")
     args = parser.parse_args(argv)

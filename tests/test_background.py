@@ -181,14 +181,11 @@ def test_a_file_system_refusing_direct_writes_gets_them_through_the_page_cache(
 
 
 @pytest.mark.skipif(not direct_io.direct_writes_possible(), reason="no O_DIRECT on this platform")
-@pytest.mark.parametrize("paced", [False, True])
-def test_the_call_returns_while_the_disk_still_writes(tmp_path, monkeypatch, paced):
+def test_the_call_returns_while_the_disk_still_writes(tmp_path, monkeypatch):
     import fcntl
 
     # The dump lends no original to a direct write waiting for the disk:
     # the call copies the rest and returns while no buffer is written yet.
-    # Unpaced (as a direct dump's call is), it copies at once, whatever a
-    # copy's speed: a paced call at one byte a second would wait for the dump.
     disk = threading.Event()
     pwrite = os.pwrite
 
@@ -202,9 +199,8 @@ def test_the_call_returns_while_the_disk_still_writes(tmp_path, monkeypatch, pac
     monkeypatch.setattr(os, "pwrite", slow_disk)
     obj = {key: np.random.default_rng(i).standard_normal(DEFER_FROM // 8)
            for i, key in enumerate("abcd")}
-    # Paced, the call gives the dump about half a second to write from the originals.
-    monkeypatch.setattr(background, "PACE_DIRECT_DUMPS", paced)
-    monkeypatch.setattr(copy_pace, "_copy_speed", 2 * 4 * DEFER_FROM if paced else 1.0)
+    # The call gives the dump about half a second to write from the originals.
+    monkeypatch.setattr(copy_pace, "_copy_speed", 2 * 4 * DEFER_FROM)
     monkeypatch.setattr(copy_pace, "_just_measured", True)
     expected = {key: value.copy() for key, value in obj.items()}
     called = []

@@ -30,13 +30,6 @@ DIRECT_FROM = 64 << 20
 #: maintainers' lab (benchmarks/training_loop.py) compares both ways.
 OVERLAP_COPIES = True
 
-#: Whether the call of a dump written around the page cache paces its
-#: copies (:mod:`.copy_pace`) as the others do. Such a dump takes the
-#: originals only as fast as the disk writes them, several times slower
-#: than a copy: each second the call waited for it would save a fraction of
-#: a second of copying. So it copies at once, and the two meet sooner.
-PACE_DIRECT_DUMPS = False
-
 _slots = threading.BoundedSemaphore(MAX_PENDING)
 _buffers = None  # a snapshot.Buffers, made by the first dump
 _lock = threading.Lock()
@@ -127,7 +120,7 @@ def start(obj, write, target, codec, protocol, chunk_size, n_threads, deferred=T
     threading.Thread(target=run, name=f"cpersist dump of {name}", daemon=True).start()
     # Copied while the dump writes the arrays before from the originals: the
     # call returns once the two meet and the dump has let go of them.
-    snapshot.copy(paced=PACE_DIRECT_DUMPS or not target.writes_directly)
+    snapshot.copy()
     return future
 
 

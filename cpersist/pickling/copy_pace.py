@@ -9,8 +9,7 @@ page cache), the call copies next to nothing, and the dump ends about when a
 plain dump would: a copy costs as much memory bandwidth as a write, and a
 core that the dump and the caller's other threads need. Where the dump is
 slower (compressing, a slow disk), the call copies what the dump will not
-have written by then. The call of a dump written around the page cache
-copies at once (see ``background.PACE_DIRECT_DUMPS``).
+have written by then.
 """
 
 import time
@@ -61,28 +60,24 @@ class CopyPace:
     machine was busy does not hold the calls back for good.
     """
 
-    __slots__ = ("_size", "_started", "_deadline", "_run_start", "_run_bytes", "_paced")
+    __slots__ = ("_size", "_started", "_deadline", "_run_start", "_run_bytes")
 
     def __init__(self, size):
         self._size = size
         self._started = self._deadline = None
         self._run_start = None  # of the copies made one after another
         self._run_bytes = 0
-        self._paced = True
 
-    def start(self, paced=True):
-        """The call starts copying; without ``paced``, as fast as it can
-        (it never waits: :meth:`may_wait` is 0)."""
+    def start(self):
+        """The call starts copying."""
         global _just_measured
         self._started = time.perf_counter()
-        self._paced = paced
         if _just_measured:
             _just_measured = False
             self._set_deadline()
 
     def _set_deadline(self):
-        if self._paced:
-            self._deadline = self._started + CALL_BUDGET * self._size / _copy_speed
+        self._deadline = self._started + CALL_BUDGET * self._size / _copy_speed
 
     def may_wait(self, left):
         """Seconds the call may still wait for the dump before it copies

@@ -109,16 +109,15 @@ class Snapshot:
         #: Bytes the dump has read from originals rather than from copies.
         self.from_originals = 0
 
-    def copy(self, paced=True):
+    def copy(self):
         """Make the deferred copies, from the last back to what the dump has
         taken from the originals, then wait until the dump no longer reads
         any original (on the thread that took the snapshot, before it
-        returns to its caller); ``paced``: see :mod:`.copy_pace`. If it
-        stops early, the dump raises :class:`IncompleteSnapshot` on the
-        first chunk it cannot have."""
+        returns to its caller). If it stops early, the dump raises
+        :class:`IncompleteSnapshot` on the first chunk it cannot have."""
         state = self._state
         complete = False
-        self._pace.start(paced)
+        self._pace.start()
         # Those the dump cannot read from the original first: it waits for them.
         ordered = ([item for item in reversed(self._deferred) if item.original is None]
                    + [item for item in reversed(self._deferred) if item.original is not None])

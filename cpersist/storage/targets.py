@@ -12,7 +12,6 @@ background dump's own.
 """
 
 from ..container.atomic import AtomicFile
-from ..container.direct_io import direct_writes_possible
 from ..container.files import display_name, is_path
 from ..container.targets import FileTarget
 from .fsspec.write import remote_target
@@ -33,13 +32,6 @@ class DumpTarget:
         self.storage_options = storage_options
         self.timeout = timeout
         self.direct = False
-
-    @property
-    def writes_directly(self):
-        """Whether the file is written around the page cache where the
-        file system allows (``direct``, a path, a platform with ``O_DIRECT``)."""
-        return (self.direct and not self.remote and is_path(self.target)
-                and direct_writes_possible())
 
     @property
     def name(self):
