@@ -746,6 +746,39 @@ def test_a_snapshot_reuses_the_memory_of_the_last_one_nothing_references():
     assert again["dropped"].tobytes() == np.full(2000, 5.0).tobytes()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore of anonymous memory")
+def test_memory_kept_for_the_next_snapshot_has_its_pages_backed():
+    from cpersist._runtime.pages import fault_in
+    from cpersist.pickling.snapshot_pickler import Buffers
+
+    if not fault_in(memoryview(bytearray(2 * mmap.PAGESIZE))):
+        pytest.skip("this kernel cannot fault pages in ahead (before Linux 5.14)")
+    buffers = Buffers()
+    # Taken, and given back untouched (as the part of a deferred copy the
+    # dump read from the original): none of its pages is backed yet.
+    pages = (48 << 20) // mmap.PAGESIZE  # memory of its own (mmap), not the heap's
+    memory = buffers.take(pages * mmap.PAGESIZE)
+    assert _resident_pages(memory) < pages // 2
+    address = memory.ctypes.data
+    del memory
+    buffers.give_back(buffers.taken())  # nothing else references it
+    again = buffers.take(pages * mmap.PAGESIZE)
+    assert again.ctypes.data == address
+    assert _resident_pages(again) >= pages - 1  # all its whole pages
+
+
+def _resident_pages(array):
+    """How many pages holding ``array``'s memory are backed (mincore)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    start = array.ctypes.data // mmap.PAGESIZE * mmap.PAGESIZE
+    size = array.ctypes.data + array.nbytes - start
+    vector = ctypes.create_string_buffer(-(-size // mmap.PAGESIZE))
+    if libc.mincore(start, size, vector) != 0:
+        raise OSError(ctypes.get_errno(), "mincore failed")
+    return sum(byte & 1 for byte in vector.raw)
+
+
 def test_a_background_dump_leaves_its_snapshot_memory_to_the_next(tmp_path):
     from cpersist.pickling import background
 
