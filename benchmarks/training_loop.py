@@ -43,7 +43,7 @@ framework's own (torch.save, orbax async; a plain dump for numpy).
 ``cpu``: the CPU seconds each checkpoint of the same loop costs (median and
 minimum over ``--rounds``), all threads together and by thread: the call or
 the save on the loop's thread, a background dump on its own, its checksums
-on cpersist's pool; for ``cpersist.dump(background=True)``, the same
+on cpersist's pool, its direct writes on the thread writing them; for ``cpersist.dump(background=True)``, the same
 written through the page cache, and torch.save (torch loop) or a plain
 dump (and, jax loop, ``host-copy``). The loop trains ``--every`` steps after each checkpoint, so that the
 dump runs beside it; "all" is the process's CPU time (every thread) beyond
@@ -90,6 +90,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import cpersist  # noqa: E402
+from cpersist.container import direct_io as _direct_io  # noqa: E402
 from cpersist.pickling import background as _background  # noqa: E402
 from cpersist.pickling import copy_pace as _copy_pace  # noqa: E402
 
@@ -411,7 +412,8 @@ def loop(args, directory):
 def checkpoint_cpu(args, directory):
     """CPU seconds each checkpoint costs the process while its loop trains
     on: the call's (or the save's) on the loop's thread, a background
-    dump's on its own thread, its checksums on cpersist's pool. Each saver
+    dump's on its own thread, its checksums on cpersist's pool, its direct
+    writes on the thread writing them (see direct_io.DirectFile). Each saver
     saves, the loop takes ``--every`` steps, and the dump is waited for;
     the savers in turn, each replacing its own file, ``--rounds`` rounds
     after an untimed one."""
@@ -439,15 +441,24 @@ def checkpoint_cpu(args, directory):
         finally:
             dump_thread.append(thread_cpu() - start)
 
+    writer_ids = []  # the native id of the thread writing direct files' buffers
+    write_queued = _direct_io._write_queued
+
+    def recorded_write_queued(queue):  # started by the first direct dump
+        writer_ids.append(threading.get_native_id())
+        return write_queued(queue)
+
+    def task_cpu(native_id):
+        with open(f"/proc/self/task/{native_id}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def pool_cpu():
-        ticks = os.sysconf("SC_CLK_TCK")
-        total = 0.0
-        for thread in threading.enumerate():
-            if thread.name.startswith("cpersist_"):
-                with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / ticks
-        return total
+        return sum(task_cpu(thread.native_id) for thread in threading.enumerate()
+                   if thread.name.startswith("cpersist_"))
+
+    def writer_cpu():
+        return task_cpu(writer_ids[0]) if writer_ids else 0.0
 
     def background(cached):
         def save():
@@ -473,7 +484,7 @@ def checkpoint_cpu(args, directory):
     def run(save):
         def measure():
             total = time.process_time()
-            pool, call = pool_cpu(), thread_cpu()
+            pool, writes, call = pool_cpu(), writer_cpu(), thread_cpu()
             future = save()
             call = thread_cpu() - call
             for _ in range(args.every):
@@ -482,29 +493,32 @@ def checkpoint_cpu(args, directory):
             if isinstance(future, Future):  # a background dump's
                 future.result()
                 dumped = dump_thread.pop()
-            pool = pool_cpu() - pool
-            return call, dumped, pool, time.process_time() - total
+            return (call, dumped, pool_cpu() - pool, writer_cpu() - writes,
+                    time.process_time() - total)
         return measure
 
     _dump.write_to = measured_write_to
+    _direct_io._write_queued = recorded_write_queued
     before = load_average()
     try:
         results = in_turn({name: run(save) for name, save in savers.items()}, args.rounds)
     finally:
         _dump.write_to = write_to
+        _direct_io._write_queued = write_queued
     print(f"{args.framework} loop, checkpoint {2 * n * layer_mb:.0f} MB, {args.every} steps "
           f"after each, {args.rounds} rounds; load average {before} -> {load_average()}")
     print("  CPU seconds per checkpoint, median (min): all (the process's beyond the loop's "
           "without saving); the call on the loop's thread, the dump's thread, cpersist's pool, "
-          "the steps after it beyond the loop's without saving")
+          "the thread writing direct files' buffers, the steps after it beyond the loop's "
+          "without saving")
     # Against the same round's steps without saving: drift between rounds cancels.
-    results = {name: [run[:3] + (run[3] - none[3] - sum(run[:3]),)
+    results = {name: [run[:4] + (run[4] - none[4] - sum(run[:4]),)
                       for run, none in zip(runs, results["none"])]
                for name, runs in results.items() if name != "none"}
     for name, runs in results.items():
         totals = [sum(run) for run in runs]
-        parts = ", ".join(f"{statistics.median(r[i] for r in runs):+.2f}" if i == 3 else
-                          f"{statistics.median(r[i] for r in runs):.2f}" for i in range(4))
+        parts = ", ".join(f"{statistics.median(r[i] for r in runs):+.2f}" if i == 4 else
+                          f"{statistics.median(r[i] for r in runs):.2f}" for i in range(5))
         print(f"  {name:20s} {statistics.median(totals):5.2f} ({min(totals):.2f}); {parts}")
 
 

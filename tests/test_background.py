@@ -139,6 +139,85 @@ def test_a_direct_file_holds_what_it_is_given_across_its_buffers(tmp_path, monke
         file.write(b"x")
 
 
+@pytest.mark.skipif(not direct_io.direct_writes_possible(), reason="no O_DIRECT on this platform")
+@pytest.mark.parametrize("refused_by", ["write", "fcntl"])
+def test_a_file_system_refusing_direct_writes_gets_them_through_the_page_cache(
+        tmp_path, monkeypatch, refused_by):
+    import fcntl
+
+    # As a file system without direct writes refuses them: EINVAL from a
+    # write while the descriptor has O_DIRECT, or from setting the flag.
+    refusals = []
+    pwrite, set_flags = os.pwrite, fcntl.fcntl
+
+    def refusing_pwrite(fd, data, offset):
+        if set_flags(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            refusals.append(offset)
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return pwrite(fd, data, offset)
+
+    def refusing_fcntl(fd, command, arg=0):
+        if command == fcntl.F_SETFL and arg & os.O_DIRECT:
+            refusals.append(fd)
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return set_flags(fd, command, arg)
+
+    # Files of many buffers, several of them written at once.
+    monkeypatch.setattr(direct_io, "BUFFER_SIZE", 16 * direct_io.BLOCK)
+    monkeypatch.setattr(background, "DIRECT_FROM", 0)
+    obj = {**_numpy_object(), "large": np.random.default_rng(6).standard_normal(3 << 17)}
+    cpersist.dump(obj, tmp_path / "plain.cp")
+    if refused_by == "write":
+        monkeypatch.setattr(os, "pwrite", refusing_pwrite)
+    else:
+        monkeypatch.setattr(fcntl, "fcntl", refusing_fcntl)
+    for name in ("bg.cp", "again.cp"):  # the second with the first's buffers
+        cpersist.dump(obj, tmp_path / name, background=True).result()
+        assert refusals
+        refusals.clear()
+        assert (tmp_path / name).read_bytes() == (tmp_path / "plain.cp").read_bytes()
+    assert_same(obj, cpersist.load(tmp_path / "bg.cp"))
+    assert sorted(os.listdir(tmp_path)) == ["again.cp", "bg.cp", "plain.cp"]
+
+
+@pytest.mark.skipif(not direct_io.direct_writes_possible(), reason="no O_DIRECT on this platform")
+def test_the_call_returns_while_the_disk_still_writes(tmp_path, monkeypatch):
+    import fcntl
+
+    # The dump lends no original to a direct write waiting for the disk:
+    # the call copies the rest and returns while no buffer is written yet.
+    disk = threading.Event()
+    pwrite = os.pwrite
+
+    def slow_disk(fd, data, offset):
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            assert disk.wait(60), "the test did not let the disk write"
+        return pwrite(fd, data, offset)
+
+    monkeypatch.setattr(direct_io, "BUFFER_SIZE", 16 * direct_io.BLOCK)
+    monkeypatch.setattr(background, "DIRECT_FROM", 0)
+    monkeypatch.setattr(os, "pwrite", slow_disk)
+    obj = {key: np.random.default_rng(i).standard_normal(DEFER_FROM // 8)
+           for i, key in enumerate("abcd")}
+    # The call gives the dump about half a second to write from the originals.
+    monkeypatch.setattr(copy_pace, "_copy_speed", 2 * 4 * DEFER_FROM)
+    monkeypatch.setattr(copy_pace, "_just_measured", True)
+    expected = {key: value.copy() for key, value in obj.items()}
+    called = []
+    call = threading.Thread(target=lambda: called.append(cpersist.dump(
+        obj, tmp_path / "bg.cp", chunk_size=8 * direct_io.BLOCK, background=True)))
+    call.start()
+    call.join(30)
+    returned = not call.is_alive()
+    disk.set()
+    call.join()
+    assert returned, "the call waited for the disk"
+    for value in obj.values():
+        value[...] = -1
+    called[0].result()
+    assert_same(expected, cpersist.load(tmp_path / "bg.cp"))
+
+
 def _direct_writes_allowed(folder):
     """Whether files in ``folder`` take writes with ``O_DIRECT`` (tmpfs
     before Linux 6.6 does not)."""
@@ -674,6 +753,39 @@ def test_a_snapshot_reuses_the_memory_of_the_last_one_nothing_references():
     assert held.tobytes() == np.arange(1000.0).tobytes()
     assert again["kept"].tobytes() == np.zeros(1000).tobytes()
     assert again["dropped"].tobytes() == np.full(2000, 5.0).tobytes()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore of anonymous memory")
+def test_memory_kept_for_the_next_snapshot_has_its_pages_backed():
+    from cpersist._runtime.pages import fault_in
+    from cpersist.pickling.snapshot_pickler import Buffers
+
+    if not fault_in(memoryview(bytearray(2 * mmap.PAGESIZE))):
+        pytest.skip("this kernel cannot fault pages in ahead (before Linux 5.14)")
+    buffers = Buffers()
+    # Taken, and given back untouched (as the part of a deferred copy the
+    # dump read from the original): none of its pages is backed yet.
+    pages = (48 << 20) // mmap.PAGESIZE  # memory of its own (mmap), not the heap's
+    memory = buffers.take(pages * mmap.PAGESIZE)
+    assert _resident_pages(memory) < pages // 2
+    address = memory.ctypes.data
+    del memory
+    buffers.give_back(buffers.taken())  # nothing else references it
+    again = buffers.take(pages * mmap.PAGESIZE)
+    assert again.ctypes.data == address
+    assert _resident_pages(again) >= pages - 1  # all its whole pages
+
+
+def _resident_pages(array):
+    """How many pages holding ``array``'s memory are backed (mincore)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    start = array.ctypes.data // mmap.PAGESIZE * mmap.PAGESIZE
+    size = array.ctypes.data + array.nbytes - start
+    vector = ctypes.create_string_buffer(-(-size // mmap.PAGESIZE))
+    if libc.mincore(start, size, vector) != 0:
+        raise OSError(ctypes.get_errno(), "mincore failed")
+    return sum(byte & 1 for byte in vector.raw)
 
 
 def test_a_background_dump_leaves_its_snapshot_memory_to_the_next(tmp_path):

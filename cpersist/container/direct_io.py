@@ -11,14 +11,17 @@ whose freed memory goes back to its host, several times a memory copy);
 beside a training loop, they take a core and memory bandwidth from it,
 and the dirty pages and the later write-back add to the machine's.
 
-:class:`DirectFile` takes what the writer hands it into a page-aligned
-buffer of its own, reused from file to file, and writes it each time it is
-full straight from it to the disk: one copy, into memory that stays the
-same, and no page cache. The file's bytes are those a buffered write gives.
-Where the file system refuses direct writes (tmpfs, some network file
-systems), it writes through the page cache, as a plain file does.
+:class:`DirectFile` takes what the writer hands it into page-aligned
+buffers of its own, reused from file to file, and hands each full one to a
+thread that writes it straight to the disk while the writer fills the
+next: one copy, into memory that stays the same, no page cache, and the
+writer waits for the disk only when every buffer is waiting for it. The
+file's bytes are those a buffered write gives. Where the file system
+refuses direct writes (tmpfs, some network file systems), it writes
+through the page cache, as a plain file does.
 """
 
+import _thread
 import errno
 import mmap
 import os
@@ -26,17 +29,21 @@ import threading
 
 from .._runtime.fork import renew_after_fork
 
-#: Bytes of one direct write (and of the buffer, kept for the next file):
+#: Bytes of one direct write (and of each buffer, kept for the next file):
 #: each write waits for the disk, and the writing thread then for a core,
 #: which on a busy machine takes longer than the write; fewer, larger
 #: writes wait less in all.
 BUFFER_SIZE = 32 << 20
+#: Buffers per file: one is filled while the others are written, so that
+#: the writer copies on while the disk writes.
+BUFFERS = 2
 #: Alignment of direct writes' offsets, lengths and memory: the largest
 #: logical block size of common disks.
 BLOCK = 4096
 
 _free_buffers = []  # page-aligned buffers (mmap), reused by the next file
 _buffers_lock = threading.Lock()
+_queue = None  # of the writes for the writing thread, made with it
 
 
 def direct_writes_possible():
@@ -46,27 +53,34 @@ def direct_writes_possible():
 
 class DirectFile:
     """A write-only binary file object on the descriptor ``fd`` of a new,
-    empty regular file, which it writes from its start: whole blocks of
-    :data:`BUFFER_SIZE` bytes with ``O_DIRECT``, the shorter end through
-    the page cache.
+    empty regular file, which it writes from its start: whole buffers of
+    :data:`BUFFER_SIZE` bytes with ``O_DIRECT`` on a thread of their own,
+    the shorter end through the page cache.
 
     ``fd`` is not closed by :meth:`close`: its owner closes it. Its flags
     get ``O_DIRECT`` for the writes and lose it before :meth:`flush` writes
     the end; after :meth:`flush` the file holds all that was written, as
     after a buffered file's. Where the file system refuses direct writes
-    (``EINVAL``), the blocks go through the page cache, as a plain file's.
+    (``EINVAL``), the buffers go through the page cache, as a plain file's.
+    An error of a buffer's write is raised by the next :meth:`write`,
+    :meth:`wait_for_room` or :meth:`flush`.
     """
 
     def __init__(self, fd):
         self._fd = fd
-        self._pos = 0  # bytes taken (written to the file or in the buffer)
-        self._written = 0  # bytes written to the file: a multiple of BLOCK but at the end
+        self._pos = 0  # bytes taken (written to the file or in a buffer)
+        self._sent = 0  # bytes handed to the writing thread or written
         self._direct = _set_direct(fd, True)
-        self._buffer = _take_buffer()
+        self._buffers = [_take_buffer() for _ in range(BUFFERS)]
         # Copied into by numpy, which lets go of the GIL while it copies: the
         # caller's other threads (a training loop's) run on meanwhile.
-        self._array = _as_array(self._buffer)
-        self._filled = 0  # bytes of the buffer taken, not written yet
+        self._arrays = [_as_array(buffer) for buffer in self._buffers]
+        self._done = threading.Condition()
+        # Under _done: which buffers the writing thread holds, its first error.
+        self._writing = [False] * BUFFERS
+        self._error = None
+        self._current = 0  # the buffer being filled, or None (all were full)
+        self._filled = 0  # bytes of it taken, not sent yet
         self.closed = False
 
     def writable(self):
@@ -83,23 +97,86 @@ class DirectFile:
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         total = view.nbytes
-        array, source, done, size = self._array, _as_array(view), 0, len(self._buffer)
+        source, done = _as_array(view), 0
         while done < total:
-            n = min(size - self._filled, total - done)
-            array[self._filled:self._filled + n] = source[done:done + n]
+            if self._current is None:
+                self._take_free()
+            n = min(BUFFER_SIZE - self._filled, total - done)
+            self._arrays[self._current][self._filled:self._filled + n] = source[done:done + n]
             self._filled += n
             done += n
-            if self._filled == size:
-                self._write_buffer(size)
+            if self._filled == BUFFER_SIZE:
+                self._send()
         self._pos += total
         return total
 
-    def _write_buffer(self, n):
-        """Write the buffer's first ``n`` bytes, a multiple of :data:`BLOCK`
-        (directly if the file system allows), and keep the rest."""
-        view = memoryview(self._buffer)[:n]
+    def wait_for_room(self, nbytes, wait=True):
+        """Whether :meth:`write` takes ``nbytes`` now without waiting for the
+        disk; with ``wait``, wait until it would (or until nothing is being
+        written), and return True. A writer lent memory it must give back
+        soon gives it back first, then waits here."""
+        with self._done:
+            while True:
+                self._raise_error()
+                free = BUFFER_SIZE - self._filled if self._current is not None else 0
+                free += BUFFER_SIZE * sum(not writing for number, writing in
+                                          enumerate(self._writing) if number != self._current)
+                if free >= nbytes or not any(self._writing):
+                    return True
+                if not wait:
+                    return False
+                self._done.wait()
+
+    def _take_free(self):
+        """Fill a buffer the writing thread does not hold, once it has one."""
+        with self._done:
+            while True:
+                self._raise_error()
+                for number, writing in enumerate(self._writing):
+                    if not writing:
+                        self._current, self._filled = number, 0
+                        return
+                self._done.wait()
+
+    def _send(self):
+        """Hand the full buffer to the writing thread."""
+        global _queue
+        number, offset = self._current, self._sent
+        with self._done:
+            self._writing[number] = True
+        self._current, self._filled = None, 0
+        self._sent += BUFFER_SIZE
+        with _buffers_lock:
+            if _queue is None:
+                from _queue import SimpleQueue
+
+                _queue = SimpleQueue()
+                _thread.start_new_thread(_write_queued, (_queue,))
+            _queue.put((self, number, offset))
+
+    def _written(self, number, error):
+        """On the writing thread: buffer ``number`` is written or failed."""
+        with self._done:
+            self._writing[number] = False
+            if error is not None and self._error is None:
+                self._error = error
+            self._done.notify_all()
+
+    def _raise_error(self):
+        if self._error is not None:
+            raise self._error
+
+    def _wait_written(self):
+        """Wait until the writing thread holds none of the buffers."""
+        with self._done:
+            while any(self._writing):
+                self._done.wait()
+
+    def _write_blocks(self, view, offset):
+        """Write ``view`` (aligned, or the end of the file) at ``offset``:
+        directly if the file system allows, else through the page cache."""
         try:
-            _write_at(self._fd, view, self._written)
+            _write_at(self._fd, view, offset)
         except OSError as exc:
             if exc.errno != errno.EINVAL or not self._direct:
                 raise
@@ -107,52 +184,66 @@ class DirectFile:
             # system takes no direct write), written again at its place
             # through the page cache.
             self._direct = _set_direct(self._fd, False)
-            _write_at(self._fd, view, self._written)
-        finally:
-            view.release()
-        self._written += n
-        rest = self._filled - n
-        if rest:  # less than a block: moved to the front
-            self._array[:rest] = self._array[n:self._filled]
-        self._filled = rest
+            _write_at(self._fd, view, offset)
 
     def flush(self):
         """Write all that was taken: the whole blocks directly, then the
         rest through the page cache."""
-        if self.closed or not self._filled:
+        if self.closed:
             return
-        whole = self._filled - self._filled % BLOCK
-        if whole:
-            self._write_buffer(whole)
-        if self._filled:
-            if self._direct:
-                self._direct = _set_direct(self._fd, False)
-            view = memoryview(self._buffer)[:self._filled]
-            try:
-                _write_at(self._fd, view, self._written)
-            finally:
-                view.release()
-            self._written += self._filled
-            self._filled = 0
+        self._wait_written()
+        self._raise_error()
+        if self._current is None or not self._filled:
+            return
+        view = memoryview(self._buffers[self._current])[:self._filled]
+        try:
+            whole = self._filled - self._filled % BLOCK
+            if whole:
+                self._write_blocks(view[:whole], self._sent)
+            if whole < self._filled:
+                if self._direct:
+                    self._direct = _set_direct(self._fd, False)
+                _write_at(self._fd, view[whole:], self._sent + whole)
+        finally:
+            view.release()
+        self._sent += self._filled
+        self._filled = 0
 
     def close(self):
-        """Flush, and give the buffer back for the next file."""
+        """Flush, and give the buffers back for the next file."""
         if self.closed:
             return
         try:
             self.flush()
         finally:
             self.closed = True
+            self._wait_written()  # after a failed write, the others' too
             if self._direct:
                 self._direct = _set_direct(self._fd, False)
-            buffer, self._buffer, self._array = self._buffer, None, None
+            buffers, self._buffers, self._arrays = self._buffers, None, None
             with _buffers_lock:
-                _free_buffers.append(buffer)
+                _free_buffers.extend(buffers)
+
+
+def _write_queued(queue):
+    """The writing thread: writes each buffer handed to it, in turn."""
+    while True:
+        file, number, offset = queue.get()
+        error = None
+        view = memoryview(file._buffers[number])
+        try:
+            file._write_blocks(view, offset)
+        except BaseException as exc:  # noqa: BLE001 - raised on the file's next call
+            error = exc
+        finally:
+            view.release()
+            file._written(number, error)
+        del file
 
 
 def _take_buffer():
-    """A page-aligned buffer of :data:`BUFFER_SIZE` bytes: the last file's if
-    there is one (memory freed and allocated again would cost page faults
+    """A page-aligned buffer of :data:`BUFFER_SIZE` bytes: an earlier file's
+    if there is one (memory freed and allocated again would cost page faults
     again, as the page cache's does)."""
     with _buffers_lock:
         while _free_buffers:
@@ -188,5 +279,6 @@ def _write_at(fd, view, offset):
         view, offset = view[n:], offset + n
 
 
-# A child forked while another thread held the lock would wait for it forever.
-renew_after_fork(globals(), _buffers_lock=threading.Lock)
+# A child forked while another thread held the lock would wait for it
+# forever; it has no writing thread.
+renew_after_fork(globals(), _buffers_lock=threading.Lock, _queue=lambda: None)

@@ -238,6 +238,8 @@ class ContainerWriter(InFileRecords):
     def _add_raw_run(self, offset, chunks, typesize, meta, size, release):
         table = []
         pieces = []
+        # Lent chunks are given back before a DirectFile waits for the disk.
+        room = release and getattr(self._file, "wait_for_room", None)
         # Below COPY_ALONE_BELOW, handing checksums to a worker and waiting
         # for it costs more than computing them here.
         if self._n_threads <= 1 or size < COPY_ALONE_BELOW:
@@ -251,6 +253,8 @@ class ContainerWriter(InFileRecords):
                         release()
                     table.append([len(chunk), len(chunk), digest, VERBATIM])
                     pieces.append(chunk_pieces)
+                    if room:
+                        room(len(chunk))
             return self._add_table(offset, table, None, typesize, meta, pieces=pieces)
         # A worker checksums each chunk while this thread writes it: it crosses
         # from memory once, and no write waits for a checksum.
@@ -259,9 +263,8 @@ class ContainerWriter(InFileRecords):
         most_pending = 2 * self._n_threads
 
         def done(chunk, future):
-            # A checksum no worker has started by the time the writes are
-            # done is computed here: on a busy machine, waiting for a
-            # worker to be scheduled costs more than the checksum.
+            # A checksum no worker has started yet is computed here: on a busy
+            # machine, waiting for a worker to be scheduled costs more.
             if future.cancel():
                 digest, chunk_pieces = verbatim_checksums(chunk)
             else:
@@ -280,6 +283,10 @@ class ContainerWriter(InFileRecords):
                     done(*pending.popleft())
                 if len(pending) > most_pending:  # workers lag: keep few chunks alive
                     done(*pending.popleft())  # (dask blocks, row batches: a band each)
+                if room and not room(len(chunk), wait=False):
+                    while pending:
+                        done(*pending.popleft())
+                    room(len(chunk))
         for chunk, future in pending:
             done(chunk, future)
         return self._add_table(offset, table, None, typesize, meta, pieces=pieces)
@@ -312,11 +319,9 @@ class ContainerWriter(InFileRecords):
                    records=False):
         self._sections.append({
             "offset": offset,
-            # Format 1.1: the chunk table is JSON text inside the index, parsed
-            # only when the section's chunks are read, and the totals let a
-            # reader check the section's extent without it. Opening a file
-            # then costs the same whatever its size, however many chunks its
-            # arrays have.
+            # The chunk table is JSON text parsed only when the section's chunks
+            # are read, the totals let a reader check its extent without it:
+            # opening a file costs the same however many chunks its arrays have.
             "raw_size": raw_size,
             "stored_size": stored_size,
             "codec": None if codec is None else codec.get_config(),
@@ -324,9 +329,7 @@ class ContainerWriter(InFileRecords):
             "chunks": table_text,
             "meta": meta or {},
         })
-        if records:
-            # Format 2: each chunk is a record of its own, so chunk i + 1
-            # starts a record header after the end of chunk i.
+        if records:  # each chunk a record: chunk i + 1's header follows chunk i
             self._sections[-1]["layout"] = "records"
         return len(self._sections) - 1
 
@@ -385,8 +388,7 @@ class ContainerWriter(InFileRecords):
 
 class _PendingSection:
     """A compressed section whose chunks are being encoded on the pool."""
-    __slots__ = ("number", "count", "written", "submitted", "first", "table", "pieces",
-                 "release")
+    __slots__ = ("number", "count", "written", "submitted", "first", "table", "pieces", "release")
 
     def __init__(self, number, release=None):
         self.number = number

@@ -10,6 +10,7 @@ import threading
 
 import numpy as np
 
+from .._runtime.pages import fault_in
 from .arrays import byte_view, is_plain_data
 
 
@@ -75,11 +76,20 @@ class Buffers:
 
     def give_back(self, buffers):
         """Keep ``buffers`` for the next snapshot, except any still referenced
-        (by an object of the dump that outlived it)."""
+        (by an object of the dump that outlived it), their pages backed now.
+
+        A deferred snapshot's call copies only part of each large buffer
+        (the dump reads the rest from the originals), and which part varies:
+        a page no call has copied into yet would cost the next one a page
+        fault, on the caller's thread, that zeroes it first (on a virtual
+        machine, several times the copy). Faulted in here, on the dump's
+        thread, each page is so once (pages already backed cost nothing).
+        """
         spare = {}
         for buffer in buffers:
             # References: the list, the loop variable and getrefcount's argument.
             if sys.getrefcount(buffer) <= 3:
+                fault_in(memoryview(buffer))
                 spare.setdefault(buffer.nbytes, []).append(buffer)
         with self._lock:
             self._spare = spare
