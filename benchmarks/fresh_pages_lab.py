@@ -56,6 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import cpersist  # noqa: E402
+from benchmarks.timing import remove_scratch  # noqa: E402
 from cpersist.container.direct_io import DirectFile  # noqa: E402
 
 STEP = 4 << 20
@@ -245,10 +246,7 @@ def main(argv=None):
                 f"{label} {min(c) * 1e3:7.0f} / {med(c) * 1e3:7.0f} ms ({med(c) / b:4.2f})"
                 for label, c, b in zip(("wall", "cpu", "sys"), cols, base)), flush=True)
     finally:
-        for name in os.listdir(directory):
-            os.unlink(os.path.join(directory, name))
-        os.rmdir(directory)
-    print("load average", " ".join(f"{x:.2f}" for x in os.getloadavg()))
+        remove_scratch(directory)
 
 
 if __name__ == "__main__":

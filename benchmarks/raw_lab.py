@@ -53,6 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import cpersist  # noqa: E402
+from benchmarks.timing import remove_scratch  # noqa: E402
 from cpersist.container import sections  # noqa: E402
 from cpersist._runtime import pagecache  # noqa: E402
 from cpersist._runtime.pages import can_fault_in  # noqa: E402
@@ -205,10 +206,7 @@ def main(argv=None):
                     loads.append(("cpersist.load own faults", own_faults(lambda: cpersist.load(cp))))
                 report(size, "load", timed(loads, args.rounds, calls), "np.load")
     finally:
-        for name in os.listdir(directory):
-            os.unlink(os.path.join(directory, name))
-        os.rmdir(directory)
-    print("load average", " ".join(f"{x:.2f}" for x in os.getloadavg()))
+        remove_scratch(directory)
 
 
 if __name__ == "__main__":

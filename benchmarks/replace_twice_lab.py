@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import cpersist  # noqa: E402
+from benchmarks.timing import remove_scratch  # noqa: E402
 
 
 def timed(call):
@@ -62,10 +63,7 @@ def main(argv=None):
             print(f"{name:26} wall {min(wall) * 1e3:7.0f} / {med(wall) * 1e3:7.0f} ms"
                   f"  cpu {min(cpu) * 1e3:7.0f} / {med(cpu) * 1e3:7.0f} ms (min / median)")
     finally:
-        for name in os.listdir(directory):
-            os.unlink(os.path.join(directory, name))
-        os.rmdir(directory)
-    print("load average", " ".join(f"{x:.2f}" for x in os.getloadavg()))
+        remove_scratch(directory)
 
 
 if __name__ == "__main__":
