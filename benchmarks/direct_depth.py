@@ -1,0 +1,109 @@
+"""Whether the disk takes ``O_DIRECT`` writes faster with more of them in
+flight: a new file of ``size`` bytes written in ``O_DIRECT`` pwrites of
+``--write`` bytes each, by 1, 2 or 3 threads at once (each thread takes
+the next offset, so up to that many writes are in flight), and with
+larger writes on one thread. This is what
+:class:`cpersist.container.direct_io.DirectFile` does with its buffers.
+
+    python benchmarks/direct_depth.py [--size 1e9] [--rounds 5] [--dir DIR]
+                                      [--ways d1,d2,d3,w64,w128]
+
+The ways: ``dN`` is N threads writing ``--write`` bytes (32 MiB) each at
+a time; ``wN`` one thread writing N MiB at a time. The ways run in turn
+in each round, their order reversed every other round (the machine's
+other work changes over a run). Printed per way: wall time of the file
+(open to close, no fsync, as a dump's), min and median, and GB/s of the
+median.
+"""
+
+import argparse
+import mmap
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.timing import remove_scratch  # noqa: E402
+
+
+def write_file(path, size, write, threads, buffers):
+    """Write ``size`` bytes (a multiple of ``write``) to a new ``path`` with
+    ``threads`` threads, each pwriting ``write`` bytes at the next offset."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+    next_offset = [0]
+    lock = threading.Lock()
+
+    def run(buffer):
+        view = memoryview(buffer)[:write]
+        while True:
+            with lock:
+                offset = next_offset[0]
+                if offset >= size:
+                    return
+                next_offset[0] = offset + write
+            done = 0
+            while done < write:
+                done += os.pwrite(fd, view[done:], offset + done)
+
+    try:
+        workers = [threading.Thread(target=run, args=(buffers[i],)) for i in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    finally:
+        os.close(fd)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=float, default=1e9)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--write", type=int, default=32, help="MiB per write of dN")
+    parser.add_argument("--ways", default="d1,d2,d3,w64,w128")
+    parser.add_argument("--dir", default=None)
+    args = parser.parse_args()
+    ways = []
+    for name in args.ways.split(","):
+        if name.startswith("d"):
+            ways.append((name, args.write << 20, int(name[1:])))
+        elif name.startswith("w"):
+            ways.append((name, int(name[1:]) << 20, 1))
+        else:
+            parser.error(f"unknown way {name!r}")
+    largest = max(write for _, write, _ in ways)
+    size = int(args.size) // largest * largest  # whole writes for every way
+    buffers = []
+    for _ in range(max(threads for _, _, threads in ways)):
+        buffer = mmap.mmap(-1, largest)
+        buffer[:] = os.urandom(1 << 20) * (largest >> 20)
+        buffers.append(buffer)
+    directory = tempfile.mkdtemp(prefix="cpersist-direct-depth-", dir=args.dir)
+    times = {name: [] for name, _, _ in ways}
+    try:
+        for round_number in range(args.rounds):
+            order = ways if round_number % 2 == 0 else ways[::-1]
+            line = []
+            for name, write, threads in order:
+                path = os.path.join(directory, name)
+                t0 = time.perf_counter()
+                write_file(path, size, write, threads, buffers)
+                elapsed = time.perf_counter() - t0
+                os.unlink(path)
+                times[name].append(elapsed)
+                line.append(f"{name} {elapsed:.3f}")
+            print(f"round {round_number}: " + ", ".join(line), flush=True)
+    finally:
+        remove_scratch(directory)
+    print(f"{size / 1e9:.2f} GB per file; wall s: min, median; GB/s of median")
+    for name, _, _ in ways:
+        median = statistics.median(times[name])
+        print(f"{name:6s} {min(times[name]):.3f} {median:.3f}  {size / median / 1e9:.2f} GB/s")
+
+
+if __name__ == "__main__":
+    main()
