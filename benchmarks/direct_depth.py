@@ -2,14 +2,17 @@
 flight: a new file of ``size`` bytes written in ``O_DIRECT`` pwrites of
 ``--write`` bytes each, by 1, 2 or 3 threads at once (each thread takes
 the next offset, so up to that many writes are in flight), and with
-larger writes on one thread. This is what
-:class:`cpersist.container.direct_io.DirectFile` does with its buffers.
+larger writes on one thread; and a background dump of as many bytes of
+arrays with each number of buffers of
+:class:`cpersist.container.direct_io.DirectFile` (one writing thread).
 
     python benchmarks/direct_depth.py [--size 1e9] [--rounds 5] [--dir DIR]
-                                      [--ways d1,d2,d3,w64,w128]
+                                      [--ways d1,d2,d3,w64,w128,b2,b3]
 
 The ways: ``dN`` is N threads writing ``--write`` bytes (32 MiB) each at
-a time; ``wN`` one thread writing N MiB at a time. The ways run in turn
+a time; ``wN`` one thread writing N MiB at a time; ``bN``
+``cpersist.dump(..., background=True).result()`` of 16 float64 arrays
+with N buffers per file. The ways run in turn
 in each round, their order reversed every other round (the machine's
 other work changes over a run). Printed per way: wall time of the file
 (open to close, no fsync, as a dump's), min and median, and GB/s of the
@@ -28,6 +31,17 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.timing import remove_scratch  # noqa: E402
+from cpersist.container import direct_io  # noqa: E402
+
+
+
+def background_dump(path, obj, buffers):
+    """A background dump of ``obj`` to ``path`` through direct files of
+    ``buffers`` buffers, to its end."""
+    import cpersist
+
+    direct_io.BUFFERS = buffers
+    cpersist.dump(obj, path, background=True).result()
 
 
 def write_file(path, size, write, threads, buffers):
@@ -73,12 +87,20 @@ def main():
             ways.append((name, args.write << 20, int(name[1:])))
         elif name.startswith("w"):
             ways.append((name, int(name[1:]) << 20, 1))
+        elif name.startswith("b"):
+            ways.append((name, None, int(name[1:])))
         else:
             parser.error(f"unknown way {name!r}")
-    largest = max(write for _, write, _ in ways)
+    largest = max([write for _, write, _ in ways if write] + [args.write << 20])
     size = int(args.size) // largest * largest  # whole writes for every way
+    obj = None
+    if any(write is None for _, write, _ in ways):
+        import numpy as np
+
+        obj = {f"a{i}": np.random.default_rng(i).standard_normal(size // 16 // 8)
+               for i in range(16)}
     buffers = []
-    for _ in range(max(threads for _, _, threads in ways)):
+    for _ in range(max([count for _, write, count in ways if write] + [1])):
         buffer = mmap.mmap(-1, largest)
         buffer[:] = os.urandom(1 << 20) * (largest >> 20)
         buffers.append(buffer)
@@ -88,10 +110,13 @@ def main():
         for round_number in range(args.rounds):
             order = ways if round_number % 2 == 0 else ways[::-1]
             line = []
-            for name, write, threads in order:
+            for name, write, count in order:
                 path = os.path.join(directory, name)
                 t0 = time.perf_counter()
-                write_file(path, size, write, threads, buffers)
+                if write is None:
+                    background_dump(path, obj, count)
+                else:
+                    write_file(path, size, write, count, buffers)
                 elapsed = time.perf_counter() - t0
                 os.unlink(path)
                 times[name].append(elapsed)

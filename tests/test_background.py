@@ -140,40 +140,6 @@ def test_a_direct_file_holds_what_it_is_given_across_its_buffers(tmp_path, monke
 
 
 @pytest.mark.skipif(not direct_io.direct_writes_possible(), reason="no O_DIRECT on this platform")
-def test_direct_writes_in_flight_together_finishing_out_of_order_give_the_files_bytes(
-        tmp_path, monkeypatch):
-    # The first buffer's write waits until the second's is done: it can end
-    # only if both are in flight at once, and then ends last.
-    second_written = threading.Event()
-    pwrite = os.pwrite
-    size = 3 * direct_io.BLOCK
-
-    def second_first(fd, data, offset):
-        if offset == 0:
-            assert second_written.wait(30), "the second write was not in flight"
-        elif offset == size:
-            try:
-                return pwrite(fd, data, offset)
-            finally:
-                second_written.set()
-        return pwrite(fd, data, offset)
-
-    monkeypatch.setattr(direct_io, "BUFFER_SIZE", size)
-    monkeypatch.setattr(os, "pwrite", second_first)
-    data = np.random.default_rng(7).integers(0, 256, 5 * size + 7, np.uint8).tobytes()
-    path = tmp_path / "direct.bin"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        file = direct_io.DirectFile(fd)
-        file.write(data)
-        file.close()
-    finally:
-        os.close(fd)
-    assert second_written.is_set()
-    assert path.read_bytes() == data
-
-
-@pytest.mark.skipif(not direct_io.direct_writes_possible(), reason="no O_DIRECT on this platform")
 @pytest.mark.parametrize("refused_by", ["write", "fcntl"])
 def test_a_file_system_refusing_direct_writes_gets_them_through_the_page_cache(
         tmp_path, monkeypatch, refused_by):

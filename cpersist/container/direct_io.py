@@ -14,10 +14,8 @@ and the dirty pages and the later write-back add to the machine's.
 :class:`DirectFile` takes what the writer hands it into page-aligned
 buffers of its own, reused from file to file, and hands each full one to a
 thread that writes it straight to the disk while the writer fills the
-next; two such threads keep two writes in flight, which a virtual disk
-takes faster than one at a time. One copy, into memory that stays the
-same, no page cache, and the writer waits for the disk only when every
-buffer is waiting for it. The
+next: one copy, into memory that stays the same, no page cache, and the
+writer waits for the disk only when every buffer is waiting for it. The
 file's bytes are those a buffered write gives. Where the file system
 refuses direct writes (tmpfs, some network file systems), it writes
 through the page cache, as a plain file does.
@@ -36,18 +34,18 @@ from .._runtime.fork import renew_after_fork
 #: which on a busy machine takes longer than the write; fewer, larger
 #: writes wait less in all.
 BUFFER_SIZE = 32 << 20
-#: Buffers per file: one is filled while the others are written, so that
-#: the writer copies on while the disk writes.
+#: Buffers per file: one is filled while the others are written or wait
+#: for the writing thread, so that the writer copies on while the disk
+#: writes; with two, a write slower than a buffer's copy (the disk's pace
+#: varies) holds the writer up at once.
 BUFFERS = 3
-#: Threads writing buffers (shared by all files): writes in flight at once.
-WRITERS = 2
 #: Alignment of direct writes' offsets, lengths and memory: the largest
 #: logical block size of common disks.
 BLOCK = 4096
 
 _free_buffers = []  # page-aligned buffers (mmap), reused by the next file
 _buffers_lock = threading.Lock()
-_queue = None  # of the writes for the writing threads, made with them
+_queue = None  # of the writes for the writing thread, made with it
 
 
 def direct_writes_possible():
@@ -58,9 +56,8 @@ def direct_writes_possible():
 class DirectFile:
     """A write-only binary file object on the descriptor ``fd`` of a new,
     empty regular file, which it writes from its start: whole buffers of
-    :data:`BUFFER_SIZE` bytes with ``O_DIRECT`` on threads of their own
-    (up to :data:`WRITERS` at once, finishing in any order), the shorter
-    end through the page cache.
+    :data:`BUFFER_SIZE` bytes with ``O_DIRECT`` on a thread of their own,
+    the shorter end through the page cache.
 
     ``fd`` is not closed by :meth:`close`: its owner closes it. Its flags
     get ``O_DIRECT`` for the writes and lose it before :meth:`flush` writes
@@ -81,7 +78,7 @@ class DirectFile:
         # caller's other threads (a training loop's) run on meanwhile.
         self._arrays = [_as_array(buffer) for buffer in self._buffers]
         self._done = threading.Condition()
-        # Under _done: which buffers the writing threads hold, their first error.
+        # Under _done: which buffers the writing thread holds, its first error.
         self._writing = [False] * BUFFERS
         self._error = None
         self._current = 0  # the buffer being filled, or None (all were full)
@@ -133,7 +130,7 @@ class DirectFile:
                 self._done.wait()
 
     def _take_free(self):
-        """Fill a buffer no writing thread holds, once there is one."""
+        """Fill a buffer the writing thread does not hold, once it has one."""
         with self._done:
             while True:
                 self._raise_error()
@@ -144,7 +141,7 @@ class DirectFile:
                 self._done.wait()
 
     def _send(self):
-        """Hand the full buffer to the writing threads."""
+        """Hand the full buffer to the writing thread."""
         global _queue
         number, offset = self._current, self._sent
         with self._done:
@@ -156,12 +153,11 @@ class DirectFile:
                 from _queue import SimpleQueue
 
                 _queue = SimpleQueue()
-                for _ in range(WRITERS):
-                    _thread.start_new_thread(_write_queued, (_queue,))
+                _thread.start_new_thread(_write_queued, (_queue,))
             _queue.put((self, number, offset))
 
     def _written(self, number, error):
-        """On a writing thread: buffer ``number`` is written or failed."""
+        """On the writing thread: buffer ``number`` is written or failed."""
         with self._done:
             self._writing[number] = False
             if error is not None and self._error is None:
@@ -173,7 +169,7 @@ class DirectFile:
             raise self._error
 
     def _wait_written(self):
-        """Wait until no writing thread holds any of the buffers."""
+        """Wait until the writing thread holds none of the buffers."""
         with self._done:
             while any(self._writing):
                 self._done.wait()
@@ -181,13 +177,10 @@ class DirectFile:
     def _write_blocks(self, view, offset):
         """Write ``view`` (aligned, or the end of the file) at ``offset``:
         directly if the file system allows, else through the page cache."""
-        # Read before the write: another thread's refused write may have
-        # cleared O_DIRECT since this one was refused.
-        direct = self._direct
         try:
             _write_at(self._fd, view, offset)
         except OSError as exc:
-            if exc.errno != errno.EINVAL or not direct:
+            if exc.errno != errno.EINVAL or not self._direct:
                 raise
             # Refused (its memory, offset and length are aligned: the file
             # system takes no direct write), written again at its place
@@ -235,7 +228,7 @@ class DirectFile:
 
 
 def _write_queued(queue):
-    """A writing thread: writes each buffer it takes from ``queue``, in turn."""
+    """The writing thread: writes each buffer handed to it, in turn."""
     while True:
         file, number, offset = queue.get()
         error = None
@@ -289,5 +282,5 @@ def _write_at(fd, view, offset):
 
 
 # A child forked while another thread held the lock would wait for it
-# forever; it has no writing threads.
+# forever; it has no writing thread.
 renew_after_fork(globals(), _buffers_lock=threading.Lock, _queue=lambda: None)
