@@ -442,11 +442,12 @@ def checkpoint_cpu(args, directory):
             dump_thread.append(thread_cpu() - start)
 
     writer_ids = []  # the native id of the thread writing direct files' buffers
-    write_queued = _direct_io._write_queued
+    write_buffer = _direct_io._write_buffer
 
-    def recorded_write_queued(queue):  # started by the first direct dump
-        writer_ids.append(threading.get_native_id())
-        return write_queued(queue)
+    def recorded_write_buffer(*given):  # on that thread
+        if not writer_ids:
+            writer_ids.append(threading.get_native_id())
+        return write_buffer(*given)
 
     def task_cpu(native_id):
         with open(f"/proc/self/task/{native_id}/stat") as stat:
@@ -498,19 +499,19 @@ def checkpoint_cpu(args, directory):
         return measure
 
     _dump.write_to = measured_write_to
-    _direct_io._write_queued = recorded_write_queued
+    _direct_io._write_buffer = recorded_write_buffer
     before = load_average()
     try:
         results = in_turn({name: run(save) for name, save in savers.items()}, args.rounds)
     finally:
         _dump.write_to = write_to
-        _direct_io._write_queued = write_queued
+        _direct_io._write_buffer = write_buffer
     print(f"{args.framework} loop, checkpoint {2 * n * layer_mb:.0f} MB, {args.every} steps "
           f"after each, {args.rounds} rounds; load average {before} -> {load_average()}")
     print("  CPU seconds per checkpoint, median (min): all (the process's beyond the loop's "
           "without saving); the call on the loop's thread, the dump's thread, cpersist's pool, "
-          "the thread writing direct files' buffers, the steps after it beyond the loop's "
-          "without saving")
+          "the thread writing direct files' buffers (and deleting replaced files), the steps "
+          "after it beyond the loop's without saving")
     # Against the same round's steps without saving: drift between rounds cancels.
     results = {name: [run[:4] + (run[4] - none[4] - sum(run[:4]),)
                       for run, none in zip(runs, results["none"])]

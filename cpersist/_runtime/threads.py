@@ -31,10 +31,11 @@ def get_pool(n_threads):
 
 
 def run_later(func, *args):
-    """Run ``func(*args)`` on a thread of its own, not waited for: work
-    whose end nothing waits on and whose errors nobody reads (closing a
-    descriptor that keeps a replaced file from being deleted), never queued
-    behind a pool's.
+    """Run ``func(*args)`` on a thread of its own, not waited for, after
+    the work handed to it before: work never queued behind a pool's, whose
+    end and errors the caller learns of only through what ``func`` records
+    (closing a descriptor that keeps a replaced file from being deleted,
+    writing a buffer of a file written around the page cache).
 
     The thread is started without waiting for it to run, as
     ``threading.Thread.start`` does: that wait hands the GIL to the new

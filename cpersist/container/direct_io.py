@@ -21,13 +21,13 @@ refuses direct writes (tmpfs, some network file systems), it writes
 through the page cache, as a plain file does.
 """
 
-import _thread
 import errno
 import mmap
 import os
 import threading
 
 from .._runtime.fork import renew_after_fork
+from .._runtime.threads import run_later
 
 #: Bytes of one direct write (and of each buffer, kept for the next file):
 #: each write waits for the disk, and the writing thread then for a core,
@@ -45,7 +45,6 @@ BLOCK = 4096
 
 _free_buffers = []  # page-aligned buffers (mmap), reused by the next file
 _buffers_lock = threading.Lock()
-_queue = None  # of the writes for the writing thread, made with it
 
 
 def direct_writes_possible():
@@ -141,20 +140,15 @@ class DirectFile:
                 self._done.wait()
 
     def _send(self):
-        """Hand the full buffer to the writing thread."""
-        global _queue
+        """Hand the full buffer to the writing thread (that of
+        :func:`~cpersist._runtime.threads.run_later`, which runs its work in
+        turn: the file's writes stay in order)."""
         number, offset = self._current, self._sent
         with self._done:
             self._writing[number] = True
         self._current, self._filled = None, 0
         self._sent += BUFFER_SIZE
-        with _buffers_lock:
-            if _queue is None:
-                from _queue import SimpleQueue
-
-                _queue = SimpleQueue()
-                _thread.start_new_thread(_write_queued, (_queue,))
-            _queue.put((self, number, offset))
+        run_later(_write_buffer, self, number, offset)
 
     def _written(self, number, error):
         """On the writing thread: buffer ``number`` is written or failed."""
@@ -227,20 +221,18 @@ class DirectFile:
                 _free_buffers.extend(buffers)
 
 
-def _write_queued(queue):
-    """The writing thread: writes each buffer handed to it, in turn."""
-    while True:
-        file, number, offset = queue.get()
-        error = None
-        view = memoryview(file._buffers[number])
-        try:
-            file._write_blocks(view, offset)
-        except BaseException as exc:  # noqa: BLE001 - raised on the file's next call
-            error = exc
-        finally:
-            view.release()
-            file._written(number, error)
-        del file
+def _write_buffer(file, number, offset):
+    """On the writing thread: write ``file``'s buffer ``number`` at
+    ``offset``, and tell the file it is written, or what failed."""
+    error = None
+    view = memoryview(file._buffers[number])
+    try:
+        file._write_blocks(view, offset)
+    except BaseException as exc:  # noqa: BLE001 - raised on the file's next call
+        error = exc
+    finally:
+        view.release()
+        file._written(number, error)
 
 
 def _take_buffer():
@@ -281,6 +273,5 @@ def _write_at(fd, view, offset):
         view, offset = view[n:], offset + n
 
 
-# A child forked while another thread held the lock would wait for it
-# forever; it has no writing thread.
-renew_after_fork(globals(), _buffers_lock=threading.Lock, _queue=lambda: None)
+# A child forked while another thread held the lock would wait for it forever.
+renew_after_fork(globals(), _buffers_lock=threading.Lock)
