@@ -32,9 +32,9 @@ IN_FLIGHT_PER_THREAD = 2
 #: it take longer than copying them.
 COPY_ALONE_BELOW = 4 << 20
 #: Items the calling thread of :func:`run_claimed` prepares for its worker
-#: beyond each it claims itself. Measured on raw chunks of 4 MiB: faulting
-#: in a chunk's pages took 0.47 ms, the worker's read into them 0.62, the
-#: caller's read of its own into new pages 0.75; with four, the two threads
+#: beyond each it claims itself. Faulting in a raw chunk's pages takes
+#: somewhat less time than the worker's read into them, and the caller's
+#: read of its own into new pages somewhat more: with four, the two threads
 #: finish together.
 PREPARE_AHEAD = 4
 

@@ -62,7 +62,7 @@ def _sized(opcodes, length_bytes):
     ``length_bytes`` bytes, below 256, then that many bytes. A regular
     expression cannot read a length, so each is spelt out, an alternative
     per value (sre skips one whose first byte differs without entering it;
-    each costs the compilation about 10 us)."""
+    the cost is the pattern's compilation, once per process)."""
     zeros = b"\x00" * (length_bytes - 1)
     first = re.escape(opcodes) if len(opcodes) == 1 else b"[" + re.escape(opcodes) + b"]"
     return first + b"(?:" + b"|".join(
