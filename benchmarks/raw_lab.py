@@ -56,7 +56,6 @@ import cpersist  # noqa: E402
 from benchmarks.timing import remove_scratch  # noqa: E402
 from cpersist.container import sections  # noqa: E402
 from cpersist._runtime import pagecache  # noqa: E402
-from cpersist._runtime.pages import can_fault_in  # noqa: E402
 
 
 def _trim():
@@ -94,36 +93,28 @@ def timed(contenders, rounds, calls, prepare=None):
     return out
 
 
-def with_part(part, load):
+def patched(module, name, value, func):
+    """``func`` run with ``module.name`` set to ``value`` meanwhile."""
     def run():
-        default = sections.READ_PART
-        sections.READ_PART = part
+        default = getattr(module, name)
+        setattr(module, name, value)
         try:
-            return load()
+            return func()
         finally:
-            sections.READ_PART = default
+            setattr(module, name, default)
     return run
+
+
+def with_part(part, load):
+    return patched(sections, "READ_PART", part, load)
 
 
 def own_faults(load):
-    def run():
-        sections.can_fault_in = lambda: False
-        try:
-            return load()
-        finally:
-            sections.can_fault_in = can_fault_in
-    return run
+    return patched(sections, "can_fault_in", lambda: False, load)
 
 
 def old_cache_kept(dump):
-    def run():
-        default = pagecache.DROP_MIN
-        pagecache.DROP_MIN = float("inf")
-        try:
-            return dump()
-        finally:
-            pagecache.DROP_MIN = default
-    return run
+    return patched(pagecache, "DROP_MIN", float("inf"), dump)
 
 
 def old_file(path, state, settle):
