@@ -11,7 +11,7 @@ from ._args import (check_chunk_size, check_compress, check_limits, check_mmap_m
                     check_trusted)
 from .container.files import is_path
 from .storage.fsspec.urls import is_remote
-from .storage.small_files import compact_file_stream
+from .storage.small_files import compact_file_stream, open_local
 from .exceptions import CorruptFileError
 from .pickling.dump import dump_to
 
@@ -262,23 +262,34 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
     n_threads = check_n_threads(n_threads)
     limits = check_limits(limits)
     check_storage_options(storage_options, source)
-    # Told once: a small file at a local path takes the quick path below,
-    # and only a local path is read again as a file of several records.
+    # Told once: a local path is opened here, once for the whole load; a
+    # small file there takes the quick path below, and only a local path is
+    # read again as a file of several records.
     local_path = is_path(source) and not is_remote(source)
-    if local_path and not restricted and not jax_as_numpy and mmap_mode != "r+":
-        # An object without arrays (a compact dump): read in one call and
-        # unpickled, without the container reader; anything else, damage
-        # included, goes the general way, which says what is wrong.
-        stream = compact_file_stream(source)
-        if stream is not None:
-            try:
-                return pickle.loads(stream)
-            except (pickle.UnpicklingError, EOFError) as exc:
-                raise CorruptFileError(
-                    f"{os.fsdecode(source)}: damaged pickle stream ({exc})") from None
-    open_source, load_source, foreign_file_error, GrowingFileFound = _reading_side()
+    local = open_local(source, writable=mmap_mode == "r+") if local_path else None
+    stream = None
     try:
-        with open_source(source, mmap_mode, storage_options=storage_options) as opened:
+        if local is not None and not restricted and not jax_as_numpy and mmap_mode != "r+":
+            # An object without arrays (a compact dump): read in one call
+            # and unpickled, without the container reader; anything else,
+            # damage included, goes the general way, which says what is wrong.
+            stream = compact_file_stream(*local)
+        if stream is None:
+            open_source, load_source, foreign_file_error, GrowingFileFound = _reading_side()
+    except BaseException:
+        if local is not None:
+            local[0].close()
+        raise
+    if stream is not None:
+        local[0].close()
+        try:
+            return pickle.loads(stream)
+        except (pickle.UnpicklingError, EOFError) as exc:
+            raise CorruptFileError(
+                f"{os.fsdecode(source)}: damaged pickle stream ({exc})") from None
+    try:
+        with open_source(source, mmap_mode, storage_options=storage_options,
+                         opened=local) as opened:
             try:
                 return load_source(opened, mmap_mode=mmap_mode, restricted=restricted,
                                    allowed=allowed, prefixes=prefixes, verify=verify,

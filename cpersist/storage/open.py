@@ -8,12 +8,15 @@ mapped the byte source says (``can_map``, and why not: ``not_mapped``),
 to the load that asks.
 """
 
+import os
+import stat
+
 from ..container.files import display_name, is_path
-from ..container.sources import ByteSource, source_for
+from ..container.sources import ByteSource, LocalFileSource, source_for
 from .fsspec.urls import is_filesystem, is_remote, is_url, protocols_of, resolve
 
 
-def open_source(source, mmap_mode=None, *, storage_options=None, what="source"):
+def open_source(source, mmap_mode=None, *, storage_options=None, what="source", opened=None):
     """The byte source to read ``source`` through; close it when done.
 
     Parameters
@@ -33,12 +36,18 @@ def open_source(source, mmap_mode=None, *, storage_options=None, what="source"):
         Passed to fsspec with a URL.
     what : str
         The argument's name, for the TypeError.
+    opened : (file, os.stat_result), optional
+        ``source``, a local path, as :func:`.small_files.open_local` opened
+        it (for ``mmap_mode``): that file is read, and closed with the
+        source (also when this call fails).
 
     Raises
     ------
     TypeError
         If ``source`` is neither a path nor a binary file object.
     """
+    if opened is not None:
+        return _opened_source(source, *opened)
     if isinstance(source, ByteSource):
         return Borrowed(source)
     if is_remote(source):
@@ -72,6 +81,20 @@ def open_source(source, mmap_mode=None, *, storage_options=None, what="source"):
     except BaseException:
         if owned:
             file.close()
+        raise
+
+
+def _opened_source(source, file, status):
+    """The byte source of the local path ``source`` opened as ``file``, whose
+    ``os.fstat`` is ``status``: a regular file is read with ``pread`` on the
+    descriptor already open and of the size already known."""
+    try:
+        if stat.S_ISREG(status.st_mode) and hasattr(os, "preadv"):  # Windows has no pread
+            return LocalFileSource(file, display_name(source), file.fileno(), True,
+                                   file_size=status.st_size)
+        return source_for(file, display_name(source), True)
+    except BaseException:
+        file.close()
         raise
 
 
