@@ -146,6 +146,9 @@ def test_damaged_pickle_stream_and_index(tmp_path):
     damaged = bytearray(data)
     damaged[root["offset"] + 20] ^= 1
     _expect_corrupt(tmp_path, bytes(damaged), match="checksum mismatch")
+    # Read from memory, the stream is a view of the bytes given, checked all the same.
+    with pytest.raises(CorruptFileError, match="checksum mismatch"):
+        cpersist.loads(bytes(damaged))
     damaged = bytearray(data)
     damaged[len(body) + 5] ^= 1  # inside the index JSON
     _expect_corrupt(tmp_path, bytes(damaged), match="index checksum")

@@ -10,8 +10,10 @@ from .frames import (FRAME_TRAILER, GROWING, GROWING_MINOR, OBJECT_FILE_START,
 from .framing import DATA, END, parse_record_quietly, walk_records
 from .index import parse_header, parse_index, parse_trailer
 from ..exceptions import CorruptFileError, UnsupportedVersionError
-from .layout import EDITED, END_MAGIC, HEADER, MAGIC, RECORD_SIZE, TRAILER, checksum, corrupt
+from .layout import (EDITED, END_MAGIC, HEADER, MAGIC, RECORD_SIZE, TRAILER, VERBATIM, checksum,
+                     corrupt)
 from .pieces import PieceReads
+from .section_file import SectionFile
 from .sections import SectionReads
 from .sources import ByteSource, MemorySource, ShortReadError, source_for
 from .tiny import TINY_MAGIC, tiny_size, tiny_stream
@@ -300,6 +302,24 @@ class ContainerReader(SectionReads, PieceReads):
                 view[:] = memoryview(tail[1])[start:start + len(view)]
                 return
         super()._read_chunk_into(section, offset, view)
+
+    def open_section(self, section, *, verify=True, n_threads=1, exact=False):
+        """See :meth:`.sections.SectionReads.open_section`. A pickle stream
+        stored as it is in the bytes read from the file's end (that of a
+        raw dump of a few arrays) is opened as a copy of those bytes,
+        checked: no buffer to take from the pool and give back."""
+        tail = self._tail
+        if tail is not None and section.index == self.root and not exact:
+            chunks = section.chunks
+            if len(chunks) == 1 and chunks[0].flag == VERBATIM:
+                chunk = chunks[0]
+                start = chunk.offset - tail[0]
+                if start >= 0 and start + chunk.length <= len(tail[1]):
+                    data = bytes(tail[1][start:start + chunk.length])  # a view from memory
+                    if verify:
+                        self._check(section, data, chunk.checksum)
+                    return SectionFile(data)
+        return super().open_section(section, verify=verify, n_threads=n_threads, exact=exact)
 
     def unchecked(self, section):
         """Whether ``section``'s checksums no longer hold: a raw array
