@@ -5,16 +5,20 @@ and what the load's threads wait for.
     python benchmarks/raw_lab.py [--sizes 1e4,1e6,1e7,1e8] [--rounds 15]
                                  [--parts 256,4096] [--ops dump,load] [--dir DIR]
                                  [--own-faults] [--old-file kept|clean|none]
-                                 [--old-cache-kept] [--settle SECONDS]
+                                 [--old-cache-kept] [--settle SECONDS] [--one-thread]
 
 For each size (bytes of a float64 array), the contenders run in turn round
 after round (the order reversed every other round), each call's result
 freed and the memory given back to the kernel (``malloc_trim``) before the
 next, as the suite does. Printed per contender: wall and process CPU time
 (all threads) per call, min and median, their ratio to numpy's medians,
-and the median count of voluntary context switches per call: each is a
+the median count of voluntary context switches per call: each is a
 thread going to sleep, mostly waiting for the GIL or for another thread
-(numpy's calls make none). ``--parts`` times the load once per size of the
+(numpy's calls make none), and the median count of minor page faults per
+call (new memory backed by the kernel: the same for both sides when each
+fills one new array; time that varies while it stays the same is spent
+elsewhere, such as in a virtual machine's host backing memory its guest
+gave back). ``--parts`` times the load once per size of the
 part a raw chunk is read and checksummed in
 (:data:`cpersist.container.sections.READ_PART`, in KiB; the default is the
 library's own). ``--own-faults`` times the load also with each of its two
@@ -31,6 +35,8 @@ moment before is cheap to take again where a virtual machine gives freed
 memory back to its host; ``--settle`` waits that many seconds after it
 (untimed), so that a removed file's pages are given back first, as they
 are when a file is written to a new path in a while.
+``--one-thread`` times the load also on the calling thread alone
+(``n_threads=1``): what the second thread gives, and costs, beside it.
 ``--old-cache-kept`` times the dump also with the replaced file's page
 cache left as it is (:data:`cpersist._runtime.pagecache.DROP_MIN` out of
 reach), to see what freeing it first gives.
@@ -66,7 +72,8 @@ def _trim():
 
 
 def timed(contenders, rounds, calls, prepare=None):
-    """``{name: [(wall, cpu, voluntary switches) per call, one per round]}``;
+    """``{name: [(wall, cpu, voluntary switches, minor faults) per call, one
+    per round]}``;
     ``prepare(name)`` is called before each contender's calls, untimed."""
     trim = _trim()
     out = {name: [] for name, _ in contenders}
@@ -77,17 +84,20 @@ def timed(contenders, rounds, calls, prepare=None):
             for name, run in order:
                 if prepare is not None:
                     prepare(name)
-                before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+                before = resource.getrusage(resource.RUSAGE_SELF)
                 c0, t0 = time.process_time(), time.perf_counter()
                 for _ in range(calls):
                     result = run()
                 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-                switches = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                switches = after.ru_nvcsw - before.ru_nvcsw
+                faults = after.ru_minflt - before.ru_minflt
                 del result
                 gc.collect()
                 trim(0)
                 if number:
-                    out[name].append((wall / calls, cpu / calls, switches / calls))
+                    out[name].append((wall / calls, cpu / calls, switches / calls,
+                                      faults / calls))
     finally:
         gc.unfreeze()
     return out
@@ -138,10 +148,11 @@ def report(size, op, times, peer):
     peer_wall = med(t[0] for t in times[peer])
     peer_cpu = med(t[1] for t in times[peer])
     for name, rows in times.items():
-        wall, cpu, switches = zip(*rows)
+        wall, cpu, switches, faults = zip(*rows)
         print(f"{size:>12.0f} {op:4} {name:24} wall {min(wall) * 1e3:8.3f} / {med(wall) * 1e3:8.3f} ms"
               f" ({med(wall) / peer_wall:5.2f})  cpu {min(cpu) * 1e3:8.3f} / {med(cpu) * 1e3:8.3f} ms"
-              f" ({med(cpu) / peer_cpu:5.2f})  switches {med(switches):5.1f}", flush=True)
+              f" ({med(cpu) / peer_cpu:5.2f})  switches {med(switches):5.1f}"
+              f"  faults {med(faults):7.0f}", flush=True)
 
 
 def main(argv=None):
@@ -157,6 +168,8 @@ def main(argv=None):
                         help="seconds to wait after --old-file's step, untimed")
     parser.add_argument("--old-cache-kept", action="store_true",
                         help="also time the dump keeping the replaced file's page cache")
+    parser.add_argument("--one-thread", action="store_true",
+                        help="also time the load with n_threads=1")
     parser.add_argument("--own-faults", action="store_true",
                         help="also time the load with each thread faulting in its own pages")
     args = parser.parse_args(argv)
@@ -193,6 +206,8 @@ def main(argv=None):
                 loads += [(f"cpersist.load part {p} KiB", with_part(int(p) << 10,
                                                                   lambda: cpersist.load(cp)))
                           for p in args.parts.split(",") if p]
+                if args.one_thread:
+                    loads.append(("cpersist.load one thread", lambda: cpersist.load(cp, n_threads=1)))
                 if args.own_faults:
                     loads.append(("cpersist.load own faults", own_faults(lambda: cpersist.load(cp))))
                 report(size, "load", timed(loads, args.rounds, calls), "np.load")
