@@ -16,6 +16,9 @@ from ..container.compact import OVERHEAD, compact_stream
 #: dumps (only :func:`cpersist.dumps` makes them) go through the reader.
 READ_WHOLE_UP_TO = 64 << 10
 
+#: None where the system has no pread (Windows).
+_pread = getattr(os, "pread", None)
+
 
 def open_local(path, writable=False):
     """``(file, status)``: the local path ``path`` opened unbuffered for
@@ -50,7 +53,11 @@ def compact_file_stream(file, status):
     if not stat.S_ISREG(status.st_mode) or not OVERHEAD < status.st_size <= largest:
         return None
     try:
-        data = os.pread(file.fileno(), largest + 1, 0)
+        if _pread is not None:
+            data = _pread(file.fileno(), largest + 1, 0)
+        else:  # Windows: read, then back to the start, where the byte source starts
+            data = file.read(largest + 1)
+            file.seek(0)
     except OSError:
         return None
     return compact_stream(data)
