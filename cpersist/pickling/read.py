@@ -15,6 +15,8 @@ from ..container.sections import claimed_buffer
 from .._runtime.gc import collector_paused
 from ..exceptions import CorruptFileError, CpersistError, DtypeLibraryError
 from ..format import names
+from .._runtime.parallel import run_claimed
+from .array_blocks import allocate_block, blockable, plan_blocks, read_block
 from .arrays import allocate, parse_description
 from .brief import brief
 from .jax_arrays import ALIGNMENT as JAX_ALIGNMENT
@@ -102,7 +104,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
                   if i != reader.root and section.meta.get("kind") == "array"
                   and (section.codec is not None
                        or not ((can_map or views) and section.contiguous) and section.is_raw)]
-    if n_threads <= 1 or len(read_ahead) < 2 or not source.concurrent:
+    if len(read_ahead) < 2 or not source.concurrent:
         read_ahead = []
     ahead_of, ahead = frozenset(read_ahead), None
 
@@ -172,11 +174,13 @@ def _can_map(source, mmap_mode):
 def _read_ahead(reader, indices, verify, n_threads, align=0):
     """``{index: array}`` of the array sections ``indices`` (compressed, or
     raw and copied into memory), each read, checked and decoded by one of
-    ``n_threads`` threads (by the reader's
-    :meth:`~cpersist.container.sections.SectionReads.read_sections_into`). A
+    ``n_threads`` threads, the sections side by side (a checkpoint's
+    tensors are each a section of one or a few chunks, which read one after
+    another would leave threads idle); small raw ones many at a time, in
+    blocks (:mod:`.array_blocks`). A
     section that fails maps to its exception, raised only if the pickle
-    stream asks for it, as it would be read one by one. Zero-size arrays are left out: the caller makes them without
-    reading.
+    stream asks for it, as it would be read one by one. Zero-size arrays
+    are left out: the caller makes them without reading.
 
     Every array is allocated here, on the calling thread, before any is
     read. Allocated on a worker, it would come from that thread's malloc
@@ -186,18 +190,40 @@ def _read_ahead(reader, indices, verify, n_threads, align=0):
     memory freed in the calling thread's arena is reused instead.
     """
     done = {}
-    arrays, reads = [], []
+    arrays, reads, small = [], [], []
     for index in indices:
         section = reader.sections[index]
         try:
             dtype, shape, order, nbytes = array_layout(reader, section)
-            if nbytes:
-                arr, view = _new_array(reader, section, dtype, shape, order, align)
-                arrays.append((index, arr))
-                reads.append((section, view))
+            if not nbytes:
+                continue
+            if not align and blockable(reader, section, nbytes):
+                small.append((index, section, dtype, shape, order))
+                continue
+            arr, view = _new_array(reader, section, dtype, shape, order, align)
+            arrays.append((index, arr))
+            reads.append((section, view))
         except Exception as exc:  # noqa: BLE001 - raised where the stream asks for it
             done[index] = exc
-    failed = reader.read_sections_into(reads, verify=verify, n_threads=n_threads)
+    blocks = []
+    for start, stop, run in plan_blocks(small):
+        block, views = allocate_block(start, stop, run)
+        done.update(views)
+        blocks.append((start, block, run))
+    failed = {}
+
+    def task(claims):
+        for k in claims:
+            if k < len(blocks):
+                done.update(read_block(reader, *blocks[k], verify))
+                continue
+            section, out = reads[k - len(blocks)]
+            try:
+                reader.read_into(section, out, verify=verify, n_threads=1)
+            except Exception as exc:  # noqa: BLE001 - raised where the stream asks for it
+                failed[k - len(blocks)] = exc
+
+    run_claimed(task, len(blocks) + len(reads), n_threads)
     for k, (index, arr) in enumerate(arrays):
         done[index] = failed.get(k, arr)
     return done
