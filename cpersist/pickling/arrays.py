@@ -221,8 +221,7 @@ def parse_description(meta, resolve=True):
         raise ValueError(f"bad order {order!r}")
     # numpy's own limit (an array's extent, zero-length axes left out, must
     # fit in a signed pointer-sized integer): a shape beyond it is refused
-    # here rather than by numpy's ValueError or OverflowError at first use
-    # (one loop checks and multiplies: it runs once per array of a model).
+    # here rather than by numpy's ValueError or OverflowError at first use.
     nbytes = itemsize
     extent = max(itemsize, 1)
     for n in shape:
