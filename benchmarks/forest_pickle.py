@@ -11,7 +11,7 @@ side.
 ``--arrays N`` measures a dict of ``N`` float64 arrays of ``--size`` bytes
 each instead of the forest (from 64 KiB, each a section of its own in a raw
 dump); with ``--min-size`` their sizes are spread evenly from it to
-``--size``, and ``--mixed`` cycles their dtypes and gives every other 2-D
+``--size`` (in random order), and ``--mixed`` cycles their dtypes and gives every other 2-D
 array Fortran order.
 
 Each round runs every step once, in turn, the garbage collector run before
@@ -44,15 +44,17 @@ def forest(trees):
 
 def arrays(count, size, min_size=None, mixed=False):
     """``{"w0": array, ...}``: ``count`` arrays of ``size`` bytes (from
-    ``min_size`` to ``size``, evenly spread), float64, or with ``mixed``
+    ``min_size`` to ``size``, evenly spread, in random order), float64, or with ``mixed``
     dtypes cycled and every other 2-D array in Fortran order."""
     import numpy as np
 
     rng = np.random.default_rng(0)
     dtypes = ["<f8", "<f4", "<i8", "<i4", "u1", "<c8", "?", ">f8"] if mixed else ["<f8"]
+    sizes = ([size] * count if min_size is None else  # shuffled, as a model's layers are
+             rng.permutation([min_size + (size - min_size) * i // max(count - 1, 1)
+                              for i in range(count)]).tolist())
     model = {}
-    for i in range(count):
-        nbytes = size if min_size is None else min_size + (size - min_size) * i // max(count - 1, 1)
+    for i, nbytes in enumerate(sizes):
         dtype = np.dtype(dtypes[i % len(dtypes)])
         items = max(nbytes // dtype.itemsize, 1)
         arr = rng.integers(0, 100, items).astype(dtype)
