@@ -3,6 +3,8 @@ section unpickled, each stored array read whole (or mapped) as the stream
 asks for it, and what a walk of the stream says when something is wrong.
 """
 
+import functools
+import importlib.util
 import os
 import pickle
 import warnings
@@ -116,9 +118,11 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
         # jax uses a CPU buffer in place only when it is aligned: the arrays
         # of a file of JAX arrays are, else each would be copied once more.
         # A file of no array section (its arrays, if any, inside the stream)
-        # has nothing to align: its stream is not scanned.
+        # has nothing to align, nor has one loaded where jax is not
+        # installed (its JAX arrays cannot be made): its stream, which may
+        # hold a model's small arrays, is not scanned.
         align = (JAX_ALIGNMENT if not jax_as_numpy and len(reader.sections) > 1
-                 and _stores_jax(pickled) else 0)
+                 and _jax_installed() and _stores_jax(pickled) else 0)
         unpickler = ArrayUnpickler(pickled, load_array, restricted, allowed,
                                    prefixes, source=name, limits=limits,
                                    jax_as_numpy=jax_as_numpy)
@@ -246,6 +250,11 @@ def _stores_tensors(pickled):
     format's ``rebuild_tensor``; a string holding that name gives a false
     positive, which only maps the file privately)."""
     return pickled.find(names.REBUILD_TENSOR.rpartition(".")[2].encode()) >= 0
+
+
+@functools.lru_cache(maxsize=None)
+def _jax_installed():
+    return importlib.util.find_spec("jax") is not None
 
 
 def _stores_jax(pickled):
