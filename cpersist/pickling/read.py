@@ -25,9 +25,11 @@ from .jax_arrays import ALIGNMENT as JAX_ALIGNMENT
 from .unpickler import ArrayUnpickler
 
 def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole,
-          views=False, limits=None, jax_as_numpy=False):
+          views=False, limits=None, jax_as_numpy=False, own=False):
     """``views``: return raw arrays as views of ``source.read``'s bytes (a
-    :class:`~cpersist.container.sources.MemorySource`, whose reads are views)."""
+    :class:`~cpersist.container.sources.MemorySource`, whose reads are views).
+    ``own``: every array read into memory owns it (none views a block read
+    for several, :mod:`.array_blocks`)."""
     can_map = _can_map(source, mmap_mode)
     source.will_read_all()
     reader = ContainerReader(source, whole=whole)
@@ -51,7 +53,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
             return loaded[index]
         if index in ahead_of:
             if ahead is None:
-                ahead = _read_ahead(reader, read_ahead, verify, n_threads, align)
+                ahead = _read_ahead(reader, read_ahead, verify, n_threads, align, not own)
             arr = ahead.pop(index, None)  # None: a zero-size array, made below
             if isinstance(arr, BaseException):
                 if isinstance(arr, CorruptFileError):
@@ -175,13 +177,13 @@ def _can_map(source, mmap_mode):
     return True
 
 
-def _read_ahead(reader, indices, verify, n_threads, align=0):
+def _read_ahead(reader, indices, verify, n_threads, align=0, in_blocks=True):
     """``{index: array}`` of the array sections ``indices`` (compressed, or
     raw and copied into memory), each read, checked and decoded by one of
     ``n_threads`` threads, the sections side by side (a checkpoint's
     tensors are each a section of one or a few chunks, which read one after
     another would leave threads idle); small raw ones many at a time, in
-    blocks (:mod:`.array_blocks`). A
+    blocks (:mod:`.array_blocks`) unless ``in_blocks`` is false. A
     section that fails maps to its exception, raised only if the pickle
     stream asks for it, as it would be read one by one. Zero-size arrays
     are left out: the caller makes them without reading.
@@ -201,7 +203,7 @@ def _read_ahead(reader, indices, verify, n_threads, align=0):
             dtype, shape, order, nbytes = array_layout(reader, section)
             if not nbytes:
                 continue
-            if not align and blockable(reader, section, nbytes):
+            if in_blocks and not align and blockable(reader, section, nbytes):
                 small.append((index, section, dtype, shape, order))
                 continue
             arr, view = _new_array(reader, section, dtype, shape, order, align)
