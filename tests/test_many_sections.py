@@ -175,3 +175,28 @@ def test_arrays_of_a_block_cut_short_are_read_alone(tmp_path):
         else:
             assert isinstance(read[index], cpersist.CorruptFileError)
             assert f"truncated in section {index}" in str(read[index])
+
+
+def test_a_one_chunk_checksum_is_read_only_from_tables_as_written(tmp_path):
+    obj = {"one": np.arange(20_000.0), "several": np.arange(600_000.0)}
+    raw, packed = tmp_path / "raw.cp", tmp_path / "packed.cp"
+    cpersist.dump(obj, raw, compress=0, chunk_size=1 << 20)
+    cpersist.dump(obj, packed, compress=3, chunk_size=1 << 20)
+    seen = set()
+    for path in (raw, packed):
+        with open(path, "rb") as file:
+            for section in ContainerReader(file, str(path)).sections:
+                digest = section.one_chunk_checksum()  # before the table is parsed
+                one = section.is_raw and len(section.chunks) == 1
+                assert digest == (section.chunks[0].checksum if one else None)
+                seen.add((section.is_raw, len(section.chunks) == 1))
+    assert seen == {(True, True), (True, False), (False, True), (False, False)}
+    with open(raw, "rb") as file:
+        reader = ContainerReader(file, str(raw))
+    section = next(s for s in reader.sections if s.meta.get("path") == "obj['one']")
+    n, rest = section.raw_size, section._check_chunks[1:]
+    for text in (f"[[{n},{n},0123,1]]", f"[[{n},{n},{'9' * 21},1]]", f"[[{n},{n},-1,1]]",
+                 f"[[{n},{n},١٢٣,1]]", f"[[{n},{n},12,0]]", f"[[{n},{n},12,1,64]]",
+                 f"[[{n},{n + 1},12,1]]", f"[[{n},{n},,1]]"):
+        section._check_chunks = (text, *rest)
+        assert section.one_chunk_checksum() is None, text
