@@ -1,9 +1,18 @@
-"""The shipped benchmark's random forest dumped raw and loaded (trusted, and
-restricted with scikit-learn allowed) against ``pickle`` at protocol 5, in
-one process, in paired rounds, by CPU time (all threads), optionally with an
-older revision of cpersist side by side.
+"""The shipped benchmark's random forest (or a model of many small arrays)
+dumped raw and loaded (trusted, and restricted with scikit-learn allowed)
+against ``pickle`` at protocol 5, in one process, in paired rounds, by CPU
+time (all threads), optionally with an older revision of cpersist side by
+side.
 
     python benchmarks/forest_pickle.py [--old REV] [--rounds 40] [--trees 100]
+    python benchmarks/forest_pickle.py --arrays 400 --size 70000
+    python benchmarks/forest_pickle.py --arrays 4000 --min-size 8000 --size 70000 --mixed
+
+``--arrays N`` measures a dict of ``N`` float64 arrays of ``--size`` bytes
+each instead of the forest (from 64 KiB, each a section of its own in a raw
+dump); with ``--min-size`` their sizes are spread evenly from it to
+``--size`` (in random order), and ``--mixed`` cycles their dtypes and gives every other 2-D
+array Fortran order.
 
 Each round runs every step once, in turn, the garbage collector run before
 each; printed: the minimum and the median of each step and their ratios to
@@ -33,6 +42,30 @@ def forest(trees):
         digits.data, digits.target)
 
 
+def arrays(count, size, min_size=None, mixed=False):
+    """``{"w0": array, ...}``: ``count`` arrays of ``size`` bytes (from
+    ``min_size`` to ``size``, evenly spread, in random order), float64, or with ``mixed``
+    dtypes cycled and every other 2-D array in Fortran order."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    dtypes = ["<f8", "<f4", "<i8", "<i4", "u1", "<c8", "?", ">f8"] if mixed else ["<f8"]
+    sizes = ([size] * count if min_size is None else  # shuffled, as a model's layers are
+             rng.permutation([min_size + (size - min_size) * i // max(count - 1, 1)
+                              for i in range(count)]).tolist())
+    model = {}
+    for i, nbytes in enumerate(sizes):
+        dtype = np.dtype(dtypes[i % len(dtypes)])
+        items = max(nbytes // dtype.itemsize, 1)
+        arr = rng.integers(0, 100, items).astype(dtype)
+        if mixed and i % 3:
+            arr = arr[:items - items % 4].reshape(-1, 4)
+            if i % 3 == 2:
+                arr = np.asfortranarray(arr)
+        model[f"w{i}"] = arr
+    return model
+
+
 def cpersist_steps(lib, label, model, directory):
     """``{name: (lib, step)}``: ``lib`` is put in place (:func:`use`: the
     stream names cpersist.pickler) before each step, untimed: it walks every
@@ -50,13 +83,24 @@ def main(argv=None):
     parser.add_argument("--old", help="a revision to measure beside the working tree")
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--trees", type=int, default=100)
+    parser.add_argument("--arrays", type=int, help="measure a dict of this many arrays, "
+                        "not the forest")
+    parser.add_argument("--size", type=int, default=70000, help="bytes of each array")
+    parser.add_argument("--min-size", type=int, help="sizes spread from this to --size")
+    parser.add_argument("--mixed", action="store_true", help="mixed dtypes, C and F orders")
     args = parser.parse_args(argv)
     packages = tempfile.mkdtemp(prefix="forest-pickle-")
     sys.path.insert(0, packages)
     libs = {"new": export(None, "cp_new", packages)}
     if args.old:
         libs["old"] = export(args.old, "cp_old", packages)
-    model = forest(args.trees)
+    if args.arrays:
+        model = arrays(args.arrays, args.size, args.min_size, args.mixed)
+        what = (f"{args.arrays} arrays of {args.min_size or args.size}-{args.size} bytes"
+                f"{' (mixed)' if args.mixed else ''}")
+    else:
+        model = forest(args.trees)
+        what = f"{args.trees} trees"
     directory = tempfile.mkdtemp(prefix="forest-pickle-files-")
     pickled = os.path.join(directory, "forest.pkl")
 
@@ -84,7 +128,7 @@ def main(argv=None):
             start = time.process_time()
             step()
             times[name].append(time.process_time() - start)
-    print(f"{args.trees} trees, {args.rounds} rounds, CPU time of all threads; "
+    print(f"{what}, {args.rounds} rounds, CPU time of all threads; "
           f"load average {os.getloadavg()[0]:.1f}")
     for name, ts in times.items():
         base = times["pickle dump" if name.endswith("dump") else "pickle load"]

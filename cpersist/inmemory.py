@@ -338,7 +338,7 @@ def loads(data, _keywords_only=_KEYWORDS_ONLY, trusted=True, verify=True, n_thre
     return load_source(source, mmap_mode=None, restricted=restricted, allowed=allowed,
                  prefixes=prefixes, verify=verify, n_threads=n_threads or default_n_threads(),
                  whole=True, views=not copy, limits=check_limits(limits),
-                 jax_as_numpy=jax_as_numpy)
+                 jax_as_numpy=jax_as_numpy, own=copy)
 
 
 def _keywords_only_after(function, n_positional):

@@ -3,12 +3,16 @@ compressed sections (a checkpoint's tensors) written and read on several
 threads."""
 
 import io
+import os
+import pickle
 
 import numpy as np
 import pytest
 
 import cpersist
 from cpersist.container import ContainerReader
+from cpersist.pickling.arrays import byte_view
+from cpersist.pickling.read import _read_ahead
 
 from .conftest import assert_same
 
@@ -89,3 +93,110 @@ def test_tiny_chunks_between_weights_leave_the_weights_in_flight():
     for _ in range(6):
         writer.add_section([weight], codec=codec, typesize=2)
         assert writer._pending_bytes <= 2 * 2 * weight.nbytes
+
+
+def small_raw_arrays():
+    """Arrays of 64 to 100 KB, each a raw section of its own: dtypes (a
+    big-endian one and a struct among them), C and F orders."""
+    rng = np.random.default_rng(7)
+    dtypes = [np.float64, np.float32, np.int16, np.dtype(">f8"), np.complex64, np.bool_,
+              np.dtype([("a", "<i4"), ("b", "<f8")])]
+    obj = {}
+    for i in range(40):
+        dtype = np.dtype(dtypes[i % len(dtypes)])
+        rows = (66_000 + 800 * i) // dtype.itemsize // 4
+        arr = np.zeros((rows, 4), dtype)
+        arr.view(np.uint8)[...] = rng.integers(0, 256, arr.nbytes, np.uint8).reshape(
+            arr.view(np.uint8).shape)
+        obj[f"w{i}"] = np.asfortranarray(arr) if i % 2 else arr
+    return obj
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_small_raw_arrays_read_together_stay_independent(tmp_path, n_threads):
+    obj = small_raw_arrays()
+    path = tmp_path / "m.cp"
+    cpersist.dump(obj, path, compress=0)
+    loaded = cpersist.load(path, n_threads=n_threads)
+    assert_same(obj, loaded)
+    arrays = list(loaded.values())
+    for arr, before in zip(arrays, obj.values()):
+        assert arr.flags.writeable and arr.flags.aligned
+        assert arr.flags.f_contiguous == before.flags.f_contiguous
+        assert arr.flags.c_contiguous == before.flags.c_contiguous
+        # An array pickled again holds its own bytes, not its neighbours'.
+        assert len(pickle.dumps(arr, protocol=5)) < arr.nbytes + 1000
+    # Several share memory read at once; what one keeps alive is bounded.
+    assert all(arr.base is not None and arr.base.nbytes <= 1 << 20 for arr in arrays)
+    assert len({id(arr.base) for arr in arrays}) < len(arrays)
+    for k, arr in enumerate(arrays):  # each written whole: no other changes
+        byte_view(arr)[...] = 0xA5
+        for other, before in zip(arrays[k + 1:], list(obj.values())[k + 1:]):
+            assert_same(before, other)
+    assert all((byte_view(arr) == 0xA5).all() for arr in arrays)
+
+
+def test_a_damaged_array_read_with_its_neighbours_names_itself(tmp_path):
+    obj = small_raw_arrays()
+    path = tmp_path / "m.cp"
+    cpersist.dump(obj, path, compress=0)
+    with open(path, "rb") as file:
+        reader = ContainerReader(file, str(path))
+        section = next(s for s in reader.sections if s.meta.get("path") == "obj['w13']")
+        at = reader.base + section.offset + section.raw_size - 1
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+    for n_threads in (1, 2):
+        with pytest.raises(cpersist.CorruptFileError,
+                           match=rf"section {section.index}: damaged.*obj\['w13'\]"):
+            cpersist.load(path, n_threads=n_threads)
+    loaded = cpersist.load(path, verify=False)
+    assert byte_view(loaded["w13"])[-1] == byte_view(obj["w13"])[-1] ^ 0xFF
+    for key in obj.keys() - {"w13"}:
+        assert_same(obj[key], loaded[key])
+
+
+def test_arrays_of_a_block_cut_short_are_read_alone(tmp_path):
+    """A file cut (by someone else) after its index was read: the arrays of
+    a block before the cut load, those after it say where the file ends."""
+    obj = small_raw_arrays()
+    path = tmp_path / "m.cp"
+    cpersist.dump(obj, path, compress=0)
+    with open(path, "rb") as file:
+        reader = ContainerReader(file, str(path))
+        indices = [s.index for s in reader.sections if s.meta.get("kind") == "array"]
+        cut = reader.sections[indices[5]]
+        os.truncate(path, reader.base + cut.offset + 100)
+        read = _read_ahead(reader, indices, verify=True, n_threads=1)
+    for k, index in enumerate(indices):
+        if k < 5:
+            assert_same(obj[f"w{k}"], read[index])
+        else:
+            assert isinstance(read[index], cpersist.CorruptFileError)
+            assert f"truncated in section {index}" in str(read[index])
+
+
+def test_a_one_chunk_checksum_is_read_only_from_tables_as_written(tmp_path):
+    obj = {"one": np.arange(20_000.0), "several": np.arange(600_000.0)}
+    raw, packed = tmp_path / "raw.cp", tmp_path / "packed.cp"
+    cpersist.dump(obj, raw, compress=0, chunk_size=1 << 20)
+    cpersist.dump(obj, packed, compress=3, chunk_size=1 << 20)
+    seen = set()
+    for path in (raw, packed):
+        with open(path, "rb") as file:
+            for section in ContainerReader(file, str(path)).sections:
+                digest = section.one_chunk_checksum()  # before the table is parsed
+                one = section.is_raw and len(section.chunks) == 1
+                assert digest == (section.chunks[0].checksum if one else None)
+                seen.add((section.is_raw, len(section.chunks) == 1))
+    assert seen == {(True, True), (True, False), (False, True), (False, False)}
+    with open(raw, "rb") as file:
+        reader = ContainerReader(file, str(raw))
+    section = next(s for s in reader.sections if s.meta.get("path") == "obj['one']")
+    n, rest = section.raw_size, section._check_chunks[1:]
+    for text in (f"[[{n},{n},0123,1]]", f"[[{n},{n},{'9' * 21},1]]", f"[[{n},{n},-1,1]]",
+                 f"[[{n},{n},١٢٣,1]]", f"[[{n},{n},12,0]]", f"[[{n},{n},12,1,64]]",
+                 f"[[{n},{n + 1},12,1]]", f"[[{n},{n},,1]]"):
+        section._check_chunks = (text, *rest)
+        assert section.one_chunk_checksum() is None, text

@@ -184,26 +184,6 @@ class SectionReads:
 
         ordered_map(work, self._read_chunks(section, out), n_threads, _ignore)
 
-    def read_sections_into(self, reads, *, verify=True, n_threads=1):
-        """Read each ``(section, out)`` of ``reads`` into its buffer, the
-        sections side by side on ``n_threads`` threads, each read by one: a
-        checkpoint's tensors are each a section of one or a few chunks,
-        which read one after another would leave threads idle. A section
-        that fails stops none of the others: return ``{position in reads:
-        exception}`` of those that failed."""
-        failed = {}
-
-        def task(claims):
-            for k in claims:
-                section, out = reads[k]
-                try:
-                    self.read_into(section, out, verify=verify, n_threads=1)
-                except Exception as exc:  # noqa: BLE001 - the caller decides when to raise it
-                    failed[k] = exc
-
-        run_claimed(task, len(reads), n_threads)
-        return failed
-
     def _read_verbatim(self, section, out, verify):
         """Read a section of chunks stored as they are into ``out``, on this thread."""
         start = 0

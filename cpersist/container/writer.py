@@ -15,8 +15,8 @@ from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, PIECE
                      TRAILER, VERBATIM, checksum, chunk_table_text, index_text, piece_fields,
                      verbatim_checksums)
 
-#: Writes at least this large reserve their blocks first.
-FALLOCATE_MIN = 1 << 16
+#: Writes from this size on reserve their blocks first; below, the call costs more than it saves.
+FALLOCATE_MIN = 1 << 18
 #: Chunks smaller than the largest that may be in flight in its place.
 TINY_CHUNKS_PER_CHUNK = 8
 

@@ -214,19 +214,20 @@ def parse_description(meta, resolve=True):
             dtype = _listed_aligned(dtype, meta["aligned"])
         itemsize = dtype.itemsize
     shape = tuple(meta["shape"])
-    if not all(type(n) is int and n >= 0 for n in shape) or len(shape) > 64:
+    if len(shape) > 64:
         raise ValueError(f"bad shape {shape!r}")
     order = meta["order"]
     if order not in ("C", "F"):
         raise ValueError(f"bad order {order!r}")
-    nbytes = itemsize
-    for n in shape:
-        nbytes *= n
     # numpy's own limit (an array's extent, zero-length axes left out, must
     # fit in a signed pointer-sized integer): a shape beyond it is refused
     # here rather than by numpy's ValueError or OverflowError at first use.
+    nbytes = itemsize
     extent = max(itemsize, 1)
     for n in shape:
+        if type(n) is not int or n < 0:
+            raise ValueError(f"bad shape {shape!r}")
+        nbytes *= n
         extent *= n or 1
     if extent > _MAX_INTP:
         raise ValueError(f"shape {shape!r} of {dtype} items needs more bytes than numpy "

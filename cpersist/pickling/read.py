@@ -3,6 +3,8 @@ section unpickled, each stored array read whole (or mapped) as the stream
 asks for it, and what a walk of the stream says when something is wrong.
 """
 
+import functools
+import importlib.util
 import os
 import pickle
 import warnings
@@ -15,15 +17,19 @@ from ..container.sections import claimed_buffer
 from .._runtime.gc import collector_paused
 from ..exceptions import CorruptFileError, CpersistError, DtypeLibraryError
 from ..format import names
+from .._runtime.parallel import run_claimed
+from .array_blocks import allocate_block, blockable, plan_blocks, read_block
 from .arrays import allocate, parse_description
 from .brief import brief
 from .jax_arrays import ALIGNMENT as JAX_ALIGNMENT
 from .unpickler import ArrayUnpickler
 
 def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole,
-          views=False, limits=None, jax_as_numpy=False):
+          views=False, limits=None, jax_as_numpy=False, own=False):
     """``views``: return raw arrays as views of ``source.read``'s bytes (a
-    :class:`~cpersist.container.sources.MemorySource`, whose reads are views)."""
+    :class:`~cpersist.container.sources.MemorySource`, whose reads are views).
+    ``own``: every array read into memory owns it (none views a block read
+    for several, :mod:`.array_blocks`)."""
     can_map = _can_map(source, mmap_mode)
     source.will_read_all()
     reader = ContainerReader(source, whole=whole)
@@ -47,7 +53,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
             return loaded[index]
         if index in ahead_of:
             if ahead is None:
-                ahead = _read_ahead(reader, read_ahead, verify, n_threads, align)
+                ahead = _read_ahead(reader, read_ahead, verify, n_threads, align, not own)
             arr = ahead.pop(index, None)  # None: a zero-size array, made below
             if isinstance(arr, BaseException):
                 if isinstance(arr, CorruptFileError):
@@ -102,7 +108,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
                   if i != reader.root and section.meta.get("kind") == "array"
                   and (section.codec is not None
                        or not ((can_map or views) and section.contiguous) and section.is_raw)]
-    if n_threads <= 1 or len(read_ahead) < 2 or not source.concurrent:
+    if len(read_ahead) < 2 or not source.concurrent:
         read_ahead = []
     ahead_of, ahead = frozenset(read_ahead), None
 
@@ -114,9 +120,11 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
         # jax uses a CPU buffer in place only when it is aligned: the arrays
         # of a file of JAX arrays are, else each would be copied once more.
         # A file of no array section (its arrays, if any, inside the stream)
-        # has nothing to align: its stream is not scanned.
+        # has nothing to align, nor has one loaded where jax is not
+        # installed (its JAX arrays cannot be made): its stream, which may
+        # hold a model's small arrays, is not scanned.
         align = (JAX_ALIGNMENT if not jax_as_numpy and len(reader.sections) > 1
-                 and _stores_jax(pickled) else 0)
+                 and _jax_installed() and _stores_jax(pickled) else 0)
         unpickler = ArrayUnpickler(pickled, load_array, restricted, allowed,
                                    prefixes, source=name, limits=limits,
                                    jax_as_numpy=jax_as_numpy)
@@ -169,14 +177,16 @@ def _can_map(source, mmap_mode):
     return True
 
 
-def _read_ahead(reader, indices, verify, n_threads, align=0):
+def _read_ahead(reader, indices, verify, n_threads, align=0, in_blocks=True):
     """``{index: array}`` of the array sections ``indices`` (compressed, or
     raw and copied into memory), each read, checked and decoded by one of
-    ``n_threads`` threads (by the reader's
-    :meth:`~cpersist.container.sections.SectionReads.read_sections_into`). A
+    ``n_threads`` threads, the sections side by side (a checkpoint's
+    tensors are each a section of one or a few chunks, which read one after
+    another would leave threads idle); small raw ones many at a time, in
+    blocks (:mod:`.array_blocks`) unless ``in_blocks`` is false. A
     section that fails maps to its exception, raised only if the pickle
-    stream asks for it, as it would be read one by one. Zero-size arrays are left out: the caller makes them without
-    reading.
+    stream asks for it, as it would be read one by one. Zero-size arrays
+    are left out: the caller makes them without reading.
 
     Every array is allocated here, on the calling thread, before any is
     read. Allocated on a worker, it would come from that thread's malloc
@@ -186,18 +196,40 @@ def _read_ahead(reader, indices, verify, n_threads, align=0):
     memory freed in the calling thread's arena is reused instead.
     """
     done = {}
-    arrays, reads = [], []
+    arrays, reads, small = [], [], []
     for index in indices:
         section = reader.sections[index]
         try:
             dtype, shape, order, nbytes = array_layout(reader, section)
-            if nbytes:
-                arr, view = _new_array(reader, section, dtype, shape, order, align)
-                arrays.append((index, arr))
-                reads.append((section, view))
+            if not nbytes:
+                continue
+            if in_blocks and not align and blockable(reader, section, nbytes):
+                small.append((index, section, dtype, shape, order))
+                continue
+            arr, view = _new_array(reader, section, dtype, shape, order, align)
+            arrays.append((index, arr))
+            reads.append((section, view))
         except Exception as exc:  # noqa: BLE001 - raised where the stream asks for it
             done[index] = exc
-    failed = reader.read_sections_into(reads, verify=verify, n_threads=n_threads)
+    blocks = []
+    for start, stop, run in plan_blocks(small):
+        block, views = allocate_block(start, stop, run)
+        done.update(views)
+        blocks.append((start, block, run))
+    failed = {}
+
+    def task(claims):
+        for k in claims:
+            if k < len(blocks):
+                done.update(read_block(reader, *blocks[k], verify))
+                continue
+            section, out = reads[k - len(blocks)]
+            try:
+                reader.read_into(section, out, verify=verify, n_threads=1)
+            except Exception as exc:  # noqa: BLE001 - raised where the stream asks for it
+                failed[k - len(blocks)] = exc
+
+    run_claimed(task, len(blocks) + len(reads), n_threads)
     for k, (index, arr) in enumerate(arrays):
         done[index] = failed.get(k, arr)
     return done
@@ -220,6 +252,11 @@ def _stores_tensors(pickled):
     format's ``rebuild_tensor``; a string holding that name gives a false
     positive, which only maps the file privately)."""
     return pickled.find(names.REBUILD_TENSOR.rpartition(".")[2].encode()) >= 0
+
+
+@functools.lru_cache(maxsize=None)
+def _jax_installed():
+    return importlib.util.find_spec("jax") is not None
 
 
 def _stores_jax(pickled):

@@ -48,7 +48,7 @@ import threading
 
 import numpy as np
 
-from .arrays import iter_chunks
+from .arrays import byte_view, iter_chunks
 from .copy_pace import MEASURED_COPY, CopyPace, measure_copy, speed_unknown
 from .snapshot_pickler import SnapshotPickler, SnapshotUnpickler
 
@@ -74,6 +74,11 @@ def chunks_to_write(arr, chunk_size):
     """
     snapshot = getattr(_dumping, "snapshot", None)
     if snapshot is None:
+        itemsize = arr.dtype.itemsize
+        if (0 < arr.nbytes <= max(1, chunk_size // max(itemsize, 1)) * itemsize
+                and (arr.flags.c_contiguous or arr.flags.f_contiguous)):
+            # The one chunk iter_chunks would cut, without a generator's layers.
+            return (memoryview(byte_view(arr)),), None
         return iter_chunks(arr, chunk_size), None
     return snapshot.chunks(arr, chunk_size)
 

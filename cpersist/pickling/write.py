@@ -187,10 +187,13 @@ def array_store(writer, codec, chunk_size):
             # In a background dump, chunks of an array its snapshot has not
             # copied yet come from the original, which the writer releases.
             chunks, release = chunks_to_write(arr, chunk_size)
-            if arr.nbytes <= chunk_size:
-                chunks = tuple(chunks)  # one chunk (or none): the writer's fast path
+            if type(chunks) is tuple:  # one chunk: no rows to count
+                rows = None
+            else:
+                if arr.nbytes <= chunk_size:
+                    chunks = tuple(chunks)  # one chunk (or none): the writer's fast path
+                rows = rows_per_chunk(arr, chunk_size)
             meta = describe(arr)
-            rows = rows_per_chunk(arr, chunk_size)
         if rows is not None:
             meta["rows_per_chunk"] = rows
         return writer.add_section(
