@@ -25,7 +25,10 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
     """``views``: return raw arrays as views of ``source.read``'s bytes (a
     :class:`~cpersist.container.sources.MemorySource`, whose reads are views)."""
     can_map = _can_map(source, mmap_mode)
-    source.will_read_all()
+    if not can_map:
+        # A load that maps its raw arrays reads only part of the file, and
+        # later, through the map.
+        source.will_read_all()
     reader = ContainerReader(source, whole=whole)
     name = reader.name
     if mmap_mode == "r+" and reader.growing:
