@@ -210,13 +210,6 @@ def rows(out):
                [a[0] / b[0] for a, b in zip(out["load"], out["load, no hints"])], None)
 
 
-def fractions(obj, compress, rounds, path, n_threads, cold=False, paired_hints=False,
-              window=False, prime=True):
-    """``{figure: [per-round value, ...]}`` of :func:`rows`."""
-    return {name: values for name, values, _ in rows(times(
-        obj, compress, rounds, path, n_threads, cold, paired_hints, window, prime))}
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", default="atlas_c,timeseries")
