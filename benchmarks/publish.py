@@ -219,7 +219,9 @@ def dataset_table(rows, dataset):
 def limits_table(rows):
     """Each cpersist setting's throughput as a fraction of its codec alone
     on the same threads (``write_of_limit``, ``read_of_limit``), per dataset;
-    no lines for a run measured before these columns existed."""
+    no lines for a run measured before these columns existed. A read from
+    the disk is marked cold: it counts the disk, which the codec alone does
+    not read."""
     out = []
     for r in rows:
         if (r["status"] != "ok" or not r["method"].startswith("cpersist")
@@ -230,11 +232,17 @@ def limits_table(rows):
         out.append([r["dataset"], r["method"], r["level"],
                     f"{size / 1e6 / lw:.0f}" if lw else "-", f"{_f(r['write_of_limit']):.2f}",
                     f"{size / 1e6 / lr:.0f}" if lr else "-",
-                    f"{_f(r['read_of_limit']):.2f}" if r.get("read_of_limit") else "-"])
+                    f"{_f(r['read_of_limit']):.2f}{' (cold)' if _cold(r) else ''}"
+                    if r.get("read_of_limit") else "-"])
     if not out:
         return []
     return rst_table(["Dataset", "Method", "Level", "Codec alone encode MB/s", "Write / limit",
                       "Codec alone decode MB/s", "Read / limit"], out)
+
+
+def _cold(row):
+    """Whether ``row``'s reads started with the file out of the page cache."""
+    return str(row.get("cache", "")).startswith("cold")
 
 
 def import_table(rows):
@@ -416,7 +424,10 @@ def page_lines(rows, machine, datasets, figures, imports, serializers, targets, 
                       "alone does on the same threads, in memory, with no file, pickling or "
                       "checksums: encoding the arrays' chunks for a write, decoding them "
                       "into new memory for a read; for a raw file (level 0), copying them "
-                      "into new memory. 1.00 is the codec's own speed:", "", *limits, ""]
+                      "into new memory. 1.00 is the codec's own speed. A read marked cold "
+                      "started with the file out of the page cache: it also counts the disk, "
+                      "which the codec alone never reads, and how much of the disk's time the "
+                      "decoding hides:", "", *limits, ""]
         lines += ["Methods compared", "----------------", ""]
         for d in datasets:
             description = next(r["description"] for r in rows if r["dataset"] == d)

@@ -24,7 +24,7 @@ from ._fresh import ROOT
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import (bf16_ml_dtypes, bounds, jax_checkpoints, publish,  # noqa: E402
+from benchmarks import (bf16_ml_dtypes, bounds, codec_limit, jax_checkpoints, publish,  # noqa: E402
                         recorded_paths, targets, threads, training_loop)
 
 
@@ -43,6 +43,38 @@ def test_repository_readme_has_the_generated_block():
         text = f.read()
     start, end = text.index(publish.README_START), text.index(publish.README_END)
     assert start < end and "docs/benchmark_results.rst" in text[start:end]
+
+
+def test_publish_marks_the_cold_reads_of_the_limits_table():
+    row = {"status": "ok", "dataset": "atlas_c", "method": "cpersist", "level": "3",
+           "size_bytes": "100000000", "limit_write_s": "0.5", "limit_read_s": "0.1",
+           "write_of_limit": "0.9", "read_of_limit": "0.8"}
+    lines = publish.limits_table([dict(row, cache="cold"), dict(row, cache="warm"),
+                                  dict(row, cache="warm (eviction had no effect)")])
+    cells = [line for line in lines if "0.80" in line]
+    assert len(cells) == 3 and ["(cold)" in line for line in cells] == [True, False, False]
+
+
+# ---------------------------------------------------------------------------
+# codec_limit.py
+# ---------------------------------------------------------------------------
+
+
+def test_codec_limit_rounds_cold_beside_the_disk_alone(tmp_path):
+    obj = {"a": np.arange(400_000, dtype="<i8")}
+    out = codec_limit.times(obj, 3, 2, str(tmp_path / "x.cp"), 2, cold=True)
+    assert set(out) == {"dump", "encode", "load", "decode", "disk"}
+    assert all(len(v) == 2 and all(t[0] > 0 for t in v) for v in out.values())
+    figures = {name: (values, best) for name, values, best in codec_limit.rows(out)}
+    # The codec alone reads nothing: a cold load against it says so.
+    assert "load wall of limit (cold: the limit reads nothing)" in figures
+    values, best = figures["load wall of disk or limit"]
+    slower = [max(d[0], k[0]) for d, k in zip(out["decode"], out["disk"])]
+    assert values == [s / t[0] for s, t in zip(slower, out["load"])]
+    assert best == min(slower) / min(t[0] for t in out["load"])
+    warm = dict(out)
+    del warm["disk"]
+    assert "load wall of limit" in {name for name, _, _ in codec_limit.rows(warm)}
 
 
 # ---------------------------------------------------------------------------

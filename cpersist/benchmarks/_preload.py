@@ -10,8 +10,7 @@ _NAMES = (
     # pay for them, any more than a peer's first call pays for its imports.
     "cpersist.api", "cpersist.tools.inspection", "cpersist.handle",
     "cpersist.benchmarks.measure", "cpersist.benchmarks.methods",
-    "cpersist.benchmarks.peers_classic", "cpersist.benchmarks.compare",
-    "cpersist.benchmarks.datasets",
+    "cpersist.benchmarks.peers_classic", "cpersist.benchmarks.compare", "cpersist.benchmarks.datasets",
     # A measurement times one call, not the import of its library (zarr's
     # alone costs more than a small dataset's write).
     "tables", "zarr", "zarr.codecs", "h5py", "hdf5plugin", "safetensors.numpy", "nibabel",

@@ -46,7 +46,8 @@ COLUMN_DOCS = {
     "limit_read_s": "the same for decoding them into new memory (raw: copying)",
     "write_of_limit": "median over the repeats of the codec alone's time (timed just after) / the "
                       "write's: its throughput as a fraction of its codec's (1 = as fast; raw: a copy)",
-    "read_of_limit": "the same for the read (mmap: against a copy, the read touching every byte)",
+    "read_of_limit": "the same for the read (mmap: against a copy, the read touching every byte); a "
+                     "cold read (cache=cold) counts the disk too, which the codec alone never reads",
     "fsync_s": "seconds of the fsync after the last write (not in write_s)",
     "cache": "cold = fsync + POSIX_FADV_DONTNEED before each read repeat; warm = file read once first",
     "resident_frac": "cold reads: max fraction of the file still in the page cache after eviction (mincore)",
@@ -169,12 +170,13 @@ def measure_cell(name, info, method, level, cfg, work_dir):
     """Write then read one (dataset, method, level) and build its CSV row."""
     fpath = os.path.join(work_dir, f"{_safe(name)}__{_safe(method.name)}__L{level}{method.suffix}")
     base = dict(method=method, level=level, file_path=fpath, data_path=info["path"], repeats=cfg.repeats,
-                budget=cfg.repeat_budget)
+                budget=cfg.repeat_budget, prime=info.get("size_bytes") or 0)
     try:
         w = run_in_subprocess(dict(base, op="write"), cfg.timeout)
         if w["status"] != "ok":
             return _row(name, info, method, level, cfg, status="failed", reason=w.get("reason", "?"))
-        r = run_in_subprocess(dict(base, op="read", cold=not cfg.warm_cache), cfg.timeout)
+        r = run_in_subprocess(dict(base, op="read", cold=not cfg.warm_cache,
+                                   prime=base["prime"] + w["disk_bytes"]), cfg.timeout)
         if r["status"] != "ok":
             return _row(name, info, method, level, cfg, status="failed", reason=r.get("reason", "?"),
                         disk_bytes=w["disk_bytes"], cache=r.get("cache", ""))
@@ -197,16 +199,12 @@ def measure_cell(name, info, method, level, cfg, work_dir):
         write_s=ws, read_s=rs,
         # Memmapped reads: the load call alone (flat in size), read_s adds the touch.
         read_open_s=median(r["open_times"]) if method.mmap else "",
-        write_MBps=round(size / MB / ws, 2) if ws else "",
-        read_MBps=round(size / MB / rs, 2) if rs else "",
-        write_peak_MB=round(w["write_peak"] / MB, 3),
-        read_peak_MB=round(r["read_peak"] / MB, 3),
-        write_peak_anon_MB=round(w["write_peak_anon"] / MB, 3),
-        read_peak_anon_MB=round(r["read_peak_anon"] / MB, 3),
+        write_MBps=round(size / MB / ws, 2) if ws else "", read_MBps=round(size / MB / rs, 2) if rs else "",
+        write_peak_MB=round(w["write_peak"] / MB, 3), read_peak_MB=round(r["read_peak"] / MB, 3),
+        write_peak_anon_MB=round(w["write_peak_anon"] / MB, 3), read_peak_anon_MB=round(r["read_peak_anon"] / MB, 3),
         limit_write_s="" if lw is None else float(f"{lw:.6g}"),
         limit_read_s="" if lr is None else float(f"{lr:.6g}"),
-        write_of_limit="" if of_w is None else round(of_w, 3),
-        read_of_limit="" if of_r is None else round(of_r, 3),
+        write_of_limit="" if of_w is None else round(of_w, 3), read_of_limit="" if of_r is None else round(of_r, 3),
         fsync_s=round(w["fsync_s"], 6),
         cache=r["cache"],
         resident_frac="" if r.get("resident_frac") is None else round(r["resident_frac"], 4),
@@ -228,10 +226,7 @@ class _Silent:
     """The part of tqdm's interface the benchmark uses, doing nothing
     (tqdm is in the [bench] extra; the benchmark runs without it)."""
 
-    def _nothing(self, *args, **kwargs):
-        pass
-
-    update = set_postfix_str = close = _nothing
+    update = set_postfix_str = close = lambda self, *args, **kwargs: None
 
 
 #: A bar whose steps are estimated costs, not counts: only the percentage and
