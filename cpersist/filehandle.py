@@ -108,8 +108,7 @@ class FileHandle:
                 tensors = {}
                 kept_in_stream = self._kept_in_stream
                 if paths is None:
-                    found = scan_arrays(self._root_stream(reader).getbuffer(),
-                                        limits=self._limits, source=self.name)
+                    found = self._scan(reader)
                     paths = found["paths"]
                     for tensor in found["tensors"]:
                         tensors.setdefault(tensor["section"], []).append(tensor)
@@ -146,11 +145,20 @@ class FileHandle:
         """The paths of the arrays kept inside the pickle stream (for the
         message of a missing key: a file that cannot be walked has none)."""
         try:
-            found = scan_arrays(self._root_stream(self._reader()).getbuffer(),
-                                limits=self._limits, source=self.name)
+            found = self._scan(self._reader())
         except (CpersistError, ValueError):
             return []
         return placed(found["inline"])
+
+    def _scan(self, reader):
+        """:func:`~cpersist.stream.paths.scan_arrays` of the pickle stream,
+        whose buffer then goes back for the next section read (nothing
+        found holds its bytes)."""
+        stream = self._root_stream(reader)
+        try:
+            return scan_arrays(stream.getbuffer(), limits=self._limits, source=self.name)
+        finally:
+            stream.close()
 
     def load(self, lazy=False):
         """The object, as :func:`cpersist.load` gives it, or with lazy arrays.

@@ -522,6 +522,35 @@ def test_opening_many_arrays(tmp_path):
         assert arrays["obj['a1234']"][1] == 1234
 
 
+def test_walking_the_stream_gives_its_buffer_back(tmp_path):
+    """Listing the arrays of a file whose index records no paths walks its
+    pickle stream, as the message of a key missing from a file whose index
+    does: each time, the buffer it was read into goes back to the pool for
+    the next section read (it is all the pool then keeps)."""
+    import types
+
+    from cpersist.container.section_file import SECTION_BUFFERS
+
+    names = ["x"] * 500
+    cpersist.dump(types.SimpleNamespace(w=np.arange(10_000.0), names=names), tmp_path / "n.cp")
+    cpersist.dump({"w": np.arange(10_000.0), "names": names}, tmp_path / "d.cp")
+
+    def missing(handle):
+        with pytest.raises(cpersist.ArrayNotFoundError):
+            handle.arrays["obj.nope"]
+
+    for name, walk, listed in [("n.cp", lambda handle: handle.arrays, "obj.w"),
+                               ("d.cp", missing, "obj['w']")]:
+        with cpersist.open(tmp_path / name) as handle:
+            with SECTION_BUFFERS._lock:
+                SECTION_BUFFERS._free.clear()
+                SECTION_BUFFERS._kept_bytes = 0
+            walk(handle)
+            kept = SECTION_BUFFERS._free
+            assert len(kept) == 1 and SECTION_BUFFERS._kept_bytes == len(kept[0]) > 0, name
+            assert list(handle.arrays) == [listed]
+
+
 def test_dask_threaded(tmp_path):
     import dask.array as da
 

@@ -18,6 +18,9 @@ import pytest
 
 import cpersist
 from cpersist.container import EDITED, FLAGS_AT, MAGIC, TRAILER, ContainerReader
+from cpersist.container.framing import END, parse_record
+from cpersist.container.layout import HEADER, RECORD_SIZE
+from cpersist.container.reader import TAIL_READ
 
 from ._forge import forge, split
 from ._fresh import ROOT, run_cli, start_python
@@ -212,11 +215,94 @@ def test_truncated_dump_named(tmp_path):
         cpersist.load(buf)
 
 
-def test_damaged_record_header_named(tmp_path):
-    data = bytearray(_one_dump(tmp_path).read_bytes())
-    data[64 + 7] = 0x77  # the first record's kind
-    with pytest.raises(cpersist.CorruptFileError, match="damaged record header at offset 64"):
-        cpersist.load(io.BytesIO(bytes(data)))
+def _record_headers(data):
+    """Offsets of the record headers of the dump ``data``, but its END's."""
+    position, found = HEADER.size, []
+    while True:
+        kind, _, end = parse_record(data[position:position + RECORD_SIZE], position, "x")
+        if kind == END:
+            return found
+        found.append(position)
+        position = end
+
+
+def _load_opened(path):
+    with cpersist.open(path) as handle:
+        return handle.load()
+
+
+def _load_from_file_object(path):
+    with open(path, "rb") as file:
+        return cpersist.load(file)
+
+
+def _load_from_pipe(data):
+    file, thread = pipe_bytes(data)
+    try:
+        with file:
+            return cpersist.load(file)
+    finally:
+        thread.join_checked()
+
+
+def test_a_damaged_record_header_is_refused_alike_by_every_source(tmp_path):
+    """Each byte of each record header but the END's (which every reader
+    reads to find the index), changed in turn: nothing covers these bytes
+    (checksums cover the chunks and the index) and a stream is cut into
+    dumps by them alone, so every source refuses the file with the same
+    CorruptFileError, a path read by the trailer as a file object read by a
+    walk of its records. Dumps smaller than the bytes a remote reader reads
+    at its ends, which are all it checks (a request per record costs more
+    than a load)."""
+    fsspec = pytest.importorskip("fsspec")  # in the test extra
+    path = tmp_path / "d.cp"
+    url = f"memory://cpersist-records-{os.getpid()}/d.cp"
+    sources = {
+        "path": lambda: cpersist.load(path),
+        "path mapped": lambda: cpersist.load(path, mmap_mode="r"),
+        "path restricted": lambda: cpersist.load(path, trusted=False),
+        "path opened": lambda: _load_opened(path),
+        "verify": lambda: cpersist.verify(path),
+        "inspect": lambda: cpersist.inspect(path),
+        "file object": lambda: _load_from_file_object(path),
+        "BytesIO": lambda: cpersist.load(io.BytesIO(path.read_bytes())),
+        "loads": lambda: cpersist.loads(path.read_bytes()),
+        "loads restricted": lambda: cpersist.loads(path.read_bytes(), trusted=False),
+        "pipe": lambda: _load_from_pipe(path.read_bytes()),
+        "remote": lambda: cpersist.load(url),
+    }
+
+    def outcome(read):
+        try:
+            read()
+        except cpersist.CorruptFileError as exc:
+            name, _, what = str(exc).partition(": ")
+            return what
+        return "read"
+
+    fs = fsspec.filesystem("memory")
+    cases = [({"a": np.arange(1000.0), "b": np.arange(300, dtype=np.int32), "c": "x"}, 0),
+             ({"a": np.arange(20_000.0), "c": "x"}, 3)]  # an encoded section
+    try:
+        for obj, compress in cases:
+            data = cpersist.dumps(obj, compress=compress)
+            assert len(data) <= TAIL_READ
+            headers = _record_headers(data)
+            assert len(headers) == (3 if compress == 0 else 2)
+            for position in headers:
+                for at in range(position, position + RECORD_SIZE):
+                    for change in (0x01, 0x80):
+                        damaged = bytearray(data)
+                        damaged[at] ^= change
+                        path.write_bytes(damaged)
+                        fs.pipe(url, bytes(damaged))
+                        found = {name: outcome(read) for name, read in sources.items()}
+                        first = found["path"]
+                        assert found == dict.fromkeys(sources, first), (compress, at, change)
+                        assert "damaged record" in first or "truncated" in first, first
+    finally:
+        if fs.exists(url):
+            fs.rm(url)
 
 
 # -- r+ edits -------------------------------------------------------------------

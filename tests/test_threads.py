@@ -490,6 +490,53 @@ def test_pages_of_a_raw_section_are_faulted_in_by_the_calling_thread(tmp_path, m
         cpersist.load(path, n_threads=2)
 
 
+def _backed_pages(view):
+    """``(backed, whole)``: how many of the whole pages in ``view`` (writable
+    bytes) are backed with memory (mincore), and how many there are."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    address = ctypes.addressof(ctypes.c_char.from_buffer(view))
+    start = -(-address // mmap.PAGESIZE) * mmap.PAGESIZE
+    end = (address + view.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if end <= start:
+        return 0, 0
+    vector = ctypes.create_string_buffer((end - start) // mmap.PAGESIZE)
+    if libc.mincore(start, end - start, vector) != 0:
+        raise OSError(ctypes.get_errno(), "mincore failed")
+    return sum(byte & 1 for byte in vector.raw), len(vector.raw)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore of anonymous memory")
+def test_a_stream_read_into_new_memory_is_faulted_in_once(tmp_path, monkeypatch):
+    """A pickle stream too large to be read into a kept buffer is read into
+    new memory: none of the pages the reader asks to fault in
+    (:func:`~cpersist._runtime.pages.fault_in`) is backed already (a
+    bytearray is, zero-filled when made); the bytes are those of any load."""
+    from cpersist.container import sections as reader_module
+    from cpersist.container.section_file import KEEP_BYTES
+
+    asked = []
+    real = reader_module.fault_in
+
+    def spy(view):
+        asked.append(_backed_pages(view))
+        return real(view)
+    monkeypatch.setattr(reader_module, "fault_in", spy)
+    blob = np.random.default_rng(2).bytes(KEEP_BYTES + 40 * CHUNK)
+    path = tmp_path / "s.cp"
+    cpersist.dump({"blob": blob}, path, chunk_size=CHUNK)
+    with open(path, "rb") as file:
+        reader = ContainerReader(file)
+        root = reader.sections[reader.root]
+        assert KEEP_BYTES < root.raw_size <= reader_module.CHECKED_CLAIM
+        assert len(root.chunks) > 2 and {c.flag for c in root.chunks} == {VERBATIM}
+    assert cpersist.load(path, n_threads=2) == {"blob": blob}
+    assert all(backed < whole for backed, whole in asked), asked
+
+
 def test_faulting_pages_in_leaves_their_bytes():
     from cpersist._runtime import pages
 

@@ -22,9 +22,19 @@ from .tiny import TINY_MAGIC, tiny_size, tiny_stream
 #: one read, rather than the trailer and then the index, keeps opening a
 #: file from a cold cache as fast whatever the file's size.
 TAIL_READ = 16 << 10
+#: Bytes read at once from the start of a dump whose end its trailer gives:
+#: its header and its first record's header (see
+#: :meth:`ContainerReader._check_records`), and not a byte more: a remote
+#: load streams the object from there, in file order, and the first
+#: record's payload may start right after its header.
+HEAD_READ = HEADER.size + RECORD_SIZE
 #: Seconds a reader that found a dump's index half changed waits for the
 #: lock of the process changing it, before it reports what it found.
 LOCK_WAIT = 10
+
+
+class _NotRead(Exception):
+    """A record header outside the bytes a remote dump's reader has read."""
 
 
 class _DecodedSource(MemorySource):
@@ -145,12 +155,14 @@ class ContainerReader(SectionReads, PieceReads):
         return corrupt(self.name, what)
 
     def _read_header(self):
-        head = self.source.read(0, min(self.available, HEADER.size))
+        at_end = self.whole or self.source.remote
+        head = self.source.read(0, min(self.available, HEAD_READ if at_end else HEADER.size))
         self.tiny = bytes(head[:len(TINY_MAGIC)]) == TINY_MAGIC
         if self.tiny:
-            self._read_tiny(head)
+            self._read_tiny(head[:HEADER.size])
             return
-        self.major, self.minor, flags = parse_header(head, self.available, self.name)
+        self.major, self.minor, flags = parse_header(head[:HEADER.size], self.available,
+                                                     self.name)
         if flags & GROWING and self.minor == OBJECT_MINOR:
             self.growing = True
             self.edited = self.compact = False
@@ -161,8 +173,48 @@ class ContainerReader(SectionReads, PieceReads):
                                    f"cpersist.load")
         self.edited = bool(flags & EDITED)
         self.compact = bool(flags & COMPACT)
-        if not ((self.whole or self.source.remote) and self._ends_at_end()):
+        if at_end and self._ends_at_end():
+            self._check_records(head)
+        else:
             self.size = walk_records(self.source.read, self.available, self.name, self.base)
+
+    def _check_records(self, head):
+        """Walk the records of a dump whose trailer says where it ends, as a
+        reader that must find its end walks them: a damaged record header
+        is refused by every source alike. Nothing covers a record header
+        (checksums cover the chunks and the index), and a reader of a
+        stream, or of a file of several dumps, finds each dump's end by
+        them alone: a damaged one is a damaged file wherever it is read.
+
+        Mostly free: record headers are read from the bytes already read at
+        the start and the end of the dump (``head`` and the tail), others
+        in blocks (see :func:`.framing.walk_records`). A load that maps the
+        file reads them so too, not from its map: on Linux, touching a page
+        of a new map of a file cpersist wrote costs about twice a read of
+        the header, paid for each large array the caller never reads. A
+        remote source reads none more (a request per record costs more
+        than the load): its walk stops at the first record outside those
+        bytes.
+        """
+        tail_start, tail = self._tail
+        remote = self.source.remote
+
+        def read(offset, length):
+            if offset + RECORD_SIZE <= len(head):
+                return head[offset:]
+            if offset >= tail_start:
+                return tail[offset - tail_start:]
+            if remote:
+                raise _NotRead
+            return self.source.read(offset, length)
+
+        try:
+            end = walk_records(read, self.size, self.name, self.base)
+        except _NotRead:
+            return
+        if end != self.size:  # an END record before the dump's: its magic is there
+            raise self.error(f"damaged records: they end at offset {self.base + end}, the "
+                             f"dump at offset {self.base + self.size}")
 
     def _find_commit(self):
         """Read a growing object file (format 2.4) as the dump its last

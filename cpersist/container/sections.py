@@ -81,8 +81,7 @@ class SectionReads:
         A verbatim chunk is read straight into its output slice, which is
         then also its "stored bytes": a copy through a temporary buffer would
         add a pass over data that compression could not shrink. An encoded
-        chunk is read into a buffer from ``READ_BUFFERS``, given back once it
-        is decoded.
+        chunk is read into a buffer from ``READ_BUFFERS``, given back once decoded.
         """
         if self.source.remote:
             yield from self._fetch_chunks(section, out_view)
@@ -140,10 +139,10 @@ class SectionReads:
         A section of verbatim chunks only is read and checked by this thread
         alone (:meth:`_read_verbatim`) when it is one chunk, smaller than
         :data:`~cpersist._runtime.parallel.COPY_ALONE_BELOW` bytes, read into
-        memory whose pages are ``backed`` already (a buffer reused: with no
-        page to fault in, a second thread costs more to wake and hand the
-        GIL to than it saves), or from a source that does not take
-        concurrent reads (a file object without a descriptor of its own).
+        memory whose pages are ``backed`` already (a buffer reused, a new
+        bytearray: with none to fault in, a second thread costs more to wake
+        and hand the GIL to than it saves), or from a source that does not
+        take concurrent reads (a file object without a descriptor of its own).
         Otherwise (a remote store, or encoded chunks from such a file
         object) this thread reads the chunks in file order and the pool
         checksums them and decodes the encoded ones into place.
@@ -302,8 +301,9 @@ class SectionReads:
         """
         self.check_claimed_sizes(section)
         out = claimed_buffer(section.raw_size, self, section)
-        if section.raw_size:
-            self.read_into(section, out, verify=verify, n_threads=n_threads)
+        if section.raw_size:  # a bytearray's pages are backed: zero-filled when made
+            self.read_into(section, out, verify=verify, n_threads=n_threads,
+                           backed=type(out) is bytearray)
         return out
 
     def open_section(self, section, *, verify=True, n_threads=1, exact=False):
