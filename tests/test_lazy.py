@@ -531,7 +531,7 @@ def test_walking_the_stream_gives_its_buffer_back(tmp_path):
 
     from cpersist.container.section_file import SECTION_BUFFERS
 
-    names = ["x"] * 500
+    names = [f"x{i}" for i in range(5000)]  # a stream longer than the bytes read with the index
     cpersist.dump(types.SimpleNamespace(w=np.arange(10_000.0), names=names), tmp_path / "n.cp")
     cpersist.dump({"w": np.arange(10_000.0), "names": names}, tmp_path / "d.cp")
 
