@@ -219,7 +219,8 @@ class SnapshotPickler(pickle.Pickler):
                 if reduced is not NotImplemented:
                     rebuild, (data, placement) = reduced
                     shards = data if type(data) is tuple else (data,)
-                    if not COPY_JAX:
+                    if not (COPY_JAX and self._jax.on_cpu(obj)):
+                        # Off the CPU, the data is a host copy that nothing reuses.
                         self.pins.append(shards)
                         return self._keep(_JaxHostData(reduced))
                     copies = tuple(map(self._copy, shards))
@@ -281,8 +282,9 @@ class _JaxHostData:
     :data:`COPY_JAX`, numpy views of them, which keep the buffers alive and
     unchanged whatever the caller does with the array after the call (jax
     frees a buffer on ``Array.delete()`` or reuses it for a donating
-    function's result only once no view of it is left). Either way the dump
-    never reads the array itself, which may be deleted by then."""
+    function's result only once no view of it is left); off the CPU, the
+    host copy ``numpy.asarray`` made. Either way the dump never reads the
+    array itself, which may be deleted by then."""
 
     __slots__ = ("_reduced",)
 
