@@ -831,6 +831,11 @@ def test_a_background_dump_leaves_its_snapshot_memory_to_the_next(tmp_path):
     # Nothing of the dump references its copies once it is done (no cycle
     # waiting for the collector): they serve the next snapshot.
     assert sorted(background._buffers._spare) == [4 * DEFER_FROM, 8 * DEFER_FROM]
+    # So do the copies of JAX arrays (their data, as a numpy array's).
+    jnp = pytest.importorskip("jax.numpy")
+    obj = {"w": jnp.ones(DEFER_FROM, jnp.float32), "b": jnp.ones(3, jnp.bfloat16)}
+    cpersist.dump(obj, tmp_path / "jax.cp", background=True).result()
+    assert sorted(background._buffers._spare) == [6, 4 * DEFER_FROM]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
