@@ -35,21 +35,23 @@ before it writes (``copy-first``) or with its file written through the page
 cache (``cached``), a plain
 ``cpersist.dump`` (``dump``), ``torch.save`` (``torch``, torch loop) or
 orbax's ``StandardCheckpointer`` without waiting (``orbax``, jax loop,
-``force=True`` to one directory), or, jax loop, a background dump of numpy
-views of the state's arrays (``host-copy``: copied as numpy arrays are,
-where a background dump of JAX arrays holds their buffers until written). By default: none, background, and the
-framework's own (torch.save, orbax async; a plain dump for numpy).
+``force=True`` to one directory), or, jax loop, a background dump that
+holds the JAX arrays' buffers until written rather than copying them
+(``pinned``: ``cpersist.pickling.snapshot_pickler.COPY_JAX = False``; a
+jitted step that donates them then writes its results into fresh memory).
+By default: none, background, and the framework's own (torch.save, orbax
+async; a plain dump for numpy).
 
 ``cpu``: the CPU seconds each checkpoint of the same loop costs (median and
 minimum over ``--rounds``), all threads together and by thread: the call or
 the save on the loop's thread, a background dump on its own, its checksums
 on cpersist's pool, its direct writes on the thread writing them; for ``cpersist.dump(background=True)``, the same
 written through the page cache, and torch.save (torch loop) or a plain
-dump (and, jax loop, ``host-copy``). The loop trains ``--every`` steps after each checkpoint, so that the
+dump (and, jax loop, ``pinned``). The loop trains ``--every`` steps after each checkpoint, so that the
 dump runs beside it; "all" is the process's CPU time (every thread) beyond
 that of the same steps without saving (run in turn with the savers), of
 which what the steps cost beyond is the checkpoint's too: a jax loop that donates its state cannot reuse
-buffers a background dump still reads, and pays for fresh memory in the
+buffers a background dump still reads (``pinned``), and pays for fresh memory in the
 step after. CPU times, unlike steps per second, change little when the
 machine is busy.
 
@@ -93,6 +95,7 @@ import cpersist  # noqa: E402
 from cpersist.container import direct_io as _direct_io  # noqa: E402
 from cpersist.pickling import background as _background  # noqa: E402
 from cpersist.pickling import copy_pace as _copy_pace  # noqa: E402
+from cpersist.pickling import snapshot_pickler as _snapshot_pickler  # noqa: E402
 
 #: ``background.DIRECT_FROM`` for a background dump written through the page cache.
 NEVER_DIRECT = 1 << 62
@@ -256,44 +259,46 @@ def _jax_loop(n, side, batch):
     return state, step
 
 
-def host_views(state):
-    """``state`` with each JAX array replaced by a numpy view of its buffer:
-    a background dump of it copies them as it copies numpy arrays, rather
-    than holding the JAX arrays' buffers until it is written (which keeps a
-    jitted step from reusing them for its results: ``donate_argnums``)."""
-    import jax
-
-    return jax.tree.map(lambda leaf: np.asarray(leaf) if isinstance(leaf, jax.Array) else leaf,
-                        state)
-
-
 @contextlib.contextmanager
-def background_variant(overlap=True, paced=True, cached=False):
+def background_variant(overlap=True, paced=True, cached=False, pinned=False):
     """The background dump's settings for one of the lab's variants, put
     back after the block: ``overlap=False``, the call copies every array
     before the dump writes; ``paced=False``, it copies as fast as it can;
-    ``cached``, the file goes through the page cache."""
-    saved = _background.OVERLAP_COPIES, _copy_pace.CALL_BUDGET, _background.DIRECT_FROM
+    ``cached``, the file goes through the page cache; ``pinned``, JAX
+    arrays are held, not copied (with memory of its own for the copies of
+    the rest: the other variants' memory stays theirs to reuse)."""
+    saved = (_background.OVERLAP_COPIES, _copy_pace.CALL_BUDGET, _background.DIRECT_FROM,
+             _snapshot_pickler.COPY_JAX, _background._buffers)
     _background.OVERLAP_COPIES = overlap
     if not paced:
         _copy_pace.CALL_BUDGET = 0
     if cached:
         _background.DIRECT_FROM = NEVER_DIRECT
+    if pinned:
+        _snapshot_pickler.COPY_JAX = False
+        _background._buffers = _pinned_buffers
     try:
         yield
     finally:
-        _background.OVERLAP_COPIES, _copy_pace.CALL_BUDGET, _background.DIRECT_FROM = saved
+        (_background.OVERLAP_COPIES, _copy_pace.CALL_BUDGET, _background.DIRECT_FROM,
+         _snapshot_pickler.COPY_JAX, shared) = saved
+        if pinned:
+            _background._buffers = shared
+
+
+_pinned_buffers = _snapshot_pickler.Buffers()
 
 
 #: The loop's savers that are background dumps, and their settings
 #: (:func:`background_variant`).
 BACKGROUND_VARIANTS = {"background": {}, "unpaced": {"paced": False},
-                       "cached": {"cached": True}, "copy-first": {"overlap": False}}
+                       "cached": {"cached": True}, "copy-first": {"overlap": False},
+                       "pinned": {"pinned": True}}
 #: Savers each framework's loop runs unless told (see ``--savers``).
 DEFAULT_SAVERS = {"numpy": "none,background,dump", "torch": "none,background,torch",
                   "jax": "none,background,orbax"}
 SAVER_NAMES = {"none": "none", "background": "cpersist background",
-               "host-copy": "bg host copy",
+               "pinned": "bg pinned",
                "unpaced": "bg unpaced", "copy-first": "bg copy first",
                "cached": "bg page cache",
                "dump": "cpersist dump",
@@ -306,7 +311,7 @@ def loop(args, directory):
     unknown = [name for name in wanted if name not in SAVER_NAMES]
     if unknown or ("torch" in wanted and args.framework != "torch") or (
             "orbax" in wanted and args.framework != "jax") or (
-            "host-copy" in wanted and args.framework != "jax"):
+            "pinned" in wanted and args.framework != "jax"):
         raise SystemExit(f"--savers: {','.join(wanted)} names a saver unknown or not of "
                          f"the {args.framework} loop; choose from {', '.join(SAVER_NAMES)}")
     layer_mb = args.side * args.side * 4 / MB
@@ -325,10 +330,6 @@ def loop(args, directory):
                 with background_variant(**variant):
                     pending.append(cpersist.dump(state, path, compress=args.compress,
                                                  background=True))
-        elif name == "host-copy":
-            def save():
-                pending.append(cpersist.dump(host_views(state), path, compress=args.compress,
-                                             background=True))
         elif name == "dump":
             def save():
                 cpersist.dump(state, path, compress=args.compress)
@@ -461,15 +462,15 @@ def checkpoint_cpu(args, directory):
     def writer_cpu():
         return task_cpu(writer_ids[0]) if writer_ids else 0.0
 
-    def background(cached):
+    def background(name, **variant):
         def save():
-            with background_variant(cached=cached):
-                return cpersist.dump(state, os.path.join(directory, f"bg{cached:d}.cp"),
+            with background_variant(**variant):
+                return cpersist.dump(state, os.path.join(directory, f"{name}.cp"),
                                      compress=args.compress, background=True)
         return save
 
-    savers = {"none": lambda: None, "cpersist background": background(False),
-              "bg page cache": background(True)}
+    savers = {"none": lambda: None, "cpersist background": background("bg"),
+              "bg page cache": background("cached", cached=True)}
     if args.framework == "torch":
         import torch
 
@@ -478,9 +479,7 @@ def checkpoint_cpu(args, directory):
         savers["cpersist dump"] = lambda: cpersist.dump(
             state, os.path.join(directory, "plain.cp"), compress=args.compress)
     if args.framework == "jax":
-        savers["bg host copy"] = lambda: cpersist.dump(
-            host_views(state), os.path.join(directory, "host.cp"), compress=args.compress,
-            background=True)
+        savers["bg pinned"] = background("pinned", pinned=True)
 
     def run(save):
         def measure():

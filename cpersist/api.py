@@ -81,14 +81,13 @@ def dump(obj, target, compress=0, *, protocol=None, chunk_size=None, n_threads=N
         Return as soon as ``obj`` is snapshotted, and write the file on a
         thread (see :ref:`background-dumps`): the caller may change ``obj``
         and its arrays right after the call. The snapshot pickles ``obj``'s
-        other objects and copies the bytes of its numpy arrays and CPU torch
-        tensors (once per storage), but for those the dump has already
-        written from their own memory, which it starts doing at once: the
-        call takes about as long as one copy would, and copies only what
-        the dump will not have written by then; JAX
-        arrays are immutable and are not copied (jax does not donate one
-        while the dump is pending). The copies' memory is kept for the next
-        background dump's snapshot.
+        other objects and copies the bytes of its numpy arrays, CPU torch
+        tensors (once per storage) and JAX arrays on the CPU (so that a
+        jitted step donating them right after reuses their memory), but for
+        those the dump has already written from their own memory, which it
+        starts doing at once: the call takes about as long as one copy
+        would, and copies only what the dump will not have written by then.
+        The copies' memory is kept for the next background dump's snapshot.
         Compression runs on ``n_threads`` threads as in any dump, and the
         file appears at ``target`` atomically once complete; from 64 MB of
         arrays on, it is written around the page cache (``O_DIRECT``,

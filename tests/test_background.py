@@ -99,6 +99,9 @@ def test_numpy_arrays_changed_after_the_call_are_written_as_they_were(tmp_path, 
 def test_the_file_is_byte_for_byte_a_plain_dumps(tmp_path, compress, direct, monkeypatch):
     # Large arrays too: their chunks come from the originals or the copies.
     obj = {**_numpy_object(), "large": np.random.default_rng(4).standard_normal(3 << 20)}
+    # A read-only array is pickled as bytes, a writable one as a bytearray.
+    obj["read-only"], obj["large read-only"] = np.arange(9.0), np.ones(DEFER_FROM)
+    obj["read-only"].flags.writeable = obj["large read-only"].flags.writeable = False
     # Written around the page cache from DIRECT_FROM bytes of arrays on.
     monkeypatch.setattr(background, "DIRECT_FROM", 0 if direct else 1 << 62)
     cpersist.dump(obj, tmp_path / "plain.cp", compress=compress)
@@ -297,7 +300,7 @@ def test_torch_tensors_changed_after_the_call_are_written_as_they_were(tmp_path,
     assert loaded["row"].storage_offset() == 3 * 512
 
 
-def test_jax_arrays_are_written_without_a_copy(tmp_path, gate):
+def test_a_step_donating_jax_arrays_after_the_call_reuses_their_memory(tmp_path, gate):
     jax = pytest.importorskip("jax")
     jnp = pytest.importorskip("jax.numpy")
 
@@ -305,18 +308,16 @@ def test_jax_arrays_are_written_without_a_copy(tmp_path, gate):
         return jnp.arange(12, dtype=jnp.bfloat16).reshape(3, 4)
 
     params = {"w": expected_w(), "b": jnp.ones(4)}
-    snapshot = take(params)
-    # Immutable: the snapshot views the array's own buffer.
-    (data, placement), = [args for _, args in [snapshot.restore()["w"].__reduce__()]]
-    assert placement is None
-    assert data.__array_interface__["data"][0] == params["w"].unsafe_buffer_pointer()
-    del snapshot, data
     step = jax.jit(lambda w: w + 1, donate_argnums=0)
+    memory = params["w"].unsafe_buffer_pointer()
     future = cpersist.dump({"gate": Gate(gate), **params}, tmp_path / "bg.cp",
                            background=True)
-    # A training step that donates the array, then one deleting it: neither
-    # may free or reuse its buffer under the dump.
+    # While the dump is pending, a training step that donates the array
+    # writes its result into the array's own memory (the snapshot holds no
+    # view of it, which would send the result to fresh memory), and another
+    # array is deleted: neither reaches the file.
     params["w"] = step(params["w"])
+    assert params["w"].unsafe_buffer_pointer() == memory
     params["b"].delete()
     refill = [jnp.full(4, -7.0) for _ in range(64)]
     _GATES[gate].set()
@@ -341,6 +342,21 @@ def _first_and_last(framework):
             first[...] = -1
             last[...] = -2
         return obj, first.nbytes, change
+    if framework == "jax":
+        jax = pytest.importorskip("jax")
+        jnp = jax.numpy
+        first = jnp.arange(12 * n, dtype=jnp.float32).reshape(6, 2 * n)
+        obj = {"first": first, "first_t": first.T,
+               "last": jnp.arange(2 * n, dtype=jnp.int32).reshape(n, 2) % 999}
+        fill = jax.jit(lambda a: a * 0 - 1, donate_argnums=0)
+
+        def change():
+            # Immutable, but a step donating them writes into their memory.
+            for key in ("first", "last"):
+                memory = obj[key].unsafe_buffer_pointer()
+                obj[key] = fill(obj[key])
+                assert obj[key].unsafe_buffer_pointer() == memory
+        return obj, first.nbytes, change
     torch = pytest.importorskip("torch")
     first = torch.arange(6 * n, dtype=torch.float64).reshape(6, n)
     last = torch.nn.Parameter(torch.randn(2 * n, dtype=torch.float32))
@@ -357,6 +373,12 @@ def _assert_as_before(expected, loaded):
     if isinstance(expected["first"], np.ndarray):
         assert_same(expected, loaded)
         return
+    if type(expected["first"]).__module__.startswith("jax"):
+        for key, value in expected.items():
+            assert type(loaded[key]) is type(value), key
+            assert loaded[key].dtype == value.dtype and loaded[key].shape == value.shape, key
+            assert np.asarray(loaded[key]).tobytes() == np.asarray(value).tobytes(), key
+        return
     torch = sys.modules["torch"]
     for key, value in expected.items():
         assert type(loaded[key]) is type(value), key
@@ -366,7 +388,7 @@ def _assert_as_before(expected, loaded):
             == loaded["first"].untyped_storage().data_ptr())
 
 
-@pytest.mark.parametrize("framework", ["numpy", "torch"])
+@pytest.mark.parametrize("framework", ["numpy", "torch", "jax"])
 @pytest.mark.parametrize("compress", [0, 3])
 @pytest.mark.parametrize("n_threads", [1, 2])  # the writer's ways of writing sections
 def test_the_dump_writes_from_the_originals_what_the_call_has_not_copied(tmp_path, gate,
@@ -409,7 +431,7 @@ def test_the_dump_writes_from_the_originals_what_the_call_has_not_copied(tmp_pat
     _assert_as_before(expected, {key: loaded[key] for key in expected})
 
 
-@pytest.mark.parametrize("framework", ["numpy", "torch"])
+@pytest.mark.parametrize("framework", ["numpy", "torch", "jax"])
 @pytest.mark.parametrize("compress", [0, 3])
 def test_arrays_changed_as_soon_as_the_call_returns_are_written_as_they_were(tmp_path,
                                                                              framework,
@@ -809,6 +831,11 @@ def test_a_background_dump_leaves_its_snapshot_memory_to_the_next(tmp_path):
     # Nothing of the dump references its copies once it is done (no cycle
     # waiting for the collector): they serve the next snapshot.
     assert sorted(background._buffers._spare) == [4 * DEFER_FROM, 8 * DEFER_FROM]
+    # So do the copies of JAX arrays (their data, as a numpy array's).
+    jnp = pytest.importorskip("jax.numpy")
+    obj = {"w": jnp.ones(DEFER_FROM, jnp.float32), "b": jnp.ones(3, jnp.bfloat16)}
+    cpersist.dump(obj, tmp_path / "jax.cp", background=True).result()
+    assert sorted(background._buffers._spare) == [6, 4 * DEFER_FROM]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")

@@ -66,6 +66,12 @@ class JaxReducer:
         """Whether ``obj`` (of type ``cls``) is a JAX array of a numpy dtype."""
         return cls is self.array_type and isinstance(obj.dtype, self._numpy_dtype)
 
+    @staticmethod
+    def on_cpu(array):
+        """Whether ``array``'s data is in CPU buffers, which the numpy data
+        of :meth:`reduce` views (elsewhere, it is a copy on the host)."""
+        return all(device.platform == "cpu" for device in array.sharding.device_set)
+
     def reduce(self, array):
         """``(rebuild_jax, args)`` for a JAX array, else NotImplemented (an
         array other processes hold part of keeps jax's own pickling)."""

@@ -12,10 +12,10 @@ by value), and each array is set aside instead of being serialized:
 * a CPU ``torch.Tensor`` or ``nn.Parameter`` that cpersist stores as a
   section: its storage copied once, however many tensors view it, so that
   views and tied weights still share memory in the snapshot;
-* a ``jax.Array`` on the CPU: numpy views of its buffers, without a copy:
-  JAX arrays are immutable, and the views keep the buffers alive even if
-  the caller deletes or donates the array
-  (:class:`~.snapshot_pickler._JaxHostData`).
+* a ``jax.Array`` on the CPU: the data of its buffers copied as a numpy
+  array's (one per distinct shard), so that a jitted step donating the
+  array right after the call can write its result into the array's own
+  memory (:class:`~.snapshot_pickler._JaxHostData`).
 
 Anything else (object arrays, masked arrays, other tensors) keeps its own
 pickling, which copies its data into the stream. :meth:`Snapshot.restore`
@@ -97,7 +97,7 @@ class Snapshot:
         self._kept = kept
         self._pins = pins  # alive as long as the snapshot, after restore()
         self._buffers = buffers
-        #: Bytes of the arrays set aside: the copies' and the JAX arrays'.
+        #: Bytes of the arrays set aside: the copies' and the JAX arrays' held.
         self.nbytes = (sum(buffer.nbytes for buffer in buffers)
                        + sum(view.nbytes for views in pins for view in views))
         # The deferred copies (snapshot_pickler.Deferred), in the order the dump meets them.

@@ -1,8 +1,8 @@
 """How a snapshot (:mod:`.snapshot`) sets an object's arrays aside: the
-pickler that copies each numpy array and CPU torch storage once (into
-memory reused from the previous snapshot, :class:`Buffers`), or leaves the
-copy of a large one to the snapshot (:class:`Deferred`), and the unpickler
-that hands the copies back."""
+pickler that copies each numpy array, CPU torch storage and JAX array's
+data once (into memory reused from the previous snapshot,
+:class:`Buffers`), or leaves the copy of a large one to the snapshot
+(:class:`Deferred`), and the unpickler that hands the copies back."""
 
 import pickle
 import sys
@@ -26,6 +26,17 @@ def _kept(index):
 #: stream, whose writing does not go through :func:`chunks_to_write`: this
 #: is above it.
 DEFER_FROM = 1 << 20
+
+#: Whether a snapshot copies the data of JAX arrays (into memory reused
+#: from the previous snapshot, as numpy arrays') rather than holding their
+#: buffers until the dump is written. JAX arrays are immutable, but a
+#: jitted step that donates one (``donate_argnums``, as training loops do)
+#: reuses its buffer for the result only if nothing else views it: held,
+#: the step after the call writes its results into fresh memory, whose
+#: page faults cost several times the copy. The maintainers' lab
+#: (benchmarks/training_loop.py, ``pinned``) compares both ways.
+COPY_JAX = True
+
 
 def _tensor(storage, dtype, offset, shape, stride, requires_grad, parameter, state):
     """A tensor viewing ``storage`` (the snapshot's copy) as the original viewed its own."""
@@ -174,7 +185,7 @@ class SnapshotPickler(pickle.Pickler):
         self._defer = deferred
         self.deferred = []  # Deferred, in the order met
         self.kept = []
-        self.pins = []  # host views of the JAX arrays (see _JaxHostData)
+        self.pins = []  # host views of JAX arrays not copied (see _JaxHostData)
         self._storages = {}  # torch storage key -> _StorageOf its copy
         # The storages copied, alive while pickling so that no other storage
         # takes the address of one (in its key).
@@ -190,18 +201,7 @@ class SnapshotPickler(pickle.Pickler):
         if cls is np.ndarray or cls is np.memmap:
             if not is_plain_data(obj):
                 return NotImplemented
-            if self._defer and obj.nbytes >= DEFER_FROM:
-                copy = _empty_like(obj, self._buffers)
-                # _empty_like orders the copy as a contiguous original: their
-                # bytes are in the same order.
-                if obj.flags.c_contiguous or obj.flags.f_contiguous:
-                    item = Deferred(byte_view(copy), byte_view(obj))
-                else:
-                    item = Deferred(byte_view(copy), None,
-                                     lambda: np.copyto(copy, obj, casting="no"))
-                self.deferred.append(item)
-                return self._keep(copy)
-            return self._keep(copy_array(obj, self._buffers))
+            return self._keep(self._copy(obj))
         if isinstance(obj, np.ndarray):
             return NotImplemented
         if "torch" in sys.modules:
@@ -217,10 +217,39 @@ class SnapshotPickler(pickle.Pickler):
             if self._jax.is_jax_array(obj, cls) and not obj.is_deleted():
                 reduced = self._jax.reduce(obj)
                 if reduced is not NotImplemented:
-                    data = reduced[1][0]
-                    self.pins.append(data if type(data) is tuple else (data,))
-                    return self._keep(_JaxHostData(reduced))  # immutable: no copy
+                    rebuild, (data, placement) = reduced
+                    shards = data if type(data) is tuple else (data,)
+                    if not (COPY_JAX and self._jax.on_cpu(obj)):
+                        # Off the CPU, the data is a host copy that nothing reuses.
+                        self.pins.append(shards)
+                        return self._keep(_JaxHostData(reduced))
+                    copies = tuple(map(self._copy, shards))
+                    data = copies if type(data) is tuple else copies[0]
+                    return self._keep(_JaxHostData((rebuild, (data, placement))))
         return NotImplemented
+
+    def _copy(self, arr):
+        """The snapshot's copy of numpy array ``arr``: made now, or, as
+        deferred, left to the snapshot (its memory taken now); read-only if
+        ``arr`` is, as its pickling tells (bytes rather than a bytearray
+        inside the stream)."""
+        if not (self._defer and arr.nbytes >= DEFER_FROM):
+            copy = copy_array(arr, self._buffers)
+        else:
+            copy = _empty_like(arr, self._buffers)
+            # _empty_like orders the copy as a contiguous original: their
+            # bytes are in the same order.
+            if arr.flags.c_contiguous or arr.flags.f_contiguous:
+                item = Deferred(byte_view(copy), byte_view(arr))
+            else:
+                # Its own view of the copy: writable after the copy's flag is cleared.
+                into = copy.view()
+                item = Deferred(byte_view(copy), None,
+                                lambda: np.copyto(into, arr, casting="no"))
+            self.deferred.append(item)
+        if not arr.flags.writeable:
+            copy.flags.writeable = False
+        return copy
 
     def _reduce_tensor(self, torch, tensor):
         if (tensor.device.type != "cpu" or tensor.layout is not torch.strided
@@ -248,13 +277,14 @@ class SnapshotPickler(pickle.Pickler):
 
 class _JaxHostData:
     """A JAX array as the dump stores it: ``(rebuild_jax, (data,
-    placement))`` (:meth:`.jax_arrays.JaxReducer.reduce`), its data numpy
-    views of the array's CPU buffers, taken at the call, without a copy (JAX
-    arrays are immutable). The views keep the buffers alive and unchanged
-    whatever the caller does with the array after the call: jax frees a
-    buffer on ``Array.delete()`` or reuses it for a jitted function's result
-    (``donate_argnums``) only once no view of it is left, so the dump never
-    reads the array itself, which may be deleted by then."""
+    placement))`` (:meth:`.jax_arrays.JaxReducer.reduce`), its data the
+    snapshot's copies of the array's CPU buffers (numpy arrays), or, without
+    :data:`COPY_JAX`, numpy views of them, which keep the buffers alive and
+    unchanged whatever the caller does with the array after the call (jax
+    frees a buffer on ``Array.delete()`` or reuses it for a donating
+    function's result only once no view of it is left); off the CPU, the
+    host copy ``numpy.asarray`` made. Either way the dump never reads the
+    array itself, which may be deleted by then."""
 
     __slots__ = ("_reduced",)
 
