@@ -19,6 +19,15 @@ writer waits for the disk only when every buffer is waiting for it. The
 file's bytes are those a buffered write gives. Where the file system
 refuses direct writes (tmpfs, some network file systems), it writes
 through the page cache, as a plain file does.
+
+Direct writes go at the disk's pace, which is slower than copying into
+the page cache while the machine has memory to spare. So once someone
+waits for the file (``waited``: a background dump's ``result()``), the
+rest of it goes through the page cache, as a plain dump's does: the
+caller waiting has no work of its own for that core and memory bandwidth
+to slow. Direct and buffered writes of one file do not overlap (ext4
+holds the file's lock through either), so the file switches once, rather
+than writing both ways at a time.
 """
 
 import errno
@@ -42,6 +51,10 @@ BUFFERS = 3
 #: Alignment of direct writes' offsets, lengths and memory: the largest
 #: logical block size of common disks.
 BLOCK = 4096
+#: Once the file writes through the page cache, writes shorter than this
+#: are gathered in a buffer (as a buffered file's are), longer ones written
+#: from the writer's memory.
+GATHER_BELOW = 1 << 20
 
 _free_buffers = []  # page-aligned buffers (mmap), reused by the next file
 _buffers_lock = threading.Lock()
@@ -65,10 +78,17 @@ class DirectFile:
     (``EINVAL``), the buffers go through the page cache, as a plain file's.
     An error of a buffer's write is raised by the next :meth:`write`,
     :meth:`wait_for_room` or :meth:`flush`.
+
+    ``waited``, a :class:`threading.Event`, is set once someone waits for
+    the file to be complete: from the next :meth:`write` on, the file is
+    written through the page cache, as a plain file is (faster, where the
+    machine has memory to spare, than the disk's pace).
     """
 
-    def __init__(self, fd):
+    def __init__(self, fd, waited=None):
         self._fd = fd
+        self._waited = waited
+        self._cached = False  # writing through the page cache since waited
         self._pos = 0  # bytes taken (written to the file or in a buffer)
         self._sent = 0  # bytes handed to the writing thread or written
         self._direct = _set_direct(fd, True)
@@ -100,6 +120,9 @@ class DirectFile:
         total = view.nbytes
         source, done = _as_array(view), 0
         while done < total:
+            if self._cached or (self._waited is not None and self._waited.is_set()):
+                self._write_cached(view[done:])
+                break
             if self._current is None:
                 self._take_free()
             n = min(BUFFER_SIZE - self._filled, total - done)
@@ -110,6 +133,31 @@ class DirectFile:
                 self._send()
         self._pos += total
         return total
+
+    def _write_cached(self, view):
+        """Write ``view`` through the page cache after what was taken before
+        (switching to it first): gathered in a buffer if short, else
+        written from where it is."""
+        if not self._cached:
+            self._wait_written()  # the buffers' direct writes come first
+            self._raise_error()
+            if self._direct:
+                self._direct = _set_direct(self._fd, False)
+            self._cached = True
+        n = view.nbytes
+        if self._current is None:
+            self._current, self._filled = 0, 0  # none is being written any more
+        if n < GATHER_BELOW and self._filled + n <= BUFFER_SIZE:
+            self._arrays[self._current][self._filled:self._filled + n] = _as_array(view)
+            self._filled += n
+            return
+        if self._filled:
+            _write_at(self._fd, memoryview(self._buffers[self._current])[:self._filled],
+                      self._sent)
+            self._sent += self._filled
+            self._filled = 0
+        _write_at(self._fd, view, self._sent)
+        self._sent += n
 
     def wait_for_room(self, nbytes, wait=True):
         """Whether :meth:`write` takes ``nbytes`` now without waiting for the
