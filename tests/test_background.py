@@ -154,6 +154,41 @@ def test_a_direct_file_waited_for_writes_the_rest_through_the_page_cache(tmp_pat
 
 
 @pytest.mark.skipif(not direct_io.direct_writes_possible(), reason="no O_DIRECT on this platform")
+def test_a_direct_file_goes_back_to_direct_writes_where_the_page_cache_is_slower(
+        tmp_path, monkeypatch):
+    block = direct_io.BLOCK
+    monkeypatch.setattr(direct_io, "BUFFER_SIZE", 4 * block)
+    monkeypatch.setattr(direct_io, "GATHER_BELOW", 2 * block)
+    monkeypatch.setattr(direct_io, "TRIAL", 4 * block)
+    rng = np.random.default_rng(8)
+    sizes = [9 * block + 7, 5, 3 * block, 5 * block + 1, 6 * block, 2 * block + 3, 1]
+    pieces = [rng.integers(0, 256, n, np.uint8).tobytes() for n in sizes]
+    path = tmp_path / "back.bin"
+    waited = threading.Event()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        file = direct_io.DirectFile(fd, waited)
+        file.write(pieces[0])
+        file._wait_written()
+        # As measured where the disk outpaces the page cache: direct writes
+        # took no time at all.
+        file._direct_pace[1] = 0.0
+        waited.set()
+        for piece in pieces[1:]:
+            assert file.write(piece) == len(piece)
+        file.close()
+    finally:
+        os.close(fd)
+    if _direct_writes_allowed(tmp_path):
+        # Direct: the first 8 blocks; through the page cache from there on
+        # (TRIAL bytes and more), up to the start of block 18; direct again
+        # from there, but for the last part of a block.
+        cached = _cached_pages_by_number(path)
+        assert cached == list(range(8, 18)) + [25], cached
+    assert path.read_bytes() == b"".join(pieces)
+
+
+@pytest.mark.skipif(not direct_io.direct_writes_possible(), reason="no O_DIRECT on this platform")
 def test_a_dump_with_fsync_stays_direct_when_waited_for(tmp_path, monkeypatch):
     # Its bytes must all reach the disk before it ends: direct writes get them there soonest.
     monkeypatch.setattr(background, "DIRECT_FROM", 0)
@@ -299,6 +334,11 @@ def _direct_writes_allowed(folder):
 
 def _cached_pages(path):
     """How many pages of the file at ``path`` are in the page cache (mincore)."""
+    return len(_cached_pages_by_number(path))
+
+
+def _cached_pages_by_number(path):
+    """The numbers of the pages of the file at ``path`` in the page cache (mincore)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
     size = os.path.getsize(path)
@@ -314,7 +354,7 @@ def _cached_pages(path):
     finally:
         del start
         mapped.close()
-    return sum(byte & 1 for byte in vector.raw)
+    return [number for number, byte in enumerate(vector.raw) if byte & 1]
 
 
 def test_a_memmap_is_snapshotted_as_a_plain_array(tmp_path, gate):
