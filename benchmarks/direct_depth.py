@@ -11,9 +11,8 @@ arrays with each number of buffers of
 
 The ways: ``dN`` is N threads writing ``--write`` bytes (32 MiB) each at
 a time; ``wN`` one thread writing N MiB at a time; ``bN``
-a background dump (``cpersist.dump(..., background=True)``, waited for
-until done without ``result()``, so all of it is written directly) of 16
-float64 arrays with N buffers per file. The ways run in turn
+``cpersist.dump(..., background=True).result()`` of 16 float64 arrays
+with N buffers per file. The ways run in turn
 in each round, their order reversed every other round (the machine's
 other work changes over a run). Printed per way: wall time of the file
 (open to close, no fsync, as a dump's), min and median, and GB/s of the
@@ -21,7 +20,6 @@ median.
 """
 
 import argparse
-import concurrent.futures
 import mmap
 import os
 import statistics
@@ -43,11 +41,7 @@ def background_dump(path, obj, buffers):
     import cpersist
 
     direct_io.BUFFERS = buffers
-    future = cpersist.dump(obj, path, background=True)
-    # Not result(): a dump waited for that way writes the rest of its file
-    # through the page cache.
-    concurrent.futures.wait([future])
-    future.result()
+    cpersist.dump(obj, path, background=True).result()
 
 
 def write_file(path, size, write, threads, buffers):

@@ -5,12 +5,7 @@ and completion cost against a copy of its arrays and a plain dump.
 ``calls``: a checkpoint of ``--mb`` MB (arrays of 64 MB), timed in turn
 round after round: a copy of its arrays into memory copied into before
 (``np.copyto``), a plain ``cpersist.dump``, and ``dump(...,
-background=True)``: the call, and until ``result()`` returns. A dump
-waited for that way writes what is left of its file through the page
-cache, as a plain dump does (see ``cpersist.pickling.background.DIRECT_FROM``);
-"bg not waited" is the same dump while nobody asks for its result (as in
-a training loop): the clock stops once it is done
-(``concurrent.futures.wait``), its file written around the page cache all along.
+background=True)``: the call, and until ``result()`` returns.
 Both sides wait for the disk: a dump written directly ends once the disk
 has its bytes, and a plain dump replacing its file on ext4 has most of its
 bytes written out by the rename (``auto_da_alloc``: 0.7-1 GB of 1 GiB
@@ -87,7 +82,6 @@ Run from the repository root:
 """
 
 import argparse
-import concurrent.futures
 import contextlib
 import os
 import shutil
@@ -182,21 +176,18 @@ def calls(args, directory):
         # As the background dump does: same codec, threads and fsync.
         cpersist.dump(obj, path_of("plain"), compress=args.compress, fsync=args.fsync)
 
-    def in_background(name, waited=True, **variant):
+    def in_background(name, **variant):
         def work():
             with background_variant(**variant):
                 t0 = time.perf_counter()
                 future = cpersist.dump(obj, path_of(name), compress=args.compress,
                                        fsync=args.fsync, background=True)
                 call_times[name].append(time.perf_counter() - t0)
-                if not waited:
-                    concurrent.futures.wait([future])  # not result(): nobody hurries it
                 future.result()
         return work
 
     contenders = {"memcpy": memcpy, "plain dump": plain,
-                  "background dump": in_background("background dump"),
-                  "bg not waited": in_background("bg not waited", waited=False)}
+                  "background dump": in_background("background dump")}
     if args.copy_first:
         contenders["bg copy first"] = in_background("bg copy first", overlap=False)
     if args.unpaced:

@@ -9,7 +9,6 @@ import mmap
 import os
 import sys
 import threading
-from concurrent.futures import wait
 
 import numpy as np
 import pytest
@@ -95,110 +94,19 @@ def test_numpy_arrays_changed_after_the_call_are_written_as_they_were(tmp_path, 
     assert_same(expected, cpersist.load(path)["obj"])
 
 
-@pytest.mark.parametrize("way", ["page cache", "direct", "direct, waited for"])
+@pytest.mark.parametrize("direct", [False, True], ids=["page cache", "direct"])
 @pytest.mark.parametrize("compress", [0, 3])
-def test_the_file_is_byte_for_byte_a_plain_dumps(tmp_path, compress, way, monkeypatch):
+def test_the_file_is_byte_for_byte_a_plain_dumps(tmp_path, compress, direct, monkeypatch):
     # Large arrays too: their chunks come from the originals or the copies.
     obj = {**_numpy_object(), "large": np.random.default_rng(4).standard_normal(3 << 20)}
     # Written around the page cache from DIRECT_FROM bytes of arrays on.
-    monkeypatch.setattr(background, "DIRECT_FROM", 1 << 62 if way == "page cache" else 0)
+    monkeypatch.setattr(background, "DIRECT_FROM", 0 if direct else 1 << 62)
     cpersist.dump(obj, tmp_path / "plain.cp", compress=compress)
-    future = cpersist.dump(obj, tmp_path / "bg.cp", compress=compress, background=True)
-    if way == "direct, waited for":
-        future.result()  # the rest of the file through the page cache, from then on
-    else:
-        wait([future])  # nobody asks for its result: no hurry
-        assert future.result() == [str(tmp_path / "bg.cp")]
-        if way == "direct" and _direct_writes_allowed(tmp_path):
-            # Of the file's pages, only its last, shorter than a block, is cached.
-            assert _cached_pages(tmp_path / "bg.cp") <= 1
-    assert (tmp_path / "bg.cp").read_bytes() == (tmp_path / "plain.cp").read_bytes()
-
-
-@pytest.mark.skipif(not direct_io.direct_writes_possible(), reason="no O_DIRECT on this platform")
-def test_a_direct_file_waited_for_writes_the_rest_through_the_page_cache(tmp_path,
-                                                                          monkeypatch):
-    import fcntl
-
-    block = direct_io.BLOCK
-    monkeypatch.setattr(direct_io, "BUFFER_SIZE", 4 * block)
-    monkeypatch.setattr(direct_io, "GATHER_BELOW", 2 * block)
-    rng = np.random.default_rng(6)
-    # Before: two buffers written directly, a third filled in part. After:
-    # short pieces gathered behind it, a long one written from its memory
-    # (the gathered bytes first), one too long to gather after short ones.
-    before = [9 * block + 7]
-    after = [5, block, 6 * block + 1, 3, block + 11, 3 * block + 100, 1]
-    pieces = [rng.integers(0, 256, n, np.uint8).tobytes() for n in before + after]
-    path = tmp_path / "switched.bin"
-    waited = threading.Event()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        file = direct_io.DirectFile(fd, waited)
-        for number, piece in enumerate(pieces):
-            if number == len(before):
-                file._wait_written()  # the first buffers reach the disk directly
-                waited.set()
-            assert file.write(piece) == len(piece)
-            assert file.tell() == sum(map(len, pieces[:number + 1]))
-        file.close()
-        assert not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT
-    finally:
-        os.close(fd)
-    if _direct_writes_allowed(tmp_path):
-        direct_pages = 8 * block // mmap.PAGESIZE
-        total_pages = -(-path.stat().st_size // mmap.PAGESIZE)
-        # The first two buffers were written around the page cache, the rest through it.
-        assert _cached_pages(path) == total_pages - direct_pages
-    assert path.read_bytes() == b"".join(pieces)
-
-
-@pytest.mark.skipif(not direct_io.direct_writes_possible(), reason="no O_DIRECT on this platform")
-def test_a_direct_file_goes_back_to_direct_writes_where_the_page_cache_is_slower(
-        tmp_path, monkeypatch):
-    block = direct_io.BLOCK
-    monkeypatch.setattr(direct_io, "BUFFER_SIZE", 4 * block)
-    monkeypatch.setattr(direct_io, "GATHER_BELOW", 2 * block)
-    monkeypatch.setattr(direct_io, "TRIAL", 4 * block)
-    rng = np.random.default_rng(8)
-    sizes = [9 * block + 7, 5, 3 * block, 5 * block + 1, 6 * block, 2 * block + 3, 1]
-    pieces = [rng.integers(0, 256, n, np.uint8).tobytes() for n in sizes]
-    path = tmp_path / "back.bin"
-    waited = threading.Event()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        file = direct_io.DirectFile(fd, waited)
-        file.write(pieces[0])
-        file._wait_written()
-        # As measured where the disk outpaces the page cache: direct writes
-        # took no time at all.
-        file._direct_pace[1] = 0.0
-        waited.set()
-        for piece in pieces[1:]:
-            assert file.write(piece) == len(piece)
-        file.close()
-    finally:
-        os.close(fd)
-    if _direct_writes_allowed(tmp_path):
-        # Direct: the first 8 blocks; through the page cache from there on
-        # (TRIAL bytes and more), up to the start of block 18; direct again
-        # from there, but for the last part of a block.
-        cached = _cached_pages_by_number(path)
-        assert cached == list(range(8, 18)) + [25], cached
-    assert path.read_bytes() == b"".join(pieces)
-
-
-@pytest.mark.skipif(not direct_io.direct_writes_possible(), reason="no O_DIRECT on this platform")
-def test_a_dump_with_fsync_stays_direct_when_waited_for(tmp_path, monkeypatch):
-    # Its bytes must all reach the disk before it ends: direct writes get them there soonest.
-    monkeypatch.setattr(background, "DIRECT_FROM", 0)
-    obj = {"large": np.random.default_rng(7).standard_normal(1 << 20)}
-    future = cpersist.dump(obj, tmp_path / "bg.cp", fsync=True, background=True)
-    assert future.waited is None
-    future.result()
-    if _direct_writes_allowed(tmp_path):
+    cpersist.dump(obj, tmp_path / "bg.cp", compress=compress, background=True).result()
+    if direct and _direct_writes_allowed(tmp_path):
+        # Of the file's pages, only its last, shorter than a block, is cached.
         assert _cached_pages(tmp_path / "bg.cp") <= 1
-    assert_same(obj, cpersist.load(tmp_path / "bg.cp"))
+    assert (tmp_path / "bg.cp").read_bytes() == (tmp_path / "plain.cp").read_bytes()
 
 
 @pytest.mark.skipif(not direct_io.direct_writes_possible(), reason="no O_DIRECT on this platform")
@@ -264,9 +172,7 @@ def test_a_file_system_refusing_direct_writes_gets_them_through_the_page_cache(
     else:
         monkeypatch.setattr(fcntl, "fcntl", refusing_fcntl)
     for name in ("bg.cp", "again.cp"):  # the second with the first's buffers
-        future = cpersist.dump(obj, tmp_path / name, background=True)
-        wait([future])  # not result(): a dump waited for writes through the page cache
-        future.result()
+        cpersist.dump(obj, tmp_path / name, background=True).result()
         assert refusals
         refusals.clear()
         assert (tmp_path / name).read_bytes() == (tmp_path / "plain.cp").read_bytes()
@@ -334,11 +240,6 @@ def _direct_writes_allowed(folder):
 
 def _cached_pages(path):
     """How many pages of the file at ``path`` are in the page cache (mincore)."""
-    return len(_cached_pages_by_number(path))
-
-
-def _cached_pages_by_number(path):
-    """The numbers of the pages of the file at ``path`` in the page cache (mincore)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
     size = os.path.getsize(path)
@@ -354,7 +255,7 @@ def _cached_pages_by_number(path):
     finally:
         del start
         mapped.close()
-    return [number for number, byte in enumerate(vector.raw) if byte & 1]
+    return sum(byte & 1 for byte in vector.raw)
 
 
 def test_a_memmap_is_snapshotted_as_a_plain_array(tmp_path, gate):
@@ -720,14 +621,9 @@ def test_the_file_appears_only_once_complete(tmp_path, gate):
     assert loaded["a"].tobytes() == obj["a"].tobytes() and loaded["gate"].name == gate
 
 
-def test_a_second_background_dump_waits_for_the_first(tmp_path, gate, monkeypatch):
-    monkeypatch.setattr(background, "DIRECT_FROM", 0)  # direct until waited for
+def test_a_second_background_dump_waits_for_the_first(tmp_path, gate):
     first, second = tmp_path / "first.cp", tmp_path / "second.cp"
     future = cpersist.dump({"gate": Gate(gate), "a": np.zeros(10)}, first, background=True)
-    assert not future.waited.is_set() and not future.done()
-    with pytest.raises(TimeoutError):
-        future.exception(timeout=0)  # a look, no wait: no hurry
-    assert not future.waited.is_set()
     seen = {}
 
     def dump_second():
@@ -738,7 +634,6 @@ def test_a_second_background_dump_waits_for_the_first(tmp_path, gate, monkeypatc
     thread.start()
     thread.join(0.5)
     assert thread.is_alive() and not first.exists()  # blocked while the first is pending
-    assert future.waited.is_set()  # which writes the rest of its file as fast as it can
     _GATES[gate].set()
     thread.join(60)
     assert seen["first written"]  # the call returned only once the first was done
@@ -771,7 +666,7 @@ def test_result_raises_the_dumps_error(tmp_path):
 
 
 _FILE_TOO_LARGE = """
-import concurrent.futures, os, resource, signal, sys
+import os, resource, signal, sys
 import numpy as np, cpersist
 from cpersist.pickling import background
 
@@ -784,10 +679,7 @@ future = cpersist.dump(obj, os.path.join(sys.argv[1], "big.cp"), compress=int(sy
                        background=True)
 for value in obj.values():
     value[...] = -1
-# Not waited for through the future (which would make the rest of a direct
-# file go through the page cache): the direct writes are the ones failing.
-concurrent.futures.wait([future], 120)
-error = future.exception(0)
+error = future.exception(120)
 print(type(error).__name__, getattr(error, "errno", None))
 print(sorted(os.listdir(sys.argv[1])))
 """

@@ -50,9 +50,7 @@ class AtomicFile:
     (a dump, not a compaction of the file itself). With ``direct``, :meth:`file` writes around
     the page cache where the file system allows it
     (:class:`.direct_io.DirectFile`): for a large file written beside other
-    work, which the writing thread's copy into the page cache would slow;
-    ``waited`` (a :class:`threading.Event`) is set once someone waits for
-    the file, which then goes through the page cache for the rest.
+    work, which the writing thread's copy into the page cache would slow.
 
     Either :meth:`file` (a buffered file object, made on first call) or
     :meth:`write_whole` (a dump made in memory, written with
@@ -60,15 +58,14 @@ class AtomicFile:
     more than its data) writes the bytes.
     """
 
-    __slots__ = ("name", "names", "_fsync", "_direct", "_waited", "_mode", "_directory", "_fd",
-                 "_tmp", "_held", "_file")
+    __slots__ = ("name", "names", "_fsync", "_direct", "_mode", "_directory", "_fd", "_tmp",
+                 "_held", "_file")
 
-    def __init__(self, path, fsync=False, direct=False, free_old=False, waited=None):
+    def __init__(self, path, fsync=False, direct=False, free_old=False):
         name = self.name = os.fsdecode(path)
         self.names = [name]
         self._fsync = fsync
         self._direct = direct
-        self._waited = waited
         self._mode, old_size = _existing(name)
         directory, base = os.path.split(name)  # directory "": the current one
         self._directory = directory
@@ -99,7 +96,7 @@ class AtomicFile:
         ``direct``, a :class:`.direct_io.DirectFile` where possible)."""
         if self._file is None:
             if self._direct and direct_writes_possible():
-                self._file = DirectFile(self._fd, self._waited)
+                self._file = DirectFile(self._fd)
             else:
                 self._file = open(self._fd, "wb", buffering=WRITE_BUFFER, closefd=False)
         return self._file

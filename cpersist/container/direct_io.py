@@ -19,31 +19,12 @@ writer waits for the disk only when every buffer is waiting for it. The
 file's bytes are those a buffered write gives. Where the file system
 refuses direct writes (tmpfs, some network file systems), it writes
 through the page cache, as a plain file does.
-
-Direct writes go at the disk's pace, which is slower than copying into
-the page cache while the machine has memory to spare. So once someone
-waits for the file (``waited``: a background dump's ``result()``), the
-rest of it goes through the page cache, as a plain dump's does: the
-caller waiting has no work of its own for that core and memory bandwidth
-to slow. The page cache's bytes reach the disk before the file is done
-all the same: ext4 writes a file renamed onto another out before the
-rename returns, faster than one thread's direct writes (it has more of
-them in flight). So the page cache wins only where it takes the bytes
-:data:`CACHED_MARGIN` times as fast as the direct writes; a virtual
-machine whose free memory went back to its host gets it back a page
-fault at a time, and on a busy one the copy waits for a core. The file
-times its writes both ways and, once the page cache has taken
-:data:`TRIAL` bytes at a slower pace than that, goes back to direct
-writes for good. Direct and buffered writes of one file do not overlap
-(ext4 holds the file's lock through either), so the file writes one way
-at a time rather than both at once.
 """
 
 import errno
 import mmap
 import os
 import threading
-import time
 
 from .._runtime.fork import renew_after_fork
 from .._runtime.threads import run_later
@@ -61,19 +42,6 @@ BUFFERS = 3
 #: Alignment of direct writes' offsets, lengths and memory: the largest
 #: logical block size of common disks.
 BLOCK = 4096
-#: Once the file writes through the page cache, writes shorter than this
-#: are gathered in a buffer (as a buffered file's are), longer ones written
-#: from the writer's memory.
-GATHER_BELOW = 1 << 20
-#: Bytes written through the page cache before its pace is compared with
-#: the direct writes' (see above): enough for the page faults of a slow
-#: page cache to show, few against a checkpoint's.
-TRIAL = 64 << 20
-#: How many times the direct writes' pace the page cache must take bytes
-#: at to stay: its bytes still reach the disk before the file is done (see
-#: above), at about 1.6 times the direct writes' pace on the disk measured
-#: (1 GiB: 0.45 s by fsync against 0.7 s), so it gains from 2.7 times on.
-CACHED_MARGIN = 2.5
 
 _free_buffers = []  # page-aligned buffers (mmap), reused by the next file
 _buffers_lock = threading.Lock()
@@ -97,22 +65,10 @@ class DirectFile:
     (``EINVAL``), the buffers go through the page cache, as a plain file's.
     An error of a buffer's write is raised by the next :meth:`write`,
     :meth:`wait_for_room` or :meth:`flush`.
-
-    ``waited``, a :class:`threading.Event`, is set once someone waits for
-    the file to be complete: from the next :meth:`write` on, the file is
-    written through the page cache, as a plain file is (faster, where the
-    machine has memory to spare, than the disk's pace).
     """
 
-    def __init__(self, fd, waited=None):
+    def __init__(self, fd):
         self._fd = fd
-        self._waited = waited
-        self._cached = False  # writing through the page cache since waited
-        self._settled = False  # direct again for good: the page cache was slower
-        # Bytes and seconds of direct writes (on the writing thread) and of
-        # writes through the page cache since waited: their paces.
-        self._direct_pace = [0, 0.0]
-        self._cached_pace = [0, 0.0]
         self._pos = 0  # bytes taken (written to the file or in a buffer)
         self._sent = 0  # bytes handed to the writing thread or written
         self._direct = _set_direct(fd, True)
@@ -144,9 +100,6 @@ class DirectFile:
         total = view.nbytes
         source, done = _as_array(view), 0
         while done < total:
-            if self._hurried():
-                done += self._write_cached(view[done:])
-                continue
             if self._current is None:
                 self._take_free()
             n = min(BUFFER_SIZE - self._filled, total - done)
@@ -157,63 +110,6 @@ class DirectFile:
                 self._send()
         self._pos += total
         return total
-
-    def _hurried(self):
-        """Whether the next bytes go through the page cache: someone waits
-        for the file, and the page cache has not proved slower. Switches
-        to it once the direct writes in flight are done."""
-        if self._cached:
-            return True
-        if self._settled or self._waited is None or not self._waited.is_set():
-            return False
-        self._wait_written()  # the buffers' direct writes come first
-        self._raise_error()
-        if self._direct:
-            self._direct = _set_direct(self._fd, False)
-        self._cached = True
-        if self._current is None:
-            self._current, self._filled = 0, 0  # none is being written any more
-        return True
-
-    def _write_cached(self, view):
-        """Write ``view`` through the page cache after what was taken before:
-        gathered in a buffer if short, else written from where it is.
-        Returns how many of its bytes it took: all, or, going back to direct
-        writes, those up to the next block's start."""
-        n = view.nbytes
-        if n < GATHER_BELOW and self._filled + n <= BUFFER_SIZE:
-            self._arrays[self._current][self._filled:self._filled + n] = _as_array(view)
-            self._filled += n
-            return n
-        if self._filled:
-            _write_at(self._fd, memoryview(self._buffers[self._current])[:self._filled],
-                      self._sent)
-            self._sent += self._filled
-            self._filled = 0
-        if self._slower_than_direct():
-            # Through the page cache up to a block's start: the direct
-            # buffers' writes are aligned in the file.
-            n = min(n, -self._sent % BLOCK)
-            _write_at(self._fd, view[:n], self._sent)
-            self._sent += n
-            self._cached, self._settled = False, True
-            self._direct = _set_direct(self._fd, True)
-            self._current = None
-            return n
-        start = time.perf_counter()
-        _write_at(self._fd, view, self._sent)
-        self._cached_pace[0] += n
-        self._cached_pace[1] += time.perf_counter() - start
-        self._sent += n
-        return n
-
-    def _slower_than_direct(self):
-        """Whether the page cache took :data:`TRIAL` bytes or more at a pace
-        slower than :data:`CACHED_MARGIN` times the direct writes'."""
-        cached_bytes, cached_seconds = self._cached_pace
-        direct_bytes, direct_seconds = self._direct_pace
-        return (cached_bytes >= TRIAL and direct_bytes > 0 and cached_bytes * direct_seconds
-                < CACHED_MARGIN * direct_bytes * cached_seconds)
 
     def wait_for_room(self, nbytes, wait=True):
         """Whether :meth:`write` takes ``nbytes`` now without waiting for the
@@ -331,11 +227,7 @@ def _write_buffer(file, number, offset):
     error = None
     view = memoryview(file._buffers[number])
     try:
-        start = time.perf_counter()
         file._write_blocks(view, offset)
-        if file._direct:
-            file._direct_pace[0] += view.nbytes
-            file._direct_pace[1] += time.perf_counter() - start
     except BaseException as exc:  # noqa: BLE001 - raised on the file's next call
         error = exc
     finally:

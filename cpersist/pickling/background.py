@@ -22,11 +22,7 @@ MAX_PENDING = 1
 #: cache would cost the writing thread more CPU time than all the rest of
 #: the dump, and take a core and memory bandwidth from the caller's work
 #: (a training loop's) meanwhile. A smaller file goes through the page
-#: cache, where a load soon after finds it. Once someone waits for the dump
-#: (its future's ``result()``, the next background dump, interpreter exit)
-#: the rest of the file goes through the page cache, faster than the disk's
-#: pace while memory is to spare, but with ``fsync``: the disk then has to
-#: take all of it before the dump ends, and direct writes give it sooner.
+#: cache, where a load soon after finds it.
 DIRECT_FROM = 64 << 20
 
 #: Whether the dump starts writing while the call copies the large arrays,
@@ -51,25 +47,14 @@ def _future_type():
         was looked at, so that one nobody retrieved is reported at exit."""
 
         retrieved = False
-        #: A threading.Event set when someone waits for the dump (its direct
-        #: file then writes the rest through the page cache), or None.
-        waited = None
 
         def result(self, timeout=None):
             self.retrieved = True
-            self.hurry(timeout)
             return super().result(timeout)
 
         def exception(self, timeout=None):
             self.retrieved = True
-            self.hurry(timeout)
             return super().exception(timeout)
-
-        def hurry(self, timeout=None):
-            """Someone waits for the dump (but with ``timeout`` 0, a look
-            whether it is done): it writes the rest as fast as it can."""
-            if self.waited is not None and (timeout is None or timeout > 0):
-                self.waited.set()
 
     return DumpFuture
 
@@ -94,12 +79,7 @@ def start(obj, write, target, codec, protocol, chunk_size, n_threads, deferred=T
     future = _future_type()()
     future.set_running_or_notify_cancel()  # started: cannot be cancelled
     future.target = name
-    if not _slots.acquire(blocking=False):
-        with _lock:
-            pending = list(_futures)
-        for earlier in pending:  # this caller waits for them
-            earlier.hurry()
-        _slots.acquire()
+    _slots.acquire()
     with _lock:
         if not _exit_handler_set:
             atexit.register(_finish_at_exit)
@@ -113,8 +93,6 @@ def start(obj, write, target, codec, protocol, chunk_size, n_threads, deferred=T
         snapshot.measure_copy_speed()  # before the dump competes with the copy
         if snapshot.nbytes >= DIRECT_FROM:
             target.direct = True
-            if not target.fsync:
-                target.waited = future.waited = threading.Event()
     except BaseException as exc:
         _slots.release()
         future.set_exception(_snapshot_error(obj, protocol, exc))

@@ -20,11 +20,10 @@ from .fsspec.write import remote_target
 class DumpTarget:
     """A checked dump target (a path, a file object or a URL; ``remote``:
     a URL or a file system's path) and how to write it, not opened yet.
-    ``direct``: a path's file is written around the page cache, and
-    ``waited`` (None or a :class:`threading.Event`) set once someone waits
-    for it (see :class:`cpersist.container.atomic.AtomicFile`)."""
+    ``direct``: a path's file is written around the page cache (see
+    :class:`cpersist.container.atomic.AtomicFile`)."""
 
-    __slots__ = ("target", "remote", "fsync", "storage_options", "timeout", "direct", "waited")
+    __slots__ = ("target", "remote", "fsync", "storage_options", "timeout", "direct")
 
     def __init__(self, target, remote, fsync=False, storage_options=None, timeout=None):
         self.target = target
@@ -33,7 +32,6 @@ class DumpTarget:
         self.storage_options = storage_options
         self.timeout = timeout
         self.direct = False
-        self.waited = None
 
     @property
     def name(self):
@@ -48,5 +46,5 @@ def open_dump_target(told):
     if told.remote:  # told before is_path: a URL is a string
         return remote_target(target, told.storage_options, told.timeout)
     if is_path(target):
-        return AtomicFile(target, told.fsync, told.direct, free_old=True, waited=told.waited)
+        return AtomicFile(target, told.fsync, told.direct, free_old=True)
     return FileTarget(target)
