@@ -8,11 +8,14 @@ arrays with each number of buffers of
 
     python benchmarks/direct_depth.py [--size 1e9] [--rounds 5] [--dir DIR]
                                       [--ways d1,d2,d3,w64,w128,b2,b3]
+                                      [--busy 0]
 
 The ways: ``dN`` is N threads writing ``--write`` bytes (32 MiB) each at
 a time; ``wN`` one thread writing N MiB at a time; ``bN``
 ``cpersist.dump(..., background=True).result()`` of 16 float64 arrays
-with N buffers per file. The ways run in turn
+with N buffers per file. With ``--busy K``, K threads copy arrays (as a
+background dump's call and its dump do, each on a core) while each way
+that writes directly (dN, wN) runs. The ways run in turn
 in each round, their order reversed every other round (the machine's
 other work changes over a run). Printed per way: wall time of the file
 (open to close, no fsync, as a dump's), min and median, and GB/s of the
@@ -42,6 +45,22 @@ def background_dump(path, obj, buffers):
 
     direct_io.BUFFERS = buffers
     cpersist.dump(obj, path, background=True).result()
+
+
+def busy_copying(threads, stop):
+    """Start ``threads`` threads copying 64 MiB arrays until ``stop`` is set."""
+    import numpy as np
+
+    def run():
+        source = np.ones(8 << 20)
+        target = np.empty_like(source)
+        while not stop.is_set():
+            np.copyto(target, source)
+
+    workers = [threading.Thread(target=run) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    return workers
 
 
 def write_file(path, size, write, threads, buffers):
@@ -80,6 +99,8 @@ def main():
     parser.add_argument("--write", type=int, default=32, help="MiB per write of dN")
     parser.add_argument("--ways", default="d1,d2,d3,w64,w128")
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--busy", type=int, default=0,
+                        help="threads copying arrays while dN and wN write")
     args = parser.parse_args()
     ways = []
     for name in args.ways.split(","):
@@ -112,12 +133,21 @@ def main():
             line = []
             for name, write, count in order:
                 path = os.path.join(directory, name)
-                t0 = time.perf_counter()
                 if write is None:
+                    t0 = time.perf_counter()
                     background_dump(path, obj, count)
+                    elapsed = time.perf_counter() - t0
                 else:
-                    write_file(path, size, write, count, buffers)
-                elapsed = time.perf_counter() - t0
+                    stop = threading.Event()
+                    copying = busy_copying(args.busy, stop)
+                    t0 = time.perf_counter()
+                    try:
+                        write_file(path, size, write, count, buffers)
+                    finally:
+                        elapsed = time.perf_counter() - t0
+                        stop.set()
+                        for worker in copying:
+                            worker.join()
                 os.unlink(path)
                 times[name].append(elapsed)
                 line.append(f"{name} {elapsed:.3f}")
