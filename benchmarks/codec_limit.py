@@ -40,16 +40,14 @@ again), and gives the load as a fraction of the longer of that and the
 codec alone (``load ... of disk or limit``): what a load reading and
 decoding side by side could reach. ``--paired-hints`` also loads it, in each round, with
 the read-ahead hints switched off (:meth:`LocalFileSource.will_need
-<cpersist.container.sources.LocalFileSource.will_need>` asking for nothing,
-:meth:`~cpersist.container.sources.LocalFileSource.will_read_all` saying
-nothing of reading the file in order),
+<cpersist.container.sources.LocalFileSource.will_need>` asking for nothing),
 the two loads in alternating order: the rows ``load, no hints`` and
 ``load hints / no hints`` (per round, the time with hints over the time
 without) show what the hints give. A local file's device that reads far
 enough ahead by itself (:attr:`LocalFileSource.reads_ahead
 <cpersist.container.sources.LocalFileSource.reads_ahead>`) is asked for no
-window of chunks (a load of arrays then gives only the advice that it
-reads the file in order); ``--window`` has the loads with hints treat
+window of chunks (a load of arrays then gives no hint at all, and the two
+loads differ only by noise); ``--window`` has the loads with hints treat
 every device as one that reads ahead little.
 """
 
@@ -94,18 +92,15 @@ def _load_timed(path, n_threads, cold, prime, hints=True, window=False):
     device taken for one that reads ahead little)."""
     if cold:
         evict_from_cache(path)
-    real = LocalFileSource.will_need, LocalFileSource.will_read_all
-    reads_ahead = LocalFileSource.__dict__["reads_ahead"]
+    real, reads_ahead = LocalFileSource.will_need, LocalFileSource.__dict__["reads_ahead"]
     if not hints:
         LocalFileSource.will_need = ByteSource.will_need
-        LocalFileSource.will_read_all = ByteSource.will_read_all
     elif window:
         LocalFileSource.reads_ahead = 0
     try:
         *timed, loaded = _timed(lambda: cpersist.load(path, n_threads=n_threads), prime)
     finally:
-        LocalFileSource.will_need, LocalFileSource.will_read_all = real
-        LocalFileSource.reads_ahead = reads_ahead
+        LocalFileSource.will_need, LocalFileSource.reads_ahead = real, reads_ahead
     del loaded  # freed before anything else allocates
     return tuple(timed)
 

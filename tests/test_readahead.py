@@ -3,8 +3,7 @@ stored chunks of a compressed section are asked for
 (``posix_fadvise(WILLNEED)``) before they are read, a bounded window ahead;
 from one that reads far ahead, only the chunk headers checked one by one
 are; a section of one chunk is asked for nothing, and a refused hint never
-fails a load. A load reading a file it opened itself tells the kernel
-that it reads it in order (``POSIX_FADV_SEQUENTIAL``)."""
+fails a load."""
 
 import errno
 import os
@@ -30,13 +29,11 @@ def _device_reads_ahead(monkeypatch, nbytes):
 
 
 def _record_asks(monkeypatch):
-    """The ranges asked for (``WILLNEED``), as ``(offset, length, advice)``,
-    from here on."""
+    """The hints given, as ``(offset, length, advice)``, from here on."""
     asked, fadvise = [], os.posix_fadvise
 
     def advised(fd, offset, length, advice):
-        if advice == os.POSIX_FADV_WILLNEED:
-            asked.append((offset, length, advice))
+        asked.append((offset, length, advice))
         return fadvise(fd, offset, length, advice)
 
     monkeypatch.setattr(os, "posix_fadvise", advised)
@@ -68,9 +65,8 @@ def test_every_chunk_asked_for_before_it_is_read(tmp_path, monkeypatch, n_thread
     fadvise, preadv = os.posix_fadvise, os.preadv
 
     def advised(fd, offset, length, advice):
-        if advice != os.POSIX_FADV_SEQUENTIAL:  # a load's first advice: test below
-            with lock:
-                events.append(("ask", offset, length, advice))
+        with lock:
+            events.append(("ask", offset, length, advice))
         return fadvise(fd, offset, length, advice)
 
     def read(fd, buffers, offset, *args):
@@ -155,40 +151,12 @@ def test_one_chunk_asked_for_nothing(tmp_path, monkeypatch):
     path = tmp_path / "one.cp"
     cpersist.dump({"a": arr, "b": arr[::-1].copy()}, path, compress=3)
     _device_reads_ahead(monkeypatch, 128 << 10)
-    asked = _record_asks(monkeypatch)
+    asked = []
+    monkeypatch.setattr(os, "posix_fadvise", lambda *args: asked.append(args))
     loaded = cpersist.load(path, n_threads=2)
     assert loaded["a"].tobytes() == arr.tobytes()
     assert loaded["b"].tobytes() == arr[::-1].tobytes()
     assert asked == []
-
-
-@needs_fadvise
-def test_a_load_of_a_file_it_opens_reads_it_in_order(tmp_path, monkeypatch):
-    arr, path, _ = _compressed_file(tmp_path)
-    raw = tmp_path / "raw.cp"
-    cpersist.dump(arr, raw)
-    told, fadvise = [], os.posix_fadvise
-
-    def advised(fd, offset, length, advice):
-        if advice == os.POSIX_FADV_SEQUENTIAL:
-            told.append((os.fstat(fd).st_ino, offset, length))
-        return fadvise(fd, offset, length, advice)
-
-    monkeypatch.setattr(os, "posix_fadvise", advised)
-    monkeypatch.setattr(local, "READ_IN_ORDER_FROM", os.path.getsize(path) + 1)
-    assert cpersist.load(path).tobytes() == arr.tobytes()  # too small to be worth the call
-    assert told == []
-    monkeypatch.setattr(local, "READ_IN_ORDER_FROM", os.path.getsize(path))
-    assert cpersist.load(path).tobytes() == arr.tobytes()
-    assert told == [(os.stat(path).st_ino, 0, 0)]  # the whole file, once
-    cpersist.verify(raw)
-    assert told[1:] == [(os.stat(raw).st_ino, 0, 0)]
-    # A file object the caller gave keeps its own read-ahead for what it
-    # reads next; a load mapping raw arrays reads only part of its file.
-    with open(path, "rb") as f:
-        assert cpersist.load(f).tobytes() == arr.tobytes()
-    assert np.array_equal(cpersist.load(raw, mmap_mode="r"), arr)
-    assert len(told) == 2
 
 
 @needs_fadvise

@@ -31,10 +31,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
     ``own``: every array read into memory owns it (none views a block read
     for several, :mod:`.array_blocks`)."""
     can_map = _can_map(source, mmap_mode)
-    if not can_map:
-        # A load that maps its raw arrays reads only part of the file, and
-        # later, through the map.
-        source.will_read_all()
+    source.will_read_all()
     reader = ContainerReader(source, whole=whole)
     name = reader.name
     if mmap_mode == "r+" and reader.growing:

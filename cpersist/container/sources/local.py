@@ -14,12 +14,6 @@ _ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY
 
 #: None where the system takes no read-ahead advice (macOS, Windows).
 _WILL_NEED = getattr(os, "POSIX_FADV_WILLNEED", None)
-_SEQUENTIAL = getattr(os, "POSIX_FADV_SEQUENTIAL", None)
-
-#: Bytes from which a file read whole is advised to be read in order: a
-#: load of a smaller one would spend a noticeable part of its time on the
-#: call (about a microsecond), and reads all of it within a read-ahead or two.
-READ_IN_ORDER_FROM = 4 << 20
 
 
 class LocalFileSource(ByteSource):
@@ -111,21 +105,6 @@ class LocalFileSource(ByteSource):
             return n
 
         self.fill(offset, buffer, read_some)
-
-    def will_read_all(self):
-        """See :meth:`ByteSource.will_read_all`: for a file this source
-        opened itself, the kernel is told that it is read in order, and
-        Linux then reads twice its device's read-ahead ahead of the reads
-        (of this open file only), keeping the disk further ahead of the
-        decoders. A file object the caller gave keeps its own read-ahead
-        for what it reads after the load. Not for a file smaller than
-        :data:`READ_IN_ORDER_FROM`."""
-        if _SEQUENTIAL is None or not self._owned or self._size < READ_IN_ORDER_FROM:
-            return
-        try:
-            os.posix_fadvise(self.fd, self.base, 0, _SEQUENTIAL)
-        except OSError:
-            pass
 
     def will_need(self, offset, length):
         """See :meth:`ByteSource.will_need`: the kernel is asked to read the
