@@ -69,6 +69,18 @@ class SectionReads:
         if checksum(data) != digest and not self.unchecked(section):
             raise self.error(f"checksum mismatch in section {section.index}: damaged data")
 
+    def check_read(self, section, data):
+        """Check ``data``, the bytes of the contiguous raw ``section`` read by
+        the caller (neighbouring sections read at once), against its
+        checksums, as :meth:`read_into` checks what it reads."""
+        digest = section.one_chunk_checksum()
+        if digest is not None:  # most: one chunk, checked without its table parsed
+            self._check(section, data, digest)
+            return
+        for chunk in section.chunks:
+            at = chunk.offset - section.offset
+            self._check(section, data[at:at + chunk.length], chunk.checksum)
+
     def _decode(self, section, data, target):
         try:
             section.codec.decode_into(data, target)

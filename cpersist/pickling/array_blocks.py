@@ -14,7 +14,6 @@ at most :data:`BLOCK_BYTES` stay in memory for a small array kept alone.
 
 import numpy as np
 
-from ..container.layout import checksum
 from ..container.sources import ShortReadError
 
 #: Raw array sections up to this many bytes are read in blocks; a larger
@@ -88,17 +87,9 @@ def read_block(reader, start, block, run, verify):
         return failed
     view = memoryview(block)
     for index, section, *_ in run:
+        at = section.offset - start
         try:
-            digest = section.one_chunk_checksum()
-            if digest is not None:  # most: one chunk, checked without its table parsed
-                at = section.offset - start
-                damaged = checksum(view[at:at + section.raw_size]) != digest
-            else:
-                damaged = any(checksum(view[c.offset - start:c.offset - start + c.length])
-                              != c.checksum for c in section.chunks)
-            if damaged and not reader.unchecked(section):
-                raise reader.error(
-                    f"checksum mismatch in section {section.index}: damaged data")
+            reader.check_read(section, view[at:at + section.raw_size])
         except Exception as exc:  # noqa: BLE001 - raised where the stream asks for it
             failed[index] = exc
     return failed
