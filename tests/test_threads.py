@@ -555,3 +555,59 @@ def test_faulting_pages_in_leaves_their_bytes():
     linux = sys.platform.startswith("linux")
     release = tuple(int(x) for x in os.uname().release.split(".")[:2]) if linux else ()
     assert did == (linux and release >= (5, 14))
+
+
+def test_only_memory_never_backed_is_faulted_in_before_a_read():
+    """:func:`~cpersist._runtime.pages.fault_in_fresh` backs the pages of
+    memory just mapped (none backed), in one call, and leaves memory in use
+    (every page backed) and small views alone; the bytes stay as they were."""
+    import mmap
+
+    from cpersist._runtime import pages
+
+    linux = sys.platform.startswith("linux")
+    release = tuple(int(x) for x in os.uname().release.split(".")[:2]) if linux else ()
+    size = pages.FRESH_FROM + 3 * mmap.PAGESIZE
+    fresh = mmap.mmap(-1, size)
+    try:
+        view = memoryview(fresh)[100:]
+        assert _backed_pages(view)[0] == 0
+        assert pages.fault_in_fresh(view) == (linux and release >= (5, 14))
+        if linux and release >= (5, 14):
+            backed, whole = _backed_pages(view)
+            assert backed == whole > 0
+        assert fresh[:] == bytes(size)
+        view.release()
+    finally:
+        fresh.close()
+    used = bytearray(b"xyz" * size)
+    assert not pages.fault_in_fresh(memoryview(used))
+    small = mmap.mmap(-1, pages.FRESH_FROM - mmap.PAGESIZE)
+    try:
+        with memoryview(small) as view:
+            assert not pages.fault_in_fresh(view)
+            assert _backed_pages(view)[0] == 0
+    finally:
+        small.close()
+    assert used == b"xyz" * size
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_a_raw_array_of_one_chunk_asks_for_its_new_memory_backed(tmp_path, monkeypatch, verify):
+    """The load of a raw array of one chunk (read by the calling thread
+    alone) asks for the whole of its new memory to be backed before the
+    read (:func:`~cpersist._runtime.pages.fault_in_fresh`), and gives back
+    its bytes."""
+    from cpersist.container import sections as reader_module
+
+    asked = []
+    real = reader_module.fault_in_fresh
+
+    def spy(view):
+        asked.append(view.nbytes)
+        return real(view)
+    monkeypatch.setattr(reader_module, "fault_in_fresh", spy)
+    arr = np.random.default_rng(3).random(1_000_000 // 8)
+    cpersist.dump(arr, tmp_path / "a.cp")
+    assert_same(arr, cpersist.load(tmp_path / "a.cp", verify=verify))
+    assert asked == [arr.nbytes]

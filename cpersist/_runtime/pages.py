@@ -1,7 +1,8 @@
 """Faulting in the pages of new memory before it is written: the kernel backs
 (and zeroes) them in one call, ``madvise(MADV_POPULATE_WRITE)``, on the
 thread that asks, so that other threads can then fill them without a page
-fault of their own.
+fault of their own; and one thread's read into memory that was never
+backed (:func:`fault_in_fresh`) makes no page fault per page either.
 
 Only on Linux 5.14 and later; elsewhere :func:`fault_in` does nothing and
 says so.
@@ -14,7 +15,12 @@ import sys
 #: Linux's advice that faults a range's pages in as if each were written.
 MADV_POPULATE_WRITE = 23
 
+#: Views smaller than this are never looked at by :func:`fault_in_fresh`:
+#: what a page fault costs on so few pages is less than the look.
+FRESH_FROM = 256 << 10
+
 _madvise = None
+_mincore = None
 _usable = sys.platform.startswith("linux")
 
 
@@ -63,3 +69,47 @@ def fault_in(view):
             _usable = False
         return False
     return True
+
+
+def fault_in_fresh(view):
+    """:func:`fault_in` ``view`` (a writable memoryview of bytes, about to
+    be filled by one read) when it is at least :data:`FRESH_FROM` bytes and
+    its last whole page is not backed yet (``mincore``): memory just taken
+    from the kernel, every page of which the read would otherwise fault in
+    one at a time (on a virtual machine, about 1.4 microseconds a page: a
+    third of a 1 MB load into new memory). Memory a program has used before
+    (the allocator's, reused) is backed already and is left as it is: the
+    advice costs about 0.14 microseconds a page even when there is nothing
+    to do. Returns whether it faulted the pages in.
+    """
+    if not _usable or view.nbytes < FRESH_FROM:
+        return False
+    mincore = _mincore or _load_mincore()
+    if mincore is None:
+        return False
+    function, char_at, address_of, flag, flag_at = mincore
+    last = (address_of(char_at(view)) + view.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    last -= mmap.PAGESIZE
+    # One flag for every thread: two asking at once may get each other's
+    # answer, which costs one of them a fault per page or an advice for
+    # nothing, and changes no byte.
+    if function(last, mmap.PAGESIZE, flag_at) != 0 or flag.raw[0] & 1:
+        return False  # backed (or not a page the kernel says anything of)
+    return fault_in(view)
+
+
+def _load_mincore():
+    global _mincore, _usable
+    try:
+        import ctypes
+
+        function = ctypes.CDLL(None, use_errno=True).mincore
+    except (OSError, AttributeError, ImportError):
+        _usable = False
+        return None
+    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    function.restype = ctypes.c_int
+    flag = ctypes.create_string_buffer(1)
+    _mincore = (function, ctypes.c_char.from_buffer, ctypes.addressof, flag,
+                ctypes.addressof(flag))
+    return _mincore

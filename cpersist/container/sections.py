@@ -6,7 +6,7 @@ section without keeping its bytes. A mixin of :class:`.reader.ContainerReader`.
 
 import itertools
 
-from .._runtime.pages import can_fault_in, fault_in
+from .._runtime.pages import can_fault_in, fault_in, fault_in_fresh
 from .._runtime.parallel import COPY_ALONE_BELOW, ordered_map, run_claimed
 from ..exceptions import CorruptFileError
 from .buffers import READ_BUFFERS, private_map
@@ -164,12 +164,17 @@ class SectionReads:
             raise self.error(f"section {section.index} holds {section.raw_size} bytes, "
                              f"{len(out)} expected")
         if section.is_raw and not verify and section.contiguous:
+            if not backed:
+                fault_in_fresh(out)
             self._read_chunk_into(section, section.offset, out)
             return
         chunks = section.chunks
         if len(chunks) == 1:
             if chunks[0].flag == VERBATIM and not self.source.remote:
-                # Every small raw array, and the pickle stream of a raw dump.
+                # Every small raw array, and the pickle stream of a raw dump;
+                # new memory is backed in one call rather than a fault a page.
+                if not backed:
+                    fault_in_fresh(out)
                 self._read_verbatim_chunk(section, chunks[0], out, verify)
                 return
             verbatim = chunks[0].flag == VERBATIM
