@@ -6,6 +6,7 @@ and what the load's threads wait for.
                                  [--parts 256,4096] [--ops dump,load] [--dir DIR]
                                  [--own-faults] [--old-file kept|clean|none]
                                  [--old-cache-kept] [--settle SECONDS] [--one-thread]
+                                 [--old REV]
 
 For each size (bytes of a float64 array), the contenders run in turn round
 after round (the order reversed every other round), each call's result
@@ -40,6 +41,10 @@ are when a file is written to a new path in a while.
 ``--old-cache-kept`` times the dump also with the replaced file's page
 cache left as it is (:data:`cpersist._runtime.pagecache.DROP_MIN` out of
 reach), to see what freeing it first gives.
+``--old REV`` times also the dump and the load of cpersist at git
+revision ``REV`` (exported beside this one as :mod:`format_ab` does, its
+dump written to a file of its own), paired in the same rounds: before
+and after a change, each against numpy in one run.
 The load average is printed at the end: on a busy machine the wall times
 mean little, the CPU times and the switches more.
 """
@@ -49,6 +54,7 @@ import ctypes
 import gc
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -143,6 +149,28 @@ def old_file(path, state, settle):
         time.sleep(settle)
 
 
+class Revisions:
+    """The working tree's cpersist and, with ``rev``, that revision's,
+    exported into ``directory`` (:func:`format_ab.export`); :meth:`prepare`
+    points the module a pickle stream names (``cpersist.pickler``) at the
+    one a contender uses, before its calls (untimed)."""
+
+    def __init__(self, rev, directory):
+        import cpersist.pickler
+
+        self.old = None
+        self.ours = self.theirs = cpersist.pickler
+        if rev:
+            from benchmarks.format_ab import export
+
+            sys.path.insert(0, directory)
+            self.old = export(rev, "cpersist_old", directory)
+            self.theirs = sys.modules["cpersist_old.pickler"]
+
+    def prepare(self, name):
+        sys.modules["cpersist.pickler"] = self.theirs if name.endswith(" old") else self.ours
+
+
 def report(size, op, times, peer):
     med = statistics.median
     peer_wall = med(t[0] for t in times[peer])
@@ -172,15 +200,26 @@ def main(argv=None):
                         help="also time the load with n_threads=1")
     parser.add_argument("--own-faults", action="store_true",
                         help="also time the load with each thread faulting in its own pages")
+    parser.add_argument("--old", default=None, metavar="REV",
+                        help="also time cpersist at git revision REV, paired")
     args = parser.parse_args(argv)
     directory = tempfile.mkdtemp(prefix="cpersist-raw-lab-", dir=args.dir)
+    exported = tempfile.mkdtemp(prefix="cpersist-raw-lab-old-") if args.old else None
     print("columns: min / median per call (ratio of medians to numpy's)")
     try:
+        revisions = Revisions(args.old, exported)
+        old = revisions.old
         for size in (int(float(s)) for s in args.sizes.split(",")):
             arr = np.random.default_rng(0).random(size // 8)
             npy, cp = os.path.join(directory, "a.npy"), os.path.join(directory, "a.cp")
+            old_cp = os.path.join(directory, "old.cp")
             np.save(npy, arr)
+            revisions.prepare("cpersist.dump")
             cpersist.dump(arr, cp)
+            if old is not None:
+                revisions.prepare("cpersist.dump old")
+                old.dump(arr, old_cp)
+                revisions.prepare("cpersist.dump")
             if "load" in args.ops and args.old_file == "none":
                 parser.error("--old-file none removes the files the loads read")
             if not np.array_equal(cpersist.load(cp), arr):
@@ -196,10 +235,15 @@ def main(argv=None):
                     dumps.append(("cpersist.dump old cache kept",
                                   old_cache_kept(lambda: cpersist.dump(arr, kept))))
                     targets["cpersist.dump old cache kept"] = kept
-                report(size, "dump", timed(dumps, args.rounds, calls,
-                                           lambda name: old_file(targets[name], args.old_file,
-                                                                 args.settle)),
-                       "np.save")
+                if old is not None:
+                    dumps.append(("cpersist.dump old", lambda: old.dump(arr, old_cp)))
+                    targets["cpersist.dump old"] = old_cp
+
+                def prepare_dump(name):
+                    revisions.prepare(name)
+                    old_file(targets[name], args.old_file, args.settle)
+
+                report(size, "dump", timed(dumps, args.rounds, calls, prepare_dump), "np.save")
             if "load" in args.ops:
                 loads = [("np.load", lambda: np.load(npy)),
                          ("cpersist.load", lambda: cpersist.load(cp))]
@@ -210,9 +254,14 @@ def main(argv=None):
                     loads.append(("cpersist.load one thread", lambda: cpersist.load(cp, n_threads=1)))
                 if args.own_faults:
                     loads.append(("cpersist.load own faults", own_faults(lambda: cpersist.load(cp))))
-                report(size, "load", timed(loads, args.rounds, calls), "np.load")
+                if old is not None:
+                    loads.append(("cpersist.load old", lambda: old.load(old_cp)))
+                report(size, "load", timed(loads, args.rounds, calls, revisions.prepare),
+                       "np.load")
     finally:
         remove_scratch(directory)
+        if exported is not None:
+            shutil.rmtree(exported, ignore_errors=True)
 
 
 if __name__ == "__main__":
