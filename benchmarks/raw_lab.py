@@ -6,7 +6,7 @@ and what the load's threads wait for.
                                  [--parts 256,4096] [--ops dump,load] [--dir DIR]
                                  [--own-faults] [--old-file kept|clean|none]
                                  [--old-cache-kept] [--settle SECONDS] [--one-thread]
-                                 [--old REV]
+                                 [--old REV] [--probe-create]
 
 For each size (bytes of a float64 array), the contenders run in turn round
 after round (the order reversed every other round), each call's result
@@ -45,6 +45,13 @@ reach), to see what freeing it first gives.
 revision ``REV`` (exported beside this one as :mod:`format_ab` does, its
 dump written to a file of its own), paired in the same rounds: before
 and after a change, each against numpy in one run.
+``--probe-create`` prints, before and after each size's dumps, the median
+time to create a file in the scratch directory (``O_CREAT | O_EXCL``,
+removed after): what a dump's temporary file costs the kernel, which np.save
+(truncating its file in place) never pays. On ext4 without a journal, it
+grows with the files deleted in that directory's inode group over the last
+minutes (each creation looks past every inode freed recently): from about
+8 microseconds to hundreds after a few thousand dumps.
 The load average is printed at the end: on a busy machine the wall times
 mean little, the CPU times and the switches more.
 """
@@ -171,6 +178,19 @@ class Revisions:
         sys.modules["cpersist.pickler"] = self.theirs if name.endswith(" old") else self.ours
 
 
+def create_cost(directory, samples=50):
+    """Median seconds to create (and, untimed, remove) a file in ``directory``."""
+    path = os.path.join(directory, ".probe")
+    times = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        times.append(time.perf_counter() - t0)
+        os.close(fd)
+        os.unlink(path)
+    return statistics.median(times)
+
+
 def report(size, op, times, peer):
     med = statistics.median
     peer_wall = med(t[0] for t in times[peer])
@@ -200,6 +220,8 @@ def main(argv=None):
                         help="also time the load with n_threads=1")
     parser.add_argument("--own-faults", action="store_true",
                         help="also time the load with each thread faulting in its own pages")
+    parser.add_argument("--probe-create", action="store_true",
+                        help="print what creating a file in the scratch directory costs")
     parser.add_argument("--old", default=None, metavar="REV",
                         help="also time cpersist at git revision REV, paired")
     args = parser.parse_args(argv)
@@ -243,7 +265,13 @@ def main(argv=None):
                     revisions.prepare(name)
                     old_file(targets[name], args.old_file, args.settle)
 
+                if args.probe_create:
+                    before = create_cost(directory)
                 report(size, "dump", timed(dumps, args.rounds, calls, prepare_dump), "np.save")
+                if args.probe_create:
+                    print(f"{size:>12.0f} creating a file in the scratch directory: "
+                          f"{before * 1e6:.1f} us before these dumps, "
+                          f"{create_cost(directory) * 1e6:.1f} us after", flush=True)
             if "load" in args.ops:
                 loads = [("np.load", lambda: np.load(npy)),
                          ("cpersist.load", lambda: cpersist.load(cp))]
