@@ -582,6 +582,7 @@ def test_only_memory_never_backed_is_faulted_in_before_a_read():
         fresh.close()
     used = bytearray(b"xyz" * size)
     assert not pages.fault_in_fresh(memoryview(used))
+    assert not pages.fault_in_fresh(memoryview(bytes(size)))  # read-only: never written
     small = mmap.mmap(-1, pages.FRESH_FROM - mmap.PAGESIZE)
     try:
         with memoryview(small) as view:

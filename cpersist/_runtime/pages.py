@@ -82,7 +82,7 @@ def fault_in_fresh(view):
     advice costs about 0.14 microseconds a page even when there is nothing
     to do. Returns whether it faulted the pages in.
     """
-    if not _usable or view.nbytes < FRESH_FROM:
+    if not _usable or view.nbytes < FRESH_FROM or view.readonly:
         return False
     mincore = _mincore or _load_mincore()
     if mincore is None:
