@@ -49,9 +49,11 @@ and after a change, each against numpy in one run.
 time to create a file in the scratch directory (``O_CREAT | O_EXCL``,
 removed after): what a dump's temporary file costs the kernel, which np.save
 (truncating its file in place) never pays. On ext4 without a journal, it
-grows with the files deleted in that directory's inode group over the last
-minutes (each creation looks past every inode freed recently): from about
-8 microseconds to hundreds after a few thousand dumps.
+grows with the files deleted in that directory's inode group a short while
+before (each creation looks past every inode freed recently, until their
+inode table is written back, seconds later): from about 9 microseconds to
+about 350 after a few thousand dumps of 10 KB, back to about 10 once they
+are written.
 The load average is printed at the end: on a busy machine the wall times
 mean little, the CPU times and the switches more.
 """
