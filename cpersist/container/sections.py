@@ -172,7 +172,9 @@ class SectionReads:
         if len(chunks) == 1:
             if chunks[0].flag == VERBATIM and not self.source.remote:
                 # Every small raw array, and the pickle stream of a raw dump;
-                # new memory is backed in one call rather than a fault a page.
+                # new memory is backed in one call rather than a fault a page
+                # (no more than the read backs: a chunk stored as it is lies
+                # within the file, as the index was checked to say).
                 if not backed:
                     fault_in_fresh(out)
                 self._read_verbatim_chunk(section, chunks[0], out, verify)
