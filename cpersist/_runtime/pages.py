@@ -103,7 +103,9 @@ def _load_mincore():
     try:
         import ctypes
 
-        function = ctypes.CDLL(None, use_errno=True).mincore
+        # Without use_errno (a third of the call): a failure is only
+        # taken for "backed".
+        function = ctypes.CDLL(None).mincore
     except (OSError, AttributeError, ImportError):
         _usable = False
         return None
