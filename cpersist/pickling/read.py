@@ -32,7 +32,12 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
     for several, :mod:`.array_blocks`)."""
     can_map = _can_map(source, mmap_mode)
     source.will_read_all()
-    reader = ContainerReader(source, whole=whole)
+    # Where small arrays are read in blocks, their record headers are
+    # walked in the blocks' bytes, once read (a read each costs as much as
+    # a small array's own read): before any array is given out, and at
+    # the end if none is read ahead.
+    reader = ContainerReader(source, whole=whole,
+                             records_later=not (can_map or views or own or source.remote))
     name = reader.name
     if mmap_mode == "r+" and reader.growing:
         raise ValueError(f"{name}: mmap_mode='r+' is not available for a growing file: its "
@@ -138,6 +143,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
         # Nothing unpickled holds the stream's memory: its arrays' bytes
         # were copied out of it.
         pickled.close()
+    reader.check_records()
     if can_map and (reader.tiny or any(section.codec is not None
                                        for section in reader.sections)):
         # Whether or not any array had a section of its own (small ones are
@@ -183,7 +189,9 @@ def _read_ahead(reader, indices, verify, n_threads, align=0, in_blocks=True):
     ``n_threads`` threads, the sections side by side (a checkpoint's
     tensors are each a section of one or a few chunks, which read one after
     another would leave threads idle); small raw ones many at a time, in
-    blocks (:mod:`.array_blocks`) unless ``in_blocks`` is false. A
+    blocks (:mod:`.array_blocks`) unless ``in_blocks`` is false, the
+    dump's record headers then walked in the blocks' bytes
+    (:meth:`~cpersist.container.ContainerReader.check_records`). A
     section that fails maps to its exception, raised only if the pickle
     stream asks for it, as it would be read one by one. Zero-size arrays
     are left out: the caller makes them without reading.
@@ -216,12 +224,13 @@ def _read_ahead(reader, indices, verify, n_threads, align=0, in_blocks=True):
         block, views = allocate_block(start, stop, run)
         done.update(views)
         blocks.append((start, block, run))
-    failed = {}
+    failed, whole = {}, [False] * len(blocks)
 
     def task(claims):
         for k in claims:
             if k < len(blocks):
-                done.update(read_block(reader, *blocks[k], verify))
+                failures, whole[k] = read_block(reader, *blocks[k], verify)
+                done.update(failures)
                 continue
             section, out = reads[k - len(blocks)]
             try:
@@ -230,6 +239,7 @@ def _read_ahead(reader, indices, verify, n_threads, align=0, in_blocks=True):
                 failed[k - len(blocks)] = exc
 
     run_claimed(task, len(blocks) + len(reads), n_threads)
+    reader.check_records([block[:2] for block, read in zip(blocks, whole) if read])
     for k, (index, arr) in enumerate(arrays):
         done[index] = failed.get(k, arr)
     return done
