@@ -31,10 +31,11 @@ BLOCK_GAP = 4 << 10
 HEAD_ROOM = 128
 
 
-def blockable(reader, section, nbytes):
-    """Whether the array of ``section`` (``nbytes``, not 0) may be read in a block."""
-    return (nbytes <= BLOCK_ARRAYS_UP_TO and section.is_raw and section.contiguous
-            and not reader.source.remote)
+def blockable(section, nbytes):
+    """Whether the array of ``section`` (``nbytes``, not 0) may be read in a
+    block, from a local source (a remote one reads many ranges at once)."""
+    # Attributes rather than is_raw and contiguous: checked for each array.
+    return nbytes <= BLOCK_ARRAYS_UP_TO and section.codec is None and section.gap == 0
 
 
 def plan_blocks(small):

@@ -205,13 +205,14 @@ def _read_ahead(reader, indices, verify, n_threads, align=0, in_blocks=True):
     """
     done = {}
     arrays, reads, small = [], [], []
+    in_blocks = in_blocks and not align and not reader.source.remote
     for index in indices:
         section = reader.sections[index]
         try:
             dtype, shape, order, nbytes = array_layout(reader, section)
             if not nbytes:
                 continue
-            if in_blocks and not align and blockable(reader, section, nbytes):
+            if in_blocks and blockable(section, nbytes):
                 small.append((index, section, dtype, shape, order))
                 continue
             arr, view = _new_array(reader, section, dtype, shape, order, align)
