@@ -109,10 +109,10 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
     # pool when the first is asked for: a checkpoint's tensors are each a
     # section of one or a few chunks, which one after another would leave
     # threads idle.
+    in_place, root_index = can_map or views, reader.root
     read_ahead = [i for i, section in enumerate(reader.sections)
-                  if i != reader.root and section.meta.get("kind") == "array"
-                  and (section.codec is not None
-                       or not ((can_map or views) and section.contiguous) and section.is_raw)]
+                  if section.meta.get("kind") == "array" and i != root_index
+                  and (section.codec is not None or not (in_place and section.contiguous))]
     if len(read_ahead) < 2 or not source.concurrent:
         read_ahead = []
     ahead_of, ahead = frozenset(read_ahead), None
