@@ -87,8 +87,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
                     # sections as damaged, and cpersist.reseal computes
                     # their checksums again.
                     mark_edited(source, reader)
-            start = section.offset
-            arr = mapped[0][start:start + nbytes].view(dtype).reshape(shape, order=order)
+            arr = _mapped_array(mapped[0], section.offset, dtype, shape, order)
             if mapped[1]:
                 arr.mode = "r"
                 arr.flags.writeable = False
@@ -296,6 +295,17 @@ def _memmap(source, size, mode):
     arr.mode = mode
     path = getattr(source, "path", None)
     arr.filename = os.path.abspath(path) if path is not None else None
+    return arr
+
+
+def _mapped_array(mapped, start, dtype, shape, order):
+    """The array of ``mapped`` (:func:`_memmap`) from byte ``start``, with its
+    map, file name, offset and mode as a slice viewed and reshaped has them,
+    for half the cost (numpy makes each of those three memmaps in Python)."""
+    arr = np.ndarray.__new__(np.memmap, shape, dtype=dtype, buffer=mapped, offset=start,
+                             order=order)
+    arr._mmap, arr.filename = mapped._mmap, mapped.filename
+    arr.offset, arr.mode = mapped.offset, mapped.mode
     return arr
 
 
