@@ -249,6 +249,11 @@ def test_mmap_modes_load(mmap_mode, tmp_path):
     if mmap_mode:
         assert type(out["masked"].data) is np.memmap
         assert out["c"].flags.writeable == (mmap_mode != "r")
+        # each as numpy gives a slice of a memmap of the file: one map
+        mapped = [out[key] for key in ["c", "f", "view", "struct", "zero_d"]]
+        assert len({id(arr._mmap) for arr in mapped}) == 1
+        assert all((arr.filename, arr.offset, arr.mode) == (os.path.abspath(path), 0, mmap_mode)
+                   for arr in mapped)
 
 
 @pytest.mark.parametrize("compress", [0, "zstd"])

@@ -157,6 +157,45 @@ def test_a_damaged_array_read_with_its_neighbours_names_itself(tmp_path):
         assert_same(obj[key], loaded[key])
 
 
+def _record_header_at(data, section):
+    """Where the record header of the raw ``section`` is in ``data``: in
+    the 72 bytes before its payload, with its kind (ALIGNED) and length."""
+    value = (2 << 56 | section.raw_size).to_bytes(8, "little")
+    at = data.rindex(value, section.offset - 72, section.offset)
+    assert section.offset == at + 8 + -(at + 8) % 64
+    return at
+
+
+def test_record_headers_between_small_arrays_are_walked_in_their_blocks(tmp_path,
+                                                                        monkeypatch):
+    obj = small_raw_arrays()
+    path = tmp_path / "m.cp"
+    cpersist.dump(obj, path, compress=0)
+    data = path.read_bytes()
+    with open(path, "rb") as file:
+        sections = [s for s in ContainerReader(file, str(path)).sections
+                    if s.meta.get("kind") == "array"]
+    headers = {_record_header_at(data, section) for section in sections}
+    preads, pread = [], os.pread
+    monkeypatch.setattr(os, "pread", lambda *args: preads.append(args[2]) or pread(*args))
+    assert_same(obj, cpersist.load(path))
+    assert preads and not headers & set(preads)  # none read alone: all in blocks
+    monkeypatch.undo()
+    # A damaged header, at the start of a block or between two arrays of
+    # one, is still refused by every load, read in blocks or mapped.
+    for section in (sections[0], sections[1], sections[-1]):
+        at = _record_header_at(data, section)
+        for damage in (lambda d: d.__setitem__(at + 7, 0x7F),    # an unknown kind
+                       lambda d: d.__setitem__(at, d[at] ^ 64)):  # a length changed
+            damaged = bytearray(data)
+            damage(damaged)
+            path.write_bytes(bytes(damaged))
+            for kwargs in ({"n_threads": 1}, {"n_threads": 2}, {"verify": False},
+                           {"mmap_mode": "r"}):
+                with pytest.raises(cpersist.CorruptFileError, match="damaged record"):
+                    cpersist.load(path, **kwargs)
+
+
 def test_arrays_of_a_block_cut_short_are_read_alone(tmp_path):
     """A file cut (by someone else) after its index was read: the arrays of
     a block before the cut load, those after it say where the file ends."""

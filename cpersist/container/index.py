@@ -6,6 +6,7 @@ Nothing here reads a file: the reader hands over the bytes it read.
 
 import binascii
 import json
+import re
 import struct
 
 from .._runtime.gc import collector_paused
@@ -110,18 +111,16 @@ class Section:
         n = self.raw_size
         if self._chunks is not None or self.codec is not None or not 0 < n <= MAX_CHUNK_SIZE:
             return None
-        table, head = self._check_chunks[0], f"[[{n},{n},"
-        if not (table.startswith(head) and table.endswith(_VERBATIM_END)):
+        table = _one_verbatim_chunk(self._check_chunks[0])
+        if table is None or table[1] != str(n):
             return None
-        digits = table[len(head):-len(_VERBATIM_END)]
-        if not (0 < len(digits) <= 20 and digits.isascii() and digits.isdigit()
-                and (digits[0] != "0" or digits == "0")):
-            return None
-        return int(digits)
+        return int(table[2])
 
 
-#: How the text of a one-chunk raw section's table ends.
-_VERBATIM_END = f",{VERBATIM}]]"
+#: The text of a one-chunk raw section's table as writers write it: its
+#: size twice, its checksum (at most 20 digits), the flag of a verbatim chunk.
+_one_verbatim_chunk = re.compile(
+    rf"\[\[([1-9][0-9]{{0,19}}),\1,(0|[1-9][0-9]{{0,19}}),{VERBATIM}\]\]").fullmatch
 
 
 def parse_header(head, size, name):

@@ -3,6 +3,8 @@ where the dump ends, and its index, for each layout (a dump of records, a
 compact dump, a tiny dump). Reading the sections' bytes is :mod:`.sections`
 (whole sections) and :mod:`.pieces` (parts of them)."""
 
+import bisect
+
 from .compact import COMPACT, STREAM_AT, compact_dump, parse_compact_index
 from .frames import (FRAME_TRAILER, GROWING, GROWING_MINOR, OBJECT_FILE_START,
                      OBJECT_FRAMES_AT, OBJECT_MINOR, DumpsFollow, GrowingFileFound,
@@ -24,7 +26,7 @@ from .tiny import TINY_MAGIC, tiny_size, tiny_stream
 TAIL_READ = 16 << 10
 #: Bytes read at once from the start of a dump whose end its trailer gives:
 #: its header and its first record's header (see
-#: :meth:`ContainerReader._check_records`), and not a byte more: a remote
+#: :meth:`ContainerReader.check_records`), and not a byte more: a remote
 #: load streams the object from there, in file order, and the first
 #: record's payload may start right after its header.
 HEAD_READ = HEADER.size + RECORD_SIZE
@@ -68,6 +70,9 @@ class ContainerReader(SectionReads, PieceReads):
         Whether the source must hold nothing but the dump (a path; also
         when the source's own ``whole`` says so): bytes after it are then
         an error naming them.
+    records_later : bool, default False
+        Leave :meth:`check_records` to the caller, who calls it with the
+        bytes it read before it uses them.
 
     Attributes
     ----------
@@ -96,14 +101,14 @@ class ContainerReader(SectionReads, PieceReads):
         If a newer major format version wrote it.
     """
 
-    def __init__(self, source, name=None, *, whole=False):
+    def __init__(self, source, name=None, *, whole=False, records_later=False):
         if not isinstance(source, ByteSource):
             source = source_for(source, name or "<file>")
         #: Whether the source holds this dump and nothing after it.
         self.whole = whole or source.whole
         self.name = name or source.name
         #: Where the cpersist data starts in the underlying file.
-        self.base = source.base
+        self.base, self._records_later = source.base, records_later
         try:
             self._open(source)
             return
@@ -134,7 +139,7 @@ class ContainerReader(SectionReads, PieceReads):
     def _open(self, source):
         """Read the header, find the dump's end, read its index."""
         self.source = source
-        self._tail = None
+        self._tail = self._unwalked = None
         self.growing = False
         self.torn = 0
         #: Bytes from the start of the dump to the end of the source.
@@ -174,47 +179,53 @@ class ContainerReader(SectionReads, PieceReads):
         self.edited = bool(flags & EDITED)
         self.compact = bool(flags & COMPACT)
         if at_end and self._ends_at_end():
-            self._check_records(head)
+            self._unwalked = head
+            if not self._records_later:
+                self.check_records()
         else:
             self.size = walk_records(self.source.read, self.available, self.name, self.base)
 
-    def _check_records(self, head):
-        """Walk the records of a dump whose trailer says where it ends, as a
-        reader that must find its end walks them: a damaged record header
-        is refused by every source alike. Nothing covers a record header
-        (checksums cover the chunks and the index), and a reader of a
-        stream, or of a file of several dumps, finds each dump's end by
-        them alone: a damaged one is a damaged file wherever it is read.
+    def check_records(self, reads=()):
+        """Walk the records of a dump whose trailer says where it ends (once),
+        as a reader that must find its end walks them: a damaged record
+        header is refused by every source alike. Nothing covers a record
+        header (checksums cover the chunks and the index), and a reader of a
+        stream, or of a file of several dumps, finds each dump's end by them.
 
-        Mostly free: record headers are read from the bytes already read at
-        the start and the end of the dump (``head`` and the tail), others
-        in blocks (see :func:`.framing.walk_records`). A load that maps the
-        file reads them so too, not from its map: on Linux, touching a page
-        of a new map of a file cpersist wrote costs about twice a read of
-        the header, paid for each large array the caller never reads. A
-        remote source reads none more (a request per record costs more
-        than the load): its walk stops at the first record outside those
-        bytes.
+        Headers are taken from the bytes read at the start and the end of
+        the dump, and from ``reads`` (``(offset, bytes)`` the caller read,
+        in order: blocks of small arrays hold theirs); others read in
+        blocks (:func:`.framing.walk_records`), not from a map of the file
+        (touching a page of a new map costs about twice a read). A remote
+        source reads none more (a request per record costs more than the
+        load): its walk stops at the first record outside those bytes.
         """
+        head = self._unwalked
+        if head is None:
+            return
         tail_start, tail = self._tail
-        remote = self.source.remote
+        starts = [start for start, _ in reads]
 
         def read(offset, length):
             if offset + RECORD_SIZE <= len(head):
                 return head[offset:]
             if offset >= tail_start:
                 return tail[offset - tail_start:]
-            if remote:
+            k = bisect.bisect_right(starts, offset) - 1
+            if k >= 0 and offset + RECORD_SIZE <= starts[k] + len(reads[k][1]):
+                return memoryview(reads[k][1])[offset - starts[k]:]
+            if self.source.remote:
                 raise _NotRead
             return self.source.read(offset, length)
 
         try:
             end = walk_records(read, self.size, self.name, self.base)
-        except _NotRead:
-            return
+        except _NotRead:  # a remote source's
+            end = self.size
         if end != self.size:  # an END record before the dump's: its magic is there
             raise self.error(f"damaged records: they end at offset {self.base + end}, the "
                              f"dump at offset {self.base + self.size}")
+        self._unwalked = None
 
     def _find_commit(self):
         """Read a growing object file (format 2.4) as the dump its last
