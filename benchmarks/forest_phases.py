@@ -31,6 +31,7 @@ import argparse
 import gc
 import os
 import pickle
+import shutil
 import statistics
 import sys
 import tempfile
@@ -89,12 +90,22 @@ def main(argv=None):
     args = parser.parse_args(argv)
     steady_malloc()
     packages = tempfile.mkdtemp(prefix="forest-phases-")
+    directory = tempfile.mkdtemp(prefix="forest-phases-files-")
+    try:
+        measure(args, packages, directory)
+    finally:
+        shutil.rmtree(packages, ignore_errors=True)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def measure(args, packages, directory):
+    """Print the phases of ``args.rounds`` paired rounds, the revisions'
+    packages exported into ``packages``, the files written in ``directory``."""
     sys.path.insert(0, packages)
     libs = {"new": export(None, "cp_new", packages)}
     if args.old:
         libs["old"] = export(args.old, "cp_old", packages)
     model = forest(args.trees)
-    directory = tempfile.mkdtemp(prefix="forest-phases-files-")
     pickled = os.path.join(directory, "forest.pkl")
     with open(pickled, "wb") as file:
         pickle.dump(model, file, protocol=5)
