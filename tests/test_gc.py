@@ -88,3 +88,35 @@ def test_a_trusted_load_unpickles_with_the_collector_paused(collector_on, tmp_pa
     back = cpersist.load(tmp_path / "a.cp")
     assert _SeesTheCollector.seen == [False] and back[0].x == 1
     assert gc.isenabled()
+
+
+def test_a_block_past_the_first_threshold_moves_its_objects_until_frozen_ones_are_seen(
+        collector_on, monkeypatch):
+    """A block leaving more young objects than the first threshold (a
+    young pass due at once) has them moved, counting frozen objects, until
+    it finds some: from then on it counts them only from MOVE_FROM."""
+    monkeypatch.setattr(_gc, "_frozen_seen", False)
+    calls = []
+    real = gc.get_freeze_count
+    monkeypatch.setattr(gc, "get_freeze_count", lambda: calls.append(1) or real())
+    medium = gc.get_threshold()[0] + 500
+    assert medium < _gc.MOVE_FROM
+    with _gc.collector_paused():
+        built = [[i] for i in range(medium)]
+    assert calls == [1]
+    assert gc.get_count()[0] < 100
+    assert any(obj is built for obj in gc.get_objects(generation=2))
+
+    frozen = [[i] for i in range(100)]
+    gc.freeze()
+    try:
+        with _gc.collector_paused():
+            seen = [[i] for i in range(medium)]
+        assert calls == [1, 1] and _gc._frozen_seen
+        assert not any(obj is frozen for obj in gc.get_objects())  # left frozen
+        with _gc.collector_paused():
+            again = [[i] for i in range(medium)]
+        assert calls == [1, 1]  # not counted again, nor moved
+    finally:
+        gc.unfreeze()
+    del frozen, seen, again

@@ -6,6 +6,7 @@ import io
 import os
 import pickle
 import re
+import struct
 import threading
 import time
 import tracemalloc
@@ -23,6 +24,8 @@ from cpersist.tools.report import format_info
 from cpersist.codecs import get_codec
 from cpersist.container import ENCODED, VERBATIM, EncodedStream
 
+from ._forge import call, container_bytes, proto, s
+from ._hostile import binbytes, glob, integer, tup
 from .conftest import assert_same, random_array
 
 # Pieces the way the C pickler writes them: mostly frames of up to 64 KiB,
@@ -346,6 +349,52 @@ def test_inline_data_is_a_buffer_only_at_protocol_5():
     assert bytes(data.raw()) == arr.T.tobytes()  # the memory, in its order
     data, order = to_inline(arr, 4)
     assert type(data) is bytearray and bytes(data) == arr.T.tobytes()
+
+
+def _inline(data_ops, dtype, shape_ops, order="C"):
+    """A stream calling ``inline_array`` on the bytes ``data_ops`` pushes."""
+    return proto(5, call(glob("cpersist.pickler", "inline_array"), data_ops, s(dtype),
+                         tup(*shape_ops), s(order)))
+
+
+def _bytearray8(data):
+    return pickle.BYTEARRAY8 + struct.pack("<Q", len(data)) + data
+
+
+#: Inline arrays whose parts disagree, and what the message says of them.
+_MALFORMED_INLINE = {
+    "too few bytes": (_bytearray8(bytes(15)), "<f8", [integer(2)], "C",
+                      "15 bytes for float64 (2,)"),
+    "too many bytes": (_bytearray8(bytes(24)), "<f8", [integer(2)], "C",
+                       "24 bytes for float64 (2,)"),
+    "a negative extent": (_bytearray8(bytes(8)), "<f8", [integer(-1)], "C",
+                          "8 bytes for float64 (-1,)"),
+    "a float extent": (_bytearray8(bytes(16)), "<f8",
+                       [pickle.BINFLOAT + struct.pack(">d", 2.0)], "C", "(2.0,)"),
+    "an extent beyond memory": (_bytearray8(bytes(16)), "<f8", [integer(1 << 62)] * 2, "C",
+                                "too big"),
+    "an object dtype": (_bytearray8(bytes(16)), "O", [integer(2)], "C", "object dtype"),
+    "an unknown dtype": (_bytearray8(bytes(16)), "<f9", [integer(2)], "C", "not understood"),
+    "a bad order": (_bytearray8(bytes(16)), "<f8", [integer(2)], "K", "order 'K'"),
+    "data not bytes": (s("abcdefghabcdefgh"), "<f8", [integer(2)], "C", "data of str"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_MALFORMED_INLINE))
+def test_a_trusted_load_refuses_a_malformed_inline_array(case):
+    data, dtype, shape, order, says = _MALFORMED_INLINE[case]
+    with pytest.raises(cpersist.CorruptFileError, match="bad inline array: .*" + re.escape(says)):
+        cpersist.loads(container_bytes(_inline(data, dtype, shape, order)))
+
+
+@pytest.mark.parametrize("data", ["bytearray", "bytes"])
+def test_an_inline_array_views_its_bytearray_and_copies_bytes(data):
+    raw = struct.pack("<4d", 1.5, -2.0, 3.0, 4.25)
+    ops = _bytearray8(raw) if data == "bytearray" else binbytes(raw)
+    arr = cpersist.loads(container_bytes(_inline(ops, "<f8", [integer(2), integer(2)], "F")))
+    assert arr.dtype == np.float64 and arr.shape == (2, 2) and arr.flags.f_contiguous
+    assert arr.flags.writeable and arr.T.tobytes() == raw
+    assert type(arr.base) is bytearray if data == "bytearray" else arr.flags.owndata
 
 
 

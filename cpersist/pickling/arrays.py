@@ -374,27 +374,10 @@ def to_inline(arr, protocol):
     return bytearray(byte_view(arr)), array_order(arr)
 
 
-def from_inline(data, dtype, shape, order):
-    """Rebuild an array from :func:`to_inline` output; checks the sizes agree.
-    It views a bytearray ``data`` (the unpickler's, made for it alone), as
-    numpy's unpickling does; copies bytes, to be writable."""
-    copy = type(data) is not bytearray
-    if copy and type(data) is not bytes or order not in ("C", "F"):
-        raise ValueError("bad inline array")
+def inline_dtype_of(dtype):
+    """The dtype an inline array's pickled ``dtype`` stands for: the name of
+    an ml_dtypes type (see :func:`inline_dtype`) resolved, else ``np.dtype``
+    of it."""
     if type(dtype) is str and dtype in named_dtypes.ITEMSIZES:
-        dtype = named_dtypes.resolve(dtype)
-    elif not isinstance(dtype, np.dtype):
-        dtype = np.dtype(dtype)
-    if dtype.hasobject:
-        raise ValueError("an object dtype cannot be stored as raw bytes")
-    count = 1
-    for n in shape:
-        if type(n) is not int or n < 0:
-            raise ValueError(f"bad shape {shape!r}")
-        count *= n
-    if len(data) != count * dtype.itemsize:
-        raise ValueError(f"inline array of {len(data)} bytes for {dtype} {shape}")
-    if not len(data):
-        return allocate(dtype, shape, order)[0]
-    arr = np.ndarray(shape, dtype, data, 0, None, order)
-    return arr.copy(order) if copy else arr
+        return named_dtypes.resolve(dtype)
+    return np.dtype(dtype)

@@ -14,7 +14,7 @@ import weakref
 import numpy as np
 
 from ..format import names
-from .arrays import from_inline
+from .arrays import inline_dtype_of
 from .brief import brief
 from .jax_arrays import assemble, bad_jax, check_placement, to_jax
 from .torch_dtypes import bad_tensor, check_view, import_torch, view_extent
@@ -44,11 +44,39 @@ def stored_array(index):
     )
 
 
+#: Looked up once: :func:`inline_array` runs for each of a model's small arrays.
+_DTYPE, _NDARRAY = np.dtype, np.ndarray
+
+
 @_format_name(names.INLINE_ARRAY)
 def inline_array(data, dtype, shape, order):
-    """Rebuild a small array stored inside the pickle stream."""
+    """Rebuild a small array stored inside the pickle stream (by
+    :func:`.arrays.to_inline`), refusing arguments that do not agree.
+
+    It views a bytearray ``data`` (the unpickler's, made for it alone), as
+    numpy's unpickling does, and copies bytes, to be writable. Called for
+    each of a model's hundreds of small arrays: numpy checks what it checks
+    anyway (the shape's items are integers, the bytes are enough), and the
+    shape it made is compared with the one given, which numpy takes more
+    loosely (a -1 it works out from the bytes).
+    """
     try:
-        return from_inline(data, dtype, shape, order)
+        kind = type(data)
+        if kind is not bytearray and kind is not bytes or order != "C" and order != "F":
+            raise ValueError(f"data of {type(data).__name__} in order {brief(order)}")
+        if not isinstance(dtype, _DTYPE):
+            dtype = inline_dtype_of(dtype)
+        if dtype.hasobject:  # numpy would read pointers from the bytes
+            raise ValueError("an object dtype cannot be stored as raw bytes")
+        if type(shape) is not tuple:
+            shape = tuple(shape) if type(shape) is list else (shape,)
+        try:
+            arr = _NDARRAY(shape, dtype, data, 0, None, order)
+        except (TypeError, ValueError) as exc:  # not integers, too few bytes...
+            raise ValueError(f"{len(data)} bytes for {dtype} {brief(shape)} ({exc})") from None
+        if arr.shape != shape or arr.nbytes != len(data):
+            raise ValueError(f"{len(data)} bytes for {dtype} {brief(shape)}")
+        return arr if kind is bytearray else arr.copy(order)
     except (TypeError, ValueError) as exc:
         raise pickle.UnpicklingError(f"bad inline array: {exc}") from None
 
