@@ -50,7 +50,9 @@ class AtomicFile:
     (a dump, not a compaction of the file itself). With ``direct``, :meth:`file` writes around
     the page cache where the file system allows it
     (:class:`.direct_io.DirectFile`): for a large file written beside other
-    work, which the writing thread's copy into the page cache would slow.
+    work, which the writing thread's copy into the page cache would slow;
+    the memory ``kept`` finds is written straight from it (see
+    :class:`.direct_io.DirectFile`).
 
     Either :meth:`file` (a buffered file object, made on first call) or
     :meth:`write_whole` (a dump made in memory, written with
@@ -59,10 +61,11 @@ class AtomicFile:
     """
 
     __slots__ = ("name", "names", "_fsync", "_direct", "_mode", "_directory", "_fd", "_tmp",
-                 "_held", "_file")
+                 "_held", "_file", "_kept")
 
-    def __init__(self, path, fsync=False, direct=False, free_old=False):
+    def __init__(self, path, fsync=False, direct=False, free_old=False, kept=None):
         name = self.name = os.fsdecode(path)
+        self._kept = kept
         self.names = [name]
         self._fsync = fsync
         self._direct = direct
@@ -96,7 +99,7 @@ class AtomicFile:
         ``direct``, a :class:`.direct_io.DirectFile` where possible)."""
         if self._file is None:
             if self._direct and direct_writes_possible():
-                self._file = DirectFile(self._fd)
+                self._file = DirectFile(self._fd, self._kept)
             else:
                 self._file = open(self._fd, "wb", buffering=WRITE_BUFFER, closefd=False)
         return self._file

@@ -7,6 +7,7 @@ import sys
 import threading
 
 from .._runtime.fork import renew_after_fork
+from ..container.direct_io import direct_writes_possible
 from .snapshot import take
 from .snapshot_pickler import Buffers
 from .unpicklable import PICKLING_ERRORS, unpicklable_error
@@ -92,7 +93,12 @@ def start(obj, write, target, codec, protocol, chunk_size, n_threads, deferred=T
         snapshot = take(obj, buffers, deferred and OVERLAP_COPIES)
         snapshot.measure_copy_speed()  # before the dump competes with the copy
         if snapshot.nbytes >= DIRECT_FROM:
+            # Written around the page cache straight from the copies: what
+            # the dump reads of the originals it puts in them first.
             target.direct = True
+            if direct_writes_possible():
+                snapshot.fill_taken = True
+                target.kept = snapshot.kept_memory()
     except BaseException as exc:
         _slots.release()
         future.set_exception(_snapshot_error(obj, protocol, exc))
@@ -104,12 +110,14 @@ def start(obj, write, target, codec, protocol, chunk_size, n_threads, deferred=T
                 result = write(snapshot.restore(), target, codec, protocol, chunk_size,
                                n_threads)
         except BaseException as exc:
+            target.kept = None  # its buffers are referenced by the snapshot alone
             snapshot.wait_finished()  # nothing copies into the buffers any more
             buffers.give_back(snapshot.buffers())
             _slots.release()
             future.set_exception(exc)
         else:
             # The restored object is gone: its memory serves the next snapshot.
+            target.kept = None
             snapshot.wait_finished()
             buffers.give_back(snapshot.buffers())
             _slots.release()
