@@ -98,8 +98,11 @@ class AtomicFile:
         """The temporary file as a buffered binary file object (with
         ``direct``, a :class:`.direct_io.DirectFile` where possible)."""
         if self._file is None:
+            # The kept memory is its owner's once the file is closed (this
+            # object may outlive it: the DirectFile lets go of it then).
+            kept, self._kept = self._kept, None
             if self._direct and direct_writes_possible():
-                self._file = DirectFile(self._fd, self._kept)
+                self._file = DirectFile(self._fd, kept)
             else:
                 self._file = open(self._fd, "wb", buffering=WRITE_BUFFER, closefd=False)
         return self._file
