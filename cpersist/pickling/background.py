@@ -93,10 +93,11 @@ def start(obj, write, target, codec, protocol, chunk_size, n_threads, deferred=T
         snapshot = take(obj, buffers, deferred and OVERLAP_COPIES)
         snapshot.measure_copy_speed()  # before the dump competes with the copy
         if snapshot.nbytes >= DIRECT_FROM:
-            # Written around the page cache straight from the copies: what
-            # the dump reads of the originals it puts in them first.
             target.direct = True
-            if direct_writes_possible():
+            if codec is None and direct_writes_possible():
+                # Raw sections go to the disk straight from the copies: what
+                # the dump reads of the originals it puts in them first (a
+                # compressed one's chunks are the codec's output anyway).
                 snapshot.fill_taken = True
                 target.kept = snapshot.kept_memory()
     except BaseException as exc:
