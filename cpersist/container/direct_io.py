@@ -91,7 +91,7 @@ class DirectFile:
         # start at file offset _sent (no buffer is being filled meanwhile).
         self._run = None
         self._lent = {}  # number -> view of kept memory the writing thread writes
-        self._lent_count = 0
+        self._next_lent = 0  # the number of the next view lent
         self._pos = 0  # bytes taken (written to the file or in a buffer)
         self._sent = 0  # bytes handed to the writing thread or written
         self._direct = _set_direct(fd, True)
@@ -182,8 +182,8 @@ class DirectFile:
         array, start, end = self._run
         while end - start >= BUFFER_SIZE or final and end - start >= BLOCK:
             n = min(BUFFER_SIZE, end - start) // BLOCK * BLOCK
-            number = self._lent_count
-            self._lent_count += 1
+            number = self._next_lent
+            self._next_lent += 1
             with self._done:
                 self._lent[number] = memoryview(array)[start:start + n]
             run_later(_write_lent, self, number, self._sent)

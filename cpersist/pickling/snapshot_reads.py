@@ -18,13 +18,12 @@ class IncompleteSnapshot(RuntimeError):
     the call had returned: its dump must not be written."""
 
 
-
 class DumpReads:
     """The side of :class:`~.snapshot.Snapshot` that the dump's thread calls
     (its state, under ``_state``, is the snapshot's)."""
 
     def chunks(self, arr, chunk_size):
-        """:func:`chunks_to_write` for the dump of this snapshot.
+        """:func:`.snapshot.chunks_to_write` for the dump of this snapshot.
 
         The whole of a copy (the array the restored object holds, or a
         storage) is cut into chunks lazily: each comes from the original
@@ -67,8 +66,9 @@ class DumpReads:
                     copy = item.copy
             if original is not None:
                 self.from_originals += high - low
-                if self.fill_taken:  # the dump writes the copy, made here
-                    original = self._fill(item, copy[low:high], original[low:high], high)
+                if self.fill_taken:
+                    self._fill(item, copy[low:high], original[low:high], high)
+                    original = None  # the chunk is written from the copy
                 else:
                     chunk = memoryview(original[low:high])
             sources.append(original is not None)
@@ -78,7 +78,7 @@ class DumpReads:
     def _fill(self, item, copy, original, high):
         """Copy ``original``, which the dump took of ``item`` up to ``high``,
         into the copy: it is then in the snapshot's memory, as if the call
-        had copied it. Returns None."""
+        had copied it."""
         try:
             np.copyto(copy, original)
         finally:
