@@ -94,10 +94,13 @@ def start(obj, write, target, codec, protocol, chunk_size, n_threads, deferred=T
         snapshot.measure_copy_speed()  # before the dump competes with the copy
         if snapshot.nbytes >= DIRECT_FROM:
             target.direct = True
-            if codec is None and direct_writes_possible():
+            if codec is None and direct_writes_possible() and not buffers.new_bytes:
                 # Raw sections go to the disk straight from the copies: what
                 # the dump reads of the originals it puts in them first (a
                 # compressed one's chunks are the codec's output anyway).
+                # Not into memory new to the process (the first dump's): its
+                # page faults would hold the call up (give_back faults in,
+                # after the dump, what the call has not copied into).
                 snapshot.fill_taken = True
                 target.kept = snapshot.kept_memory()
     except BaseException as exc:

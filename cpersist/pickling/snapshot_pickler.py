@@ -68,6 +68,10 @@ class Buffers:
         self._lock = threading.Lock()
         self._spare = {}  # nbytes -> list of uint8 arrays
         self._used = []
+        self._new = 0
+        #: Bytes of memory new to the process among the buffers that
+        #: :meth:`taken` last returned (its pages not backed yet).
+        self.new_bytes = 0
 
     def take(self, nbytes):
         """A 1-d uint8 array of ``nbytes``."""
@@ -76,6 +80,7 @@ class Buffers:
             buffer = spare.pop() if spare else None
         if buffer is None:
             buffer = _new_buffer(nbytes)
+            self._new += nbytes
         self._used.append(buffer)
         return buffer
 
@@ -83,6 +88,7 @@ class Buffers:
         """The buffers taken since the last call (those of one snapshot);
         spare ones not taken are freed."""
         used, self._used = self._used, []
+        self.new_bytes, self._new = self._new, 0
         with self._lock:
             self._spare = {}
         return used
