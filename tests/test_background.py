@@ -18,7 +18,7 @@ from cpersist._runtime.temporaries import TMP_SUFFIX
 from cpersist.container import direct_io
 from cpersist.pickling import background, copy_pace
 from cpersist.pickling.snapshot import IncompleteSnapshot, chunks_to_write, take
-from cpersist.pickling.snapshot_pickler import DEFER_FROM
+from cpersist.pickling.snapshot_pickler import DEFER_FROM, kept_in
 
 from ._fresh import run_code
 from .conftest import assert_same
@@ -140,6 +140,70 @@ def test_a_direct_file_holds_what_it_is_given_across_its_buffers(tmp_path, monke
     assert path.read_bytes() == b"".join(pieces)
     with pytest.raises(ValueError, match="closed"):
         file.write(b"x")
+
+
+@pytest.mark.skipif(not direct_io.direct_writes_possible(), reason="no O_DIRECT on this platform")
+def test_a_direct_file_writes_kept_memory_straight_from_it(tmp_path, monkeypatch):
+    """Runs of kept memory whose address matches the file position modulo a
+    block are written from where they are, their part blocks and all else
+    copied; the bytes are those given either way."""
+    block = direct_io.BLOCK
+    monkeypatch.setattr(direct_io, "BUFFER_SIZE", 4 * block)
+    monkeypatch.setattr(direct_io, "KEPT_FROM", 2 * block)
+    lent = []
+    write_lent = direct_io._write_lent
+    monkeypatch.setattr(direct_io, "_write_lent", lambda file, number, offset: (
+        lent.append((offset, file._lent[number].nbytes)), write_lent(file, number, offset)))
+    kept = np.frombuffer(mmap.mmap(-1, 40 * block), np.uint8)  # page-aligned
+    kept[:] = np.random.default_rng(6).integers(0, 256, kept.size, np.uint8)
+    other = bytes(range(256)) * 100
+    # Bytes of another object, or slices of the kept memory, in order:
+    pieces = [other[:5], kept[5:5 + 9 * block + 7],  # a run: address 5, file offset 5
+              kept[5 + 9 * block + 7:30 * block + 1],  # the run goes on in memory
+              other[:3],  # ends it
+              kept[30 * block + 9:38 * block],  # at file offset 30 * block + 4: copied
+              kept[:100]]  # short: copied
+    path = tmp_path / "direct.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        file = direct_io.DirectFile(fd, kept_in([kept]))
+        for piece in pieces:
+            assert file.write(piece) == len(piece)
+        file.close()
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"".join(bytes(piece) for piece in pieces)
+    # The run from kept[block] (file offset block) to kept[30 * block], in
+    # writes of at most BUFFER_SIZE, each a multiple of a block.
+    assert sum(n for _, n in lent) == 29 * block
+    assert lent[0][0] == block and all(offset % block == 0 for offset, _ in lent)
+    assert max(n for _, n in lent) == 4 * block
+
+
+@pytest.mark.skipif(not direct_io.direct_writes_possible(), reason="no O_DIRECT on this platform")
+def test_a_direct_background_dump_writes_large_arrays_from_its_snapshot(tmp_path, monkeypatch):
+    """What the dump takes of the originals goes into the snapshot's copies,
+    and all of each large array is written from them (but its part blocks),
+    once the snapshot's memory is that of the one before (new memory's page
+    faults would hold the call up): the file is the plain dump's."""
+    lent = []
+    write_lent = direct_io._write_lent
+    monkeypatch.setattr(direct_io, "_write_lent", lambda file, number, offset: (
+        lent.append(file._lent[number].nbytes), write_lent(file, number, offset)))
+    monkeypatch.setattr(background, "DIRECT_FROM", 0)
+    rng = np.random.default_rng(7)
+    obj = {"a": rng.standard_normal((1001, 1003)), "b": rng.standard_normal(3 << 20),
+           "small": np.arange(7.0)}
+    cpersist.dump(obj, tmp_path / "plain.cp")
+    large = obj["a"].nbytes + obj["b"].nbytes
+    for reused in (False, True):  # the second in memory of the first snapshot
+        lent.clear()
+        cpersist.dump(obj, tmp_path / "bg.cp", background=True).result()
+        assert (tmp_path / "bg.cp").read_bytes() == (tmp_path / "plain.cp").read_bytes()
+        if reused:
+            assert large - 2 * direct_io.BLOCK <= sum(lent) <= large
+        else:
+            assert not lent
 
 
 @pytest.mark.skipif(not direct_io.direct_writes_possible(), reason="no O_DIRECT on this platform")

@@ -18,8 +18,8 @@ import pytest
 
 import cpersist
 from cpersist.container import EDITED, FLAGS_AT, MAGIC, TRAILER, ContainerReader
-from cpersist.container.framing import END, parse_record
-from cpersist.container.layout import HEADER, RECORD_SIZE
+from cpersist.container.framing import DATA, END, parse_record
+from cpersist.container.layout import HEADER, PAGE, PAGE_ALIGNED_FROM, RECORD_SIZE
 from cpersist.container.reader import TAIL_READ
 
 from ._forge import forge, split
@@ -31,9 +31,11 @@ FIXTURES = os.path.join(HERE, "fixtures")
 
 
 def objects():
-    """Three objects: raw arrays, compressed chunks, no arrays at all."""
+    """Three objects: raw arrays (one large: a padding record before its
+    section), compressed chunks, no arrays at all."""
     return [
-        ({"a": np.arange(20_000.0).reshape(100, 200), "s": "first"}, 0),
+        ({"a": np.arange(20_000.0).reshape(100, 200), "large": np.arange(140_000.0),
+          "s": "first"}, 0),
         ([np.arange(300_000, dtype=np.int32) % 7, {"n": 2}], ("zstd", 3)),
         ("third, no arrays", 0),
     ]
@@ -149,6 +151,41 @@ def test_tcp_socket_left_open():
         done.set()
         thread.join(60)
         server.close()
+
+
+def test_a_large_raw_section_starts_at_a_page_of_the_file(tmp_path):
+    """Its data at a multiple of PAGE: a DATA record of zeros that no section
+    refers to opens the way (readers walk over it as over any record); the
+    file maps, verifies and converts. (Readers of streams, pipes and files
+    of several dumps walk it in the tests above.)"""
+    obj = {"small": np.arange(1000.0), "large": np.arange(300_000.0) % 17,
+           "exact": np.ones(PAGE_ALIGNED_FROM, np.uint8), "after": np.arange(9000.0)}
+    path = tmp_path / "paged.cp"
+    cpersist.dump(obj, path)
+    data = path.read_bytes()
+    with open(path, "rb") as file:
+        reader = ContainerReader(file)
+        sections = [(s.offset, s.raw_size) for s in reader.sections]
+    large = [offset for offset, size in sections if size >= PAGE_ALIGNED_FROM]
+    assert len(large) == 2 and all(offset % PAGE == 0 for offset in large)
+    assert any(offset % PAGE for offset, size in sections if size < PAGE_ALIGNED_FROM)
+    starts = {offset for offset, _ in sections}
+    padding, position = [], HEADER.size
+    while True:
+        kind, start, end = parse_record(data, position, "paged.cp", at=position)
+        if kind == END:
+            break
+        if start not in starts:
+            assert kind == DATA and not any(data[start:end])
+            padding.append(end - position)
+        position = end
+    assert len(padding) == 2 and all(length <= PAGE + RECORD_SIZE for length in padding)
+    mapped = cpersist.load(path, mmap_mode="r")
+    assert isinstance(mapped["large"], np.memmap)
+    assert_same(obj, mapped, mmap=True)
+    assert cpersist.verify(path)["unchecked"] == []
+    cpersist.convert(path, tmp_path / "z.cp", compress=3)
+    assert_same(obj, cpersist.load(tmp_path / "z.cp"))
 
 
 def test_dump_to_a_pipe_loads_from_path_and_file(tmp_path):

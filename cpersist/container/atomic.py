@@ -50,7 +50,9 @@ class AtomicFile:
     (a dump, not a compaction of the file itself). With ``direct``, :meth:`file` writes around
     the page cache where the file system allows it
     (:class:`.direct_io.DirectFile`): for a large file written beside other
-    work, which the writing thread's copy into the page cache would slow.
+    work, which the writing thread's copy into the page cache would slow;
+    the memory ``kept`` finds is written straight from it (see
+    :class:`.direct_io.DirectFile`).
 
     Either :meth:`file` (a buffered file object, made on first call) or
     :meth:`write_whole` (a dump made in memory, written with
@@ -59,10 +61,11 @@ class AtomicFile:
     """
 
     __slots__ = ("name", "names", "_fsync", "_direct", "_mode", "_directory", "_fd", "_tmp",
-                 "_held", "_file")
+                 "_held", "_file", "_kept")
 
-    def __init__(self, path, fsync=False, direct=False, free_old=False):
+    def __init__(self, path, fsync=False, direct=False, free_old=False, kept=None):
         name = self.name = os.fsdecode(path)
+        self._kept = kept
         self.names = [name]
         self._fsync = fsync
         self._direct = direct
@@ -95,8 +98,11 @@ class AtomicFile:
         """The temporary file as a buffered binary file object (with
         ``direct``, a :class:`.direct_io.DirectFile` where possible)."""
         if self._file is None:
+            # The kept memory is its owner's once the file is closed (this
+            # object may outlive it: the DirectFile lets go of it then).
+            kept, self._kept = self._kept, None
             if self._direct and direct_writes_possible():
-                self._file = DirectFile(self._fd)
+                self._file = DirectFile(self._fd, kept)
             else:
                 self._file = open(self._fd, "wb", buffering=WRITE_BUFFER, closefd=False)
         return self._file

@@ -15,8 +15,13 @@ and the dirty pages and the later write-back add to the machine's.
 buffers of its own, reused from file to file, and hands each full one to a
 thread that writes it straight to the disk while the writer fills the
 next: one copy, into memory that stays the same, no page cache, and the
-writer waits for the disk only when every buffer is waiting for it. The
-file's bytes are those a buffered write gives. Where the file system
+writer waits for the disk only when every buffer is waiting for it. Memory
+its owner keeps unchanged until the file is closed (a background dump's
+snapshot) is written straight from where it is, without that copy, where
+its address matches its place in the file modulo :data:`BLOCK` (a large
+raw section's data starts at a multiple of it in the file, and the
+snapshot's copies in memory). The file's bytes are those a buffered write
+gives. Where the file system
 refuses direct writes (tmpfs, some network file systems), it writes
 through the page cache, as a plain file does.
 """
@@ -42,6 +47,10 @@ BUFFERS = 3
 #: Alignment of direct writes' offsets, lengths and memory: the largest
 #: logical block size of common disks.
 BLOCK = 4096
+#: Bytes of kept memory from which a write is written straight from it
+#: (smaller ones are copied: the writes of a run of whole blocks, and of
+#: the buffer before it, would cost more than the copy).
+KEPT_FROM = 1 << 20
 
 _free_buffers = []  # page-aligned buffers (mmap), reused by the next file
 _buffers_lock = threading.Lock()
@@ -58,6 +67,14 @@ class DirectFile:
     :data:`BUFFER_SIZE` bytes with ``O_DIRECT`` on a thread of their own,
     the shorter end through the page cache.
 
+    ``kept``, if given, tells whether memory handed to :meth:`write` stays
+    unchanged until the file is closed: called with a memoryview, it
+    returns ``(array, offset)``, the 1-d uint8 numpy array the view lies in
+    at ``offset``, or None. Runs of such memory are written from it,
+    :data:`BUFFER_SIZE` bytes at a time, where its address is the file
+    position's modulo :data:`BLOCK`; but for the part blocks at their ends,
+    which go through the buffers.
+
     ``fd`` is not closed by :meth:`close`: its owner closes it. Its flags
     get ``O_DIRECT`` for the writes and lose it before :meth:`flush` writes
     the end; after :meth:`flush` the file holds all that was written, as
@@ -67,8 +84,14 @@ class DirectFile:
     :meth:`wait_for_room` or :meth:`flush`.
     """
 
-    def __init__(self, fd):
+    def __init__(self, fd, kept=None):
         self._fd = fd
+        self._kept = kept
+        # Kept memory being taken, not sent yet: [array, start, end], its
+        # start at file offset _sent (no buffer is being filled meanwhile).
+        self._run = None
+        self._lent = {}  # number -> view of kept memory the writing thread writes
+        self._next_lent = 0  # the number of the next view lent
         self._pos = 0  # bytes taken (written to the file or in a buffer)
         self._sent = 0  # bytes handed to the writing thread or written
         self._direct = _set_direct(fd, True)
@@ -98,6 +121,20 @@ class DirectFile:
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         total = view.nbytes
+        place = self._kept(view) if self._kept is not None and total >= BLOCK else None
+        if place is not None and self._extend_run(place, total):
+            return total
+        if self._run is not None:
+            self._end_run()
+        if place is None or not self._start_run(view, place):
+            self._copy_in(view)
+            self._pos += total
+        return total
+
+    def _copy_in(self, view):
+        """Copy ``view`` into the buffers, handing each full one to the
+        writing thread (no run of kept memory is open)."""
+        total = view.nbytes
         source, done = _as_array(view), 0
         while done < total:
             if self._current is None:
@@ -108,8 +145,59 @@ class DirectFile:
             done += n
             if self._filled == BUFFER_SIZE:
                 self._send()
+
+    def _extend_run(self, place, total):
+        """Whether kept memory at ``place`` follows the open run in memory:
+        then it is taken into it."""
+        run = self._run
+        if run is None or run[0] is not place[0] or run[2] != place[1]:
+            return False
+        run[2] += total
         self._pos += total
-        return total
+        self._lend_run(final=False)
+        return True
+
+    def _start_run(self, view, place):
+        """Open a run of kept memory at ``view`` (at ``place``) if its address
+        matches the file position modulo BLOCK: its bytes up to the next
+        block boundary go through the buffer, sent with what it holds."""
+        array, offset = place
+        head = -self._pos % BLOCK
+        total = view.nbytes
+        if total < KEPT_FROM or (array.ctypes.data + offset + head) % BLOCK:
+            return False
+        if head:
+            self._copy_in(view[:head])
+        if self._current is not None and self._filled:
+            self._send()  # it ends at a block boundary
+        self._pos += total
+        self._run = [array, offset + head, offset + total]
+        self._lend_run(final=False)
+        return True
+
+    def _lend_run(self, final):
+        """Hand the open run's whole buffers (with ``final``, all its whole
+        blocks, its last bytes copied into a buffer, and the run closed) to
+        the writing thread."""
+        array, start, end = self._run
+        while end - start >= BUFFER_SIZE or final and end - start >= BLOCK:
+            n = min(BUFFER_SIZE, end - start) // BLOCK * BLOCK
+            number = self._next_lent
+            self._next_lent += 1
+            with self._done:
+                self._lent[number] = memoryview(array)[start:start + n]
+            run_later(_write_lent, self, number, self._sent)
+            self._sent += n
+            start += n
+        self._run[1] = start
+        if final:
+            self._run = None
+            if start < end:
+                self._copy_in(memoryview(array)[start:end])
+
+    def _end_run(self):
+        if self._run is not None:
+            self._lend_run(final=True)
 
     def wait_for_room(self, nbytes, wait=True):
         """Whether :meth:`write` takes ``nbytes`` now without waiting for the
@@ -140,15 +228,16 @@ class DirectFile:
                 self._done.wait()
 
     def _send(self):
-        """Hand the full buffer to the writing thread (that of
+        """Hand the buffer being filled (full, or ending at a block boundary)
+        to the writing thread (that of
         :func:`~cpersist._runtime.threads.run_later`, which runs its work in
         turn: the file's writes stay in order)."""
-        number, offset = self._current, self._sent
+        number, offset, length = self._current, self._sent, self._filled
         with self._done:
             self._writing[number] = True
         self._current, self._filled = None, 0
-        self._sent += BUFFER_SIZE
-        run_later(_write_buffer, self, number, offset)
+        self._sent += length
+        run_later(_write_buffer, self, number, offset, length)
 
     def _written(self, number, error):
         """On the writing thread: buffer ``number`` is written or failed."""
@@ -158,14 +247,23 @@ class DirectFile:
                 self._error = error
             self._done.notify_all()
 
+    def _lent_written(self, number, error):
+        """On the writing thread: lent view ``number`` is written or failed."""
+        with self._done:
+            del self._lent[number]
+            if error is not None and self._error is None:
+                self._error = error
+            self._done.notify_all()
+
     def _raise_error(self):
         if self._error is not None:
             raise self._error
 
     def _wait_written(self):
-        """Wait until the writing thread holds none of the buffers."""
+        """Wait until the writing thread holds none of the buffers, nor any
+        kept memory."""
         with self._done:
-            while any(self._writing):
+            while any(self._writing) or self._lent:
                 self._done.wait()
 
     def _write_blocks(self, view, offset):
@@ -187,6 +285,8 @@ class DirectFile:
         rest through the page cache."""
         if self.closed:
             return
+        if self._run is not None:
+            self._end_run()
         self._wait_written()
         self._raise_error()
         if self._current is None or not self._filled:
@@ -213,6 +313,7 @@ class DirectFile:
             self.flush()
         finally:
             self.closed = True
+            self._run = self._kept = None  # the owner's memory is its own again
             self._wait_written()  # after a failed write, the others' too
             if self._direct:
                 self._direct = _set_direct(self._fd, False)
@@ -221,11 +322,12 @@ class DirectFile:
                 _free_buffers.extend(buffers)
 
 
-def _write_buffer(file, number, offset):
-    """On the writing thread: write ``file``'s buffer ``number`` at
-    ``offset``, and tell the file it is written, or what failed."""
+def _write_buffer(file, number, offset, length):
+    """On the writing thread: write ``length`` bytes of ``file``'s buffer
+    ``number`` at ``offset``, and tell the file they are written, or what
+    failed."""
     error = None
-    view = memoryview(file._buffers[number])
+    view = memoryview(file._buffers[number])[:length]
     try:
         file._write_blocks(view, offset)
     except BaseException as exc:  # noqa: BLE001 - raised on the file's next call
@@ -233,6 +335,20 @@ def _write_buffer(file, number, offset):
     finally:
         view.release()
         file._written(number, error)
+
+
+def _write_lent(file, number, offset):
+    """On the writing thread: write ``file``'s lent view ``number`` (kept
+    memory) at ``offset``, let go of it, and tell the file."""
+    error = None
+    view = file._lent[number]
+    try:
+        file._write_blocks(view, offset)
+    except BaseException as exc:  # noqa: BLE001 - raised on the file's next call
+        error = exc
+    finally:
+        view.release()
+        file._lent_written(number, error)
 
 
 def _take_buffer():

@@ -12,7 +12,7 @@ knows where the next one is, so it never needs the end of the stream.
 import struct
 
 from ..exceptions import CorruptFileError
-from .layout import (ALIGN, END_MAGIC, FORMAT_MAJOR, HEADER, MAGIC, RECORD_SIZE, TRAILER,
+from .layout import (ALIGN, END_MAGIC, FORMAT_MAJOR, HEADER, MAGIC, PAGE, RECORD_SIZE, TRAILER,
                      corrupt)
 from .tiny import TINY_MAGIC, head_bytes_needed, tiny_size
 
@@ -54,6 +54,19 @@ def record_header(kind, length, position):
     if kind == ALIGNED:
         return _ALIGNED_HEADS[position % ALIGN].pack(ALIGNED << _LENGTH_BITS | length)
     return RECORD.pack(kind << _LENGTH_BITS | length)
+
+
+def padding_before(position):
+    """The bytes to write at ``position`` so that an ALIGNED record opened
+    right after them has its payload at a multiple of :data:`PAGE`: nothing
+    where it already would, else a DATA record of zeros that no section
+    refers to (readers walk over it as over any record)."""
+    # An ALIGNED header at q has its payload at the multiple of 64 at or
+    # after q + 8: q = k * PAGE - 8 puts it at k * PAGE.
+    if (position + RECORD_SIZE + ALIGN - 1) // ALIGN * ALIGN % PAGE == 0:
+        return b""
+    length = -(position + 2 * RECORD_SIZE) % PAGE
+    return RECORD.pack(DATA << _LENGTH_BITS | length) + bytes(length)
 
 
 def parse_record(data, position, name, base=0, at=0):

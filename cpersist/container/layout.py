@@ -79,6 +79,15 @@ RECORD_SIZE = 8
 #: index offset, index length, XXH3-64 checksum of the index, end magic.
 TRAILER = struct.Struct("<QQQ8s")
 ALIGN = 64
+#: A raw section of at least :data:`PAGE_ALIGNED_FROM` bytes has its data
+#: start at a multiple of :data:`PAGE` in the file (a padding record before
+#: its own, see :func:`.framing.padding_before`): a memory map of it shares
+#: no page with other data, and a background dump writes it around the page
+#: cache straight from its snapshot's memory, which direct writes may do only
+#: at such offsets. The padding (at most ``PAGE`` bytes) is at most 0.4% of
+#: such a section; 1 MiB is also where a background dump's snapshot copies
+#: an array on its own (``snapshot_pickler.DEFER_FROM``).
+PAGE, PAGE_ALIGNED_FROM = 4096, 1 << 20
 #: Chunk flags (the last field of a chunk table entry): the chunk is encoded
 #: with its section's codec, or its bytes are kept verbatim (no codec, or
 #: encoding would not have made them smaller).
@@ -94,6 +103,7 @@ DEFAULT_CHUNK_SIZE = 4 << 20
 #: touches, not the whole chunk. At 1 MiB the checksums add 8 bytes per MiB
 #: of data to the index, and a slice reads at most a piece more at each end.
 PIECE_SIZE = 1 << 20
+assert PAGE_ALIGNED_FROM <= PIECE_SIZE  # a chunk written whole has no pieces
 #: The index stores its section list compressed (format 2.2) when the list's
 #: JSON text is longer than this: the index of a checkpoint of hundreds of
 #: tensors shrinks several times, while a file of a few arrays keeps a

@@ -10,8 +10,8 @@ from .._runtime.parallel import COPY_ALONE_BELOW, IN_FLIGHT_PER_THREAD, ordered_
 from .._runtime.threads import get_pool
 from .stream_in_file import InFileRecords
 from .encode import encode_array_chunk
-from .framing import ALIGNED, DATA, END, record_header
-from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, PIECE_SIZE,
+from .framing import ALIGNED, DATA, END, padding_before, record_header
+from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, PAGE_ALIGNED_FROM,
                      TRAILER, VERBATIM, checksum, chunk_table_text, index_text, piece_fields,
                      verbatim_checksums)
 
@@ -117,13 +117,12 @@ class ContainerWriter(InFileRecords):
             return self._add_encoded_later(chunks, codec, typesize, meta, release)
         self._write_pending()
         if (codec is None and type(chunks) is tuple and len(chunks) == 1
-                and len(chunks[0]) <= PIECE_SIZE):
-            # One small raw chunk (every small array): the generic path's
-            # layers would cost more than pickling the array does.
+                and len(chunks[0]) < PAGE_ALIGNED_FROM):
+            # One small raw chunk (every small array, one piece): the generic
+            # path's layers would cost more than pickling the array does.
             n = len(chunks[0])
             digest = checksum(chunks[0])
-            self._write(record_header(ALIGNED, n, self._pos))
-            offset = self._pos
+            offset = self._record(ALIGNED, n)
             self._write(chunks[0])
             if release is not None:
                 release()
@@ -134,6 +133,8 @@ class ContainerWriter(InFileRecords):
             if size is None:
                 chunks = list(chunks)
                 size = sum(len(c) for c in chunks)
+            if size >= PAGE_ALIGNED_FROM:  # its data at a multiple of PAGE
+                self._write(padding_before(self._pos))
             offset = self._record(ALIGNED, size)
             if size:
                 self._reserve(size)
@@ -231,8 +232,7 @@ class ContainerWriter(InFileRecords):
         start = self._pos
         number = self._add_raw_run(offset, chunks, typesize, meta, size, release)
         if self._pos - start != size:
-            raise ValueError(f"a raw section of {size} bytes was given "
-                             f"{self._pos - start} bytes")
+            raise ValueError(f"a raw section of {size} bytes was given {self._pos - start} bytes")
         return number
 
     def _add_raw_run(self, offset, chunks, typesize, meta, size, release):

@@ -7,6 +7,7 @@ import sys
 import threading
 
 from .._runtime.fork import renew_after_fork
+from ..container.direct_io import direct_writes_possible
 from .snapshot import take
 from .snapshot_pickler import Buffers
 from .unpicklable import PICKLING_ERRORS, unpicklable_error
@@ -93,6 +94,15 @@ def start(obj, write, target, codec, protocol, chunk_size, n_threads, deferred=T
         snapshot.measure_copy_speed()  # before the dump competes with the copy
         if snapshot.nbytes >= DIRECT_FROM:
             target.direct = True
+            if codec is None and direct_writes_possible() and not buffers.new_bytes:
+                # Raw sections go to the disk straight from the copies: what
+                # the dump reads of the originals it puts in them first (a
+                # compressed one's chunks are the codec's output anyway).
+                # Not into memory new to the process (the first dump's): its
+                # page faults would hold the call up (give_back faults in,
+                # after the dump, what the call has not copied into).
+                snapshot.fill_taken = True
+                target.kept = snapshot.kept_memory()
     except BaseException as exc:
         _slots.release()
         future.set_exception(_snapshot_error(obj, protocol, exc))
@@ -104,12 +114,14 @@ def start(obj, write, target, codec, protocol, chunk_size, n_threads, deferred=T
                 result = write(snapshot.restore(), target, codec, protocol, chunk_size,
                                n_threads)
         except BaseException as exc:
+            target.kept = None  # its buffers are referenced by the snapshot alone
             snapshot.wait_finished()  # nothing copies into the buffers any more
             buffers.give_back(snapshot.buffers())
             _slots.release()
             future.set_exception(exc)
         else:
             # The restored object is gone: its memory serves the next snapshot.
+            target.kept = None
             snapshot.wait_finished()
             buffers.give_back(snapshot.buffers())
             _slots.release()

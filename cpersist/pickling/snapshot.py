@@ -41,8 +41,6 @@ The call paces its copies (:mod:`.copy_pace`): it leaves to the dump
 what the dump can write before the call would have copied it all.
 """
 
-import bisect
-import collections
 import io
 import threading
 
@@ -50,7 +48,8 @@ import numpy as np
 
 from .arrays import byte_view, iter_chunks
 from .copy_pace import MEASURED_COPY, CopyPace, measure_copy, speed_unknown
-from .snapshot_pickler import SnapshotPickler, SnapshotUnpickler
+from .snapshot_pickler import SnapshotPickler, SnapshotUnpickler, kept_in
+from .snapshot_reads import DumpReads, IncompleteSnapshot  # noqa: F401
 
 
 #: Bytes :meth:`Snapshot.copy` claims and copies at a time: where the call
@@ -83,13 +82,7 @@ def chunks_to_write(arr, chunk_size):
     return snapshot.chunks(arr, chunk_size)
 
 
-class IncompleteSnapshot(RuntimeError):
-    """The copies of a deferred snapshot stopped before the end (the call
-    taking it was interrupted), or a dump needed bytes of an original after
-    the call had returned: its dump must not be written."""
-
-
-class Snapshot:
+class Snapshot(DumpReads):
     """An object graph as :func:`take` captured it."""
 
     def __init__(self, stream, kept, pins, buffers, deferred=()):
@@ -115,6 +108,9 @@ class Snapshot:
         self._dump_waits = False  # for the call to copy
         #: Bytes the dump has read from originals rather than from copies.
         self.from_originals = 0
+        #: Whether the dump puts what it reads from the originals into the
+        #: copies and writes it from there (see :meth:`kept_memory`).
+        self.fill_taken = False
 
     def copy(self):
         """Make the deferred copies, from the last back to what the dump has
@@ -207,121 +203,6 @@ class Snapshot:
             while not self._finished:
                 self._state.wait()
 
-    def chunks(self, arr, chunk_size):
-        """:func:`chunks_to_write` for the dump of this snapshot.
-
-        The whole of a copy (the array the restored object holds, or a
-        storage) is cut into chunks lazily: each comes from the original
-        while the call has not claimed it, else from the copy once it is
-        made. Any other array in a copy's memory (a view some object's
-        pickling makes of it) is read from the copy once the call has
-        copied all of it.
-        """
-        item = self._holding(arr)
-        if item is None:
-            return iter_chunks(arr, chunk_size), None
-        whole = ((arr.flags.c_contiguous or arr.flags.f_contiguous)
-                 and arr.__array_interface__["data"][0] == item.start and arr.nbytes == item.size)
-        if not whole:
-            self._all_copied(item)
-            return iter_chunks(arr, chunk_size), None
-        sources = collections.deque()  # per chunk handed out: whether from the original
-        return self._whole(item, arr, chunk_size, sources), lambda: self._release(sources)
-
-    def _holding(self, arr):
-        """The Deferred whose copy holds ``arr``'s memory, or None."""
-        if not self._starts or arr.nbytes == 0:
-            return None
-        address = arr.__array_interface__["data"][0]
-        place = bisect.bisect_right(self._starts, address) - 1
-        if place < 0:
-            return None
-        item = self._by_address[place]
-        return item if address < item.start + item.size else None
-
-    def _whole(self, item, arr, chunk_size, sources):
-        state = self._state
-        low = 0
-        for chunk in iter_chunks(arr, chunk_size):
-            high = low + len(chunk)
-            with state:
-                original = self._source(item, low, high)
-                if original is not None:
-                    self._reading += 1
-            if original is not None:
-                self.from_originals += high - low
-                chunk = memoryview(original[low:high])
-            sources.append(original is not None)
-            yield chunk
-            low = high
-
-    def _source(self, item, low, high):
-        """The original's bytes if the dump reads ``[low, high)`` of
-        ``item`` from them, or None if from the copy (once it is made
-        there); under ``_state``."""
-        if self._broken:
-            raise _incomplete()
-        if not self._finished and item.original is not None:
-            if low <= item.taken and high <= item.low:
-                if high > item.taken:  # not the call's to copy any more
-                    self._left -= high - item.taken
-                    item.taken = high
-                return item.original
-            if low < item.taken and high > item.filled:
-                return item.original  # again: it is not in the copy
-        if high <= item.filled:
-            return None
-        if low < item.taken:  # taken by the dump, not in the copy, too late
-            raise _read_twice()
-        self._wait_for_copies(item, low)
-        return None
-
-    def _wait_for_copies(self, item, low):
-        """Wait until the call has copied ``item`` down to ``low`` (at or
-        below what it copies down to); under ``_state``."""
-        self._dump_waits = True
-        self._state.notify_all()  # the call copies at once
-        try:
-            while item.copied > low:
-                if self._finished:
-                    raise _incomplete()
-                self._state.wait()
-        finally:
-            self._dump_waits = False
-
-    def _release(self, sources):
-        if sources.popleft():
-            with self._state:
-                self._reading -= 1
-                self._state.notify_all()
-                if self._broken:  # the caller may have changed the original already
-                    raise _incomplete()
-
-    def _all_copied(self, item):
-        """Wait until the whole of ``item`` is in its copy: the call's part
-        copied, and the part the dump read from the original put in it."""
-        state = self._state
-        with state:
-            if self._broken:
-                raise _incomplete()
-            filling = item.filled < item.taken
-            if filling:
-                if self._finished:
-                    raise _read_twice()
-                self._reading += 1
-                low, high = item.filled, item.taken
-                copy, original = item.copy, item.original
-        if filling:
-            try:
-                np.copyto(copy[low:high], original[low:high])
-            finally:
-                with state:
-                    self._reading -= 1
-                    item.filled = high
-                    state.notify_all()
-        with state:
-            self._wait_for_copies(item, item.taken)
-
     def _dump_ends(self):
         """The dump reads nothing more (written or failed): the call waits
         for it no longer, nor copies for it."""
@@ -334,6 +215,13 @@ class Snapshot:
         thread cuts the chunks of this snapshot's copies; the dump ends
         when it exits."""
         return _Writing(self)
+
+    def kept_memory(self):
+        """Where the dump's chunks lie in the copies' memory, which nothing
+        changes once the dump has a chunk of it, and which lives until the
+        dump is written (:func:`.snapshot_pickler.kept_in`): with
+        :attr:`fill_taken`, every chunk of a whole array the snapshot copied."""
+        return kept_in(self._buffers)
 
     def buffers(self):
         """The memory of the copies (from :class:`Buffers`), handed over
@@ -351,17 +239,6 @@ class Snapshot:
         finally:
             kept.clear()  # the restored object alone holds the copies
 
-
-def _incomplete():
-    return IncompleteSnapshot("the snapshot of the object was interrupted before all its "
-                              "arrays were copied")
-
-
-def _read_twice():
-    # Only an object whose pickling stores one array's memory twice (a view
-    # of it besides the array) gets here.
-    return IncompleteSnapshot("a dump read part of an array twice, the second time after "
-                              "the call that took its snapshot had returned")
 
 
 class _Writing:

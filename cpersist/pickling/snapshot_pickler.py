@@ -4,6 +4,7 @@ data once (into memory reused from the previous snapshot,
 :class:`Buffers`), or leaves the copy of a large one to the snapshot
 (:class:`Deferred`), and the unpickler that hands the copies back."""
 
+import bisect
 import pickle
 import sys
 import threading
@@ -11,6 +12,7 @@ import threading
 import numpy as np
 
 from .._runtime.pages import fault_in
+from ..container.layout import PAGE, PAGE_ALIGNED_FROM
 from .arrays import byte_view, is_plain_data
 
 
@@ -66,6 +68,10 @@ class Buffers:
         self._lock = threading.Lock()
         self._spare = {}  # nbytes -> list of uint8 arrays
         self._used = []
+        self._new = 0
+        #: Bytes of memory new to the process among the buffers that
+        #: :meth:`taken` last returned (its pages not backed yet).
+        self.new_bytes = 0
 
     def take(self, nbytes):
         """A 1-d uint8 array of ``nbytes``."""
@@ -73,7 +79,8 @@ class Buffers:
             spare = self._spare.get(nbytes)
             buffer = spare.pop() if spare else None
         if buffer is None:
-            buffer = np.empty(nbytes, np.uint8)
+            buffer = _new_buffer(nbytes)
+            self._new += nbytes
         self._used.append(buffer)
         return buffer
 
@@ -81,6 +88,7 @@ class Buffers:
         """The buffers taken since the last call (those of one snapshot);
         spare ones not taken are freed."""
         used, self._used = self._used, []
+        self.new_bytes, self._new = self._new, 0
         with self._lock:
             self._spare = {}
         return used
@@ -104,6 +112,37 @@ class Buffers:
                 spare.setdefault(buffer.nbytes, []).append(buffer)
         with self._lock:
             self._spare = spare
+
+
+def _new_buffer(nbytes):
+    """A 1-d uint8 array of ``nbytes``, starting at a multiple of
+    :data:`~cpersist.container.layout.PAGE` in memory from
+    :data:`~cpersist.container.layout.PAGE_ALIGNED_FROM` bytes on: such an
+    array's section starts at one in the file, and a dump written around
+    the page cache writes it from this memory, which the disk reads only
+    from such addresses."""
+    if nbytes < PAGE_ALIGNED_FROM:
+        return np.empty(nbytes, np.uint8)
+    memory = np.empty(nbytes + PAGE, np.uint8)
+    start = -memory.ctypes.data % PAGE
+    return memory[start:start + nbytes]
+
+
+def kept_in(arrays):
+    """A function of a memoryview: ``(array, offset)`` where its memory lies
+    in one of ``arrays`` (1-d uint8), or None (what
+    :class:`cpersist.container.direct_io.DirectFile` takes as ``kept``)."""
+    arrays = sorted(arrays, key=lambda array: array.ctypes.data)
+    starts = [array.ctypes.data for array in arrays]
+
+    def find(view):
+        address = np.frombuffer(view, np.uint8).ctypes.data
+        place = bisect.bisect_right(starts, address) - 1
+        if place >= 0 and address + view.nbytes <= starts[place] + arrays[place].nbytes:
+            return arrays[place], address - starts[place]
+        return None
+
+    return find
 
 
 def copy_array(arr, buffers=None):

@@ -21,9 +21,11 @@ class DumpTarget:
     """A checked dump target (a path, a file object or a URL; ``remote``:
     a URL or a file system's path) and how to write it, not opened yet.
     ``direct``: a path's file is written around the page cache (see
-    :class:`cpersist.container.atomic.AtomicFile`)."""
+    :class:`cpersist.container.atomic.AtomicFile`), memory that ``kept``
+    (None, or as for :class:`cpersist.container.direct_io.DirectFile`)
+    finds written straight from it."""
 
-    __slots__ = ("target", "remote", "fsync", "storage_options", "timeout", "direct")
+    __slots__ = ("target", "remote", "fsync", "storage_options", "timeout", "direct", "kept")
 
     def __init__(self, target, remote, fsync=False, storage_options=None, timeout=None):
         self.target = target
@@ -32,6 +34,7 @@ class DumpTarget:
         self.storage_options = storage_options
         self.timeout = timeout
         self.direct = False
+        self.kept = None
 
     @property
     def name(self):
@@ -46,5 +49,5 @@ def open_dump_target(told):
     if told.remote:  # told before is_path: a URL is a string
         return remote_target(target, told.storage_options, told.timeout)
     if is_path(target):
-        return AtomicFile(target, told.fsync, told.direct, free_old=True)
+        return AtomicFile(target, told.fsync, told.direct, free_old=True, kept=told.kept)
     return FileTarget(target)
