@@ -52,6 +52,17 @@ def run_later(func, *args):
         _later.put((func, args))
 
 
+def wait_for_later():
+    """Wait until the work handed to :func:`run_later` so far is done (a
+    benchmark's contender then does not pay for the deletions the one
+    before it left there)."""
+    if _later is not None:
+        done = _thread.allocate_lock()
+        done.acquire()
+        run_later(done.release)
+        done.acquire()
+
+
 def _run_later(queue):
     while True:
         func, args = queue.get()

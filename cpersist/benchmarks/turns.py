@@ -1,10 +1,9 @@
-"""Contenders timed in turn, round after round, in this process: each call
-charged for its own work alone, and each allocating its memory as a new
-process would, so that the comparisons of one run are side by side; and
-those comparisons as ratio rows (cpersist's time over a peer's, one size
-over another): the rows of ``checkpoints.csv``, ``appends.csv``,
-``raw.csv`` and ``forest.csv``. ``key``, empty here, is where the
-maintainers' lab names a comparison it holds to a bound."""
+"""Contenders timed in turn, round after round, in this process: each call charged for its own
+work alone, and each allocating its memory as a new process would, so that the comparisons of
+one run are side by side; and those comparisons as ratio rows (cpersist's time over a peer's,
+one size over another): the rows of ``checkpoints.csv``, ``appends.csv``, ``raw.csv`` and
+``forest.csv``. ``key``, empty here, is where the maintainers' lab names a comparison it holds
+to a bound."""
 
 import ctypes
 import gc
@@ -14,6 +13,7 @@ import statistics
 import time
 from functools import partial
 
+from .._runtime.threads import wait_for_later
 from ..tools.table import format_table
 from .measure import disk_size, remove_output
 
@@ -48,10 +48,10 @@ def timed_in_turn(contenders, rounds, before=None):
     """The time of each contender in every round (a list of ``rounds``
     seconds), timed in turn; ``before[name]()`` runs untimed before each run.
 
-    A call's result is freed after its clock stops and the memory given back
-    to the kernel (``malloc_trim``), so that each allocates as in a new
-    process, whatever ran before it. Each round takes the contenders with
-    another stride, so that each follows a different one."""
+    After a call's clock stops, the work it left to cpersist's thread is
+    done, its result freed and the memory given back to the kernel
+    (``malloc_trim``): each allocates as in a new process, whatever ran
+    before it. Each round takes the contenders with another stride."""
     names = list(contenders)
     times = {name: [] for name in names}
     n = len(names)
@@ -71,6 +71,7 @@ def timed_in_turn(contenders, rounds, before=None):
                 result = contenders[name]()
                 elapsed = time.perf_counter() - t0
                 del result
+                wait_for_later()  # a dump's deletion of the file it replaced
                 gc.collect()
                 if trim is not None:
                     trim(0)
@@ -86,9 +87,8 @@ def dumps_then_loads(dumps, loads, paths, rounds, check):
     it writes)) timed in turn, ``check()``, then every load of ``loads``
     timed in turn; the files are removed afterwards.
 
-    Returns the medians (``dump_s``, ``load_s``), every round's time
-    (``dump_rounds_s``, ``load_rounds_s``: a slow spell shows as the spread
-    it is) and the bytes of each file, by its key (``file_bytes``)."""
+    Returns the medians (``dump_s``, ``load_s``), every round's times (``dump_rounds_s``,
+    ``load_rounds_s``: their spread) and the bytes of each file, by key (``file_bytes``)."""
     # Each dump writes a new file: the time the file system takes to free
     # the previous one (a rename onto it, or a truncation) is not timed.
     before = {name: partial(remove_output, paths[key]) for name, (_, key) in dumps.items()}
