@@ -612,3 +612,20 @@ def test_a_raw_array_of_one_chunk_asks_for_its_new_memory_backed(tmp_path, monke
     cpersist.dump(arr, tmp_path / "a.cp")
     assert_same(arr, cpersist.load(tmp_path / "a.cp", verify=verify))
     assert asked == [arr.nbytes]
+
+
+def test_wait_for_later_returns_once_the_work_handed_before_is_done():
+    from cpersist._runtime.threads import run_later, wait_for_later
+
+    started, done = threading.Event(), []
+
+    def slow(mark):
+        started.set()
+        time.sleep(0.2)
+        done.append(mark)
+
+    run_later(slow, 1)
+    run_later(done.append, 2)
+    assert started.wait(5)
+    wait_for_later()
+    assert done == [1, 2]
