@@ -326,29 +326,27 @@ def _write_buffer(file, number, offset, length):
     """On the writing thread: write ``length`` bytes of ``file``'s buffer
     ``number`` at ``offset``, and tell the file they are written, or what
     failed."""
-    error = None
-    view = memoryview(file._buffers[number])[:length]
-    try:
-        file._write_blocks(view, offset)
-    except BaseException as exc:  # noqa: BLE001 - raised on the file's next call
-        error = exc
-    finally:
-        view.release()
-        file._written(number, error)
+    _write_view(file, memoryview(file._buffers[number])[:length], offset, file._written, number)
 
 
 def _write_lent(file, number, offset):
     """On the writing thread: write ``file``'s lent view ``number`` (kept
     memory) at ``offset``, let go of it, and tell the file."""
+    _write_view(file, file._lent[number], offset, file._lent_written, number)
+
+
+def _write_view(file, view, offset, tell, number):
+    """Write ``view`` at ``offset``, release it, then ``tell(number, error)``
+    (``error`` None, or what the write raised: raised on the file's next
+    call)."""
     error = None
-    view = file._lent[number]
     try:
         file._write_blocks(view, offset)
     except BaseException as exc:  # noqa: BLE001 - raised on the file's next call
         error = exc
     finally:
         view.release()
-        file._lent_written(number, error)
+        tell(number, error)
 
 
 def _take_buffer():
