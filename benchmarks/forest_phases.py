@@ -3,7 +3,7 @@ phase by phase, beside ``pickle.load``'s of the same forest (protocol 5), in
 paired rounds, by the CPU time of the thread loading (all of a raw load's
 work runs on it), optionally with an older revision of cpersist side by side.
 
-    python benchmarks/forest_phases.py [--old REV] [--rounds 100] [--trees 100]
+    python benchmarks/forest_phases.py [--old REV] [--rounds 100] [--trees 100] [--fresh]
 
 The phases of ``cpersist.load`` are the inclusive times of functions of its
 reading side, each wrapped for the measurement (a microsecond or so each):
@@ -25,10 +25,19 @@ measured apart (free). Memory is kept as ``forest_pickle.py
 --steady-malloc`` keeps it, so that no step faults pages in that the step
 before gave back. Printed: the median and the minimum of each phase, in
 microseconds, and the total's ratio to ``pickle.load``'s.
+
+``--fresh`` measures in the shipped benchmark's conditions instead
+(:func:`cpersist.benchmarks.turns.timed_in_turn`): what lives before the
+rounds frozen (``gc.freeze``), and after each step the garbage collected
+and the memory given back to the kernel (``malloc_trim``), so that each
+load faults its memory in as a new process would; each phase's minor page
+faults (the loading thread's) are printed beside its time.
 """
 
 import argparse
+import ctypes
 import gc
+import resource
 import os
 import pickle
 import shutil
@@ -44,16 +53,24 @@ from forest_pickle import forest, steady_malloc  # noqa: E402
 PHASES = ("open", "index", "stream", "unpickle")
 
 
+def faults():
+    """Minor page faults of this thread so far."""
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+
+
 def timed(times, phase, func):
-    """``func``, adding its inclusive CPU time to ``times[phase]``."""
+    """``func``, adding its inclusive CPU time to ``times[phase]`` and its
+    minor page faults to ``times[phase + " faults"]``."""
     clock = time.thread_time_ns
 
     def wrapper(*args, **kwargs):
-        start = clock()
+        start, faulted = clock(), faults()
         try:
             return func(*args, **kwargs)
         finally:
             times[phase] = times.get(phase, 0) + clock() - start
+            key = phase + " faults"
+            times[key] = times.get(key, 0) + faults() - faulted
 
     return wrapper
 
@@ -87,8 +104,11 @@ def main(argv=None):
     parser.add_argument("--old", help="a revision to measure beside the working tree")
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--trees", type=int, default=100)
+    parser.add_argument("--fresh", action="store_true",
+                        help="the shipped benchmark's conditions: memory given back after each step")
     args = parser.parse_args(argv)
-    steady_malloc()
+    if not args.fresh:
+        steady_malloc()
     packages = tempfile.mkdtemp(prefix="forest-phases-")
     directory = tempfile.mkdtemp(prefix="forest-phases-files-")
     try:
@@ -114,13 +134,14 @@ def measure(args, packages, directory):
 
     def pickle_load():
         times = phases["pickle"]
-        start = clock()
+        start, faulted = clock(), faults()
         file = open(pickled, "rb")
         opened = clock()
         obj = pickle.load(file)
         loaded = clock()
         file.close()
         times.update(open=opened - start, load=loaded - opened, close=clock() - loaded)
+        times["load faults"] = faults() - faulted
         return obj
 
     steps = {"pickle": (None, pickle_load)}
@@ -138,32 +159,44 @@ def measure(args, packages, directory):
         if lib is not None:
             use(lib)
         step()
+    trim = ctypes.CDLL(None).malloc_trim if args.fresh else None
+    if args.fresh:
+        gc.collect()
+        gc.freeze()
     for _ in range(args.rounds):
         for name, (lib, step) in steps.items():
             if lib is not None:
                 use(lib)
             gc.collect()
+            if trim is not None:
+                trim(0)
             phases[name].clear()
-            start = clock()
+            start, faulted = clock(), faults()
             obj = step()
-            total = clock() - start
+            total, total_faults = clock() - start, faults() - faulted
             del obj
             freed = clock() - start - total
             measured = dict(phases[name])
             if lib is not None:
                 measured["rest"] = total - sum(measured.get(p, 0) for p in PHASES)
-            measured.update(total=total, free=freed)
+            measured.update({"total": total, "free": freed, "total faults": total_faults})
             for phase, value in measured.items():
                 rows[name].setdefault(phase, []).append(value)
+    if args.fresh:
+        gc.unfreeze()
     print(f"{args.trees} trees, {args.rounds} rounds, CPU time of the loading thread, "
-          f"microseconds (median / min); load average {os.getloadavg()[0]:.1f}")
+          f"microseconds (median / min), {'fresh' if args.fresh else 'kept'} memory; "
+          f"load average {os.getloadavg()[0]:.1f}")
     base = statistics.median(rows["pickle"]["total"])
     for name, row in rows.items():
         print(f"{name}: total / pickle.load's: median "
               f"{statistics.median(row['total']) / base:.3f}")
         for phase, values in row.items():
-            print(f"  {phase:9s} {statistics.median(values) / 1e3:8.1f} / "
-                  f"{min(values) / 1e3:8.1f}")
+            if phase.endswith(" faults"):
+                print(f"  {phase:15s} {statistics.median(values):8.0f} pages")
+            else:
+                print(f"  {phase:15s} {statistics.median(values) / 1e3:8.1f} / "
+                      f"{min(values) / 1e3:8.1f}")
 
 
 if __name__ == "__main__":
