@@ -82,25 +82,23 @@ def read_block(reader, start, block, run, verify):
     exception}, whole)``: the sections that fail, and whether ``block``
     holds the file's bytes from ``start``. Cut short (the file ends
     first), each section is read again alone, which says where."""
-    failed = {}
     try:
         reader.source.read_into(start, block)
+        whole = True
     except ShortReadError:
-        view = memoryview(block)
-        for index, section, *_ in run:
-            at = section.offset - start
-            try:
-                reader.read_into(section, view[at:at + section.raw_size], verify=verify)
-            except Exception as exc:  # noqa: BLE001 - raised where the stream asks for it
-                failed[index] = exc
-        return failed, False
-    if not verify:
-        return failed, True
+        whole = False
+    failed = {}
+    if whole and not verify:
+        return failed, whole
     view = memoryview(block)
     for index, section, *_ in run:
         at = section.offset - start
+        part = view[at:at + section.raw_size]
         try:
-            reader.check_read(section, view[at:at + section.raw_size])
+            if whole:
+                reader.check_read(section, part)
+            else:
+                reader.read_into(section, part, verify=verify)
         except Exception as exc:  # noqa: BLE001 - raised where the stream asks for it
             failed[index] = exc
-    return failed, True
+    return failed, whole
