@@ -76,11 +76,10 @@ def fault_in_fresh(view):
     be filled by one read) when it is at least :data:`FRESH_FROM` bytes and
     its last whole page is not backed yet (``mincore``): memory just taken
     from the kernel, every page of which the read would otherwise fault in
-    one at a time (on a virtual machine, about 1.4 microseconds a page: a
-    third of a 1 MB load into new memory). Memory a program has used before
-    (the allocator's, reused) is backed already and is left as it is: the
-    advice costs about 0.14 microseconds a page even when there is nothing
-    to do. Returns whether it faulted the pages in.
+    one at a time (on a virtual machine, a large part of a load into new
+    memory). Memory a program has used before (the allocator's, reused) is
+    backed already and is left as it is: the advice walks every page even
+    when there is nothing to do. Returns whether it faulted the pages in.
     """
     if not _usable or view.nbytes < FRESH_FROM or view.readonly:
         return False
@@ -103,8 +102,8 @@ def _load_mincore():
     try:
         import ctypes
 
-        # Without use_errno (a third of the call): a failure is only
-        # taken for "backed".
+        # Without use_errno, which would save errno around every call: a
+        # failure is only taken for "backed".
         function = ctypes.CDLL(None).mincore
     except (OSError, AttributeError, ImportError):
         _usable = False

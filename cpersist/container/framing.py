@@ -36,9 +36,7 @@ WALK_BLOCK = 64 << 10
 #: Bytes read at once at the header of a record after one longer than
 #: :data:`WALK_BLOCK`: the header and an aligned record's zeros. The record
 #: after a large section is as likely to be large, and a block of its
-#: payload read with its header costs more than the read (a model of
-#: 256 KiB arrays opened by a walk of blocks of 4 KiB took a third longer
-#: mapped).
+#: payload read with its header costs more than the read.
 WALK_AFTER_LARGE = ALIGN
 
 

@@ -106,7 +106,7 @@ class Section:
     def one_chunk_checksum(self):
         """The checksum of a raw section stored as one chunk, read from the
         text of its chunk table as writers write it, which
-        :attr:`chunks` would parse into the same entry, for a third of the
+        :attr:`chunks` would parse into the same entry, for less than its
         cost (a model's small arrays); None for any other section or text."""
         n = self.raw_size
         if self._chunks is not None or self.codec is not None or not 0 < n <= MAX_CHUNK_SIZE:

@@ -66,8 +66,8 @@ def allocate_block(start, stop, run):
     """``(block, [(index, array), ...])``: uninitialised memory for the bytes
     from ``start`` to ``stop``, and each array of ``run`` viewing its part."""
     block = np.empty(stop - start, dtype=np.uint8)
-    # frombuffer, reshaped unless 1-D: a third of the cost of a slice
-    # viewed and reshaped, half that of ndarray(buffer=block).
+    # frombuffer, reshaped unless 1-D: cheaper than a slice viewed and
+    # reshaped, or ndarray(buffer=block), for each of many small arrays.
     arrays = []
     for index, section, dtype, shape, order in run:
         arr = np.frombuffer(block, dtype, section.raw_size // dtype.itemsize,

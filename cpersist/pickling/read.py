@@ -33,8 +33,8 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
     can_map = _can_map(source, mmap_mode)
     source.will_read_all()
     # Where small arrays may be read in blocks, their record headers are
-    # walked in the blocks' bytes once read, rather than by a read each now
-    # (about 2 us an array): before any array is given out.
+    # walked in the blocks' bytes once read, rather than now by a system call
+    # per array: before any array is given out.
     reader = ContainerReader(source, whole=whole,
                              records_later=not (can_map or views or own or source.remote))
     name = reader.name
