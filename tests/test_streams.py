@@ -169,16 +169,7 @@ def test_a_large_raw_section_starts_at_a_page_of_the_file(tmp_path):
     large = [offset for offset, size in sections if size >= PAGE_ALIGNED_FROM]
     assert len(large) == 2 and all(offset % PAGE == 0 for offset in large)
     assert any(offset % PAGE for offset, size in sections if size < PAGE_ALIGNED_FROM)
-    starts = {offset for offset, _ in sections}
-    padding, position = [], HEADER.size
-    while True:
-        kind, start, end = parse_record(data, position, "paged.cp", at=position)
-        if kind == END:
-            break
-        if start not in starts:
-            assert kind == DATA and not any(data[start:end])
-            padding.append(end - position)
-        position = end
+    padding = _padding_records(data, {offset for offset, _ in sections})
     assert len(padding) == 2 and all(length <= PAGE + RECORD_SIZE for length in padding)
     mapped = cpersist.load(path, mmap_mode="r")
     assert isinstance(mapped["large"], np.memmap)
@@ -186,6 +177,52 @@ def test_a_large_raw_section_starts_at_a_page_of_the_file(tmp_path):
     assert cpersist.verify(path)["unchecked"] == []
     cpersist.convert(path, tmp_path / "z.cp", compress=3)
     assert_same(obj, cpersist.load(tmp_path / "z.cp"))
+
+
+def _padding_records(data, starts):
+    """The lengths of the records of the dump ``data`` whose payload is no
+    section's (of ``starts``), each checked to be a DATA record of zeros."""
+    padding, position = [], HEADER.size
+    while True:
+        kind, start, end = parse_record(data, position, "dump", at=position)
+        if kind == END:
+            return padding
+        if start not in starts:
+            assert kind == DATA and not any(data[start:end])
+            padding.append(end - position)
+        position = end
+
+
+PADDED_FIXTURE = os.path.join(FIXTURES, "padding-2.2", "raw.cp")
+
+
+def padded_fixture_object():
+    """What ``fixtures/padding-2.2/raw.cp`` holds (written by
+    :func:`write_padded_fixture` with the first writer that pads a large
+    raw section to a page of the file)."""
+    return {"small": np.arange(1000.0), "large": np.arange(140_000.0) % 17}
+
+
+def write_padded_fixture(path=PADDED_FIXTURE):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    cpersist.dump(padded_fixture_object(), path)
+
+
+def test_a_file_with_a_padding_record_written_before_loads():
+    """Files with padding records load forever: trusted, restricted, mapped,
+    verified, their large section where the padding put it."""
+    obj = padded_fixture_object()
+    assert cpersist.inspect(PADDED_FIXTURE)["format"] == "2.2"
+    with open(PADDED_FIXTURE, "rb") as file:
+        sections = ContainerReader(file).sections
+        starts = {s.offset for s in sections}
+        assert [s.offset % PAGE for s in sections if s.raw_size >= PAGE_ALIGNED_FROM] == [0]
+    data = pathlib.Path(PADDED_FIXTURE).read_bytes()
+    assert len(_padding_records(data, starts)) == 1
+    assert_same(obj, cpersist.load(PADDED_FIXTURE))
+    assert_same(obj, cpersist.load(PADDED_FIXTURE, trusted=False))
+    assert_same(obj, cpersist.load(PADDED_FIXTURE, mmap_mode="r"), mmap=True)
+    assert cpersist.verify(PADDED_FIXTURE)["unchecked"] == []
 
 
 def test_dump_to_a_pipe_loads_from_path_and_file(tmp_path):
