@@ -19,6 +19,7 @@ import cpersist
 from cpersist.container import atomic
 
 from ._fresh import run_code, start_python
+from .conftest import assert_same
 
 KILLS = 30
 #: Items of the float64 array each killed dump writes (25 MB): enough for
@@ -449,6 +450,27 @@ def test_a_dump_frees_the_replaced_files_page_cache_first_only_when_all_is_on_di
     assert not pagecache.drop_clean_cache(link, fresh.stat().st_size)
     assert not pagecache.drop_clean_cache(fifo, 1 << 30)
     assert _cache_state(fresh)[0] == before > 0
+
+
+def test_a_dump_onto_a_file_starts_no_write_of_it_to_disk(tmp_path):
+    """Renamed onto a file, a new file some of whose blocks the file system
+    has not yet placed is written back in full within the rename on ext4
+    (its ``auto_da_alloc``), which takes as long as the dump. Without
+    ``fsync`` a dump places every block first: no page of the replacing
+    file is being written when the dump returns."""
+    arr = np.arange(1 << 19, dtype=np.float64)  # 4 MiB
+    path = tmp_path / "a.cp"
+    cpersist.dump(arr, path)
+    state = _cache_state(path)
+    if state is None:
+        pytest.skip("the kernel does not say what is cached (cachestat, Linux 6.5)")
+    if not state[1]:
+        pytest.skip("this file system writes nothing back (tmpfs)")
+    for value in (arr[::-1].copy(), {"a": arr, "tail": "x" * 5000}):
+        cpersist.dump(value, path)
+        cached, dirty, writing = _cache_state(path)
+        assert (dirty, writing) == (cached, 0)
+        assert_same(value, cpersist.load(path))
 
 
 def test_memmap_outlives_load_and_replacement(tmp_path):

@@ -216,3 +216,28 @@ def test_a_stream_takes_dumps_one_after_another(kind, before):
             assert reader.read() == b""
         finally:
             thread.join_checked()
+
+
+def test_reserving_blocks_keeps_the_bytes_and_fails_quietly_where_it_cannot(tmp_path):
+    """Blocks reserved over bytes already written keep them and grow the
+    file to the reserved end; a descriptor that cannot reserve (a pipe)
+    makes it return False, writing nothing."""
+    from cpersist.container.files import reserve_blocks
+
+    path = tmp_path / "f"
+    path.write_bytes(b"abc")
+    fd = os.open(path, os.O_RDWR)
+    try:
+        assert reserve_blocks(fd, 0, 1 << 20)
+        assert reserve_blocks(fd, 0, 10)  # inside: the size stays
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"abc" + bytes((1 << 20) - 3)
+    read, write = os.pipe()
+    try:
+        assert not reserve_blocks(write, 0, 4096)
+        os.write(write, b"x")
+        assert os.read(read, 10) == b"x"
+    finally:
+        os.close(read)
+        os.close(write)

@@ -9,6 +9,7 @@ from .._runtime.pagecache import drop_clean_cache
 from .._runtime.temporaries import new_temporary, remove_dead_temporaries
 from .._runtime.threads import run_later
 from .direct_io import DirectFile, direct_writes_possible
+from .files import reserve_blocks
 
 
 #: Write buffer of files cpersist creates. A file holds a section (with its
@@ -152,6 +153,11 @@ class AtomicFile:
             self._file.flush()
         if self._mode is not None:
             os.fchmod(self._fd, self._mode)
+            if not self._fsync:
+                # Renamed onto a file, a file holding blocks not yet
+                # allocated has ext4 start writing all of it back within the
+                # rename (its auto_da_alloc): allocated now, it is renamed at once.
+                reserve_blocks(self._fd, 0, os.fstat(self._fd).st_size)
         if self._fsync:
             os.fsync(self._fd)
         fd, self._fd = self._fd, None

@@ -72,6 +72,49 @@ def reservable_fd(file):
     return fd
 
 
+def reserve_blocks(fd, offset, length):
+    """Allocate the blocks of ``length`` bytes from ``offset`` of the file
+    open at ``fd`` (``fallocate``), growing it to cover them if it is
+    shorter; return whether the file system did. Bytes already written are
+    kept.
+
+    Nothing is written: where the file system cannot allocate ahead (some
+    network file systems) this returns False, where
+    :func:`os.posix_fallocate` would have the C library write a byte into
+    every block instead.
+    """
+    call = _fallocate or _load_fallocate()
+    try:
+        return call(fd, offset, length)
+    except OSError:
+        return False
+
+
+def _load_fallocate():
+    global _fallocate
+    try:
+        import ctypes
+
+        function = ctypes.CDLL(None, use_errno=True).fallocate
+        function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+
+        def call(fd, offset, length):
+            return function(fd, 0, offset, length) == 0
+    except (OSError, AttributeError, ImportError):  # no Linux fallocate
+        if hasattr(os, "posix_fallocate"):
+            def call(fd, offset, length):
+                os.posix_fallocate(fd, offset, length)
+                return True
+        else:
+            def call(fd, offset, length):
+                return False
+    _fallocate = call
+    return call
+
+
+_fallocate = None
+
+
 def is_seekable(file):
     try:
         return file.seekable()

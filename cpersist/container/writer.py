@@ -2,10 +2,9 @@
 chunks, and the end record with the index and trailer (the layout is in
 :mod:`.layout`, the records in :mod:`.framing`)."""
 
-import os
 from collections import deque
 
-from .files import named_os_error, reservable_fd
+from .files import named_os_error, reservable_fd, reserve_blocks
 from .._runtime.parallel import COPY_ALONE_BELOW, IN_FLIGHT_PER_THREAD, ordered_map
 from .._runtime.threads import get_pool
 from .stream_in_file import InFileRecords
@@ -64,10 +63,9 @@ class ContainerWriter(InFileRecords):
         end = self._pos + size
         if self._fd is None or size < FALLOCATE_MIN or end <= self._reserved:
             return
-        try:
-            os.posix_fallocate(self._fd, self._fd_base + self._pos, size)
+        if reserve_blocks(self._fd, self._fd_base + self._pos, size):
             self._reserved = end
-        except OSError:
+        else:
             self._fd = None  # not supported here (some network file systems)
 
     def _write(self, data):
