@@ -44,7 +44,10 @@ class AtomicFile:
     again naming ``path``, once (closing the temporary file would report
     the same error a second time). With ``fsync`` the data and then the
     directory entry are flushed to disk before the block ends, so the new
-    file survives a power loss. With ``free_old``, the page cache of the
+    file survives a power loss; without, the temporary file's blocks are
+    all allocated before the rename, so that the rename returns at once (on
+    ext4, a rename onto a file otherwise starts writing the whole new file
+    to disk and waits for the writes to be queued). With ``free_old``, the page cache of the
     file being replaced is freed first where all of it is on disk
     (:func:`cpersist._runtime.pagecache.drop_clean_cache`): the new file's pages are then
     cheap to get; for a writer that does not read the old file meanwhile

@@ -100,7 +100,7 @@ def _load_fallocate():
 
         def call(fd, offset, length):
             return function(fd, 0, offset, length) == 0
-    except (OSError, AttributeError, ImportError):  # no Linux fallocate
+    except (OSError, AttributeError, ImportError, TypeError):  # no Linux fallocate
         if hasattr(os, "posix_fallocate"):
             def call(fd, offset, length):
                 os.posix_fallocate(fd, offset, length)
