@@ -47,7 +47,8 @@ revision ``REV`` (exported beside this one as :mod:`format_ab` does, its
 dump written to a file of its own), paired in the same rounds: before
 and after a change, each against numpy in one run.
 ``--shipped`` times the loads also as the shipped benchmark
-(:mod:`cpersist.benchmarks.raw`) does: each call's result dropped before
+(:mod:`cpersist.benchmarks.raw`) does, a copy of the array into new
+memory among the contenders as there: each call's result dropped before
 the next, so that only the first call of a timing allocates memory the
 process gave back; printed is the wall time per call, min / median, and
 the ratio of medians to np.load's.
@@ -338,7 +339,8 @@ def main(argv=None):
                 report(size, "load", timed(loads, args.rounds, calls, revisions.prepare),
                        "np.load")
                 if args.shipped:
-                    shipped(size, loads, args.rounds, calls, revisions.prepare)
+                    shipped(size, loads + [("copy", arr.copy)], args.rounds, calls,
+                            revisions.prepare)
     finally:
         remove_scratch(directory)
         if exported is not None:
