@@ -7,6 +7,7 @@ and what the load's threads wait for.
                                  [--own-faults] [--old-file kept|clean|none]
                                  [--old-cache-kept] [--settle SECONDS] [--one-thread]
                                  [--old REV] [--probe-create]
+                                 [--shipped]
 
 For each size (bytes of a float64 array), the contenders run in turn round
 after round (the order reversed every other round), each call's result
@@ -45,6 +46,12 @@ reach), to see what freeing it first gives.
 revision ``REV`` (exported beside this one as :mod:`format_ab` does, its
 dump written to a file of its own), paired in the same rounds: before
 and after a change, each against numpy in one run.
+``--shipped`` times the loads also as the shipped benchmark
+(:mod:`cpersist.benchmarks.raw`) does, a copy of the array into new
+memory among the contenders as there: each call's result dropped before
+the next, so that only the first call of a timing allocates memory the
+process gave back; printed is the wall time per call, min / median, and
+the ratio of medians to np.load's.
 ``--probe-create`` prints, before and after each size's dumps, the median
 time to create a file in the scratch directory (``O_CREAT | O_EXCL``,
 removed after): what a dump's temporary file costs the kernel, which np.save
@@ -205,6 +212,47 @@ def report(size, op, times, peer):
               f"  faults {med(faults):7.0f}", flush=True)
 
 
+def shipped(size, loads, rounds, calls, prepare):
+    """Time ``loads`` as the shipped benchmark does
+    (:func:`cpersist.benchmarks.turns.timed_in_turn`: after each timing its
+    result freed, the collector run and memory given back; each call's
+    result dropped before the next, as :func:`cpersist.benchmarks.raw.measure`
+    calls), with the CPU time beside the wall time; print each one's
+    min / median per call and the ratio of medians to np.load's."""
+    from cpersist.benchmarks.raw import _repeated
+    from cpersist.benchmarks.turns import strides_of
+
+    trim = _trim()
+    names = [name for name, _ in loads]
+    runs = {name: _repeated(run, calls) for name, run in loads}
+    times = {name: [] for name in names}
+    strides = strides_of(len(names))
+    gc.freeze()
+    try:
+        for number in range(rounds + 1):  # the first round untimed
+            stride = strides[number % len(strides)]
+            for name in (names[(number + i * stride) % len(names)] for i in range(len(names))):
+                prepare(name)
+                c0, t0 = time.process_time(), time.perf_counter()
+                result = runs[name]()
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                del result
+                gc.collect()
+                trim(0)
+                if number:
+                    times[name].append((wall / calls, cpu / calls))
+    finally:
+        gc.unfreeze()
+    med = statistics.median
+    peer_wall, peer_cpu = (med(t[k] for t in times["np.load"]) for k in (0, 1))
+    for name, rows in times.items():
+        wall, cpu = zip(*rows)
+        print(f"{size:>12.0f} load {name:24} shipped: wall {min(wall) * 1e3:7.3f} / "
+              f"{med(wall) * 1e3:7.3f} ms ({med(wall) / peer_wall:5.3f})  cpu "
+              f"{min(cpu) * 1e3:7.3f} / {med(cpu) * 1e3:7.3f} ms ({med(cpu) / peer_cpu:5.3f})",
+              flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1e4,1e6,1e7,1e8")
@@ -224,6 +272,8 @@ def main(argv=None):
                         help="also time the load with each thread faulting in its own pages")
     parser.add_argument("--probe-create", action="store_true",
                         help="print what creating a file in the scratch directory costs")
+    parser.add_argument("--shipped", action="store_true",
+                        help="also time the loads as the shipped benchmark does")
     parser.add_argument("--old", default=None, metavar="REV",
                         help="also time cpersist at git revision REV, paired")
     args = parser.parse_args(argv)
@@ -288,6 +338,9 @@ def main(argv=None):
                     loads.append(("cpersist.load old", lambda: old.load(old_cp)))
                 report(size, "load", timed(loads, args.rounds, calls, revisions.prepare),
                        "np.load")
+                if args.shipped:
+                    shipped(size, loads + [("copy", arr.copy)], args.rounds, calls,
+                            revisions.prepare)
     finally:
         remove_scratch(directory)
         if exported is not None:

@@ -334,6 +334,37 @@ def test_mmap_r_plus_writes_reach_the_file(tmp_path):
     assert plain["f"][-1, -1] == 12345
 
 
+def test_a_path_is_read_through_its_descriptor_alone(tmp_path, monkeypatch):
+    """A local regular file is opened with ``os.open`` and read, mapped and
+    closed through that descriptor, no file object made (its making, its
+    status and its position cost a small load more than its reads); the
+    load leaves no descriptor open, and a directory or a missing path is
+    refused as ``open`` refuses it."""
+    from cpersist.storage import small_files
+
+    made = []
+    monkeypatch.setattr(small_files, "open",
+                        lambda *args, **kw: made.append(args) or open(*args, **kw), raising=False)
+    arr = np.arange(200_000.0)
+    path = tmp_path / "a.cp"
+    cpersist.dump({"a": arr, "n": 3}, path)
+    fds = sorted(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    assert_same({"a": arr, "n": 3}, cpersist.load(path))
+    mapped = cpersist.load(str(path), mmap_mode="r+")
+    mapped["a"][0] = -1.0
+    mapped["a"].flush()
+    del mapped
+    gc.collect()
+    assert cpersist.load(path)["a"][0] == -1.0
+    if fds is not None:
+        assert sorted(os.listdir("/proc/self/fd")) == fds
+    with pytest.raises(IsADirectoryError):
+        cpersist.load(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        cpersist.load(tmp_path / "missing.cp")
+    assert made == []
+
+
 def test_mmap_c_writes_stay_private(tmp_path):
     path = tmp_path / "m.cp"
     obj = mmap_object()
