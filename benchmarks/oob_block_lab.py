@@ -1,31 +1,29 @@
-"""Whether small arrays stored out of the pickle stream, in one block, and loaded as views of
-it would make a raw load of many small arrays cheaper than ``pickle.load``: a model of that
-format beside ``pickle.load`` (protocol 5) and ``cpersist.load`` (raw), dumps too, in the
-shipped benchmark's conditions (:func:`cpersist.benchmarks.turns.timed_in_turn`: in turn in
-one process, what lived before frozen, after each call its result freed, the garbage
-collected and the memory given back, so that each call faults its memory in afresh).
+"""Whether small arrays out of the pickle stream, in one block loaded as views of it, would
+make a raw load of many small arrays cheaper than ``pickle.load``: a model of that format
+beside ``pickle.load`` (protocol 5) and a raw ``cpersist.load``, and their dumps, in the
+shipped benchmark's conditions (:func:`cpersist.benchmarks.turns.timed_in_turn`: each call
+in turn, its result freed and the memory given back after it, so that each faults its
+memory in afresh).
 
     python benchmarks/oob_block_lab.py [--datasets forest,d70k,d8k] [--rounds 15] [--runs 3]
                                        [--oob-from BYTES] [--dir DIR]
 
 The model (``oob``) pickles at protocol 5 with a ``buffer_callback`` taking each array's
-buffer out of band (with ``--oob-from``, only those of that many bytes or more) and writes,
-through cpersist's ``AtomicFile`` as a raw dump does: a 64-byte head; a table of each
-buffer's offset and length in the block and an XXH3-64 checksum per MiB of the stream and
-of the block; the stream; the buffers, each at a multiple of 64 bytes. A load reads the
-head, the table and stream in one read (verified), the whole block in ONE ``preadv`` into
-new memory (verified), and unpickles with ``buffers=`` memoryview slices of it: arrays view
-the block. The block: ``np.empty`` (``oob``; numpy advises huge pages from 4 MiB, which
-transparent huge pages in ``madvise`` mode then give), backed first by one
+buffer out of band (only those of ``--oob-from`` bytes or more) and writes, through the raw
+dump's ``AtomicFile``: a 64-byte head; a table of each buffer's offset and length and an
+XXH3-64 checksum per MiB of the stream and of the block; the stream; the buffers, each at a
+multiple of 64 bytes. A load reads the table and stream in one read, the block in ONE
+``preadv`` into new memory, verifies both, and unpickles with ``buffers=`` slices of the
+block. The block: ``np.empty`` (``oob``; numpy advises huge pages from 4 MiB, which
+transparent huge pages in ``madvise`` mode honour), first backed by one
 ``madvise(MADV_POPULATE_WRITE)`` (``oob-pop``), both without numpy's advice (``oob-4k``,
-``oob-4k-pop``), a zero-filled ``bytearray`` (``oob-ba``), or no block (``oob-scat``): each
-buffer in an ``np.empty`` of its own, filled by the same preadv (1024 parts a call).
+``oob-4k-pop``), a zeroed ``bytearray`` (``oob-ba``), or none (``oob-scat``: an ``np.empty``
+per buffer, filled by the same preadv).
 
-Datasets: ``forest`` (the shipped benchmark's random forest: 100 trees, 401 arrays),
-``d70k``, ``d8k`` (dicts of 400 float64 arrays of 70 KB, 8 KB). Printed per dataset and run
-(with the load average): each call's wall time (median, min) and the calling thread's CPU
-time (median) and minor page faults, with ratios of medians to pickle's; then the memory
-(RSS) a load's result holds, whole and with one array kept (a view keeps its whole block).
+Datasets: ``forest`` (the shipped benchmark's random forest), ``d70k``, ``d8k`` (dicts of
+400 float64 arrays of 70 KB, 8 KB). Printed per run (with the load average): wall time
+(median, min), the calling thread's CPU time (median, max) and minor page faults per call,
+with ratios to pickle's; then the RSS a load's result holds, whole and with one array kept.
 """
 
 import argparse
@@ -67,13 +65,8 @@ def up64(n):
     return -(-n // 64) * 64
 
 
-def sums(view):
-    """XXH3-64 of each MiB of ``view``."""
-    return [xxhash.xxh3_64_intdigest(view[at:at + PIECE]) for at in range(0, len(view), PIECE)]
-
-
-def sums_over(parts):
-    """:func:`sums` of the bytes of ``parts`` joined, without joining them."""
+def sums(*parts):
+    """XXH3-64 of each MiB of the bytes of ``parts`` joined, without joining them."""
     out, state, filled = [], xxhash.xxh3_64(), 0
     for p in parts:
         p = memoryview(p).cast("B")
@@ -98,7 +91,7 @@ def oob_dump(obj, path, start=0):
     lengths = [b.raw().nbytes for b in buffers]
     offsets = np.cumsum([0] + [up64(k) for k in lengths])
     parts = [p for b, k in zip(buffers, lengths) for p in (b.raw(), bytes(up64(k) - k))]
-    table = np.array(offsets[:-1].tolist() + lengths + sums(stream) + sums_over(parts), "<u8")
+    table = np.array(offsets[:-1].tolist() + lengths + sums(stream) + sums(*parts), "<u8")
     head = HEAD.pack(MAGIC, len(lengths), stream.nbytes, offsets[-1]).ljust(HEAD_BYTES, b"\0")
     stream_end = HEAD_BYTES + table.nbytes + stream.nbytes
     iov = [head, table, stream, bytes(up64(stream_end) - stream_end)] + parts
@@ -158,7 +151,7 @@ def scatter_read(fd, at, lengths, expected):
         if os.preadv(fd, batch, at) != want:
             raise ValueError("block cut short")
         at += want
-    if sums_over(parts) != expected:
+    if sums(*parts) != expected:
         raise ValueError("block checksum mismatch")
     return arrays
 
@@ -200,12 +193,6 @@ def dataset(name):
     return {f"a{i}": rng.standard_normal(size) for i in range(400)}
 
 
-def one_array(obj):
-    if isinstance(obj, dict):
-        return next(iter(obj.values()))
-    return obj.classes_  # trees copy their arrays; classes_ arrays stay views of the block
-
-
 def fingerprint(obj):
     """The arrays' bytes, dtypes and shapes (of each tree's nodes and values, for the forest)."""
     arrays = obj.values() if isinstance(obj, dict) else [
@@ -215,12 +202,12 @@ def fingerprint(obj):
 
 def report(title, times, cpu, faults):
     ref, ref_cpu = statistics.median(times["pickle"]), statistics.median(cpu["pickle"])
-    print(f"  {title}: wall median (min) ms, / pickle's; thread CPU median ms, / pickle's;"
-          " minor faults")
+    print(f"  {title}: wall median (min) ms, / pickle's; thread CPU median (max) ms,"
+          " / pickle's; minor faults")
     for name, t in times.items():
         med, med_cpu = statistics.median(t), statistics.median(cpu[name])
         print(f"    {name:10s} {med * 1e3:7.2f} ({min(t) * 1e3:6.2f}) {med / ref:6.3f};"
-              f" {med_cpu * 1e3:7.2f} {med_cpu / ref_cpu:6.3f};"
+              f" {med_cpu * 1e3:7.2f} ({max(cpu[name]) * 1e3:6.1f}) {med_cpu / ref_cpu:6.3f};"
               f" {statistics.median(faults[name]):5.0f}")
 
 
@@ -258,7 +245,9 @@ def run(name, obj, args, work):
             report(title, times, cpu, faults)
     print("  memory held by a load's result, MB (whole; one array kept):")
     for k, load in loads.items():
-        whole, part = held_memory(load, one_array)
+        # trees copy their arrays; the classes_ arrays of the forest stay views
+        whole, part = held_memory(load, lambda r: r.classes_ if hasattr(r, "classes_")
+                                  else next(iter(r.values())))
         print(f"    {k:10s} {whole:7.1f}; {part:7.1f}")
     for p in paths.values():
         os.unlink(p)
