@@ -68,6 +68,7 @@ mean little, the CPU times and the switches more.
 import argparse
 import ctypes
 import gc
+import math
 import os
 import resource
 import shutil
@@ -220,13 +221,13 @@ def shipped(size, loads, rounds, calls, prepare):
     calls), with the CPU time beside the wall time; print each one's
     min / median per call and the ratio of medians to np.load's."""
     from cpersist.benchmarks.raw import _repeated
-    from cpersist.benchmarks.turns import strides_of
 
     trim = _trim()
     names = [name for name, _ in loads]
     runs = {name: _repeated(run, calls) for name, run in loads}
     times = {name: [] for name in names}
-    strides = strides_of(len(names))
+    # The strides timed_in_turn takes the contenders in, one per round in turn.
+    strides = [s for s in range(1, len(names)) if math.gcd(s, len(names)) == 1] or [1]
     gc.freeze()
     try:
         for number in range(rounds + 1):  # the first round untimed

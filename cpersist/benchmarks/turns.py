@@ -55,7 +55,7 @@ def timed_in_turn(contenders, rounds, before=None):
     names = list(contenders)
     times = {name: [] for name in names}
     n = len(names)
-    strides = strides_of(n)
+    strides = [s for s in range(1, n) if math.gcd(s, n) == 1] or [1]
     trim = _malloc_trim()
     # What lives already is no contender's garbage: frozen, the collector
     # after each call walks only what the calls made (a process that has
@@ -80,11 +80,6 @@ def timed_in_turn(contenders, rounds, before=None):
     finally:
         gc.unfreeze()
     return times
-
-
-def strides_of(n):
-    """The strides :func:`timed_in_turn` takes ``n`` contenders in, one per round in turn."""
-    return [s for s in range(1, n) if math.gcd(s, n) == 1] or [1]
 
 
 def dumps_then_loads(dumps, loads, paths, rounds, check):
