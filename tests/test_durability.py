@@ -457,7 +457,9 @@ def test_a_dump_onto_a_file_starts_no_write_of_it_to_disk(tmp_path):
     has not yet placed is written back in full within the rename on ext4
     (its ``auto_da_alloc``), which takes as long as the dump. Without
     ``fsync`` a dump places every block first: no page of the replacing
-    file is being written when the dump returns."""
+    file is being written when the dump returns. (The kernel may start
+    writing any file back when the machine holds many unwritten pages: each
+    case has three tries, of which the rename's write-back fails all.)"""
     arr = np.arange(1 << 19, dtype=np.float64)  # 4 MiB
     path = tmp_path / "a.cp"
     cpersist.dump(arr, path)
@@ -467,9 +469,14 @@ def test_a_dump_onto_a_file_starts_no_write_of_it_to_disk(tmp_path):
     if not state[1]:
         pytest.skip("this file system writes nothing back (tmpfs)")
     for value in (arr[::-1].copy(), {"a": arr, "tail": "x" * 5000}):
-        cpersist.dump(value, path)
-        cached, dirty, writing = _cache_state(path)
-        assert (dirty, writing) == (cached, 0)
+        seen = []
+        for _ in range(3):
+            cpersist.dump(value, path)
+            cached, dirty, writing = _cache_state(path)
+            seen.append((cached, dirty, writing))
+            if (dirty, writing) == (cached, 0):
+                break
+        assert (dirty, writing) == (cached, 0), seen
         assert_same(value, cpersist.load(path))
 
 
