@@ -68,7 +68,6 @@ mean little, the CPU times and the switches more.
 import argparse
 import ctypes
 import gc
-import math
 import os
 import resource
 import shutil
@@ -76,6 +75,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -221,29 +221,23 @@ def shipped(size, loads, rounds, calls, prepare):
     calls), with the CPU time beside the wall time; print each one's
     min / median per call and the ratio of medians to np.load's."""
     from cpersist.benchmarks.raw import _repeated
+    from cpersist.benchmarks.turns import timed_in_turn
 
-    trim = _trim()
-    names = [name for name, _ in loads]
-    runs = {name: _repeated(run, calls) for name, run in loads}
-    times = {name: [] for name in names}
-    # The strides timed_in_turn takes the contenders in, one per round in turn.
-    strides = [s for s in range(1, len(names)) if math.gcd(s, len(names)) == 1] or [1]
-    gc.freeze()
-    try:
-        for number in range(rounds + 1):  # the first round untimed
-            stride = strides[number % len(strides)]
-            for name in (names[(number + i * stride) % len(names)] for i in range(len(names))):
-                prepare(name)
-                c0, t0 = time.process_time(), time.perf_counter()
-                result = runs[name]()
-                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-                del result
-                gc.collect()
-                trim(0)
-                if number:
-                    times[name].append((wall / calls, cpu / calls))
-    finally:
-        gc.unfreeze()
+    cpu_times = {name: [] for name, _ in loads}
+
+    def with_cpu_time(name, run):
+        def call():
+            c0 = time.process_time()
+            result = run()
+            cpu_times[name].append(time.process_time() - c0)
+            return result
+        return call
+
+    walls = timed_in_turn({name: with_cpu_time(name, _repeated(run, calls)) for name, run in loads},
+                          rounds, before={name: partial(prepare, name) for name, _ in loads})
+    # timed_in_turn's first round is untimed: its CPU times are dropped too.
+    times = {name: [(wall / calls, cpu / calls) for wall, cpu in zip(walls[name], cpu[1:])]
+             for name, cpu in cpu_times.items()}
     med = statistics.median
     peer_wall, peer_cpu = (med(t[k] for t in times["np.load"]) for k in (0, 1))
     for name, rows in times.items():
