@@ -125,7 +125,7 @@ class DirectFile:
         if place is not None and self._extend_run(place, total):
             return total
         if self._run is not None:
-            self._end_run()
+            self._lend_run(final=True)
         if place is None or not self._start_run(view, place):
             self._copy_in(view)
             self._pos += total
@@ -194,10 +194,6 @@ class DirectFile:
             self._run = None
             if start < end:
                 self._copy_in(memoryview(array)[start:end])
-
-    def _end_run(self):
-        if self._run is not None:
-            self._lend_run(final=True)
 
     def wait_for_room(self, nbytes, wait=True):
         """Whether :meth:`write` takes ``nbytes`` now without waiting for the
@@ -286,7 +282,7 @@ class DirectFile:
         if self.closed:
             return
         if self._run is not None:
-            self._end_run()
+            self._lend_run(final=True)
         self._wait_written()
         self._raise_error()
         if self._current is None or not self._filled:
