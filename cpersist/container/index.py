@@ -12,8 +12,8 @@ import struct
 from .._runtime.gc import collector_paused
 from ..codecs import codec_from_config
 from ..exceptions import CorruptFileError, UnsupportedVersionError
-from .layout import (ALIGN, ENCODED, END_MAGIC, FORMAT_MAJOR, HEADER, MAGIC, MAX_CHUNK_SIZE,
-                     PACK_SECTIONS_UP_TO, RECORD_SIZE, SECTIONS_CODEC, SECTIONS_EXPANSION,
+from .layout import (ALIGN, BLOCKS_STUB, ENCODED, END_MAGIC, FORMAT_MAJOR, HEADER, MAGIC,
+                     MAX_CHUNK_SIZE, PACK_SECTIONS_UP_TO, RECORD_SIZE, SECTIONS_CODEC, SECTIONS_EXPANSION,
                      TRAILER, VERBATIM, Chunk, new_chunk, corrupt, index_checks_out,
                      packed_sections_accepted)
 
@@ -182,8 +182,10 @@ def parse_index(data, digest, end, name, base=0):
             edited = index.get("edited")
             if edited not in (None, True, False):
                 raise corrupt(name, f"damaged index: bad edited mark {edited!r}")
-            sections = [_parse_section(i, s, end, name, base)
-                        for i, s in enumerate(listed_sections(index, name))]
+            listed = listed_sections(index, name)
+            if listed and listed[-1] == BLOCKS_STUB:  # for older readers (format 2.5)
+                listed = listed[:-1]
+            sections = [_parse_section(i, s, end, name, base) for i, s in enumerate(listed)]
     except CorruptFileError:
         raise
     except Exception as exc:  # malformed JSON, wrong types, bad codec...

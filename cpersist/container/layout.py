@@ -125,6 +125,14 @@ PACKED_STUB = '[{"offset":64,"codec":{"id":"format-2.2-packed-sections","level":
 #: decoded. A list of sections compresses 5-30 times; one that compresses
 #: more (thousands of empty arrays of one long dtype) is written plain.
 SECTIONS_EXPANSION = 64
+#: The minor version of a dump whose small arrays may sit in buffer blocks
+#: (sections of ``meta`` kind ``"buffers"``) out of its pickle stream.
+BLOCKS_MINOR = 5
+#: The last entry of the section list of a dump that holds buffer blocks: a
+#: section whose codec no reader has, so that a reader of format 2.4 or
+#: earlier refuses the file naming a codec it lacks rather than calling its
+#: pickle stream damaged. Readers of this version drop it.
+BLOCKS_STUB = {"offset": 64, "codec": {"id": "format-2.5-buffer-blocks", "level": 1}}
 
 
 def packed_sections_accepted(size, packed_size):

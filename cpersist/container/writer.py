@@ -10,9 +10,9 @@ from .._runtime.threads import get_pool
 from .stream_in_file import InFileRecords
 from .encode import encode_array_chunk
 from .framing import ALIGNED, DATA, END, padding_before, record_header
-from .layout import (END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC, PAGE_ALIGNED_FROM,
-                     TRAILER, VERBATIM, checksum, chunk_table_text, index_text, piece_fields,
-                     verbatim_checksums)
+from .layout import (BLOCKS_MINOR, BLOCKS_STUB, END_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER,
+                     MAGIC, PAGE_ALIGNED_FROM, TRAILER, VERBATIM, checksum, chunk_table_text,
+                     index_text, piece_fields, verbatim_checksums)
 
 #: Writes from this size on reserve their blocks first; below, the call costs more than it saves.
 FALLOCATE_MIN = 1 << 18
@@ -55,7 +55,7 @@ class ContainerWriter(InFileRecords):
         self._largest_chunk = 0  # the largest raw length handed to the pool
         # Written once, in order: its records, not its header, say where it ends.
         if start is None:
-            self._write(HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, 0))
+            self._write(HEADER.pack(MAGIC, FORMAT_MAJOR, minor, 0))
 
     def _reserve(self, size):
         """Reserve the file's blocks for the next ``size`` bytes: large writes
@@ -69,7 +69,6 @@ class ContainerWriter(InFileRecords):
             self._fd = None  # not supported here (some network file systems)
 
     def _write(self, data):
-        # Kept lean: a file of small arrays calls this twice per array.
         if type(data) is memoryview and data.format != "B":
             data = data.cast("B")
         total = len(data)
@@ -370,14 +369,17 @@ class ContainerWriter(InFileRecords):
         """Where the next byte goes, as the index counts offsets."""
         return self._pos
 
-    def finish(self, root, info=None, sections=None):
+    def finish(self, root, info=None, sections=None, blocks=False):
         """Write the index and trailer; ``root`` names the entry section.
         ``sections``: the index's section entries, if not those added (a
-        commit of a growing object file lists its whole state)."""
+        commit of a growing object file lists its whole state). ``blocks``: some
+        are buffer blocks, the list ends with :data:`~.layout.BLOCKS_STUB`."""
         self._write_pending()
+        listed = self._sections if sections is None else sections
+        listed = [*listed, BLOCKS_STUB] if blocks else listed
         # A growing file's commits keep their section list plain (index_text).
-        data = index_text(root, self._sections if sections is None else sections,
-                          info or {}, self._minor, pack=self._minor == FORMAT_MINOR)
+        data = index_text(root, listed, info or {}, self._minor,
+                          pack=self._minor in (FORMAT_MINOR, BLOCKS_MINOR))
         offset = self._record(END, len(data) + TRAILER.size)
         self._write(data)
         self._write(TRAILER.pack(offset, len(data), checksum(data), END_MAGIC))

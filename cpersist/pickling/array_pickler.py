@@ -74,10 +74,15 @@ class ArrayPickler(pickle.Pickler):
         ``{id(array): section}`` for each plain ``np.ndarray`` stored as a
         section as it is, ``{id(array): None}`` for those kept inside the
         pickle stream (what :mod:`cpersist.pickling.object_paths` needs).
+
+    An inline array's buffer reaches ``buffer_callback`` (the C pickler's;
+    protocol 5), which may keep it out of the stream
+    (:mod:`.buffer_blocks`).
     """
 
-    def __init__(self, file, protocol, store, inline_below=0, fortran_as_c=False):
-        super().__init__(file, protocol)
+    def __init__(self, file, protocol, store, inline_below=0, fortran_as_c=False,
+                 buffer_callback=None):
+        super().__init__(file, protocol, buffer_callback=buffer_callback)
         self._protocol = protocol
         self.store = store
         self._inline_below = inline_below

@@ -182,7 +182,10 @@ class _Pickling:
         self.memory = io.BytesIO()
         self.sections = None
         self.busy = False
-        self.pickler = ArrayPickler(self, protocol, self._store, inline_below)
+        # At protocol 5 small arrays' buffers may go to buffer blocks once
+        # the dump is sectioned (a compact one keeps them in its stream).
+        self.pickler = ArrayPickler(self, protocol, self._store, inline_below,
+                                    buffer_callback=self._buffer if protocol >= 5 else None)
 
     def start(self, target, codec, protocol, chunk_size, n_threads):
         self.busy = True
@@ -207,6 +210,10 @@ class _Pickling:
             sections = self._to_sections()
         return sections.store(arr, favour_speed)
 
+    def _buffer(self, buffer):
+        sections = self.sections
+        return sections is None or sections.blocks.take(buffer)
+
     def _to_sections(self, stream_in_file=False):
         """Turn the dump into a sectioned one on the target's file; with
         ``stream_in_file``, no array section yet, a raw stream is written
@@ -214,7 +221,8 @@ class _Pickling:
         target = self._target
         sections = self.sections = SectionWriter(
             target.file(), target.name, self._codec, self._protocol, self._chunk_size,
-            self._n_threads or default_n_threads(), stream_in_file=stream_in_file)
+            self._n_threads or default_n_threads(), stream_in_file=stream_in_file,
+            blocks=self._protocol >= 5)
         if self.memory.tell():
             sections.stream.write(self.memory.getvalue())
         self.memory = None

@@ -21,6 +21,7 @@ from .._runtime.parallel import run_claimed
 from .array_blocks import allocate_block, blockable, plan_blocks, read_block
 from .arrays import allocate, parse_description
 from .brief import brief
+from .buffer_blocks import read_buffers
 from .jax_arrays import ALIGNMENT as JAX_ALIGNMENT
 from .unpickler import ArrayUnpickler
 
@@ -116,6 +117,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
         reader.check_records()  # no block to walk them in
     ahead_of, ahead = frozenset(read_ahead), None
 
+    buffers = read_buffers(reader, verify, n_threads)  # the blocks, never mapped
     # Read right before the try that closes it: its buffer may be one kept
     # for the next load.
     pickled = reader.open_section(root, verify=verify, n_threads=n_threads,
@@ -129,9 +131,9 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
         # hold a model's small arrays, is not scanned.
         align = (JAX_ALIGNMENT if not jax_as_numpy and len(reader.sections) > 1
                  and _jax_installed() and _stores_jax(pickled) else 0)
-        unpickler = ArrayUnpickler(pickled, load_array, restricted, allowed,
-                                   prefixes, source=name, limits=limits,
-                                   jax_as_numpy=jax_as_numpy)
+        unpickler = ArrayUnpickler(pickled, load_array, restricted, allowed, prefixes,
+                                   source=name, limits=limits, jax_as_numpy=jax_as_numpy,
+                                   buffers=buffers)
         with collector_paused():  # a stream makes many objects and frees none
             obj = unpickler.load()
     except CpersistError:
@@ -139,9 +141,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
     except (pickle.UnpicklingError, EOFError) as exc:
         raise reader.error(f"damaged pickle stream ({exc})") from None
     finally:
-        # Nothing unpickled holds the stream's memory: its arrays' bytes
-        # were copied out of it.
-        pickled.close()
+        pickled.close()  # nothing unpickled views it: arrays' bytes were copied out
     reader.check_records()  # if no array read ahead was asked for
     if can_map and (reader.tiny or any(section.codec is not None
                                        for section in reader.sections)):

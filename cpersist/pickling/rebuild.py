@@ -54,7 +54,9 @@ def inline_array(data, dtype, shape, order):
     :func:`.arrays.to_inline`), refusing arguments that do not agree.
 
     It views a bytearray ``data`` (the unpickler's, made for it alone), as
-    numpy's unpickling does, and copies bytes, to be writable. Called for
+    numpy's unpickling does, or a writable memoryview (its part of a
+    buffer block, :mod:`.buffer_blocks`), and copies bytes or a read-only
+    memoryview, to be writable. Called for
     each of a model's hundreds of small arrays: numpy checks what it checks
     anyway (the shape's items are integers, the bytes are enough), and the
     shape it made is compared with the one given, which numpy takes more
@@ -62,8 +64,14 @@ def inline_array(data, dtype, shape, order):
     """
     try:
         kind = type(data)
-        if kind is not bytearray and kind is not bytes or order != "C" and order != "F":
-            raise ValueError(f"data of {type(data).__name__} in order {brief(order)}")
+        if kind is memoryview:
+            if data.ndim != 1 or data.format != "B":
+                raise ValueError(f"a buffer of {data.ndim} dimensions of {data.format!r}")
+            kind = bytes if data.readonly else bytearray
+        elif kind is not bytearray and kind is not bytes:
+            raise ValueError(f"data of {type(data).__name__}")
+        if order != "C" and order != "F":
+            raise ValueError(f"data in order {brief(order)}")
         if not isinstance(dtype, _DTYPE):
             dtype = inline_dtype_of(dtype)
         if dtype.hasobject:  # numpy would read pointers from the bytes

@@ -207,11 +207,22 @@ class ArrayUnpickler(pickle.Unpickler):
         What a restricted load may cost (default: :class:`~cpersist.Limits`).
     jax_as_numpy : bool
         Rebuild JAX arrays as numpy arrays (jax left unimported).
+    buffers : list of memoryview, optional
+        The out-of-band buffers of the dump's blocks, in order
+        (:func:`.buffer_blocks.read_buffers`), which the stream's
+        ``NEXT_BUFFER`` takes one after another; the stream must take them all.
     """
 
     def __init__(self, file, load_array, restricted=False, allowed=None,
-                 prefixes=(), source=None, limits=None, jax_as_numpy=False, dry=False):
-        super().__init__(file)
+                 prefixes=(), source=None, limits=None, jax_as_numpy=False, dry=False,
+                 buffers=None):
+        self._buffers = buffers
+        self._given = None
+        if buffers is not None and not restricted:
+            from .buffer_blocks import StreamBuffers
+
+            self._given = StreamBuffers(buffers, source)
+        super().__init__(file, buffers=None if self._given is None else self._given.given)
         self._jax_as_numpy = jax_as_numpy
         self._dry = dry
         self._file = file
@@ -299,7 +310,10 @@ class ArrayUnpickler(pickle.Unpickler):
         """
         if not self._restricted:
             try:
-                return super().load()
+                obj = super().load()
+                if self._given is not None:
+                    self._given.check_used()
+                return obj
             except CpersistError:
                 raise
             except STREAM_ERRORS as exc:
@@ -319,14 +333,18 @@ class ArrayUnpickler(pickle.Unpickler):
             raise CorruptFileError(f"{self._source}: cannot read the pickle stream "
                                    f"({exc})") from None
         limits = self._limits
-        if len(data) <= QUICK_UP_TO:  # a small stream naming no global
+        # A small stream naming no global (and taking no buffer)
+        if len(data) <= QUICK_UP_TO and self._buffers is None:
             result = quick_load(bytes(data), limits)
             if result is not NOT_QUICK:
                 return result
         self._watched = {}
         try:
+            # Only a dump with buffer blocks has buffers to pass.
+            given = {} if self._buffers is None else {"buffers": self._buffers}
             result = _restricted.run(data, self.resolve, self.persistent_load, limits,
-                                     self._source, on_protocol=self._set_protocol, dry=self._dry)
+                                     self._source, on_protocol=self._set_protocol, dry=self._dry,
+                                     **given)
         except BaseException:
             self._restore_watched()
             raise

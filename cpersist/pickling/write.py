@@ -10,10 +10,12 @@ import numpy as np
 
 from .. import __version__
 from ..container import ContainerWriter, EncodedStream
+from ..container.layout import BLOCKS_MINOR
 from ..container.direct_io import DirectFile
 from .object_paths import object_paths
 from .arrays import describe, rows_per_chunk
 from .array_pickler import ArrayPickler
+from .buffer_blocks import BlockWriter
 from .snapshot import chunks_to_write
 
 #: Chunk size of the pickle stream: smaller than array chunks so that its
@@ -71,11 +73,26 @@ class SectionWriter:
         ``file`` as it comes, if its descriptor reads back (taken back out
         at the first array section: :mod:`cpersist.container.stream_in_file`),
         rather than gathered in memory.
+    blocks : bool
+        The pickler's ``buffer_callback`` is :attr:`blocks`' ``take``: small
+        arrays' bytes go to buffer blocks (:mod:`.buffer_blocks`), and the
+        dump is format 2.5 (its header is written before any array is met,
+        so it says 2.5 whether or not a buffer turns up).
+
+    Attributes
+    ----------
+    blocks : BlockWriter or None
     """
 
     def __init__(self, file, name, codec, protocol, chunk_size, n_threads,
-                 pickle_chunk_size=PICKLE_CHUNK_SIZE, payload_at=None, stream_in_file=False):
-        if payload_at is None:
+                 pickle_chunk_size=PICKLE_CHUNK_SIZE, payload_at=None, stream_in_file=False,
+                 blocks=False):
+        self.blocks = None
+        if blocks:
+            self.writer = ContainerWriter(file, n_threads, name, minor=BLOCKS_MINOR)
+            self.blocks = BlockWriter(self._add_block, chunk_size,
+                                      reuse=type(file) in COPYING_FILES)
+        elif payload_at is None:
             self.writer = ContainerWriter(file, n_threads, name)
         else:
             # Imported here: other dumps need none of the growing files' format.
@@ -105,6 +122,14 @@ class SectionWriter:
         self._protocol = protocol
         self._file = file
 
+    def _add_block(self, chunks, meta, size):
+        """Write a buffer block as a section (the stream leaves the file
+        first, as for an array's), every chunk written when it returns."""
+        if self._in_file is not None:
+            self.stream, self._in_file = self._in_file.withdraw(), None
+        self.writer.add_section(chunks, codec=self._codec, meta=meta, size=size,
+                                release=_written)
+
     def finish(self, obj, placed, record_paths=True):
         """Write the root section and the index; ``placed``: the pickler's
         :attr:`~.pickler.ArrayPickler.placed`, to record the arrays' paths.
@@ -119,6 +144,11 @@ class SectionWriter:
         objects, whose readers then walk the pickle stream).
         """
         writer = self.writer
+        blocks = self.blocks
+        if blocks is not None:
+            blocks.flush()
+            blocks.close()
+            blocks = blocks.count > 0
         n_sections = writer.n_sections
         if record_paths and n_sections >= RECORD_PATHS_FROM:
             paths = object_paths(obj, placed, n_sections)
@@ -129,12 +159,16 @@ class SectionWriter:
             root = self._in_file.add_section(meta=dict(ROOT_META))
             writer.finish(root, info=dump_info(self._protocol))
             return
-        finish_dump(writer, self.stream.encoded_chunks(), self._codec, self._protocol)
+        finish_dump(writer, self.stream.encoded_chunks(), self._codec, self._protocol, blocks)
         if type(self._file) in COPYING_FILES:
             # Their write() has copied the stream's chunks: the buffers
             # serve the next dump. (Another file object may keep what it
             # was given: its buffers are left to it.)
             self.stream.release()
+
+
+def _written():
+    """A block's chunks are lent: the writer writes them before it returns."""
 
 
 def write_sections(obj, file, name, codec, protocol, chunk_size, n_threads,
@@ -208,10 +242,11 @@ def array_store(writer, codec, chunk_size):
     return store
 
 
-def finish_dump(writer, encoded, codec, protocol):
-    """Write the pickle stream's encoded chunks as the root section, and the index."""
+def finish_dump(writer, encoded, codec, protocol, blocks=False):
+    """Write the pickle stream's encoded chunks as the root section, and the
+    index (``blocks``: some sections are buffer blocks)."""
     root = writer.add_encoded_section(encoded, codec=codec, meta=dict(ROOT_META))
-    writer.finish(root, info=dump_info(protocol))
+    writer.finish(root, info=dump_info(protocol), blocks=blocks)
 
 
 #: The ``meta`` of a dump's root section.
