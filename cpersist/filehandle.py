@@ -9,6 +9,7 @@ from .format.limits import DEFAULT as _DEFAULT_LIMITS
 from .lazy.array import LazyArray, BoundSection
 from .lazy.array_paths import ArrayPaths, placed
 from .lazy.rebuild import in_lazy_load, lazy_tensor
+from .pickling.buffer_blocks import BLOCK_KIND, read_buffers
 from .pickling.read import array_layout, check_stream_start, load_source
 from .pickling.unpickler import ArrayUnpickler
 from .stream.paths import scan_arrays
@@ -120,7 +121,7 @@ class FileHandle:
                 root = reader.root
                 for section in reader.sections:
                     index = section.index
-                    if index == root:
+                    if index == root or section.meta.get("kind") == BLOCK_KIND:
                         continue
                     path = paths.get(index)
                     if path is None:
@@ -200,8 +201,10 @@ class FileHandle:
                 raise reader.error(f"the pickle stream refers to a bad array section {index!r}")
             return self._lazy_array(reader, index, paths.get(index, f"<section {index}>"))
 
+        buffers = read_buffers(reader, self._verify, self._n_threads)
         unpickler = _LazyUnpickler(self._root_stream(reader), load_array, restricted,
-                                   allowed, prefixes, source=self.name, limits=self._limits)
+                                   allowed, prefixes, source=self.name, limits=self._limits,
+                                   buffers=buffers)
         try:
             return unpickler.load()
         except CpersistError:
@@ -225,7 +228,7 @@ def _recorded_paths(reader):
     paths = {}
     root = reader.root
     for section in reader.sections:
-        if section.index != root:
+        if section.index != root and section.meta.get("kind") != BLOCK_KIND:
             path = section.meta.get("path")
             if type(path) is not str or len(path) > _MAX_RECORDED_PATH:
                 return None

@@ -163,6 +163,8 @@ class _KeptPickler:
     def __init__(self, protocol):
         self.pieces = []
         self.arrays = []
+        # No buffer blocks: every array is a section of its own (loads views
+        # it in the bytes), none is kept in the stream.
         self.pickler = ArrayPickler(_Sink(self.pieces.append), protocol, self._defer)
         self.dump = self.pickler.dump
         self.clear_memo = self.pickler.clear_memo

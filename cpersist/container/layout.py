@@ -128,6 +128,8 @@ SECTIONS_EXPANSION = 64
 #: The minor version of a dump whose small arrays may sit in buffer blocks
 #: (sections of ``meta`` kind ``"buffers"``) out of its pickle stream.
 BLOCKS_MINOR = 5
+#: The ``meta`` kind of a buffer block section.
+BLOCK_KIND = "buffers"
 #: The last entry of the section list of a dump that holds buffer blocks: a
 #: section whose codec no reader has, so that a reader of format 2.4 or
 #: earlier refuses the file naming a codec it lacks rather than calling its

@@ -52,7 +52,8 @@ def reseal(file, reader):
         entry.update(piece_fields(pieces))
         resealed.append(section.index)
     if "packed_sections" in index:  # format 2.2, unedited once written again
-        data = index_text(index["root"], sections, index.get("info", {}))
+        data = index_text(index["root"], sections, index.get("info", {}),
+                          minor=index["format"][1])
     else:
         if "edited" in index:  # format 2.1: the mark is the index's (INDEX_UNEDITED, first)
             index["edited"] = False

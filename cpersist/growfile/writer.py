@@ -287,6 +287,9 @@ class GrowingWriter:
                 return super().reducer_override(x)
 
         stream = EncodedStream(codec, min(self._chunk_size, PICKLE_CHUNK_SIZE), self._n_threads)
+        # Small arrays stay in the stream, no buffer blocks: a commit's
+        # sections are kept or replaced one by one, and a block would tie
+        # arrays of unrelated changes together (format 2.4 has none).
         pickler = Referencing(stream, protocol, store, inline_below_for(codec, self._chunk_size))
         try:
             pickler.dump(obj)

@@ -24,6 +24,7 @@ import threading
 import numpy as np
 
 from .._runtime.pages import fault_in
+from ..container.layout import BLOCK_KIND
 from ..exceptions import CorruptFileError
 
 #: Buffers of fewer bytes stay in the pickle stream.
@@ -34,8 +35,6 @@ BLOCK_BYTES = 4 << 20
 #: Each buffer starts at a multiple of this in its block: the alignment
 #: numpy and SIMD code like, as in a raw section.
 BUFFER_ALIGN = 64
-#: The ``kind`` of a block section's ``meta``.
-BLOCK_KIND = "buffers"
 
 _kept = threading.local()  # .block: a thread's block memory, kept between dumps
 

@@ -93,6 +93,8 @@ def _sections_dump(obj, name, codec, protocol, chunk_size, n_threads, fortran_as
                    inline_below):
     """``(dump, arrays kept in its pickle stream)``."""
     out = io.BytesIO()
+    # Small arrays stay in the stream (no buffer blocks): "max" is for the
+    # smallest file, and they compress best beside each other and the stream.
     pickler = write_sections(obj, out, name, codec, protocol, chunk_size, n_threads,
                              pickle_chunk_size=chunk_size, fortran_as_c=fortran_as_c,
                              inline_below=inline_below)

@@ -247,6 +247,7 @@ class LogWriter:
         kept = self._pickler
         if kept is None:
             buffer = io.BytesIO()
+            # No buffer blocks: a record pickled here holds no array.
             kept = self._pickler = (buffer, ArrayPickler(buffer, self._protocol, _refuse))
         buffer, pickler = kept
         try:

@@ -22,6 +22,7 @@ from ..storage.open import open_source
 from ..container.atomic import write_atomically
 from ..container.files import display_name, is_path
 from ..container import FORMAT_MAJOR, FORMAT_MINOR, ContainerReader, ContainerWriter
+from ..container.layout import BLOCK_KIND, BLOCKS_MINOR
 from ..storage.fsspec.urls import is_remote, is_url
 from ..storage.fsspec.write import write_remote
 from ..exceptions import LimitExceededError, UnsupportedVersionError
@@ -160,12 +161,16 @@ def convert(src, dst, compress=None, *, chunk_size=None, n_threads=None, fsync=F
 def _convert(source, dst, codec, step, n_threads, fsync, storage_options, whole):
     reader = ContainerReader(source, whole=whole)
     name = reader.name
-    if (reader.major, reader.minor) > (FORMAT_MAJOR, FORMAT_MINOR):
+    version = reader.major, reader.minor
+    if version > (FORMAT_MAJOR, FORMAT_MINOR) and version != (FORMAT_MAJOR, BLOCKS_MINOR):
         raise UnsupportedVersionError(
             f"{name}: written in cpersist format {reader.major}.{reader.minor}; this "
-            f"version writes {FORMAT_MAJOR}.{FORMAT_MINOR} and could drop what the newer "
+            f"version writes dumps of {FORMAT_MAJOR}.{FORMAT_MINOR} and "
+            f"{FORMAT_MAJOR}.{BLOCKS_MINOR} and could drop what the newer "
             f"minor version added: convert it with an up-to-date cpersist"
         )
+    # Buffer blocks are sections like the others, re-encoded as they are.
+    blocks = any(s.meta.get("kind") == BLOCK_KIND for s in reader.sections)
     stats = {
         "source_kind": f"cpersist format {reader.major}.{reader.minor}",
         "sections": len(reader.sections),
@@ -176,7 +181,8 @@ def _convert(source, dst, codec, step, n_threads, fsync, storage_options, whole)
     fast, fast_codec = _favoured_sections(reader, codec)
 
     def write(out):
-        writer = ContainerWriter(out, n_threads, display_name(dst))
+        writer = ContainerWriter(out, n_threads, display_name(dst),
+                                 minor=BLOCKS_MINOR if blocks else FORMAT_MINOR)
         # Sections are written in their original order, so their numbers
         # (which the pickle stream and the root refer to) do not change.
         for section in reader.sections:
@@ -195,7 +201,7 @@ def _convert(source, dst, codec, step, n_threads, fsync, storage_options, whole)
             assert number == section.index
         info = dict(reader.info)
         info["converted_by"] = f"cpersist {__version__}"
-        writer.finish(reader.root, info=info)
+        writer.finish(reader.root, info=info, blocks=blocks)
 
     if is_remote(dst):
         write_remote(dst, storage_options, write)

@@ -17,6 +17,7 @@ from ..container.files import display_name, is_path
 from ..storage.fsspec.urls import is_url
 from ..storage.open import open_source
 from ..pickling.arrays import dtype_label
+from ..pickling.buffer_blocks import BLOCK_KIND, block_sections
 from ..pickling.read import array_layout, check_stream_start, read_stream
 from ..container.foreign import read_container
 from .verdict import restricted_verdict
@@ -183,8 +184,9 @@ def _inspect(source, storage_options, limits):
         name = reader.name
         root = _root(reader)
         arrays = []
+        blocks = block_sections(reader)
         for section in reader.sections:
-            if section.index == reader.root:
+            if section.index == reader.root or section.meta.get("kind") == BLOCK_KIND:
                 continue
             dtype, shape, order, _ = array_layout(reader, section, resolve=False)
             codec, level = _codec_fields(section)
@@ -223,6 +225,11 @@ def _inspect(source, storage_options, limits):
             "unresolved_globals": scan["unresolved_globals"],
             "extension_codes": scan["extension_codes"],
             "inline_arrays": found["inline"],
+            # The small arrays' bytes out of the stream (format 2.5).
+            "buffer_blocks": {"count": len(blocks),
+                              "buffers": sum(len(sizes) for _, sizes, _ in blocks),
+                              "stored_bytes": sum(b[0].stored_size for b in blocks),
+                              "raw_bytes": sum(b[0].raw_size for b in blocks)},
             "tensors": found["tensors"],
             "torch_pickled": found["torch_pickled"],
             "restricted_load": restricted_verdict(reader, stream, limits),
@@ -306,8 +313,9 @@ def _verify(reader, limits=None):
     check_stream_start(reader, root)  # before decoding a bomb that is no pickle stream
     chunks = stored_bytes = raw_bytes = 0
     unchecked = []
+    block_sections(reader)  # each block's sizes fit its section
     for section in reader.sections:
-        if section.index != reader.root:
+        if section.index != reader.root and section.meta.get("kind") != BLOCK_KIND:
             array_layout(reader, section, resolve=False)
         if reader.unchecked(section) and not reader.matches(section):
             unchecked.append(section.index)

@@ -254,6 +254,11 @@ def _details(info):
         lines += _table(rows, ["path", "shape", "dtype", "storage", "offset", "strides",
                                "kind", "dumped from"], right=(3, 4))
     inline = info.get("inline_arrays") or []
+    blocks = info.get("buffer_blocks") or {}
+    if blocks.get("count"):
+        lines.append(f"buffer blocks: {blocks['count']}, holding {blocks['buffers']} small "
+                     f"arrays' bytes, {human_size(blocks['raw_bytes'])} uncompressed, "
+                     f"{human_size(blocks['stored_bytes'])} stored")
     if inline:
         lines.append(f"small arrays inside the pickle stream: {len(inline)}")
         rows = [[a.get("path", "?"), _shape(a.get("shape")), a.get("dtype", "?"),

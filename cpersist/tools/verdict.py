@@ -41,7 +41,7 @@ def restricted_verdict(reader, stream, limits=None):
         return stand_ins[index]
 
     unpickler = ArrayUnpickler(io.BytesIO(stream), stand_in, restricted=True, source=reader.name,
-                               limits=limits, dry=True)
+                               limits=limits, dry=True, buffers=_stand_in_buffers(reader))
     try:
         unpickler.load()
     except CpersistError as exc:
@@ -50,3 +50,16 @@ def restricted_verdict(reader, stream, limits=None):
             text = text[len(reader.name) + 2:]
         return {"accepted": False, "refusal": f"{type(exc).__name__}: {text}"}
     return {"accepted": True, "refusal": None}
+
+
+def _stand_in_buffers(reader):
+    """Stand-ins of the dump's out-of-band buffers, or None for a dump
+    without buffer blocks: slices of one buffer of zeros as long as the
+    longest (at most a block's bytes), none of the blocks read."""
+    from ..pickling.buffer_blocks import block_sections
+
+    sizes = [n for _, block, _ in block_sections(reader) for n in block]
+    if not sizes:
+        return None
+    zeros = memoryview(bytearray(max(sizes)))
+    return [zeros[:n] for n in sizes]
