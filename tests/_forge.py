@@ -60,6 +60,8 @@ def split(data, *, keep_totals=False):
         index["sections"] = listed_sections(index, "")
         del index["packed_sections"], index["sections_size"]
     for section in index["sections"]:
+        if "chunks" not in section:  # the stub that ends a list of buffer blocks
+            continue
         section["chunks"] = json.loads(section["chunks"])
         if not keep_totals:
             del section["stored_size"], section["raw_size"]
