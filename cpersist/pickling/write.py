@@ -91,7 +91,7 @@ class SectionWriter:
         if blocks:
             self.writer = ContainerWriter(file, n_threads, name, minor=BLOCKS_MINOR)
             self.blocks = BlockWriter(self._add_block, chunk_size,
-                                      reuse=type(file) in COPYING_FILES)
+                                      reuse=codec is not None or type(file) in COPYING_FILES)
         elif payload_at is None:
             self.writer = ContainerWriter(file, n_threads, name)
         else:
@@ -119,6 +119,7 @@ class SectionWriter:
 
             self.store = store
         self._codec = codec
+        self._block_chunk, self._n_threads = stream_chunk, n_threads
         self._protocol = protocol
         self._file = file
 
@@ -127,8 +128,17 @@ class SectionWriter:
         first, as for an array's), every chunk written when it returns."""
         if self._in_file is not None:
             self.stream, self._in_file = self._in_file.withdraw(), None
-        self.writer.add_section(chunks, codec=self._codec, meta=meta, size=size,
-                                release=_written)
+        codec = self._codec
+        if codec is None:
+            self.writer.add_section(chunks, meta=meta, size=size, release=_written)
+            return
+        # Encoded as the stream is, in chunks of its size by this thread and
+        # the pool together (copied out of the block, which serves the next):
+        # a block handed to the pool whole would leave this thread waiting.
+        encoded = EncodedStream(codec, self._block_chunk, self._n_threads)
+        for chunk in chunks:
+            encoded.write(chunk)
+        self.writer.add_encoded_section(encoded.encoded_chunks(), codec=codec, meta=meta)
 
     def finish(self, obj, placed, record_paths=True):
         """Write the root section and the index; ``placed``: the pickler's
