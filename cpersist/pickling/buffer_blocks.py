@@ -74,6 +74,7 @@ class BlockWriter:
         (out of band), or return True (in the stream) for one under
         :data:`OUT_OF_BAND_FROM` bytes, over :data:`BLOCK_BYTES`, or not
         contiguous (which the pickler then refuses as it does today)."""
+        # Called for each of a model's hundreds of small arrays: lean.
         try:
             raw = buffer.raw()
         except BufferError:
@@ -81,15 +82,16 @@ class BlockWriter:
         n = raw.nbytes
         if n < OUT_OF_BAND_FROM or n > BLOCK_BYTES:
             return True
-        at = _aligned(self._fill)
-        if at + n > BLOCK_BYTES and self._sizes:
+        at = -(-self._fill // BUFFER_ALIGN) * BUFFER_ALIGN
+        end = at + n
+        if end > BLOCK_BYTES and self._sizes:
             self.flush()
-            at = 0
+            at, end = 0, n
         memory = self._memory
         if memory is None:
             memory = self._memory = self._new_memory()
-        memory[at:at + n] = raw
-        self._fill = at + n
+        memory[at:end] = raw
+        self._fill = end
         self._sizes.append(n)
         return False
 
