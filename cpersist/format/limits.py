@@ -21,8 +21,9 @@ class Limits:
     read a file without loading it (:func:`cpersist.inspect`,
     :func:`cpersist.verify`, :attr:`cpersist.FileHandle.arrays`, ``cpersist
     info``) stop with :class:`~cpersist.LimitExceededError` before a stream
-    costs more than these; the arrays stored in their own sections are not
-    counted (their sizes are in the index, which ``inspect`` shows). The
+    costs more than these; the arrays stored in their own sections, and
+    those viewing the file's out-of-band buffers, are not counted (their
+    sizes are in the index, which ``inspect`` shows). The
     defaults leave room for any object a model or dataset holds besides its
     arrays; raise one for a file you trust more.
 

@@ -20,9 +20,12 @@ def build_stored(machine, func, args, kwargs, new):
 
 
 def build_inline(machine, func, args, kwargs, new):
-    """``inline_array(data, dtype, shape, order)``: copied from its bytes."""
+    """``inline_array(data, dtype, shape, order)``: over its bytes, a
+    bytearray of its own or an out-of-band buffer."""
     bound = bind(func, ("data", "dtype", "shape", "order"), args, kwargs)
-    if type(bound.get("data")) not in (bytes, bytearray):
+    data = bound.get("data")
+    kind = type(data)
+    if kind is not bytes and kind is not bytearray and kind is not memoryview:
         raise Refused("an inline array's data is not bytes")
     dtype = bound.get("dtype")
     shape, count = as_shape(bound.get("shape"))
@@ -32,13 +35,33 @@ def build_inline(machine, func, args, kwargs, new):
         dtype = np.dtype(f"V{ITEMSIZES[dtype]}") if machine.dry else resolve(dtype)
     else:
         dtype = machine.dtype(dtype)
+    # The stream's bytearray, or the file's buffer, when nothing else holds
+    # it (Machine.take_buffer), else a copy; a read-only buffer is copied,
+    # to be writable, as bytes are.
+    sole = args and data is args[0] and not kwargs and not (
+        kind is memoryview and data.readonly) and machine.take_buffer(data)
+    if kind is memoryview:
+        return _buffer_array(machine, data, dtype, shape, count, as_order(bound.get("order")),
+                             sole)
     machine.alloc(count * dtype.itemsize)
-    # A bytearray of its own, which the array views: the stream's itself when
-    # nothing else holds it (Machine.take_buffer), else a copy.
-    data = bound["data"]
-    if not (args and data is args[0] and not kwargs and machine.take_buffer(data)):
+    if not sole:
         data = bytearray(data)
     return func(data, dtype, shape, as_order(bound.get("order")))
+
+
+def _buffer_array(machine, buffer, dtype, shape, count, order, sole):
+    """An inline array over an out-of-band ``buffer``: a view of it when
+    ``sole`` (the file's memory, which costs the load nothing), else over a
+    copy, charged."""
+    if dtype.hasobject:
+        raise Refused("an inline array of Python objects")
+    if buffer.nbytes != count * dtype.itemsize:
+        raise Refused(f"an inline array of {count * dtype.itemsize} bytes over a buffer of "
+                      f"{buffer.nbytes}")
+    if not sole:
+        machine.alloc(buffer.nbytes)
+        buffer = bytearray(buffer)
+    return np.ndarray(shape, dtype, buffer, 0, None, order)
 
 
 def _state_dict(value, what):

@@ -34,6 +34,8 @@ _PLAIN_KEYED = frozenset((dict, set))
 _ABSENT = object()
 #: Opcodes run between two looks at the clock.
 _CLOCK_EVERY = 1 << 14
+#: What an inline array may view rather than copy.
+_VIEWED = (bytearray, memoryview)
 
 
 class Machine:
@@ -52,9 +54,13 @@ class Machine:
     source : str
     dry : bool
         Stored arrays are stand-ins: build no tensor, copy no array.
+    buffers : sequence of memoryview, optional
+        The file's out-of-band buffers, in stream order (contiguous, none
+        overlapping another, nothing else viewing them).
     """
 
-    def __init__(self, data, resolve, persistent_load, limits, source, dry=False):
+    def __init__(self, data, resolve, persistent_load, limits, source, dry=False,
+                 buffers=None):
         self.data = data
         self._resolve = resolve
         self.persistent_load = persistent_load
@@ -78,6 +84,12 @@ class Machine:
         self.stack = []
         self.marks = []  # where each MARK left the stack, the topmost last
         self.memo = {}
+        self.protocol = 0  # of the last PROTO
+        self._buffers = () if buffers is None else buffers
+        self._next_buffer = 0
+        for buffer in self._buffers:
+            if type(buffer) is not memoryview or not buffer.contiguous:
+                raise TypeError(f"buffers must be contiguous memoryviews, not {brief(buffer)}")
 
     # -- the stack: the one underflow check ------------------------------------
     def need(self, n):
@@ -169,6 +181,10 @@ class Machine:
         if kind is _SECRET_STR or kind is _SECRET_BYTES or key is None or kind is bool or (
                 kind is int and -_DISTINCT_HASH < key < _DISTINCT_HASH):
             return
+        if kind is memoryview:
+            # A pickled PickleBuffer hashes by identity: no dump keys by one.
+            # Hashing or comparing a view costs its length, not one step.
+            raise Refused("an out-of-band buffer as a key of a set or dict")
         try:
             value = hash(key)
         except TypeError:
@@ -238,18 +254,20 @@ class Machine:
                 remedy="load it with trusted=True only if you trust this file")
         return obj
 
-    # -- the bytearrays inline arrays view -----------------------------------
+    # -- the bytearrays and buffers inline arrays view -------------------------
     # A BYTEARRAY8's bytearray is a copy of the stream's bytes, which no
-    # opcode or builder changes. An inline array views it instead of a copy
-    # of its own when nothing else holds it but the memo and the tuple of the
-    # array's arguments. It is pushed once; another place could hold it only
-    # once it is pushed again (from the memo, by DUP, or returned by a
-    # call), and so could its arguments' tuple, which holds it first: either
-    # pushed again, the bytearray is copied for the array. Once an array
-    # views it, the stream reaches it, or that tuple, only from the memo,
-    # and is given a copy.
+    # opcode or builder changes; an out-of-band buffer (NEXT_BUFFER) is the
+    # file's own memory, which nothing else views. An inline array views
+    # either instead of a copy of its own when nothing else holds it but the
+    # memo and the tuple of the array's arguments. It is pushed once; another
+    # place could hold it only once it is pushed again (from the memo, by
+    # DUP, or returned by a call), and so could its arguments' tuple, which
+    # holds it first: either pushed again, it is copied for the array. Once
+    # an array views it, the stream reaches it, or that tuple, only from the
+    # memo, and is given a copy: nothing the load gives back writes into
+    # what an array views.
     def made_buffer(self, buffer):
-        """``buffer``, just made by BYTEARRAY8."""
+        """``buffer``, just made by BYTEARRAY8 or taken by NEXT_BUFFER."""
         self._loose[id(buffer)] = buffer
         return buffer
 
@@ -263,12 +281,13 @@ class Machine:
 
     def again(self, value):
         """``value``, pushed again: from the memo, by DUP, or returned by a
-        call. A bytearray of BYTEARRAY8 (alone, or first of four in a tuple,
-        as an inline array's arguments) is no longer held at one place, and
-        one an array views is given as a copy."""
-        if type(value) is bytearray:
+        call. A bytearray or buffer (alone, or first of four in a tuple, as
+        an inline array's arguments) is no longer held at one place, and one
+        an array views is given as a copy."""
+        kind = type(value)
+        if kind is bytearray or kind is memoryview:
             buffer = value
-        elif type(value) is tuple and len(value) == 4 and type(value[0]) is bytearray:
+        elif kind is tuple and len(value) == 4 and type(value[0]) in _VIEWED:
             buffer = value[0]
         else:
             return value
@@ -277,10 +296,40 @@ class Machine:
             del self._loose[key]
         elif self._taken.get(key) is buffer:
             self.made()
-            self.alloc(len(buffer))
+            self.alloc(buffer.nbytes if type(buffer) is memoryview else len(buffer))
             copy = bytearray(buffer)
+            if type(buffer) is memoryview:
+                copy = memoryview(copy)
             return copy if value is buffer else self.nested((copy,) + value[1:])
         return value
+
+    def next_buffer(self):
+        """NEXT_BUFFER: the file's next out-of-band buffer."""
+        if self.protocol < 5:
+            # The C unpickler takes one at any protocol, but no pickler
+            # writes one below 5: a stream that says otherwise is forged.
+            raise StreamError(f"out-of-band data in a stream of protocol {self.protocol}")
+        if self._next_buffer >= len(self._buffers):
+            raise StreamError(f"the stream asks for more out-of-band buffers than the "
+                              f"file holds ({len(self._buffers)})")
+        buffer = self._buffers[self._next_buffer]
+        self._next_buffer += 1
+        return self.made_buffer(buffer)
+
+    def read_only(self, buffer):
+        """READONLY_BUFFER of ``buffer`` (a memoryview): a read-only view of
+        it, as the C unpickler gives, which inline arrays copy. ``buffer`` is
+        no longer held at one place."""
+        if buffer.readonly:
+            return buffer
+        self.made()
+        if self._loose.get(id(buffer)) is buffer:
+            del self._loose[id(buffer)]
+        return buffer.toreadonly()
+
+    def unused_buffers(self):
+        """How many of the file's buffers the stream did not take."""
+        return len(self._buffers) - self._next_buffer
 
     # -- calls --------------------------------------------------------------
     def call(self, func, args, kwargs=None, new=False):

@@ -43,7 +43,9 @@ every test errs towards the machine):
   lets a stream change where the machine refuses (``SETITEM``, ``APPEND``,
   ``READONLY_BUFFER`` of a bytearray): a stream holding its byte is left to
   the machine. A frame must span the whole stream (the machine refuses an
-  opcode across a frame's end, which the C unpickler reads on).
+  opcode across a frame's end, which the C unpickler reads on). The C
+  unpickler is given no out-of-band buffers: a ``NEXT_BUFFER`` fails there,
+  and its stream goes to the machine.
 
 A stream holding an ``r`` byte, or one these byte checks would leave to the
 machine for a byte that may lie in an argument (an ``EXT*`` byte in a float;
@@ -347,7 +349,9 @@ def _other_quick_load(data, size):
 def quick_load(stream, limits):
     """The object of the pickle stream ``stream`` (bytes), as a restricted
     load under ``limits`` would build it; :data:`NOT_QUICK` when this module
-    cannot prove that the C unpickler builds the same (see the module)."""
+    cannot prove that the C unpickler builds the same (see the module).
+    Not for a stream with out-of-band buffers: only the machine tells one
+    that leaves some of them untaken."""
     n = len(stream)
     if limits is DEFAULT and n <= QUICK_UP_TO:
         bound = _DEFAULT_BOUND

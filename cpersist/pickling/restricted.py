@@ -121,7 +121,8 @@ def execute(m):
             except KeyError:
                 raise StreamError(f"Memo value not found at index {arg}") from None
             kind = type(value)
-            push(value if kind is not bytearray and kind is not tuple else m.again(value))
+            push(value if kind is not bytearray and kind is not tuple and kind is not memoryview
+                 else m.again(value))
         elif code == _BINPUT:
             if len(stack) <= (marks[-1] if marks else 0):
                 m.need(1)
@@ -157,9 +158,18 @@ def execute(m):
             handlers[code](m, arg)
 
 
-def run(data, resolve, persistent_load, limits, source, on_protocol=None, dry=False):
+def run(data, resolve, persistent_load, limits, source, on_protocol=None, dry=False, *,
+        buffers=None):
     """Execute the pickle stream ``data`` under the checks; its object
     (see :class:`Machine` for the arguments).
+
+    ``buffers`` are the file's out-of-band buffers (memoryviews, in stream
+    order), which NEXT_BUFFER takes one after another (from protocol 5 on).
+    An inline array views its buffer, when nothing else reaches it, rather
+    than copying it: what arrays view costs no more than the file's blocks
+    hold. A stream that takes more buffers than there are, or fewer, is
+    damaged (the C unpickler leaves those it does not take unread: a
+    stranger's file would carry data no load looks at).
 
     Raises
     ------
@@ -168,12 +178,18 @@ def run(data, resolve, persistent_load, limits, source, on_protocol=None, dry=Fa
         For a malformed stream, a forged numpy description, or any call of
         the stream failing (the message names the cause).
     """
-    machine = Machine(data, resolve, persistent_load, limits, source, dry)
+    machine = Machine(data, resolve, persistent_load, limits, source, dry, buffers)
     if on_protocol is not None:
         machine.on_protocol = on_protocol
     try:
         with collector_paused():  # a stream makes many objects and frees none
-            return execute(machine)
+            made = execute(machine)
+        unused = machine.unused_buffers()
+        if unused:
+            raise CorruptFileError(f"{source}: the file holds {unused} out-of-band "
+                                   f"buffer{'s' if unused > 1 else ''} its pickle stream "
+                                   f"does not take")
+        return made
     except CpersistError:
         raise
     except StreamError as exc:

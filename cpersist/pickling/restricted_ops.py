@@ -349,16 +349,18 @@ def op_ext(m, arg):
 
 
 def op_next_buffer(m, arg):
-    raise StreamError("pickle stream refers to out-of-band data but no *buffers* "
-                      "argument was given")
+    m.stack.append(m.next_buffer())
 
 
 def op_readonly_buffer(m, arg):
-    # Only ever after NEXT_BUFFER, which is refused: a view of something
-    # else would pin or share the memory of an object the stream made.
+    # Of bytes, nothing to do (as in C); of a buffer, a read-only view. Not
+    # of a bytearray the stream made, which no pickler writes.
     m.need(1)
-    if type(m.stack[-1]) is not bytes:
-        raise Refused("READONLY_BUFFER of other than bytes")
+    top = m.stack[-1]
+    if type(top) is memoryview:
+        m.stack[-1] = m.read_only(top)
+    elif type(top) is not bytes:
+        raise Refused(f"READONLY_BUFFER of {brief(top)}")
 
 
 def op_nothing(m, arg):
@@ -366,6 +368,7 @@ def op_nothing(m, arg):
 
 
 def op_proto(m, arg):
+    m.protocol = arg
     m.on_protocol(arg)
 
 

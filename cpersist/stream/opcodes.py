@@ -39,6 +39,8 @@ class Walk:
         ``STACK_GLOBAL`` opcodes whose strings are computed at load time.
     extension_codes : list of int
         Codes of ``EXT*`` opcodes, in stream order.
+    buffers : int
+        ``NEXT_BUFFER`` opcodes: the out-of-band buffers the stream takes.
     top : Node or None
         The object the stream builds, as a tree.
     error : str or None
@@ -46,13 +48,15 @@ class Walk:
         C unpickler words it); what precedes the problem is recorded.
     """
 
-    __slots__ = ("protocol", "globals", "unresolved", "extension_codes", "top", "error")
+    __slots__ = ("protocol", "globals", "unresolved", "extension_codes", "buffers", "top",
+                 "error")
 
     def __init__(self):
         self.protocol = 0
         self.globals = set()
         self.unresolved = 0
         self.extension_codes = []
+        self.buffers = 0
         self.top = None
         self.error = None
 

@@ -35,7 +35,9 @@ def scan_arrays(pickled, root="obj", limits=None, source=None):
         e.g. ``{0: "obj['weights']", 1: "obj.coef_"}`` (sections not found
         are missing); ``"inline"``: one dict per small array kept inside the
         stream, with ``path``, ``dtype`` (``dtype.str``, or ``"?"``),
-        ``shape``, ``order`` and ``raw_bytes`` (None if unknown);
+        ``shape``, ``order`` and ``raw_bytes`` (None if unknown), and for
+        one whose bytes are an out-of-band buffer, ``buffer``: its number
+        among the file's buffers, in stream order;
         ``"tensors"``: one dict per torch tensor stored through its storage
         (``path``, ``section`` of the storage, ``dtype`` torch's name,
         ``offset``, ``shape``, ``stride``, ``requires_grad``, ``kind``,
@@ -191,7 +193,9 @@ def _inline_description(args):
     items = args if type(args) is tuple else ()
     if len(items) != 4:
         return desc
-    _, dtype, shape, order = items
+    data, dtype, shape, order = items
+    if type(data) is Node and data.kind == "buffer":
+        desc["buffer"] = data.value
     if order in ("C", "F"):
         desc["order"] = order
     if type(shape) is tuple and all(type(i) is int for i in shape):

@@ -49,9 +49,10 @@ class Node:
 
     def __init__(self, kind, value=None):
         Node.made += 1
-        self.kind = kind          # global, dict, list, set, call, array, inline, other
+        self.kind = kind          # global, dict, list, set, call, array, inline, buffer, other
         self.value = value        # global: (module, name); call: its callable;
-        #                           array: section number; inline: its args tuple
+        #                           array: section number; inline: its args tuple;
+        #                           buffer: its number
         self.children = []        # (label, node) for children that may hold arrays
         self.count = 0            # list: items appended so far
         self.items = ()           # call: the arguments
@@ -319,6 +320,16 @@ def _build(result, stack, memo, arg):
             obj.add("<state>", part)
 
 
+def _next_buffer(result, stack, memo, arg):
+    """NEXT_BUFFER: the file's next out-of-band buffer, numbered in stream order."""
+    stack.append(Node("buffer", result.buffers))
+    result.buffers += 1
+
+
+def _readonly_buffer(result, stack, memo, arg):
+    pass  # the same bytes, read-only
+
+
 def _ext(result, stack, memo, arg):
     result.extension_codes.append(arg)
     stack.append(Node("other"))
@@ -371,6 +382,6 @@ HANDLERS = by_code({
     "GLOBAL": _global, "STACK_GLOBAL": _stack_global, "INST": _inst, "OBJ": _obj,
     "REDUCE": _reduce, "NEWOBJ": _reduce, "NEWOBJ_EX": _newobj_ex, "BUILD": _build,
     "EXT1": _ext, "EXT2": _ext, "EXT4": _ext,
-    **{name: _generic(name) for name in ("PERSID", "BINPERSID", "NEXT_BUFFER",
-                                         "READONLY_BUFFER")},
+    "NEXT_BUFFER": _next_buffer, "READONLY_BUFFER": _readonly_buffer,
+    **{name: _generic(name) for name in ("PERSID", "BINPERSID")},
 })
