@@ -192,13 +192,17 @@ def write_all(file, data, name):
         raise named_os_error(exc, name) from None
 
 
+#: File objects known to write where they seek back to (others, a gzip
+#: file for one, may say they seek and refuse to go back).
+_SEEKING_BACK = (io.BufferedWriter, io.BufferedRandom, io.FileIO, io.BytesIO)
+
+
 def header_place(file):
     """Where the dump about to be written to ``file`` starts, if a writer
     may go back there to restate its header's version once the dump is
-    written (:func:`restate_minor`), else None: a file object that seeks
-    and writes where it seeks (not in append mode, nor a descriptor with
-    ``O_APPEND``)."""
-    if not is_seekable(file):
+    written (:func:`restate_minor`), else None: a plain file or a BytesIO,
+    seekable, not in append mode nor on a descriptor with ``O_APPEND``."""
+    if type(file) not in _SEEKING_BACK or not is_seekable(file):
         return None
     try:
         fd = file.fileno()

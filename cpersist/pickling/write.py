@@ -157,14 +157,14 @@ class SectionWriter:
         objects, whose readers then walk the pickle stream).
         """
         writer = self.writer
-        blocks = self.blocks
+        blocks, n_blocks = self.blocks, 0
         if blocks is not None:
             blocks.flush()
             blocks.close()
-            blocks = blocks.count > 0
-        n_sections = writer.n_sections
-        if record_paths and n_sections >= RECORD_PATHS_FROM:
-            paths = object_paths(obj, placed, n_sections)
+            n_blocks = blocks.count
+        n_arrays = writer.n_sections - n_blocks
+        if record_paths and n_arrays >= RECORD_PATHS_FROM:
+            paths = object_paths(obj, placed, n_arrays)
             if paths is not None:
                 for section, path in paths.items():
                     writer.section_meta(section)["path"] = path
@@ -172,8 +172,9 @@ class SectionWriter:
             root = self._in_file.add_section(meta=dict(ROOT_META))
             writer.finish(root, info=dump_info(self._protocol))
             return
-        finish_dump(writer, self.stream.encoded_chunks(), self._codec, self._protocol, blocks)
-        if blocks:
+        finish_dump(writer, self.stream.encoded_chunks(), self._codec, self._protocol,
+                    n_blocks > 0)
+        if n_blocks:
             restate_minor(self._file, self._header_at, BLOCKS_MINOR, self._name)
         if type(self._file) in COPYING_FILES:
             # Their write() has copied the stream's chunks: the buffers
