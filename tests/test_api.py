@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 
 import cpersist
-from cpersist.container import FORMAT_MAJOR, MAGIC, TRAILER, ContainerReader
-from cpersist.container.layout import BLOCKS_MINOR
+from cpersist.container import FORMAT_MAJOR, FORMAT_MINOR, MAGIC, TRAILER, ContainerReader
 from cpersist.container.buffers import BufferPool
 from cpersist.container.layout import ALIGN, END_MAGIC
 
@@ -669,7 +668,7 @@ def test_truncated_raw_file_with_mmap(tmp_path):
 def test_newer_major_version(good_file):
     data = bytearray(good_file.read_bytes())
     major, minor = struct.unpack_from("<HH", data, len(MAGIC))
-    assert (major, minor) == (FORMAT_MAJOR, BLOCKS_MINOR)  # sectioned, at protocol 5
+    assert (major, minor) == (FORMAT_MAJOR, FORMAT_MINOR)
     struct.pack_into("<H", data, len(MAGIC), major + 1)
     good_file.write_bytes(bytes(data))
     for error in _load_each_way(good_file):

@@ -168,12 +168,15 @@ def test_a_stream_must_take_every_buffer_once(given, message):
 
 
 def test_dumps_without_blocks_keep_their_format(tmp_path):
-    """A compact dump (its stream small) and a dump at protocol 4 keep their
-    arrays in the stream and say format 2.2, as before."""
+    """A compact dump (its stream small), a dump at protocol 4 and one to a
+    file in append mode (which cannot go back to restate its header) keep
+    their arrays in the stream and say format 2.2, as before."""
     small = {"w": np.arange(300.0), "b": np.arange(2000, dtype=np.int32)}
-    for protocol, obj in [(5, small), (4, many_small_arrays())]:
-        path = tmp_path / f"p{protocol}.cp"
-        cpersist.dump(obj, path, protocol=protocol)
+    for protocol, obj, mode in [(5, small, "wb"), (4, many_small_arrays(), "wb"),
+                                (5, many_small_arrays(), "ab")]:
+        path = tmp_path / f"p{protocol}{mode}.cp"
+        with open(path, mode) as file:
+            cpersist.dump(obj, file, protocol=protocol)
         data = path.read_bytes()
         assert HEADER.unpack(data[:HEADER.size])[1:3] == (2, 2)
         assert b'"buffers"' not in data and b"format-2.5" not in data

@@ -7,6 +7,8 @@ import os
 import stat
 import sys
 
+from .layout import MINOR_AT
+
 
 def is_path(obj):
     return isinstance(obj, (str, os.PathLike))
@@ -186,5 +188,40 @@ def write_all(file, data, name):
             # Raw (unbuffered) streams may write less than asked; buffered
             # ones return None or the full length.
             view = view[view.nbytes if n is None else n:]
+    except OSError as exc:
+        raise named_os_error(exc, name) from None
+
+
+#: File objects known to write where they seek back to (others, a gzip
+#: file for one, may say they seek and refuse to go back).
+_SEEKING_BACK = (io.BufferedWriter, io.BufferedRandom, io.FileIO, io.BytesIO)
+
+
+def header_place(file):
+    """Where the dump about to be written to ``file`` starts, if a writer
+    may go back there to restate its header's version once the dump is
+    written (:func:`restate_minor`), else None: a plain file or a BytesIO,
+    seekable, not in append mode nor on a descriptor with ``O_APPEND``."""
+    if type(file) not in _SEEKING_BACK or not is_seekable(file):
+        return None
+    try:
+        fd = file.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = None
+    try:
+        return None if appends(file, fd) else file.tell()
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def restate_minor(file, place, minor, name=None):
+    """Rewrite the minor version in the header of the dump at ``place`` in
+    ``file`` (:func:`header_place`), leaving the file's position where it
+    was."""
+    try:
+        end = file.tell()
+        file.seek(place + MINOR_AT)
+        file.write(minor.to_bytes(2, "little"))
+        file.seek(end)
     except OSError as exc:
         raise named_os_error(exc, name) from None

@@ -36,6 +36,8 @@ FORMAT_MINOR = 2
 HEADER = struct.Struct("<8sHHI48x")
 #: Offset of the header's flags, which a writable map changes.
 FLAGS_AT = 12
+#: Offset of the header's minor version.
+MINOR_AT = 10
 #: Header flag: raw array sections may have been changed through a writable
 #: memory map since their checksums were computed. Readers of format 2.0 go
 #: by it; from format 2.1 the index's ``"edited"`` field decides

@@ -373,12 +373,12 @@ class ContainerWriter(InFileRecords):
         """Write the index and trailer; ``root`` names the entry section.
         ``sections``: the index's section entries, if not those added (a
         commit of a growing object file lists its whole state). ``blocks``: some
-        are buffer blocks, the list ends with :data:`~.layout.BLOCKS_STUB`."""
+        are buffer blocks: format 2.5, the list ending with ``BLOCKS_STUB``."""
         self._write_pending()
         listed = self._sections if sections is None else sections
         listed = [*listed, BLOCKS_STUB] if blocks else listed
         # A growing file's commits keep their section list plain (index_text).
-        data = index_text(root, listed, info or {}, self._minor,
+        data = index_text(root, listed, info or {}, BLOCKS_MINOR if blocks else self._minor,
                           pack=self._minor in (FORMAT_MINOR, BLOCKS_MINOR))
         offset = self._record(END, len(data) + TRAILER.size)
         self._write(data)

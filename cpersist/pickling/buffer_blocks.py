@@ -32,6 +32,10 @@ OUT_OF_BAND_FROM = 1 << 10
 #: Most bytes of one block; a buffer never spans two. Also the most bytes
 #: one small array kept alone keeps in memory after a load.
 BLOCK_BYTES = 4 << 20
+#: Bytes of such buffers a sectioned dump keeps in its stream before its
+#: first block: a dump of a few small arrays is written as it was (format
+#: 2.2, which older readers read), a model of hundreds gets blocks.
+IN_STREAM_FIRST = 64 << 10
 #: Each buffer starts at a multiple of this in its block: the alignment
 #: numpy and SIMD code like, as in a raw section.
 BUFFER_ALIGN = 64
@@ -66,14 +70,16 @@ class BlockWriter:
         self._memory = None
         self._fill = 0
         self._sizes = []
+        self._in_stream = 0  # bytes of buffers kept in the stream, up to IN_STREAM_FIRST
         self.count = 0  # blocks written
 
     def take(self, buffer):
         """The ``buffer_callback``: copy ``buffer`` (a
         :class:`pickle.PickleBuffer`) into the block and return False
         (out of band), or return True (in the stream) for one under
-        :data:`OUT_OF_BAND_FROM` bytes, over :data:`BLOCK_BYTES`, or not
-        contiguous (which the pickler then refuses as it does today)."""
+        :data:`OUT_OF_BAND_FROM` bytes, over :data:`BLOCK_BYTES`, among the
+        first :data:`IN_STREAM_FIRST` bytes, or not contiguous (which the
+        pickler then refuses, as without blocks)."""
         # Called for each of a model's hundreds of small arrays: lean.
         try:
             raw = buffer.raw()
@@ -81,6 +87,9 @@ class BlockWriter:
             return True
         n = raw.nbytes
         if n < OUT_OF_BAND_FROM or n > BLOCK_BYTES:
+            return True
+        if self._in_stream < IN_STREAM_FIRST:
+            self._in_stream += n
             return True
         at = -(-self._fill // BUFFER_ALIGN) * BUFFER_ALIGN
         end = at + n

@@ -175,12 +175,12 @@ class _Pickling:
     dump turns sectioned, then to its :attr:`sections`' stream.
     """
 
-    __slots__ = ("pickler", "memory", "sections", "busy", "_target", "_codec", "_protocol",
+    __slots__ = ("pickler", "memory", "sections", "blocks", "busy", "_target", "_codec", "_protocol",
                  "_chunk_size", "_n_threads")
 
     def __init__(self, protocol, inline_below):
         self.memory = io.BytesIO()
-        self.sections = None
+        self.sections = self.blocks = None
         self.busy = False
         # At protocol 5 small arrays' buffers may go to buffer blocks once
         # the dump is sectioned (a compact one keeps them in its stream).
@@ -211,8 +211,8 @@ class _Pickling:
         return sections.store(arr, favour_speed)
 
     def _buffer(self, buffer):
-        sections = self.sections
-        return sections is None or sections.blocks.take(buffer)
+        blocks = self.blocks
+        return blocks is None or blocks.take(buffer)
 
     def _to_sections(self, stream_in_file=False):
         """Turn the dump into a sectioned one on the target's file; with
@@ -223,6 +223,7 @@ class _Pickling:
             target.file(), target.name, self._codec, self._protocol, self._chunk_size,
             self._n_threads or default_n_threads(), stream_in_file=stream_in_file,
             blocks=self._protocol >= 5)
+        self.blocks = sections.blocks
         if self.memory.tell():
             sections.stream.write(self.memory.getvalue())
         self.memory = None

@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import __version__
 from ..container import ContainerWriter, EncodedStream
+from ..container.files import header_place, restate_minor
 from ..container.layout import BLOCKS_MINOR
 from ..container.direct_io import DirectFile
 from .object_paths import object_paths
@@ -74,10 +75,12 @@ class SectionWriter:
         at the first array section: :mod:`cpersist.container.stream_in_file`),
         rather than gathered in memory.
     blocks : bool
-        The pickler's ``buffer_callback`` is :attr:`blocks`' ``take``: small
-        arrays' bytes go to buffer blocks (:mod:`.buffer_blocks`), and the
-        dump is format 2.5 (its header is written before any array is met,
-        so it says 2.5 whether or not a buffer turns up).
+        Small arrays' bytes may go to buffer blocks (:mod:`.buffer_blocks`):
+        :attr:`blocks` is made, whose ``take`` is the pickler's
+        ``buffer_callback``, where ``file`` can go back to its header (a
+        dump holding blocks states format 2.5 there once written: the
+        header is written before any array is met). Elsewhere (a pipe, a
+        direct file, a file in append mode) they stay in the stream.
 
     Attributes
     ----------
@@ -88,11 +91,11 @@ class SectionWriter:
                  pickle_chunk_size=PICKLE_CHUNK_SIZE, payload_at=None, stream_in_file=False,
                  blocks=False):
         self.blocks = None
-        if blocks:
-            self.writer = ContainerWriter(file, n_threads, name, minor=BLOCKS_MINOR)
+        self._header_at = header_place(file) if blocks else None
+        if self._header_at is not None:
             self.blocks = BlockWriter(self._add_block, chunk_size,
                                       reuse=codec is not None or type(file) in COPYING_FILES)
-        elif payload_at is None:
+        if payload_at is None:
             self.writer = ContainerWriter(file, n_threads, name)
         else:
             # Imported here: other dumps need none of the growing files' format.
@@ -118,7 +121,7 @@ class SectionWriter:
                 return stored(arr, favour_speed)
 
             self.store = store
-        self._codec = codec
+        self._codec, self._name = codec, name
         self._block_chunk, self._n_threads = stream_chunk, n_threads
         self._protocol = protocol
         self._file = file
@@ -154,14 +157,14 @@ class SectionWriter:
         objects, whose readers then walk the pickle stream).
         """
         writer = self.writer
-        blocks = self.blocks
+        blocks, n_blocks = self.blocks, 0
         if blocks is not None:
             blocks.flush()
             blocks.close()
-            blocks = blocks.count > 0
-        n_sections = writer.n_sections
-        if record_paths and n_sections >= RECORD_PATHS_FROM:
-            paths = object_paths(obj, placed, n_sections)
+            n_blocks = blocks.count
+        n_arrays = writer.n_sections - n_blocks
+        if record_paths and n_arrays >= RECORD_PATHS_FROM:
+            paths = object_paths(obj, placed, n_arrays)
             if paths is not None:
                 for section, path in paths.items():
                     writer.section_meta(section)["path"] = path
@@ -169,7 +172,10 @@ class SectionWriter:
             root = self._in_file.add_section(meta=dict(ROOT_META))
             writer.finish(root, info=dump_info(self._protocol))
             return
-        finish_dump(writer, self.stream.encoded_chunks(), self._codec, self._protocol, blocks)
+        finish_dump(writer, self.stream.encoded_chunks(), self._codec, self._protocol,
+                    n_blocks > 0)
+        if n_blocks:
+            restate_minor(self._file, self._header_at, BLOCKS_MINOR, self._name)
         if type(self._file) in COPYING_FILES:
             # Their write() has copied the stream's chunks: the buffers
             # serve the next dump. (Another file object may keep what it
