@@ -294,7 +294,7 @@ def run_with_buffers(stream, sections, dry=False):
 
     def stored(index):
         if type(index) is not int or not 0 <= index < len(sections):
-            raise cpersist.CorruptFileError(f"no section {index!r}")
+            raise cpersist.CorruptFileError("no such section")  # no repr: it may never end
         return np.frombuffer(sections[index][0], np.uint8)
 
     buffers = [memoryview(bytearray(raw)) for raw, meta in sections

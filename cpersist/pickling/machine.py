@@ -85,11 +85,13 @@ class Machine:
         self.marks = []  # where each MARK left the stack, the topmost last
         self.memo = {}
         self.protocol = 0  # of the last PROTO
-        self._buffers = () if buffers is None else buffers
+        self._buffers = () if buffers is None else list(buffers)
         self._next_buffer = 0
-        for buffer in self._buffers:
+        for number, buffer in enumerate(self._buffers):
             if type(buffer) is not memoryview or not buffer.contiguous:
                 raise TypeError(f"buffers must be contiguous memoryviews, not {brief(buffer)}")
+            if buffer.format != "B" or buffer.ndim != 1:  # len() counts its bytes
+                self._buffers[number] = buffer.cast("B")
 
     # -- the stack: the one underflow check ------------------------------------
     def need(self, n):
