@@ -285,7 +285,7 @@ def run_with_buffers(stream, sections, dry=False):
     """Run ``stream`` on the restricted machine, given as out-of-band
     buffers the bytes of ``sections`` (``(bytes, meta)`` each) whose meta
     is not an array's, and as ``stored_array(n)`` section ``n``'s bytes;
-    its object, or None for a cpersist error."""
+    its object, or None for a cpersist error or when there are no buffers."""
     import numpy as np
 
     import cpersist
@@ -299,6 +299,8 @@ def run_with_buffers(stream, sections, dry=False):
 
     buffers = [memoryview(bytearray(raw)) for raw, meta in sections
                if not isinstance(meta, dict) or meta.get("kind") != "array"]
+    if not buffers:  # the load of the file ran the machine on it alone
+        return None
     unpickler = ArrayUnpickler(io.BytesIO(stream), stored, restricted=True, source="<fuzz>",
                                dry=dry)
     try:
