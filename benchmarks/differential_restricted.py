@@ -13,7 +13,9 @@ JAX arrays, each family where its library is installed) is written in
 several ways (:func:`encodings`): dumped by cpersist at several ``compress``
 settings, and pickled by :mod:`pickle` at protocols 0-5, that stream put in
 a cpersist container as its pickle stream (numpy's own pickles, as a
-restricted load meets them inside a file). Each file is loaded with
+restricted load meets them inside a file); at protocol 5 also with its
+buffers out of band, the stream given to the C unpickler and to the
+restricted machine with the same buffers. Each file is loaded with
 ``trusted=True`` and with ``trusted=False``; the two results must be the
 same (:func:`first_difference`: types, dtypes, shapes, strides, the
 writeable and contiguity flags, every byte, masks and fill values, tensors'
@@ -459,6 +461,36 @@ def encodings(obj, family, compress=COMPRESS, protocols=PROTOCOLS):
         except (pickle.PicklingError, TypeError, ValueError, AttributeError):
             continue  # StringDType arrays below protocol 2, for one
         yield f"pickle-{protocol}", _in_container(stream), False
+    if 5 in protocols:
+        raws = []
+        try:
+            stream = pickle.dumps(obj, protocol=5,
+                                  buffer_callback=lambda b: raws.append(b.raw().tobytes()))
+        except (pickle.PicklingError, TypeError, ValueError, AttributeError, BufferError):
+            return
+        if raws:  # numpy's arrays over out-of-band buffers
+            yield "pickle-5-buffers", (stream, raws), False
+
+
+def _load(data, trusted):
+    """A file's bytes loaded, or a stream and its out-of-band buffers'
+    bytes: given to the C unpickler or run on the restricted machine, each
+    with the buffers in fresh writable memory."""
+    if type(data) is not tuple:
+        import cpersist
+
+        return cpersist.loads(data, trusted=trusted)
+    stream, raws = data
+    buffers = [memoryview(bytearray(raw)) for raw in raws]
+    if trusted:
+        return pickle.loads(stream, buffers=buffers)
+    from cpersist.pickling import restricted
+    from cpersist.pickling.unpickler import ArrayUnpickler
+
+    unpickler = ArrayUnpickler(io.BytesIO(stream), None, restricted=True, source="<buffers>")
+    return restricted.run(stream, unpickler.resolve, unpickler.persistent_load,
+                          unpickler._limits, "<buffers>", on_protocol=unpickler._set_protocol,
+                          buffers=buffers)
 
 
 # -- the comparison -----------------------------------------------------------------------
@@ -659,14 +691,14 @@ def check(name, obj, family, label, data, is_dump, counts, problems):
 
     counts["loads compared"] += 1
     try:
-        trusted = cpersist.loads(data)
+        trusted = _load(data, True)
     except Exception as exc:  # noqa: BLE001 - a trusted load failing is reported
         counts["trusted failed"] += 1
         problems.append(f"{name} [{label}]: the trusted load fails: {type(exc).__name__}: "
                         f"{str(exc)[:200]}")
         return
     try:
-        restricted = cpersist.loads(data, trusted=False)
+        restricted = _load(data, False)
     except cpersist.CpersistError as exc:
         counts["refused"] += 1
         problems.append(f"{name} [{label}]: refused: {type(exc).__name__}: {str(exc)[:300]}")

@@ -10,12 +10,14 @@ Each input is a whole cpersist file. It is loaded with
 ``cpersist.loads(data, trusted=False)``, then read by one of: a restricted
 load from a file, ``cpersist info``, :func:`cpersist.verify` and
 :func:`cpersist.inspect` (which one is decided by the input's bytes, so that
-a finding reproduces). A cpersist error (:class:`cpersist.CpersistError`)
-or a result is what a reader may give; any other exception, a change to
-numpy's shared objects (the masked singleton, the built-in dtypes), a crash,
-more than 5 s (``-timeout=5``) or 2 GiB of memory (``-rss_limit_mb=2048``)
-is a finding, saved in ``WORK/crashes/`` (``crash-*``, ``timeout-*``,
-``oom-*``).
+a finding reproduces). Its pickle stream is also run on the restricted
+machine itself with out-of-band buffers (:func:`run_with_buffers`): the
+bytes of its sections other than arrays, a buffer each. A cpersist error
+(:class:`cpersist.CpersistError`) or a result is what a reader may give;
+any other exception, a change to numpy's shared objects (the masked
+singleton, the built-in dtypes), a crash, more than 5 s (``-timeout=5``) or
+2 GiB of memory (``-rss_limit_mb=2048``) is a finding, saved in
+``WORK/crashes/`` (``crash-*``, ``timeout-*``, ``oom-*``).
 
 The mutator knows the format: most mutations take the pickle stream out of
 the container, change it (libFuzzer's own mutations, or a piece of a known
@@ -135,12 +137,36 @@ def wrap(stream, arrays=()):
     return buf.getvalue()
 
 
+def out_of_band(obj, how):
+    """``(stream, buffers' bytes)`` of ``obj`` pickled at protocol 5 with
+    every buffer out of band: arrays as numpy pickles them (``"numpy"``),
+    or as cpersist's pickler keeps its small ones (``"inline"``)."""
+    import numpy as np
+
+    from cpersist.pickler import inline_array
+
+    class Pickler(pickle.Pickler):
+        def reducer_override(self, arr):
+            if how != "inline" or type(arr) is not np.ndarray or arr.dtype.hasobject:
+                return NotImplemented
+            fortran = arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous
+            arr = arr if fortran or arr.flags.c_contiguous else np.ascontiguousarray(arr)
+            return inline_array, (pickle.PickleBuffer(arr.T if fortran else arr), arr.dtype,
+                                  arr.shape, "F" if fortran else "C")
+
+    raws = []
+    file = io.BytesIO()
+    Pickler(file, protocol=5, buffer_callback=lambda b: raws.append(b.raw().tobytes())).dump(obj)
+    return file.getvalue(), raws
+
+
 def write_seeds(folder, leave_out=()):
     """The starting corpus: the hostile corpus of the tests, the record-log and
     growing-file fixtures, the known attacks of ``tests/_hostile.py`` (small
     sizes), dumps of :func:`benign_objects`
-    (raw and compressed), and numpy's own pickles of them at every protocol,
-    each wrapped in a container. Seeds whose names match a pattern of
+    (raw and compressed), numpy's own pickles of them at every protocol,
+    each wrapped in a container, and their pickles with out-of-band buffers
+    (:func:`out_of_band`), a section each. Seeds whose names match a pattern of
     ``leave_out`` (``fnmatch``) are left out. Returns the names written."""
     import fnmatch
 
@@ -174,6 +200,13 @@ def write_seeds(folder, leave_out=()):
             except Exception:  # tensors at protocol 0 and 1, for one
                 continue
             seeds[f"pickle-{number}-p{protocol}.cp"] = wrap(stream)
+        for how in ("numpy", "inline"):
+            try:
+                stream, raws = out_of_band(obj, how)
+            except Exception:  # what protocol 5 cannot pickle
+                continue
+            seeds[f"buffers-{number}-{how}.cp"] = wrap(stream, [(raw, {"kind": "buffer"})
+                                                                for raw in raws])
     written = []
     for name, data in seeds.items():
         if any(fnmatch.fnmatch(name, pattern) for pattern in leave_out):
@@ -240,9 +273,44 @@ class Target:
                 cpersist.inspect(io.BytesIO(data))
         except cpersist.CpersistError:
             pass
+        parts = take_apart(data)
+        if parts is not None:
+            run_with_buffers(*parts, dry=bool(zlib.crc32(data) & 4))
         if _intact_state() != self.intact:
             raise AssertionError("the file changed numpy's shared objects (np.ma.masked, "
                                  "np.ma.nomask or a built-in dtype)")
+
+
+def run_with_buffers(stream, sections, dry=False):
+    """Run ``stream`` on the restricted machine, given as out-of-band
+    buffers the bytes of ``sections`` (``(bytes, meta)`` each) whose meta
+    is not an array's, and as ``stored_array(n)`` section ``n``'s bytes;
+    its object, or None for a cpersist error or when there are no buffers."""
+    import numpy as np
+
+    import cpersist
+    from cpersist.pickling import restricted
+    from cpersist.pickling.unpickler import ArrayUnpickler
+
+    def stored(index):
+        if type(index) is not int or not 0 <= index < len(sections):
+            raise cpersist.CorruptFileError("no such section")  # no repr: it may never end
+        return np.frombuffer(sections[index][0], np.uint8)
+
+    buffers = [memoryview(bytearray(raw)) for raw, meta in sections
+               if not isinstance(meta, dict) or meta.get("kind") != "array"]
+    if not buffers:  # the load of the file ran the machine on it alone
+        return None
+    unpickler = ArrayUnpickler(io.BytesIO(stream), stored, restricted=True, source="<fuzz>",
+                               dry=dry)
+    try:
+        return restricted.run(stream, unpickler.resolve, unpickler.persistent_load,
+                              unpickler._limits, "<fuzz>", on_protocol=unpickler._set_protocol,
+                              dry=dry, buffers=buffers)
+    except cpersist.CpersistError:
+        return None
+    finally:
+        unpickler._restore_watched()
 
 
 # -- the mutator --------------------------------------------------------------------

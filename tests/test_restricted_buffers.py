@@ -64,9 +64,10 @@ F8 = pickle.GLOBAL + b"numpy\ndtype\n" + pickle.SHORT_BINUNICODE + b"\x02f8" + p
     + pickle.REDUCE
 
 
-def call_inline(data, count, order=b"C"):
-    """``inline_array(data, float64, (count,), order)``."""
-    return (INLINE + pickle.MARK + data + F8 + pickle.BININT1 + bytes([count]) + pickle.TUPLE1
+def call_inline(data, count, order=b"C", dtype=F8):
+    """``inline_array(data, dtype (float64), (count,), order)``."""
+    return (INLINE + pickle.MARK + data + dtype + pickle.BININT2 + struct.pack("<H", count)
+            + pickle.TUPLE1
             + pickle.SHORT_BINUNICODE + b"\x01" + order + pickle.TUPLE + pickle.REDUCE)
 
 
@@ -141,7 +142,8 @@ def test_a_buffer_of_the_wrong_size_or_kind_is_refused():
     for count in (2, 4):  # fewer or more bytes than 3 floats
         with pytest.raises(cpersist.CorruptFileError, match="over a buffer of 24"):
             load(v5(call_inline(pickle.NEXT_BUFFER, count)), [memoryview(bytearray(24))])
-    refused = (  # a buffer as a key; READONLY_BUFFER of a bytearray, of a list
+    refused = (  # Python objects; a buffer as a key; READONLY_BUFFER of a bytearray, a list
+        call_inline(pickle.NEXT_BUFFER, 3, dtype=F8.replace(b"\x02f8", b"\x01O")),
         pickle.EMPTY_SET + pickle.MARK + pickle.NEXT_BUFFER + pickle.READONLY_BUFFER
         + pickle.ADDITEMS,
         pickle.BYTEARRAY8 + struct.pack("<Q", 1) + b"a" + pickle.READONLY_BUFFER,
@@ -158,11 +160,11 @@ def test_copies_of_buffers_are_charged_and_views_are_not():
     many = [np.full(1024, float(i)) for i in range(16)]  # 128 KiB of buffers, all viewed
     stream, buffers = dump(many)
     assert [a[0] for a in load(stream, buffers, limits)] == list(range(16))
-    again = v5(call_inline(pickle.NEXT_BUFFER + pickle.BINPUT + b"\x00", 128) + pickle.POP
-               + (call_inline(pickle.BINGET + b"\x00", 128) + pickle.POP) * 64 + pickle.NONE)
-    assert load(again, [memoryview(bytearray(1024))]) is None
+    again = v5(call_inline(pickle.NEXT_BUFFER + pickle.BINPUT + b"\x00", 1024) + pickle.POP
+               + (call_inline(pickle.BINGET + b"\x00", 1024) + pickle.POP) * 16 + pickle.NONE)
+    assert load(again, [memoryview(bytearray(8192))]) is None
     with pytest.raises(cpersist.LimitExceededError, match="max_alloc_bytes"):
-        load(again, [memoryview(bytearray(1024))], limits)
+        load(again, [memoryview(bytearray(8192))], limits)
 
 
 def test_a_dry_run_takes_buffers_as_a_load_does():

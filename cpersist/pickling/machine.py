@@ -85,11 +85,13 @@ class Machine:
         self.marks = []  # where each MARK left the stack, the topmost last
         self.memo = {}
         self.protocol = 0  # of the last PROTO
-        self._buffers = () if buffers is None else buffers
+        self._buffers = () if buffers is None else list(buffers)
         self._next_buffer = 0
-        for buffer in self._buffers:
+        for number, buffer in enumerate(self._buffers):
             if type(buffer) is not memoryview or not buffer.contiguous:
                 raise TypeError(f"buffers must be contiguous memoryviews, not {brief(buffer)}")
+            if buffer.format != "B" or buffer.ndim != 1:  # len() counts its bytes
+                self._buffers[number] = buffer.cast("B")
 
     # -- the stack: the one underflow check ------------------------------------
     def need(self, n):
@@ -182,8 +184,9 @@ class Machine:
                 kind is int and -_DISTINCT_HASH < key < _DISTINCT_HASH):
             return
         if kind is memoryview:
-            # A pickled PickleBuffer hashes by identity: no dump keys by one.
-            # Hashing or comparing a view costs its length, not one step.
+            # No dump keys by a buffer (a PickleBuffer hashes by identity,
+            # which no load keeps); hashing or comparing a view costs its
+            # length, not one step.
             raise Refused("an out-of-band buffer as a key of a set or dict")
         try:
             value = hash(key)
@@ -297,9 +300,9 @@ class Machine:
         elif self._taken.get(key) is buffer:
             self.made()
             self.alloc(buffer.nbytes if type(buffer) is memoryview else len(buffer))
-            copy = bytearray(buffer)
-            if type(buffer) is memoryview:
-                copy = memoryview(copy)
+            # Held at this one place: an array may view it.
+            copy = self.made_buffer(bytearray(buffer) if type(buffer) is bytearray
+                                    else memoryview(bytearray(buffer)))
             return copy if value is buffer else self.nested((copy,) + value[1:])
         return value
 

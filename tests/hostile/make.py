@@ -340,10 +340,63 @@ def quick_path():
     }
 
 
+#: Where each out-of-band buffer starts in its block: a multiple of this.
+BUFFER_ALIGN = 64
+
+
+def buffer_block(*sizes, fill=b"\x01"):
+    """A buffer block (``(bytes, meta)``) of buffers of ``sizes`` bytes, each
+    at the next multiple of :data:`BUFFER_ALIGN`, filled with ``fill``."""
+    block = bytearray()
+    for size in sizes:
+        block += bytes(-len(block) % BUFFER_ALIGN) + fill * size
+    return [(bytes(block), {"kind": "buffers", "sizes": list(sizes)})]
+
+
+def inline_f8(data_ops, count):
+    """``inline_array(data, float64, (count,), "C")``."""
+    return call(glob("cpersist.pickler", "inline_array"), data_ops, dtype("f8"),
+                tup(integer(count)), s("C"))
+
+
+def out_of_band():
+    """Streams over out-of-band buffers (protocol 5's NEXT_BUFFER), each
+    with a block of the buffers it names (:data:`BLOCKS`)."""
+    nxt = pickle.NEXT_BUFFER
+    return {
+        "13-buffers-more-than-the-file-holds": (proto(5, tup(inline_f8(nxt, 128),
+                                                             inline_f8(nxt, 128))), REFUSED),
+        "13-buffers-fewer-than-the-file-holds": (proto(5, inline_f8(nxt, 128)), ANY),
+        "13-buffers-at-protocol-4": (proto(4, inline_f8(nxt, 128)), REFUSED),
+        "13-buffers-wrong-size": (proto(5, inline_f8(nxt, 129)), REFUSED),
+        "13-buffers-as-a-set-key": (proto(5, pickle.EMPTY_SET + pickle.MARK + nxt
+                                         + pickle.READONLY_BUFFER + pickle.ADDITEMS), REFUSED),
+        # One buffer of 64 KiB the data of 8,192 arrays: each a copy, 512 MiB.
+        "13-buffers-one-for-many-arrays": (proto(5, nxt + put(0) + pickle.POP + pickle.MARK
+                                                 + inline_f8(get(0), 8192) * 8192
+                                                 + pickle.TUPLE), REFUSED),
+        # A buffer handed back bare, and the data of an array: never the same memory.
+        "13-buffers-bare-and-an-array": (proto(5, pickle.EMPTY_LIST + nxt + put(0)
+                                               + pickle.APPEND + inline_f8(get(0), 128)
+                                               + pickle.APPEND), ANY),
+    }
+
+
+#: The buffer blocks of the files of :func:`out_of_band`.
+BLOCKS = {"13-buffers-more-than-the-file-holds": buffer_block(1024),
+          "13-buffers-fewer-than-the-file-holds": buffer_block(1024, 1024),
+          "13-buffers-at-protocol-4": buffer_block(1024),
+          "13-buffers-wrong-size": buffer_block(1024),
+          "13-buffers-as-a-set-key": buffer_block(1024),
+          "13-buffers-one-for-many-arrays": buffer_block(65536),
+          "13-buffers-bare-and-an-array": buffer_block(1024)}
+
+
 #: The forged files: ``{name: (pickle stream, expectation)}``.
 FORGED = {**use_after_free(), **offset_past_buffer(), **deep_tuples(), **masked_singleton(),
           **hash_collisions(), **nested_lists_to_numpy(), **allocation(), **uninitialised(),
-          **long_int(), **quick_path(), **torch_advisories(), **shared_dtypes(), **found()}
+          **long_int(), **quick_path(), **torch_advisories(), **shared_dtypes(),
+          **out_of_band(), **found()}
 
 
 #: Defect 10: files of what ``torch.load(weights_only=True)`` and numpy's own
@@ -402,7 +455,7 @@ def write_forged(folder):
     for name, (stream, _) in FORGED.items():
         with open(os.path.join(folder, f"{name}.cp"), "wb") as f:
             f.write(compact_dump(stream) if name in COMPACT
-                    else container(stream, STORAGES.get(name, ())))
+                    else container(stream, STORAGES.get(name, BLOCKS.get(name, ()))))
 
 
 def main(folder=HERE):
