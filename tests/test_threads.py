@@ -409,9 +409,9 @@ def test_arrays_read_ahead_are_allocated_on_the_calling_thread(tmp_path, monkeyp
     threads = []
     real = read._allocate
 
-    def spy(reader, index, dtype, shape, order, align=0):
+    def spy(*args):
         threads.append(threading.current_thread())
-        return real(reader, index, dtype, shape, order, align)
+        return real(*args)
 
     monkeypatch.setattr(read, "_allocate", spy)
     obj = {f"w{i}": smooth_map(40_000 + i) for i in range(8)}

@@ -368,7 +368,7 @@ def array_layout(reader, section, resolve=True):
 
 
 def _new_array(reader, section, dtype, shape, order, align=0):
-    """``(array, byte view)`` to read ``section`` into.
+    """``(array, byte view)`` to read ``section`` into, placed as its source's ``page_phase`` asks.
 
     Allocated before the sizes stated in its chunks' own headers are read:
     uninitialised, its pages are backed only as chunks are written into
@@ -380,19 +380,19 @@ def _new_array(reader, section, dtype, shape, order, align=0):
     for the disk each from a file not in the page cache. A claim that cannot
     be allocated at all is compared with those headers then
     (:meth:`~cpersist.container.ContainerReader.check_claimed_sizes`), so
-    that a forged size is reported as one.
-    """
+    that a forged size is reported as one."""
+    phase = reader.source.page_phase(section.offset, section.raw_size) if section.is_raw else None
     try:
-        return _allocate(reader, section.index, dtype, shape, order, align)
+        return _allocate(reader, section.index, dtype, shape, order, align, phase)
     except CorruptFileError as exc:
         cannot = exc
     reader.check_claimed_sizes(section)
     raise cannot
 
 
-def _allocate(reader, index, dtype, shape, order, align=0):
+def _allocate(reader, index, dtype, shape, order, align=0, phase=None):
     try:
-        return allocate(dtype, shape, order, align)
+        return allocate(dtype, shape, order, align, phase)
     except (MemoryError, ValueError) as exc:
         raise reader.error(
             f"section {index} claims an array {dtype} {shape} that cannot be "

@@ -113,6 +113,14 @@ class ByteSource(ABC):
         """
         return None
 
+    def page_phase(self, offset, length):
+        """Where within a page of the file the ``length`` bytes at ``offset``
+        start, when :meth:`read_into` copies them into memory through the
+        kernel (a ``pread``), whose speed then depends on where that memory
+        starts (:func:`cpersist._runtime.pages.aliased`), and they are
+        enough for it to matter; else None, as this default says."""
+        return None
+
     def will_read_all(self):
         """Note that the caller is about to read the whole dump, roughly in
         file order (a load), before anything has been read.

@@ -8,12 +8,18 @@ from contextlib import contextmanager
 
 from ..._runtime.locks import locked
 from ..files import is_writable
+from ..layout import PAGE_ALIGNED_FROM
 from .abc import ByteSource
 
 _ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY}
 
 #: None where the system takes no read-ahead advice (macOS, Windows).
 _WILL_NEED = getattr(os, "POSIX_FADV_WILLNEED", None)
+#: Reads of fewer bytes say nothing of where to place their memory
+#: (:meth:`LocalFileSource.page_phase`): the sections that start on a page,
+#: whose copy into any of glibc's large blocks is aliased. A smaller one
+#: starts anywhere in a page, as the memory it is read into does.
+PHASED_FROM = PAGE_ALIGNED_FROM
 
 
 class LocalFileSource(ByteSource):
@@ -105,6 +111,11 @@ class LocalFileSource(ByteSource):
             return n
 
         self.fill(offset, buffer, read_some)
+
+    def page_phase(self, offset, length):
+        if length < PHASED_FROM:
+            return None
+        return (self.base + offset) % mmap.PAGESIZE
 
     def will_need(self, offset, length):
         """See :meth:`ByteSource.will_need`: the kernel is asked to read the
