@@ -78,15 +78,6 @@ RAW_FILES = [p for p in FILES if _entry(p)[1]["codec"] is None]
 COMPRESSED_FILES = [p for p in FILES if p not in RAW_FILES]
 #: Dumps holding buffer blocks (format 2.5).
 BLOCK_FILES = [p for p in FILES if _entry(p)[1]["object"] == "blocks"]
-#: RESTRICTED: a restricted load reads buffer blocks once its machine takes
-#: out-of-band buffers (``NEXT_BUFFER``); until then the tests running it on
-#: a block file (a restricted load, and inspect's and verify's dry run of
-#: one) are expected to fail there.
-_restricted_reads_blocks = pytest.mark.xfail(
-    reason="the restricted machine does not take out-of-band buffers yet", strict=False)
-RESTRICTED_FILES = [pytest.param(p, marks=_restricted_reads_blocks) if p in BLOCK_FILES else p
-                    for p in FILES]
-restricted_file = pytest.mark.parametrize("path", RESTRICTED_FILES, ids=_ids(FILES))
 fixture_file = pytest.mark.parametrize("path", FILES, ids=_ids(FILES))
 raw_file = pytest.mark.parametrize("path", RAW_FILES, ids=_ids(RAW_FILES))
 compressed_file = pytest.mark.parametrize("path", COMPRESSED_FILES, ids=_ids(COMPRESSED_FILES))
@@ -123,7 +114,7 @@ def test_loads_equal(path):
     assert_same(_expected(path), cpersist.load(path))
 
 
-@restricted_file
+@fixture_file
 def test_restricted_load(path):
     # The fixtures hold only numpy arrays, scalars and builtins: the default
     # allowlist of a restricted load covers them.
@@ -155,7 +146,7 @@ def test_compressed_mmap_mode_loads_into_memory(path):
     assert not any(isinstance(a, np.memmap) for a in _arrays(out))
 
 
-@restricted_file
+@fixture_file
 def test_inspect_and_verify(path):
     version, entry = _entry(path)
     manifest = _manifest(version)
@@ -188,7 +179,7 @@ def test_inspect_and_verify(path):
         assert totals["chunks"] > totals["sections"], "several chunks per section"
 
 
-@restricted_file
+@fixture_file
 def test_listing_gives_the_walk_s_paths(path):
     """A file of many arrays lists the paths its index records; others walk
     their pickle stream: either way, the paths ``cpersist info`` prints."""
@@ -228,7 +219,7 @@ def test_piece_checksums(path):
         cpersist.verify(path)
 
 
-@restricted_file
+@fixture_file
 @pytest.mark.parametrize("compress", [0, ("zstd", 3)], ids=["raw", "zstd"])
 def test_convert(path, compress, tmp_path):
     out_path = tmp_path / "converted.cp"

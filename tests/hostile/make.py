@@ -366,7 +366,7 @@ def out_of_band():
     return {
         "13-buffers-more-than-the-file-holds": (proto(5, tup(inline_f8(nxt, 128),
                                                              inline_f8(nxt, 128))), REFUSED),
-        "13-buffers-fewer-than-the-file-holds": (proto(5, inline_f8(nxt, 128)), ANY),
+        "13-buffers-fewer-than-the-file-holds": (proto(5, inline_f8(nxt, 128)), REFUSED),
         "13-buffers-at-protocol-4": (proto(4, inline_f8(nxt, 128)), REFUSED),
         "13-buffers-wrong-size": (proto(5, inline_f8(nxt, 129)), REFUSED),
         "13-buffers-as-a-set-key": (proto(5, pickle.EMPTY_SET + pickle.MARK + nxt
@@ -374,7 +374,7 @@ def out_of_band():
         # One buffer of 64 KiB the data of 8,192 arrays: each a copy, 512 MiB.
         "13-buffers-one-for-many-arrays": (proto(5, nxt + put(0) + pickle.POP + pickle.MARK
                                                  + inline_f8(get(0), 8192) * 8192
-                                                 + pickle.TUPLE), REFUSED),
+                                                 + pickle.TUPLE), LIMIT),
         # A buffer handed back bare, and the data of an array: never the same memory.
         "13-buffers-bare-and-an-array": (proto(5, pickle.EMPTY_LIST + nxt + put(0)
                                                + pickle.APPEND + inline_f8(get(0), 128)
