@@ -11,6 +11,7 @@ import pytest
 
 import cpersist
 from cpersist.codecs.registry import UnknownCodecError, codec_from_config
+from cpersist.container import ContainerReader
 from cpersist.container.layout import BLOCKS_STUB, HEADER, TRAILER
 from cpersist.pickling.buffer_blocks import BLOCK_BYTES, OUT_OF_BAND_FROM, block_offsets
 
@@ -92,6 +93,26 @@ def test_blocks_are_capped_and_hold_only_buffers_of_1_kib_and_more(tmp_path):
     # The arrays under 1 KiB stay in the stream.
     small = sum(1 for a in obj["weights"] if a.nbytes < OUT_OF_BAND_FROM)
     assert small and len(sizes) <= len(obj["weights"]) - small + 8
+
+
+def test_the_bytes_between_buffers_are_zeros(tmp_path):
+    # A first dump fills the block memory the thread keeps with 0xff, as
+    # buffers of multiples of 64 bytes (no padding); the second's buffers
+    # leave padding, which must not show what the memory held.
+    cpersist.dump([np.full(n, 0xFF, np.uint8) for n in [2048] * 700], tmp_path / "a.cp")
+    cpersist.dump([np.ones(n, np.uint8) for n in [1500] * 700], tmp_path / "b.cp")
+    with open(tmp_path / "b.cp", "rb") as file:
+        reader = ContainerReader(file, "b")
+        blocks = [s for s in reader.sections if s.meta.get("kind") == "buffers"]
+        assert blocks
+        for section in blocks:
+            data = bytearray(section.raw_size)
+            reader.read_into(section, memoryview(data))
+            offsets, _ = block_offsets(section.meta["sizes"])
+            for at, n in zip(offsets, section.meta["sizes"]):
+                assert data[at:at + n] == b"\x01" * n
+                data[at:at + n] = bytes(n)
+            assert not any(data)
 
 
 def test_a_kept_array_keeps_one_block(tmp_path):

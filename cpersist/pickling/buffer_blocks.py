@@ -40,6 +40,7 @@ IN_STREAM_FIRST = 64 << 10
 #: numpy and SIMD code like, as in a raw section.
 BUFFER_ALIGN = 64
 
+_ZEROS = bytes(BUFFER_ALIGN)
 _kept = threading.local()  # .block: a thread's block memory, kept between dumps
 
 
@@ -99,6 +100,10 @@ class BlockWriter:
         memory = self._memory
         if memory is None:
             memory = self._memory = self._new_memory()
+        if at > self._fill:
+            # The padding before a buffer: new memory holds whatever the
+            # allocator left there, reused memory the last dump's bytes.
+            memory[self._fill:at] = _ZEROS[:at - self._fill]
         memory[at:end] = raw
         self._fill = end
         self._sizes.append(n)
