@@ -177,6 +177,25 @@ def test_blocks_that_do_not_fit_are_refused(edit, message, tmp_path):
         cpersist.load(path)
 
 
+def test_a_block_claiming_more_than_a_block_holds_is_refused(tmp_path):
+    """Two buffers of 4 MiB more in the last block's sizes and its last
+    chunk's length (a consistent index; compressed, so that its stored
+    bytes need not match): refused for its size before its memory is
+    taken, not once the chunk it claims is read."""
+    path = tmp_path / "obj.cp"
+    cpersist.dump(many_small_arrays(), path, compress=3)
+
+    def on_index(index):
+        block = [s for s in index["sections"] if s.get("meta", {}).get("kind") == "buffers"][-1]
+        _, end = block_offsets(block["meta"]["sizes"])
+        block["meta"]["sizes"] += [BLOCK_BYTES] * 2
+        block["chunks"][-1][1] += block_offsets(block["meta"]["sizes"])[1] - end
+
+    path.write_bytes(forge(path.read_bytes(), on_index, consistent=True))
+    with pytest.raises(cpersist.CorruptFileError, match="more than a block holds"):
+        cpersist.load(path)
+
+
 @pytest.mark.parametrize("given, message", [(0, "more out-of-band buffers than the 0"),
                                             (2, "uses 1 of the 2 out-of-band")])
 def test_a_stream_must_take_every_buffer_once(given, message):

@@ -158,14 +158,20 @@ def block_sections(reader):
     Raises
     ------
     CorruptFileError
-        If a block's sizes are not a list of sizes, or their layout does
-        not fill its section exactly.
+        If a block holds more than :data:`BLOCK_BYTES`, its sizes are not a
+        list of sizes, or their layout does not fill its section exactly.
     """
     blocks = []
     for section in reader.sections:
         meta = section.meta
         if meta.get("kind") != BLOCK_KIND:
             continue
+        if section.raw_size > BLOCK_BYTES:
+            # Before anything is allocated for it: a block's memory is
+            # backed before its chunks are read and checked.
+            raise reader.error(f"section {section.index}: a buffer block of "
+                               f"{section.raw_size} bytes, more than a block holds "
+                               f"({BLOCK_BYTES})")
         sizes = meta.get("sizes")
         if (type(sizes) is not list or not sizes
                 or not all(type(n) is int and 0 < n <= BLOCK_BYTES for n in sizes)):
