@@ -21,9 +21,9 @@ FRESH_FROM = 256 << 10
 
 #: A copy by the kernel out of the page cache (a ``pread``) into memory
 #: that starts less than this many bytes after its source within a page
-#: runs at about a quarter of its speed (measured on AMD Zen 3, whose
-#: kernel copies with ``rep movsb``): each load from the source seems to
-#: depend on a store just made to the destination (4K aliasing). glibc
+#: runs several times slower on CPUs whose kernel copies with ``rep movsb``
+#: (AMD Zen 3): each load from the source seems to depend on a store just
+#: made to the destination (4K aliasing). glibc
 #: starts every large block 16 bytes into a page, and a file's large raw
 #: sections start on a page.
 ALIASED_WITHIN = 64
