@@ -23,8 +23,9 @@ The mutator knows the format: most mutations take the pickle stream out of
 the container, change it (libFuzzer's own mutations, or a piece of a known
 attack spliced in) and put it back in a valid container with correct
 checksums and the same stored arrays, so that mutants get past the checksums
-to the pickle machine; the others change the file's raw bytes, or an array
-section's description in the index.
+to the pickle machine; the others change the file's raw bytes, an array
+section's description in the index, or a buffer block's list of sizes
+or its bytes (:func:`edit_block`).
 
 Options of this script (the rest go to libFuzzer, whose flags have a single
 dash): ``--work DIR`` (default ``fuzz-restricted``): the corpus is
@@ -125,16 +126,60 @@ def benign_objects():
 
 def wrap(stream, arrays=()):
     """A cpersist file (bytes) whose pickle stream is ``stream`` and whose
-    stored arrays are ``arrays`` (``(raw bytes, meta)`` each, numbered from 0)."""
+    stored arrays are ``arrays`` (``(raw bytes, meta)`` each, numbered from 0).
+    If any of them is a buffer block (:func:`is_block`), the file is laid out
+    as a dump with blocks: format 2.5, its section list ending with the
+    stub, its header stating minor version 5."""
     from cpersist.container import ContainerWriter
+    from cpersist.container.files import restate_minor
+    from cpersist.container.layout import BLOCKS_MINOR
 
     buf = io.BytesIO()
     writer = ContainerWriter(buf)
     for data, meta in arrays:
         writer.add_section([memoryview(data)], meta=meta)
     root = writer.add_section([memoryview(stream)], meta={"kind": "pickle"})
-    writer.finish(root)
+    blocks = any(is_block(meta) for _, meta in arrays)
+    writer.finish(root, blocks=blocks)
+    if blocks:
+        restate_minor(buf, 0, BLOCKS_MINOR)
     return buf.getvalue()
+
+
+def is_block(meta):
+    """Whether a section's ``meta`` is a buffer block's."""
+    return isinstance(meta, dict) and meta.get("kind") == "buffers"
+
+
+def with_blocks(obj):
+    """A file (bytes) holding ``obj`` as a dump with buffer blocks holds it
+    (format 2.5): its small arrays' buffers, out of band, in one block
+    (:mod:`cpersist.pickling.buffer_blocks`'s layout). A dump makes blocks
+    only of models larger than libFuzzer's ``-max_len``."""
+    from cpersist.pickling.buffer_blocks import block_offsets
+
+    stream, raws = out_of_band(obj, "inline")
+    sizes = [len(raw) for raw in raws]
+    offsets, end = block_offsets(sizes)
+    block = bytearray(end)
+    for at, raw in zip(offsets, raws):
+        block[at:at + len(raw)] = raw
+    return wrap(stream, [(bytes(block), {"kind": "buffers", "sizes": sizes})])
+
+
+def small_arrays():
+    """Arrays as a model's small ones come: of several dtypes and sizes, C
+    and F order, read-only, one of them twice."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    arrays = {f"w{k}": rng.integers(0, 255, 64 + 40 * k, dtype=np.uint8) for k in range(12)}
+    arrays["f"] = np.asfortranarray(rng.random((16, 12)))
+    arrays["i"] = np.arange(300, dtype=">i4").reshape(20, 15)
+    arrays["ro"] = np.arange(200.0)
+    arrays["ro"].flags.writeable = False
+    arrays["again"] = arrays["w3"]
+    return arrays
 
 
 def out_of_band(obj, how):
@@ -189,6 +234,10 @@ def write_seeds(folder, leave_out=()):
                     seeds[f"fixture-{version}-{name}"] = f.read()
     for name, stream in _hostile.reproducers(scale=0.0001).items():
         seeds[f"attack-{name}.cp"] = wrap(stream)
+    seeds["blocks-arrays.cp"] = with_blocks(small_arrays())
+    # Of the dtypes numpy gives a buffer of (not datetime64, timedelta64).
+    seeds["blocks-dtypes.cp"] = with_blocks({name: arr for name, arr in benign_objects()[0].items()
+                                             if arr.dtype.kind not in "mM"})
     for number, obj in enumerate(benign_objects()):
         for compress in (0, 3):
             buf = io.BytesIO()
@@ -364,7 +413,11 @@ class Mutator:
             return self.mutate(data, max_size)
         stream, arrays = parts
         how = rng.random()
-        if how < 0.1 and arrays:
+        blocks = [k for k, (_, meta) in enumerate(arrays) if is_block(meta)]
+        if blocks and how < 0.2:
+            number = rng.choice(blocks)
+            arrays[number] = edit_block(*arrays[number], rng)
+        elif how < 0.1 and arrays:
             number = rng.randrange(len(arrays))
             raw, meta = arrays[number]
             text = self.mutate(json.dumps(meta).encode(), 4096)
@@ -385,6 +438,41 @@ class Mutator:
         except Exception:  # a meta the writer refuses
             return self.mutate(data, max_size)
         return out if len(out) <= max_size else self.mutate(data, max_size)
+
+
+def edit_block(raw, meta, rng):
+    """``(raw, meta)`` of a buffer block with one edit a forger would make
+    that its checksums do not catch: a size changed, dropped, repeated or
+    added; the block's bytes cut or grown (its sizes then no longer fill
+    it, or, grown by a buffer, do); its sizes made something else."""
+    sizes = list(meta.get("sizes") or [1])
+    meta = dict(meta)
+    k = rng.randrange(len(sizes))
+    edit = rng.randrange(9)
+    if edit == 0:
+        sizes[k] = rng.choice((0, -1, 1, 63, 64, 65, 4 << 20, (4 << 20) + 1, 2**31, 2**63,
+                               sizes[k] + rng.choice((-64, -1, 1, 64))))
+    elif edit == 1:
+        del sizes[k]
+    elif edit == 2:
+        sizes.insert(k, sizes[k])
+    elif edit == 3:  # a buffer more, its bytes there: a consistent forgery
+        n = rng.choice((1, 64, 1000, 4096))
+        raw = raw + bytes(-len(raw) % 64) + bytes(n)
+        sizes.append(n)
+    elif edit == 4:
+        raw = raw[:rng.randrange(len(raw) + 1)]
+    elif edit == 5:
+        raw = raw + bytes(rng.choice((1, 63, 64, 4096)))
+    elif edit == 6:
+        sizes = rng.choice((None, "1024", [], [[1024]], [1024.0], [True], {"0": 1024},
+                            [1] * rng.choice((2, 1000, 100000))))
+    elif edit == 7:
+        sizes = sizes[::-1]
+    else:
+        meta["kind"] = rng.choice(("array", "pickle", "buffer", "Buffers"))
+    meta["sizes"] = sizes
+    return raw, meta
 
 
 # -- the run ------------------------------------------------------------------------

@@ -162,13 +162,15 @@ def test_hostile_file(name, corpus_results):
 def test_fuzzer_runs(tmp_path):
     """``benchmarks/fuzz_restricted.py`` fuzzes (500 inputs in this process,
     seeded with benign dumps) without a finding, and its mutator rebuilds a
-    dump around a changed pickle stream that loads as a file."""
+    dump around a changed pickle stream that loads as a file, and a dump
+    with a buffer block as it was."""
     if os.environ.get("CI") != "true":
         pytest.importorskip("atheris")
     import io
 
     import cpersist
-    from benchmarks.fuzz_restricted import take_apart, wrap
+    from benchmarks.fuzz_restricted import small_arrays, take_apart, with_blocks, wrap
+    from cpersist.container.layout import HEADER
 
     buf = io.BytesIO()
     obj = {"a": np.arange(20000, dtype=np.int32), "b": [1, "x"]}  # a section
@@ -178,6 +180,11 @@ def test_fuzzer_runs(tmp_path):
     rebuilt = cpersist.loads(wrap(stream.replace(b"\x8c\x01x", b"\x8c\x01y"), arrays),
                              trusted=False)
     assert rebuilt["b"] == [1, "y"] and rebuilt["a"].tolist() == obj["a"].tolist()
+    # A file with a buffer block comes apart and is rebuilt as it was (format
+    # 2.5), so that the mutator's edits of a block reach the readers.
+    blocks = with_blocks(small_arrays())
+    assert HEADER.unpack(blocks[:HEADER.size])[2] == 5
+    assert wrap(*take_apart(blocks)) == blocks
     # libFuzzer's -rss_limit_mb reads the peak RSS (getrusage), which Linux
     # carries across exec from the forked copy of this process: started
     # straight from a test worker that has grown past 2 GiB, the fuzzer
@@ -195,4 +202,5 @@ def test_fuzzer_runs(tmp_path):
     assert ran and int(ran.group(1)) >= 500, done.stderr[-3000:]
     assert not os.listdir(tmp_path / "crashes")
     seeded = set(os.listdir(tmp_path / "corpus"))  # the seeds, where the corpus is
-    assert {"fixture-2.3-records.cpl", "fixture-2.4-growing.cp", "dump-0-0.cp"} <= seeded
+    assert {"fixture-2.3-records.cpl", "fixture-2.4-growing.cp", "dump-0-0.cp",
+            "blocks-arrays.cp"} <= seeded
