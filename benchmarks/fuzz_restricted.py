@@ -206,9 +206,10 @@ def out_of_band(obj, how):
 
 
 def write_seeds(folder, leave_out=()):
-    """The starting corpus: the hostile corpus of the tests, the record-log and
-    growing-file fixtures, the known attacks of ``tests/_hostile.py`` (small
-    sizes), dumps of :func:`benign_objects`
+    """The starting corpus: the hostile corpus of the tests, the record-log,
+    growing-file and buffer-block fixtures (those that fit in an input), the
+    known attacks of ``tests/_hostile.py`` (small sizes), small files with a
+    buffer block (:func:`with_blocks`), dumps of :func:`benign_objects`
     (raw and compressed), numpy's own pickles of them at every protocol,
     each wrapped in a container, and their pickles with out-of-band buffers
     (:func:`out_of_band`), a section each. Seeds whose names match a pattern of
@@ -225,12 +226,16 @@ def write_seeds(folder, leave_out=()):
         if name.endswith(".cp"):
             with open(os.path.join(corpus, name), "rb") as f:
                 seeds[f"hostile-{name}"] = f.read()
-    # Record logs and growing files: their frames and commits are read too.
-    for version in ("2.3", "2.4"):
+    # Record logs and growing files: their frames and commits are read too;
+    # and dumps with buffer blocks, a compressed one among them (those that
+    # fit in an input: libFuzzer cuts a longer one short).
+    max_len = int(DEFAULT_FLAGS["-max_len"])
+    for version in ("2.3", "2.4", "2.5"):
         fixtures = os.path.join(ROOT, "tests", "fixtures", f"format-{version}")
         for name in sorted(os.listdir(fixtures)):
-            if name.endswith((".cp", ".cpl")):
-                with open(os.path.join(fixtures, name), "rb") as f:
+            path = os.path.join(fixtures, name)
+            if name.endswith((".cp", ".cpl")) and os.path.getsize(path) <= max_len:
+                with open(path, "rb") as f:
                     seeds[f"fixture-{version}-{name}"] = f.read()
     for name, stream in _hostile.reproducers(scale=0.0001).items():
         seeds[f"attack-{name}.cp"] = wrap(stream)

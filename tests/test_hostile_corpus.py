@@ -203,4 +203,4 @@ def test_fuzzer_runs(tmp_path):
     assert not os.listdir(tmp_path / "crashes")
     seeded = set(os.listdir(tmp_path / "corpus"))  # the seeds, where the corpus is
     assert {"fixture-2.3-records.cpl", "fixture-2.4-growing.cp", "dump-0-0.cp",
-            "blocks-arrays.cp"} <= seeded
+            "blocks-arrays.cp", "fixture-2.5-blocks-zstd-3.cp"} <= seeded
