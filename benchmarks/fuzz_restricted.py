@@ -148,14 +148,17 @@ def wrap(stream, arrays=()):
 
 def is_block(meta):
     """Whether a section's ``meta`` is a buffer block's."""
-    return isinstance(meta, dict) and meta.get("kind") == "buffers"
+    from cpersist.container.layout import BLOCK_KIND
+
+    return isinstance(meta, dict) and meta.get("kind") == BLOCK_KIND
 
 
 def with_blocks(obj):
     """A file (bytes) holding ``obj`` as a dump with buffer blocks holds it
     (format 2.5): its small arrays' buffers, out of band, in one block
-    (:mod:`cpersist.pickling.buffer_blocks`'s layout). A dump makes blocks
-    only of models larger than libFuzzer's ``-max_len``."""
+    (:mod:`cpersist.pickling.buffer_blocks`'s layout). A raw dump holds
+    blocks only once it is larger than libFuzzer's ``-max_len``."""
+    from cpersist.container.layout import BLOCK_KIND
     from cpersist.pickling.buffer_blocks import block_offsets
 
     stream, raws = out_of_band(obj, "inline")
@@ -164,7 +167,7 @@ def with_blocks(obj):
     block = bytearray(end)
     for at, raw in zip(offsets, raws):
         block[at:at + len(raw)] = raw
-    return wrap(stream, [(bytes(block), {"kind": "buffers", "sizes": sizes})])
+    return wrap(stream, [(bytes(block), {"kind": BLOCK_KIND, "sizes": sizes})])
 
 
 def small_arrays():
@@ -450,13 +453,15 @@ def edit_block(raw, meta, rng):
     that its checksums do not catch: a size changed, dropped, repeated or
     added; the block's bytes cut or grown (its sizes then no longer fill
     it, or, grown by a buffer, do); its sizes made something else."""
-    sizes = list(meta.get("sizes") or [1])
+    # An earlier edit may have left sizes that are no list, or not ints.
+    sizes = meta.get("sizes")
+    sizes = list(sizes) if type(sizes) is list and sizes else [1]
     meta = dict(meta)
     k = rng.randrange(len(sizes))
     edit = rng.randrange(9)
     if edit == 0:
-        sizes[k] = rng.choice((0, -1, 1, 63, 64, 65, 4 << 20, (4 << 20) + 1, 2**31, 2**63,
-                               sizes[k] + rng.choice((-64, -1, 1, 64))))
+        near = sizes[k] + rng.choice((-64, -1, 1, 64)) if type(sizes[k]) is int else 1
+        sizes[k] = rng.choice((0, -1, 1, 63, 64, 65, 4 << 20, (4 << 20) + 1, 2**31, 2**63, near))
     elif edit == 1:
         del sizes[k]
     elif edit == 2:
