@@ -299,7 +299,7 @@ class Machine:
             del self._loose[key]
         elif self._taken.get(key) is buffer:
             self.made()
-            self.alloc(buffer.nbytes if type(buffer) is memoryview else len(buffer))
+            self.alloc(len(buffer))  # made here: a bytearray, or a view of bytes
             # Held at this one place: an array may view it.
             copy = self.made_buffer(bytearray(buffer) if type(buffer) is bytearray
                                     else memoryview(bytearray(buffer)))
