@@ -237,6 +237,7 @@ def test_convert(path, compress, tmp_path):
 
 def test_cli_info_and_verify():
     # one process for all files: each file's own report is checked
+    assert FILES
     info = run_cli("info", "--json", *FILES)
     assert info.returncode == 0, info.stderr
     reports = json.loads(info.stdout)
