@@ -21,9 +21,10 @@ unless ``--no-publish``:
 * rewrites ``docs/benchmark_results.rst``: the machine, the exact command
   and the date of the run in its header, then start-up time, cold start and
   small objects (``coldstart.csv``), the codec
-  choice at level 3, every cpersist codec and level, the compared methods on
-  the chosen datasets, the serializer suite and, with ``--targets``, the
-  performance targets;
+  choice at level 3, every cpersist codec and level, how close each comes to
+  its codec alone, the compared methods on the chosen datasets, raw files
+  against numpy, the random forest against pickle 5, the serializer suite and,
+  with ``--targets``, the performance targets;
 * replaces ``docs/_static/bench/`` with the figures the page shows;
 * rewrites README.rst's results table, between the ``.. results table
   start`` and ``.. results table end`` comments.
@@ -395,7 +396,7 @@ def _repeats(storage):
 
 
 def page_lines(rows, machine, datasets, figures, imports, serializers, targets, lazy=(),
-               remote=(), remote_targets=(), coldstart=(), checkpoints=(), forest=()):
+               remote=(), remote_targets=(), coldstart=(), checkpoints=(), forest=(), raw=()):
     """The lines of ``docs/benchmark_results.rst``."""
     lines = [GENERATED, "", ".. _benchmark-results:", "", "Benchmark results", "=" * 17, "",
              "One run of the bundled benchmark (:doc:`benchmarks` says how it measures and how "
@@ -435,6 +436,13 @@ def page_lines(rows, machine, datasets, figures, imports, serializers, targets, 
         for name in figures:
             if name != "serializers.png":
                 lines += [f".. figure:: /_static/bench/{name}", "   :width: 100%", ""]
+    if raw:
+        lines += ["Raw files", "---------", "",
+                  "One float64 array dumped raw and loaded by cpersist against ``np.save`` and "
+                  "``np.load``, each dump replacing the last file, in turns in one process, "
+                  "page cache warm (below 1, cpersist takes less); and each one's throughput as "
+                  "a fraction of a copy of the array's bytes into new memory:", "",
+                  *comparisons_table(raw), ""]
     if forest:
         lines += ["Many small arrays", "-----------------", "",
                   "A random forest (hundreds of small arrays) dumped raw and loaded by "
@@ -596,7 +604,8 @@ def publish(run_dir, datasets=DEFAULT_FIGURES, targets_dir=None, page=PAGE, stat
         f.write("\n".join(page_lines(rows, machine, datasets, figures, imports, serializers,
                                      targets, lazy, remote, remote_targets,
                                      coldstart, checkpoints,
-                                     optional("forest.csv"))).rstrip() + "\n")
+                                     optional("forest.csv"), optional("raw.csv"))).rstrip()
+                + "\n")
     if new_readme is not None:
         with open(readme, "w", encoding="utf-8") as f:
             f.write(new_readme)

@@ -15,6 +15,7 @@ import csv
 import importlib.util
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -477,9 +478,12 @@ def test_publish_writes_page_figures_and_readme_table(drawn_run, tmp_path):
     assert machine["date_utc"] in text and machine["started_utc"] in text
     assert f"numpy {machine['versions']['numpy']}" in text and ":RAM:" in text and ":OS:" in text
     assert ":Load average:" in text and len(machine["load_average_start"]) == 3
-    for section in ("Start-up", "Codecs", "Methods compared", "Serializers", "Lazy access",
-                    "Object storage"):
+    for section in ("Start-up", "Codecs", "Methods compared", "Raw files", "Many small arrays",
+                    "Serializers", "Lazy access", "Object storage"):
         assert f"\n{section}\n" in text
+    # Every ratio of the raw suite and the forest's, as the run measured it.
+    for r in _read(drawn_run / "raw.csv") + _read(drawn_run / "forest.csv"):
+        assert re.search(rf"{re.escape(r['target'])} +{float(r['ratio']):.3g} ", text), r
     # The lazy and remote suites' comparisons as ratios, without the maintainers' bounds.
     assert "speed-up over 1 thread" in text and "cpersist.load speed / zarr v3 (FsspecStore)" in text
     assert ">= 1.5" not in text and ">= 0.8" not in text and "Bound" not in text
