@@ -81,7 +81,7 @@ def steps(obj, number, repeat):
     alone in a loop (so a step costs less here than within the load)."""
     stream = pickle.dumps(obj, 5)
     data = cpersist.dumps(obj)
-    scan = _exact_scan()
+    scan = _exact_scan(now=True)
     compact_quick_load(data)  # keeps the checks of its size
     head, after, split, before_checksum = framed_checks[len(data)]
     parts = split(data)

@@ -18,8 +18,17 @@ from cpersist.container.compact import compact_dump
 from cpersist.pickling import restricted
 from cpersist._args import check_limits
 from cpersist.format.limits import DEFAULT
+from cpersist.pickling import quick_scan
 from cpersist.pickling.quick import NOT_QUICK, PUT_BELOW, compact_quick_load, quick_load
 from cpersist.pickling.unpickler import ArrayUnpickler
+
+
+@pytest.fixture(autouse=True)
+def _scan_at_once(monkeypatch):
+    """The exact scan takes its streams from the first (a process otherwise
+    leaves the first ``SCANS_BEFORE_COMPILING`` to the machine)."""
+    monkeypatch.setattr(quick_scan, "SCANS_BEFORE_COMPILING", 0)
+
 
 def machine(stream, limits=DEFAULT):
     """The machine's outcome for ``stream``: ``("ok", object)`` or
@@ -200,6 +209,7 @@ def test_str_keys_are_counted_when_the_hash_seed_is_fixed():
             "restricted.execute(m); print(limits.STR_HASH_PREDICTABLE, sum(len(h[1]) for h in "
             "m._hashes.values())); "
             # The exact scan (an "r" in each key) counts them too, taking fewer than 16.
+            "from cpersist.pickling import quick_scan; quick_scan.SCANS_BEFORE_COMPILING = 0; "
             "from cpersist.pickling.quick import quick_load, NOT_QUICK; "
             "print(*(quick_load(pickle.dumps({f'r{i}': i for i in range(n)}, 5), limits.DEFAULT) "
             "is not NOT_QUICK for n in (15, 17)))")
@@ -475,3 +485,23 @@ def test_the_checks_of_a_bounded_number_of_sizes_are_kept():
     for obj in ["z" * k for k in range(1000, 1100)] + objects[-20:]:
         assert cpersist.loads(cpersist.dumps(obj)) == obj
         assert kept() == full
+
+
+def test_a_process_compiles_the_exact_scan_once_it_pays():
+    """The first streams of a process that need the exact scan go to the
+    machine, and the scan's pattern (tens of milliseconds to compile) is
+    compiled only after ``SCANS_BEFORE_COMPILING`` of them: a process making
+    a few restricted loads, or ``cpersist info``, never compiles it. Each
+    load gives the same object either way."""
+    code = ("import cpersist, pickle; from cpersist.pickling import quick, quick_scan; "
+            "data = cpersist.dumps({'order': 'C', 'rows': [1, 2, 3]}); "
+            "back = [cpersist.loads(data, trusted=False)]; "
+            "first = quick_scan._compiled is not None; "
+            "back += [cpersist.loads(data, trusted=False) "
+            "         for _ in range(quick_scan.SCANS_BEFORE_COMPILING)]; "
+            "taken = quick.quick_load(pickle.dumps({'r': 1}, 5), quick.DEFAULT); "
+            "print(first, quick_scan._compiled is not None, taken == {'r': 1}, "
+            "all(b == {'order': 'C', 'rows': [1, 2, 3]} for b in back))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "True", "True", "True"]

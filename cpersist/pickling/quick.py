@@ -61,7 +61,9 @@ chosen hash (tuples and frozensets among them). Anything else (text
 opcodes, ``LONG4``, a string of 256 bytes or more, bytes after STOP) does
 not match and goes to the machine; so does every stream when the limits are
 below what the scan lets through (``max_depth`` under :data:`_DEPTH_CAP`,
-``max_alloc_bytes`` under :data:`_MEMO_BYTES`).
+``max_alloc_bytes`` under :data:`_MEMO_BYTES`), and the first streams of a
+process that need the scan, before compiling it pays
+(:data:`.quick_scan.SCANS_BEFORE_COMPILING`).
 
 Whatever the C unpickler raises, the stream goes to the machine, which gives
 its result or says what is wrong, as without this path.
@@ -74,7 +76,7 @@ import struct
 from ..container.compact import (DATA, END_MAGIC, HEAD, HEAD_FORMAT, OVERHEAD, compact_split,
                                  small_bytes_stream, stream_checksum)
 from ..format.limits import DEFAULT, STR_HASH_PREDICTABLE
-from .quick_scan import exact_scan
+from .quick_scan import paid_scan
 
 #: Largest pickle stream the quick path takes. Below the machine's opcodes
 #: between two looks at the clock, so that its only look is at the start.
@@ -217,16 +219,11 @@ def _verdict_of(marks):
     return verdict
 
 
-_exact = None
-
-
-def _exact_scan():
+def _exact_scan(now=False):
     """``fullmatch`` of the pattern of the streams the exact scan takes (see
-    the module), compiled at its first use."""
-    global _exact
-    if _exact is None:
-        _exact = exact_scan(_SAME_HASH, _DEPTH_CAP, PUT_BELOW, STR_HASH_PREDICTABLE)
-    return _exact
+    the module), or None while the process has not paid for compiling it
+    (:func:`.quick_scan.paid_scan`; ``now``: compiled now if it is not)."""
+    return paid_scan(now, _SAME_HASH, _DEPTH_CAP, PUT_BELOW, STR_HASH_PREDICTABLE)
 
 
 def _scanned_load(stream, n, bound):
@@ -235,7 +232,8 @@ def _scanned_load(stream, n, bound):
     takes it, else NOT_QUICK."""
     if not bound[4] or bound[2] < 8 * 255 and b"\x8a" in stream:
         return NOT_QUICK  # limits below what the scan lets through
-    if (_exact or _exact_scan())(stream) is None:
+    scan = _exact_scan()
+    if scan is None or scan(stream) is None:
         return NOT_QUICK
     if stream[2] == 0x95 and _frame_length(stream, 3)[0] != n - 11:
         return NOT_QUICK  # a frame that ends before the stream
