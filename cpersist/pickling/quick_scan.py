@@ -8,10 +8,10 @@ import re
 
 #: Streams a process asks the scan about before its pattern is compiled
 #: (each goes to the machine meanwhile). Compiling it takes 45-55 ms; the
-#: machine takes about 0.1 ms more than the quick path on such a stream:
-#: after this many, a process has paid for the compilation once, and never
-#: pays more than twice the least it could. One that makes a few restricted
-#: loads (``cpersist info``) compiles nothing.
+#: machine takes about 0.1 ms more than the quick path on a small stream:
+#: by this many, the machine has cost a process about what compiling would
+#: have, so no process pays much more than twice the least it could, and one
+#: that makes a few restricted loads (``cpersist info``) compiles nothing.
 SCANS_BEFORE_COMPILING = 500
 _compiled = None
 _asked = 0
