@@ -64,6 +64,7 @@ class FileHandle:
         return self._file.reader()
 
     def _root_stream(self, reader):
+        reader.check_records()  # before any data is read (see cpersist.open)
         root = reader.sections[reader.root]
         if root.meta.get("kind") != "pickle":
             raise reader.error("damaged index: the root section is not a pickle stream")
@@ -189,6 +190,7 @@ class FileHandle:
             return load_source(reader.source, mmap_mode=None, restricted=restricted,
                          allowed=allowed, prefixes=prefixes, verify=self._verify,
                          n_threads=self._n_threads, whole=False, limits=self._limits)
+        reader.check_records()  # before the blocks are read (see cpersist.open)
         paths = {}
         for path, listed in self.arrays.items():
             # A storage is named by the path of the first tensor viewing it.

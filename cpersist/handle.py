@@ -68,7 +68,9 @@ def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa
     Raises
     ------
     CorruptFileError
-        If the source is not a cpersist file, or its index is damaged.
+        If the source is not a cpersist file, or its index is damaged. Damaged
+        data, and damaged record headers, are reported by the first read of
+        an array or of the pickle stream.
     UnsupportedVersionError
         If a newer, incompatible version of the format wrote the file.
 
@@ -94,7 +96,9 @@ def open(source, mode="r", *, trusted=True, verify=True, n_threads=None,  # noqa
     byte_source = opened.source if borrowed else opened
     try:
         try:
-            reader = ContainerReader(byte_source, whole=is_path(source))
+            # Listing reads the index alone: the record headers are walked at
+            # the first read of data (FileHandle, LazyArray._bind).
+            reader = ContainerReader(byte_source, whole=is_path(source), records_later=True)
         except GrowingFileFound as exc:
             if not borrowed:
                 byte_source.close()

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import textwrap
 import threading
+import types
 import warnings
 
 import numpy as np
@@ -377,6 +378,37 @@ def test_a_damaged_record_header_is_refused_alike_by_every_source(tmp_path):
     finally:
         if fs.exists(url):
             fs.rm(url)
+
+
+def test_open_walks_the_record_headers_at_the_first_read_of_data(tmp_path):
+    """``cpersist.open`` reads the index alone: listing the arrays of a file
+    of many of them costs no read per record. A damaged record header is
+    refused before any data is given out: reading an array, a load, a lazy
+    load, and a listing that walks the pickle stream (paths not recorded, as
+    for arrays held by an object's attributes) all raise, each time."""
+    arrays = {"a": np.arange(8192.0), "b": np.arange(8192.0) * 2}  # sections of their own
+    path = tmp_path / "d.cp"
+    for obj, recorded in ((arrays, True), (types.SimpleNamespace(**arrays), False)):
+        cpersist.dump(obj, path)
+        data = path.read_bytes()
+        damaged = bytearray(data)
+        damaged[_record_headers(data)[0] + 7] = 0x7F  # an unknown record kind
+        path.write_bytes(damaged)
+        with cpersist.open(path) as handle:
+            if recorded:
+                lazy = handle.arrays["obj['a']"]  # from the index, which checks out
+                assert (lazy.shape, lazy.dtype) == ((8192,), np.float64)
+                reads = [lazy.read, lambda: lazy[:10], handle.load,
+                         lambda: handle.load(lazy=True)]
+            else:
+                reads = [lambda: handle.arrays]
+            for read in reads * 2:
+                with pytest.raises(cpersist.CorruptFileError, match="damaged record header"):
+                    read()
+        path.write_bytes(data)
+        with cpersist.open(path) as handle:
+            assert_same(handle.load(), obj)
+            assert_same(handle.arrays["obj['a']" if recorded else "obj.a"][:10], arrays["a"][:10])
 
 
 # -- r+ edits -------------------------------------------------------------------

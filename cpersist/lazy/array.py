@@ -171,6 +171,9 @@ class LazyArray:
         """The section in the file's current reader, checked to be the same."""
         bound = self._bound
         reader = self._file.reader()
+        # Opening the file walked none of its record headers (a listing needs
+        # the index alone): they are refused, if damaged, before any data.
+        reader.check_records()
         if bound is not None and bound.reader is reader:
             return bound
         if bound is not None and self._fingerprint is None:

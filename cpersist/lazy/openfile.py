@@ -142,7 +142,8 @@ class OpenFile:
                 source = self.reference.open()
                 try:
                     self._reader = ContainerReader(
-                        source, whole=getattr(self.reference, "whole", False))
+                        source, whole=getattr(self.reference, "whole", False),
+                        records_later=True)
                 except BaseException:
                     source.close()
                     raise
