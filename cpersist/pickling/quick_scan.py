@@ -1,7 +1,9 @@
 """The exact scan of the restricted load's quick path (:mod:`.quick`): one
 regular expression whose language is streams of binary opcodes that the C
 unpickler builds as the restricted machine does (see :mod:`.quick` for what
-it takes and why), matched in C with no step per opcode in Python."""
+it takes and why), matched in C with no step per opcode in Python, and
+compiled once a process has asked for it often enough to pay for compiling
+it (:func:`paid_scan`)."""
 
 import pickle
 import re
