@@ -550,6 +550,11 @@ def main(argv):
     except ImportError:
         pass
     _instrumented_imports()
+    # The quick path's exact scan from the first input: a process otherwise
+    # leaves the streams that need it to the machine until compiling it pays,
+    # and each of libFuzzer's jobs is a new process.
+    from cpersist.pickling import quick_scan
+    quick_scan.SCANS_BEFORE_COMPILING = 0
     target = Target()
     atheris.Setup(rest, target, custom_mutator=Mutator())
     atheris.Fuzz()
