@@ -10,13 +10,7 @@ from .._runtime.temporaries import new_temporary, remove_dead_temporaries
 from .._runtime.threads import run_later
 from .direct_io import DirectFile, direct_writes_possible
 from .files import reserve_blocks
-
-
-#: Write buffer of files cpersist creates. A file holds a section (with its
-#: alignment padding) per array: with the default 8 KiB buffer, a file of
-#: many small arrays costs about two write calls per array. Writes larger
-#: than the buffer bypass it.
-WRITE_BUFFER = 1 << 20
+from .gathering import GatheringFile
 
 
 def write_atomically(path, write, fsync):
@@ -99,7 +93,7 @@ class AtomicFile:
         return self
 
     def file(self):
-        """The temporary file as a buffered binary file object (with
+        """The temporary file as a :class:`.gathering.GatheringFile` (with
         ``direct``, a :class:`.direct_io.DirectFile` where possible)."""
         if self._file is None:
             # The kept memory is its owner's once the file is closed (this
@@ -108,7 +102,7 @@ class AtomicFile:
             if self._direct and direct_writes_possible():
                 self._file = DirectFile(self._fd, kept)
             else:
-                self._file = open(self._fd, "wb", buffering=WRITE_BUFFER, closefd=False)
+                self._file = GatheringFile(self._fd)
         return self._file
 
     def write_whole(self, data):

@@ -7,6 +7,7 @@ import os
 import stat
 import sys
 
+from .gathering import GatheringFile
 from .layout import MINOR_AT
 
 
@@ -135,7 +136,8 @@ def is_writable(file):
 #: memory map, a ``pread`` or a block reservation on the descriptor concerns
 #: the bytes they read and write. Others may transform them:
 #: ``gzip.GzipFile.fileno()`` is the compressed file's.
-PLAIN_FILE_TYPES = (io.BufferedReader, io.BufferedWriter, io.BufferedRandom, io.FileIO)
+PLAIN_FILE_TYPES = (io.BufferedReader, io.BufferedWriter, io.BufferedRandom, io.FileIO,
+                    GatheringFile)
 
 
 def local_fd(file):
@@ -194,7 +196,7 @@ def write_all(file, data, name):
 
 #: File objects known to write where they seek back to (others, a gzip
 #: file for one, may say they seek and refuse to go back).
-_SEEKING_BACK = (io.BufferedWriter, io.BufferedRandom, io.FileIO, io.BytesIO)
+_SEEKING_BACK = (io.BufferedWriter, io.BufferedRandom, io.FileIO, io.BytesIO, GatheringFile)
 
 
 def header_place(file):

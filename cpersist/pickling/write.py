@@ -13,6 +13,7 @@ from ..container import ContainerWriter, EncodedStream
 from ..container.files import header_place, restate_minor
 from ..container.layout import BLOCKS_MINOR
 from ..container.direct_io import DirectFile
+from ..container.gathering import GatheringFile
 from .object_paths import object_paths
 from .arrays import describe, rows_per_chunk
 from .array_pickler import ArrayPickler
@@ -40,9 +41,10 @@ RAW_INLINE_BELOW = 64 << 10
 #: pickle stream would cost about as much again as opening the file, a
 #: large share of a small slice of a file opened for it.
 RECORD_PATHS_FROM = 1
-#: File objects whose ``write`` copies the bytes it is given, keeping no
-#: reference to them.
-COPYING_FILES = (io.BufferedWriter, io.BufferedRandom, io.FileIO, io.BytesIO, DirectFile)
+#: File objects whose ``write`` copies the bytes it is given, or writes them
+#: out before it returns, keeping no reference to them.
+COPYING_FILES = (io.BufferedWriter, io.BufferedRandom, io.FileIO, io.BytesIO, DirectFile,
+                 GatheringFile)
 
 
 class SectionWriter:
