@@ -146,8 +146,9 @@ def local_fd(file):
 
     This alone decides whether cpersist may use a file object's descriptor:
     map it, ``pread`` it, reserve its blocks with ``posix_fallocate``. Only
-    Python's own binary file objects (of :data:`PLAIN_FILE_TYPES`, not
-    subclasses) on a regular file qualify, also behind the wrapper
+    Python's own binary file objects and the one a dump to a path writes
+    through (of :data:`PLAIN_FILE_TYPES`, not subclasses) on a regular file
+    qualify, also behind the wrapper
     :func:`tempfile.NamedTemporaryFile` returns, which hands every call to
     one. Any other object (a compressing file, a pipe, a socket) is only
     read and written through its methods.

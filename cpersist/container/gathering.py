@@ -61,19 +61,7 @@ class GatheringFile:
         return size
 
     def _write_out(self, parts):
-        left = [_bytes_view(part) for part in parts]
-        while left:
-            # A file takes all of a write but for a signal, a full disk
-            # (raised) or more than about 2 GiB asked at once.
-            written = (os.writev(self._fd, left) if _HAS_WRITEV
-                       else os.write(self._fd, left[0]))
-            if not written:
-                raise OSError(errno.EIO, "the file took no byte of a write")
-            while left and written >= left[0].nbytes:
-                written -= left[0].nbytes
-                left = left[1:]
-            if written:
-                left = [left[0][written:]] + left[1:]
+        write_parts(self._fd, [_bytes_view(part) for part in parts])
 
     def flush(self):
         if self._gathered:
@@ -90,6 +78,22 @@ class GatheringFile:
         if not self.closed:
             self.flush()
             self.closed = True
+
+
+def write_parts(fd, parts):
+    """Write all of ``parts`` (byte memoryviews, at most ``IOV_MAX``) to
+    ``fd`` from its position, in one call where the file takes them all."""
+    while parts:
+        # A file takes all of a write but for a signal, a full disk
+        # (raised) or more than about 2 GiB asked at once.
+        written = os.writev(fd, parts) if _HAS_WRITEV else os.write(fd, parts[0])
+        if not written:
+            raise OSError(errno.EIO, "the file took no byte of a write")
+        while parts and written >= parts[0].nbytes:
+            written -= parts[0].nbytes
+            parts = parts[1:]
+        if written:
+            parts = [parts[0][written:]] + parts[1:]
 
 
 def _bytes_view(data):

@@ -17,6 +17,7 @@ import os
 from .encode import EncodedStream
 from .files import named_os_error
 from .framing import ALIGNED, RECORD, record_header
+from .gathering import write_parts
 from .layout import VERBATIM, checksum_state
 
 try:
@@ -64,14 +65,7 @@ class InFileRecords:
         (or more, after a short write)."""
         self._reserve(total)
         try:
-            done = os.writev(fd, parts) if len(parts) > 1 else os.write(fd, parts[0])
-            for part in parts if done < total else ():
-                if done >= part.nbytes:  # written
-                    done -= part.nbytes
-                    continue
-                rest, done = part[done:], 0
-                while rest:
-                    rest = rest[os.write(fd, rest):]
+            write_parts(fd, parts)
         except OSError as exc:
             raise named_os_error(exc, self._name) from None
         self._pos += total
