@@ -20,7 +20,7 @@ from cpersist.benchmarks import methods as mt
 from cpersist.benchmarks.compare import first_difference, touch
 from cpersist.benchmarks.runner import StorageConfig, measure_cell
 
-from ._fresh import start_python
+from ._fresh import run_code, start_python
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -238,6 +238,22 @@ def test_datasets_deterministic_and_sized():
     assert ds.parse_size("1.5GB") == int(1.5 * 1024**3)
     with pytest.raises(ValueError):
         ds.parse_size("lots")
+
+
+def test_package_datasets_are_found_where_pytest_is_not_installed():
+    """The benchmark installs without pytest (README's first command): the
+    data bundled with nibabel is found without nibabel.testing, which
+    imports it."""
+    pytest.importorskip("nibabel")
+    out = run_code(
+        "import sys; sys.modules['pytest'] = None\n"  # an import of it fails
+        "from cpersist.benchmarks.datasets import package_datasets\n"
+        "sets = {d.name: d for d in package_datasets()}\n"
+        "arr = sets['nifti_example4d'].make(0, True)\n"
+        "print(sorted(n for n in sets if n.startswith('nifti_')), arr.ndim)",
+        check=True).stdout
+    assert out.split() == ["['nifti_anatomical',", "'nifti_example4d',", "'nifti_example_nifti2',",
+                           "'nifti_functional',", "'nifti_standard']", "4"]
 
 
 def test_cli_errors_and_list(tmp_path, capsys):

@@ -105,8 +105,11 @@ def package_datasets():
     package not installed lists none."""
     from importlib.util import find_spec
     out = []
-    if find_spec("nibabel"):
-        from nibabel.testing import data_path
+    nibabel = find_spec("nibabel")
+    if nibabel:
+        # Found beside the package, not through nibabel.testing, which
+        # imports pytest (not among the benchmark's requirements).
+        data_path = os.path.join(nibabel.submodule_search_locations[0], "tests", "data")
         for fname in _NIBABEL_EXAMPLES:
             p = os.path.join(data_path, fname)
             if os.path.exists(p):
