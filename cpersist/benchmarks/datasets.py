@@ -105,17 +105,13 @@ def package_datasets():
     package not installed lists none."""
     from importlib.util import find_spec
     out = []
-    nibabel = find_spec("nibabel")
-    if nibabel:
-        # Found beside the package, not through nibabel.testing, which
-        # imports pytest (not among the benchmark's requirements).
-        data_path = os.path.join(nibabel.submodule_search_locations[0], "tests", "data")
-        for fname in _NIBABEL_EXAMPLES:
-            p = os.path.join(data_path, fname)
-            if os.path.exists(p):
-                out.append(Dataset("nifti_" + fname.split(".")[0], "package",
-                                   f"nibabel example {fname}",
-                                   lambda s, q, path=p: load_nifti_array(path)))
+    nibabel = find_spec("nibabel")  # its data found beside it: nibabel.testing imports pytest
+    for fname in _NIBABEL_EXAMPLES if nibabel else ():
+        p = os.path.join(nibabel.submodule_search_locations[0], "tests", "data", fname)
+        if os.path.exists(p):
+            out.append(Dataset("nifti_" + fname.split(".")[0], "package",
+                               f"nibabel example {fname}",
+                               lambda s, q, path=p: load_nifti_array(path)))
     if not find_spec("sklearn"):
         return out
 
