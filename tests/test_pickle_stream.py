@@ -342,6 +342,25 @@ def test_short_writes_of_a_raw_stream_into_the_file_are_completed(tmp_path, monk
     assert (tmp_path / "raw.cp").read_bytes() == gathered.getvalue()
 
 
+def test_a_short_write_of_a_whole_dump_made_in_memory_is_completed(tmp_path, monkeypatch):
+    """A small dump is made in memory and written in one call: what the
+    kernel leaves of it is written after it."""
+    write = os.write
+    short = []
+
+    def write_half(fd, data):
+        n = write(fd, memoryview(data)[:max(1, len(data) // 2)])
+        short.append(n)
+        return n
+
+    monkeypatch.setattr(os, "write", write_half)
+    obj = {"a": list(range(1000)), "b": "text" * 100}
+    cpersist.dump(obj, tmp_path / "small.cp")
+    monkeypatch.undo()
+    assert short and short[0] < len((tmp_path / "small.cp").read_bytes())
+    assert (tmp_path / "small.cp").read_bytes() == cpersist.dumps(obj)
+
+
 def test_inline_data_is_a_buffer_only_at_protocol_5():
     arr = np.arange(12, dtype="<i4").reshape(3, 4, order="F")
     data, order = to_inline(arr, 5)

@@ -10,7 +10,7 @@ from .._runtime.temporaries import new_temporary, remove_dead_temporaries
 from .._runtime.threads import run_later
 from .direct_io import DirectFile, direct_writes_possible
 from .files import reserve_blocks
-from .gathering import GatheringFile
+from .gathering import GatheringFile, write_parts
 
 
 def write_atomically(path, write, fsync):
@@ -107,12 +107,9 @@ class AtomicFile:
 
     def write_whole(self, data):
         """Write ``data``, the whole file, with :func:`os.write`."""
-        fd = self._fd
-        written = os.write(fd, data)
-        if written < len(data):
-            view = memoryview(data)[written:]
-            while view:
-                view = view[os.write(fd, view):]
+        written = os.write(self._fd, data)
+        if written < len(data):  # the rest as any short write is completed
+            write_parts(self._fd, [memoryview(data)[written:]])
 
     def __exit__(self, kind, exc, traceback):
         try:
