@@ -12,7 +12,8 @@ Run from the repository root (it is not installed with cpersist)::
 
 Each comparison is a ratio row with a ``key``: :mod:`benchmarks.ratios`
 makes those of the lazy suite, the lazy costs, the dask sum and the S3 reads from their
-results and keys the checkpoint suite's ``checkpoints.csv``;
+results and keys the checkpoint suite's ``checkpoints.csv`` and the raw
+files' and random forest's ``raw.csv`` and ``forest.csv``;
 :mod:`benchmarks.coldstart` writes ``coldstart.csv``. This module maps each
 key to its bound. A row without a
 key (a scaled-down run, a user's own file, a ratio given for context) is
@@ -60,6 +61,11 @@ BOUNDS = {
     "checkpoints.jax_load_vs_orbax": ("<=", 0.67),
     "checkpoints.jax_size_vs_orbax": ("<=", 1),
     "checkpoints.jax_mmap_vs_orbax": ("<=", 1),
+    # Raw files against numpy, and a model of many small arrays against pickle 5.
+    "raw.dump_vs_numpy": ("<=", 1),
+    "raw.load_vs_numpy": ("<=", 1),
+    "forest.dump_vs_pickle": ("<=", 1),
+    "forest.load_vs_pickle": ("<=", 1),
     # Cold start and small objects.
     "coldstart.one_shot": ("<=", 0.5),
     "coldstart.first_call": ("<=", 1.3),
@@ -118,8 +124,8 @@ def main(argv=None):
             missed += sum(r["met"] == "no" or bool(r["bound"] and r["status"] == "failed")
                           for r in rows)
     if not found:
-        parser.error(f"no results of the lazy, remote, checkpoints or cold-start suites in "
-                     f"{', '.join(args.runs)}")
+        parser.error(f"no results of the lazy, remote, checkpoints, cold-start, raw or forest "
+                     f"suites in {', '.join(args.runs)}")
     print(f"{missed} target(s) missed" if missed else "every target with a bound met")
     return 1 if missed else 0
 

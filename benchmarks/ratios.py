@@ -8,8 +8,9 @@ and print it; the comparisons the maintainers hold to bounds are made here,
 from those files: ``lazy.csv`` and ``remote_targets.csv`` in the columns of
 :data:`cpersist.benchmarks.turns.RATIO_COLUMNS`. The checkpoint suite
 writes its own ratios (``checkpoints.csv``, unkeyed), to which
-:func:`checkpoint_keys` gives the keys; ``coldstart.csv`` comes from
-:mod:`benchmarks.coldstart`.
+:func:`checkpoint_keys` gives the keys, as :func:`raw_keys` does to the raw
+files' and the random forest's (``raw.csv``, ``forest.csv``);
+``coldstart.csv`` comes from :mod:`benchmarks.coldstart`.
 """
 
 import csv
@@ -18,7 +19,7 @@ import os
 
 from cpersist.benchmarks.turns import failed_row, ratio_row
 
-__all__ = ["lazy_ratios", "remote_ratios", "checkpoint_keys", "ratio_files"]
+__all__ = ["lazy_ratios", "remote_ratios", "checkpoint_keys", "raw_keys", "ratio_files"]
 
 #: ``open().arrays`` of 10,000 arrays is compared with this many seconds.
 LISTING_S_PER_10000 = 0.050
@@ -40,6 +41,17 @@ CHECKPOINT_KEYS = {
     "compress=3 file size / torch.save's": ("compress3_size_vs_torch", ("bfloat16",)),
     "compress=3 dump time / raw dump's": ("compress3_dump_vs_raw", ("bfloat16",)),
     "compress=3 load time / torch.load(weights_only)'s": ("compress3_load_vs_torch", ("bfloat16",)),
+}
+#: The raw files' and the random forest's comparisons held to a bound: what
+#: ends the target -> key. A raw array is compared at every size the suite
+#: measures; the forest at its full size only (a quick run's is smaller).
+RAW_KEYS = {
+    "dump time / np.save's": "raw.dump_vs_numpy",
+    "load time / np.load's": "raw.load_vs_numpy",
+}
+FOREST_KEYS = {
+    "raw dump / pickle 5 dump": "forest.dump_vs_pickle",
+    "raw load / pickle 5 load": "forest.load_vs_pickle",
 }
 #: The JAX states' comparisons held to a bound, at full size only.
 JAX_KEYS = {
@@ -170,6 +182,20 @@ def checkpoint_keys(rows, results):
     return out
 
 
+def raw_keys(rows, keyed=True):
+    """The raw suite's or the forest's ratio rows (``raw.csv``,
+    ``forest.csv``) with the keys of the comparisons held to a bound; none
+    where not ``keyed`` (the forest of a quick run)."""
+    out = []
+    for r in rows:
+        key = ""
+        if keyed:
+            what = r["target"].rpartition(": ")[2]
+            key = RAW_KEYS.get(what, "") if r["suite"] == "raw" else FOREST_KEYS.get(what, "")
+        out.append(dict(r, key=key))
+    return out
+
+
 def _read(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -179,8 +205,10 @@ def ratio_files(run):
     """``{file name: ratio rows}`` of a run's folder: ``lazy.csv`` and
     ``remote_targets.csv`` made from the suites' results (``lazy.json``,
     ``lazy_costs.json`` and ``dask.json``, ``remote.csv``), ``checkpoints.csv``
-    keyed from ``checkpoints.json`` and ``coldstart.csv`` as written; a file
-    whose suite did not run is left out."""
+    keyed from ``checkpoints.json``, ``coldstart.csv`` as written, and
+    ``raw.csv`` and ``forest.csv`` keyed (the forest unless the run was
+    quick, as ``machine.json`` says); a file whose suite did not run is
+    left out."""
     found = {}
     lazy = None
     # The suite's, benchmarks.lazy_costs' and benchmarks.lazy_dask's.
@@ -206,7 +234,21 @@ def ratio_files(run):
             _read(os.path.join(run, "checkpoints.csv")), results)
     if os.path.exists(os.path.join(run, "coldstart.csv")):
         found["coldstart.csv"] = _read(os.path.join(run, "coldstart.csv"))
+    for name in ("raw.csv", "forest.csv"):
+        if os.path.exists(os.path.join(run, name)):
+            found[name] = raw_keys(_read(os.path.join(run, name)),
+                                   keyed=name == "raw.csv" or _mode(run) != "quick")
     return found
+
+
+def _mode(run):
+    """The run's mode as the bundled benchmark records it (``quick``,
+    ``default``, ``full``), or None."""
+    path = os.path.join(run, "machine.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f).get("mode")
 
 
 def _number(text):

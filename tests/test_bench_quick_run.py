@@ -533,7 +533,8 @@ def test_bounds_judge_every_keyed_ratio_of_a_run(run_dir, capsys):
     each keyed ratio its bound and verdict, and print met or missed for each."""
     judged = {name: {r["target"]: r for r in bounds.judge(rows)}
               for name, rows in ratio_files(str(run_dir)).items()}
-    assert set(judged) == {"lazy.csv", "remote_targets.csv", "checkpoints.csv", "coldstart.csv"}
+    assert set(judged) == {"lazy.csv", "remote_targets.csv", "checkpoints.csv", "coldstart.csv",
+                           "raw.csv", "forest.csv"}
     for rows in judged.values():
         for r in rows.values():
             assert (r["bound"] != "") == (r["key"] != ""), r
@@ -556,6 +557,12 @@ def test_bounds_judge_every_keyed_ratio_of_a_run(run_dir, capsys):
     assert coldstart["dumps of 'people': time / pickle.dumps (protocol 5)"] == "<= 3"
     assert coldstart["loads of 'people': time / pickle.loads (protocol 5)"] == "<= 2"
     assert judged["coldstart.csv"]["dumps of 'people': bytes beyond pickle's / 128"]["met"] == "yes"
+    raw = {t.split(": ", 1)[1]: r["bound"] for t, r in judged["raw.csv"].items()
+           if t.startswith("raw float64 array, 1 MB")}
+    assert raw == {"dump time / np.save's": "<= 1", "load time / np.load's": "<= 1",
+                   "dump throughput / a copy's": "", "load throughput / a copy's": ""}
+    # A quick run's forest is smaller than the one the bounds are made for.
+    assert [r["bound"] for r in judged["forest.csv"].values()] == ["", "", ""]
     ckpt = judged["checkpoints.csv"]
     # Without torch the suite writes one row saying so (where CI=true torch
     # is installed, and its ratios must be there).

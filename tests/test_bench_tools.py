@@ -404,9 +404,10 @@ def test_recorded_paths_compares_a_dump_with_paths_and_without(capsys):
 
 
 def test_bounds_apply_at_the_sizes_they_are_made_for(tmp_path):
-    """A full-size peak and listing get a bound; a key without a bound is an
-    error, not a silent pass; a folder without ratio files is refused."""
-    from benchmarks.ratios import lazy_ratios
+    """A full-size peak, listing and forest get a bound; a key without a
+    bound is an error, not a silent pass; a folder without ratio files is
+    refused."""
+    from benchmarks.ratios import lazy_ratios, ratio_files
 
     full = {"peak": {"array_mb": 400, "peak_mb": 80.0, "exact": True},
             "listing": {"arrays": 10000, "listing_s": 0.01}}
@@ -416,6 +417,16 @@ def test_bounds_apply_at_the_sizes_they_are_made_for(tmp_path):
     assert [(r["key"], r["bound"], r["met"]) for r in got] == [
         ("lazy.slice_peak", "<= 1", "no"), ("lazy.listing", "<= 1", "yes")]
     assert [(r["bound"], r["met"]) for r in bounds.judge(lazy_ratios(small))] == [("", "")] * 2
+    # The forest of a run that is not quick is held to pickle 5's times.
+    forest = tmp_path / "forest"
+    forest.mkdir()
+    (forest / "machine.json").write_text('{"mode": "default"}')
+    (forest / "forest.csv").write_text(
+        "suite,target,key,ratio,measured,status,reason\n"
+        "forest,raw dump / pickle 5 dump,,0.9,,ok,\nforest,raw load / pickle 5 load,,1.1,,ok,\n")
+    assert [(r["key"], r["bound"], r["met"]) for r in
+            bounds.judge(ratio_files(str(forest))["forest.csv"])] == [
+        ("forest.dump_vs_pickle", "<= 1", "yes"), ("forest.load_vs_pickle", "<= 1", "no")]
     with pytest.raises(KeyError):
         bounds.judge([{"key": "lazy.no_such_target", "status": "ok", "ratio": "1"}])
     with pytest.raises(SystemExit):
