@@ -182,18 +182,11 @@ def checkpoint_keys(rows, results):
     return out
 
 
-def raw_keys(rows, keyed=True):
-    """The raw suite's or the forest's ratio rows (``raw.csv``,
-    ``forest.csv``) with the keys of the comparisons held to a bound; none
-    where not ``keyed`` (the forest of a quick run)."""
-    out = []
-    for r in rows:
-        key = ""
-        if keyed:
-            what = r["target"].rpartition(": ")[2]
-            key = RAW_KEYS.get(what, "") if r["suite"] == "raw" else FOREST_KEYS.get(what, "")
-        out.append(dict(r, key=key))
-    return out
+def raw_keys(rows, keys):
+    """Ratio rows (``raw.csv``, ``forest.csv``) with the key that ``keys``
+    (:data:`RAW_KEYS`, :data:`FOREST_KEYS`) gives what ends each target,
+    after its last ``": "``; none for a target it does not hold."""
+    return [dict(r, key=keys.get(r["target"].rpartition(": ")[2], "")) for r in rows]
 
 
 def _read(path):
@@ -234,10 +227,12 @@ def ratio_files(run):
             _read(os.path.join(run, "checkpoints.csv")), results)
     if os.path.exists(os.path.join(run, "coldstart.csv")):
         found["coldstart.csv"] = _read(os.path.join(run, "coldstart.csv"))
-    for name in ("raw.csv", "forest.csv"):
-        if os.path.exists(os.path.join(run, name)):
-            found[name] = raw_keys(_read(os.path.join(run, name)),
-                                   keyed=name == "raw.csv" or _mode(run) != "quick")
+    # A quick run's forest is smaller than the one its bounds are made for.
+    forest_keys = {} if _mode(run) == "quick" else FOREST_KEYS
+    for name, keys in (("raw.csv", RAW_KEYS), ("forest.csv", forest_keys)):
+        path = os.path.join(run, name)
+        if os.path.exists(path):
+            found[name] = raw_keys(_read(path), keys)
     return found
 
 
