@@ -1,7 +1,8 @@
 """``dump`` and ``load``: the arguments checked, then the object written to
 its target (a path, a file object, a stream or a URL) by
 :mod:`cpersist.pickling.dump`, or its source opened and the object read
-back by :mod:`cpersist.pickling.read`."""
+back by :mod:`cpersist.pickling.read` (a local file of one raw array by
+:mod:`cpersist.pickling.single`)."""
 
 import os
 import pickle
@@ -9,9 +10,9 @@ import pickle
 from ._args import (check_chunk_size, check_compress, check_limits, check_mmap_mode, check_n_threads,
                     check_protocol, check_storage_options, check_target, check_timeout,
                     check_trusted)
-from .container.files import is_path
+from .container.files import display_name, is_path
 from .storage.fsspec.urls import is_remote
-from .storage.small_files import compact_file_stream, open_local
+from .storage.small_files import OpenedFile, compact_file_stream, open_local
 from .exceptions import CorruptFileError
 from .pickling.dump import dump_to
 
@@ -258,23 +259,33 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
     """
     check_mmap_mode(mmap_mode)
     restricted, allowed, prefixes = check_trusted(trusted)
-    n_threads = check_n_threads(n_threads)
+    if n_threads is not None:  # None: resolved for the general way (below)
+        check_n_threads(n_threads)
     limits = check_limits(limits)
     check_storage_options(storage_options, source)
     # Told once: a local path is opened here, once for the whole load; a
-    # small file there takes the quick path below, and only a local path is
+    # small file there takes a quick path below, and only a local path is
     # read again as a file of several records.
     local_path = is_path(source) and not is_remote(source)
     local = open_local(source, writable=mmap_mode == "r+") if local_path else None
     stream = None
     try:
-        if local is not None and not restricted and not jax_as_numpy and mmap_mode != "r+":
+        quick = local is not None and not restricted and not jax_as_numpy
+        if quick and mmap_mode != "r+":
             # An object without arrays (a compact dump): read in one call
             # and unpickled, without the container reader; anything else,
             # damage included, goes the general way, which says what is wrong.
             stream = compact_file_stream(*local)
         if stream is None:
-            open_source, load_source, foreign_file_error, GrowingFileFound = _reading_side()
+            (open_source, load_source, foreign_file_error, GrowingFileFound, load_single,
+             NOT_SINGLE) = _reading_side()
+            if quick and mmap_mode is None and verify and type(local[0]) is OpenedFile:
+                # One raw array read into memory, as np.load reads one: the
+                # same checks without the general way's layers (load_single).
+                obj = load_single(local[0], local[1].st_size, display_name(source))
+                if obj is not NOT_SINGLE:
+                    local[0].close()
+                    return obj
     except BaseException:
         if local is not None:
             local[0].close()
@@ -286,6 +297,7 @@ def load(source, mmap_mode=None, *, trusted=True, verify=True, n_threads=None,
         except (pickle.UnpicklingError, EOFError) as exc:
             raise CorruptFileError(
                 f"{os.fsdecode(source)}: damaged pickle stream ({exc})") from None
+    n_threads = check_n_threads(n_threads)
     try:
         with open_source(source, mmap_mode, storage_options=storage_options,
                          opened=local) as opened:
@@ -314,16 +326,19 @@ _READING_SIDE = None
 
 
 def _reading_side():
-    """``(open_source, load_source, foreign_file_error, GrowingFileFound)``,
-    imported by the first load that needs them, so that a process that only
-    dumps never imports the reading side; kept, since an import statement
-    run on every load would cost about a microsecond each time."""
+    """``(open_source, load_source, foreign_file_error, GrowingFileFound,
+    load_single, NOT_SINGLE)``, imported by the first load that needs them,
+    so that a process that only dumps never imports the reading side; kept,
+    since an import statement run on every load would cost about a
+    microsecond each time."""
     global _READING_SIDE
     if _READING_SIDE is None:
         from .container.foreign import foreign_file_error
         from .container.frames import GrowingFileFound
         from .pickling.read import load_source
+        from .pickling.single import NOT_SINGLE, load_single
         from .storage.open import open_source
 
-        _READING_SIDE = open_source, load_source, foreign_file_error, GrowingFileFound
+        _READING_SIDE = (open_source, load_source, foreign_file_error, GrowingFileFound,
+                         load_single, NOT_SINGLE)
     return _READING_SIDE

@@ -596,18 +596,20 @@ def test_only_memory_never_backed_is_faulted_in_before_a_read():
 @pytest.mark.parametrize("verify", [True, False])
 def test_a_raw_array_of_one_chunk_asks_for_its_new_memory_backed(tmp_path, monkeypatch, verify):
     """The load of a raw array of one chunk (read by the calling thread
-    alone) asks for the whole of its new memory to be backed before the
-    read (:func:`~cpersist._runtime.pages.fault_in_fresh`), and gives back
-    its bytes."""
-    from cpersist.container import sections as reader_module
+    alone, the general way or, checked, a file's one array's way) asks for
+    the whole of its new memory to be backed before the read
+    (:func:`~cpersist._runtime.pages.fault_in_fresh`), and gives back its
+    bytes."""
+    from cpersist.container import sections, single
 
     asked = []
-    real = reader_module.fault_in_fresh
+    real = sections.fault_in_fresh
 
     def spy(view):
         asked.append(view.nbytes)
         return real(view)
-    monkeypatch.setattr(reader_module, "fault_in_fresh", spy)
+    for reader_module in (sections, single):
+        monkeypatch.setattr(reader_module, "fault_in_fresh", spy)
     arr = np.random.default_rng(3).random(1_000_000 // 8)
     cpersist.dump(arr, tmp_path / "a.cp")
     assert_same(arr, cpersist.load(tmp_path / "a.cp", verify=verify))

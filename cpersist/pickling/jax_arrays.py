@@ -23,8 +23,11 @@ jax is imported neither by a dump that meets no JAX array (the pickler checks
 :data:`sys.modules` first) nor by a load that rebuilds none.
 """
 
+import functools
+import importlib.util
 import sys
 
+from ..format import names
 from .brief import brief
 
 #: jax uses a CPU buffer in place (``jax.device_put`` without a copy) only
@@ -37,6 +40,8 @@ AXIS_TYPES = frozenset({"Auto", "Explicit", "Manual"})
 _MAX_NDIM = 64
 #: At most this many shards per array.
 _MAX_SHARDS = 1 << 16
+#: What a pickle stream that rebuilds JAX arrays holds: the rebuilder's name.
+_REBUILDER = names.REBUILD_JAX.rpartition(".")[2].encode()
 
 
 class JaxReducer:
@@ -281,3 +286,17 @@ def import_jax():
             "the file holds JAX arrays, which need jax (pip install jax), or load them "
             "as numpy arrays: cpersist.load(..., jax_as_numpy=True)") from None
     return jax
+
+
+@functools.lru_cache(maxsize=None)
+def jax_installed():
+    """Whether jax can be imported (asked once, without importing it)."""
+    return importlib.util.find_spec("jax") is not None
+
+
+def stores_jax(pickled):
+    """Whether the pickle stream ``pickled`` (bytes-like, or a
+    :class:`~cpersist.container.section_file.SectionFile`) may rebuild JAX
+    arrays: it names their rebuilder (a string holding that name gives a
+    false positive, which only aligns the arrays it loads)."""
+    return pickled.find(_REBUILDER) >= 0

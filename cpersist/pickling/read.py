@@ -3,8 +3,6 @@ section unpickled, each stored array read whole (or mapped) as the stream
 asks for it, and what a walk of the stream says when something is wrong.
 """
 
-import functools
-import importlib.util
 import os
 import pickle
 import warnings
@@ -14,16 +12,15 @@ import numpy as np
 from ..container import CHECKED_CLAIM, ENCODED, ContainerReader
 from ..container.marking import mark_edited
 from ..container.sections import claimed_buffer
-from .._runtime.gc import collector_paused
-from ..exceptions import CorruptFileError, CpersistError, DtypeLibraryError
+from ..exceptions import CorruptFileError, DtypeLibraryError
 from ..format import names
 from .._runtime.parallel import run_claimed
 from .array_blocks import allocate_block, blockable, plan_blocks, read_block
 from .arrays import allocate, parse_description
 from .brief import brief
 from .buffer_blocks import read_buffers
-from .jax_arrays import ALIGNMENT as JAX_ALIGNMENT
-from .unpickler import ArrayUnpickler
+from .jax_arrays import ALIGNMENT as JAX_ALIGNMENT, jax_installed, stores_jax
+from .unpickler import ArrayUnpickler, unpickle
 
 def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_threads, whole,
           views=False, limits=None, jax_as_numpy=False, own=False):
@@ -53,7 +50,7 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
     def load_array(index):
         nonlocal ahead
         if type(index) is not int or not 0 <= index < len(reader.sections) or index == reader.root:
-            raise reader.error(f"the pickle stream refers to a bad array section {brief(index)}")
+            raise bad_array_reference(name, index)
         if index in loaded:
             return loaded[index]
         if index in ahead_of:
@@ -130,18 +127,14 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
         # installed (its JAX arrays cannot be made): its stream, which may
         # hold a model's small arrays, is not scanned.
         align = (JAX_ALIGNMENT if not jax_as_numpy and len(reader.sections) > 1
-                 and _jax_installed() and _stores_jax(pickled) else 0)
+                 and jax_installed() and stores_jax(pickled) else 0)
         unpickler = ArrayUnpickler(pickled, load_array, restricted, allowed, prefixes,
                                    source=name, limits=limits, jax_as_numpy=jax_as_numpy,
                                    buffers=buffers)
-        with collector_paused():  # a stream makes many objects and frees none
-            obj = unpickler.load()
-    except CpersistError:
+    except BaseException:
+        pickled.close()
         raise
-    except (pickle.UnpicklingError, EOFError) as exc:
-        raise reader.error(f"damaged pickle stream ({exc})") from None
-    finally:
-        pickled.close()  # nothing unpickled views it: arrays' bytes were copied out
+    obj = unpickle(unpickler, pickled, name)
     reader.check_records()  # if no array read ahead was asked for
     if can_map and (reader.tiny or any(section.codec is not None
                                        for section in reader.sections)):
@@ -155,6 +148,13 @@ def load_source(source, *, mmap_mode, restricted, allowed, prefixes, verify, n_t
             UserWarning, stacklevel=3,
         )
     return obj
+
+
+def bad_array_reference(name, index):
+    """The error for a stream that asks for an array by anything but the
+    index of an array section of the file ``name``."""
+    return CorruptFileError(f"{name}: the pickle stream refers to a bad array section "
+                            f"{brief(index)}")
 
 
 def _can_map(source, mmap_mode):
@@ -262,16 +262,6 @@ def _stores_tensors(pickled):
     format's ``rebuild_tensor``; a string holding that name gives a false
     positive, which only maps the file privately)."""
     return pickled.find(names.REBUILD_TENSOR.rpartition(".")[2].encode()) >= 0
-
-
-@functools.lru_cache(maxsize=None)
-def _jax_installed():
-    return importlib.util.find_spec("jax") is not None
-
-
-def _stores_jax(pickled):
-    """Whether the pickle stream may rebuild JAX arrays (as :func:`_stores_tensors`)."""
-    return pickled.find(names.REBUILD_JAX.rpartition(".")[2].encode()) >= 0
 
 
 def _view(reader, section, verify):

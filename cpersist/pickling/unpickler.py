@@ -11,6 +11,7 @@ import pickle
 import sys
 import types
 
+from .._runtime.gc import collector_paused
 from ..exceptions import CorruptFileError, CpersistError, UntrustedObjectError
 from ..format import names
 from ..format.limits import DEFAULT as DEFAULT_LIMITS
@@ -379,3 +380,18 @@ class ArrayUnpickler(pickle.Unpickler):
         raise CorruptFileError(
             f"{self._source}: unexpected persistent id ({brief(pid)}) in the pickle stream"
         )
+
+
+def unpickle(unpickler, pickled, name):
+    """``unpickler.load()``, the collector paused (a stream makes many objects
+    and frees none), then ``pickled`` closed; a stream that is no pickle
+    stream is reported as damaged, naming the file ``name``."""
+    try:
+        with collector_paused():
+            return unpickler.load()
+    except CpersistError:
+        raise
+    except (pickle.UnpicklingError, EOFError) as exc:
+        raise CorruptFileError(f"{name}: damaged pickle stream ({exc})") from None
+    finally:
+        pickled.close()  # nothing unpickled views it: arrays' bytes were copied out

@@ -113,9 +113,7 @@ class LocalFileSource(ByteSource):
         self.fill(offset, buffer, read_some)
 
     def page_phase(self, offset, length):
-        if length < PHASED_FROM:
-            return None
-        return (self.base + offset) % mmap.PAGESIZE
+        return page_phase(self.base + offset, length)
 
     def will_need(self, offset, length):
         """See :meth:`ByteSource.will_need`: the kernel is asked to read the
@@ -148,6 +146,14 @@ class LocalFileSource(ByteSource):
         elif self.end is not None:
             # pread leaves the position alone: put it after the dump.
             self.file.seek(self.base + self.end)
+
+
+def page_phase(position, length):
+    """See :meth:`ByteSource.page_phase`: for the ``length`` bytes at
+    ``position`` in a local file."""
+    if length < PHASED_FROM:
+        return None
+    return position % mmap.PAGESIZE
 
 
 @functools.lru_cache(maxsize=None)
