@@ -448,6 +448,22 @@ def test_default_and_full_grids():
         main(["--quick", "--full"])
 
 
+def test_raw_sizes_get_rounds_worth_the_same_bytes():
+    """A size whose timings are short gets more rounds than asked, up to the
+    cap; a long one what was asked."""
+    from cpersist.benchmarks import raw
+
+    for size in raw.FULL_SIZES:
+        for asked in (1, raw.ROUNDS, 150):
+            rounds = raw.rounds_at(size, asked)
+            timed = rounds * raw.calls_at(size) * size
+            assert rounds >= asked
+            assert rounds in (asked, raw.MAX_ROUNDS) or (
+                raw.BYTES_PER_SIZE - raw.calls_at(size) * size < timed <= raw.BYTES_PER_SIZE)
+    assert raw.rounds_at(raw.SIZES[-1], raw.ROUNDS) == raw.ROUNDS
+    assert raw.rounds_at(raw.SIZES[1], raw.ROUNDS) > raw.ROUNDS
+
+
 def test_progress_bar_shows_cell_and_time_left(capsys):
     from cpersist.benchmarks.runner import progress_bar
 

@@ -52,7 +52,7 @@ def test_the_graph_sees_what_it_checks(graph):
 #: the wheel) may hold: what users of ``python -m cpersist.benchmarks`` run.
 #: The maintainers' lab (acceptance bounds, investigations, publishing) lives
 #: in ``benchmarks/``, outside the wheel.
-MAX_BENCHMARK_LINES = 4450
+MAX_BENCHMARK_LINES = 4465
 
 
 def test_the_installed_benchmark_stays_lean():

@@ -29,9 +29,10 @@ FULL_SIZES = SIZES + (1_000_000_000,)
 ROUNDS = 9
 QUICK_ROUNDS = 5
 #: A contender makes calls worth about this many bytes per timing (at
-#: least one, at most :data:`MAX_CALLS`).
-BYTES_PER_TIMING = 4 << 20
-MAX_CALLS = 100
+#: least one, at most :data:`MAX_CALLS`), and without ``--quick`` rounds
+#: worth this many (at most :data:`MAX_ROUNDS`; see :func:`rounds_at`).
+BYTES_PER_TIMING, MAX_CALLS = 4 << 20, 100
+BYTES_PER_SIZE, MAX_ROUNDS = 400 * 10 ** 6, 100
 #: Heads the table.
 TITLE = ("Raw files: cpersist.dump/load (compress=0) of one float64 array against "
          "np.save/np.load, and against a copy of its bytes into new memory (page cache warm)")
@@ -54,6 +55,16 @@ def _repeated(func, calls):
     return run
 
 
+def calls_at(size):
+    return max(1, min(MAX_CALLS, BYTES_PER_TIMING // size))
+
+
+def rounds_at(size, rounds):
+    """``rounds``, or more where timings are short: the median of nine
+    timings of a millisecond moves by a tenth from one run to the next."""
+    return max(rounds, min(MAX_ROUNDS, BYTES_PER_SIZE // (calls_at(size) * size)))
+
+
 def measure(size, directory, rounds):
     """Per-call medians and rounds (seconds) of every contender at ``size``."""
     arr = np.random.default_rng(0).random(size // 8)
@@ -63,7 +74,7 @@ def measure(size, directory, rounds):
     for back in (np.load(npy), cpersist.load(cp)):
         if not (back.dtype == arr.dtype and np.array_equal(back, arr)):
             raise AssertionError(f"a {label(size)} array did not load back as it was dumped")
-    calls = max(1, min(MAX_CALLS, BYTES_PER_TIMING // size))
+    calls = calls_at(size)
     copy = _repeated(arr.copy, calls)  # into new memory
     dumps = timed_in_turn({"np.save": _repeated(lambda: np.save(npy, arr), calls),
                            "cpersist.dump": _repeated(lambda: cpersist.dump(arr, cp), calls),
@@ -75,16 +86,17 @@ def measure(size, directory, rounds):
         os.unlink(path)
     per_call = {op: {name: [t / calls for t in runs] for name, runs in timed.items()}
                 for op, timed in (("dump", dumps), ("load", loads))}
-    return {"size": size, "calls": calls, "rounds_s": per_call,
+    return {"size": size, "calls": calls, "rounds": rounds, "rounds_s": per_call,
             "median_s": {op: medians(runs) for op, runs in per_call.items()}}
 
 
 def run(out_dir, quick=False, full=False, rounds=None):
-    """Measure every size; write ``out_dir/raw.json``; return the list of
-    :func:`measure` results."""
+    """Measure every size (in :func:`rounds_at` rounds unless ``quick``);
+    write ``out_dir/raw.json``; return the list of :func:`measure` results."""
     rounds = rounds or (QUICK_ROUNDS if quick else ROUNDS)
     return measure_into(out_dir, "raw.json", "cpersist-raw-", lambda directory: [
-        measure(size, directory, rounds) for size in (FULL_SIZES if full else SIZES)])
+        measure(size, directory, rounds if quick else rounds_at(size, rounds))
+        for size in (FULL_SIZES if full else SIZES)])
 
 
 def _ms(seconds):

@@ -246,7 +246,8 @@ def _raw_suite(run):
         "rounds": rounds or (raw.QUICK_ROUNDS if args.quick else raw.ROUNDS),
         "sizes": list(raw.FULL_SIZES if args.full else raw.SIZES),
         "units": "per-call medians over the rounds (every contender once per round, in this "
-                 "process), warm page cache; MB = 1e6 bytes"}, gap="\n\n")
+                 "process; more where timings are short: cpersist.benchmarks.raw.rounds_at), "
+                 "warm page cache; MB = 1e6 bytes"}, gap="\n\n")
 
 
 def _checkpoints_suite(run, files):
