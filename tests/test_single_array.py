@@ -42,6 +42,7 @@ ONE_ARRAY = {
     "float64": RNG.random(125_000),
     "fortran int16": np.asfortranarray(RNG.integers(-9, 9, (300, 400), dtype=np.int16)),
     "bool": RNG.random(300_000) > 0.5,
+    "on a page": RNG.random(400_000),  # past a padding record
     "in a dict": {"weights": RNG.random((256, 512)).astype(np.float32), "name": "w",
                   "small": np.arange(5)},
     "twice": [RNG.random(20_000)] * 2,
@@ -72,6 +73,8 @@ def test_every_other_file_goes_the_general_way(tmp_path):
         "compressed": lambda p: cpersist.dump(big, p, compress=3),
         "two arrays": lambda p: cpersist.dump([big, big + 1], p),
         "several chunks": lambda p: cpersist.dump(RNG.random(1_250_000), p),
+        "one chunk of 6 MB": lambda p: cpersist.dump(RNG.random(750_000), p,
+                                                     chunk_size=8 << 20),
         "small (compact)": lambda p: cpersist.dump(np.arange(10), p),
         "two dumps": lambda p: (cpersist.dump(big, p), _append_bytes(p, cpersist.dumps(big))),
         "edited": lambda p: (cpersist.dump(big, p), cpersist.load(p, mmap_mode="r+")),

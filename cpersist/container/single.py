@@ -16,8 +16,18 @@ from .._runtime.pages import fault_in_fresh
 from ..exceptions import CpersistError
 from .framing import walk_records
 from .index import parse_header, parse_index, parse_trailer
-from .layout import HEADER, RECORD_SIZE, TRAILER, checksum
-from .reader import HEAD_READ, TAIL_READ
+from .layout import HEADER, PAGE, RECORD_SIZE, TRAILER, checksum
+from .reader import TAIL_READ
+from .sections import READ_PART
+
+
+#: Larger files are left to the reader unread: their array would be read
+#: and checksummed in one call each, where the reader reads a large chunk
+#: in parts, each checksummed while it is in the CPU's cache.
+SINGLE_UP_TO = READ_PART + TAIL_READ
+#: An index of more bytes is left to the reader unparsed: one of two
+#: sections takes a few hundred, one of many (a model's) many more.
+INDEX_UP_TO = 4096
 
 
 class _NotRead(Exception):
@@ -35,19 +45,23 @@ def single_raw_array(fd, size, name):
     Its records are walked in the bytes read from its two ends (none is
     read in between), as the reader walks them; a file whose records are
     not all there is left to the reader, as is a growing, compact, tiny or
-    edited one.
+    edited one, and one larger than :data:`SINGLE_UP_TO` bytes.
     """
+    if size > SINGLE_UP_TO:
+        return None
     try:
-        head = os.pread(fd, HEAD_READ, 0)
+        # The header, the first record's header and, for an array that
+        # starts on a page, the padding record's successor.
+        head = os.pread(fd, PAGE, 0)
         _, _, flags = parse_header(head[:HEADER.size], size, name)
-        if flags or len(head) != HEAD_READ:  # grows, compact or edited (format 2.0)
+        if flags or len(head) != min(PAGE, size):  # grows, compact or edited (format 2.0)
             return None
         tail_start = max(0, size - TAIL_READ)
         tail = os.pread(fd, size - tail_start, tail_start)
         if len(tail) != size - tail_start:
             return None
-        offset, _, digest = parse_trailer(tail[-TRAILER.size:], size, name)
-        if offset < tail_start:
+        offset, length, digest = parse_trailer(tail[-TRAILER.size:], size, name)
+        if offset < tail_start or length > INDEX_UP_TO:
             return None
         near_head, near_tail = memoryview(head), memoryview(tail)
 
