@@ -14,7 +14,7 @@ import os
 
 from .._runtime.pages import fault_in_fresh
 from ..exceptions import CpersistError
-from .framing import walk_records
+from .framing import ALIGNED, DATA, parse_record, walk_records
 from .index import parse_header, parse_index, parse_trailer
 from .layout import HEADER, PAGE, RECORD_SIZE, TRAILER, checksum
 from .reader import TAIL_READ
@@ -49,14 +49,20 @@ def single_raw_array(fd, size, name):
     """
     if size > SINGLE_UP_TO:
         return None
+    tail_start = max(0, size - TAIL_READ)
     try:
-        # The header, the first record's header and, for an array that
-        # starts on a page, the padding record's successor.
         head = os.pread(fd, PAGE, 0)
         _, _, flags = parse_header(head[:HEADER.size], size, name)
         if flags or len(head) != min(PAGE, size):  # grows, compact or edited (format 2.0)
             return None
-        tail_start = max(0, size - TAIL_READ)
+        # The array's record (after a padding record when it starts on a
+        # page), whose successor, the stream's, is in the tail: any other
+        # file is left before its tail is read.
+        kind, _, end = parse_record(head, HEADER.size, name, 0, HEADER.size)
+        if kind == DATA and end + RECORD_SIZE <= len(head):
+            kind, _, end = parse_record(head, end, name, 0, end)
+        if kind != ALIGNED or end < tail_start:
+            return None
         tail = os.pread(fd, size - tail_start, tail_start)
         if len(tail) != size - tail_start:
             return None
