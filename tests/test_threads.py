@@ -472,24 +472,42 @@ def test_a_failed_prepare_stops_the_work_and_frees_the_worker():
     assert finished and "no memory" in str(finished[0].value)
 
 
-def test_pages_of_a_raw_section_are_faulted_in_by_the_calling_thread(tmp_path, monkeypatch):
-    """Its worker reads into pages the calling thread has faulted in; the
-    bytes and the checks are those of any load."""
-    from cpersist.container import sections as reader_module
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore of anonymous memory")
+def test_new_pages_of_a_raw_section_are_faulted_in_by_the_calling_thread(tmp_path, monkeypatch):
+    """Its worker reads into pages the calling thread has faulted in, chunk
+    by chunk, when they are new; memory whose pages are backed already (a
+    program's reused memory) is read into as it is, without asking the
+    kernel again. The bytes and the checks are those of any load."""
+    import mmap
 
-    faulted = []
-    real = reader_module.fault_in
+    from cpersist._runtime import pages
+
+    advised = []
+    real = pages.fault_in
 
     def spy(view):
-        faulted.append((threading.get_ident(), view.nbytes))
+        advised.append((threading.get_ident(), view.nbytes, _backed_pages(view)))
         return real(view)
-    monkeypatch.setattr(reader_module, "fault_in", spy)
+    monkeypatch.setattr(pages, "fault_in", spy)
     arr = np.random.default_rng(0).random((_parallel.COPY_ALONE_BELOW + 40 * CHUNK) // 8)
     path = tmp_path / "a.cp"
     cpersist.dump(arr, path, chunk_size=CHUNK)
+    with open(path, "rb") as file:
+        reader = ContainerReader(file, str(path))
+        section = max(reader.sections, key=lambda s: s.raw_size)
+        fresh = mmap.mmap(-1, section.raw_size)
+        try:
+            reader.read_into(section, fresh, n_threads=2)
+            assert fresh[:] == arr.tobytes()
+        finally:
+            fresh.close()
+        assert advised and {thread for thread, _, _ in advised} == {threading.get_ident()}
+        assert all(n == CHUNK and backed == 0 for _, n, (backed, _) in advised), advised
+        advised.clear()
+        used = np.ones(section.raw_size, np.uint8)
+        reader.read_into(section, used, n_threads=2)
+        assert advised == [] and used.tobytes() == arr.tobytes()
     assert_same(arr, cpersist.load(path, n_threads=2))
-    assert faulted and {thread for thread, _ in faulted} == {threading.get_ident()}
-    assert all(n == CHUNK for _, n in faulted)
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
@@ -514,34 +532,6 @@ def _backed_pages(view):
     if libc.mincore(start, end - start, vector) != 0:
         raise OSError(ctypes.get_errno(), "mincore failed")
     return sum(byte & 1 for byte in vector.raw), len(vector.raw)
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore of anonymous memory")
-def test_a_stream_read_into_new_memory_is_faulted_in_once(tmp_path, monkeypatch):
-    """A pickle stream too large to be read into a kept buffer is read into
-    new memory: none of the pages the reader asks to fault in
-    (:func:`~cpersist._runtime.pages.fault_in`) is backed already (a
-    bytearray is, zero-filled when made); the bytes are those of any load."""
-    from cpersist.container import sections as reader_module
-    from cpersist.container.section_file import KEEP_BYTES
-
-    asked = []
-    real = reader_module.fault_in
-
-    def spy(view):
-        asked.append(_backed_pages(view))
-        return real(view)
-    monkeypatch.setattr(reader_module, "fault_in", spy)
-    blob = np.random.default_rng(2).bytes(KEEP_BYTES + 40 * CHUNK)
-    path = tmp_path / "s.cp"
-    cpersist.dump({"blob": blob}, path, chunk_size=CHUNK)
-    with open(path, "rb") as file:
-        reader = ContainerReader(file)
-        root = reader.sections[reader.root]
-        assert KEEP_BYTES < root.raw_size <= reader_module.CHECKED_CLAIM
-        assert len(root.chunks) > 2 and {c.flag for c in root.chunks} == {VERBATIM}
-    assert cpersist.load(path, n_threads=2) == {"blob": blob}
-    assert all(backed < whole for backed, whole in asked), asked
 
 
 def test_faulting_pages_in_leaves_their_bytes():

@@ -80,9 +80,9 @@ def fault_in(view):
     return True
 
 
-def fault_in_fresh(view):
+def fault_in_fresh(view, smallest=FRESH_FROM):
     """:func:`fault_in` ``view`` (a writable memoryview of bytes, about to
-    be filled by one read) when it is at least :data:`FRESH_FROM` bytes and
+    be filled by one read) when it is at least ``smallest`` bytes and
     its last whole page is not backed yet (``mincore``): memory just taken
     from the kernel, every page of which the read would otherwise fault in
     one at a time (on a virtual machine, a large part of a load into new
@@ -90,7 +90,7 @@ def fault_in_fresh(view):
     backed already and is left as it is: the advice walks every page even
     when there is nothing to do. Returns whether it faulted the pages in.
     """
-    if not _usable or view.nbytes < FRESH_FROM or view.readonly:
+    if not _usable or view.nbytes < smallest or view.readonly:
         return False
     mincore = _mincore or _load_mincore()
     if mincore is None:

@@ -6,7 +6,7 @@ section without keeping its bytes. A mixin of :class:`.reader.ContainerReader`.
 
 import itertools
 
-from .._runtime.pages import can_fault_in, fault_in, fault_in_fresh
+from .._runtime.pages import can_fault_in, fault_in_fresh
 from .._runtime.parallel import COPY_ALONE_BELOW, ordered_map, run_claimed
 from ..exceptions import CorruptFileError
 from .buffers import READ_BUFFERS, private_map
@@ -242,7 +242,8 @@ class SectionReads:
         its cache and decoded into place. No thread waits for another until
         the end, where handing every chunk read by one thread to the others
         made the readers wait on each other. Of a raw section, this thread faults in
-        its worker's pages (:func:`.fault_in`): both faulting slowed loads up to 8x.
+        its worker's new pages (:func:`.fault_in_fresh`; both faulting slowed rounds
+        of loads up to 8x), not those backed already, which a loop of loads reuses.
         """
         chunks = section.chunks
         starts = list(itertools.accumulate((c.raw_length for c in chunks), initial=0))
@@ -270,7 +271,7 @@ class SectionReads:
                 if buffer is not None:
                     READ_BUFFERS.give(buffer)
 
-        fault = lambda i: fault_in(out[starts[i]:starts[i + 1]])
+        fault = lambda i: fault_in_fresh(out[starts[i]:starts[i + 1]], smallest=0)
         run_claimed(task, len(chunks), n_threads,
                     prepare=fault if not largest and can_fault_in() else None)
 
