@@ -460,7 +460,7 @@ def test_raw_sizes_get_rounds_worth_the_same_bytes():
             assert rounds >= asked
             assert rounds in (asked, raw.MAX_ROUNDS) or (
                 raw.BYTES_PER_SIZE - raw.calls_at(size) * size < timed <= raw.BYTES_PER_SIZE)
-    assert raw.rounds_at(raw.SIZES[-1], raw.ROUNDS) == raw.ROUNDS
+    assert raw.rounds_at(raw.FULL_SIZES[-1], raw.ROUNDS) == raw.ROUNDS
     assert raw.rounds_at(raw.SIZES[1], raw.ROUNDS) > raw.ROUNDS
 
 
