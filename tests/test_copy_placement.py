@@ -1,7 +1,8 @@
 """Where a raw array read from a file into new memory starts: never just
 after its bytes' place within a page of the file, where the kernel's copy
 out of the page cache runs at a fraction of its speed
-(:func:`cpersist._runtime.pages.aliased`)."""
+(:func:`cpersist._runtime.pages.aliased`); and a large one on a huge page,
+which the kernel faults in faster than small ones."""
 
 import mmap
 
@@ -14,7 +15,7 @@ from cpersist._runtime import pages
 from cpersist.container import ContainerReader
 from cpersist.container.sources import MemorySource, source_for
 from cpersist.container.sources.local import PHASED_FROM
-from cpersist.pickling.arrays import allocate
+from cpersist.pickling.array_memory import allocate
 
 from .conftest import assert_same
 
@@ -54,6 +55,8 @@ def test_a_large_raw_array_is_read_into_memory_a_copy_fills_at_full_speed(tmp_pa
     out = cpersist.load(path, n_threads=n_threads)
     assert_same(arr, out)
     assert not 0 < _ahead(out, offset) < pages.ALIASED_WITHIN
+    if pages.huge_page_size():
+        assert (out.ctypes.data - offset % PAGE) % pages.huge_page_size() == 0
     out[0, 0] = -1.0  # its own memory, writable
     assert cpersist.load(path)[0, 0] == 0.0
 
@@ -82,6 +85,40 @@ def test_memory_a_copy_would_fill_slowly_is_given_up_for_a_placed_block(phase, a
     assert not pages.aliased(view, phase)
     if align:
         assert arr.ctypes.data % align == 0
+
+
+def _may_be_huge(start, end):
+    """Whether the memory from ``start`` to ``end`` lies within one map the
+    kernel may back with huge pages (``/proc/self/smaps``)."""
+    with open("/proc/self/smaps") as file:
+        lines = file.read().splitlines()
+    within = False
+    for line in lines:
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            low, high = (int(x, 16) for x in head.split("-"))
+            within = low <= start and end <= high
+        elif within and head == "THPeligible:":
+            return line.split()[1] == "1"
+    return False
+
+
+@pytest.mark.skipif(not pages.huge_page_size(), reason="the kernel backs no memory with huge pages")
+@pytest.mark.parametrize("nbytes, last_huge", [(10_000_000, True), (5_000_000, False)])
+@pytest.mark.parametrize("phase", [0, 128])
+def test_a_large_array_starts_on_a_huge_page_and_ends_on_one_only_if_it_fills_most_of_it(
+        nbytes, last_huge, phase):
+    # 10 MB leaves 0.46 MiB of its last huge page unused, a twentieth of the
+    # array; 5 MB leaves 1.23 MiB, a quarter: that one stays in small pages.
+    huge = pages.huge_page_size()
+    arr, view = allocate(np.dtype("u1"), (nbytes,), "C", 0, phase)
+    assert arr.nbytes == view.nbytes == nbytes and arr.flags.writeable
+    start = arr.ctypes.data - phase
+    assert start % huge == 0
+    whole = start + (phase + nbytes) // huge * huge
+    assert _may_be_huge(start, whole)
+    assert _may_be_huge(whole, whole + huge) is last_huge
+    view[-1:] = b"\x01"  # the last byte is the array's own, writable
 
 
 def test_a_copy_just_after_its_source_within_a_page_is_aliased():

@@ -3,6 +3,9 @@
 thread that asks, so that other threads can then fill them without a page
 fault of their own; and one thread's read into memory that was never
 backed (:func:`fault_in_fresh`) makes no page fault per page either.
+What size of page new memory is backed with (:func:`huge_page_size`,
+:func:`keep_small_pages`), and where a copy into it runs slowly
+(:func:`aliased`).
 
 Only on Linux 5.14 and later; elsewhere :func:`fault_in` does nothing and
 says so.
@@ -14,6 +17,8 @@ import sys
 
 #: Linux's advice that faults a range's pages in as if each were written.
 MADV_POPULATE_WRITE = 23
+#: Linux's advice that a range is backed by pages of the base size only.
+MADV_NOHUGEPAGE = 15
 
 #: Views smaller than this are never looked at by :func:`fault_in_fresh`:
 #: what a page fault costs on so few pages is less than the look.
@@ -30,7 +35,9 @@ ALIASED_WITHIN = 64
 
 _madvise = None
 _mincore = None
-_usable = sys.platform.startswith("linux")
+_huge_page = None
+_LINUX = sys.platform.startswith("linux")
+_usable = _LINUX
 
 
 def _load_madvise():
@@ -70,10 +77,8 @@ def fault_in(view):
     madvise, char_at, address_of, get_errno = _madvise or _load_madvise() or (None,) * 4
     if madvise is None:
         return False
-    start = address_of(char_at(view))
-    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
-    end = (start + view.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
-    if end > first and madvise(first, end - first, MADV_POPULATE_WRITE) != 0:
+    first, length = _whole_pages(address_of(char_at(view)), view.nbytes)
+    if length and madvise(first, length, MADV_POPULATE_WRITE) != 0:
         if get_errno() == errno.EINVAL:
             _usable = False
         return False
@@ -104,6 +109,56 @@ def fault_in_fresh(view, smallest=FRESH_FROM):
     if function(last, mmap.PAGESIZE, flag_at) != 0 or flag.raw[0] & 1:
         return False  # backed (or not a page the kernel says anything of)
     return fault_in(view)
+
+
+def huge_page_size():
+    """The size of the huge pages the kernel backs large anonymous memory
+    with where it is asked to (transparent huge pages: 2 MiB on x86-64),
+    or 0 where it never does.
+
+    numpy asks for them for every array of 4 MiB or more. On a virtual
+    machine the kernel faults memory in several times faster per byte in
+    huge pages, but only in those whose whole range lies within the block
+    malloc gave (see :func:`~cpersist.pickling.array_memory.allocate`).
+    """
+    global _huge_page
+    if _huge_page is None:
+        _huge_page = _read_huge_page_size() if _LINUX else 0
+    return _huge_page
+
+
+def _read_huge_page_size():
+    sysfs = "/sys/kernel/mm/transparent_hugepage/"
+    try:
+        with open(sysfs + "enabled") as file:
+            if "[never]" in file.read():
+                return 0
+        with open(sysfs + "hpage_pmd_size") as file:
+            size = int(file.read())
+    except (OSError, ValueError):
+        return 0
+    return size if size > mmap.PAGESIZE and not size & (size - 1) else 0
+
+
+def keep_small_pages(view):
+    """Ask the kernel to back the whole pages of ``view`` (writable bytes)
+    with base pages only, not huge ones: memory that would be faulted in
+    as part of a huge page mostly unused. A kernel that refuses changes
+    nothing but how much memory that takes."""
+    if not _LINUX or not view.nbytes:
+        return
+    madvise, char_at, address_of, _ = _madvise or _load_madvise() or (None,) * 4
+    if madvise is not None:
+        first, length = _whole_pages(address_of(char_at(view)), view.nbytes)
+        if length:
+            madvise(first, length, MADV_NOHUGEPAGE)
+
+
+def _whole_pages(start, nbytes):
+    """``(address, length)`` of the whole pages within ``nbytes`` from ``start``."""
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    end = (start + nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    return first, max(0, end - first)
 
 
 def aliased(view, phase):

@@ -9,13 +9,11 @@ the recorded order and the container decodes chunks straight into it.
 
 import ast
 import functools
-import mmap
 import pickle
 
 import numpy as np
 from numpy.lib import format as npy_format
 
-from .._runtime.pages import aliased
 from ..container import DEFAULT_CHUNK_SIZE
 from ..format import named_dtypes
 
@@ -334,39 +332,6 @@ def _iter_strided(arr, step):
     for start in range(0, len(arr), rows):
         slab = np.ascontiguousarray(arr[start:start + rows])
         yield memoryview(byte_view(slab))
-
-
-def allocate(dtype, shape, order, align=0, phase=None):
-    """An uninitialised array to load into, and a byte view of its memory.
-
-    With ``align``, the array's first byte is at a multiple of ``align``
-    bytes (it then views a block a little larger, its ``base``). ``phase``:
-    the array is filled by a copy by the kernel of bytes that start
-    ``phase`` bytes into a page of their file; memory that such a copy
-    fills slowly (:func:`~cpersist._runtime.pages.aliased`: any large
-    block of glibc's, for a section that starts on a page) is given up for
-    a block in which the array starts ``phase`` bytes into a page.
-    """
-    if not align:
-        arr = np.empty(shape, dtype=dtype, order=order)
-        if arr.size == 0 or dtype.itemsize == 0:
-            return arr, memoryview(b"")
-        view = memoryview(byte_view(arr))
-        if phase is None or not aliased(view, phase):
-            return arr, view
-        del arr, view
-    at = 0
-    if phase is not None and phase % (align or 1) == 0:  # aligned too where asked
-        align, at = mmap.PAGESIZE, phase
-    nbytes = dtype.itemsize
-    for n in shape:
-        nbytes *= n
-    if not nbytes:
-        return np.empty(shape, dtype=dtype, order=order), memoryview(b"")
-    block = np.empty(nbytes + align, dtype=np.uint8)
-    start = (at - block.ctypes.data) % align
-    arr = np.ndarray(shape, dtype=dtype, buffer=block, offset=start, order=order)
-    return arr, memoryview(byte_view(arr))
 
 
 def to_inline(arr, protocol):

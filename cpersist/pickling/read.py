@@ -16,7 +16,8 @@ from ..exceptions import CorruptFileError, DtypeLibraryError
 from ..format import names
 from .._runtime.parallel import run_claimed
 from .array_blocks import allocate_block, blockable, plan_blocks, read_block
-from .arrays import allocate, parse_description
+from .array_memory import allocate
+from .arrays import parse_description
 from .brief import brief
 from .buffer_blocks import read_buffers
 from .jax_arrays import ALIGNMENT as JAX_ALIGNMENT, jax_installed, stores_jax

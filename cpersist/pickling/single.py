@@ -10,7 +10,8 @@ unpickled: it says what is wrong, if anything is.
 from ..container.section_file import SectionFile
 from ..container.single import read_checked, single_raw_array
 from ..container.sources.local import page_phase
-from .arrays import allocate, parse_description
+from .array_memory import allocate
+from .arrays import parse_description
 from .jax_arrays import jax_installed, stores_jax
 from .read import bad_array_reference
 from .unpickler import ArrayUnpickler, unpickle
