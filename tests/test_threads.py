@@ -478,9 +478,8 @@ def test_new_pages_of_a_raw_section_are_faulted_in_by_the_calling_thread(tmp_pat
     by chunk, when they are new; memory whose pages are backed already (a
     program's reused memory) is read into as it is, without asking the
     kernel again. The bytes and the checks are those of any load."""
-    import mmap
-
     from cpersist._runtime import pages
+    from cpersist.container.buffers import private_map
 
     advised = []
     real = pages.fault_in
@@ -495,7 +494,7 @@ def test_new_pages_of_a_raw_section_are_faulted_in_by_the_calling_thread(tmp_pat
     with open(path, "rb") as file:
         reader = ContainerReader(file, str(path))
         section = max(reader.sections, key=lambda s: s.raw_size)
-        fresh = mmap.mmap(-1, section.raw_size)
+        fresh = private_map(section.raw_size)  # new memory, private as a load's
         try:
             reader.read_into(section, fresh, n_threads=2)
             assert fresh[:] == arr.tobytes()

@@ -17,8 +17,6 @@ import sys
 
 #: Linux's advice that faults a range's pages in as if each were written.
 MADV_POPULATE_WRITE = 23
-#: Linux's advice that a range is backed by pages of the base size only.
-MADV_NOHUGEPAGE = 15
 
 #: Views smaller than this are never looked at by :func:`fault_in_fresh`:
 #: what a page fault costs on so few pages is less than the look.
@@ -145,13 +143,14 @@ def keep_small_pages(view):
     with base pages only, not huge ones: memory that would be faulted in
     as part of a huge page mostly unused. A kernel that refuses changes
     nothing but how much memory that takes."""
-    if not _LINUX or not view.nbytes:
+    advice = getattr(mmap, "MADV_NOHUGEPAGE", None)  # its number differs by architecture
+    if not _LINUX or advice is None or not view.nbytes:
         return
     madvise, char_at, address_of, _ = _madvise or _load_madvise() or (None,) * 4
     if madvise is not None:
         first, length = _whole_pages(address_of(char_at(view)), view.nbytes)
         if length:
-            madvise(first, length, MADV_NOHUGEPAGE)
+            madvise(first, length, advice)
 
 
 def _whole_pages(start, nbytes):

@@ -69,6 +69,6 @@ def _on_huge_pages(dtype, shape, order, nbytes, at, huge):
         first += huge
     tail = (at + nbytes) % huge
     if tail and huge - tail > nbytes // 16:
-        keep_small_pages(memoryview(block)[first - at + (at + nbytes - tail):])
+        keep_small_pages(memoryview(block)[first + nbytes - tail:])  # from its last huge page
     arr = np.ndarray(shape, dtype=dtype, buffer=block, offset=first, order=order)
     return arr, memoryview(byte_view(arr))
