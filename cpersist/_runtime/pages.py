@@ -128,10 +128,11 @@ def huge_page_size():
 def _read_huge_page_size():
     sysfs = "/sys/kernel/mm/transparent_hugepage/"
     try:
-        with open(sysfs + "enabled") as file:
-            if "[never]" in file.read():
+        # Binary, as other sysfs reads here: a first text open sets up a decoder.
+        with open(sysfs + "enabled", "rb") as file:
+            if b"[never]" in file.read():
                 return 0
-        with open(sysfs + "hpage_pmd_size") as file:
+        with open(sysfs + "hpage_pmd_size", "rb") as file:
             size = int(file.read())
     except (OSError, ValueError):
         return 0
