@@ -3,6 +3,7 @@ which files it takes, and that it loads every file, forged or damaged, as
 the general way (``load_source``) does."""
 
 import os
+import pickle
 import random
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import cpersist
 from cpersist.container.single import single_raw_array
 from cpersist.format import names
+from cpersist.pickling.single import _StoredArray
 
 from ._forge import call, container_bytes, proto, s, stack_global
 from .conftest import assert_same
@@ -48,6 +50,8 @@ ONE_ARRAY = {
     "twice": [RNG.random(20_000)] * 2,
     "a view": RNG.random(40_000)[::2],
 }
+#: Dumps of a bare ndarray, whose stream is only its stored_array call.
+BARE = {"float64", "fortran int16", "bool", "on a page"}
 
 
 @pytest.mark.parametrize("name", ONE_ARRAY)
@@ -61,6 +65,8 @@ def test_a_file_of_one_raw_array_is_read_from_its_two_ends(tmp_path, monkeypatch
         raise AssertionError("the general reader was used")
 
     monkeypatch.setattr("cpersist.pickling.read.ContainerReader", refuse)
+    if name in BARE:  # returned as read, its stream never unpickled
+        monkeypatch.setattr("cpersist.pickling.single.ArrayUnpickler", refuse)
     loaded = cpersist.load(path)
     assert_same(obj, loaded)
     if name == "twice":
@@ -106,6 +112,10 @@ def pickle_int(n):
     proto(4, _stored_array(0)),   # the array, as a dump asks for it
     proto(4, _stored_array(1)),   # the pickle stream's own section
     proto(4, _stored_array(7)),   # no such section
+    # Both bare-array streams as dumps write them: the array's, and one
+    # naming the stream's section.
+    pickle.dumps(_StoredArray(0), pickle.HIGHEST_PROTOCOL),
+    pickle.dumps(_StoredArray(1), pickle.HIGHEST_PROTOCOL),
     proto(4, call(stack_global(*names.STORED_ARRAY.rsplit(".", 1)), s("0"))),
     proto(4, s("never asks for the array")),
     b"\x80\x04not a pickle stream",

@@ -7,6 +7,8 @@ fails a check, is left to :func:`.read.load_source` before anything is
 unpickled: it says what is wrong, if anything is.
 """
 
+import pickle
+
 from ..container.section_file import SectionFile
 from ..container.single import read_checked, single_raw_array
 from ..container.sources.local import page_phase
@@ -14,10 +16,31 @@ from .array_memory import allocate
 from .arrays import parse_description
 from .jax_arrays import jax_installed, stores_jax
 from .read import bad_array_reference
+from .rebuild import stored_array
 from .unpickler import ArrayUnpickler, unpickle
 
 #: What :func:`load_single` gives for a file it leaves to :func:`.read.load_source`.
 NOT_SINGLE = object()
+
+
+class _StoredArray:
+    """What the pickler makes of a dump's one bare ndarray kept in section
+    ``index``: its ``stored_array(index)`` call, and nothing else."""
+
+    def __init__(self, index):
+        self.index = index
+
+    def __reduce__(self):
+        return stored_array, (self.index,)
+
+
+#: The stream of a dump of a bare ndarray, as the pickler writes it at the
+#: default protocol, by the section of the array it names (a file of two
+#: sections: 0 or 1). Such a stream unpickles to that array and nothing
+#: else, so the array is returned without an unpickler, whose making and
+#: lookups cost a small load more than checking the array's bytes does.
+_BARE_ARRAY_STREAMS = {pickle.dumps(_StoredArray(index), pickle.HIGHEST_PROTOCOL): index
+                       for index in (0, 1)}
 
 
 def load_single(file, size, name):
@@ -31,7 +54,8 @@ def load_single(file, size, name):
 
     The array is read before the stream is unpickled (rather than when the
     stream asks for it), into memory placed as the kernel's copy runs
-    fastest, and handed to the stream each time it asks for it.
+    fastest, and handed to the stream each time it asks for it; a dump of
+    a bare ndarray, whose stream asks for it alone, returns it as read.
     """
     found = single_raw_array(file.fd, size, name)
     if found is None:
@@ -49,6 +73,8 @@ def load_single(file, size, name):
     if not read_checked(file.fd, section, digest, view):
         return NOT_SINGLE
     index = section.index
+    if _BARE_ARRAY_STREAMS.get(stream) == index:
+        return arr
 
     def load_array(i):
         if type(i) is not int or i != index:
